@@ -1,0 +1,102 @@
+# paralab build. `make` builds ./trainer with nvcc when the CUDA toolkit is present (CUDA
+# and CPU backends in one binary, sm_80 + sm_90); `make CPU_ONLY=1` builds with g++ alone.
+# Both builds treat warnings as errors.
+#
+#   make            build ./trainer
+#   make run        set-up, build, train the default demo model
+#   make test       set-up, build, run every test (unit, golden, MPI)
+#   make plan       print the plan of the default model
+
+NVCC := $(shell command -v nvcc 2>/dev/null)
+ifeq ($(NVCC),)
+  CPU_ONLY := 1
+endif
+CPU_ONLY ?= 0
+
+CXX := g++
+MPI_CFLAGS := $(shell pkg-config --cflags mpich 2>/dev/null)
+MPI_LIBS := $(shell pkg-config --libs mpich 2>/dev/null)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
+WARN := -Wall -Wextra -Werror
+CXXFLAGS := -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP
+LDLIBS := $(MPI_LIBS) $(BLAS_LIBS) -lpthread
+
+HOST_SRCS := $(wildcard kernels/*.cpp kernels/cpu/*.cpp model/*.cpp parallel/*.cpp \
+                        instrument/*.cpp) flags.cpp
+TEST_SRCS := $(wildcard tests/*.cpp)
+
+ifeq ($(CPU_ONLY),1)
+  BUILD := build/cpu
+  CXXFLAGS += -DPARALAB_CPU_ONLY
+  CUDA_SRCS :=
+  CUDA_LIBS :=
+else
+  BUILD := build/cuda
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+  NVCCFLAGS := -std=c++17 -O2 -I. $(MPI_CFLAGS) -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
+               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+  CXXFLAGS += -I$(CUDA_HOME)/include
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl
+endif
+
+HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(HOST_SRCS))
+CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRCS))
+TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
+LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
+
+.PHONY: all run test unit-test mpi-test plan clean setup lint
+all: trainer
+
+# trainer.cu holds main() and no device code: nvcc compiles it in the CUDA build, g++ in the
+# CPU-only build.
+ifeq ($(CPU_ONLY),1)
+$(BUILD)/trainer.o: trainer.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
+else
+$(BUILD)/trainer.o: trainer.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+endif
+
+trainer: $(BUILD)/trainer.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/unit_tests: $(TEST_OBJS) $(LIB_OBJS)
+	$(CXX) -o $@ $^ -lgtest -lgtest_main $(LDLIBS) $(CUDA_LIBS)
+
+# MPI tests: one binary per file, each with its own main() (MPI_Init), run under mpirun by
+# tests/mpi/run_mpi_tests.sh
+$(BUILD)/test_comm: $(BUILD)/tests/mpi/test_comm.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ -lgtest $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/test_data_parallel: $(BUILD)/tests/mpi/test_data_parallel.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ -lgtest $(LDLIBS) $(CUDA_LIBS)
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup trainer
+	./trainer --config configs/models/tiny.toml
+
+plan: trainer
+	./trainer --config configs/models/tiny.toml --plan
+
+test: setup trainer $(BUILD)/unit_tests $(BUILD)/test_comm $(BUILD)/test_data_parallel
+	bash tests/run_all.sh $(BUILD)/unit_tests
+
+clean:
+	rm -rf build trainer
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,462 @@
+// flags.cpp: every flag, its help text (the manual: what it changes, its constraint), and
+// the checks that turn a bad combination into one line (design in flags.h).
+#include "flags.h"
+
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace paralab {
+
+namespace {
+
+constexpr size_t kHelpColumn = 44, kHelpWidth = 100;  // where help text starts and ends
+
+// String flags are kept as text while parsing (so --help lists the choices by name) and
+// mapped to the enums of model/config.h once parsing is done.
+struct RawFlags {
+  std::string arch = "gpt", attention = "flash", lr_decay_style = "cosine";
+  std::string attention_flops = "full", device, comm;
+  bool use_distributed_optimizer = false;
+  int world_size = 0;  // --world-size; 0 = not given
+};
+
+// Streams its arguments into one message: fail("--x (", 3, ") must ...").
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  throw FlagError(s.str());
+}
+
+void check_at_least(const char* flag, double value, double min) {
+  if (value < min) fail(flag, " must be >= ", min, ", got ", value);
+}
+void check_unit_interval(const char* flag, double value) {  // [0, 1)
+  if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
+}
+
+// Help text wrapped to `width` columns; CLI11 indents the lines after a newline.
+std::string wrap(const std::string& text, size_t width) {
+  std::istringstream words(text);
+  std::string out, line, word;
+  while (words >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+// CLI11's messages, made one line that names the flag.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
+  ModelConfig& m = o.model;
+  TrainConfig& t = o.train;
+  ParallelConfig& p = o.parallel;
+  const char* kModel = "Model";
+  const char* kTrain = "Training";
+  const char* kParallel = "Parallelism";
+  const char* kRun = "Run, data and backends";
+  const char* kReport = "Report and plan";
+
+  // ---- model ----
+  app.add_option("--arch", raw.arch,
+                 "gpt: LayerNorm, learned positions, GeLU MLP, biases, tied embeddings; "
+                 "llama: RMSNorm, RoPE, SwiGLU MLP, no biases, untied output layer")
+      ->check(CLI::IsMember({"gpt", "llama"}))->capture_default_str()->group(kModel);
+  app.add_option("--num-layers,--layers", m.num_layers,
+                 "transformer layers L; --pp must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--hidden-size,--hidden", m.hidden_size,
+                 "model width h; --num-attention-heads must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--ffn-hidden-size,--ffn", m.ffn_hidden_size,
+                 "MLP inner width f (llama: width of each of gate and up); 0 means 4h; "
+                 "--tp must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--num-attention-heads,--heads", m.num_attention_heads,
+                 "query heads a; must divide h (head dim h/a, even for llama's RoPE); "
+                 "--tp must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--num-query-groups,--query-groups", m.num_query_groups,
+                 "key/value heads g for grouped-query attention; 0 means a (multi-head); "
+                 "must divide a; --tp must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--seq-length,--seq", m.seq_length,
+                 "tokens per sample s (also the learned-position table size for gpt)")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--vocab-size,--vocab", m.vocab_size,
+                 "vocabulary V: embedding rows and logits per token; every token id of "
+                 "--data-path must be below it (plain text needs >= 256)")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--hidden-dropout", m.hidden_dropout,
+                 "dropout probability after the attention projection and after the MLP, "
+                 "in [0, 1); saves a 1-byte mask per element for backward")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--attention-dropout", m.attention_dropout,
+                 "dropout probability on the attention probabilities, in [0, 1)")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--attention", raw.attention,
+                 "flash: tiled online softmax, saves only the log-sum-exp (B a s floats); "
+                 "naive: materialises and saves the B a s s probabilities")
+      ->check(CLI::IsMember({"flash", "naive"}))->capture_default_str()->group(kModel);
+  app.add_flag("--fused-ce,!--no-fused-ce", m.fused_cross_entropy,
+               "fused, chunked softmax cross-entropy that never holds the full (B s, V) "
+               "logits (the default); --no-fused-ce materialises them (category logits)")
+      ->group(kModel);
+
+  // ---- training ----
+  app.add_option("--micro-batch-size,--mbs", t.micro_batch_size,
+                 "samples per microbatch B: one forward/backward on one rank")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--global-batch-size,--gbs", t.global_batch_size,
+                 "samples per optimizer step G, over all data-parallel ranks; must be "
+                 "divisible by B x dp (gradient accumulation = G / (B dp)); 0 means B x dp")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--train-iters,--iters", t.train_iters, "optimizer steps to run")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--lr", t.lr, "peak learning rate, reached after the warmup; >= --min-lr")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--min-lr", t.min_lr,
+                 "learning rate at the end of the decay and after it; in [0, --lr]")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--lr-warmup-iters,--warmup", t.lr_warmup_iters,
+                 "steps of linear warmup from 0 to --lr; <= --lr-decay-iters")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--lr-decay-iters", t.lr_decay_iters,
+                 "step at which the decay reaches --min-lr; 0 means --train-iters")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--lr-decay-style", raw.lr_decay_style,
+                 "shape of the decay after the warmup: constant (stay at --lr), linear, "
+                 "cosine")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()
+      ->group(kTrain);
+  app.add_option("--weight-decay,--wd", t.weight_decay,
+                 "AdamW decoupled weight decay, applied to 2-D weights only; >= 0")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--clip-grad", t.clip_grad,
+                 "clip the global gradient norm to this value; 0 disables clipping")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--adam-beta1", t.adam_beta1, "AdamW first-moment decay, in [0, 1)")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--adam-beta2", t.adam_beta2, "AdamW second-moment decay, in [0, 1)")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--adam-eps", t.adam_eps, "AdamW denominator epsilon; > 0")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--seed", t.seed,
+                 "seeds the initial weights, the dropout masks, the synthetic corpus and "
+                 "the order of the samples")
+      ->capture_default_str()->group(kTrain);
+  app.add_flag("--bf16", t.bf16,
+               "bf16 parameters, gradients and activations with fp32 master weights and "
+               "Adam moments (on CPU bf16 is storage only); default fp32")
+      ->group(kTrain);
+
+  // ---- parallelism ----
+  app.add_option("--tensor-model-parallel-size,--tp", p.tensor_parallel,
+                 "tensor parallel ranks: split every layer's matmuls; must divide the heads, "
+                 "the query groups and the ffn size")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--pipeline-model-parallel-size,--pp", p.pipeline_parallel,
+                 "pipeline stages: split the layers; must divide --num-layers")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--context-parallel-size,--cp", p.context_parallel,
+                 "context parallel ranks: split every sequence (ring attention); 2 x cp must "
+                 "divide --seq-length")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--expert-model-parallel-size,--ep", p.expert_parallel,
+                 "expert parallel ranks, carved from dp x cp; must divide dp x cp")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--zero-stage,--zero", p.zero_stage,
+                 "ZeRO stage over the data-parallel group: 0 replicate everything, 1 shard "
+                 "optimizer states and master weights, 2 also gradients, 3 also parameters")
+      ->capture_default_str()->group(kParallel);
+  app.add_flag("--use-distributed-optimizer", raw.use_distributed_optimizer,
+               "Megatron's name for ZeRO stage 1 (raises --zero-stage to at least 1)")
+      ->group(kParallel);
+  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce,
+               "start each gradient bucket's reduction as soon as backward has produced it, "
+               "overlapping communication with the rest of backward")
+      ->group(kParallel);
+  app.add_flag("--overlap-param-gather", o.overlap_param_gather,
+               "all-gather the updated parameter shards during the next forward; needs the "
+               "distributed optimizer (--zero-stage >= 1)")
+      ->group(kParallel);
+  app.add_option("--ddp-bucket-size", o.ddp_bucket_size,
+                 "gradient elements per communication bucket; smaller buckets start "
+                 "reducing earlier but make more calls; >= 1")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--zero3-prefetch-layers", o.zero3_prefetch_layers,
+                 "ZeRO-3: layers whose parameters are all-gathered ahead of use; >= 0")
+      ->capture_default_str()->group(kParallel);
+
+  // ---- run, data, backends ----
+  app.add_option("--device", raw.device,
+                 "compute backend; default cuda when a GPU is visible, else cpu")
+      ->check(CLI::IsMember({"cuda", "cpu"}))->group(kRun);
+  app.add_option("--comm", raw.comm,
+                 "communication backend; default nccl with --device cuda, mpi with cpu; "
+                 "nccl needs --device cuda")
+      ->check(CLI::IsMember({"nccl", "mpi"}))->group(kRun);
+  app.add_option("--data-path", o.data_path,
+                 "training tokens: an llm.c token file (.bin, uint16 tokens) or plain text "
+                 "(one token per byte); without it, a synthetic corpus made from --seed")
+      ->group(kRun);
+
+  // ---- report, plan ----
+  app.add_flag("--plan", o.plan,
+               "print the predicted memory and FLOPs for this configuration and exit, "
+               "allocating nothing")
+      ->group(kReport);
+  app.add_flag("--json", o.json, "with --plan: print the plan as JSON")->group(kReport);
+  app.add_option("--world-size", raw.world_size,
+                 "with --plan: plan for this many ranks without launching them (a run's "
+                 "world size is the number of ranks mpirun starts)")
+      ->group(kReport);
+  app.add_option("--metrics-jsonl", o.metrics_jsonl,
+                 "write one JSON object per step, with every reported field, to this file "
+                 "(replacing it)")
+      ->group(kReport);
+  app.add_option("--save", o.save,
+                 "at the end, write every parameter at full shape to this tensor file "
+                 "(model/tensor_file.h; gathered over data-parallel ranks)")
+      ->group(kReport);
+  app.add_option("--report-interval", o.report_interval,
+                 "print the full ledger tables every N steps (always at step 1 and at the "
+                 "end); 0: only then")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--log-interval", o.log_interval, "print the per-step line every N steps")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "peak TFLOP/s of one rank for MFU/HFU; 0: the GPU's entry in "
+                 "configs/hardware/, or a timed GEMM on CPU")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--attention-flops", raw.attention_flops,
+                 "count attention FLOPs as full (s x s, Korthikanti/PaLM; compare with "
+                 "papers) or causal (half); model FLOPs and MFU use it")
+      ->check(CLI::IsMember({"full", "causal"}))->capture_default_str()->group(kReport);
+  app.add_flag("--verbose,-v", o.verbose, "print the rank grid and the resolved options")
+      ->group(kReport);
+}
+
+Arch to_arch(const std::string& s) { return s == "llama" ? Arch::LLAMA : Arch::GPT; }
+AttentionImpl to_attention(const std::string& s) {
+  return s == "naive" ? AttentionImpl::NAIVE : AttentionImpl::FLASH;
+}
+LrDecay to_decay(const std::string& s) {
+  if (s == "constant") return LrDecay::CONSTANT;
+  if (s == "linear") return LrDecay::LINEAR;
+  return LrDecay::COSINE;
+}
+
+// Fills the derived values and checks every constraint, the cheap ones first.
+void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
+  ModelConfig& m = o.model;
+  TrainConfig& t = o.train;
+  ParallelConfig& p = o.parallel;
+
+  // Planning may describe a machine this one is not; a run may not.
+  if (raw.world_size != 0 && !o.plan)
+    fail("--world-size (", raw.world_size,
+         ") is only for --plan; a run's world size is the number of ranks mpirun starts");
+  if (o.json && !o.plan) fail("--json only applies to --plan");
+  p.world_size = raw.world_size != 0 ? raw.world_size : o.launched_world_size;
+  const char* world_from = raw.world_size != 0 ? "--world-size" : "launched world size";
+
+  m.arch = to_arch(raw.arch);
+  m.attention = to_attention(raw.attention);
+  t.lr_decay_style = to_decay(raw.lr_decay_style);
+  o.attention_flops = raw.attention_flops == "causal" ? AttentionFlops::CAUSAL
+                                                      : AttentionFlops::FULL;
+
+  // Sizes.
+  check_at_least("--num-layers", m.num_layers, 1);
+  check_at_least("--hidden-size", m.hidden_size, 1);
+  check_at_least("--ffn-hidden-size", m.ffn_hidden_size, 0);
+  check_at_least("--num-attention-heads", m.num_attention_heads, 1);
+  check_at_least("--num-query-groups", m.num_query_groups, 0);
+  check_at_least("--seq-length", m.seq_length, 1);
+  check_at_least("--vocab-size", m.vocab_size, 1);
+  check_at_least("--micro-batch-size", t.micro_batch_size, 1);
+  check_at_least("--global-batch-size", t.global_batch_size, 0);
+  check_at_least("--train-iters", t.train_iters, 1);
+  check_at_least("--tensor-model-parallel-size", p.tensor_parallel, 1);
+  check_at_least("--pipeline-model-parallel-size", p.pipeline_parallel, 1);
+  check_at_least("--context-parallel-size", p.context_parallel, 1);
+  check_at_least("--expert-model-parallel-size", p.expert_parallel, 1);
+  check_at_least("--ddp-bucket-size", static_cast<double>(o.ddp_bucket_size), 1);
+  check_at_least("--zero3-prefetch-layers", o.zero3_prefetch_layers, 0);
+  check_at_least("--report-interval", o.report_interval, 0);
+  check_at_least("--log-interval", o.log_interval, 1);
+  check_at_least("--peak-tflops", o.peak_tflops, 0);
+  check_at_least(world_from, p.world_size, 1);
+
+  // Attention shapes.
+  if (m.hidden_size % m.num_attention_heads != 0)
+    fail("--num-attention-heads (", m.num_attention_heads, ") must divide --hidden-size (",
+         m.hidden_size, ")");
+  if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+  if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  if (m.num_attention_heads % m.num_query_groups != 0)
+    fail("--num-query-groups (", m.num_query_groups, ") must divide --num-attention-heads (",
+         m.num_attention_heads, ")");
+  if (m.arch == Arch::LLAMA && m.head_dim() % 2 != 0)
+    fail("--arch llama needs an even head dim for RoPE, got --hidden-size (", m.hidden_size,
+         ") / --num-attention-heads (", m.num_attention_heads, ") = ", m.head_dim());
+  check_unit_interval("--hidden-dropout", m.hidden_dropout);
+  check_unit_interval("--attention-dropout", m.attention_dropout);
+
+  // Parallel layout: world = tp x cp x pp x dp.
+  const int tp = p.tensor_parallel, cp = p.context_parallel, pp = p.pipeline_parallel;
+  if (p.world_size % (tp * cp * pp) != 0)
+    fail(world_from, " (", p.world_size, ") must be divisible by --tp (", tp, ") x --cp (", cp,
+         ") x --pp (", pp, ") = ", tp * cp * pp);
+  const int dp = p.data_parallel();
+  if (m.num_attention_heads % tp != 0)
+    fail("--tp (", tp, ") must divide --num-attention-heads (", m.num_attention_heads, ")");
+  if (m.num_query_groups % tp != 0)
+    fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
+  if (m.ffn_hidden_size % tp != 0)
+    fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
+  if (m.num_layers % pp != 0)
+    fail("--pp (", pp, ") must divide --num-layers (", m.num_layers, ")");
+  // Load-balanced ring attention gives each cp rank two of 2 cp chunks of a sequence.
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    fail("--seq-length (", m.seq_length, ") must be divisible by 2 x --cp (", cp, ") = ", 2 * cp);
+  if ((dp * cp) % p.expert_parallel != 0)
+    fail("--ep (", p.expert_parallel, ") must divide data-parallel x --cp (", dp, " x ", cp,
+         " = ", dp * cp, ")");
+  if (raw.use_distributed_optimizer && p.zero_stage < 1) p.zero_stage = 1;
+  if (p.zero_stage < 0 || p.zero_stage > 3)
+    fail("--zero-stage must be 0, 1, 2 or 3, got ", p.zero_stage);
+  if (o.overlap_param_gather && p.zero_stage < 1)
+    fail("--overlap-param-gather needs the distributed optimizer (--zero-stage >= 1 or "
+         "--use-distributed-optimizer), got --zero-stage ", p.zero_stage);
+
+  // Batch.
+  if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;
+  if (t.global_batch_size % (t.micro_batch_size * dp) != 0)
+    fail("--global-batch-size (", t.global_batch_size, ") must be divisible by --micro-batch-size (",
+         t.micro_batch_size, ") x data-parallel size (", dp, ") = ", t.micro_batch_size * dp);
+
+  // Optimizer and schedule.
+  check_at_least("--min-lr", t.min_lr, 0);
+  if (t.lr < t.min_lr) fail("--lr (", t.lr, ") must be >= --min-lr (", t.min_lr, ")");
+  check_at_least("--lr-warmup-iters", t.lr_warmup_iters, 0);
+  check_at_least("--lr-decay-iters", t.lr_decay_iters, 0);
+  const bool decay_derived = t.lr_decay_iters == 0;
+  if (decay_derived) t.lr_decay_iters = t.train_iters;
+  if (t.lr_warmup_iters > t.lr_decay_iters)
+    fail("--lr-warmup-iters (", t.lr_warmup_iters, ") must be <= ",
+         decay_derived ? "--lr-decay-iters (defaults to --train-iters, " : "--lr-decay-iters (",
+         t.lr_decay_iters, ")");
+  check_at_least("--weight-decay", t.weight_decay, 0);
+  check_at_least("--clip-grad", t.clip_grad, 0);
+  check_unit_interval("--adam-beta1", t.adam_beta1);
+  check_unit_interval("--adam-beta2", t.adam_beta2);
+  if (!(t.adam_eps > 0)) fail("--adam-eps must be > 0, got ", t.adam_eps);
+
+  // Backends. A plan may describe GPUs this machine does not have.
+  if (raw.device.empty())
+    o.device = visible_gpus > 0 ? kernels::Device::CUDA : kernels::Device::CPU;
+  else
+    o.device = raw.device == "cuda" ? kernels::Device::CUDA : kernels::Device::CPU;
+  if (o.device == kernels::Device::CUDA && visible_gpus <= 0 && !o.plan)
+    fail("--device cuda, but no GPU is visible (use --device cpu)");
+  if (raw.comm.empty())
+    o.comm = o.device == kernels::Device::CUDA ? Comm::NCCL : Comm::MPI;
+  else
+    o.comm = raw.comm == "nccl" ? Comm::NCCL : Comm::MPI;
+  if (o.comm == Comm::NCCL && o.device != kernels::Device::CUDA)
+    fail("--comm nccl needs --device cuda (use --comm mpi on the CPU backend)");
+
+  // Last, as it reads the file: the data must fit the model it feeds.
+  if (!o.data_path.empty()) check_data_file(o.data_path, m.vocab_size, m.seq_length);
+}
+
+// CLI11 says "INI was not able to parse KEY" for a config key that is no flag.
+std::string config_error_message(const std::string& what) {
+  const std::string prefix = "INI was not able to parse ";
+  if (what.rfind(prefix, 0) == 0)
+    return "--config: unknown key '" + what.substr(prefix.size()) +
+           "' (keys are long flag names without the dashes, e.g. num-layers = 4)";
+  return "--config: " + what;
+}
+
+}  // namespace
+
+Options parse_flags(int argc, const char* const* argv, int launched_world_size,
+                    int visible_gpus) {
+  Options o;
+  RawFlags raw;
+  o.launched_world_size = launched_world_size;
+
+  CLI::App app{
+      "paralab trainer: trains a GPT- or Llama-style transformer with every parallel "
+      "dimension behind a flag, and prints where memory, bytes and time went.\n"
+      "Launch N ranks with `mpirun -np N ./trainer ...`; world = tp x cp x pp x dp.",
+      "trainer"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(kHelpColumn);
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  add_flags(app, o, raw);
+  // Several --config files are all read; a later file overrides an earlier one.
+  app.set_config("--config", "", "TOML file of flags (long names without dashes); "
+                 "command-line flags override it, a later --config overrides an earlier one")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("FILE")->group("Run, data and backends");
+  for (CLI::Option* opt : app.get_options())
+    opt->description(wrap(opt->get_description(), kHelpWidth - kHelpColumn));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    throw HelpRequested(app.help());
+  } catch (const CLI::CallForAllHelp&) {
+    throw HelpRequested(app.help("", CLI::AppFormatMode::All));
+  } catch (const CLI::ExtrasError&) {
+    std::string extras;
+    for (const std::string& s : app.remaining()) extras += (extras.empty() ? "" : " ") + s;
+    throw FlagError("unknown flag or argument: " + extras + " (--help lists the flags)");
+  } catch (const CLI::ConfigError& e) {
+    throw FlagError(one_line(config_error_message(e.what())));
+  } catch (const CLI::FileError& e) {
+    throw FlagError(one_line(std::string("--config: ") + e.what()));
+  } catch (const CLI::ParseError& e) {
+    throw FlagError(one_line(e.what()));
+  }
+  if (CLI::Option* c = app.get_config_ptr())
+    for (const std::string& f : c->as<std::vector<std::string>>())
+      if (!f.empty()) o.config_files.push_back(f);
+  resolve_and_check(o, raw, visible_gpus);
+  return o;
+}
+
+void exit_on_input_error(const InputError& e, int rank,
+                         const std::function<void(int)>& before_exit) {
+  if (rank == 0) std::fprintf(stderr, "paralab: error: %s\n", e.what());
+  if (before_exit) before_exit(2);
+  std::exit(2);
+}
+
+void exit_with_help(const HelpRequested& h, int rank,
+                    const std::function<void(int)>& before_exit) {
+  if (rank == 0) std::fputs(h.text.c_str(), stdout);
+  std::fflush(stdout);
+  if (before_exit) before_exit(0);
+  std::exit(0);
+}
+
+}  // namespace paralab

@@ -1,0 +1,121 @@
+// flags.h: the command line and --config files -> one validated Options.
+//
+// Flag names follow Megatron-LM (DeepSpeed for --zero-stage), each with a short alias, so a
+// lab command reads like a production one. CLI11 does the parsing: `--config FILE.toml`
+// loads any flag by its long name without the dashes (`num-layers = 4`); the command line
+// overrides the file, a later --config file overrides an earlier one, and a flag given
+// twice takes the last value, so a lab appends its overrides to a preset.
+//
+// Every check runs here, before anything is allocated: a bad combination becomes one
+// FlagError line naming the flags, the constraint and the values, e.g.
+//   --num-attention-heads (6) must divide --hidden-size (64)
+// and parse_flags_or_exit prints it as `paralab: error: ...` and exits with status 2.
+//
+// defines: Comm, Options, FlagError, HelpRequested, parse_flags, parse_flags_or_exit,
+//          exit_on_input_error, exit_with_help
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+// defines: Device, cuda_device_count
+#include "kernels/common.h"
+// defines: ModelConfig, TrainConfig, ParallelConfig and their enums
+#include "model/config.h"
+// defines: InputError (the base of FlagError and DataError: exit status 2)
+#include "model/data.h"
+
+namespace paralab {
+
+enum class Comm { NCCL, MPI };
+inline const char* comm_name(Comm c) { return c == Comm::NCCL ? "nccl" : "mpi"; }
+
+struct Options {
+  // Sizes are resolved: ffn_hidden_size, num_query_groups, global_batch_size and
+  // lr_decay_iters hold their derived values, never the 0 that means "default".
+  ModelConfig model;
+  TrainConfig train;
+  // world_size is the launched world size, or --world-size when planning; zero_stage is
+  // at least 1 with --use-distributed-optimizer.
+  ParallelConfig parallel;
+
+  // Backends.
+  kernels::Device device = kernels::Device::CPU;
+  Comm comm = Comm::MPI;
+
+  // Data: empty means the synthetic corpus.
+  std::string data_path;
+
+  // Data parallelism (issue 3).
+  bool overlap_grad_reduce = false;     // start each bucket's reduction during backward
+  bool overlap_param_gather = false;    // all-gather updated params during the next forward
+  int64_t ddp_bucket_size = 40000000;   // gradient elements per bucket
+  int zero3_prefetch_layers = 1;        // layers whose params ZeRO-3 gathers ahead
+
+  // Planning: print the predicted ledgers and exit, allocating nothing.
+  bool plan = false;
+  bool json = false;
+  int launched_world_size = 1;          // ranks mpirun started (parallel.world_size when training)
+
+  // Reporting.
+  std::string metrics_jsonl;            // one JSON object per step; empty: off
+  std::string save;                     // final parameters as a tensor file; empty: off
+  int report_interval = 0;              // full ledger tables every N steps; 0: first and last only
+  int log_interval = 1;                 // per-step line every N steps
+  double peak_tflops = 0.0;             // per rank; 0: configs/hardware/ or a timed GEMM
+  AttentionFlops attention_flops = AttentionFlops::FULL;
+  bool verbose = false;
+
+  std::vector<std::string> config_files;  // as given, in order
+};
+
+// A flag or config value the user can fix; the message is one line, without "error:".
+struct FlagError : InputError {
+  using InputError::InputError;
+};
+
+// Thrown by parse_flags for --help; text is the whole manual.
+struct HelpRequested : std::exception {
+  std::string text;
+  explicit HelpRequested(std::string t) : text(std::move(t)) {}
+  const char* what() const noexcept override { return "help requested"; }
+};
+
+// Parses, loads --config files, resolves defaults and checks every constraint (including
+// the --data-path file). visible_gpus decides the --device default (cuda when > 0).
+// Throws InputError — FlagError (any CLI11 parse error included) or DataError (from
+// check_data_file) — or HelpRequested.
+Options parse_flags(int argc, const char* const* argv, int launched_world_size,
+                    int visible_gpus);
+
+// The same, asking the CUDA runtime how many GPUs are visible (inline, so that a test binary
+// that never calls it need not link kernels/).
+inline Options parse_flags(int argc, const char* const* argv, int launched_world_size) {
+  return parse_flags(argc, argv, launched_world_size, kernels::cuda_device_count());
+}
+
+// Prints `paralab: error: <message>` on stderr (print_rank 0 only: every rank parses the
+// same flags and reaches the same verdict), runs before_exit(2) when set (e.g. to finalize
+// MPI) and exits with status 2. Also the exit path for the DataLoader's DataError.
+[[noreturn]] void exit_on_input_error(const InputError& e, int rank = 0,
+                                      const std::function<void(int)>& before_exit = {});
+// Prints the manual on stdout (rank 0 only), runs before_exit(0) and exits with status 0.
+[[noreturn]] void exit_with_help(const HelpRequested& h, int rank = 0,
+                                 const std::function<void(int)>& before_exit = {});
+
+// The trainer's entry point: the Options, or one of the exits above.
+inline Options parse_flags_or_exit(int argc, const char* const* argv, int launched_world_size,
+                                   int rank = 0,
+                                   const std::function<void(int)>& before_exit = {}) {
+  try {
+    return parse_flags(argc, argv, launched_world_size, kernels::cuda_device_count());
+  } catch (const HelpRequested& h) {
+    exit_with_help(h, rank, before_exit);
+  } catch (const InputError& e) {
+    exit_on_input_error(e, rank, before_exit);
+  }
+}
+
+}  // namespace paralab

@@ -1,0 +1,100 @@
+// instrument/comm_stats.h: the measured half of the communication ledger.
+//
+// Every collective or point-to-point call made through parallel/comm is recorded here, per
+// group (tp, cp, pp, dp, dp_cp, ep, edp, embedding, world) and per operation: calls,
+// payload bytes, bus bytes, total time and exposed time. instrument/plan predicts the same
+// payload and bus bytes; the report prints both and the tests hold them equal.
+//
+// Payload convention (bytes of the collective's full buffer, per rank):
+//   all-reduce       the buffer reduced (input = output size)
+//   reduce-scatter   the input, i.e. the full un-scattered size n * shard
+//   all-gather       the output, i.e. the full gathered size n * shard
+//   all-to-all(-v)   the bytes this rank sends (its whole send buffer)
+//   broadcast        the buffer broadcast
+//   send/recv        the bytes this rank sends (received bytes are the sender's payload,
+//                    so the payload summed over ranks is the traffic on the wire)
+//   barrier          0
+// Bus bytes, from nccl-tests (PERFORMANCE.md), n = group size, S = payload:
+//   all-reduce 2(n-1)/n * S; reduce-scatter, all-gather, all-to-all (n-1)/n * S;
+//   broadcast, send/recv 1 * S. Bus bytes over time is the bus bandwidth, which is
+//   comparable to the link speed whatever n is. all-to-all-v uses the all-to-all factor.
+// Time: "time" runs from posting the call to observing its completion (an upper bound of
+// the transfer: an asynchronous call completes at the latest when it is waited for);
+// "exposed" is the time the calling rank spent inside the communication layer itself,
+// posting (staging copies included) and blocked in wait(): the part no compute hid.
+//
+// defines: CommGroup, CommOp, group_name, op_name, bus_factor, CommRecord, CommStats
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace paralab {
+
+enum class CommGroup : int { TP = 0, CP, PP, DP, DP_CP, EP, EDP, EMBEDDING, WORLD, COUNT };
+enum class CommOp : int {
+  ALL_REDUCE = 0,
+  REDUCE_SCATTER,
+  ALL_GATHER,
+  ALL_TO_ALL,
+  ALL_TO_ALL_V,
+  BROADCAST,
+  SEND_RECV,
+  BARRIER,
+  COUNT
+};
+constexpr int kNumCommGroups = static_cast<int>(CommGroup::COUNT);
+constexpr int kNumCommOps = static_cast<int>(CommOp::COUNT);
+
+const char* group_name(CommGroup g);  // "tp", "dp_cp", ...
+const char* op_name(CommOp op);       // "all-reduce", "send/recv", ...
+
+// nccl-tests bus-bandwidth factor of `op` on a group of n ranks (see the header comment).
+double bus_factor(CommOp op, int n);
+
+struct CommRecord {
+  uint64_t calls = 0;
+  uint64_t payload_bytes = 0;
+  double bus_bytes = 0;
+  double time_s = 0;     // post -> completion observed, summed over calls
+  double exposed_s = 0;  // inside post + blocked in wait(), summed over calls
+  void add(const CommRecord& o);
+};
+
+class CommStats {
+ public:
+  // The process-wide record that parallel/comm writes into.
+  static CommStats& instance();
+
+  // A call was posted: one more call of `payload_bytes` on a group of n ranks.
+  void record_call(CommGroup g, CommOp op, uint64_t payload_bytes, int n);
+  // A call completed: its total and exposed seconds.
+  void record_time(CommGroup g, CommOp op, double time_s, double exposed_s);
+
+  const CommRecord& get(CommGroup g, CommOp op) const;
+  CommRecord total() const;  // summed over every group and operation
+  void reset();              // start a new step
+  void add(const CommStats& o);  // accumulate (e.g. a run total from per-step records)
+
+  // Fixed-length flat form (kNumCommGroups * kNumCommOps * 5 doubles, group-major) for
+  // gathering every rank's record to rank 0. Bytes stay exact up to 2^53.
+  std::vector<double> to_vector() const;
+  static CommStats from_vector(const std::vector<double>& v);
+  static constexpr size_t kVectorSize = size_t(kNumCommGroups) * kNumCommOps * 5;
+
+  // Human table, one row per (group, operation) with at least one call, then a total:
+  //   group  operation       calls  payload MiB  bus MiB  time ms  exposed ms
+  std::string table(const std::string& title = "communication per step") const;
+  // JSON list of the same rows: [{"group":"tp","op":"all-reduce","calls":..,
+  // "payload_bytes":..,"bus_bytes":..,"time_ms":..,"exposed_ms":..}, ...]
+  std::string json() const;
+
+ private:
+  std::array<CommRecord, size_t(kNumCommGroups) * kNumCommOps> rec_{};
+  CommRecord& at(CommGroup g, CommOp op) {
+    return rec_[static_cast<int>(g) * kNumCommOps + static_cast<int>(op)];
+  }
+};
+
+}  // namespace paralab

@@ -1,0 +1,88 @@
+// instrument/flops.cpp: see flops.h for the conventions.
+#include "instrument/flops.h"
+
+namespace paralab {
+
+const char* attention_flops_name(AttentionFlops c) {
+  return c == AttentionFlops::CAUSAL ? "causal" : "full";
+}
+
+FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
+                     int64_t microbatches_per_rank, AttentionFlops convention) {
+  // Doubles throughout: a 175B step is ~1e21 FLOPs, beyond int64; every term is an integer
+  // below 2^53 for the sizes the tests check exactly.
+  const double B = micro_batch_size, S = m.seq_length, N = B * S;
+  const double h = m.hidden_size, a = m.num_attention_heads, g = m.groups(),
+               d = m.head_dim(), f = m.ffn(), V = m.vocab_size, L = m.num_layers;
+  // Query-key pairs one head scores in one sequence: all S^2, or the causal triangle.
+  const double full_pairs = S * S, causal_pairs = S * (S + 1) / 2;
+  const double model_pairs = convention == AttentionFlops::CAUSAL ? causal_pairs : full_pairs;
+  // One attention product (QK^T, PV, or one of their gradients): 2 d FLOPs per (query, key)
+  // pair per query head. With GQA, k and v are shared but every query head multiplies.
+  auto attn_product = [&](double pairs) { return 2 * B * a * d * pairs; };
+  const bool naive = m.attention == AttentionImpl::NAIVE;
+  const double hw_pairs = naive ? full_pairs : causal_pairs;
+
+  FlopsPlan p;
+  p.convention = convention;
+  p.attention = m.attention;
+  // Linear layers: forward, input gradient dX = dY W and weight gradient dW = dY^T X, each
+  // the same 2mnk, so model and hardware are both 3 x forward.
+  auto linear = [&](const char* name, const char* k, const char* formula, double fwd,
+                    bool per_layer) {
+    const double layers = per_layer ? L : 1;
+    p.matmuls.push_back({name, k, formula, per_layer, fwd, 3 * fwd * layers, 3 * fwd * layers});
+  };
+  // Attention: model = 3 x forward; hardware by kernel: naive QK^T has 1 forward + 2
+  // backward (dQ = dS K, dK = dS^T Q) products, PV 1 + 2 (dV = P^T dO, dP = dO V^T); flash
+  // adds the recomputed QK^T in backward.
+  auto attention = [&](const char* name, const char* k, const char* formula, int hw_products) {
+    const double fwd = attn_product(model_pairs);
+    p.matmuls.push_back({name, k, formula, true, fwd, 3 * fwd * L,
+                         hw_products * attn_product(hw_pairs) * L});
+  };
+
+  linear("qkv", "h", "2 N h (a+2g) d", 2 * N * h * (a + 2 * g) * d, true);
+  attention("scores", "d",
+            convention == AttentionFlops::CAUSAL ? "2 B a d S(S+1)/2" : "2 B a S S d",
+            naive ? 3 : 4);
+  attention("av", "S (keys)",
+            convention == AttentionFlops::CAUSAL ? "2 B a d S(S+1)/2" : "2 B a S S d", 3);
+  linear("proj", "a d", "2 N (a d) h", 2 * N * (a * d) * h, true);
+  linear("fc1", "h", m.is_gpt() ? "2 N h f" : "2 N h 2f", 2 * N * h * m.fc1_size(), true);
+  linear("fc2", "f", "2 N f h", 2 * N * f * h, true);
+  // Tied or untied, the head is one (N,h) x (h,V) product; the fused cross-entropy runs the
+  // same forward and two backward GEMMs chunk by chunk.
+  linear("head", "h", "2 N h V", 2 * N * h * V, false);
+
+  for (const auto& mm : p.matmuls) {
+    p.model_per_microbatch += mm.model;
+    p.hardware_per_microbatch += mm.hardware;
+  }
+  p.microbatches_per_step = microbatches_per_step;
+  p.microbatches_per_rank = microbatches_per_rank;
+  const double hw = p.hardware_per_microbatch + p.recompute_per_microbatch;
+  p.model_per_step = p.model_per_microbatch * microbatches_per_step;
+  p.hardware_per_step = hw * microbatches_per_step;
+  p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
+  p.hardware_per_rank_step = hw * microbatches_per_rank;
+  return p;
+}
+
+double narayanan_model_flops(double B, double L, double s, double h, double V) {
+  return 72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L));
+}
+
+double korthikanti_selective_hardware_flops(double B, double L, double s, double h, double V) {
+  return 72 * B * L * s * h * h * (1 + s / (3 * h) + V / (12 * h * L));
+}
+
+double narayanan_full_recompute_flops(double B, double L, double s, double h, double V) {
+  return 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+}
+
+double palm_flops_per_token(double N, double L, double H, double Q, double T) {
+  return 6 * N + 12 * L * H * Q * T;
+}
+
+}  // namespace paralab

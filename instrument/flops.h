@@ -1,0 +1,75 @@
+// instrument/flops.h: model and hardware FLOPs of one training step, matmul by matmul.
+//
+// Only matrix products are counted (norms, activations, softmax, the optimizer are a few
+// FLOPs per element, negligible next to the O(h) per element of a GEMM, and every paper
+// below leaves them out). A product of (m,k) by (k,n) is 2mnk FLOPs: k multiply-adds per
+// output element. Each matmul is listed with the dimension it reduces over (its k), as in
+// nanotron, so a student can check each line by hand.
+//
+// Two counts, as in Korthikanti et al. 2022 §6 and the PaLM paper, app. B:
+//  - MODEL FLOPs: what the architecture needs, independent of implementation: forward of
+//    every matmul, backward = 2 x forward (one product for the input gradient, one for the
+//    weight gradient). Attention products use the --attention-flops convention: full S x S
+//    (Narayanan, Korthikanti, PaLM) or causal, S(S+1)/2 query-key pairs (Megatron-LM 2025).
+//  - HARDWARE FLOPs: what the kernels really run (MFU vs HFU). Linear layers: the same 3
+//    products. Attention as implemented: naive computes the full S x S square in 2 forward
+//    products (QK^T, PV) and 4 backward (dV, dP, dQ, dK); flash skips masked tiles, counted
+//    as S(S+1)/2 pairs, with 2 forward products and 5 backward (QK^T recomputed, dV, dP, dQ,
+//    dK). Activation recompute (none yet) would add a forward: field recompute.
+//
+// defines: MatmulFlops, FlopsPlan, flops_plan, narayanan_* and palm_* closed forms
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "model/config.h"
+
+namespace paralab {
+
+struct MatmulFlops {
+  std::string name;          // qkv, scores, av, proj, fc1, fc2, head
+  std::string reduces_over;  // the k of the 2mnk
+  std::string formula;       // forward model FLOPs of one microbatch, in notes/model.md symbols
+  bool per_layer = true;     // false: once per model (the head)
+  double model_forward = 0;  // one microbatch, one layer (if per_layer)
+  double model = 0;          // forward + backward, one microbatch, all layers
+  double hardware = 0;       // forward + backward as the kernels run them, same scope
+};
+
+struct FlopsPlan {
+  AttentionFlops convention = AttentionFlops::FULL;
+  AttentionImpl attention = AttentionImpl::FLASH;
+  std::vector<MatmulFlops> matmuls;
+  double model_per_microbatch = 0;
+  double hardware_per_microbatch = 0;
+  double recompute_per_microbatch = 0;  // extra forward of recomputed layers; none yet
+  int64_t microbatches_per_step = 0;    // global: all data-parallel ranks
+  int64_t microbatches_per_rank = 0;
+  double model_per_step = 0;            // global, all ranks
+  double hardware_per_step = 0;         // global, recompute included
+  double model_per_rank_step = 0;
+  double hardware_per_rank_step = 0;
+};
+
+// Microbatch of B sequences; microbatches per step globally and on one rank.
+FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
+                     int64_t microbatches_per_rank, AttentionFlops convention);
+
+const char* attention_flops_name(AttentionFlops c);
+
+// ---- published closed forms (FORMULAS.md, "FLOPs") -------------------------------
+// Narayanan et al. SC21 eq. 3: model FLOPs of one iteration of global batch B,
+// 72 B L s h^2 (1 + s/(6h) + V/(12hL)). Assumes GPT: f = 4h, no GQA, tied head, full
+// attention; leaves out biases and norms (not matmuls).
+double narayanan_model_flops(double B, double L, double s, double h, double V);
+// Korthikanti et al. eq. 8: hardware FLOPs with selective recompute (the attention's
+// QK^T and AV run again in backward), 72 B L s h^2 (1 + s/(3h) + V/(12hL)).
+double korthikanti_selective_hardware_flops(double B, double L, double s, double h, double V);
+// Narayanan eq. 3 with full recompute (one more forward of every layer):
+// 96 B s L h^2 (1 + s/(6h) + V/(16Lh)).
+double narayanan_full_recompute_flops(double B, double L, double s, double h, double V);
+// PaLM app. B: training FLOPs per token 6N + 12 L H Q T, N the matmul parameters (head
+// included), H heads, Q head dim, T sequence; full (non-causal) attention.
+double palm_flops_per_token(double N, double L, double H, double Q, double T);
+
+}  // namespace paralab

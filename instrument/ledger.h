@@ -1,0 +1,96 @@
+// instrument/ledger.h: the one tagged allocator (DESIGN.md, "Memory: one allocator, tagged").
+//
+// Every byte the trainer holds on its device goes through Ledger::allocate with a category;
+// the ledger keeps current and peak bytes per category and the peak of the total. The
+// memory table prints these "measured" numbers beside instrument/plan's predictions.
+//
+// defines: Category, category_name, Ledger, Buffer (RAII handle to a tagged allocation)
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include "kernels/common.h"
+
+namespace paralab {
+
+enum class Category : int {
+  PARAMS = 0,
+  GRADS,
+  MASTER_PARAMS,
+  OPTIMIZER_STATES,
+  ACTIVATIONS,
+  RECOMPUTE,
+  COMM_BUFFERS,
+  LOGITS,
+  WORKSPACE,
+  COUNT
+};
+constexpr int kNumCategories = static_cast<int>(Category::COUNT);
+const char* category_name(Category c);
+
+class Ledger {
+ public:
+  static Ledger& instance();
+
+  void* allocate(kernels::Device device, size_t bytes, Category c);
+  void release(kernels::Device device, void* p, size_t bytes, Category c);
+
+  size_t current(Category c) const { return current_[static_cast<int>(c)]; }
+  size_t peak(Category c) const { return peak_[static_cast<int>(c)]; }
+  size_t current_total() const { return current_total_; }
+  size_t peak_total() const { return peak_total_; }
+  // Starts a new peak window (e.g. per step): peaks become the current values.
+  void reset_peaks();
+
+ private:
+  std::array<size_t, kNumCategories> current_{};
+  std::array<size_t, kNumCategories> peak_{};
+  size_t current_total_ = 0;
+  size_t peak_total_ = 0;
+};
+
+// An owned, tagged, zero-initialised device buffer of `count` elements of T.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(kernels::Device device, size_t count, Category c) { allocate(device, count, c); }
+  ~Buffer() { reset(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { *this = static_cast<Buffer&&>(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      data_ = o.data_; count_ = o.count_; device_ = o.device_; category_ = o.category_;
+      o.data_ = nullptr; o.count_ = 0;
+    }
+    return *this;
+  }
+  void allocate(kernels::Device device, size_t count, Category c) {
+    reset();
+    device_ = device; category_ = c; count_ = count;
+    data_ = count ? static_cast<T*>(Ledger::instance().allocate(device, count * sizeof(T), c))
+                  : nullptr;
+  }
+  void reset() {
+    if (data_) Ledger::instance().release(device_, data_, count_ * sizeof(T), category_);
+    data_ = nullptr; count_ = 0;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  bool empty() const { return count_ == 0; }
+  kernels::Device device() const { return device_; }
+  Category category() const { return category_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_ = 0;
+  kernels::Device device_ = kernels::Device::CPU;
+  Category category_ = Category::WORKSPACE;
+};
+
+}  // namespace paralab

@@ -1,0 +1,390 @@
+// instrument/plan.cpp: see plan.h for the byte conventions.
+#include "instrument/plan.h"
+#include <algorithm>
+#include <stdexcept>
+#include "model/param_table.h"
+
+namespace paralab {
+
+const char* const kMemoryCategoryNames[kNumMemoryCategories] = {
+    "params", "grads", "master_params", "optimizer_states", "activations",
+    "recompute", "comm_buffers", "logits", "workspace"};
+
+int64_t MemoryPlan::at(int category) const {
+  const int64_t v[kNumMemoryCategories] = {params, grads, master_params, optimizer_states,
+                                           activations, recompute, comm_buffers, logits,
+                                           workspace};
+  return v[category];
+}
+
+int64_t MemoryPlan::total() const {
+  int64_t s = 0;
+  for (int i = 0; i < kNumMemoryCategories; ++i) s += at(i);
+  return s;
+}
+
+// ---- activations ----------------------------------------------------------------------
+// Each line is one tensor of notes/model.md's list; N = B S tokens. Korthikanti's Table 2
+// names (in brackets) show where his sbh(34 + 5as/h) comes from, at 2-byte activations:
+// attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh.
+std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
+                                                       int act_bytes, int mask_bytes) {
+  const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
+  const int64_t a = m.num_attention_heads, g = m.groups(), d = m.head_dim();
+  const int64_t stats = m.is_gpt() ? 2 * N : N;  // LayerNorm mean + rstd; RMSNorm rstd
+  // The model keeps a mask whenever a rate is > 0 (model/layer.cpp); llama's stay 0 by default.
+  const bool attn_drop = m.attention_dropout > 0;
+  const bool hidden_drop = m.hidden_dropout > 0;
+  std::vector<ActivationTensor> t;
+  auto add = [&](const char* name, int64_t elements, int bytes, bool stat = false) {
+    t.push_back({name, elements, bytes, stat});
+  };
+  // The norm1 input is the previous layer's output (or x0): counted there.   [LN1 input 2sbh]
+  add("norm1.stats", stats, act_bytes, true);
+  add("norm1.out", N * h, act_bytes);                           // u   [QKV input 2sbh]
+  add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh]
+  add("attn.k", N * g * d, act_bytes);                          // k
+  add("attn.v", N * g * d, act_bytes);                          // v   [V 2sbh]
+  if (m.attention == AttentionImpl::NAIVE) {
+    add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b]
+    if (attn_drop) {
+      add("attn.probs_dropout_mask", B * a * S * S, mask_bytes);  //   [mask as^2b]
+      add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b]
+    }
+  } else {
+    add("attn.lse", B * a * S, act_bytes);                      // log-sum-exp per query row
+  }
+  add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh]
+  if (hidden_drop) add("attn.proj_dropout_mask", N * h, mask_bytes);  // [mask sbh]
+  add("resid1", N * h, act_bytes);                              // x   [LN2 input 2sbh]
+  add("norm2.stats", stats, act_bytes, true);
+  add("norm2.out", N * h, act_bytes);                           // u2  [fc1 input 2sbh]
+  add("mlp.fc1_out", N * m.fc1_size(), act_bytes);              // z   [GeLU input 8sbh]
+  add("mlp.act", N * m.ffn(), act_bytes);                       // m   [fc2 input 8sbh]
+  if (hidden_drop) add("mlp.fc2_dropout_mask", N * h, mask_bytes);   // [mask sbh]
+  add("out", N * h, act_bytes);                                 // x, the next norm1 input
+  return t;
+}
+
+std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
+                                                           int act_bytes) {
+  const int64_t N = (int64_t)B * m.seq_length;
+  return {{"embedding.out", N * m.hidden_size, act_bytes, false}};  // x0, layer 0's norm1 input
+}
+
+std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
+                                                      int act_bytes) {
+  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size;
+  std::vector<ActivationTensor> t;
+  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * N : N, act_bytes, true});
+  // Fused: d(xf), since the fused loss already ran the head's backward. Unfused: xf, which
+  // the head's backward reads.
+  if (m.fused_cross_entropy)
+    t.push_back({"final_norm.out_grad", N * h, act_bytes, false});
+  else
+    t.push_back({"final_norm.out", N * h, act_bytes, false});
+  return t;
+}
+
+int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics) {
+  int64_t s = 0;
+  for (const auto& t : ts)
+    if (include_norm_statistics || !t.norm_statistic) s += t.bytes();
+  return s;
+}
+
+int64_t logits_bytes(const ModelConfig& m, int B) {
+  const int64_t N = (int64_t)B * m.seq_length;
+  const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(N, m.cross_entropy_chunk) : N;
+  return rows * m.vocab_size * 4;  // fp32 logits in both precisions (notes/model.md)
+}
+
+// ---- ZeRO ---------------------------------------------------------------------------
+int64_t zero_shard_numel(int64_t psi, int dp) { return (psi + dp - 1) / dp; }
+int64_t zero_padded_numel(int64_t psi, int dp) { return zero_shard_numel(psi, dp) * dp; }
+
+double zero_model_state_bytes(int stage, double psi, double N) {
+  const double K = 12;  // fp32 master 4 + Adam m 4 + v 4
+  switch (stage) {
+    case 0: return (2 + 2 + K) * psi;          // DDP: 16Ψ
+    case 1: return 4 * psi + K * psi / N;      // P_os: 4Ψ + 12Ψ/N
+    case 2: return 2 * psi + (2 + K) * psi / N;  // P_os+g: 2Ψ + 14Ψ/N
+    case 3: return (2 + 2 + K) * psi / N;      // P_os+g+p: 16Ψ/N
+    default: throw std::invalid_argument("zero stage must be 0..3");
+  }
+}
+
+// ---- Korthikanti Table 2 -------------------------------------------------------------
+double korthikanti_layer_bytes(double s, double b, double h, double a) {
+  return s * b * h * (34 + 5 * a * s / h);
+}
+double korthikanti_tp_bytes(double s, double b, double h, double a, double t) {
+  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+}
+double korthikanti_tp_sp_bytes(double s, double b, double h, double a, double t) {
+  return s * b * h * (34 / t + 5 * a * s / (h * t));
+}
+double korthikanti_tp_selective_bytes(double s, double b, double h, double t) {
+  return s * b * h * (10 + 24 / t);
+}
+double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t) {
+  return 34 * s * b * h / t;
+}
+double korthikanti_full_recompute_bytes(double s, double b, double h) { return 2 * s * b * h; }
+
+// ---- workspace (notes/model.md, "Workspace"; model/layer.h Workspace) ---------------------
+// Scratch allocated once per microbatch size and reused by every layer, fp32 whatever the
+// training precision, plus what one microbatch holds while in flight.
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B) {
+  const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
+  const int64_t a = m.num_attention_heads, g = m.groups(), d = m.head_dim();
+  std::vector<ActivationTensor> t;
+  auto add = [&](const char* name, int64_t elements) { t.push_back({name, elements, 4, false}); };
+  add("dres", N * h);                    // gradient of the residual stream
+  add("tmp_h", N * h);                   // proj / fc2 outputs and their gradients
+  add("qkv", N * m.qkv_size());          // forward qkv, backward dqkv
+  add("o_heads", N * a * d);
+  add("dctx", N * a * d);
+  add("do_heads", N * a * d);
+  add("dq", N * a * d);
+  add("dk", N * g * d);
+  add("dv", N * g * d);
+  add("dact", N * m.ffn());
+  add("dfc1", N * m.fc1_size());
+  add("losses", N);                      // per-token loss
+  if (m.attention == AttentionImpl::NAIVE) {
+    add("scores", B * a * S * S);
+    add("dprobs", B * a * S * S);
+  }
+  if (m.fused_cross_entropy)
+    add("xf", N * h);                    // final-norm output, consumed inside the fused loss
+  else
+    add("dxf", N * h);                   // backward only, while the N V logits are still held
+  add("tokens", N);                      // int32, while the microbatch is in flight
+  add("targets", N);                     // int32
+  return t;
+}
+
+int64_t workspace_bytes(const ModelConfig& m, int B) {
+  return sum_bytes(workspace_tensors(m, B));
+}
+
+int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const ParallelConfig& p) {
+  return p.zero_stage >= 1 && p.data_parallel() > 1 ? 4 : 0;
+}
+
+// ---- data parallelism: replaying data_parallel.cpp -------------------------------------------
+ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<DpCall>& calls,
+                                      int z, bool overlap, int prefetch, int64_t microbatches) {
+  ZeroStepSimulation r;
+  if (z < 2) return r;
+  const int U = (int)l.bucket_of.size(), nb = (int)l.buckets.size();
+  auto fail = [](const std::string& what) { throw std::invalid_argument("plan: " + what); };
+  // Stage 3 parameters: resident (gathered or in flight) units and their references.
+  std::vector<bool> resident(U, false);
+  std::vector<int> refs(U, 0);
+  int held = 0;
+  int64_t params_alive = 0;
+  auto gather = [&](int u) {
+    resident[u] = true;
+    const int64_t n = l.buckets[l.bucket_of[u]].padded;
+    params_alive += n;
+    r.params_transient_peak = std::max(r.params_transient_peak, params_alive);
+    ++r.gathers;
+    r.gathered_elements += n;
+  };
+  // Gradient bucket buffers: alive from their first grads() to their reduction's completion.
+  std::vector<bool> alive(nb, false), reduced(nb, false);
+  int in_flight = -1;
+  int64_t grads_alive = 0;
+  auto allocate = [&](int j) {
+    if (alive[j]) return;
+    alive[j] = true;
+    grads_alive += l.buckets[j].padded;
+    r.grads_transient_peak = std::max(r.grads_transient_peak, grads_alive);
+  };
+  auto complete = [&](int j) {
+    alive[j] = false;
+    grads_alive -= l.buckets[j].padded;
+    if (in_flight == j) in_flight = -1;
+  };
+  auto post = [&](int j) {
+    allocate(j);
+    reduced[j] = true;
+    ++r.grad_reductions;
+    r.grad_reduced_elements += l.buckets[j].padded;
+  };
+
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    std::fill(reduced.begin(), reduced.end(), false);
+    for (const DpCall& c : calls) {
+      const int u = c.unit, j = l.bucket_of.at(u);
+      switch (c.kind) {
+        case DpCall::ACQUIRE: {
+          if (z < 3) break;
+          const bool sweep_step = held == 0;
+          if (!resident[u]) gather(u);
+          ++refs[u];
+          ++held;
+          if (sweep_step)
+            for (int v : prefetch_window(u, c.forward, U, prefetch))
+              if (!resident[v]) gather(v);
+          break;
+        }
+        case DpCall::RELEASE:
+          if (z < 3) break;
+          if (refs[u] == 0) fail("release without acquire of unit " + std::to_string(u));
+          --held;
+          if (--refs[u] == 0) {
+            resident[u] = false;
+            params_alive -= l.buckets[j].padded;
+          }
+          break;
+        case DpCall::GRADS:
+          if (reduced[j]) fail("grads of unit " + std::to_string(u) + " after its reduction");
+          allocate(j);
+          break;
+        case DpCall::BACKWARD_DONE:
+          if (l.buckets[j].unit_lo != u) break;
+          if (!overlap) {
+            post(j);
+            complete(j);
+          } else {
+            if (in_flight >= 0) complete(in_flight);
+            post(j);
+            in_flight = j;
+            if (u == 0) complete(j);
+          }
+          break;
+      }
+    }
+    if (held) fail("a microbatch ends with parameters still acquired");
+  }
+  // finish_gradients reduces what was written but never declared done.
+  for (int j = 0; j < nb; ++j)
+    if (alive[j]) {
+      post(j);
+      complete(j);
+    }
+  return r;
+}
+
+// ---- the plan -------------------------------------------------------------------------
+static void check(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("plan: " + what);
+}
+
+Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
+               const PlanOptions& o) {
+  check(p.world_size >= 1, "world size must be >= 1");
+  check(p.tensor_parallel == 1 && p.pipeline_parallel == 1 && p.context_parallel == 1,
+        "tensor, pipeline and context parallelism are not modelled yet (sizes must be 1)");
+  check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
+  check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
+  Plan plan;
+  plan.model = m;
+  plan.train = t;
+  plan.parallel = p;
+  plan.options = o;
+  plan.dp = p.data_parallel();
+  const int B = t.micro_batch_size, dp = plan.dp;
+  plan.global_batch = t.global_batch_size > 0 ? t.global_batch_size : (int64_t)B * dp;
+  check(plan.global_batch % ((int64_t)B * dp) == 0,
+        "global batch " + std::to_string(plan.global_batch) +
+            " not divisible by micro batch x dp = " + std::to_string((int64_t)B * dp));
+  plan.microbatches_per_rank = plan.global_batch / ((int64_t)B * dp);
+  plan.tokens_per_step = plan.global_batch * m.seq_length;
+  plan.params_total = parameter_count(m);
+
+  const int act = storage_bytes(t);
+  plan.embedding_activations = embedding_activation_tensors(m, B, act);
+  plan.layer_activations = layer_activation_tensors(m, B, act, o.mask_bytes);
+  plan.head_activations = head_activation_tensors(m, B, act);
+  plan.activation_bytes_per_layer = sum_bytes(plan.layer_activations);
+  plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) +
+                                         m.num_layers * plan.activation_bytes_per_layer +
+                                         sum_bytes(plan.head_activations);
+
+  plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
+                          o.attention_flops);
+
+  // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
+  // same bucket layout DataParallel builds, times bytes per element of each category.
+  const int64_t psi = plan.params_total;
+  const int z = p.zero_stage;
+  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  DataParallelPlan& d = plan.data_parallel;
+  d.layout = make_bucket_layout(param_units(m), o.ddp_bucket_size, dp, z == 3);
+  d.microbatch = microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy);
+  d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
+                             o.zero3_prefetch_layers, plan.microbatches_per_rank);
+  const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
+  d.state_numel = z == 0 ? psi : shard;
+  d.params_resident = z == 3 ? shard : full;
+  d.grads_resident = z >= 2 ? shard : full;
+  plan.zero_shard = d.state_numel;
+
+  MemoryPlan mem;
+  const int64_t params_stored = d.params_resident;
+  mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
+  mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
+  mem.master_params = d.state_numel * master_b;
+  mem.optimizer_states = d.state_numel * optim_b;
+  // Without pipelining each microbatch's backward frees its activations before the next
+  // forward, so one microbatch is held at the peak.
+  const int held = 1;
+  mem.activations = held * plan.activation_bytes_per_microbatch;
+  mem.recompute = 0;  // Recompute::NONE
+  mem.comm_buffers = comm_buffer_bytes(m, t, p);
+  mem.logits = logits_bytes(m, B);
+  mem.workspace = workspace_bytes(m, B);
+
+  // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
+  // precision for parameters and gradients (data_parallel is fp32-only for now, where it is
+  // 4), 4 for the norm and loss scalars.
+  auto add_comm = [&](CommGroup g, CommOp op, int n, int64_t calls, int64_t payload) {
+    if (calls > 0)
+      plan.comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
+  };
+  if (dp > 1) {
+    const BucketLayout& l = d.layout;
+    const int64_t nb = (int64_t)l.buckets.size(), k = plan.microbatches_per_rank;
+    switch (z) {
+      case 0:
+        add_comm(CommGroup::DP, CommOp::ALL_REDUCE, dp, nb, l.total * grad_b);
+        break;
+      case 1:
+        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, nb, l.padded_total * grad_b);
+        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, nb, l.padded_total * param_b);
+        break;
+      case 2:
+        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, nb * k, l.padded_total * k * grad_b);
+        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, nb, l.padded_total * param_b);
+        break;
+      case 3:
+        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, d.sim.grad_reductions,
+                 d.sim.grad_reduced_elements * grad_b);
+        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, d.sim.gathers,
+                 d.sim.gathered_elements * param_b);
+        break;
+    }
+    if (z >= 1) add_comm(CommGroup::DP, CommOp::ALL_REDUCE, dp, 1, 4);  // the gradient norm
+  }
+  if (p.world_size > 1) add_comm(CommGroup::WORLD, CommOp::ALL_REDUCE, p.world_size, 1, 4);
+
+  // Rank order tp fastest, then cp, dp, pp (DESIGN.md); with tp = cp = pp = 1 every rank is
+  // a data-parallel replica and all hold the same bytes.
+  plan.ranks.resize(p.world_size);
+  for (int r = 0; r < p.world_size; ++r) {
+    RankPlan& rp = plan.ranks[r];
+    rp.rank = r;
+    rp.dp_rank = (r / (p.tensor_parallel * p.context_parallel)) % dp;
+    rp.params = psi;
+    rp.params_stored = params_stored;
+    rp.microbatches_held = held;
+    rp.memory = mem;
+  }
+  return plan;
+}
+
+}  // namespace paralab

@@ -1,0 +1,205 @@
+// instrument/plan.h: the analytic model. From the configuration alone it predicts what
+// every rank holds and computes; the report prints it beside what the run measured.
+//
+// Pure arithmetic on ModelConfig, TrainConfig, ParallelConfig (model/config.h) and the
+// parameter table (model/param_table.h): no kernel, comm or model code, no allocation, so
+// `trainer --plan` plans 1024 ranks on a laptop.
+//
+// Byte conventions (per parameter, Ψ parameters; ZeRO = Rajbhandari et al. SC20 §3.1):
+//   fp32 (default, as Megatron): params 4, grads 4, master 0 (the fp32 params ARE the
+//     master copy), Adam m and v 4 + 4 = 8.                      16 bytes/param
+//   --bf16: params 2, grads 2, fp32 master 4, Adam 8: ZeRO's 2 + 2 + K with K = 12.
+//                                                                 16 bytes/param
+// (Megatron's fp32-gradient convention, 18 bytes/param, is not ours: FORMULAS.md.)
+// ZeRO stage z over N_d data-parallel ranks, in parallel/data_parallel's exact sizes: the
+// flat vector is cut into buckets of whole units (parallel/buckets.h, --ddp-bucket-size;
+// one unit per bucket at z = 3), each padded to N_d * slice, slice = ceil(n_j / N_d); the
+// rank's shard is its slices, S = sum_j slice_j. Elements per rank (P = sum_j padded_j):
+//   z   params                     grads                       master, Adam m and v
+//   0   Ψ                          Ψ                           Ψ
+//   1   P                          P                           S
+//   2   P                          S + bucket buffers alive    S
+//   3   S + gathered units alive   S + bucket buffers alive    S
+// The transient terms are peaks found by simulating the model's calls of one step
+// (parallel/zero_schedule.h) against data_parallel's policies (simulate_zero_step).
+// Communication per step is predicted per (group, operation) the same way (DataParallelPlan).
+//
+// defines: PlanOptions, ActivationTensor, MemoryPlan, RankPlan, CommPlanEntry,
+//          ZeroStepSimulation, simulate_zero_step, DataParallelPlan, Plan, make_plan, the
+//          activation list, ZeRO and Korthikanti closed forms, workspace_bytes
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "instrument/comm_stats.h"  // CommGroup, CommOp, bus_factor
+#include "instrument/flops.h"
+#include "model/config.h"
+#include "parallel/buckets.h"        // BucketLayout, make_bucket_layout (pure arithmetic)
+#include "parallel/zero_schedule.h"  // DpCall, microbatch_calls (pure)
+
+namespace paralab {
+
+enum class Recompute { NONE };  // selective / full arrive with the recompute issue
+
+// What the plan needs beyond the three configuration structs.
+struct PlanOptions {
+  AttentionFlops attention_flops = AttentionFlops::FULL;  // --attention-flops
+  Recompute recompute = Recompute::NONE;
+  int mask_bytes = 1;  // dropout masks: one byte per element (notes/model.md)
+  // Data parallelism (parallel/data_parallel.h, DataParallelOptions); zero_stage is in
+  // ParallelConfig. The trainer copies its flags here.
+  bool overlap_grad_reduce = false;    // --overlap-grad-reduce: changes the stage 2-3 peaks
+  bool overlap_param_gather = false;   // --overlap-param-gather: timing only, same bytes
+  int64_t ddp_bucket_size = 40000000;  // --ddp-bucket-size, elements
+  int zero3_prefetch_layers = 1;       // --zero3-prefetch-layers
+};
+
+// One tensor the forward keeps for backward (notes/model.md, "What the model saves").
+struct ActivationTensor {
+  std::string name;
+  int64_t elements = 0;
+  int bytes_per_element = 4;
+  bool norm_statistic = false;  // mean / rstd of a norm: Korthikanti's count omits these
+  int64_t bytes() const { return elements * bytes_per_element; }
+};
+
+// The ledger's categories (instrument/ledger.h, Category), same order, same names; kept
+// here as plain fields so the plan needs no ledger (which includes kernels/common.h).
+constexpr int kNumMemoryCategories = 9;
+extern const char* const kMemoryCategoryNames[kNumMemoryCategories];
+
+struct MemoryPlan {  // bytes on one rank, each the peak of its category in a step
+  int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0;
+  int64_t activations = 0;  // peak: microbatches_held x one microbatch's saved tensors
+  int64_t recompute = 0, comm_buffers = 0, logits = 0, workspace = 0;
+  int64_t at(int category) const;  // by ledger Category index
+  int64_t total() const;           // sum: all categories are live at the end of forward
+};
+
+struct RankPlan {
+  int rank = 0;
+  int dp_rank = 0;
+  int64_t params = 0;         // parameters of the model slice this rank computes with
+  int64_t params_stored = 0;  // elements in its params buffer (ZeRO-3 shard, padding)
+  int microbatches_held = 1;  // activations alive at the peak (pipeline issues raise it)
+  MemoryPlan memory;
+};
+
+// One (group, operation) of the communication of one step on one rank.
+struct CommPlanEntry {
+  CommGroup group = CommGroup::DP;
+  CommOp op = CommOp::ALL_REDUCE;
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;  // instrument/comm_stats.h's payload convention
+  double bus_bytes = 0;       // payload x bus_factor(op, group size)
+};
+
+// What data_parallel does over one step of `microbatches` microbatches, each making the
+// calls `microbatch` (zero_schedule.h): elements, not bytes.
+struct ZeroStepSimulation {
+  int64_t params_transient_peak = 0;  // ZeRO-3: gathered unit buffers alive at once, max
+  int64_t grads_transient_peak = 0;   // ZeRO-2/3: bucket gradient buffers alive at once, max
+  int64_t gathers = 0;                // ZeRO-3: parameter all-gathers posted (prefetch too)
+  int64_t gathered_elements = 0;      //   their padded sizes, summed
+  int64_t grad_reductions = 0;        // ZeRO-2/3: per-microbatch reduce-scatters
+  int64_t grad_reduced_elements = 0;  //   their padded sizes, summed
+};
+// Replays data_parallel.cpp's policies (stage 2-3 only; stages 0-1 have no transients):
+// a bucket buffer is allocated at the first grads(u) of a unit in it, freed when its
+// reduce-scatter completes (at once, or with overlap when the next bucket is posted or at
+// backward_done(0)); a unit is gathered when acquired or prefetched while not resident, and
+// freed when its last reference is released. Throws std::invalid_argument on a call
+// sequence data_parallel would reject.
+ZeroStepSimulation simulate_zero_step(const BucketLayout& layout,
+                                      const std::vector<DpCall>& microbatch, int zero_stage,
+                                      bool overlap_grad_reduce, int prefetch,
+                                      int64_t microbatches);
+
+// The data-parallel part of the plan (identical on every dp rank).
+struct DataParallelPlan {
+  BucketLayout layout;            // from param_units, as DataParallel builds it
+  std::vector<DpCall> microbatch;  // the model's calls in one microbatch
+  ZeroStepSimulation sim;
+  int64_t state_numel = 0;        // elements of each optimizer state (Ψ or S)
+  int64_t params_resident = 0;    // elements held the whole step (params buffer)
+  int64_t grads_resident = 0;     // elements held the whole step (grads buffer or shard)
+};
+
+struct Plan {
+  ModelConfig model;
+  TrainConfig train;
+  ParallelConfig parallel;
+  PlanOptions options;
+  int dp = 1;
+  int64_t global_batch = 0;   // sequences per step, all ranks
+  int64_t microbatches_per_rank = 0;  // gradient-accumulation steps
+  int64_t tokens_per_step = 0;
+  int64_t params_total = 0;   // Ψ
+  int64_t zero_shard = 0;     // S, the rank's shard (sum of bucket slices) at zero >= 1, else Ψ
+  // Activations of one microbatch: outside the layers, one layer (all layers are alike).
+  std::vector<ActivationTensor> embedding_activations, layer_activations, head_activations;
+  int64_t activation_bytes_per_layer = 0;
+  int64_t activation_bytes_per_microbatch = 0;
+  FlopsPlan flops;
+  DataParallelPlan data_parallel;
+  // Per step, per rank (every dp rank alike), in the order dp entries, then world:
+  //   z = 0  dp all-reduce per bucket, payload 4 n_j                    (ring: 2 x 4Ψ (n-1)/n)
+  //   z = 1  dp reduce-scatter + all-gather per bucket, payload 4 padded_j; all-reduce 4 B
+  //   z = 2  as 1, but the reduce-scatters run every microbatch (k x)
+  //   z = 3  per microbatch an all-gather per unit acquired while not resident (~2Ψ) and
+  //          a reduce-scatter per unit; all-reduce 4 B (norm); no all-gather after the step
+  //   world  all-reduce of the loss, 4 B, when world > 1 (the trainer's)
+  // Nothing on dp at dp 1: data_parallel does not call the group then.
+  std::vector<CommPlanEntry> comm;
+  std::vector<RankPlan> ranks;  // one per rank of parallel.world_size
+};
+
+// Throws std::invalid_argument when the sizes are inconsistent (the CLI checks first and
+// names the flags; this guards direct callers).
+Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
+               const PlanOptions& o = {});
+
+// ---- activations (notes/model.md), one microbatch of B sequences -------------------
+std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
+                                                       int act_bytes, int mask_bytes);
+std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
+                                                           int act_bytes);
+std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
+                                                      int act_bytes);
+int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics = true);
+// Category logits: fused CE holds one chunk, min(N, chunk) x V fp32; unfused N x V fp32.
+int64_t logits_bytes(const ModelConfig& m, int B);
+
+// ---- ZeRO sharding ------------------------------------------------------------------
+// Of one bucket of Ψ elements: ceil(Ψ / N_d) and N_d x that (the whole model in one bucket).
+int64_t zero_shard_numel(int64_t psi, int dp);
+int64_t zero_padded_numel(int64_t psi, int dp);
+// The ZeRO paper's closed forms (§3.1, mixed precision, K = 12): model-state bytes per
+// rank for stage 0 (DDP) .. 3: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
+double zero_model_state_bytes(int stage, double psi, double N);
+
+// ---- Korthikanti et al. 2022 Table 2: activation bytes of one layer -----------------
+// GPT-3 layer, dropout masks, naive attention, 16-bit activations (FORMULAS.md).
+// sbh(34 + 5as/h): no parallelism
+double korthikanti_layer_bytes(double s, double b, double h, double a);
+// sbh(10 + 24/t + 5as/(ht)): tensor parallel t
+double korthikanti_tp_bytes(double s, double b, double h, double a, double t);
+// sbh(34/t + 5as/(ht)): tensor + sequence parallel
+double korthikanti_tp_sp_bytes(double s, double b, double h, double a, double t);
+// sbh(10 + 24/t): tensor parallel + selective recompute
+double korthikanti_tp_selective_bytes(double s, double b, double h, double t);
+// 34 sbh / t: tensor + sequence parallel + selective recompute
+double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t);
+// 2sbh: full recompute keeps the layer input only
+double korthikanti_full_recompute_bytes(double s, double b, double h);
+
+// Workspace: the buffers of notes/model.md's "Workspace" section, and their sum (the peak
+// of category workspace: all are live at once during the first backward).
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B);
+int64_t workspace_bytes(const ModelConfig& m, int B);
+// Communication buffers: data_parallel reduces and gathers in place, in the params and
+// grads buffers (categories params, grads); its only own buffer is the one float of the
+// gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes.
+int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p);
+
+}  // namespace paralab

@@ -1,0 +1,408 @@
+// instrument/report.cpp: see report.h.
+#include "instrument/report.h"
+#include <cstdarg>
+#include <cstdio>
+#include "instrument/json.h"
+
+namespace paralab {
+
+static constexpr double kMiB = 1024.0 * 1024.0;
+
+// printf into a std::string: the tables are column formats, which printf says best.
+static std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+static std::string fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string format_mib(double bytes) { return fmt("%.2f", bytes / kMiB); }
+
+std::string format_si(double v, int decimals) {
+  static const char* const suffix[] = {"", "k", "M", "G", "T", "P", "E", "Z", "Y"};
+  if (!std::isfinite(v)) return "n/a";
+  int i = 0;
+  while (std::fabs(v) >= 1000 && i < 8) { v /= 1000; ++i; }
+  return fmt("%.*f%s", decimals, v, suffix[i]);
+}
+
+static std::string percent(double fraction) {
+  return std::isfinite(fraction) ? fmt("%.1f%%", 100 * fraction) : "n/a";
+}
+
+void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak) {
+  if (s.step_seconds <= 0) return;
+  s.tokens_per_second = plan.tokens_per_step / s.step_seconds;
+  if (peak.tflops <= 0) { s.mfu = s.hfu = NAN; return; }
+  const double capacity = s.step_seconds * peak.tflops * 1e12 * plan.parallel.world_size;
+  const double hw = s.hardware_flops >= 0 ? s.hardware_flops * plan.parallel.world_size
+                                          : plan.flops.hardware_per_step;
+  s.mfu = plan.flops.model_per_step / capacity;
+  s.hfu = hw / capacity;
+}
+
+std::string run_header(const Plan& plan, const std::string& device, const Peak* peak) {
+  const ModelConfig& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  std::string s = fmt("paralab | %s %dL h%d a%d", m.is_gpt() ? "gpt" : "llama", m.num_layers,
+                      m.hidden_size, m.num_attention_heads);
+  if (m.groups() != m.num_attention_heads) s += fmt(" g%d", m.groups());
+  s += fmt(" s%d V%d | world %d = tp%d x cp%d x pp%d x dp%d | zero %d | %s%s%s | %s attention",
+           m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel, p.context_parallel,
+           p.pipeline_parallel, plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
+           plan.train.bf16 ? "bf16" : "fp32",
+           m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
+  if (peak) s += " | peak " + describe_peak(*peak);
+  return s;
+}
+
+// ---- per-step line -----------------------------------------------------------------------
+std::string step_header(const StepMetrics& s) {
+  std::string h = fmt("%6s %9s %9s %8s %9s %8s %7s %7s %9s", "step", "loss", "lr", "gnorm",
+                      "ms", "tok/s", "MFU", "HFU", "mem(MiB)");
+  if (s.comm_bytes >= 0) h += fmt(" %10s", "comm(MiB)");
+  if (s.bubble >= 0) h += fmt("  %s", "bubble");
+  return h;
+}
+
+std::string step_row(const StepMetrics& s) {
+  std::string r = fmt("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s", s.step, s.loss, s.lr,
+                      s.grad_norm, s.step_seconds * 1e3,
+                      format_si(s.tokens_per_second, 1).c_str(), percent(s.mfu).c_str(),
+                      percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str());
+  if (s.comm_bytes >= 0) r += fmt(" %10s", format_mib(s.comm_bytes).c_str());
+  if (s.bubble >= 0) {
+    r += "  " + percent(s.bubble);
+    if (s.bubble_predicted >= 0) r += " (pred " + percent(s.bubble_predicted) + ")";
+  }
+  return r;
+}
+
+// ---- memory ledger -----------------------------------------------------------------------
+// Why a category holds what it holds, in a few words beside its row.
+static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
+  const int z = plan.parallel.zero_stage;
+  const DataParallelPlan& d = plan.data_parallel;
+  const int nb = (int)d.layout.buckets.size();
+  if (c == 0 && z >= 3)
+    return fmt("zero 3: shard of %s + gathered units, at most %s elements",
+               format_si((double)d.params_resident).c_str(),
+               format_si((double)d.sim.params_transient_peak).c_str());
+  if (c == 1 && z >= 2)
+    return fmt("zero %d: shard of %s + bucket buffers, at most %s elements", z,
+               format_si((double)d.grads_resident).c_str(),
+               format_si((double)d.sim.grads_transient_peak).c_str());
+  if ((c == 0 || c == 1) && z >= 1 && d.layout.padded_total > d.layout.total)
+    return fmt("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
+               (long long)(d.layout.padded_total - d.layout.total));
+  if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
+  if ((c == 2 || c == 3) && z >= 1)
+    return fmt("zero %d: shard of %s elements, 1/%d", z,
+               format_si((double)plan.zero_shard).c_str(), plan.dp);
+  const ModelConfig& m = plan.model;
+  switch (c) {
+    case 4: return fmt("%d microbatch x (%d layers x %s MiB + embedding, head)",
+                       rp.microbatches_held, m.num_layers,
+                       format_mib(plan.activation_bytes_per_layer).c_str());
+    case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
+    case 7: return m.fused_cross_entropy
+                       ? fmt("fused CE: one chunk of %d tokens", m.cross_entropy_chunk)
+                       : "--no-fused-ce: full N x V fp32";
+    default: break;
+  }
+  return "";
+}
+
+std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
+  const RankPlan& rp = plan.ranks.at(rank);
+  std::string t = fmt("memory, rank %d (MiB)      predicted", rank);
+  if (measured) t += fmt(" %10s %10s %8s", "measured", "diff", "diff%");
+  t += "\n";
+  auto row = [&](const char* name, double pred, double meas, const std::string& note) {
+    std::string r = fmt("  %-22s %10s", name, format_mib(pred).c_str());
+    if (measured) {
+      const double diff = meas - pred;
+      const std::string pct = pred > 0 ? fmt("%+.1f%%", 100 * diff / pred)
+                                       : (meas == 0 ? std::string("0") : std::string("n/a"));
+      r += fmt(" %10s %10s %8s", format_mib(meas).c_str(), format_mib(diff).c_str(),
+               pct.c_str());
+    }
+    if (!note.empty()) r += "   " + note;
+    return r + "\n";
+  };
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    t += row(kMemoryCategoryNames[c], (double)rp.memory.at(c),
+             measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
+  t += row("total (peak)", (double)rp.memory.total(),
+           measured ? (double)measured->peak_memory_bytes : 0,
+           "predicted: sum of the categories (all live as backward starts)");
+  return t;
+}
+
+// ---- FLOPs breakdown -----------------------------------------------------------------------
+std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured) {
+  const FlopsPlan& f = plan.flops;
+  const double k = (double)f.microbatches_per_rank;
+  std::string t = fmt("FLOPs per step, rank %d: %lld microbatch(es); model counts %s attention, "
+                      "hardware counts %s attention as run\n",
+                      rank, (long long)f.microbatches_per_rank, attention_flops_name(f.convention),
+                      f.attention == AttentionImpl::NAIVE ? "naive (full S x S)"
+                                                          : "flash (causal S(S+1)/2)");
+  t += fmt("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
+           "model", "hardware");
+  for (const auto& mm : f.matmuls)
+    t += fmt("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
+             (mm.formula + (mm.per_layer ? " x L" : "")).c_str(),
+             format_si(mm.model * k).c_str(), format_si(mm.hardware * k).c_str());
+  t += fmt("  %-7s %-9s %-20s %12s %12s\n", "recompute", "", "", format_si(0).c_str(),
+           format_si(f.recompute_per_microbatch * k).c_str());
+  t += fmt("  %-38s %12s %12s\n", "total (backward = 2 x forward)",
+           format_si(f.model_per_rank_step).c_str(), format_si(f.hardware_per_rank_step).c_str());
+  if (measured && measured->hardware_flops >= 0) {
+    const double pred = f.hardware_per_rank_step, meas = measured->hardware_flops;
+    t += fmt("  hardware measured %s vs predicted %s (%+.2f%%)\n", format_si(meas).c_str(),
+             format_si(pred).c_str(), pred > 0 ? 100 * (meas - pred) / pred : 0.0);
+  }
+  return t;
+}
+
+// ---- communication: predicted beside measured -------------------------------------------------
+namespace {
+// One row per (group, operation) predicted, plus any that ran without a prediction.
+struct CommRow {
+  CommGroup g;
+  CommOp op;
+  const CommPlanEntry* pred;
+};
+std::vector<CommRow> comm_rows(const Plan& plan, const CommStats* measured) {
+  std::vector<CommRow> rows;
+  for (const CommPlanEntry& e : plan.comm) rows.push_back({e.group, e.op, &e});
+  if (measured)
+    for (int g = 0; g < kNumCommGroups; ++g)
+      for (int op = 0; op < kNumCommOps; ++op) {
+        bool known = false;
+        for (const CommRow& r : rows) known = known || (r.g == CommGroup(g) && r.op == CommOp(op));
+        if (!known && measured->get(CommGroup(g), CommOp(op)).calls)
+          rows.push_back({CommGroup(g), CommOp(op), nullptr});
+      }
+  return rows;
+}
+}  // namespace
+
+std::string comm_table(const Plan& plan, const CommStats* measured) {
+  const std::vector<CommRow> rows = comm_rows(plan, measured);
+  std::string t;
+  if (!measured) {
+    t = "communication per step, per rank (predicted)\n";
+    t += fmt("  %-6s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
+             "bus MiB");
+  } else {
+    t = "communication per step, per rank    calls          payload MiB            bus MiB\n";
+    t += fmt("  %-6s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
+             "meas", "pred", "meas", "pred", "meas");
+  }
+  for (const CommRow& r : rows) {
+    const double pc = r.pred ? (double)r.pred->calls : 0;
+    const double pp = r.pred ? (double)r.pred->payload_bytes : 0;
+    const double pb = r.pred ? r.pred->bus_bytes : 0;
+    std::string line = fmt("  %-6s %-15s", group_name(r.g), op_name(r.op));
+    if (!measured) {
+      line += fmt(" %8.0f %12s %12s", pc, format_mib(pp).c_str(), format_mib(pb).c_str());
+    } else {
+      const CommRecord& m = measured->get(r.g, r.op);
+      line += fmt(" %7.0f %7.0f %10s %10s %10s %10s", pc, (double)m.calls,
+                  format_mib(pp).c_str(), format_mib((double)m.payload_bytes).c_str(),
+                  format_mib(pb).c_str(), format_mib(m.bus_bytes).c_str());
+      const bool same = pc == (double)m.calls && pp == (double)m.payload_bytes;
+      line += same ? "" : fmt("   payload diff %+lld B",
+                              (long long)m.payload_bytes - (long long)pp);
+    }
+    t += line + "\n";
+  }
+  if (rows.empty()) t += "  (none)\n";
+  return t;
+}
+
+// ---- JSON -----------------------------------------------------------------------------------
+static void memory_object(JsonWriter& j, const MemoryPlan& m) {
+  for (int c = 0; c < kNumMemoryCategories; ++c) j.field(kMemoryCategoryNames[c], m.at(c));
+  j.field("total", m.total());
+}
+
+std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
+                      const CommStats* measured_comm) {
+  const RankPlan& rp = plan.ranks.at(rank);
+  JsonWriter j;
+  j.begin_object();
+  j.field("step", s.step).field("rank", rank).field("loss", s.loss).field("lr", s.lr);
+  j.field("grad_norm", s.grad_norm).field("step_ms", s.step_seconds * 1e3);
+  j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
+  j.field("peak_memory_bytes", s.peak_memory_bytes);
+  if (s.comm_bytes >= 0) j.field("comm_bytes", s.comm_bytes);
+  if (s.bubble >= 0) j.field("bubble", s.bubble);
+  if (s.bubble_predicted >= 0) j.field("bubble_predicted", s.bubble_predicted);
+  j.key("memory").begin_object();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    j.key(kMemoryCategoryNames[c]).begin_object();
+    j.field("measured", s.memory_bytes[c]).field("predicted", rp.memory.at(c));
+    j.end_object();
+  }
+  j.key("total").begin_object();
+  j.field("measured", s.peak_memory_bytes).field("predicted", rp.memory.total());
+  j.end_object().end_object();
+  j.key("flops").begin_object();
+  j.field("convention", attention_flops_name(plan.flops.convention));
+  j.field("model_per_step", plan.flops.model_per_step);
+  j.field("hardware_per_step", plan.flops.hardware_per_step);
+  j.field("hardware_per_rank_predicted", plan.flops.hardware_per_rank_step);
+  if (s.hardware_flops >= 0) j.field("hardware_per_rank_measured", s.hardware_flops);
+  j.end_object();
+  if (measured_comm) {
+    j.key("comm").begin_array();
+    for (const CommRow& r : comm_rows(plan, measured_comm)) {
+      const CommRecord& m = measured_comm->get(r.g, r.op);
+      j.begin_object().field("group", group_name(r.g)).field("op", op_name(r.op));
+      j.key("calls").begin_object().field("predicted", r.pred ? (double)r.pred->calls : 0.0);
+      j.field("measured", (double)m.calls).end_object();
+      j.key("payload_bytes").begin_object();
+      j.field("predicted", r.pred ? (double)r.pred->payload_bytes : 0.0);
+      j.field("measured", (double)m.payload_bytes).end_object();
+      j.key("bus_bytes").begin_object().field("predicted", r.pred ? r.pred->bus_bytes : 0.0);
+      j.field("measured", m.bus_bytes).end_object();
+      j.field("time_ms", m.time_s * 1e3).field("exposed_ms", m.exposed_s * 1e3);
+      j.end_object();
+    }
+    j.end_array();
+  }
+  j.end_object();
+  return j.str();
+}
+
+static void tensor_list(JsonWriter& j, const char* key, const std::vector<ActivationTensor>& ts) {
+  j.key(key).begin_array();
+  for (const auto& t : ts) {
+    j.begin_object().field("name", t.name).field("elements", t.elements);
+    j.field("bytes_per_element", t.bytes_per_element).field("bytes", t.bytes());
+    j.field("norm_statistic", t.norm_statistic).end_object();
+  }
+  j.end_array();
+}
+
+std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
+  const ModelConfig& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  const FlopsPlan& f = plan.flops;
+  JsonWriter j(pretty);
+  j.begin_object();
+  j.key("model").begin_object();
+  j.field("arch", m.is_gpt() ? "gpt" : "llama").field("num_layers", m.num_layers);
+  j.field("hidden_size", m.hidden_size).field("ffn_hidden_size", m.ffn());
+  j.field("num_attention_heads", m.num_attention_heads).field("num_query_groups", m.groups());
+  j.field("seq_length", m.seq_length).field("vocab_size", m.vocab_size);
+  j.field("attention", m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
+  j.field("fused_cross_entropy", m.fused_cross_entropy);
+  j.field("precision", plan.train.bf16 ? "bf16" : "fp32").end_object();
+  j.key("parallel").begin_object();
+  j.field("world_size", p.world_size).field("tensor_parallel", p.tensor_parallel);
+  j.field("context_parallel", p.context_parallel).field("pipeline_parallel", p.pipeline_parallel);
+  j.field("data_parallel", plan.dp).field("zero_stage", p.zero_stage).end_object();
+  j.key("batch").begin_object();
+  j.field("micro_batch_size", plan.train.micro_batch_size);
+  j.field("global_batch_size", plan.global_batch);
+  j.field("microbatches_per_rank", plan.microbatches_per_rank);
+  j.field("tokens_per_step", plan.tokens_per_step).end_object();
+  j.key("params").begin_object();
+  j.field("total", plan.params_total).field("per_rank", plan.ranks.at(0).params);
+  j.field("per_rank_stored", plan.ranks.at(0).params_stored);
+  j.field("zero_shard", plan.zero_shard).end_object();
+  j.key("memory").begin_array();
+  for (const RankPlan& rp : plan.ranks) {
+    j.begin_object().field("rank", rp.rank).field("dp_rank", rp.dp_rank);
+    j.field("param_count", rp.params).field("param_count_stored", rp.params_stored);
+    j.field("microbatches_held", rp.microbatches_held);
+    memory_object(j, rp.memory);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("activations").begin_object();
+  j.field("per_layer_bytes", plan.activation_bytes_per_layer);
+  j.field("per_microbatch_bytes", plan.activation_bytes_per_microbatch);
+  tensor_list(j, "embedding", plan.embedding_activations);
+  tensor_list(j, "layer", plan.layer_activations);
+  tensor_list(j, "head", plan.head_activations);
+  j.end_object();
+  j.key("flops").begin_object();
+  j.field("convention", attention_flops_name(f.convention));
+  j.field("attention", f.attention == AttentionImpl::NAIVE ? "naive" : "flash");
+  j.field("model_per_step", f.model_per_step).field("hardware_per_step", f.hardware_per_step);
+  j.field("model_per_rank_step", f.model_per_rank_step);
+  j.field("hardware_per_rank_step", f.hardware_per_rank_step);
+  j.field("recompute_per_step", f.recompute_per_microbatch * f.microbatches_per_step);
+  j.field("microbatches_per_step", f.microbatches_per_step);
+  j.key("matmuls").begin_array();
+  for (const auto& mm : f.matmuls) {
+    j.begin_object().field("name", mm.name).field("reduces_over", mm.reduces_over);
+    j.field("formula", mm.formula).field("per_layer", mm.per_layer);
+    j.field("model_per_step", mm.model * f.microbatches_per_step);
+    j.field("hardware_per_step", mm.hardware * f.microbatches_per_step).end_object();
+  }
+  j.end_array().end_object();
+  j.key("data_parallel").begin_object();
+  const DataParallelPlan& d = plan.data_parallel;
+  j.field("buckets", (int64_t)d.layout.buckets.size()).field("padded_total", d.layout.padded_total);
+  j.field("shard_numel", d.layout.shard_numel).field("state_numel", d.state_numel);
+  j.field("params_transient_peak", d.sim.params_transient_peak);
+  j.field("grads_transient_peak", d.sim.grads_transient_peak).end_object();
+  j.key("comm").begin_array();
+  for (const CommPlanEntry& e : plan.comm) {
+    j.begin_object().field("group", group_name(e.group)).field("op", op_name(e.op));
+    j.field("calls", e.calls).field("payload_bytes", e.payload_bytes);
+    j.field("bus_bytes", e.bus_bytes).end_object();
+  }
+  j.end_array();
+  if (peak) {
+    j.key("peak").begin_object();
+    j.field("tflops", peak->tflops).field("source", peak->source).end_object();
+  }
+  j.end_object();
+  return j.str() + "\n";
+}
+
+// ---- --plan, human -------------------------------------------------------------------------
+std::string plan_text(const Plan& plan, const Peak* peak) {
+  const ModelConfig& m = plan.model;
+  std::string t = run_header(plan, "", peak) + "\n\n";
+  t += fmt("params   %s total (%lld); per rank %s, stored per rank %s\n",
+           format_si((double)plan.params_total).c_str(), (long long)plan.params_total,
+           format_si((double)plan.ranks[0].params).c_str(),
+           format_si((double)plan.ranks[0].params_stored).c_str());
+  t += fmt("batch    global %lld x %d tokens = %lld tokens/step; micro %d; %lld microbatch(es) "
+           "per rank\n\n", (long long)plan.global_batch, m.seq_length,
+           (long long)plan.tokens_per_step, plan.train.micro_batch_size,
+           (long long)plan.microbatches_per_rank);
+  // Ranks are listed when they differ; with data parallelism alone they never do.
+  bool alike = true;
+  for (const RankPlan& rp : plan.ranks)
+    for (int c = 0; c < kNumMemoryCategories; ++c)
+      alike = alike && rp.memory.at(c) == plan.ranks[0].memory.at(c);
+  const int shown = alike ? 1 : (int)plan.ranks.size();
+  for (int r = 0; r < shown; ++r) t += memory_table(plan, r, nullptr);
+  if (alike && plan.ranks.size() > 1)
+    t += fmt("  (all %zu ranks hold the same)\n", plan.ranks.size());
+  t += fmt("\nactivations saved per layer, one microbatch (%s MiB)\n",
+           format_mib(plan.activation_bytes_per_layer).c_str());
+  for (const auto& a : plan.layer_activations)
+    t += fmt("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
+             a.bytes_per_element, format_mib(a.bytes()).c_str());
+  t += "\n" + comm_table(plan, nullptr);
+  t += "\n" + flops_table(plan, 0, nullptr);
+  t += fmt("  per step, all ranks: model %s, hardware %s\n",
+           format_si(plan.flops.model_per_step).c_str(),
+           format_si(plan.flops.hardware_per_step).c_str());
+  return t;
+}
+
+}  // namespace paralab

@@ -1,0 +1,33 @@
+// kernels/common.h: what every kernel file needs, on both backends.
+//
+// HD marks a function the CUDA kernel and its CPU twin share, so that the CPU tests
+// exercise the very arithmetic the GPU runs. Under g++ (CPU_ONLY build) it is empty.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#if defined(__CUDACC__)
+#define HD __host__ __device__ inline
+#else
+#define HD inline
+#endif
+
+namespace kernels {
+
+// Where a buffer lives and which twin runs an op on it.
+enum class Device { CPU, CUDA };
+
+inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
+
+// True when this binary was built with the CUDA toolkit (nvcc build).
+bool cuda_compiled();
+// Number of visible GPUs (0 in the CPU_ONLY build or without a driver).
+int cuda_device_count();
+// Binds this process to GPU (local_rank mod visible GPUs); before any CUDA allocation.
+void cuda_select_device(int local_rank);
+// Name of the current GPU ("NVIDIA H200"), "" without one.
+std::string cuda_device_name();
+
+}  // namespace kernels

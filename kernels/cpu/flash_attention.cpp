@@ -1,0 +1,229 @@
+// kernels/cpu/flash_attention.cpp: causal attention without materialising the S x S
+// probabilities (FlashAttention, Dao et al. 2022; FlashAttention-2 loop order, 2023).
+//
+// The naive path stores P = softmax(Q K^T scale) for every head: B A S^2 floats. Flash
+// attention walks Q in blocks of kBlockQ rows and, for each, K and V in blocks of kBlockK
+// rows, keeping only one kBlockQ x kBlockK tile of scores alive. The softmax normaliser is
+// not known until every key has been seen, so each query row i carries a running maximum
+// m_i, a running sum l_i and an unnormalised output acc_i, and after every key block
+// (scores s_ij for the block's keys j):
+//
+//   m_i'   = max(m_i, max_j s_ij)
+//   l_i'   = l_i   e^(m_i - m_i') + sum_j e^(s_ij - m_i')
+//   acc_i' = acc_i e^(m_i - m_i') + sum_j e^(s_ij - m_i') (keep_ij / (1-p)) v_j
+//
+// (the factor e^(m_i - m_i') rescales what was summed against the old maximum). At the end
+// o_i = acc_i / l_i and lse_i = m_i + log l_i. Dropout multiplies only what reaches V: l_i is
+// the softmax normaliser of the undropped probabilities.
+//
+// Causal: key j is visible to query i when j <= i. A key block whose first key is after the
+// block's last query is skipped whole; inside the diagonal tile the entries j > i are zeroed.
+//
+// Backward recomputes P from q, k and the saved lse, P_ij = e^(s_ij - lse_i), and with
+// P'_ij = P_ij keep_ij / (1-p) (what multiplied V) and dP' = dO V^T:
+//
+//   dV  = P'^T dO
+//   dP  = dP' keep / (1-p)                  (the same mask, the same scaling)
+//   D_i = sum_j P_ij dP_ij = sum_j P'_ij dP'_ij = dO_i . O_i     (one dot product per row)
+//   dS  = P * (dP - D)                      (softmax backward, elementwise in the tile)
+//   dQ  = scale dS K,   dK = scale dS^T Q
+//
+// Loop order: key blocks outside, query blocks inside (each key block's dK, dV tile is
+// finished before moving on, as FlashAttention-2 does on the GPU); dQ is accumulated across
+// key blocks. Every tile product is one sgemm; the softmax bookkeeping between them is plain
+// loops. GQA: query head h reads key/value group h / (A/G), and the group's dK, dV sum over
+// its A/G query heads.
+//
+// defines: flash_attention_forward, flash_attention_backward
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu_ops.h"
+#include "kernels/math.h"
+
+namespace kernels {
+namespace cpu {
+
+namespace {
+
+constexpr int kBlockQ = 64;  // query rows per tile
+constexpr int kBlockK = 64;  // key rows per tile
+
+// C(m,n) = alpha op(A) op(B) + beta C, row-major: one tile product.
+void tile_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+              n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Number of keys of the block starting at j0 (bk wide) that query i may see: j0 <= j <= i.
+int visible_keys(int i, int j0, int bk) { return std::max(0, std::min(bk, i - j0 + 1)); }
+
+void check_groups(int A, int G) {
+  if (G <= 0 || A % G != 0) throw std::invalid_argument("flash_attention: A % G != 0");
+}
+
+}  // namespace
+
+void flash_attention_forward(float* o, float* lse, const float* q, const float* k,
+                             const float* v, int B, int A, int G, int S, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream) {
+  check_groups(A, G);
+  const int heads_per_group = A / G;
+  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+  std::vector<float> s_tile((size_t)kBlockQ * kBlockK);  // scores, then P' of one tile
+  std::vector<float> acc((size_t)kBlockQ * D);            // unnormalised o of a query block
+  std::vector<float> m(kBlockQ), l(kBlockQ);
+
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < A; h++) {
+      const int g = h / heads_per_group;
+      const size_t bh = (size_t)b * A + h;
+      const float* Q = q + bh * S * D;  // seek to head (b, h): an S x D matrix
+      const float* K = k + ((size_t)b * G + g) * S * D;  // and its group's keys, values
+      const float* V = v + ((size_t)b * G + g) * S * D;
+      float* O = o + bh * S * D;
+      float* LSE = lse + bh * S;
+
+      for (int i0 = 0; i0 < S; i0 += kBlockQ) {
+        const int bq = std::min(kBlockQ, S - i0);
+        std::fill(m.begin(), m.end(), -INFINITY);
+        std::fill(l.begin(), l.end(), 0.0f);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+
+        // Key blocks starting after the last query i0 + bq - 1 are fully masked: skipped.
+        for (int j0 = 0; j0 < i0 + bq; j0 += kBlockK) {
+          const int bk = std::min(kBlockK, S - j0);
+          // s_tile(bq, bk) = scale * Q[i0:i0+bq] K[j0:j0+bk]^T
+          tile_gemm(false, true, bq, bk, D, scale, Q + (size_t)i0 * D, D, K + (size_t)j0 * D,
+                    D, 0.0f, s_tile.data(), kBlockK);
+
+          for (int r = 0; r < bq; r++) {
+            const int i = i0 + r;
+            float* s_r = s_tile.data() + (size_t)r * kBlockK;  // seek to query i's scores
+            const int nk = visible_keys(i, j0, bk);
+            if (nk == 0) {  // the whole row is above the diagonal: contributes nothing
+              std::fill(s_r, s_r + bk, 0.0f);
+              continue;
+            }
+            float m_new = m[r];
+            for (int j = 0; j < nk; j++) m_new = fmaxf(m_new, s_r[j]);
+            const float correction = expf(m[r] - m_new);  // e^(m_i - m_i'); 0 on the first block
+            float row_sum = 0.0f;
+            for (int j = 0; j < nk; j++) {
+              float p = expf(s_r[j] - m_new);
+              row_sum += p;
+              // dropout index: ((b*A + h)*S + i)*S + j, the naive path's element of P
+              bool keep = dropout_p == 0.0f ||
+                          dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+              s_r[j] = keep ? p * keep_scale : 0.0f;
+            }
+            std::fill(s_r + nk, s_r + bk, 0.0f);
+            l[r] = l[r] * correction + row_sum;
+            m[r] = m_new;
+            float* acc_r = acc.data() + (size_t)r * D;
+            for (int c = 0; c < D; c++) acc_r[c] *= correction;
+          }
+          // acc(bq, D) += P'(bq, bk) V[j0:j0+bk]
+          tile_gemm(false, false, bq, D, bk, 1.0f, s_tile.data(), kBlockK, V + (size_t)j0 * D,
+                    D, 1.0f, acc.data(), D);
+        }
+
+        for (int r = 0; r < bq; r++) {
+          float* O_i = O + (size_t)(i0 + r) * D;  // seek to output row i
+          const float* acc_r = acc.data() + (size_t)r * D;
+          const float inv_l = 1.0f / l[r];
+          for (int c = 0; c < D; c++) O_i[c] = acc_r[c] * inv_l;
+          LSE[i0 + r] = m[r] + logf(l[r]);
+        }
+      }
+    }
+  }
+}
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, int B, int A, int G, int S, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream) {
+  check_groups(A, G);
+  const int heads_per_group = A / G;
+  const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+  // Outputs are "=", but every tile adds into them (and a group's heads add into one dK, dV).
+  memset_zero(dq, (size_t)B * A * S * D * sizeof(float));
+  memset_zero(dk, (size_t)B * G * S * D * sizeof(float));
+  memset_zero(dv, (size_t)B * G * S * D * sizeof(float));
+  std::vector<float> p_tile((size_t)kBlockQ * kBlockK);   // scores, then P'
+  std::vector<float> ds_tile((size_t)kBlockQ * kBlockK);  // dP', then dS
+  std::vector<float> delta(S);                            // D_i = dO_i . O_i
+
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < A; h++) {
+      const int g = h / heads_per_group;
+      const size_t bh = (size_t)b * A + h;
+      const size_t bg = (size_t)b * G + g;
+      const float* Q = q + bh * S * D;  // seek to head (b, h) in every per-head tensor
+      const float* O = o + bh * S * D;
+      const float* dO = dout + bh * S * D;
+      const float* LSE = lse + bh * S;
+      float* dQ = dq + bh * S * D;
+      const float* K = k + bg * S * D;  // and to group g in the per-group ones
+      const float* V = v + bg * S * D;
+      float* dK = dk + bg * S * D;
+      float* dV = dv + bg * S * D;
+
+      for (int i = 0; i < S; i++) {
+        const float* O_i = O + (size_t)i * D;  // seek to row i of O and dO
+        const float* dO_i = dO + (size_t)i * D;
+        float dot = 0.0f;
+        for (int c = 0; c < D; c++) dot += dO_i[c] * O_i[c];
+        delta[i] = dot;
+      }
+
+      for (int j0 = 0; j0 < S; j0 += kBlockK) {
+        const int bk = std::min(kBlockK, S - j0);
+        // Query blocks that end before key j0 cannot see this key block: start at j0's block.
+        for (int i0 = j0 / kBlockQ * kBlockQ; i0 < S; i0 += kBlockQ) {
+          const int bq = std::min(kBlockQ, S - i0);
+          // p_tile = scale * Q_blk K_blk^T (recomputed scores), ds_tile = dO_blk V_blk^T = dP'
+          tile_gemm(false, true, bq, bk, D, scale, Q + (size_t)i0 * D, D, K + (size_t)j0 * D,
+                    D, 0.0f, p_tile.data(), kBlockK);
+          tile_gemm(false, true, bq, bk, D, 1.0f, dO + (size_t)i0 * D, D, V + (size_t)j0 * D,
+                    D, 0.0f, ds_tile.data(), kBlockK);
+
+          for (int r = 0; r < bq; r++) {
+            const int i = i0 + r;
+            float* p_r = p_tile.data() + (size_t)r * kBlockK;  // seek to query i's row
+            float* ds_r = ds_tile.data() + (size_t)r * kBlockK;
+            const int nk = visible_keys(i, j0, bk);
+            for (int j = 0; j < nk; j++) {
+              float p = expf(p_r[j] - LSE[i]);  // P_ij = e^(s_ij - lse_i)
+              bool keep = dropout_p == 0.0f ||
+                          dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+              float dp = keep ? ds_r[j] * keep_scale : 0.0f;  // dP = dP' keep / (1-p)
+              p_r[j] = keep ? p * keep_scale : 0.0f;          // P', for dV
+              ds_r[j] = p * (dp - delta[i]);                  // dS
+            }
+            std::fill(p_r + nk, p_r + bk, 0.0f);
+            std::fill(ds_r + nk, ds_r + bk, 0.0f);
+          }
+          // dV[j0:j0+bk] += P'^T dO_blk      (bk x D, reduces over the bq queries)
+          tile_gemm(true, false, bk, D, bq, 1.0f, p_tile.data(), kBlockK, dO + (size_t)i0 * D,
+                    D, 1.0f, dV + (size_t)j0 * D, D);
+          // dQ[i0:i0+bq] += scale dS K_blk   (bq x D, reduces over the bk keys)
+          tile_gemm(false, false, bq, D, bk, scale, ds_tile.data(), kBlockK,
+                    K + (size_t)j0 * D, D, 1.0f, dQ + (size_t)i0 * D, D);
+          // dK[j0:j0+bk] += scale dS^T Q_blk (bk x D, reduces over the bq queries)
+          tile_gemm(true, false, bk, D, bq, scale, ds_tile.data(), kBlockK,
+                    Q + (size_t)i0 * D, D, 1.0f, dK + (size_t)j0 * D, D);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace kernels

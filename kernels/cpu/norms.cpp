@@ -1,0 +1,107 @@
+// kernels/cpu/norms.cpp: LayerNorm (GPT) and RMSNorm (Llama), forward and backward.
+//
+// One row (token) at a time. Forward saves the per-row statistics (mean, rstd) so backward
+// need not recompute them. The backward formulas, with xhat = normalised input and
+// g = dout * w (the gradient arriving at xhat):
+//
+//   LayerNorm  xhat = (x - mean) rstd
+//              dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
+//   RMSNorm    xhat = x rstd
+//              dx = rstd * (g - xhat * mean_c(g * xhat))
+//   both       dw += dout * xhat;  LayerNorm also db += dout
+//
+// (the mean_c terms are the gradient flowing through mean and rstd, which every channel of
+// the row depends on). dx, dw and db all accumulate (+=), see kernels/ops.h.
+//
+// defines: layernorm_forward, layernorm_backward, rmsnorm_forward, rmsnorm_backward
+#include <cmath>
+
+#include "kernels/cpu_ops.h"
+
+namespace kernels {
+namespace cpu {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                       const float* b, int N, int C, float eps) {
+  for (int r = 0; r < N; r++) {
+    const float* x_r = x + (size_t)r * C;  // seek to row r
+    float* out_r = out + (size_t)r * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += x_r[c];
+    float mu = sum / C;
+    // Two passes (mean, then squared deviations) rather than E[x^2] - mean^2, which loses
+    // all precision when |mean| >> std.
+    float sq = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float dev = x_r[c] - mu;
+      sq += dev * dev;
+    }
+    float s = 1.0f / sqrtf(sq / C + eps);
+    for (int c = 0; c < C; c++) out_r[c] = (x_r[c] - mu) * s * w[c] + b[c];
+    mean[r] = mu;
+    rstd[r] = s;
+  }
+}
+
+void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                        const float* w, const float* mean, const float* rstd, int N, int C) {
+  for (int r = 0; r < N; r++) {
+    const float* x_r = x + (size_t)r * C;  // seek to row r of every row-shaped tensor
+    const float* dout_r = dout + (size_t)r * C;
+    float* dx_r = dx + (size_t)r * C;
+    const float mu = mean[r];
+    const float s = rstd[r];
+    // Pass 1: the two row means the dx formula needs.
+    float g_sum = 0.0f, g_xhat_sum = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float xhat = (x_r[c] - mu) * s;
+      float g = dout_r[c] * w[c];
+      g_sum += g;
+      g_xhat_sum += g * xhat;
+    }
+    const float g_mean = g_sum / C;
+    const float g_xhat_mean = g_xhat_sum / C;
+    // Pass 2: accumulate into dx, dw, db.
+    for (int c = 0; c < C; c++) {
+      float xhat = (x_r[c] - mu) * s;
+      float g = dout_r[c] * w[c];
+      dx_r[c] += s * (g - g_mean - xhat * g_xhat_mean);
+      dw[c] += dout_r[c] * xhat;
+      db[c] += dout_r[c];
+    }
+  }
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+                     float eps) {
+  for (int r = 0; r < N; r++) {
+    const float* x_r = x + (size_t)r * C;  // seek to row r
+    float* out_r = out + (size_t)r * C;
+    float sq = 0.0f;
+    for (int c = 0; c < C; c++) sq += x_r[c] * x_r[c];
+    float s = 1.0f / sqrtf(sq / C + eps);
+    for (int c = 0; c < C; c++) out_r[c] = x_r[c] * s * w[c];
+    rstd[r] = s;
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, int N, int C) {
+  for (int r = 0; r < N; r++) {
+    const float* x_r = x + (size_t)r * C;  // seek to row r of every row-shaped tensor
+    const float* dout_r = dout + (size_t)r * C;
+    float* dx_r = dx + (size_t)r * C;
+    const float s = rstd[r];
+    float g_xhat_sum = 0.0f;
+    for (int c = 0; c < C; c++) g_xhat_sum += dout_r[c] * w[c] * x_r[c] * s;
+    const float g_xhat_mean = g_xhat_sum / C;
+    for (int c = 0; c < C; c++) {
+      float xhat = x_r[c] * s;
+      dx_r[c] += s * (dout_r[c] * w[c] - xhat * g_xhat_mean);
+      dw[c] += dout_r[c] * xhat;
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace kernels

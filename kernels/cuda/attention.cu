@@ -1,0 +1,200 @@
+// kernels/cuda/attention.cu: attention layout (fused QKV split with RoPE, head merge) and
+// the naive path's causal softmax.
+//
+// Layout ops are pure gathers: one thread per element of the fused tensor computes where
+// its element lives in the head-major tensors. The QKV row of a token holds G groups, each
+// [A/G query heads | key head | value head] of D channels (ops.h), so column c of the row
+// is group c / ((A/G + 2) D), slot (c mod (A/G + 2) D) / D within the group (slots < A/G
+// are query heads, then k, then v), channel c mod D.
+//
+// RoPE, rotate-half form, for pair i < D/2 at position s with angle t = s * theta^(-2i/D):
+//   forward   y_i = x_i cos t - x_{i+D/2} sin t      y_{i+D/2} = x_{i+D/2} cos t + x_i sin t
+//   backward  dx_i = dy_i cos t + dy_{i+D/2} sin t   dx_{i+D/2} = dy_{i+D/2} cos t - dy_i sin t
+// (the transpose of a rotation is the rotation by -t). Each thread reads its partner
+// channel, so forward and backward stay one thread per element.
+//
+// Causal softmax: one block per score row, threads stride over the row's columns.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda_ops.h"
+#include "kernels/math.h"
+
+namespace kernels {
+namespace cuda {
+
+// Where element `idx` of qkv(B*S, (A+2G)*D) lives: tensor (0 q, 1 k, 2 v), offset of the
+// element in that (B, heads, S, D) tensor, its channel dd and its position s.
+struct QkvSlot {
+  int which;
+  size_t offset;
+  int dd;
+  int s;
+};
+
+__device__ inline QkvSlot locate_qkv(size_t idx, int S, int A, int G, int D) {
+  const int heads_per_group = A / G;
+  const int width = (A + 2 * G) * D;
+  const int group_width = (heads_per_group + 2) * D;
+  const size_t token = idx / width;
+  const int c = (int)(idx % width);
+  const int b = (int)(token / S), s = (int)(token % S);
+  const int g = c / group_width, slot = (c % group_width) / D, dd = c % D;
+  QkvSlot r;
+  r.dd = dd;
+  r.s = s;
+  if (slot < heads_per_group) {
+    r.which = 0;
+    r.offset = (((size_t)b * A + g * heads_per_group + slot) * S + s) * D + dd;
+  } else {
+    r.which = slot == heads_per_group ? 1 : 2;
+    r.offset = (((size_t)b * G + g) * S + s) * D + dd;
+  }
+  return r;
+}
+
+// Rotates channel dd of a head row by RoPE (direction +1 forward, -1 backward); x is the
+// channel's own value and partner the value at channel (dd + D/2) mod D.
+__device__ inline float rope_rotate(float x, float partner, int dd, int s, int D, float theta,
+                                    float direction) {
+  const int half = D / 2;
+  const int i = dd < half ? dd : dd - half;
+  const float angle = (float)s * rope_inv_freq(i, D, theta);
+  const float sign = dd < half ? -direction : direction;
+  return x * cosf(angle) + sign * partner * sinf(angle);
+}
+
+// mirrors cpu::qkv_split_forward
+__global__ void qkv_split_forward_kernel(float* q, float* k, float* v, const float* qkv,
+                                         size_t total, int S, int A, int G, int D,
+                                         float rope_theta) {
+  GRID_STRIDE_LOOP(idx, total) {
+    QkvSlot slot = locate_qkv(idx, S, A, G, D);
+    float x = qkv[idx];
+    if (rope_theta > 0.0f && slot.which < 2) {
+      float partner = qkv[idx - slot.dd + (slot.dd + D / 2) % D];
+      x = rope_rotate(x, partner, slot.dd, slot.s, D, rope_theta, 1.0f);
+    }
+    float* dst = slot.which == 0 ? q : (slot.which == 1 ? k : v);
+    dst[slot.offset] = x;
+  }
+}
+
+// mirrors cpu::qkv_split_backward: dqkv ("=") gathers from dq, dk, dv, un-rotating.
+__global__ void qkv_split_backward_kernel(float* dqkv, const float* dq, const float* dk,
+                                          const float* dv, size_t total, int S, int A, int G, int D,
+                                          float rope_theta) {
+  GRID_STRIDE_LOOP(idx, total) {
+    QkvSlot slot = locate_qkv(idx, S, A, G, D);
+    const float* src = slot.which == 0 ? dq : (slot.which == 1 ? dk : dv);
+    float g = src[slot.offset];
+    if (rope_theta > 0.0f && slot.which < 2) {
+      float partner = src[slot.offset - slot.dd + (slot.dd + D / 2) % D];
+      g = rope_rotate(g, partner, slot.dd, slot.s, D, rope_theta, -1.0f);
+    }
+    dqkv[idx] = g;
+  }
+}
+
+// mirrors cpu::heads_merge_forward / backward: out[(b S + s), h D + dd] <-> o[b, h, s, dd].
+// `to_tokens` picks the direction; idx runs over the token-major tensor.
+__global__ void heads_merge_kernel(float* dst, const float* src, size_t total, int S, int A, int D,
+                                   bool to_tokens) {
+  GRID_STRIDE_LOOP(idx, total) {
+    const size_t token = idx / ((size_t)A * D);
+    const int c = (int)(idx % ((size_t)A * D));
+    const size_t b = token / S, s = token % S;
+    const int h = c / D, dd = c % D;
+    const size_t head_major = ((b * A + h) * S + s) * D + dd;
+    if (to_tokens)
+      dst[idx] = src[head_major];
+    else
+      dst[head_major] = src[idx];
+  }
+}
+
+void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
+                       int D, float rope_theta) {
+  size_t total = (size_t)B * S * (A + 2 * G) * D;
+  if (total == 0) return;
+  qkv_split_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(q, k, v, qkv, total, S, A, G,
+                                                                      D, rope_theta);
+  KERNEL_CHECK();
+}
+
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
+                        int S, int A, int G, int D, float rope_theta) {
+  size_t total = (size_t)B * S * (A + 2 * G) * D;
+  if (total == 0) return;
+  qkv_split_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dqkv, dq, dk, dv, total, S,
+                                                                       A, G, D, rope_theta);
+  KERNEL_CHECK();
+}
+
+void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
+  size_t total = (size_t)B * S * A * D;
+  if (total == 0) return;
+  heads_merge_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, o, total, S, A, D, true);
+  KERNEL_CHECK();
+}
+
+void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D) {
+  size_t total = (size_t)B * S * A * D;
+  if (total == 0) return;
+  heads_merge_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(d_o, dout, total, S, A, D, false);
+  KERNEL_CHECK();
+}
+
+// ---- causal softmax ------------------------------------------------------------------------
+// mirrors cpu::causal_softmax_forward. Block = one row i of one (S, S) matrix; columns
+// j <= i get exp(scale s_j - max) / sum, the rest 0. probs may alias scores: every pass
+// before the last only reads, and in the last each thread reads then writes its own j.
+__global__ void causal_softmax_forward_kernel(float* probs, const float* scores, int S,
+                                              float scale) {
+  const size_t row = blockIdx.x;
+  const int i = (int)(row % S);
+  const float* sr = scores + row * S;
+  float* pr = probs + row * S;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, scale * sr[j]);
+  mx = block_max(mx);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(scale * sr[j] - mx);
+  const float inv = 1.0f / block_sum(sum);
+  for (int j = threadIdx.x; j < S; j += blockDim.x)
+    pr[j] = j <= i ? expf(scale * sr[j] - mx) * inv : 0.0f;
+}
+
+// mirrors cpu::causal_softmax_backward: ds_j = scale P_j (dP_j - sum_k dP_k P_k), 0 above
+// the diagonal (P is 0 there). dscores may alias dprobs, as in the forward.
+__global__ void causal_softmax_backward_kernel(float* dscores, const float* dprobs,
+                                               const float* probs, int S, float scale) {
+  const size_t row = blockIdx.x;
+  const int i = (int)(row % S);
+  const float* dpr = dprobs + row * S;
+  const float* pr = probs + row * S;
+  float* dsr = dscores + row * S;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += dpr[j] * pr[j];
+  dot = block_sum(dot);
+  for (int j = threadIdx.x; j < S; j += blockDim.x)
+    dsr[j] = j <= i ? scale * pr[j] * (dpr[j] - dot) : 0.0f;
+}
+
+void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale) {
+  size_t blocks = (size_t)rows * S;
+  if (blocks == 0) return;
+  causal_softmax_forward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(probs, scores, S,
+                                                                             scale);
+  KERNEL_CHECK();
+}
+
+void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
+                             int S, float scale) {
+  size_t blocks = (size_t)rows * S;
+  if (blocks == 0) return;
+  causal_softmax_backward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(dscores, dprobs,
+                                                                              probs, S, scale);
+  KERNEL_CHECK();
+}
+
+}  // namespace cuda
+}  // namespace kernels

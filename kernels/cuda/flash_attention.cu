@@ -1,0 +1,117 @@
+// kernels/cuda/flash_attention.cu: causal attention without materialising the (S, S)
+// probabilities (Dao et al. 2022, FlashAttention), forward pass. The backward is in
+// flash_attention_backward.cu; both share flash_attention.cuh.
+//
+// One thread block per (query tile of 32 rows, head h, batch b). It keeps its query tile
+// and an unnormalised output accumulator in shared memory and walks the key/value tiles
+// 0 .. its own (the diagonal: causal, and key tiles are as tall as query tiles). For each
+// key tile, with s_ij = scale q_i . k_j (masked to -inf for j > i), row i updates its
+// running max m and running sum l (the online softmax):
+//   m' = max(m, max_j s_ij)       c = exp(m - m')
+//   l' = c l + sum_j exp(s_ij - m')
+//   O' = c O + sum_j exp(s_ij - m') z_ij v_j         z_ij = dropout keep bit of (i, j)
+// and at the end o_i = O / (l (1 - p)), lse_i = m + log l. l sums the probabilities before
+// dropout, so lse is the true log-sum-exp and the backward can rebuild P = exp(s - lse).
+//
+// Work split: warp w owns query rows w, w+4, ..., w+28 of the tile and lane j owns key j of
+// the tile, so a row's max and sum are warp shuffles and m, l live in registers. The
+// P V product runs one thread per (row, channel) over shared memory.
+// GQA: query head h reads key/value group h / (A / G).
+#include "kernels/cuda/flash_attention.cuh"
+
+namespace kernels {
+namespace cuda {
+
+// mirrors cpu::flash_attention_forward. Shared memory, in floats:
+//   sQ (32, D)  sK (32, D+1)  sV (32, D)  sP (32, 32)  sO (32, D)  sCorr (32)  sScale (32)
+__global__ void flash_forward_kernel(float* o, float* lse, const float* q, const float* k,
+                                     const float* v, int A, int G, int S, int D, float scale,
+                                     float dropout_p, uint64_t seed, uint64_t rng_stream) {
+  extern __shared__ float smem[];
+  const int Dk = D + 1;
+  float* sQ = smem;
+  float* sK = sQ + kTile * D;
+  float* sV = sK + kTile * Dk;
+  float* sP = sV + kTile * D;
+  float* sO = sP + kTile * kTile;
+  float* sCorr = sO + kTile * D;
+  float* sScale = sCorr + kTile;
+
+  const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = qt * kTile, nq = min(kTile, S - q0);
+  const size_t bh = (size_t)b * A + h;
+  const size_t bg = (size_t)b * G + h / (A / G);
+  const float* q_bh = q + (bh * S + q0) * D;
+  const float kept_scale = dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f;
+
+  load_tile(sQ, D, q_bh, nq, D);
+  for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) sO[e] = 0.0f;
+
+  float m[kRowsPerWarp], l[kRowsPerWarp];
+  for (int r = 0; r < kRowsPerWarp; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+
+  for (int kt = 0; kt <= qt; kt++) {
+    const int k0 = kt * kTile, nk = min(kTile, S - k0);
+    __syncthreads();  // the previous tile's sK, sV, sP are no longer read
+    load_tile(sK, Dk, k + (bg * S + k0) * D, nk, D);
+    load_tile(sV, D, v + (bg * S + k0) * D, nk, D);
+    __syncthreads();
+
+    for (int r = 0; r < kRowsPerWarp; r++) {
+      const int il = warp + r * kWarps, i = q0 + il, j = k0 + lane;
+      const bool valid = il < nq && lane < nk && j <= i;
+      const float s = valid ? scale * dot(sQ + il * D, sK + lane * Dk, D) : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(s));
+      // A row with nothing unmasked yet keeps m = -inf; exp(-inf - -inf) would be NaN.
+      const float p = valid ? expf(s - m_new) : 0.0f;
+      const float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
+      l[r] = corr * l[r] + warp_sum(p);
+      m[r] = m_new;
+      sP[il * kTile + lane] = valid && kept(dropout_p, seed, rng_stream, bh, S, i, j) ? p : 0.0f;
+      if (lane == 0) sCorr[il] = corr;
+    }
+    __syncthreads();
+
+    // O = c O + P V, one thread per (row, channel); sP's row is a broadcast read and sV's
+    // channels are consecutive across the warp.
+    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+      const int il = e / D, d = e % D;
+      float acc = sO[e] * sCorr[il];
+      for (int jl = 0; jl < nk; jl++) acc += sP[il * kTile + jl] * sV[jl * D + d];
+      sO[e] = acc;
+    }
+  }
+
+  // Normalise: o = O / (l (1-p)); lse = m + log l. m, l sit in the owning warp's registers.
+  for (int r = 0; r < kRowsPerWarp; r++) {
+    const int il = warp + r * kWarps;
+    if (lane == 0 && il < nq) {
+      sScale[il] = kept_scale / l[r];
+      lse[bh * S + q0 + il] = m[r] + logf(l[r]);
+    }
+  }
+  __syncthreads();
+  float* o_bh = o + (bh * S + q0) * D;
+  for (int e = threadIdx.x; e < nq * D; e += blockDim.x) o_bh[e] = sO[e] * sScale[e / D];
+}
+
+void flash_attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
+                             int B, int A, int G, int S, int D, float scale, float dropout_p,
+                             uint64_t seed, uint64_t rng_stream) {
+  if (B == 0 || A == 0 || S == 0) return;
+  check_flash_shape(A, G, D);
+  const size_t floats = (size_t)kTile * D * 3 + (size_t)kTile * (D + 1) + kTile * kTile + 2 * kTile;
+  const size_t bytes = floats * sizeof(float);
+  prepare_smem(flash_forward_kernel, bytes);
+  dim3 grid((S + kTile - 1) / kTile, A, B);
+  flash_forward_kernel<<<grid, kFlashThreads, bytes, stream()>>>(o, lse, q, k, v, A, G, S, D, scale,
+                                                                 dropout_p, seed, rng_stream);
+  KERNEL_CHECK();
+}
+
+}  // namespace cuda
+}  // namespace kernels

@@ -1,0 +1,71 @@
+// kernels/cuda/flash_attention.cuh: what the flash attention forward and backward kernels
+// share: the tile geometry, tile loads, the dropout index, shared-memory set-up.
+//
+// Tiles are 32 query rows by 32 key rows: 32 is the warp width, so lane j of a warp can
+// own key j of a tile and reduce over keys with shuffles. A block has 4 warps; warp w owns
+// rows w, w + 4, ..., w + 28 of its tile.
+//
+// defines: kTile, kWarps, kRowsPerWarp, kFlashThreads, load_tile, dot, kept,
+//          check_flash_shape, prepare_smem
+#pragma once
+#include <string>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda_ops.h"
+#include "kernels/math.h"
+
+namespace kernels {
+namespace cuda {
+
+constexpr int kTile = 32;
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = kTile / kWarps;
+constexpr int kFlashThreads = kWarps * 32;
+
+// Copies `rows` rows of a (rows, D) head slice into a (kTile, stride) shared tile and
+// zero-fills the rest, so partial tiles at the end of the sequence need no special case.
+// Key tiles use stride D + 1: lane j reads row j, and an odd stride puts the 32 lanes'
+// reads of one channel in 32 different banks.
+__device__ inline void load_tile(float* dst, int stride, const float* src, int rows, int D) {
+  for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+    const int r = e / D, d = e % D;
+    dst[r * stride + d] = r < rows ? src[(size_t)r * D + d] : 0.0f;
+  }
+}
+
+__device__ inline float dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int d = 0; d < n; d++) s += a[d] * b[d];
+  return s;
+}
+
+// Dropout keep bit of probability (i, j) of head bh = b*A + h: the index
+// ((b*A + h)*S + i)*S + j is the one the naive path's dropout_forward uses on P (B, A, S, S).
+__device__ inline bool kept(float p, uint64_t seed, uint64_t rng_stream, size_t bh, int S, int i,
+                            int j) {
+  return p <= 0.0f || dropout_keep(seed, rng_stream, ((uint64_t)bh * S + i) * S + j, p);
+}
+
+inline void check_flash_shape(int A, int G, int D) {
+  if (G <= 0 || A % G != 0 || D <= 0)
+    throw std::runtime_error(
+        "flash attention: need G > 0, A % G == 0 and D > 0 (A=" + std::to_string(A) +
+        " G=" + std::to_string(G) + " D=" + std::to_string(D) + ")");
+}
+
+// Tiles of a large head dim exceed the default 48 KiB of dynamic shared memory per block;
+// the kernel must opt in, up to the device's limit (227 KiB on H100/H200, 163 KiB on A100).
+template <typename Kernel>
+inline void prepare_smem(Kernel kernel, size_t bytes) {
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > (size_t)limit)
+    throw std::runtime_error("flash attention: this head dim needs " + std::to_string(bytes) +
+                             " bytes of shared memory per block, the GPU allows " +
+                             std::to_string(limit) + "; use the naive attention");
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+}  // namespace cuda
+}  // namespace kernels

@@ -1,0 +1,103 @@
+// kernels/cuda/loss_optimizer.cu: fused softmax cross-entropy, AdamW, and the sum of
+// squares behind the gradient norm.
+//
+// Cross-entropy: one block per row of logits(N, V). With M = max_j x_j (subtracted so exp
+// cannot overflow):
+//   lse  = M + log sum_j exp(x_j - M)
+//   loss = lse - x_t                              (t = target)
+//   dx_j = (exp(x_j - lse) - [j == t]) grad_scale (written over the logits)
+// Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
+// the per-block partials in block order, so the result does not depend on the GPU.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda_ops.h"
+#include "kernels/math.h"
+
+namespace kernels {
+namespace cuda {
+
+// ---- cross-entropy ------------------------------------------------------------------------
+// mirrors cpu::cross_entropy_forward_backward
+__global__ void cross_entropy_kernel(float* losses, float* logits, const int* targets, int V,
+                                     float grad_scale) {
+  __shared__ float target_logit;
+  const size_t row = blockIdx.x;
+  float* x = logits + row * V;
+  const int t = targets[row];
+  // t < 0: ignored row, no loss and no gradient. t >= V (the CPU twin throws; a kernel
+  // cannot): a NaN loss that the step report shows, instead of reading past the row.
+  if (t < 0 || t >= V) {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) x[j] = 0.0f;
+    if (threadIdx.x == 0) losses[row] = t < 0 ? 0.0f : NAN;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
+  const float lse = mx + logf(block_sum(sum));
+  // The target's logit is read before any thread overwrites the row with gradients.
+  if (threadIdx.x == 0) {
+    target_logit = x[t];
+    losses[row] = lse - target_logit;
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    x[j] = (expf(x[j] - lse) - (j == t ? 1.0f : 0.0f)) * grad_scale;
+}
+
+void cross_entropy_forward_backward(float* losses, float* logits, const int* targets, int N, int V,
+                                    float grad_scale) {
+  if (N == 0) return;
+  cross_entropy_kernel<<<N, kThreads, 0, stream()>>>(losses, logits, targets, V, grad_scale);
+  KERNEL_CHECK();
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------
+// mirrors cpu::adamw_update: the gradient is scaled by the clipping coefficient first.
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float bias1, float bias2, float grad_scale) {
+  GRID_STRIDE_LOOP(i, n) {
+    adamw_step(params[i], m[i], v[i], grads[i] * grad_scale, lr, beta1, beta2, eps, weight_decay,
+               bias1, bias2);
+  }
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
+                  float grad_scale) {
+  if (n == 0) return;
+  adamw_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(params, grads, m, v, n, lr, beta1, beta2, eps,
+                                                      weight_decay, bias1, bias2, grad_scale);
+  KERNEL_CHECK();
+}
+
+// ---- sum of squares ------------------------------------------------------------------------
+constexpr int kSumBlocks = 256;
+
+// mirrors cpu::sum_squares: partial[block] = sum over the block's grid-strided elements.
+__global__ void sum_squares_kernel(double* partial, const float* x, size_t n) {
+  double s = 0.0;
+  GRID_STRIDE_LOOP(i, n) s += (double)x[i] * (double)x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+double sum_squares(const float* x, size_t n) {
+  if (n == 0) return 0.0;
+  // A small device buffer kept for the life of the process (2 KiB, outside the ledger).
+  static double* partial = nullptr;
+  if (partial == nullptr) CUDA_CHECK(cudaMalloc(&partial, kSumBlocks * sizeof(double)));
+  sum_squares_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, x, n);
+  KERNEL_CHECK();
+  double host[kSumBlocks];
+  CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
+}
+
+}  // namespace cuda
+}  // namespace kernels

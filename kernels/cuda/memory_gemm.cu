@@ -1,0 +1,120 @@
+// kernels/cuda/memory_gemm.cu: the CUDA backend's state (one stream, one cuBLAS handle),
+// memory, and GEMM. Mirrors kernels::cpu's memory functions and gemm (OpenBLAS sgemm).
+//
+// The one trick is GEMM's layout. ops.h is row-major; cuBLAS is column-major. A row-major
+// matrix X (rows x cols, row stride ld) is, byte for byte, the column-major matrix X^T
+// with leading dimension ld. So instead of C = op(A) op(B) we ask cuBLAS for
+//     C^T = op(B)^T op(A)^T          (an n x m column-major product)
+// by passing B first and A second, each with its own transpose flag, and m and n
+// swapped: no data moves, and the strides are the row strides the caller gave.
+//
+// Precision: CUBLAS_DEFAULT_MATH with cublasSgemm is plain fp32 (TF32 only if the
+// NVIDIA_TF32_OVERRIDE environment variable forces it), so results match the CPU twin to
+// fp32 rounding.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda_ops.h"
+
+namespace kernels {
+namespace cuda {
+
+// ---- device state --------------------------------------------------------------------------
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so that it does not surface at a later check
+    return 0;
+  }
+  return n;
+}
+
+// A blocking stream (not cudaStreamNonBlocking): work that other code queues on the legacy
+// default stream stays ordered with ours.
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t created;
+    CUDA_CHECK(cudaStreamCreate(&created));
+    return created;
+  }();
+  return s;
+}
+
+cublasHandle_t cublas() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t created;
+    CUBLAS_CHECK(cublasCreate(&created));
+    CUBLAS_CHECK(cublasSetStream(created, stream()));
+    CUBLAS_CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
+    return created;
+  }();
+  return h;
+}
+
+void* current_stream() { return (void*)stream(); }
+
+// ---- memory --------------------------------------------------------------------------------
+void* device_malloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes));
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+  // Synchronised so that code on other streams (NCCL) may use the buffer at once.
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return p;
+}
+
+void device_free(void* p) {
+  if (p == nullptr) return;
+  // An op still queued may read or write p.
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  CUDA_CHECK(cudaFree(p));
+}
+
+// The host copies block: the caller reads (or reuses) the host buffer right after.
+void memcpy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void memcpy_from_host(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void memcpy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void memset_zero(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+}
+
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+// ---- GEMM ----------------------------------------------------------------------------------
+static cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// Row-major C(m,n) = alpha op(A) op(B) + beta C, computed as column-major
+// C^T(n,m) = alpha op(B)^T op(A)^T + beta C^T (see the header comment).
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
+  if (m == 0 || n == 0) return;
+  CUBLAS_CHECK(cublasSgemm(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, ldb, A, lda,
+                           &beta, C, ldc));
+}
+
+void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* A, int lda, long long stride_a, const float* B, int ldb,
+                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
+                          int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  CUBLAS_CHECK(cublasSgemmStridedBatched(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B,
+                                         ldb, stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
+                                         batch));
+}
+
+}  // namespace cuda
+}  // namespace kernels

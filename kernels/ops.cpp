@@ -1,0 +1,295 @@
+// kernels/ops.cpp: kernels::NAME(Device d, ...) -> kernels::cpu::NAME or kernels::cuda::NAME,
+// and the host-side FLOP counter.
+//
+// The dispatch is the only place that knows both backends exist: model/ and parallel/ call
+// kernels::NAME with the Device they were configured with. In a CPU_ONLY build
+// (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) the CUDA branch throws instead of linking
+// against kernels/cuda/.
+//
+// FLOPs are counted here, at launch, from the arguments alone (so both backends count the
+// same and the CUDA count needs no device round trip). Only matrix products are counted, one
+// multiply-add = 2 FLOPs (instrument/flops.h compares them with the plan):
+//   gemm                      2 m n k
+//   gemm_strided_batched      2 m n k batch
+//   flash forward             2 products (Q K^T, P V) over the pairs the causal mask keeps:
+//                             query i sees i+1 keys, sum_i (i+1) = S(S+1)/2 pairs per (b,
+//                             head), 2D FLOPs per pair per product:
+//                             2 * 2D * B A S(S+1)/2 = 4 D B A S(S+1)/2
+//   flash backward            5 products (Q K^T recomputed, dP' = dO V^T, dV, dQ, dK):
+//                             5 * 2D * B A S(S+1)/2 = 10 D B A S(S+1)/2
+// The tiled kernels also multiply the masked upper half of each diagonal tile (zeroed
+// afterwards); that work is not counted, as FlashAttention's own accounting leaves it out.
+//
+// GEMM wall time is measured here too, around the dispatch: on the CPU backend the call
+// returns when the product is done, so the elapsed time is the GEMM's. A CUDA launch returns
+// at once; timing it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
+//
+// defines: everything declared in kernels/ops.h, cuda_compiled, cuda_device_count
+#include <chrono>
+#include <stdexcept>
+
+#include "kernels/cpu_ops.h"
+#include "kernels/ops.h"
+#ifndef PARALAB_CPU_ONLY
+#include <cuda_runtime_api.h>
+#include "kernels/cuda_ops.h"
+#endif
+
+namespace kernels {
+
+// ---- device queries ---------------------------------------------------------------------
+
+#ifndef PARALAB_CPU_ONLY
+bool cuda_compiled() { return true; }
+int cuda_device_count() { return cuda::device_count(); }
+void cuda_select_device(int local_rank) {
+  const int n = cuda::device_count();
+  if (n == 0) throw std::runtime_error("--device cuda: no GPU is visible");
+  if (cudaSetDevice(local_rank % n) != cudaSuccess)
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(local_rank % n) + ") failed");
+}
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cuda::device_count() == 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "";
+  return prop.name;
+}
+#else
+bool cuda_compiled() { return false; }
+int cuda_device_count() { return 0; }
+std::string cuda_device_name() { return ""; }
+
+[[noreturn]] static void no_cuda() {
+  throw std::runtime_error("--device cuda: this binary was built without CUDA (make CPU_ONLY=1)");
+}
+void cuda_select_device(int) { no_cuda(); }
+#endif
+
+// ON_DEVICE(NAME, args...) is the body of every op below:
+//   if (d == Device::CUDA) return cuda::NAME(args...);   (throws in a CPU_ONLY build)
+//   return cpu::NAME(args...);
+// `return f(...)` of a void f is legal C++, so one macro serves void and non-void ops.
+#ifndef PARALAB_CPU_ONLY
+#define ON_DEVICE(NAME, ...)                              \
+  if (d == Device::CUDA) return cuda::NAME(__VA_ARGS__); \
+  return cpu::NAME(__VA_ARGS__)
+#else
+#define ON_DEVICE(NAME, ...)         \
+  if (d == Device::CUDA) no_cuda(); \
+  return cpu::NAME(__VA_ARGS__)
+#endif
+
+// ---- FLOP counter -----------------------------------------------------------------------
+
+static double g_flops = 0.0;
+
+double flop_counter() { return g_flops; }
+void reset_flop_counter() { g_flops = 0.0; }
+void add_flops(double f) { g_flops += f; }
+
+// ---- GEMM wall time ----------------------------------------------------------------------
+
+static double g_gemm_seconds = 0.0;
+static bool g_gemm_on_cuda = false;  // a CUDA GEMM since the reset: the time is unknown
+
+double gemm_seconds() { return g_gemm_on_cuda ? -1.0 : g_gemm_seconds; }
+void reset_gemm_seconds() {
+  g_gemm_seconds = 0.0;
+  g_gemm_on_cuda = false;
+}
+
+// Lives for one GEMM call and adds its duration to g_gemm_seconds when it ends.
+class GemmTimer {
+ public:
+  explicit GemmTimer(Device d) : start_(std::chrono::steady_clock::now()) {
+    if (d == Device::CUDA) g_gemm_on_cuda = true;
+  }
+  ~GemmTimer() {
+    g_gemm_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// B A S(S+1)/2: the (b, head, query i, key j <= i) pairs of causal attention.
+static double causal_pairs(int B, int A, int S) {
+  return (double)B * A * ((double)S * (S + 1) / 2.0);
+}
+
+// ---- memory -----------------------------------------------------------------------------
+
+void* device_malloc(Device d, size_t bytes) { ON_DEVICE(device_malloc, bytes); }
+void device_free(Device d, void* p) { ON_DEVICE(device_free, p); }
+void memcpy_to_host(Device d, void* host_dst, const void* src, size_t bytes) {
+  ON_DEVICE(memcpy_to_host, host_dst, src, bytes);
+}
+void memcpy_from_host(Device d, void* dst, const void* host_src, size_t bytes) {
+  ON_DEVICE(memcpy_from_host, dst, host_src, bytes);
+}
+void memcpy_device(Device d, void* dst, const void* src, size_t bytes) {
+  ON_DEVICE(memcpy_device, dst, src, bytes);
+}
+void memset_zero(Device d, void* p, size_t bytes) { ON_DEVICE(memset_zero, p, bytes); }
+void synchronize(Device d) { ON_DEVICE(synchronize, ); }
+
+// ---- GEMM -------------------------------------------------------------------------------
+
+void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  add_flops(2.0 * m * n * k);
+  GemmTimer timer(d);
+  ON_DEVICE(gemm, trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, int k,
+                          float alpha, const float* A, int lda, long long stride_a,
+                          const float* B, int ldb, long long stride_b, float beta, float* C,
+                          int ldc, long long stride_c, int batch) {
+  add_flops(2.0 * m * n * k * batch);
+  GemmTimer timer(d);
+  ON_DEVICE(gemm_strided_batched, trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb,
+            stride_b, beta, C, ldc, stride_c, batch);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+
+void add(Device d, float* out, const float* a, const float* b, size_t n) {
+  ON_DEVICE(add, out, a, b, n);
+}
+void accumulate(Device d, float* out, const float* a, size_t n) {
+  ON_DEVICE(accumulate, out, a, n);
+}
+void scale(Device d, float* x, float s, size_t n) { ON_DEVICE(scale, x, s, n); }
+void add_bias(Device d, float* y, const float* bias, int N, int C) {
+  ON_DEVICE(add_bias, y, bias, N, C);
+}
+void bias_backward(Device d, float* dbias, const float* dy, int N, int C) {
+  ON_DEVICE(bias_backward, dbias, dy, N, C);
+}
+
+// ---- embedding --------------------------------------------------------------------------
+
+void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
+                       const float* wpe, int N, int seq_len, int C) {
+  ON_DEVICE(embedding_forward, out, tokens, wte, wpe, N, seq_len, C);
+}
+void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
+                        const int* tokens, int N, int seq_len, int C) {
+  ON_DEVICE(embedding_backward, dwte, dwpe, dout, tokens, N, seq_len, C);
+}
+
+// ---- norms ------------------------------------------------------------------------------
+
+void layernorm_forward(Device d, float* out, float* mean, float* rstd, const float* x,
+                       const float* w, const float* b, int N, int C, float eps) {
+  ON_DEVICE(layernorm_forward, out, mean, rstd, x, w, b, N, C, eps);
+}
+void layernorm_backward(Device d, float* dx, float* dw, float* db, const float* dout,
+                        const float* x, const float* w, const float* mean, const float* rstd,
+                        int N, int C) {
+  ON_DEVICE(layernorm_backward, dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+void rmsnorm_forward(Device d, float* out, float* rstd, const float* x, const float* w, int N,
+                     int C, float eps) {
+  ON_DEVICE(rmsnorm_forward, out, rstd, x, w, N, C, eps);
+}
+void rmsnorm_backward(Device d, float* dx, float* dw, const float* dout, const float* x,
+                      const float* w, const float* rstd, int N, int C) {
+  ON_DEVICE(rmsnorm_backward, dx, dw, dout, x, w, rstd, N, C);
+}
+
+// ---- activations ------------------------------------------------------------------------
+
+void gelu_forward(Device d, float* out, const float* in, size_t n) {
+  ON_DEVICE(gelu_forward, out, in, n);
+}
+void gelu_backward(Device d, float* din, const float* dout, const float* in, size_t n) {
+  ON_DEVICE(gelu_backward, din, dout, in, n);
+}
+void swiglu_forward(Device d, float* out, const float* in, int N, int F) {
+  ON_DEVICE(swiglu_forward, out, in, N, F);
+}
+void swiglu_backward(Device d, float* din, const float* dout, const float* in, int N, int F) {
+  ON_DEVICE(swiglu_backward, din, dout, in, N, F);
+}
+
+// ---- dropout ----------------------------------------------------------------------------
+
+void dropout_forward(Device d, float* out, uint8_t* mask, const float* in, size_t n, float p,
+                     uint64_t seed, uint64_t stream) {
+  ON_DEVICE(dropout_forward, out, mask, in, n, p, seed, stream);
+}
+void dropout_backward(Device d, float* din, const float* dout, const uint8_t* mask, size_t n,
+                      float p) {
+  ON_DEVICE(dropout_backward, din, dout, mask, n, p);
+}
+
+// ---- attention layout -------------------------------------------------------------------
+
+void qkv_split_forward(Device d, float* q, float* k, float* v, const float* qkv, int B, int S,
+                       int A, int G, int D, float rope_theta) {
+  ON_DEVICE(qkv_split_forward, q, k, v, qkv, B, S, A, G, D, rope_theta);
+}
+void qkv_split_backward(Device d, float* dqkv, const float* dq, const float* dk,
+                        const float* dv, int B, int S, int A, int G, int D, float rope_theta) {
+  ON_DEVICE(qkv_split_backward, dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+}
+void heads_merge_forward(Device d, float* out, const float* o, int B, int S, int A, int D) {
+  ON_DEVICE(heads_merge_forward, out, o, B, S, A, D);
+}
+void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S, int A,
+                          int D) {
+  ON_DEVICE(heads_merge_backward, d_o, dout, B, S, A, D);
+}
+
+// ---- attention, naive pieces ------------------------------------------------------------
+
+void causal_softmax_forward(Device d, float* probs, const float* scores, int rows, int S,
+                            float scale) {
+  ON_DEVICE(causal_softmax_forward, probs, scores, rows, S, scale);
+}
+void causal_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
+                             int rows, int S, float scale) {
+  ON_DEVICE(causal_softmax_backward, dscores, dprobs, probs, rows, S, scale);
+}
+
+// ---- attention, flash -------------------------------------------------------------------
+
+void flash_attention_forward(Device d, float* o, float* lse, const float* q, const float* k,
+                             const float* v, int B, int A, int G, int S, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream) {
+  add_flops(4.0 * D * causal_pairs(B, A, S));
+  ON_DEVICE(flash_attention_forward, o, lse, q, k, v, B, A, G, S, D, scale, dropout_p, seed,
+            stream);
+}
+void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const float* dout,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, int B, int A, int G, int S, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream) {
+  add_flops(10.0 * D * causal_pairs(B, A, S));
+  ON_DEVICE(flash_attention_backward, dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale,
+            dropout_p, seed, stream);
+}
+
+// ---- loss -------------------------------------------------------------------------------
+
+void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
+                                    int N, int V, float grad_scale) {
+  ON_DEVICE(cross_entropy_forward_backward, losses, logits, targets, N, V, grad_scale);
+}
+
+// ---- optimizer --------------------------------------------------------------------------
+
+void adamw_update(Device d, float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float bias1, float bias2, float grad_scale) {
+  ON_DEVICE(adamw_update, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
+            bias2, grad_scale);
+}
+double sum_squares(Device d, const float* x, size_t n) { ON_DEVICE(sum_squares, x, n); }
+
+}  // namespace kernels

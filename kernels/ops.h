@@ -1,0 +1,159 @@
+// kernels/ops.h: every device operation the model uses, one declaration each.
+//
+// Each op exists twice with the same signature: kernels::cpu::NAME (kernels/cpu/, plain
+// loops and OpenBLAS: the pseudocode a student reads) and kernels::cuda::NAME
+// (kernels/cuda/, the CUDA kernel that mirrors it). kernels::NAME(Device, ...) below
+// dispatches (kernels/ops.cpp). kernels/ knows nothing of parallelism or of the model.
+//
+// Conventions, for all ops:
+//  - row-major; a "row" is one token; N = number of tokens (b*s), C = channels;
+//  - every pointer lives on the op's device; float is fp32;
+//  - parameter gradients (dw, db) are ACCUMULATED (+=): microbatches and tied weights add
+//    into one gradient buffer;
+//  - activation gradients follow the comment on each op ("=" writes, "+=" accumulates);
+//  - ops are asynchronous on CUDA (one stream); kernels::synchronize waits.
+#pragma once
+#include <cstdint>
+#include "kernels/common.h"
+
+namespace kernels {
+
+// ---- memory -----------------------------------------------------------------------
+void* device_malloc(Device d, size_t bytes);  // zero-filled
+void device_free(Device d, void* p);
+void memcpy_to_host(Device d, void* host_dst, const void* src, size_t bytes);
+void memcpy_from_host(Device d, void* dst, const void* host_src, size_t bytes);
+void memcpy_device(Device d, void* dst, const void* src, size_t bytes);
+void memset_zero(Device d, void* p, size_t bytes);
+void synchronize(Device d);
+
+// ---- GEMM -----------------------------------------------------------------------
+// C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, row-major, op = transpose if flag.
+// lda/ldb/ldc are row strides of the matrices as stored. cuBLAS / OpenBLAS sgemm.
+// Every call adds 2*m*n*k to the FLOP counter below (the measured FLOPs of a step).
+void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// The same for `batch` independent products, matrix i at A + i*stride_a etc.
+void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, int k,
+                          float alpha, const float* A, int lda, long long stride_a,
+                          const float* B, int ldb, long long stride_b, float beta, float* C,
+                          int ldc, long long stride_c, int batch);
+// FLOPs done by gemm, gemm_strided_batched and the attention kernels since the last reset
+// (host counter, counted at launch).
+double flop_counter();
+void reset_flop_counter();
+void add_flops(double f);
+// Wall-clock seconds spent inside gemm and gemm_strided_batched since the last reset: the
+// denominator of bench/throughput.sh's step/GEMM ratio. Measured on the CPU backend only,
+// where a call returns when its product is done; a CUDA launch returns at once, so there
+// it is not measured and gemm_seconds() returns -1.
+double gemm_seconds();
+void reset_gemm_seconds();
+
+// ---- elementwise ------------------------------------------------------------------
+void add(Device d, float* out, const float* a, const float* b, size_t n);   // out = a + b
+void accumulate(Device d, float* out, const float* a, size_t n);            // out += a
+void scale(Device d, float* x, float s, size_t n);                          // x *= s
+// y(N,C) += bias(C) broadcast over rows.
+void add_bias(Device d, float* y, const float* bias, int N, int C);
+// dbias(C) += sum over rows of dy(N,C).
+void bias_backward(Device d, float* dbias, const float* dy, int N, int C);
+
+// ---- embedding ----------------------------------------------------------------------
+// out(N,C) = wte[tokens[i]] (+ wpe[i % seq_len] when wpe != nullptr). tokens are int32.
+void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
+                       const float* wpe, int N, int seq_len, int C);
+// dwte[tokens[i]] += dout[i]; dwpe[i % seq_len] += dout[i] (when dwpe != nullptr).
+void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
+                        const int* tokens, int N, int seq_len, int C);
+
+// ---- norms --------------------------------------------------------------------------
+// LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (biased variance).
+// Saves mean(N) and rstd(N) for backward.
+void layernorm_forward(Device d, float* out, float* mean, float* rstd, const float* x,
+                       const float* w, const float* b, int N, int C, float eps);
+// dx += ..., dw += ..., db += ...
+void layernorm_backward(Device d, float* dx, float* dw, float* db, const float* dout,
+                        const float* x, const float* w, const float* mean,
+                        const float* rstd, int N, int C);
+// RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). Saves rstd(N).
+void rmsnorm_forward(Device d, float* out, float* rstd, const float* x, const float* w,
+                     int N, int C, float eps);
+// dx += ..., dw += ...
+void rmsnorm_backward(Device d, float* dx, float* dw, const float* dout, const float* x,
+                      const float* w, const float* rstd, int N, int C);
+
+// ---- activations ----------------------------------------------------------------------
+void gelu_forward(Device d, float* out, const float* in, size_t n);
+// din = dout * gelu'(in)   ("=")
+void gelu_backward(Device d, float* din, const float* dout, const float* in, size_t n);
+// in(N, 2F) holds [gate | up] per row; out(N,F) = silu(gate) * up.
+void swiglu_forward(Device d, float* out, const float* in, int N, int F);
+// din(N,2F) = ("=") [dout*up*silu'(gate) | dout*silu(gate)]
+void swiglu_backward(Device d, float* din, const float* dout, const float* in, int N, int F);
+
+// ---- dropout --------------------------------------------------------------------------
+// Keep element i when counter_uniform(seed, stream, i) >= p (kernels/math.h); out = in *
+// keep / (1-p); mask[i] = keep (1 byte). p == 0 copies and sets mask to 1.
+void dropout_forward(Device d, float* out, uint8_t* mask, const float* in, size_t n, float p,
+                     uint64_t seed, uint64_t stream);
+// din = ("=") dout * mask / (1-p)
+void dropout_backward(Device d, float* din, const float* dout, const uint8_t* mask,
+                      size_t n, float p);
+
+// ---- attention layout -----------------------------------------------------------------
+// Attention shapes: B batch, S sequence, A query heads, G query groups (key/value heads,
+// A % G == 0), D head dim. Per token the fused QKV row holds G groups, each
+// [A/G query heads | 1 key head | 1 value head] of D channels (Megatron's layout, so a
+// tensor-parallel rank owns whole groups).
+// qkv(B*S, (A+2G)*D) -> q(B,A,S,D), k(B,G,S,D), v(B,G,S,D); when rope_theta > 0 rotates q and
+// k by position s (rotate-half RoPE, kernels/math.h).
+void qkv_split_forward(Device d, float* q, float* k, float* v, const float* qkv, int B, int S,
+                       int A, int G, int D, float rope_theta);
+// The inverse: dqkv ("=") from dq, dk, dv, un-rotating dq and dk.
+void qkv_split_backward(Device d, float* dqkv, const float* dq, const float* dk,
+                        const float* dv, int B, int S, int A, int G, int D, float rope_theta);
+// o(B,A,S,D) -> out(B*S, A*D) and back ("=").
+void heads_merge_forward(Device d, float* out, const float* o, int B, int S, int A, int D);
+void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S, int A, int D);
+
+// ---- attention, naive pieces (the probabilities are materialised) ------------------------
+// In-place causal softmax of scores(rows, S, S) scaled by `scale`: row i of each matrix
+// keeps columns j <= i, the rest become 0.
+void causal_softmax_forward(Device d, float* probs, const float* scores, int rows, int S,
+                            float scale);
+// dscores ("=") = scale * P * (dP - rowsum(dP * P)).
+void causal_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
+                             int rows, int S, float scale);
+
+// ---- attention, flash (tiled, online softmax, saves only the log-sum-exp) ---------------
+// o(B,A,S,D) = softmax(q k^T * scale, causal) v with dropout p on the probabilities
+// (dropout_keep(seed, stream, ((b*A + h)*S + i)*S + j), the same index the naive path uses).
+// lse(B,A,S) = log sum_j exp(scale * q_i . k_j) over the unmasked j (before dropout).
+void flash_attention_forward(Device d, float* o, float* lse, const float* q, const float* k,
+                             const float* v, int B, int A, int G, int S, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream);
+// dq, dk, dv ("=") from do, recomputing the probabilities from q, k and lse.
+void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const float* dout,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, int B, int A, int G, int S, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream);
+
+// ---- loss -------------------------------------------------------------------------------
+// Softmax cross-entropy over rows of logits(N,V), fused with its backward: writes
+// losses[i] = logsumexp(logits_i) - logits_i[target_i] and overwrites logits with
+// dlogits = (softmax(logits_i) - onehot(target_i)) * grad_scale. Rows whose target < 0 are
+// ignored (loss 0, gradient 0).
+void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
+                                    int N, int V, float grad_scale);
+
+// ---- optimizer ----------------------------------------------------------------------------
+// AdamW (kernels/math.h adamw_step) on n elements; the gradient is multiplied by grad_scale
+// (the clipping coefficient) first; wd applies to every element given.
+void adamw_update(Device d, float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float bias1, float bias2, float grad_scale);
+// Sum of squares of x(n), accumulated in double, returned to the host (blocking).
+double sum_squares(Device d, const float* x, size_t n);
+
+}  // namespace kernels

@@ -1,0 +1,107 @@
+// model/attention.cpp: the attention core, softmax(q k^T / sqrt(d)) v with a causal mask, two
+// ways (--attention):
+//
+//  naive  materialises the probabilities P (B,a,S,S) and keeps them for backward: the
+//         5as/h term of Korthikanti et al.'s activation count (2 bytes P + 1 byte dropout
+//         mask + 2 bytes dropped P, per element, with 16-bit activations).
+//  flash  tiles the product with an online softmax and keeps only the log-sum-exp (B,a,S);
+//         backward recomputes P from q, k and lse (Dao et al. 2022).
+//
+// Grouped-query attention: the a/g query heads of one group share its key/value head, and
+// are contiguous in q (B,a,S,d), so one GEMM per (batch, group) handles a whole group:
+// Q_group (a/g * S, d) x K^T (d, S) -> scores (a/g * S, S).
+#include <cmath>
+#include "kernels/ops.h"
+#include "model/layer.h"
+
+namespace paralab {
+
+namespace {
+struct Dims {
+  int B, S, A, G, D, R;  // R = heads per group
+  long long q_group, kv_group, p_group;  // element strides per (batch, group)
+};
+Dims dims(const LayerContext& c) {
+  const ModelConfig& m = c.model;
+  Dims x{c.B, m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(), 0, 0, 0, 0};
+  x.R = x.A / x.G;
+  x.q_group = (long long)x.R * x.S * x.D;
+  x.kv_group = (long long)x.S * x.D;
+  x.p_group = (long long)x.R * x.S * x.S;
+  return x;
+}
+}  // namespace
+
+void attention_forward(const LayerContext& c, LayerActivations& act, Workspace& ws) {
+  const Dims x = dims(c);
+  const float scale = 1.0f / std::sqrt((float)x.D);
+  const float p = c.model.attention_dropout;
+  const uint64_t stream = 4ull * c.layer + 1;
+  const auto dev = c.device;
+  if (c.model.attention == AttentionImpl::FLASH) {
+    kernels::flash_attention_forward(dev, ws.o_heads.data(), act.lse.data(), act.q.data(),
+                                     act.k.data(), act.v.data(), x.B, x.A, x.G, x.S, x.D, scale,
+                                     p, c.dropout_seed, stream);
+  } else {
+    // scores = Q K^T per (batch, group); P = causal_softmax(scale * scores)
+    kernels::gemm_strided_batched(dev, false, true, x.R * x.S, x.S, x.D, 1.0f, act.q.data(),
+                                  x.D, x.q_group, act.k.data(), x.D, x.kv_group, 0.0f,
+                                  ws.scores.data(), x.S, x.p_group, x.B * x.G);
+    kernels::causal_softmax_forward(dev, act.probs.data(), ws.scores.data(), x.B * x.A, x.S,
+                                    scale);
+    const float* used = act.probs.data();
+    if (p > 0.0f) {
+      kernels::dropout_forward(dev, act.probs_dropped.data(), act.attn_mask.data(),
+                               act.probs.data(), act.probs.size(), p, c.dropout_seed, stream);
+      used = act.probs_dropped.data();
+    }
+    // O = P' V per (batch, group): (R*S, S) x (S, d)
+    kernels::gemm_strided_batched(dev, false, false, x.R * x.S, x.D, x.S, 1.0f, used, x.S,
+                                  x.p_group, act.v.data(), x.D, x.kv_group, 0.0f,
+                                  ws.o_heads.data(), x.D, x.q_group, x.B * x.G);
+  }
+  kernels::heads_merge_forward(dev, act.ctx.data(), ws.o_heads.data(), x.B, x.S, x.A, x.D);
+}
+
+void attention_backward(const LayerContext& c, LayerActivations& act, Workspace& ws) {
+  const Dims x = dims(c);
+  const float scale = 1.0f / std::sqrt((float)x.D);
+  const float p = c.model.attention_dropout;
+  const uint64_t stream = 4ull * c.layer + 1;
+  const auto dev = c.device;
+  kernels::heads_merge_backward(dev, ws.do_heads.data(), ws.dctx.data(), x.B, x.S, x.A, x.D);
+  if (c.model.attention == AttentionImpl::FLASH) {
+    // flash backward needs O in head layout: un-merge the saved ctx (a permutation).
+    kernels::heads_merge_backward(dev, ws.o_heads.data(), act.ctx.data(), x.B, x.S, x.A, x.D);
+    kernels::flash_attention_backward(dev, ws.dq.data(), ws.dk.data(), ws.dv.data(),
+                                      ws.do_heads.data(), act.q.data(), act.k.data(),
+                                      act.v.data(), ws.o_heads.data(), act.lse.data(), x.B, x.A,
+                                      x.G, x.S, x.D, scale, p, c.dropout_seed, stream);
+    return;
+  }
+  const float* used = p > 0.0f ? act.probs_dropped.data() : act.probs.data();
+  // dP' = dO V^T: (R*S, d) x (d, S)
+  kernels::gemm_strided_batched(dev, false, true, x.R * x.S, x.S, x.D, 1.0f, ws.do_heads.data(),
+                                x.D, x.q_group, act.v.data(), x.D, x.kv_group, 0.0f,
+                                ws.dprobs.data(), x.S, x.p_group, x.B * x.G);
+  // dV = P'^T dO, summed over the R heads of the group: (S, R*S) x (R*S, d)
+  kernels::gemm_strided_batched(dev, true, false, x.S, x.D, x.R * x.S, 1.0f, used, x.S,
+                                x.p_group, ws.do_heads.data(), x.D, x.q_group, 0.0f,
+                                ws.dv.data(), x.D, x.kv_group, x.B * x.G);
+  if (p > 0.0f)
+    kernels::dropout_backward(dev, ws.dprobs.data(), ws.dprobs.data(), act.attn_mask.data(),
+                              ws.dprobs.size(), p);
+  // dS = scale * P * (dP - rowsum(dP * P)), into the scores scratch
+  kernels::causal_softmax_backward(dev, ws.scores.data(), ws.dprobs.data(), act.probs.data(),
+                                   x.B * x.A, x.S, scale);
+  // dQ = dS K: (R*S, S) x (S, d)
+  kernels::gemm_strided_batched(dev, false, false, x.R * x.S, x.D, x.S, 1.0f, ws.scores.data(),
+                                x.S, x.p_group, act.k.data(), x.D, x.kv_group, 0.0f,
+                                ws.dq.data(), x.D, x.q_group, x.B * x.G);
+  // dK = dS^T Q, summed over the group's heads: (S, R*S) x (R*S, d)
+  kernels::gemm_strided_batched(dev, true, false, x.S, x.D, x.R * x.S, 1.0f, ws.scores.data(),
+                                x.S, x.p_group, act.q.data(), x.D, x.q_group, 0.0f,
+                                ws.dk.data(), x.D, x.kv_group, x.B * x.G);
+}
+
+}  // namespace paralab

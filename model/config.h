@@ -1,0 +1,79 @@
+// model/config.h: the configuration structs every part of paralab reads.
+//
+// Plain data, no behaviour beyond derived sizes: instrument/plan is pure arithmetic on
+// these, the CLI (trainer.cu) fills them, the model allocates from them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace paralab {
+
+enum class Arch { GPT, LLAMA };
+enum class AttentionImpl { FLASH, NAIVE };
+enum class AttentionFlops { FULL, CAUSAL };  // convention for *model* FLOPs (plan, MFU)
+enum class LrDecay { CONSTANT, LINEAR, COSINE };
+
+struct ModelConfig {
+  Arch arch = Arch::GPT;
+  int num_layers = 2;
+  int hidden_size = 64;          // h
+  int ffn_hidden_size = 0;       // 0 -> 4h
+  int num_attention_heads = 4;   // a
+  int num_query_groups = 0;      // g; 0 -> a (multi-head attention)
+  int seq_length = 32;           // s
+  int vocab_size = 256;          // V
+  float hidden_dropout = 0.0f;   // after attention projection and after MLP (gpt)
+  float attention_dropout = 0.0f;// on attention probabilities (gpt)
+  float norm_epsilon = 1e-5f;
+  float rope_theta = 10000.0f;   // llama only
+  AttentionImpl attention = AttentionImpl::FLASH;
+  bool fused_cross_entropy = true;
+  int cross_entropy_chunk = 1024;  // tokens per chunk of the fused loss
+
+  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int head_dim() const { return hidden_size / num_attention_heads; }
+  bool is_gpt() const { return arch == Arch::GPT; }
+  bool tied_embeddings() const { return arch == Arch::GPT; }
+  bool has_bias() const { return arch == Arch::GPT; }
+  // Width of the fused QKV projection output: (a + 2g) * head_dim.
+  int qkv_size() const { return (num_attention_heads + 2 * groups()) * head_dim(); }
+  // Width of fc1's output: SwiGLU computes gate and up in one GEMM.
+  int fc1_size() const { return arch == Arch::LLAMA ? 2 * ffn() : ffn(); }
+};
+
+struct TrainConfig {
+  int micro_batch_size = 4;      // b
+  int global_batch_size = 0;     // 0 -> micro_batch_size * dp
+  int train_iters = 200;
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int lr_warmup_iters = 0;
+  int lr_decay_iters = 0;        // 0 -> train_iters
+  LrDecay lr_decay_style = LrDecay::COSINE;
+  float weight_decay = 0.1f;
+  float clip_grad = 1.0f;        // 0 disables clipping
+  float adam_beta1 = 0.9f;
+  float adam_beta2 = 0.95f;
+  float adam_eps = 1e-8f;
+  uint64_t seed = 1234;
+  bool bf16 = false;             // parameter/gradient/activation storage precision
+};
+
+// The parallel layout; issue 2 runs every dimension at 1 except data parallelism.
+struct ParallelConfig {
+  int world_size = 1;
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int context_parallel = 1;
+  int expert_parallel = 1;
+  int zero_stage = 0;
+  int data_parallel() const {
+    return world_size / (tensor_parallel * pipeline_parallel * context_parallel);
+  }
+};
+
+// Bytes of one activation/parameter element in storage.
+inline int storage_bytes(const TrainConfig& t) { return t.bf16 ? 2 : 4; }
+
+}  // namespace paralab

@@ -1,0 +1,61 @@
+// model/optimizer.cpp: AdamW with global-norm clipping and Megatron's learning-rate schedule.
+//
+// In fp32 training the parameters are their own master copy (master_params holds nothing);
+// the Adam moments m and v are 2 x 4 bytes per parameter, category optimizer_states.
+#include "model/optimizer.h"
+#include <algorithm>
+#include <cmath>
+#include "kernels/ops.h"
+
+namespace paralab {
+
+float learning_rate(const TrainConfig& t, int step) {
+  const int warmup = t.lr_warmup_iters;
+  const int decay = t.lr_decay_iters > 0 ? t.lr_decay_iters : t.train_iters;
+  if (warmup > 0 && step <= warmup) return t.lr * (float)step / (float)warmup;
+  if (step > decay) return t.min_lr;
+  if (t.lr_decay_style == LrDecay::CONSTANT || decay <= warmup) return t.lr;
+  const double progress = (double)(step - warmup) / (double)(decay - warmup);
+  double coeff;
+  if (t.lr_decay_style == LrDecay::LINEAR) coeff = 1.0 - progress;
+  else coeff = 0.5 * (1.0 + std::cos(M_PI * progress));  // cosine
+  return (float)(t.min_lr + (t.lr - t.min_lr) * coeff);
+}
+
+AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), train_(train) {
+  const int64_t n = model.data_parallel().state_numel();
+  m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
+  v_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
+}
+
+float AdamW::step(float lr) {
+  DataParallel& dp = model_.data_parallel();
+  const kernels::Device dev = model_.device();
+  dp.finish_gradients();
+  const double norm = std::sqrt(dp.grad_sum_squares());
+  // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
+  float clip = 1.0f;
+  if (train_.clip_grad > 0.0f && norm > train_.clip_grad)
+    clip = (float)(train_.clip_grad / (norm + 1e-6));
+  ++step_;
+  const float bias1 = 1.0f - std::pow(train_.adam_beta1, (float)step_);
+  const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
+  // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: update
+  // each intersection of a segment with a tensor on its own.
+  for (const OwnedSegment& seg : dp.owned_segments()) {
+    for (const TensorView& v : model_.views()) {
+      const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
+      const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
+      if (lo >= hi) continue;
+      const int64_t k = lo - seg.flat_begin;
+      const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
+      kernels::adamw_update(dev, seg.param + k, seg.grad + k, m_.data() + seg.state_offset + k,
+                            v_.data() + seg.state_offset + k, hi - lo, lr, train_.adam_beta1,
+                            train_.adam_beta2, train_.adam_eps, wd, bias1, bias2, clip);
+    }
+  }
+  dp.after_optimizer_step();
+  return (float)norm;
+}
+
+}  // namespace paralab

@@ -1,0 +1,34 @@
+// model/optimizer.h: AdamW on fp32 master weights, global gradient-norm clipping, and the
+// learning-rate schedule (warmup, then constant / linear / cosine decay; notes/model.md).
+//
+// The optimizer updates what data parallelism says this rank owns
+// (DataParallel::owned_segments): every parameter under DDP, its slices under ZeRO >= 1,
+// whose Adam moments alone it keeps.
+#pragma once
+#include "instrument/ledger.h"
+#include "model/config.h"
+#include "model/transformer.h"
+
+namespace paralab {
+
+// Learning rate at step t (1-based), Megatron's schedule.
+float learning_rate(const TrainConfig& t, int step);
+
+class AdamW {
+ public:
+  AdamW(Transformer& model, const TrainConfig& train);
+  // Completes the gradient reduction, takes the global gradient norm (sqrt of the sum of
+  // squares over every parameter, each counted once), clips by clip_grad, applies one AdamW
+  // step at learning rate lr to the owned parameters, and lets data parallelism share the
+  // result. Returns the norm before clipping.
+  float step(float lr);
+  int steps_taken() const { return step_; }
+
+ private:
+  Transformer& model_;
+  TrainConfig train_;
+  Buffer<float> m_, v_;  // Adam moments, category optimizer_states
+  int step_ = 0;
+};
+
+}  // namespace paralab

@@ -1,0 +1,459 @@
+// parallel/data_parallel.cpp: DDP and ZeRO 1-3 (see data_parallel.h for the idea and the
+// bytes per step, buckets.h for the cut, zero_schedule.h for the order of the model's calls).
+//
+// The policies below are exactly what instrument/plan predicts, byte for byte: change one
+// and the plan's simulation (plan.cpp, simulate_zero_step) must change with it.
+//
+// Buffers (Ψ parameters, P = layout.padded_total, S = layout.shard_numel, all fp32):
+//   stage  params                        grads
+//   0      Ψ, flat order (PARAMS)        Ψ, flat order (GRADS)
+//   1      P, padded layout (PARAMS)     P, padded layout (GRADS)
+//   2      P, padded layout (PARAMS)     S shard + a padded buffer per bucket while its
+//                                        gradients are being produced (GRADS)
+//   3      S shard + a padded buffer     as stage 2, bucket = unit
+//          per gathered unit (PARAMS)
+// The padded layout puts the buckets in ascending flat order, bucket j at pb_j (the sum of
+// the padded sizes of the buckets before it), its padding (zero) after its elements, so a
+// reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
+// Rank r owns [r * slice, (r+1) * slice) of every padded bucket; the shard holds those
+// slices at each bucket's shard_offset. With dp 1 the same buffers exist (memory equals
+// the plan at dp 1); reductions are no-ops and gathers device copies, never recorded.
+#include "parallel/data_parallel.h"
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include "kernels/ops.h"               // memcpy_*, memset_zero, accumulate, sum_squares
+#include "parallel/zero_schedule.h"    // prefetch_window
+
+namespace paralab {
+
+using kernels::Device;
+
+namespace {
+[[noreturn]] void misuse(const std::string& what) {
+  throw std::runtime_error("DataParallel: " + what);
+}
+}  // namespace
+
+struct DataParallel::Impl {
+  std::vector<int64_t> unit_begin;
+  Communicator* dp = nullptr;  // nullptr when the group has one rank: nothing to talk to
+  DataParallelOptions opt;
+  Device device;
+  int rank = 0, size = 1, U = 0, stage = 0;
+  BucketLayout layout;
+  std::vector<int64_t> padded_pos;  // per bucket: pb_j in the padded full buffers
+
+  // Buffers first: members are destroyed in reverse order, so every CommHandle below is
+  // waited for before the memory it writes into goes away.
+  Buffer<float> params, grads;  // see the table above
+  Buffer<float> norm_scalar;    // stages >= 1 at dp > 1: the gradient norm's all-reduce
+  struct BucketState {
+    Buffer<float> grad_buf;  // stages 2-3: this microbatch's gradients of the bucket
+    CommHandle reduce;       // all-reduce (0), reduce-scatter (1-3)
+    CommHandle gather;       // stages 1-2: the updated parameters' all-gather
+    bool posted = false;     // stages 0-1: reduction posted this step
+    bool reduced = false;    // stages 2-3: reduce-scatter posted this microbatch
+  };
+  std::vector<BucketState> bk;
+  struct UnitState {
+    Buffer<float> gathered;  // stage 3: the unit's full (padded) parameters
+    CommHandle gather;
+    bool resident = false;   // stage 3: gathered or in flight
+    int refs = 0;
+  };
+  std::vector<UnitState> units;
+  int held = 0;          // sum of refs: > 0 means the model holds some unit
+  int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
+  bool last = false;     // the current microbatch is the step's last
+  std::vector<OwnedSegment> segments;
+
+  bool sharded_grads() const { return stage >= 2; }
+
+  void check_unit(int u, const char* what) const {
+    if (u < 0 || u >= U)
+      misuse(std::string(what) + ": unit " + std::to_string(u) + " outside 0.." +
+             std::to_string(U - 1));
+  }
+  const Bucket& bucket_of(int u) const { return layout.buckets[layout.bucket_of[u]]; }
+  // Where unit u starts in a full buffer: flat at stage 0, padded layout at stages 1-2.
+  int64_t full_pos(int u) const {
+    if (stage == 0) return unit_begin[u];
+    return padded_pos[layout.bucket_of[u]] + unit_begin[u] - bucket_of(u).begin;
+  }
+  // The clipped flat range rank r updates in bucket b: [begin + r*slice, min(end, ...)).
+  int64_t owned_lo(const Bucket& b) const { return std::min(b.end, b.begin + rank * b.slice); }
+  int64_t owned_hi(const Bucket& b) const {
+    return std::min(b.end, b.begin + (rank + 1) * b.slice);
+  }
+
+  // ---- stages 2-3: one bucket's gradients of this microbatch --------------------------
+  void post_grad_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    if (s.grad_buf.empty()) s.grad_buf.allocate(device, b.padded, Category::GRADS);
+    s.reduced = true;
+    if (dp) {
+      float* buf = s.grad_buf.data();
+      s.reduce = dp->reduce_scatter_async(buf, buf + rank * b.slice, b.slice);
+    }
+  }
+  // Wait, add the rank's summed slice into the shard, free the bucket.
+  void complete_grad_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    s.reduce.wait();
+    kernels::accumulate(device, grads.data() + b.shard_offset,
+                        s.grad_buf.data() + rank * b.slice, b.slice);
+    s.grad_buf.reset();
+    if (in_flight == j) in_flight = -1;
+  }
+
+  // ---- stages 0-1: the step's reduction of one bucket, posted once --------------------
+  void post_step_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    s.posted = true;
+    if (!dp) return;
+    if (stage == 0) {
+      s.reduce = dp->all_reduce_async(grads.data() + b.begin, b.numel());
+    } else {
+      float* buf = grads.data() + padded_pos[j];
+      s.reduce = dp->reduce_scatter_async(buf, buf + rank * b.slice, b.slice);
+    }
+  }
+
+  // ---- stage 3: gather unit u's parameters into a new buffer ---------------------------
+  void post_gather(int u) {
+    UnitState& s = units[u];
+    const Bucket& b = bucket_of(u);
+    s.gathered.allocate(device, b.padded, Category::PARAMS);
+    s.resident = true;
+    const float* slice = params.data() + b.shard_offset;
+    if (dp)
+      s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice);
+    else
+      kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * sizeof(float));
+  }
+
+  // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
+  void wait_param_gather(int j) { bk[j].gather.wait(); }
+  void wait_param_gathers() {
+    for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);
+  }
+};
+
+DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator* dp,
+                           const DataParallelOptions& options, kernels::Device device)
+    : impl_(new Impl) {
+  Impl& m = *impl_;
+  if (unit_begin.size() < 2) misuse("need at least one unit (unit_begin of size >= 2)");
+  if (options.zero_stage < 0 || options.zero_stage > 3)
+    misuse("zero stage must be 0..3, got " + std::to_string(options.zero_stage));
+  m.unit_begin = unit_begin;
+  m.dp = dp && dp->size() > 1 ? dp : nullptr;
+  m.opt = options;
+  m.device = device;
+  m.rank = m.dp ? dp->rank() : 0;
+  m.size = m.dp ? dp->size() : 1;
+  m.U = (int)unit_begin.size() - 1;
+  m.stage = options.zero_stage;
+  m.layout = make_bucket_layout(unit_begin, options.bucket_size, m.size, m.stage == 3);
+  const BucketLayout& l = m.layout;
+
+  // pb_j: buckets in ascending flat order, each after the padded sizes of those before it.
+  m.padded_pos.assign(l.buckets.size(), 0);
+  int64_t pos = 0;
+  for (int j = (int)l.buckets.size() - 1; j >= 0; --j) {  // reduction order is descending
+    m.padded_pos[j] = pos;
+    pos += l.buckets[j].padded;
+  }
+
+  const int64_t full = m.stage == 0 ? l.total : l.padded_total;
+  m.params.allocate(device, m.stage == 3 ? l.shard_numel : full, Category::PARAMS);
+  m.grads.allocate(device, m.sharded_grads() ? l.shard_numel : full, Category::GRADS);
+  // One float for the gradient norm's all-reduce (Category::COMM_BUFFERS, 4 bytes):
+  // collectives take device buffers.
+  if (m.stage >= 1 && m.dp) m.norm_scalar.allocate(device, 1, Category::COMM_BUFFERS);
+  m.bk.resize(l.buckets.size());
+  m.units.resize(m.U);
+
+  // What this rank updates, bucket by bucket in reduction order.
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    OwnedSegment s;
+    if (m.stage == 0) {
+      s.flat_begin = b.begin;
+      s.count = b.numel();
+      s.param = m.params.data() + b.begin;
+      s.grad = m.grads.data() + b.begin;
+      s.state_offset = b.begin;
+    } else {
+      s.flat_begin = m.owned_lo(b);
+      s.count = m.owned_hi(b) - s.flat_begin;
+      if (s.count <= 0) continue;  // a tiny bucket: the last ranks' slices are all padding
+      const int64_t in_full = m.padded_pos[j] + m.rank * b.slice;
+      s.param = m.stage == 3 ? m.params.data() + b.shard_offset : m.params.data() + in_full;
+      s.grad = m.sharded_grads() ? m.grads.data() + b.shard_offset : m.grads.data() + in_full;
+      s.state_offset = b.shard_offset;
+    }
+    m.segments.push_back(s);
+  }
+}
+
+DataParallel::~DataParallel() = default;
+
+int DataParallel::num_units() const { return impl_->U; }
+int DataParallel::dp_size() const { return impl_->size; }
+const BucketLayout& DataParallel::layout() const { return impl_->layout; }
+
+// ---- the model's side --------------------------------------------------------------------
+
+void DataParallel::begin_microbatch(bool last) {
+  Impl& m = *impl_;
+  if (m.held) misuse("begin_microbatch while the model still holds parameters");
+  for (size_t j = 0; j < m.bk.size(); ++j) {
+    if (!m.bk[j].grad_buf.empty())
+      misuse("begin_microbatch: bucket of units " + std::to_string(m.layout.buckets[j].unit_lo) +
+             ".." + std::to_string(m.layout.buckets[j].unit_hi) +
+             " was never reduced (backward_done of its lowest unit missing)");
+    m.bk[j].reduced = false;
+  }
+  m.last = last;
+}
+
+const float* DataParallel::acquire_params(int u, bool forward) {
+  Impl& m = *impl_;
+  m.check_unit(u, "acquire_params");
+  comm_progress();
+  if (m.stage < 3) {
+    m.wait_param_gather(m.layout.bucket_of[u]);
+    ++m.units[u].refs;
+    ++m.held;
+    return m.params.data() + m.full_pos(u);
+  }
+  // ZeRO-3 (zero_schedule.h): gather on demand, reference-count, prefetch on sweep steps.
+  const bool sweep_step = m.held == 0;
+  Impl::UnitState& s = m.units[u];
+  if (!s.resident) m.post_gather(u);
+  s.gather.wait();
+  ++s.refs;
+  ++m.held;
+  if (sweep_step)
+    for (int v : prefetch_window(u, forward, m.U, m.opt.prefetch_units))
+      if (!m.units[v].resident) m.post_gather(v);
+  return s.gathered.data();
+}
+
+void DataParallel::release_params(int u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "release_params");
+  Impl::UnitState& s = m.units[u];
+  if (s.refs == 0) misuse("release_params(" + std::to_string(u) + ") without acquire_params");
+  --s.refs;
+  --m.held;
+  if (m.stage == 3 && s.refs == 0) {
+    s.gather.wait();
+    s.gathered.reset();
+    s.resident = false;
+  }
+}
+
+float* DataParallel::grads(int u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "grads");
+  const int j = m.layout.bucket_of[u];
+  Impl::BucketState& s = m.bk[j];
+  if (!m.sharded_grads()) {
+    if (s.posted) misuse("grads(" + std::to_string(u) + ") after its bucket's reduction began");
+    return m.grads.data() + m.full_pos(u);
+  }
+  if (s.reduced)
+    misuse("grads(" + std::to_string(u) + ") after its bucket was reduced this microbatch");
+  const Bucket& b = m.layout.buckets[j];
+  if (s.grad_buf.empty()) s.grad_buf.allocate(m.device, b.padded, Category::GRADS);
+  return s.grad_buf.data() + (m.unit_begin[u] - b.begin);
+}
+
+void DataParallel::backward_done(int u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "backward_done");
+  comm_progress();
+  const int j = m.layout.bucket_of[u];
+  if (m.layout.buckets[j].unit_lo != u) return;  // the bucket's lowest unit finishes last
+  if (!m.sharded_grads()) {
+    // Stages 0-1: only the last microbatch's gradients are reduced; without overlap they
+    // wait for finish_gradients.
+    if (m.last && m.opt.overlap_grad_reduce && !m.bk[j].posted) m.post_step_reduce(j);
+    return;
+  }
+  if (m.bk[j].reduced) misuse("backward_done(" + std::to_string(u) + ") twice in a microbatch");
+  if (!m.opt.overlap_grad_reduce) {
+    m.post_grad_reduce(j);
+    m.complete_grad_reduce(j);
+    return;
+  }
+  // One reduce-scatter in flight at a time: its bucket buffer is freed before the next
+  // bucket's is handed over, which bounds the transient gradient memory.
+  if (m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
+  m.post_grad_reduce(j);
+  m.in_flight = j;
+  if (u == 0) m.complete_grad_reduce(j);  // unit 0 is the microbatch's last backward
+}
+
+// ---- the trainer's side ------------------------------------------------------------------
+
+void DataParallel::zero_grads() {
+  Impl& m = *impl_;
+  kernels::memset_zero(m.device, m.grads.data(), m.grads.bytes());
+  for (auto& s : m.bk) s.posted = false;
+}
+
+void DataParallel::finish_gradients() {
+  Impl& m = *impl_;
+  if (!m.sharded_grads()) {
+    for (size_t j = 0; j < m.bk.size(); ++j)
+      if (!m.bk[j].posted) {
+        m.post_step_reduce((int)j);
+        m.bk[j].reduce.wait();
+      }
+    for (auto& s : m.bk) s.reduce.wait();
+  } else {
+    if (m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
+    // A bucket the model wrote but never declared done still has to be summed.
+    for (size_t j = 0; j < m.bk.size(); ++j)
+      if (!m.bk[j].grad_buf.empty()) {
+        m.post_grad_reduce((int)j);
+        m.complete_grad_reduce((int)j);
+      }
+  }
+  // The optimizer is about to write the owned slices that a pending gather still reads.
+  m.wait_param_gathers();
+}
+
+const std::vector<OwnedSegment>& DataParallel::owned_segments() const {
+  return impl_->segments;
+}
+
+int64_t DataParallel::state_numel() const {
+  return impl_->stage == 0 ? impl_->layout.total : impl_->layout.shard_numel;
+}
+
+double DataParallel::grad_sum_squares() {
+  Impl& m = *impl_;
+  if (m.stage == 0) return kernels::sum_squares(m.device, m.grads.data(), m.layout.total);
+  // Stages >= 1: each element lives in exactly one rank's owned segments.
+  double local = 0;
+  for (const OwnedSegment& s : m.segments) local += kernels::sum_squares(m.device, s.grad, s.count);
+  if (!m.dp) return local;
+  // One fp32 scalar on the wire (the plan's 4 bytes); the partial sums are doubles.
+  float f = (float)local;
+  kernels::memcpy_from_host(m.device, m.norm_scalar.data(), &f, sizeof f);
+  m.dp->all_reduce(m.norm_scalar.data(), 1);
+  kernels::memcpy_to_host(m.device, &f, m.norm_scalar.data(), sizeof f);
+  return f;
+}
+
+void DataParallel::after_optimizer_step() {
+  Impl& m = *impl_;
+  if (m.stage == 0 || m.stage == 3 || !m.dp) return;  // 3 updated its shard in place
+  for (size_t j = 0; j < m.bk.size(); ++j) {
+    const Bucket& b = m.layout.buckets[j];
+    float* buf = m.params.data() + m.padded_pos[j];
+    m.bk[j].gather = m.dp->all_gather_async(buf + m.rank * b.slice, buf, b.slice);
+    if (!m.opt.overlap_param_gather) m.bk[j].gather.wait();
+  }
+}
+
+void DataParallel::drain() {
+  Impl& m = *impl_;
+  if (m.sharded_grads() && m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
+  for (auto& s : m.bk) s.reduce.wait();
+  m.wait_param_gathers();
+  for (auto& s : m.units) s.gather.wait();
+}
+
+// ---- whole-model views -----------------------------------------------------------------
+
+void DataParallel::load_params(const std::vector<float>& full) {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  if ((int64_t)full.size() != l.total)
+    misuse("load_params: got " + std::to_string(full.size()) + " values for " +
+           std::to_string(l.total) + " parameters");
+  drain();
+  if (m.stage == 0) {
+    kernels::memcpy_from_host(m.device, m.params.data(), full.data(), l.total * sizeof(float));
+    return;
+  }
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    if (m.stage < 3) {
+      kernels::memcpy_from_host(m.device, m.params.data() + m.padded_pos[j], full.data() + b.begin,
+                                b.numel() * sizeof(float));
+    } else if (m.owned_hi(b) > m.owned_lo(b)) {
+      kernels::memcpy_from_host(m.device, m.params.data() + b.shard_offset,
+                                full.data() + m.owned_lo(b),
+                                (m.owned_hi(b) - m.owned_lo(b)) * sizeof(float));
+    }
+  }
+}
+
+std::vector<float> DataParallel::gather_params() {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  std::vector<float> out(l.total);
+  m.wait_param_gathers();
+  if (m.stage == 0) {
+    kernels::memcpy_to_host(m.device, out.data(), m.params.data(), l.total * sizeof(float));
+    return out;
+  }
+  Buffer<float> tmp;  // stage 3: one bucket at a time
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    const float* src = m.params.data() + m.padded_pos[j];
+    if (m.stage == 3) {
+      tmp.allocate(m.device, b.padded, Category::PARAMS);
+      const float* slice = m.params.data() + b.shard_offset;
+      if (m.dp)
+        m.dp->all_gather(slice, tmp.data(), b.slice);
+      else
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * sizeof(float));
+      src = tmp.data();
+    }
+    kernels::memcpy_to_host(m.device, out.data() + b.begin, src, b.numel() * sizeof(float));
+  }
+  return out;
+}
+
+std::vector<float> DataParallel::gather_grads() {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  std::vector<float> out(l.total);
+  if (m.stage == 0) {
+    kernels::memcpy_to_host(m.device, out.data(), m.grads.data(), l.total * sizeof(float));
+    return out;
+  }
+  Buffer<float> tmp;  // stages 2-3: one bucket at a time
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    float* src;
+    if (m.stage == 1) {
+      // The full buffer holds this rank's summed slice; the rest is its local gradient.
+      src = m.grads.data() + m.padded_pos[j];
+      if (m.dp) m.dp->all_gather(src + m.rank * b.slice, src, b.slice);
+    } else {
+      tmp.allocate(m.device, b.padded, Category::GRADS);
+      const float* slice = m.grads.data() + b.shard_offset;
+      if (m.dp)
+        m.dp->all_gather(slice, tmp.data(), b.slice);
+      else
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * sizeof(float));
+      src = tmp.data();
+    }
+    kernels::memcpy_to_host(m.device, out.data() + b.begin, src, b.numel() * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace paralab

@@ -1,0 +1,113 @@
+// parallel/data_parallel.h: data parallelism, DDP and ZeRO stages 1-3, as the owner of the
+// model's parameters and gradients.
+//
+// The idea: dp ranks hold the same model and see different slices of the global batch;
+// summing their gradients makes one big batch. ZeRO (Rajbhandari et al. SC20) then stops
+// every rank from holding what only one needs:
+//   stage 0 (DDP)  params, grads, optimizer replicated; gradients all-reduced per bucket,
+//                  each bucket as soon as backward has finished it (--overlap-grad-reduce),
+//                  only after the last microbatch of the step.
+//   stage 1        optimizer states (and fp32 master) sharded: per bucket a reduce-scatter
+//                  hands each rank the summed slice it owns; it updates that slice; an
+//                  all-gather per bucket rebuilds the parameters (--overlap-param-gather
+//                  defers each bucket's wait to its first use in the next forward).
+//   stage 2        gradients sharded too: a bucket's gradient buffer exists only from its
+//                  first write to its reduce-scatter, every microbatch; the rank keeps the
+//                  accumulated sum of its slice only.
+//   stage 3        parameters sharded too: each unit (embedding, layer, head) is
+//                  all-gathered before use in forward and again in backward, released after,
+//                  and the next --zero3-prefetch-layers units are gathered ahead.
+// Bytes per step on the dp group (Ψ parameters, 4-byte elements, padding aside):
+//   stage 0: all-reduce 4Ψ;  stage 1: reduce-scatter 4Ψ + all-gather 4Ψ;
+//   stage 2: reduce-scatter 4Ψ per microbatch + all-gather 4Ψ;
+//   stage 3: per microbatch all-gather ~4Ψ forward + ~4Ψ backward + reduce-scatter 4Ψ
+//   (ZeRO §7: 1.5x DDP). Stages >= 1 add one 4-byte all-reduce for the gradient norm.
+// The cut into units, buckets and slices is parallel/buckets.h; the model's calls in one
+// microbatch, as data, and the ZeRO-3 prefetch rule are parallel/zero_schedule.h
+// (instrument/plan replays them to predict the bytes this class allocates and sends).
+//
+// How the model uses it (units: 0 embedding, 1..L layers, L+1 head):
+//   begin_microbatch(last) once per microbatch, then in forward
+//   acquire_params(u) ... release_params(u) around each unit's use, and in backward also
+//   grads(u) for where to accumulate, and backward_done(u) once u's gradients are final.
+// How the trainer uses it: finish_gradients() after the last microbatch, the optimizer
+// updates owned_segments(), then after_optimizer_step().
+//
+// defines: DataParallelOptions, OwnedSegment, DataParallel
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+#include "instrument/ledger.h"
+#include "parallel/buckets.h"
+#include "parallel/comm.h"
+
+namespace paralab {
+
+struct DataParallelOptions {
+  int zero_stage = 0;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  int64_t bucket_size = 40000000;  // elements (--ddp-bucket-size)
+  int prefetch_units = 1;          // ZeRO-3 (--zero3-prefetch-layers)
+};
+
+// A run of parameters this rank updates: flat elements [flat_begin, flat_begin + count),
+// with where their value and summed gradient live, and their offset in the rank's optimizer
+// state (Adam m and v).
+struct OwnedSegment {
+  int64_t flat_begin = 0, count = 0;
+  float* param = nullptr;
+  const float* grad = nullptr;
+  int64_t state_offset = 0;
+};
+
+class DataParallel {
+ public:
+  // unit_begin: size U+1 (model/param_table.h param_units). dp == nullptr: a single rank.
+  DataParallel(const std::vector<int64_t>& unit_begin, Communicator* dp,
+               const DataParallelOptions& options, kernels::Device device);
+  ~DataParallel();
+
+  int num_units() const;
+  int dp_size() const;
+  const BucketLayout& layout() const;
+
+  // ---- the model's side
+  void begin_microbatch(bool last);
+  // Unit u's parameters, contiguous from the returned pointer; valid until release_params.
+  // forward = true while the model goes up the units (decides which units ZeRO-3 prefetches).
+  const float* acquire_params(int u, bool forward);
+  void release_params(int u);
+  // Where backward accumulates (+=) unit u's gradients this microbatch.
+  float* grads(int u);
+  // Unit u's gradients of this microbatch are final: reduce its bucket when due.
+  void backward_done(int u);
+
+  // ---- the trainer's side
+  void zero_grads();  // start of a step
+  // After the last microbatch's backward: every reduction posted and complete. Then each
+  // OwnedSegment's grad holds the gradient summed over dp (the model scaled by 1/(k dp)).
+  void finish_gradients();
+  // The segments this rank updates (stage 0: all parameters; else its slices).
+  const std::vector<OwnedSegment>& owned_segments() const;
+  int64_t state_numel() const;  // elements of each optimizer state on this rank
+  // Sum of squares of the summed gradient, each element counted once over dp.
+  double grad_sum_squares();
+  // After the update: stages 1-2 all-gather the updated parameters (asynchronous with
+  // --overlap-param-gather, waited at each bucket's first use).
+  void after_optimizer_step();
+  // Waits for everything in flight (end of training).
+  void drain();
+
+  // ---- whole-model views (initialisation, tests, checkpoints); collective over dp
+  void load_params(const std::vector<float>& full);  // every rank passes the same values
+  std::vector<float> gather_params();                // full, unpadded, on the host
+  std::vector<float> gather_grads();                 // after finish_gradients
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paralab

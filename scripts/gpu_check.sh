@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh: the GPU self-check, for a machine with one NVIDIA GPU.
+#
+#   1. set-up (scripts/setup.sh, when present) and `make` (the nvcc build: CUDA + CPU twins);
+#   2. tests/gpu/op_check: every op of kernels/ops.h on both twins, one row per op
+#      (max |gpu - cpu| / max |cpu| against a bound);
+#   3. training: the tiny model for 20 steps with --device cpu and --device cuda, for
+#      --arch gpt, --arch llama (and gpt with --attention naive, which runs the materialised
+#      softmax instead of flash); the 20 losses of the two devices must agree to a relative
+#      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|.
+#
+# Prints a summary table and exits non-zero when anything fails. When $OUT is set, the whole
+# log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
+# the file $OUT.
+#
+# op_check links against the library objects of the build (everything under build/cuda
+# except trainer.o and the tests), gathered in an archive so the linker takes only what the
+# kernels need:
+#   ar rcs build/cuda/libparalab.a <objects>
+#   g++ -std=c++17 -O2 -I. tests/gpu/op_check.cpp build/cuda/libparalab.a \
+#       $(pkg-config --libs mpich) $(pkg-config --libs openblas) -lpthread \
+#       -L$CUDA_HOME/lib64 -lcudart -lcublas -lnccl
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+LOSS_RTOL=${LOSS_RTOL:-1e-3}
+ITERS=20
+CONFIG=configs/models/tiny.toml
+BUILD=build/cuda
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/paralab_gpu_check.XXXXXX")
+
+OUT_DIR=""
+LOG="$WORK/gpu_check.txt"
+if [[ -n "${OUT:-}" ]]; then
+  if [[ -d "$OUT" ]]; then
+    OUT_DIR="$OUT"
+    LOG="$OUT/gpu_check.txt"
+  else
+    LOG="$OUT"
+  fi
+fi
+: >"$LOG"
+
+say() { echo "$@" | tee -a "$LOG"; }
+# run LABEL CMD...: runs CMD with its output in the log; returns CMD's status.
+run() {
+  local label=$1
+  shift
+  say "---- $label: $*"
+  "$@" 2>&1 | tee -a "$LOG"
+  return "${PIPESTATUS[0]}"
+}
+
+declare -a SUMMARY=()
+FAILED=0
+record() {  # record NAME DETAIL PASS|FAIL
+  SUMMARY+=("$(printf '%-28s %-28s %s' "$1" "$2" "$3")")
+  [[ "$3" == PASS ]] || FAILED=1
+}
+
+finish() {
+  say ""
+  say "==== gpu_check summary"
+  say "$(printf '%-28s %-28s %s' check detail result)"
+  for line in "${SUMMARY[@]}"; do say "$line"; done
+  if [[ $FAILED -eq 0 ]]; then say "gpu_check: ALL PASS"; else say "gpu_check: FAILED"; fi
+  [[ -n "$OUT_DIR" ]] && cp "$WORK"/*.jsonl "$OUT_DIR"/ 2>/dev/null
+  exit $FAILED
+}
+
+say "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+run "nvidia-smi" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+
+# ---- 1. set-up and build ----------------------------------------------------------------
+if [[ -f scripts/setup.sh ]]; then
+  if run "setup" bash scripts/setup.sh; then record setup "scripts/setup.sh" PASS
+  else record setup "scripts/setup.sh" FAIL; fi
+fi
+if run "build" make -j"$(nproc)"; then
+  record build "make" PASS
+else
+  record build "make" FAIL
+  finish
+fi
+
+# ---- 2. op_check --------------------------------------------------------------------------
+NVCC_BIN=$(command -v nvcc)
+CUDA_HOME=${CUDA_HOME:-${NVCC_BIN%/bin/nvcc}}
+read -ra HOST_LIBS <<<"$(pkg-config --libs mpich 2>/dev/null) \
+                      $(pkg-config --libs openblas 2>/dev/null)"
+mapfile -t OBJS < <(find "$BUILD" -name '*.o' ! -path "$BUILD/tests/*" ! -name trainer.o | sort)
+rm -f "$BUILD/libparalab.a"
+mkdir -p "$BUILD/tests/gpu"
+if run "op_check build" ar rcs "$BUILD/libparalab.a" "${OBJS[@]}" &&
+   run "op_check build" g++ -std=c++17 -O2 -Wall -Wextra -Werror -I. \
+       -o "$BUILD/tests/gpu/op_check" tests/gpu/op_check.cpp "$BUILD/libparalab.a" \
+       "${HOST_LIBS[@]}" -lpthread \
+       -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl; then
+  if run "op_check" "$BUILD/tests/gpu/op_check"; then record op_check "every op, both twins" PASS
+  else record op_check "every op, both twins" FAIL; fi
+else
+  record op_check "build" FAIL
+fi
+
+# ---- 3. training: cpu vs cuda losses ----------------------------------------------------------
+# compare_losses CPU.jsonl CUDA.jsonl: prints "max_rel_diff steps", exits 1 on a mismatch.
+compare_losses() {
+  python3 - "$1" "$2" "$ITERS" "$LOSS_RTOL" <<'EOF'
+import json, math, sys
+cpu_path, cuda_path, iters, rtol = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def losses(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rec = json.loads(line)
+                if "loss" in rec:
+                    out.append(float(rec["loss"]))
+    return out
+cpu, cuda = losses(cpu_path), losses(cuda_path)
+if len(cpu) != iters or len(cuda) != iters:
+    print(f"nan steps cpu={len(cpu)} cuda={len(cuda)} (want {iters})")
+    sys.exit(1)
+worst = 0.0
+for c, g in zip(cpu, cuda):
+    if not (math.isfinite(c) and math.isfinite(g)):
+        print(f"nan non-finite loss cpu={c} cuda={g}")
+        sys.exit(1)
+    worst = max(worst, abs(g - c) / max(abs(c), 1e-12))
+print(f"{worst:.3e} {iters}")
+sys.exit(0 if worst <= rtol else 1)
+EOF
+}
+
+if [[ ! -f "$CONFIG" ]]; then
+  record training "$CONFIG missing" FAIL
+  finish
+fi
+declare -a TABLE=()
+for variant in "gpt" "llama" "gpt --attention naive"; do
+  name=${variant// --attention /-}
+  ok=1
+  for device in cpu cuda; do
+    rm -f "$WORK/${device}_${name}.jsonl"
+    # shellcheck disable=SC2086  # $variant is deliberately split into flags
+    run "train $name $device" ./trainer --config "$CONFIG" --arch $variant \
+        --train-iters "$ITERS" --device "$device" --metrics-jsonl "$WORK/${device}_${name}.jsonl" ||
+      ok=0
+  done
+  if [[ $ok -eq 1 ]]; then
+    result=$(compare_losses "$WORK/cpu_${name}.jsonl" "$WORK/cuda_${name}.jsonl")
+    status=$?
+  else
+    result="trainer failed"
+    status=1
+  fi
+  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
+  TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
+  record "losses $name" "$result" "$verdict"
+done
+
+say ""
+say "==== losses, $ITERS steps, cuda vs cpu (bound $LOSS_RTOL)"
+say "$(printf '%-14s %-36s %s' config 'max rel diff / steps' result)"
+for line in "${TABLE[@]}"; do say "$line"; done
+finish

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# scripts/setup.sh: installs the Debian/Ubuntu packages paralab builds against, when missing.
+#
+# Idempotent and quiet: when everything is present it prints nothing and exits 0 at once
+# (`make run` and `make test` call it every time). Otherwise, as root it runs apt-get update
+# and installs what is missing; as anyone else it prints the exact command and exits 1.
+# The CUDA toolkit is not installed here: without nvcc, `make` builds the CPU-only binary.
+set -euo pipefail
+
+# g++ and pkg-config build it (the Makefile asks pkg-config for the MPI and BLAS flags);
+# MPICH launches the ranks; CLI11 parses the flags; OpenBLAS is the CPU GEMM; GoogleTest
+# runs the tests.
+packages=(g++ make pkg-config mpich libmpich-dev libcli11-dev libopenblas-dev googletest
+          libgtest-dev)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "setup.sh: not a Debian/Ubuntu system; install g++, pkg-config, MPICH, CLI11," \
+       "OpenBLAS and GoogleTest yourself" >&2
+  exit 0
+fi
+
+# One dpkg-query for all packages keeps the all-present case fast.
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${packages[@]}" 2>/dev/null \
+            | awk '$2 == "installed" { print $1 }' || true)
+missing=()
+for p in "${packages[@]}"; do
+  grep -qx "$p" <<<"$installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+install=(apt-get install -y --no-install-recommends "${missing[@]}")
+if [ "$(id -u)" -ne 0 ]; then
+  echo "paralab needs: ${missing[*]}. Install them with:" >&2
+  echo "  sudo apt-get update && sudo ${install[*]}" >&2
+  exit 1
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+"${install[@]}"

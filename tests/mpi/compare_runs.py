@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Compare two trainer runs: per-step losses (--metrics-jsonl) and final parameters (--save).
+
+usage: compare_runs.py REF.jsonl REF.bin RUN.jsonl RUN.bin [--rtol 1e-5]
+
+Losses must agree to rtol relative at every step; every parameter tensor must agree to rtol
+in the norm-wise relative sense ||a - b|| / ||b|| (elementwise comparisons of values that
+are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: at every step
+the measured bytes of params, grads, master_params, optimizer_states and comm_buffers equal
+the predicted ones exactly, activations within 1%, and every communication row's calls and
+payload bytes equal the prediction exactly. Prints the worst of each; exit 1 on failure.
+"""
+import json
+import math
+import struct
+import sys
+
+
+def read_tensor_file(path):
+    """model/tensor_file.h: "PLTF", version, count, then (name, dtype, dims, data)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"PLTF":
+        raise SystemExit(f"{path}: not a tensor file")
+    _version, count = struct.unpack_from("<IQ", data, 4)
+    pos = 16
+    tensors = {}
+    for _ in range(count):
+        (name_len,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        name = data[pos:pos + name_len].decode()
+        pos += name_len
+        dtype, ndim = struct.unpack_from("<II", data, pos)
+        pos += 8
+        dims = struct.unpack_from(f"<{ndim}q", data, pos)
+        pos += 8 * ndim
+        numel = math.prod(dims) if dims else 1
+        kind = "f" if dtype == 0 else "i"
+        tensors[name] = struct.unpack_from(f"<{numel}{kind}", data, pos)
+        pos += 4 * numel
+    return tensors
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+EXACT = ("params", "grads", "master_params", "optimizer_states", "comm_buffers")
+
+
+def ledger_problems(path):
+    """Where a run's measured ledger or communication differs from its plan."""
+    problems = []
+    for r in records(path):
+        mem = r["memory"]
+        for cat in EXACT:
+            if mem[cat]["measured"] != mem[cat]["predicted"]:
+                problems.append(f"step {r['step']} {cat}: measured {mem[cat]['measured']}"
+                                f" predicted {mem[cat]['predicted']}")
+        act = mem["activations"]
+        if abs(act["measured"] - act["predicted"]) > 0.01 * act["predicted"]:
+            problems.append(f"step {r['step']} activations: {act['measured']} vs {act['predicted']}")
+        for c in r.get("comm", []):
+            for key in ("calls", "payload_bytes"):
+                if c[key]["measured"] != c[key]["predicted"]:
+                    problems.append(f"step {r['step']} {c['group']} {c['op']} {key}: measured"
+                                    f" {c[key]['measured']} predicted {c[key]['predicted']}")
+    return problems
+
+
+def main():
+    args = sys.argv[1:]
+    rtol = 1e-5
+    if "--rtol" in args:
+        i = args.index("--rtol")
+        rtol = float(args[i + 1])
+        del args[i:i + 2]
+    ref_jsonl, ref_bin, run_jsonl, run_bin = args
+    ok = True
+    for path in (ref_jsonl, run_jsonl):
+        problems = ledger_problems(path)
+        if problems:
+            print(f"{path}: plan and measurement differ: " + "; ".join(problems[:3]))
+            ok = False
+    a = [r["loss"] for r in records(run_jsonl)]
+    b = [r["loss"] for r in records(ref_jsonl)]
+    if len(a) != len(b):
+        print(f"steps differ: {len(a)} vs {len(b)}")
+        return 1
+    worst_loss = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+    ok &= worst_loss <= rtol
+    ref, run = read_tensor_file(ref_bin), read_tensor_file(run_bin)
+    if ref.keys() != run.keys():
+        print("parameter names differ")
+        return 1
+    worst_param, worst_name = 0.0, ""
+    for name, r in ref.items():
+        x = run[name]
+        diff = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, r)))
+        norm = math.sqrt(sum(q * q for q in r))
+        rel = diff / norm if norm > 0 else diff
+        if rel > worst_param:
+            worst_param, worst_name = rel, name
+    ok &= worst_param <= rtol
+    print(f"loss max rel {worst_loss:.2e}, params max rel {worst_param:.2e} ({worst_name})"
+          f" {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

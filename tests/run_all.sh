@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden), the command-line
+# error checks and the multi-rank MPI tests. Usage: tests/run_all.sh BUILD_DIR/unit_tests
+set -uo pipefail
+cd "$(dirname "$0")/.."
+unit=${1:?usage: tests/run_all.sh path/to/unit_tests}
+build=$(dirname "$unit")
+passed=0; failed=0
+run() {  # name, command...
+  local name=$1; shift
+  local start=$SECONDS
+  if "$@"; then passed=$((passed + 1)); echo "[suite ok]   $name ($((SECONDS - start)) s)"
+  else failed=$((failed + 1)); echo "[suite FAIL] $name ($((SECONDS - start)) s)"; fi
+}
+export OPENBLAS_NUM_THREADS=1
+run "unit tests (gtest)" "$unit"
+run "command-line errors" bash tests/cli_errors.sh ./trainer
+run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh "$build/test_comm"
+run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,240 @@
+// trainer.cu: main(). flags -> topology -> model -> optimizer -> steps -> report.
+//
+// One binary for every configuration: `./trainer` is a world of one rank; `mpirun -np N
+// ./trainer ...` launches N ranks (world = tp x cp x pp x dp, DESIGN.md). Each step:
+//   for each of the k = global batch / (micro batch x dp) microbatches:
+//     forward (loss, fused head backward) and backward, gradients accumulate;
+//   data parallel: gradients summed over dp (parallel/data_parallel: DDP or ZeRO 1-3);
+//   global gradient norm, clipping, AdamW at the scheduled learning rate on the parameters
+//   this rank owns, then (ZeRO 1-2) the updated parameters all-gathered;
+//   the step line: measured numbers, and at step 1 / every --report-interval / the end the
+//   ledgers, measured beside instrument/plan's prediction.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <memory>
+#include <string>
+#include <vector>
+#include "flags.h"
+#include "instrument/comm_stats.h"
+#include "instrument/ledger.h"
+#include "instrument/peak.h"
+#include "instrument/plan.h"
+#include "instrument/report.h"
+#include "kernels/math.h"
+#include "kernels/ops.h"
+#include "model/data.h"
+#include "model/optimizer.h"
+#include "model/tensor_file.h"
+#include "model/transformer.h"
+#include "parallel/comm.h"
+#include "parallel/data_parallel.h"
+#include "parallel/topology.h"
+
+using namespace paralab;
+
+namespace {
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// The peak per rank: --peak-tflops, the GPU's configs/hardware profile, or a timed sgemm.
+Peak find_peak(const Options& o) {
+  std::string gpu = o.device == kernels::Device::CUDA ? kernels::cuda_device_name() : "";
+  auto measure = [&]() -> double {
+    const int n = 512;
+    Buffer<float> a(o.device, (size_t)n * n, Category::WORKSPACE);
+    Buffer<float> b(o.device, (size_t)n * n, Category::WORKSPACE);
+    Buffer<float> c(o.device, (size_t)n * n, Category::WORKSPACE);
+    auto gemm = [&]() {
+      kernels::gemm(o.device, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                    c.data(), n);
+      kernels::synchronize(o.device);
+    };
+    return measure_peak_tflops(gemm, 2.0 * n * n * n);
+  };
+  return resolve_peak(o.peak_tflops, gpu, o.train.bf16, "configs/hardware", measure);
+}
+
+// Total payload bytes this rank moved in the step (every group and operation).
+double step_comm_bytes() {
+  double total = 0;
+  for (int g = 0; g < kNumCommGroups; ++g)
+    for (int op = 0; op < kNumCommOps; ++op)
+      total += CommStats::instance().get(CommGroup(g), CommOp(op)).payload_bytes;
+  return total;
+}
+
+// The plan's view of the run flags that are not in the configuration structs.
+PlanOptions plan_options(const Options& o) {
+  PlanOptions p;
+  p.attention_flops = o.attention_flops;
+  p.overlap_grad_reduce = o.overlap_grad_reduce;
+  p.overlap_param_gather = o.overlap_param_gather;
+  p.ddp_bucket_size = o.ddp_bucket_size;
+  p.zero3_prefetch_layers = o.zero3_prefetch_layers;
+  return p;
+}
+
+// --save: every parameter at full shape, by table name (collective: ZeRO-3 gathers).
+void save_parameters(Transformer& model, const std::string& path, bool rank0) {
+  const std::vector<float> all = model.data_parallel().gather_params();
+  if (!rank0) return;
+  std::vector<NamedTensor> tensors;
+  for (const TensorView& v : model.views())
+    tensors.push_back(NamedTensor::floats(
+        v.spec->name, v.spec->shape,
+        std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel)));
+  write_tensor_file(path, tensors);
+}
+
+// What this build can plan but not yet train: one line naming the flag, exit 2.
+void check_trainable(const Options& o) {
+  const ParallelConfig& p = o.parallel;
+  auto refuse = [](const std::string& what) {
+    throw FlagError(what + ": not implemented yet (this build trains data parallelism only)");
+  };
+  if (p.tensor_parallel > 1) refuse("--tensor-model-parallel-size " + std::to_string(p.tensor_parallel));
+  if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_parallel));
+  if (p.context_parallel > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel));
+  if (p.expert_parallel > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_parallel));
+  if (o.train.bf16) refuse("--bf16");
+}
+
+int train(const Options& o, const World& w) {
+  const ParallelConfig& par = o.parallel;
+  const kernels::Device dev = o.device;
+  if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
+  Topology topo(GridSpec{w.size, par.tensor_parallel, par.context_parallel,
+                         par.pipeline_parallel, par.expert_parallel},
+                o.comm == Comm::NCCL ? CommBackend::NCCL : CommBackend::MPI, dev);
+  const bool rank0 = w.rank == 0;
+  if (o.verbose && rank0) std::printf("%s\n", describe_grid(topo.layout()).c_str());
+
+  const Plan plan = make_plan(o.model, o.train, par, plan_options(o));
+  const Peak peak = find_peak(o);
+  const int dp = par.data_parallel(), dp_rank = topo.coord().dp;
+
+  DataParallelOptions dp_options;
+  dp_options.zero_stage = par.zero_stage;
+  dp_options.overlap_grad_reduce = o.overlap_grad_reduce;
+  dp_options.overlap_param_gather = o.overlap_param_gather;
+  dp_options.bucket_size = o.ddp_bucket_size;
+  dp_options.prefetch_units = o.zero3_prefetch_layers;
+  DataParallel data_parallel(param_units(o.model), &topo.dp(), dp_options, dev);
+  Transformer model(o.model, dev, &data_parallel);
+  model.init_parameters(o.train.seed);
+  AdamW optimizer(model, o.train);
+  DataLoader data(o.data_path, o.model, o.train, dp);
+  const int B = o.train.micro_batch_size, N = B * o.model.seq_length;
+  const int k = data.grad_accum_steps();
+  std::vector<int> tokens(N), targets(N);
+
+  std::unique_ptr<std::ofstream> jsonl;
+  if (rank0 && !o.metrics_jsonl.empty()) {
+    jsonl.reset(new std::ofstream(o.metrics_jsonl));
+    if (!*jsonl) throw FatalError("--metrics-jsonl: cannot write " + o.metrics_jsonl, 2);
+  }
+  if (rank0) {
+    std::printf("%s\n", run_header(plan, kernels::device_name(dev), &peak).c_str());
+    std::printf("data: %s\n", data.describe().c_str());
+  }
+
+  for (int step = 1; step <= o.train.train_iters; ++step) {
+    Ledger::instance().reset_peaks();
+    kernels::reset_flop_counter();
+    CommStats::instance().reset();
+    kernels::synchronize(dev);
+    const double t0 = now_seconds();
+
+    model.zero_grads();
+    double loss_sum = 0;
+    for (int micro = 0; micro < k; ++micro) {
+      data_parallel.begin_microbatch(micro == k - 1);
+      data.microbatch(step, micro, dp_rank, tokens.data(), targets.data());
+      const uint64_t seed = kernels::mix64(
+          o.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank * k + micro));
+      loss_sum += model.forward(tokens.data(), targets.data(), B, 1.0f / (k * dp), seed);
+      model.backward();
+    }
+    const float lr = learning_rate(o.train, step);
+    const float grad_norm = optimizer.step(lr);
+    // the reported loss: mean over the global batch (every microbatch of every dp rank)
+    float loss = (float)(loss_sum / k);
+    if (dp > 1) {
+      topo.world().all_reduce_async(&loss, 1).wait();
+      loss /= w.size;  // dp ranks only here (tp = cp = pp = 1)
+    }
+    kernels::synchronize(dev);
+    const double seconds = now_seconds() - t0;
+
+    StepMetrics s;
+    s.step = step;
+    s.loss = loss;
+    s.lr = lr;
+    s.grad_norm = grad_norm;
+    s.step_seconds = seconds;
+    for (int c = 0; c < kNumCategories; ++c)
+      s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
+    s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
+    s.hardware_flops = kernels::flop_counter();
+    if (w.size > 1) s.comm_bytes = step_comm_bytes();
+    fill_rates(s, plan, peak);
+
+    if (!rank0) continue;
+    const bool last = step == o.train.train_iters;
+    const bool report = step == 1 || last ||
+                        (o.report_interval > 0 && step % o.report_interval == 0);
+    if (step == 1) std::printf("%s\n", step_header(s).c_str());
+    if (step == 1 || last || step % o.log_interval == 0)
+      std::printf("%s\n", step_row(s).c_str());
+    if (jsonl) *jsonl << step_json(s, plan, w.rank, &CommStats::instance()) << "\n" << std::flush;
+    if (report) {
+      std::printf("\n%s\n%s\n", memory_table(plan, w.rank, &s).c_str(),
+                  flops_table(plan, w.rank, &s).c_str());
+      if (w.size > 1)
+        std::printf("%s\n%s\n", comm_table(plan, &CommStats::instance()).c_str(),
+                    CommStats::instance().table("communication time, rank 0").c_str());
+      if (!last) std::printf("%s\n", step_header(s).c_str());
+    }
+    std::fflush(stdout);
+  }
+  data_parallel.drain();
+  if (!o.save.empty()) save_parameters(model, o.save, rank0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  World w = init_world(argc, argv);
+  int code = run_main([&]() -> int {
+    const Options o = parse_flags_or_exit(argc, argv, w.size, w.rank,
+                                          [](int) { finalize_world(); });
+    if (o.plan) {
+      Plan plan;
+      try {
+        plan = make_plan(o.model, o.train, o.parallel, plan_options(o));
+      } catch (const std::invalid_argument& e) {
+        exit_on_input_error(FlagError(std::string("--plan: ") + e.what()), w.rank,
+                            [](int) { finalize_world(); });
+      }
+      if (w.rank == 0) {
+        const Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "not measured (--plan)"};
+        std::printf("%s\n", o.json ? plan_json(plan, &peak).c_str() : plan_text(plan, &peak).c_str());
+      }
+      return 0;
+    }
+    try {
+      check_trainable(o);
+    } catch (const InputError& e) {
+      exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+    }
+    return train(o, w);
+  });
+  finalize_world();
+  return code;
+}

@@ -101,7 +101,6 @@ void check_trainable(const Options& o) {
   if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_parallel));
   if (p.context_parallel > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel));
   if (p.expert_parallel > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_parallel));
-  if (o.train.bf16) refuse("--bf16");
 }
 
 int train(const Options& o, const World& w) {
@@ -119,6 +118,7 @@ int train(const Options& o, const World& w) {
   const int dp = par.data_parallel(), dp_rank = topo.coord().dp;
 
   DataParallelOptions dp_options;
+  dp_options.bf16 = o.train.bf16;
   dp_options.zero_stage = par.zero_stage;
   dp_options.overlap_grad_reduce = o.overlap_grad_reduce;
   dp_options.overlap_param_gather = o.overlap_param_gather;

@@ -26,7 +26,8 @@ int64_t MemoryPlan::total() const {
 // ---- activations ----------------------------------------------------------------------
 // Each line is one tensor of notes/model.md's list; N = B S tokens. Korthikanti's Table 2
 // names (in brackets) show where his sbh(34 + 5as/h) comes from, at 2-byte activations:
-// attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh.
+// attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh. act_bytes is the storage type's
+// (4, or 2 with --bf16); norm statistics and the log-sum-exp are fp32 in both.
 std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
                                                        int act_bytes, int mask_bytes) {
   const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
@@ -40,7 +41,7 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
     t.push_back({name, elements, bytes, stat});
   };
   // The norm1 input is the previous layer's output (or x0): counted there.   [LN1 input 2sbh]
-  add("norm1.stats", stats, act_bytes, true);
+  add("norm1.stats", stats, 4, true);
   add("norm1.out", N * h, act_bytes);                           // u   [QKV input 2sbh]
   add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh]
   add("attn.k", N * g * d, act_bytes);                          // k
@@ -52,12 +53,12 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
       add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b]
     }
   } else {
-    add("attn.lse", B * a * S, act_bytes);                      // log-sum-exp per query row
+    add("attn.lse", B * a * S, 4);                              // log-sum-exp per query row
   }
   add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh]
   if (hidden_drop) add("attn.proj_dropout_mask", N * h, mask_bytes);  // [mask sbh]
   add("resid1", N * h, act_bytes);                              // x   [LN2 input 2sbh]
-  add("norm2.stats", stats, act_bytes, true);
+  add("norm2.stats", stats, 4, true);
   add("norm2.out", N * h, act_bytes);                           // u2  [fc1 input 2sbh]
   add("mlp.fc1_out", N * m.fc1_size(), act_bytes);              // z   [GeLU input 8sbh]
   add("mlp.act", N * m.ffn(), act_bytes);                       // m   [fc2 input 8sbh]
@@ -76,7 +77,7 @@ std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int 
                                                       int act_bytes) {
   const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size;
   std::vector<ActivationTensor> t;
-  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * N : N, act_bytes, true});
+  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * N : N, 4, true});  // fp32 in both
   // Fused: d(xf), since the fused loss already ran the head's backward. Unfused: xf, which
   // the head's backward reads.
   if (m.fused_cross_entropy)
@@ -93,10 +94,12 @@ int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_sta
   return s;
 }
 
-int64_t logits_bytes(const ModelConfig& m, int B) {
+int64_t logits_bytes(const ModelConfig& m, int B, bool bf16) {
   const int64_t N = (int64_t)B * m.seq_length;
   const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(N, m.cross_entropy_chunk) : N;
-  return rows * m.vocab_size * 4;  // fp32 logits in both precisions (notes/model.md)
+  // fp32 logits (4 bytes) in both precisions; with bf16 their gradient is also rounded into
+  // a bf16 copy (2 bytes) for the head GEMMs while the fp32 ones live (notes/model.md).
+  return rows * m.vocab_size * (bf16 ? 4 + 2 : 4);
 }
 
 // ---- ZeRO ---------------------------------------------------------------------------
@@ -133,13 +136,16 @@ double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t)
 double korthikanti_full_recompute_bytes(double s, double b, double h) { return 2 * s * b * h; }
 
 // ---- workspace (notes/model.md, "Workspace"; model/layer.h Workspace) ---------------------
-// Scratch allocated once per microbatch size and reused by every layer, fp32 whatever the
-// training precision, plus what one microbatch holds while in flight.
-std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B) {
+// Scratch allocated once per microbatch size and reused by every layer, in the storage
+// type (act_bytes: 4, or 2 with --bf16) except the fp32 per-token losses, plus what one
+// microbatch holds while in flight (int32 tokens and targets).
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes) {
   const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
   const int64_t a = m.num_attention_heads, g = m.groups(), d = m.head_dim();
   std::vector<ActivationTensor> t;
-  auto add = [&](const char* name, int64_t elements) { t.push_back({name, elements, 4, false}); };
+  auto add = [&](const char* name, int64_t elements, int bytes = 0) {
+    t.push_back({name, elements, bytes ? bytes : act_bytes, false});
+  };
   add("dres", N * h);                    // gradient of the residual stream
   add("tmp_h", N * h);                   // proj / fc2 outputs and their gradients
   add("qkv", N * m.qkv_size());          // forward qkv, backward dqkv
@@ -151,7 +157,7 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B) {
   add("dv", N * g * d);
   add("dact", N * m.ffn());
   add("dfc1", N * m.fc1_size());
-  add("losses", N);                      // per-token loss
+  add("losses", N, 4);                   // per-token loss, fp32
   if (m.attention == AttentionImpl::NAIVE) {
     add("scores", B * a * S * S);
     add("dprobs", B * a * S * S);
@@ -160,13 +166,13 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B) {
     add("xf", N * h);                    // final-norm output, consumed inside the fused loss
   else
     add("dxf", N * h);                   // backward only, while the N V logits are still held
-  add("tokens", N);                      // int32, while the microbatch is in flight
-  add("targets", N);                     // int32
+  add("tokens", N, 4);                   // int32, while the microbatch is in flight
+  add("targets", N, 4);                  // int32
   return t;
 }
 
-int64_t workspace_bytes(const ModelConfig& m, int B) {
-  return sum_bytes(workspace_tensors(m, B));
+int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes) {
+  return sum_bytes(workspace_tensors(m, B, act_bytes));
 }
 
 int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const ParallelConfig& p) {
@@ -336,12 +342,12 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.activations = held * plan.activation_bytes_per_microbatch;
   mem.recompute = 0;  // Recompute::NONE
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
-  mem.logits = logits_bytes(m, B);
-  mem.workspace = workspace_bytes(m, B);
+  mem.logits = logits_bytes(m, B, t.bf16);
+  mem.workspace = workspace_bytes(m, B, act);
 
   // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
-  // precision for parameters and gradients (data_parallel is fp32-only for now, where it is
-  // 4), 4 for the norm and loss scalars.
+  // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the
+  // norm and loss scalars (fp32 in both).
   auto add_comm = [&](CommGroup g, CommOp op, int n, int64_t calls, int64_t payload) {
     if (calls > 0)
       plan.comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});

@@ -143,8 +143,9 @@ struct Plan {
   FlopsPlan flops;
   DataParallelPlan data_parallel;
   // Per step, per rank (every dp rank alike), in the order dp entries, then world:
-  //   z = 0  dp all-reduce per bucket, payload 4 n_j                    (ring: 2 x 4Ψ (n-1)/n)
-  //   z = 1  dp reduce-scatter + all-gather per bucket, payload 4 padded_j; all-reduce 4 B
+  // e bytes per element of parameters and gradients: 4, or 2 with --bf16.
+  //   z = 0  dp all-reduce per bucket, payload e n_j                    (ring: 2 x eΨ (n-1)/n)
+  //   z = 1  dp reduce-scatter + all-gather per bucket, payload e padded_j; all-reduce 4 B
   //   z = 2  as 1, but the reduce-scatters run every microbatch (k x)
   //   z = 3  per microbatch an all-gather per unit acquired while not resident (~2Ψ) and
   //          a reduce-scatter per unit; all-reduce 4 B (norm); no all-gather after the step
@@ -160,6 +161,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
                const PlanOptions& o = {});
 
 // ---- activations (notes/model.md), one microbatch of B sequences -------------------
+// act_bytes: the storage type's bytes (4, or 2 with --bf16); the norm statistics and the
+// flash log-sum-exp are fp32 (4 bytes) in both, dropout masks mask_bytes (1).
 std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
                                                        int act_bytes, int mask_bytes);
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
@@ -167,8 +170,9 @@ std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m,
 std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
                                                       int act_bytes);
 int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics = true);
-// Category logits: fused CE holds one chunk, min(N, chunk) x V fp32; unfused N x V fp32.
-int64_t logits_bytes(const ModelConfig& m, int B);
+// Category logits, rows = min(N, chunk) with the fused CE, N without: rows x V fp32 logits,
+// and with bf16 their bf16 gradient beside them: rows V 4 (fp32), rows V (4 + 2) (bf16).
+int64_t logits_bytes(const ModelConfig& m, int B, bool bf16);
 
 // ---- ZeRO sharding ------------------------------------------------------------------
 // Of one bucket of Ψ elements: ceil(Ψ / N_d) and N_d x that (the whole model in one bucket).
@@ -194,9 +198,10 @@ double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t)
 double korthikanti_full_recompute_bytes(double s, double b, double h);
 
 // Workspace: the buffers of notes/model.md's "Workspace" section, and their sum (the peak
-// of category workspace: all are live at once during the first backward).
-std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B);
-int64_t workspace_bytes(const ModelConfig& m, int B);
+// of category workspace: all are live at once during the first backward). act_bytes per
+// element of the storage type (4, or 2 with --bf16); losses fp32, tokens and targets int32.
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes);
+int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and
 // grads buffers (categories params, grads); its only own buffer is the one float of the
 // gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes.

@@ -108,9 +108,12 @@ static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
                        rp.microbatches_held, m.num_layers,
                        format_mib(plan.activation_bytes_per_layer).c_str());
     case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
-    case 7: return m.fused_cross_entropy
-                       ? fmt("fused CE: one chunk of %d tokens", m.cross_entropy_chunk)
-                       : "--no-fused-ce: full N x V fp32";
+    case 7: {
+      const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
+      return m.fused_cross_entropy
+                 ? fmt("fused CE: one chunk of %d tokens, %s", m.cross_entropy_chunk, what)
+                 : fmt("--no-fused-ce: full N x V, %s", what);
+    }
     default: break;
   }
   return "";
@@ -138,7 +141,8 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
              measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
   t += row("total (peak)", (double)rp.memory.total(),
            measured ? (double)measured->peak_memory_bytes : 0,
-           "predicted: sum of the categories (all live as backward starts)");
+           "predicted: sum of the category peaks, an upper bound (they coincide as backward "
+           "starts, except ZeRO-3 gathers and --no-fused-ce's backward transients)");
   return t;
 }
 

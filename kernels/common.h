@@ -16,6 +16,14 @@
 
 namespace kernels {
 
+// bfloat16 storage: the upper 16 bits of an IEEE-754 float (sign, 8-bit exponent, 7-bit
+// mantissa), so it keeps fp32's range with ~3 significant digits. paralab stores --bf16
+// parameters, gradients and activations in it and computes in fp32: every op widens its
+// inputs (exact), computes, and rounds its outputs to nearest even (kernels/math.h).
+struct bf16 {
+  uint16_t bits;
+};
+
 // Where a buffer lives and which twin runs an op on it.
 enum class Device { CPU, CUDA };
 

@@ -1,13 +1,47 @@
 // kernels/math.h: the per-element and per-row arithmetic that every CUDA kernel shares
 // with its CPU twin (DESIGN.md, "Two backends, one code path").
 //
-// defines: gelu, gelu_grad, silu, silu_grad, rope_inv_freq, counter_uniform (dropout RNG),
-//          adamw_step
+// defines: to_float, to_bf16, store (bf16 <-> float), gelu, gelu_grad, silu, silu_grad,
+//          rope_inv_freq, counter_uniform (dropout RNG), adamw_step
 #pragma once
 #include <cmath>
 #include "kernels/common.h"
 
 namespace kernels {
+
+// ---- bf16 <-> float ----------------------------------------------------------------------
+HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+// Widening is exact: the bf16 bits become the float's upper half.
+HD float to_float(bf16 x) { return bits_to_float((uint32_t)x.bits << 16); }
+HD float to_float(float x) { return x; }
+// Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then truncate.
+// NaN stays NaN (a quiet NaN with the sign kept).
+HD bf16 to_bf16(float f) {
+  const uint32_t u = float_to_bits(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
+    return bf16{(uint16_t)((u >> 16) | 0x0040u)};
+  return bf16{(uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
+}
+// Store a float into either storage type.
+HD void store(float& dst, float v) { dst = v; }
+HD void store(bf16& dst, float v) { dst = to_bf16(v); }
 
 // GeLU, exact (erf) form, Megatron's default: gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x/sqrt2)).
 HD float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }

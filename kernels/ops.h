@@ -157,3 +157,75 @@ void adamw_update(Device d, float* params, const float* grads, float* m, float* 
 double sum_squares(Device d, const float* x, size_t n);
 
 }  // namespace kernels
+
+// ---- bf16 storage (--bf16) ----------------------------------------------------------------
+// The same ops on bf16 tensors (kernels/ops_bf16.cpp): inputs widened to fp32, fp32
+// arithmetic, outputs rounded to bf16. What stays fp32 in a bf16 run: norm statistics
+// (mean, rstd), the log-sum-exp, the loss and its logits, master weights and Adam moments.
+// On the CPU the twin of each op is "widen, run the fp32 twin, round"; on CUDA the kernels
+// are templated on the storage type.
+namespace kernels {
+
+// C(bf16) = alpha op(A) op(B) + beta C, fp32 accumulation.
+void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
+          int lda, const bf16* B, int ldb, float beta, bf16* C, int ldc);
+// C(fp32) from bf16 A and B: the logits, which the loss needs in fp32.
+void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
+          int lda, const bf16* B, int ldb, float beta, float* C, int ldc);
+void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, int k,
+                          float alpha, const bf16* A, int lda, long long stride_a,
+                          const bf16* B, int ldb, long long stride_b, float beta, bf16* C,
+                          int ldc, long long stride_c, int batch);
+// out = round(in) and out = widen(in).
+void convert(Device d, bf16* out, const float* in, size_t n);
+void convert(Device d, float* out, const bf16* in, size_t n);
+
+void add(Device d, bf16* out, const bf16* a, const bf16* b, size_t n);
+void accumulate(Device d, bf16* out, const bf16* a, size_t n);
+void add_bias(Device d, bf16* y, const bf16* bias, int N, int C);
+void bias_backward(Device d, bf16* dbias, const bf16* dy, int N, int C);
+void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
+                       const bf16* wpe, int N, int seq_len, int C);
+void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens,
+                        int N, int seq_len, int C);
+void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,
+                       const bf16* w, const bf16* b, int N, int C, float eps);
+void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout,
+                        const bf16* x, const bf16* w, const float* mean, const float* rstd,
+                        int N, int C);
+void rmsnorm_forward(Device d, bf16* out, float* rstd, const bf16* x, const bf16* w, int N,
+                     int C, float eps);
+void rmsnorm_backward(Device d, bf16* dx, bf16* dw, const bf16* dout, const bf16* x,
+                      const bf16* w, const float* rstd, int N, int C);
+void gelu_forward(Device d, bf16* out, const bf16* in, size_t n);
+void gelu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, size_t n);
+void swiglu_forward(Device d, bf16* out, const bf16* in, int N, int F);
+void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int N, int F);
+void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t n, float p,
+                     uint64_t seed, uint64_t stream);
+void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
+                      float p);
+void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
+                       int G, int D, float rope_theta);
+void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
+                        int B, int S, int A, int G, int D, float rope_theta);
+void heads_merge_forward(Device d, bf16* out, const bf16* o, int B, int S, int A, int D);
+void heads_merge_backward(Device d, bf16* d_o, const bf16* dout, int B, int S, int A, int D);
+void causal_softmax_forward(Device d, bf16* probs, const bf16* scores, int rows, int S,
+                            float scale);
+void causal_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
+                             int rows, int S, float scale);
+void flash_attention_forward(Device d, bf16* o, float* lse, const bf16* q, const bf16* k,
+                             const bf16* v, int B, int A, int G, int S, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream);
+void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+                              const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                              const float* lse, int B, int A, int G, int S, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream);
+// AdamW on fp32 master weights with bf16 gradients; then params = round(master).
+void adamw_update(Device d, float* master, bf16* params, const bf16* grads, float* m, float* v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float bias1, float bias2, float grad_scale);
+double sum_squares(Device d, const bf16* x, size_t n);
+
+}  // namespace kernels

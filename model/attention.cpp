@@ -32,7 +32,8 @@ Dims dims(const LayerContext& c) {
 }
 }  // namespace
 
-void attention_forward(const LayerContext& c, LayerActivations& act, Workspace& ws) {
+template <typename T>
+void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
   const Dims x = dims(c);
   const float scale = 1.0f / std::sqrt((float)x.D);
   const float p = c.model.attention_dropout;
@@ -49,7 +50,7 @@ void attention_forward(const LayerContext& c, LayerActivations& act, Workspace& 
                                   ws.scores.data(), x.S, x.p_group, x.B * x.G);
     kernels::causal_softmax_forward(dev, act.probs.data(), ws.scores.data(), x.B * x.A, x.S,
                                     scale);
-    const float* used = act.probs.data();
+    const T* used = act.probs.data();
     if (p > 0.0f) {
       kernels::dropout_forward(dev, act.probs_dropped.data(), act.attn_mask.data(),
                                act.probs.data(), act.probs.size(), p, c.dropout_seed, stream);
@@ -63,7 +64,8 @@ void attention_forward(const LayerContext& c, LayerActivations& act, Workspace& 
   kernels::heads_merge_forward(dev, act.ctx.data(), ws.o_heads.data(), x.B, x.S, x.A, x.D);
 }
 
-void attention_backward(const LayerContext& c, LayerActivations& act, Workspace& ws) {
+template <typename T>
+void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
   const Dims x = dims(c);
   const float scale = 1.0f / std::sqrt((float)x.D);
   const float p = c.model.attention_dropout;
@@ -79,7 +81,7 @@ void attention_backward(const LayerContext& c, LayerActivations& act, Workspace&
                                       x.G, x.S, x.D, scale, p, c.dropout_seed, stream);
     return;
   }
-  const float* used = p > 0.0f ? act.probs_dropped.data() : act.probs.data();
+  const T* used = p > 0.0f ? act.probs_dropped.data() : act.probs.data();
   // dP' = dO V^T: (R*S, d) x (d, S)
   kernels::gemm_strided_batched(dev, false, true, x.R * x.S, x.S, x.D, 1.0f, ws.do_heads.data(),
                                 x.D, x.q_group, act.v.data(), x.D, x.kv_group, 0.0f,
@@ -103,5 +105,13 @@ void attention_backward(const LayerContext& c, LayerActivations& act, Workspace&
                                 x.S, x.p_group, act.q.data(), x.D, x.q_group, 0.0f,
                                 ws.dk.data(), x.D, x.kv_group, x.B * x.G);
 }
+
+template void attention_forward(const LayerContext&, LayerActivations<float>&, Workspace<float>&);
+template void attention_forward(const LayerContext&, LayerActivations<kernels::bf16>&,
+                                Workspace<kernels::bf16>&);
+template void attention_backward(const LayerContext&, LayerActivations<float>&,
+                                 Workspace<float>&);
+template void attention_backward(const LayerContext&, LayerActivations<kernels::bf16>&,
+                                 Workspace<kernels::bf16>&);
 
 }  // namespace paralab

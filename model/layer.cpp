@@ -17,7 +17,8 @@ namespace {
 using kernels::Device;
 
 // Allocates every saved tensor of this layer for this microbatch.
-void allocate_activations(const LayerContext& c, LayerActivations& a) {
+template <typename T>
+void allocate_activations(const LayerContext& c, LayerActivations<T>& a) {
   const ModelConfig& m = c.model;
   const Device dev = c.device;
   const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size, S = m.seq_length;
@@ -50,8 +51,9 @@ void allocate_activations(const LayerContext& c, LayerActivations& a) {
   a.out.allocate(dev, N * h, act);
 }
 
-void norm_forward(const LayerContext& c, float* out, Buffer<float>& mean, Buffer<float>& rstd,
-                  const float* x, const float* w, const float* b, int N) {
+template <typename T>
+void norm_forward(const LayerContext& c, T* out, Buffer<float>& mean, Buffer<float>& rstd,
+                  const T* x, const T* w, const T* b, int N) {
   const ModelConfig& m = c.model;
   if (m.is_gpt())
     kernels::layernorm_forward(c.device, out, mean.data(), rstd.data(), x, w, b, N,
@@ -60,9 +62,9 @@ void norm_forward(const LayerContext& c, float* out, Buffer<float>& mean, Buffer
     kernels::rmsnorm_forward(c.device, out, rstd.data(), x, w, N, m.hidden_size, m.norm_epsilon);
 }
 
-void norm_backward(const LayerContext& c, float* dx, float* dw, float* db, const float* dout,
-                   const float* x, const float* w, const Buffer<float>& mean,
-                   const Buffer<float>& rstd, int N) {
+template <typename T>
+void norm_backward(const LayerContext& c, T* dx, T* dw, T* db, const T* dout, const T* x,
+                   const T* w, const Buffer<float>& mean, const Buffer<float>& rstd, int N) {
   if (c.model.is_gpt())
     kernels::layernorm_backward(c.device, dx, dw, db, dout, x, w, mean.data(), rstd.data(), N,
                                 c.model.hidden_size);
@@ -71,15 +73,17 @@ void norm_backward(const LayerContext& c, float* dx, float* dw, float* db, const
 }
 
 // y(N, out) = x(N, in) W^T + b
-void linear_forward(Device dev, float* y, const float* x, const float* W, const float* b, int N,
-                    int in, int out) {
+template <typename T>
+void linear_forward(Device dev, T* y, const T* x, const T* W, const T* b, int N, int in,
+                    int out) {
   kernels::gemm(dev, false, true, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
   if (b) kernels::add_bias(dev, y, b, N, out);
 }
 
 // dx(N, in) = dy W (written, when dx != nullptr); dW += dy^T x; db += colsum(dy)
-void linear_backward(Device dev, float* dx, float* dW, float* db, const float* dy,
-                     const float* x, const float* W, int N, int in, int out) {
+template <typename T>
+void linear_backward(Device dev, T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int N,
+                     int in, int out) {
   if (dx) kernels::gemm(dev, false, false, N, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
   kernels::gemm(dev, true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
   if (db) kernels::bias_backward(dev, db, dy, N, out);
@@ -87,8 +91,9 @@ void linear_backward(Device dev, float* dx, float* dW, float* db, const float* d
 
 }  // namespace
 
-void layer_forward(const LayerContext& c, const LayerWeights& w, const float* x,
-                   LayerActivations& a, Workspace& ws) {
+template <typename T>
+void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
+                   LayerActivations<T>& a, Workspace<T>& ws) {
   const ModelConfig& m = c.model;
   const Device dev = c.device;
   const int N = c.B * m.seq_length, h = m.hidden_size;
@@ -124,16 +129,17 @@ void layer_forward(const LayerContext& c, const LayerWeights& w, const float* x,
   kernels::add(dev, a.out.data(), a.x_mid.data(), ws.tmp_h.data(), (size_t)N * h);
 }
 
-void layer_backward(const LayerContext& c, const LayerWeights& w, LayerGrads& g, const float* x,
-                    LayerActivations& a, Workspace& ws) {
+template <typename T>
+void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<T>& g, const T* x,
+                    LayerActivations<T>& a, Workspace<T>& ws) {
   const ModelConfig& m = c.model;
   const Device dev = c.device;
   const int N = c.B * m.seq_length, h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
-  float* dres = ws.dres.data();
+  T* dres = ws.dres.data();
 
   // ---- MLP block: d(out) = dres flows to x_mid unchanged and into the MLP branch
-  const float* dy = dres;
+  const T* dy = dres;
   if (m.hidden_dropout > 0.0f) {
     kernels::dropout_backward(dev, ws.tmp_h.data(), dres, a.fc2_mask.data(), (size_t)N * h,
                               m.hidden_dropout);
@@ -168,10 +174,11 @@ void layer_backward(const LayerContext& c, const LayerWeights& w, LayerGrads& g,
                   w.qkv_w, N, h, m.qkv_size());
   norm_backward(c, dres, g.norm1_w, g.norm1_b, ws.tmp_h.data(), x, w.norm1_w, a.norm1_mean,
                 a.norm1_rstd, N);
-  a = LayerActivations();  // release this microbatch's saved tensors
+  a = LayerActivations<T>();  // release this microbatch's saved tensors
 }
 
-void Workspace::ensure(const ModelConfig& m, kernels::Device dev, int B) {
+template <typename T>
+void Workspace<T>::ensure(const ModelConfig& m, kernels::Device dev, int B) {
   const int N = B * m.seq_length;
   if (N == tokens) return;
   tokens = N;
@@ -199,5 +206,18 @@ void Workspace::ensure(const ModelConfig& m, kernels::Device dev, int B) {
   if (m.fused_cross_entropy) xf.allocate(dev, n * h, ws); else xf.reset();
   losses.allocate(dev, n, ws);
 }
+
+template struct Workspace<float>;
+template struct Workspace<kernels::bf16>;
+template void layer_forward(const LayerContext&, const LayerWeights<float>&, const float*,
+                            LayerActivations<float>&, Workspace<float>&);
+template void layer_forward(const LayerContext&, const LayerWeights<kernels::bf16>&,
+                            const kernels::bf16*, LayerActivations<kernels::bf16>&,
+                            Workspace<kernels::bf16>&);
+template void layer_backward(const LayerContext&, const LayerWeights<float>&, LayerGrads<float>&,
+                             const float*, LayerActivations<float>&, Workspace<float>&);
+template void layer_backward(const LayerContext&, const LayerWeights<kernels::bf16>&,
+                             LayerGrads<kernels::bf16>&, const kernels::bf16*,
+                             LayerActivations<kernels::bf16>&, Workspace<kernels::bf16>&);
 
 }  // namespace paralab

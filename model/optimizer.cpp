@@ -26,6 +26,13 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   const int64_t n = model.data_parallel().state_numel();
   m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
   v_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
+  DataParallel& dp = model.data_parallel();
+  if (dp.bf16()) {
+    master_.allocate(model.device(), n, Category::MASTER_PARAMS);
+    for (const OwnedSegment& seg : dp.owned_segments())
+      kernels::convert(model.device(), master_.data() + seg.state_offset,
+                       static_cast<const kernels::bf16*>(seg.param), seg.count);
+  }
 }
 
 float AdamW::step(float lr) {
@@ -49,9 +56,19 @@ float AdamW::step(float lr) {
       if (lo >= hi) continue;
       const int64_t k = lo - seg.flat_begin;
       const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
-      kernels::adamw_update(dev, seg.param + k, seg.grad + k, m_.data() + seg.state_offset + k,
-                            v_.data() + seg.state_offset + k, hi - lo, lr, train_.adam_beta1,
-                            train_.adam_beta2, train_.adam_eps, wd, bias1, bias2, clip);
+      float* m = m_.data() + seg.state_offset + k;
+      float* vv = v_.data() + seg.state_offset + k;
+      if (dp.bf16())
+        kernels::adamw_update(dev, master_.data() + seg.state_offset + k,
+                              static_cast<kernels::bf16*>(seg.param) + k,
+                              static_cast<const kernels::bf16*>(seg.grad) + k, m, vv, hi - lo, lr,
+                              train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
+                              bias2, clip);
+      else
+        kernels::adamw_update(dev, static_cast<float*>(seg.param) + k,
+                              static_cast<const float*>(seg.grad) + k, m, vv, hi - lo, lr,
+                              train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
+                              bias2, clip);
     }
   }
   dp.after_optimizer_step();

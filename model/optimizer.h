@@ -3,7 +3,9 @@
 //
 // The optimizer updates what data parallelism says this rank owns
 // (DataParallel::owned_segments): every parameter under DDP, its slices under ZeRO >= 1,
-// whose Adam moments alone it keeps.
+// whose Adam moments alone it keeps. With --bf16 it also keeps their fp32 master weights
+// (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
+// Construct it after the parameters are initialised: the master starts as their values.
 #pragma once
 #include "instrument/ledger.h"
 #include "model/config.h"
@@ -27,7 +29,8 @@ class AdamW {
  private:
   Transformer& model_;
   TrainConfig train_;
-  Buffer<float> m_, v_;  // Adam moments, category optimizer_states
+  Buffer<float> m_, v_;    // Adam moments, category optimizer_states
+  Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
   int step_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <type_traits>
 #include <stdexcept>
 #include "kernels/math.h"
 #include "kernels/ops.h"
@@ -17,21 +18,19 @@
 
 namespace paralab {
 
-struct Transformer::Impl {
-  // Per layer, the unit-relative offset of each of its 12 tensors (-1: absent, e.g. llama
-  // biases), in LayerWeights field order.
-  std::vector<std::array<long, 12>> layer_offsets;
-  std::vector<LayerActivations> acts;
-  Workspace ws;
-  Buffer<float> x0;            // (N, h) embedding output, activations
+template <typename T>
+struct Transformer::State {
+  std::vector<LayerActivations<T>> acts;
+  Workspace<T> ws;
+  Buffer<T> x0;                  // (N, h) embedding output, activations
   Buffer<float> final_mean, final_rstd;
-  Buffer<float> dxf;           // fused: (N, h) gradient of the final-norm output
-  Buffer<float> xf_saved;      // unfused: (N, h) final-norm output
-  Buffer<float> logits;        // unfused: (N, V) logits, then their gradient
-  Buffer<int> tokens, targets; // (N) on the device
+  Buffer<T> dxf;                 // fused: (N, h) gradient of the final-norm output
+  Buffer<T> xf_saved;            // unfused: (N, h) final-norm output
+  Buffer<float> logits;          // unfused: (N, V) logits, then their gradient (fp32)
+  Buffer<int> tokens, targets;   // (N) on the device
   int B = 0;
-  uint64_t dropout_seed = 0;   // of the pending microbatch: backward regenerates its masks
-  bool pending = false;        // a forward waits for its backward
+  uint64_t dropout_seed = 0;     // of the pending microbatch: backward regenerates its masks
+  bool pending = false;          // a forward waits for its backward
 };
 
 namespace {
@@ -40,21 +39,40 @@ const char* const kLayerTensors[12] = {
     "attn.proj.weight", "attn.proj.bias", "norm2.weight",    "norm2.bias",
     "mlp.fc1.weight",   "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
 
-template <typename T>
-T at(T base, long offset) { return offset < 0 ? nullptr : base + offset; }
+template <typename P>
+P at(P base, long offset) { return offset < 0 ? nullptr : base + offset; }
 
-LayerWeights layer_weights(const float* p, const std::array<long, 12>& o) {
+template <typename T>
+LayerWeights<T> layer_weights(const void* unit, const std::array<long, 12>& o) {
+  const T* p = static_cast<const T*>(unit);
   return {at(p, o[0]), at(p, o[1]), at(p, o[2]), at(p, o[3]),  at(p, o[4]),  at(p, o[5]),
           at(p, o[6]), at(p, o[7]), at(p, o[8]), at(p, o[9]), at(p, o[10]), at(p, o[11])};
 }
-LayerGrads layer_grads(float* g, const std::array<long, 12>& o) {
+template <typename T>
+LayerGrads<T> layer_grads(void* unit, const std::array<long, 12>& o) {
+  T* g = static_cast<T*>(unit);
   return {at(g, o[0]), at(g, o[1]), at(g, o[2]), at(g, o[3]),  at(g, o[4]),  at(g, o[5]),
           at(g, o[6]), at(g, o[7]), at(g, o[8]), at(g, o[9]), at(g, o[10]), at(g, o[11])};
+}
+
+// The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, bf16
+// rounded into `scratch` (category logits, notes/model.md).
+template <typename T>
+const T* loss_gradient_as(kernels::Device dev, const float* dlogits, size_t n,
+                          Buffer<T>& scratch) {
+  if constexpr (std::is_same<T, float>::value) {
+    (void)dev, (void)n, (void)scratch;
+    return dlogits;
+  } else {
+    if (scratch.size() < n) scratch.allocate(dev, n, Category::LOGITS);
+    kernels::convert(dev, scratch.data(), dlogits, n);
+    return scratch.data();
+  }
 }
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp)
-    : config_(model), device_(device), table_(param_table(model)), impl_(new Impl) {
+    : config_(model), device_(device), table_(param_table(model)) {
   const std::vector<int64_t> units = param_units(model);
   size_t offset = 0;
   int unit = 0;
@@ -77,9 +95,15 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       auto it = index_.find("layers." + std::to_string(l) + "." + kLayerTensors[i]);
       o[i] = it == index_.end() ? -1 : (long)views_[it->second].unit_offset;
     }
-    impl_->layer_offsets.push_back(o);
+    layer_offsets_.push_back(o);
   }
-  impl_->acts.resize(model.num_layers);
+  if (dp_->bf16()) {
+    bf16_.reset(new State<kernels::bf16>);
+    bf16_->acts.resize(model.num_layers);
+  } else {
+    fp32_.reset(new State<float>);
+    fp32_->acts.resize(model.num_layers);
+  }
 }
 
 Transformer::~Transformer() = default;
@@ -144,8 +168,19 @@ std::vector<float> Transformer::get_grad(const std::string& name) {
 
 float Transformer::forward(const int* tokens, const int* targets, int B, float grad_scale,
                            uint64_t dropout_seed) {
-  if (impl_->pending) throw std::logic_error("Transformer::forward called twice without backward");
-  Impl& s = *impl_;
+  return bf16_ ? forward_as(*bf16_, tokens, targets, B, grad_scale, dropout_seed)
+               : forward_as(*fp32_, tokens, targets, B, grad_scale, dropout_seed);
+}
+
+void Transformer::backward() {
+  if (bf16_) backward_as(*bf16_);
+  else backward_as(*fp32_);
+}
+
+template <typename T>
+float Transformer::forward_as(State<T>& s, const int* tokens, const int* targets, int B,
+                              float grad_scale, uint64_t dropout_seed) {
+  if (s.pending) throw std::logic_error("Transformer::forward called twice without backward");
   DataParallel& dp = *dp_;
   const ModelConfig& m = config_;
   const kernels::Device dev = device_;
@@ -162,35 +197,35 @@ float Transformer::forward(const int* tokens, const int* targets, int B, float g
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
 
   // ---- embedding (unit 0)
-  const float* E = dp.acquire_params(0, true);
-  const float* wpe = m.is_gpt() ? E + view("embedding.position").unit_offset : nullptr;
+  const T* E = static_cast<const T*>(dp.acquire_params(0, true));
+  const T* wpe = m.is_gpt() ? E + view("embedding.position").unit_offset : nullptr;
   s.x0.allocate(dev, (size_t)N * h, act);
   kernels::embedding_forward(dev, s.x0.data(), s.tokens.data(),
                              E + view("embedding.word").unit_offset, wpe, N, S, h);
   dp.release_params(0);
 
   // ---- layers (units 1..L)
-  const float* x = s.x0.data();
+  const T* x = s.x0.data();
   for (int l = 0; l < L; ++l) {
     LayerContext c{m, dev, l, B, dropout_seed};
-    const float* P = dp.acquire_params(l + 1, true);
-    layer_forward(c, layer_weights(P, s.layer_offsets[l]), x, s.acts[l], s.ws);
+    const void* P = dp.acquire_params(l + 1, true);
+    layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, s.acts[l], s.ws);
     dp.release_params(l + 1);
     x = s.acts[l].out.data();
   }
 
   // ---- head (unit L+1; gpt's output weight is the tied embedding of unit 0)
-  const float* H = dp.acquire_params(L + 1, true);
+  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, true));
   if (m.is_gpt()) s.final_mean.allocate(dev, N, act);
   s.final_rstd.allocate(dev, N, act);
-  float* xf;  // scratch when the loss is fused, saved for backward otherwise
+  T* xf;  // scratch when the loss is fused, saved for backward otherwise
   if (m.fused_cross_entropy) {
     xf = s.ws.xf.data();
   } else {
     s.xf_saved.allocate(dev, (size_t)N * h, act);
     xf = s.xf_saved.data();
   }
-  const float* fw = H + view("final_norm.weight").unit_offset;
+  const T* fw = H + view("final_norm.weight").unit_offset;
   if (m.is_gpt())
     kernels::layernorm_forward(dev, xf, s.final_mean.data(), s.final_rstd.data(), x, fw,
                                H + view("final_norm.bias").unit_offset, N, h, m.norm_epsilon);
@@ -201,12 +236,14 @@ float Transformer::forward(const int* tokens, const int* targets, int B, float g
   const float ce_scale = valid > 0 ? grad_scale / valid : 0.0f;
   if (keep_logits_) last_logits_.assign((size_t)N * V, 0.0f);
   const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-  const float* W = (m.tied_embeddings() ? dp.acquire_params(0, true) : H) + head.unit_offset;
+  const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, true)) : H) +
+               head.unit_offset;
   if (m.fused_cross_entropy) {
-    float* dW = dp.grads(head.unit) + head.unit_offset;
+    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
     s.dxf.allocate(dev, (size_t)N * h, act);
     const int chunk = std::min(N, std::max(1, m.cross_entropy_chunk));
     Buffer<float> logits(dev, (size_t)chunk * V, Category::LOGITS);
+    Buffer<T> dlogits_scratch;  // bf16 only: the loss gradient rounded for the GEMMs
     for (int t0 = 0; t0 < N; t0 += chunk) {
       const int n = std::min(chunk, N - t0);
       kernels::gemm(dev, false, true, n, V, h, 1.0f, xf + (size_t)t0 * h, h, W, h, 0.0f,
@@ -217,10 +254,12 @@ float Transformer::forward(const int* tokens, const int* targets, int B, float g
       kernels::cross_entropy_forward_backward(dev, s.ws.losses.data() + t0, logits.data(),
                                               s.targets.data() + t0, n, V, ce_scale);
       // d(xf) = dlogits W;  dW += dlogits^T xf
-      kernels::gemm(dev, false, false, n, h, V, 1.0f, logits.data(), V, W, h, 0.0f,
+      const T* dlogits =
+          loss_gradient_as<T>(dev, logits.data(), (size_t)chunk * V, dlogits_scratch);
+      kernels::gemm(dev, false, false, n, h, V, 1.0f, dlogits, V, W, h, 0.0f,
                     s.dxf.data() + (size_t)t0 * h, h);
-      kernels::gemm(dev, true, false, V, h, n, 1.0f, logits.data(), V, xf + (size_t)t0 * h, h,
-                    1.0f, dW, h);
+      kernels::gemm(dev, true, false, V, h, n, 1.0f, dlogits, V, xf + (size_t)t0 * h, h, 1.0f,
+                    dW, h);
     }
   } else {
     s.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
@@ -242,9 +281,9 @@ float Transformer::forward(const int* tokens, const int* targets, int B, float g
   return valid > 0 ? (float)(sum / valid) : 0.0f;
 }
 
-void Transformer::backward() {
-  if (!impl_->pending) throw std::logic_error("Transformer::backward without a forward");
-  Impl& s = *impl_;
+template <typename T>
+void Transformer::backward_as(State<T>& s) {
+  if (!s.pending) throw std::logic_error("Transformer::backward without a forward");
   DataParallel& dp = *dp_;
   const ModelConfig& m = config_;
   const kernels::Device dev = device_;
@@ -252,28 +291,29 @@ void Transformer::backward() {
   const int L = m.num_layers;
 
   // ---- head (unit L+1)
-  const float* H = dp.acquire_params(L + 1, false);
-  const float* dxf = s.dxf.data();
+  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, false));
+  const T* dxf = s.dxf.data();
   if (!m.fused_cross_entropy) {
     // d(xf) = dlogits W, dW += dlogits^T xf
     const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-    const float* W = (m.tied_embeddings() ? dp.acquire_params(0, false) : H) + head.unit_offset;
-    float* dW = dp.grads(head.unit) + head.unit_offset;
+    const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, false)) : H) +
+                 head.unit_offset;
+    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
     s.dxf.allocate(dev, (size_t)N * h, Category::WORKSPACE);
-    kernels::gemm(dev, false, false, N, h, V, 1.0f, s.logits.data(), V, W, h, 0.0f, s.dxf.data(),
-                  h);
-    kernels::gemm(dev, true, false, V, h, N, 1.0f, s.logits.data(), V, s.xf_saved.data(), h,
-                  1.0f, dW, h);
+    Buffer<T> dlogits_scratch;
+    const T* dlogits = loss_gradient_as<T>(dev, s.logits.data(), (size_t)N * V, dlogits_scratch);
+    kernels::gemm(dev, false, false, N, h, V, 1.0f, dlogits, V, W, h, 0.0f, s.dxf.data(), h);
+    kernels::gemm(dev, true, false, V, h, N, 1.0f, dlogits, V, s.xf_saved.data(), h, 1.0f, dW, h);
     if (m.tied_embeddings()) dp.release_params(0);
     s.logits.reset();
     s.xf_saved.reset();
     dxf = s.dxf.data();
   }
   // the final norm's backward writes d(last layer output) into dres
-  float* G = dp.grads(L + 1);
-  float* dres = s.ws.dres.data();
-  kernels::memset_zero(dev, dres, (size_t)N * h * sizeof(float));
-  const float* x_last = L > 0 ? s.acts.back().out.data() : s.x0.data();
+  T* G = static_cast<T*>(dp.grads(L + 1));
+  T* dres = s.ws.dres.data();
+  kernels::memset_zero(dev, dres, (size_t)N * h * sizeof(T));
+  const T* x_last = L > 0 ? s.acts.back().out.data() : s.x0.data();
   const size_t fw = view("final_norm.weight").unit_offset;
   if (m.is_gpt()) {
     const size_t fb = view("final_norm.bias").unit_offset;
@@ -291,17 +331,17 @@ void Transformer::backward() {
   // ---- layers, last to first
   for (int l = L - 1; l >= 0; --l) {
     LayerContext c{m, dev, l, B, s.dropout_seed};
-    const float* x = l > 0 ? s.acts[l - 1].out.data() : s.x0.data();
-    const float* P = dp.acquire_params(l + 1, false);
-    LayerGrads g = layer_grads(dp.grads(l + 1), s.layer_offsets[l]);
-    layer_backward(c, layer_weights(P, s.layer_offsets[l]), g, x, s.acts[l], s.ws);
+    const T* x = l > 0 ? s.acts[l - 1].out.data() : s.x0.data();
+    const void* P = dp.acquire_params(l + 1, false);
+    LayerGrads<T> g = layer_grads<T>(dp.grads(l + 1), layer_offsets_[l]);
+    layer_backward(c, layer_weights<T>(P, layer_offsets_[l]), g, x, s.acts[l], s.ws);
     dp.release_params(l + 1);
     dp.backward_done(l + 1);
   }
 
   // ---- embedding (unit 0): needs only its gradients
-  float* G0 = dp.grads(0);
-  float* dwpe = m.is_gpt() ? G0 + view("embedding.position").unit_offset : nullptr;
+  T* G0 = static_cast<T*>(dp.grads(0));
+  T* dwpe = m.is_gpt() ? G0 + view("embedding.position").unit_offset : nullptr;
   kernels::embedding_backward(dev, G0 + view("embedding.word").unit_offset, dwpe, dres,
                               s.tokens.data(), N, S, h);
   dp.backward_done(0);

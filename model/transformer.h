@@ -6,6 +6,7 @@
 // gradients back after backward; activations are allocated per microbatch in forward and
 // released by backward, each tagged in the ledger.
 #pragma once
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,7 +29,9 @@ struct TensorView {
 
 class Transformer {
  public:
-  // dp == nullptr: the model owns a single-rank DDP (tests, tools).
+  // dp == nullptr: the model owns a single-rank fp32 DDP (tests, tools). The storage type
+  // of parameters, gradients and activations is data parallelism's: fp32, or bf16 with
+  // --bf16 (DataParallelOptions::bf16).
   Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr);
   ~Transformer();
 
@@ -64,7 +67,15 @@ class Transformer {
   std::vector<float> last_logits() const { return last_logits_; }
 
  private:
-  struct Impl;
+  // The microbatch in flight and the scratch, per storage type (float or kernels::bf16).
+  template <typename T>
+  struct State;
+  template <typename T>
+  float forward_as(State<T>& s, const int* tokens, const int* targets, int B, float grad_scale,
+                   uint64_t dropout_seed);
+  template <typename T>
+  void backward_as(State<T>& s);
+
   ModelConfig config_;
   kernels::Device device_;
   std::vector<ParamSpec> table_;
@@ -75,7 +86,11 @@ class Transformer {
   size_t num_params_ = 0;
   bool keep_logits_ = false;
   std::vector<float> last_logits_;
-  std::unique_ptr<Impl> impl_;
+  // Per layer, the unit-relative offset of each of its 12 tensors (-1: absent, e.g. llama
+  // biases), in LayerWeights field order.
+  std::vector<std::array<long, 12>> layer_offsets_;
+  std::unique_ptr<State<float>> fp32_;
+  std::unique_ptr<State<kernels::bf16>> bf16_;
 };
 
 }  // namespace paralab

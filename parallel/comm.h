@@ -43,10 +43,15 @@
 namespace paralab {
 
 enum class CommBackend { MPI, NCCL };
-enum class DType { F32, I32, U8 };  // U8 moves raw bytes (no reductions)
-enum class ReduceOp { SUM, MAX };   // MAX: the vocab-parallel loss's row maximum
+// U8 moves raw bytes (no reductions). BF16 (kernels::bf16, --bf16 parameters and
+// gradients) reduces as widen to fp32, op, round to nearest even: NCCL's ncclBfloat16, and
+// a user-defined MPI_Op (MPI has no bf16 type).
+enum class DType { F32, I32, U8, BF16 };
+enum class ReduceOp { SUM, MAX };  // MAX: the vocab-parallel loss's row maximum
 
-inline size_t dtype_size(DType t) { return t == DType::U8 ? 1 : 4; }
+inline size_t dtype_size(DType t) {
+  return t == DType::U8 ? 1 : t == DType::BF16 ? 2 : 4;
+}
 const char* backend_name(CommBackend b);
 
 // One send or receive of a batched send_recv; `peer` is a rank *in the group*.

@@ -14,6 +14,8 @@
 // out = in + rank*shard). The host vectors, and the count arrays of MPI_Ialltoallv, live
 // in the MpiOp because MPI reads them until the operation completes.
 //
+// bf16 (--bf16): 2-byte elements with user-defined reduction operations (mpi_op below).
+//
 // Cost on the wire is MPICH's choice of algorithm; the byte accounting (comm.cpp) records
 // the nccl-tests formulas, not what MPICH did.
 #include <cblas.h>  // openblas_set_num_threads
@@ -25,7 +27,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include "kernels/ops.h"  // memcpy_to_host, memcpy_from_host, synchronize
+#include "kernels/math.h"  // to_float, to_bf16: the bf16 reduction operations
+#include "kernels/ops.h"   // memcpy_to_host, memcpy_from_host, synchronize
 #include "parallel/comm.h"
 
 namespace paralab {
@@ -40,12 +43,46 @@ void check(int rc, const char* what) {
   fail(std::string(what) + " failed: " + std::string(text, len));
 }
 
+// bf16 travels as 2-byte elements (MPI_UINT16_T: MPI has no bf16 type); moving it is
+// moving bits, and reducing it takes the user-defined operations below.
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
     case DType::I32: return MPI_INT;
+    case DType::BF16: return MPI_UINT16_T;
     default: return MPI_BYTE;
   }
+}
+
+// bf16 reductions: inout[i] = round(widen(in[i]) op widen(inout[i])), as NCCL's
+// ncclBfloat16 does. The rounded sum is symmetric in its two arguments, so the operations
+// are declared commutative; like fp32 addition they are not associative, and the result
+// depends on MPICH's reduction order, as it does for MPI_SUM on floats.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const kernels::bf16*>(in);
+  auto* b = static_cast<kernels::bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = kernels::to_bf16(kernels::to_float(a[i]) + kernels::to_float(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const kernels::bf16*>(in);
+  auto* b = static_cast<kernels::bf16*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (kernels::to_float(a[i]) > kernels::to_float(b[i])) b[i] = a[i];
+}
+
+// The MPI_Op of a reduction on `t`. The bf16 ones are created once, at first use (after
+// MPI_Init), and live until MPI_Finalize frees them. A user-defined MPI_Op is valid in
+// every reduction collective, nonblocking ones included: MPI_Iallreduce and
+// MPI_Ireduce_scatter_block accept it exactly as they accept MPI_SUM.
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t != DType::BF16) return op == ReduceOp::MAX ? MPI_MAX : MPI_SUM;
+  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+  if (sum == MPI_OP_NULL) {
+    check(MPI_Op_create(bf16_sum, 1, &sum), "MPI_Op_create");
+    check(MPI_Op_create(bf16_max, 1, &max), "MPI_Op_create");
+  }
+  return op == ReduceOp::MAX ? max : sum;
 }
 
 // MPI counts are int: a larger message would need derived datatypes; say so instead.
@@ -148,7 +185,7 @@ class MpiBackend : public detail::Backend {
     auto o = std::make_unique<MpiOp>(device_);
     void* b = o->inout(buf, count * dtype_size(t));
     check(MPI_Iallreduce(MPI_IN_PLACE, b, as_count(count, "all_reduce"), mpi_type(t),
-                         op == ReduceOp::MAX ? MPI_MAX : MPI_SUM, comm_, o->request()),
+                         mpi_op(op, t), comm_, o->request()),
           "MPI_Iallreduce");
     return o;
   }
@@ -159,7 +196,7 @@ class MpiBackend : public detail::Backend {
     const void* i = o->input(in, in_bytes);
     void* r = o->output(out, shard * es, overlaps(in, in_bytes, out, shard * es));
     check(MPI_Ireduce_scatter_block(i, r, as_count(shard, "reduce_scatter"), mpi_type(t),
-                                    MPI_SUM, comm_, o->request()),
+                                    mpi_op(ReduceOp::SUM, t), comm_, o->request()),
           "MPI_Ireduce_scatter_block");
     return o;
   }

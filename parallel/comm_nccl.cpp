@@ -17,6 +17,8 @@
 // send/recv and all-to-all(-v) are ncclSend/ncclRecv pairs inside ncclGroupStart/End, so
 // NCCL posts them together and no ordering of the pairs can deadlock.
 #ifndef PARALAB_CPU_ONLY
+// Older nccl.h versions declare ncclBfloat16 only when cuda_bf16.h came first.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <string>
@@ -39,6 +41,9 @@ ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::F32: return ncclFloat32;
     case DType::I32: return ncclInt32;
+    // kernels::bf16 has __nv_bfloat16's bits; each partial sum is rounded to bf16, as in the
+    // MPI backend's bf16_sum.
+    case DType::BF16: return ncclBfloat16;
     default: return ncclUint8;
   }
 }

@@ -4,7 +4,8 @@
 // The policies below are exactly what instrument/plan predicts, byte for byte: change one
 // and the plan's simulation (plan.cpp, simulate_zero_step) must change with it.
 //
-// Buffers (Ψ parameters, P = layout.padded_total, S = layout.shard_numel, all fp32):
+// Buffers (Ψ parameters, P = layout.padded_total, S = layout.shard_numel; elements of the
+// storage type, fp32 or with --bf16 bf16, so bytes = elements x 4 or x 2):
 //   stage  params                        grads
 //   0      Ψ, flat order (PARAMS)        Ψ, flat order (GRADS)
 //   1      P, padded layout (PARAMS)     P, padded layout (GRADS)
@@ -18,10 +19,18 @@
 // Rank r owns [r * slice, (r+1) * slice) of every padded bucket; the shard holds those
 // slices at each bucket's shard_offset. With dp 1 the same buffers exist (memory equals
 // the plan at dp 1); reductions are no-ops and gathers device copies, never recorded.
+//
+// bf16: the buffers are bytes from the Ledger addressed by element (Impl::at), the
+// collectives run on DType::BF16 (sums rounded to bf16 per addition, parallel/comm.h), and
+// the only typed work here, accumulate and sum_squares, dispatches on the storage type.
+// The host views (load_params, gather_*) stay fp32: rounded on the host before the copy
+// in, widened on the host after the copy out, so no fp32 device buffer is ever needed.
 #include "parallel/data_parallel.h"
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include "kernels/math.h"              // to_bf16, to_float: the host views' conversions
 #include "kernels/ops.h"               // memcpy_*, memset_zero, accumulate, sum_squares
 #include "parallel/zero_schedule.h"    // prefetch_window
 
@@ -41,15 +50,17 @@ struct DataParallel::Impl {
   DataParallelOptions opt;
   Device device;
   int rank = 0, size = 1, U = 0, stage = 0;
+  int es = 4;                // bytes per stored element: 4 (fp32) or 2 (bf16)
+  DType dtype = DType::F32;  // the collectives' element type, the same storage type
   BucketLayout layout;
   std::vector<int64_t> padded_pos;  // per bucket: pb_j in the padded full buffers
 
   // Buffers first: members are destroyed in reverse order, so every CommHandle below is
   // waited for before the memory it writes into goes away.
-  Buffer<float> params, grads;  // see the table above
+  Buffer<char> params, grads;   // see the table above; bytes, addressed with at()
   Buffer<float> norm_scalar;    // stages >= 1 at dp > 1: the gradient norm's all-reduce
   struct BucketState {
-    Buffer<float> grad_buf;  // stages 2-3: this microbatch's gradients of the bucket
+    Buffer<char> grad_buf;   // stages 2-3: this microbatch's gradients of the bucket
     CommHandle reduce;       // all-reduce (0), reduce-scatter (1-3)
     CommHandle gather;       // stages 1-2: the updated parameters' all-gather
     bool posted = false;     // stages 0-1: reduction posted this step
@@ -57,7 +68,7 @@ struct DataParallel::Impl {
   };
   std::vector<BucketState> bk;
   struct UnitState {
-    Buffer<float> gathered;  // stage 3: the unit's full (padded) parameters
+    Buffer<char> gathered;   // stage 3: the unit's full (padded) parameters
     CommHandle gather;
     bool resident = false;   // stage 3: gathered or in flight
     int refs = 0;
@@ -69,6 +80,50 @@ struct DataParallel::Impl {
   std::vector<OwnedSegment> segments;
 
   bool sharded_grads() const { return stage >= 2; }
+
+  // ---- storage elements ---------------------------------------------------------------
+  void allocate(Buffer<char>& b, int64_t elements, Category c) {
+    b.allocate(device, elements * es, c);
+  }
+  char* at(Buffer<char>& b, int64_t e) { return b.data() + e * es; }
+  // out += in over n elements (bf16: widened, added in fp32, rounded).
+  void accumulate(void* out, const void* in, int64_t n) {
+    if (opt.bf16)
+      kernels::accumulate(device, static_cast<kernels::bf16*>(out),
+                          static_cast<const kernels::bf16*>(in), n);
+    else
+      kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
+  }
+  double sum_squares(const void* x, int64_t n) {
+    if (opt.bf16) return kernels::sum_squares(device, static_cast<const kernels::bf16*>(x), n);
+    return kernels::sum_squares(device, static_cast<const float*>(x), n);
+  }
+  // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
+  std::vector<char> to_storage(const std::vector<float>& v) const {
+    std::vector<char> out(v.size() * es);
+    if (!opt.bf16) {
+      std::memcpy(out.data(), v.data(), out.size());
+      return out;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      const kernels::bf16 x = kernels::to_bf16(v[i]);
+      std::memcpy(&out[i * 2], &x, 2);
+    }
+    return out;
+  }
+  std::vector<float> from_storage(const std::vector<char>& raw) const {
+    std::vector<float> out(raw.size() / es);
+    if (!opt.bf16) {
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return out;
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      kernels::bf16 x;
+      std::memcpy(&x, &raw[i * 2], 2);
+      out[i] = kernels::to_float(x);
+    }
+    return out;
+  }
 
   void check_unit(int u, const char* what) const {
     if (u < 0 || u >= U)
@@ -91,20 +146,18 @@ struct DataParallel::Impl {
   void post_grad_reduce(int j) {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
-    if (s.grad_buf.empty()) s.grad_buf.allocate(device, b.padded, Category::GRADS);
+    if (s.grad_buf.empty()) allocate(s.grad_buf, b.padded, Category::GRADS);
     s.reduced = true;
-    if (dp) {
-      float* buf = s.grad_buf.data();
-      s.reduce = dp->reduce_scatter_async(buf, buf + rank * b.slice, b.slice);
-    }
+    if (dp)
+      s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
+                                          b.slice, dtype);
   }
   // Wait, add the rank's summed slice into the shard, free the bucket.
   void complete_grad_reduce(int j) {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.reduce.wait();
-    kernels::accumulate(device, grads.data() + b.shard_offset,
-                        s.grad_buf.data() + rank * b.slice, b.slice);
+    accumulate(at(grads, b.shard_offset), at(s.grad_buf, rank * b.slice), b.slice);
     s.grad_buf.reset();
     if (in_flight == j) in_flight = -1;
   }
@@ -116,10 +169,11 @@ struct DataParallel::Impl {
     s.posted = true;
     if (!dp) return;
     if (stage == 0) {
-      s.reduce = dp->all_reduce_async(grads.data() + b.begin, b.numel());
+      s.reduce = dp->all_reduce_async(at(grads, b.begin), b.numel(), ReduceOp::SUM, dtype);
     } else {
-      float* buf = grads.data() + padded_pos[j];
-      s.reduce = dp->reduce_scatter_async(buf, buf + rank * b.slice, b.slice);
+      const int64_t pos = padded_pos[j];
+      s.reduce = dp->reduce_scatter_async(at(grads, pos), at(grads, pos + rank * b.slice),
+                                          b.slice, dtype);
     }
   }
 
@@ -127,13 +181,13 @@ struct DataParallel::Impl {
   void post_gather(int u) {
     UnitState& s = units[u];
     const Bucket& b = bucket_of(u);
-    s.gathered.allocate(device, b.padded, Category::PARAMS);
+    allocate(s.gathered, b.padded, Category::PARAMS);
     s.resident = true;
-    const float* slice = params.data() + b.shard_offset;
+    const char* slice = at(params, b.shard_offset);
     if (dp)
-      s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice);
+      s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
     else
-      kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * sizeof(float));
+      kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * es);
   }
 
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
@@ -158,6 +212,8 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   m.size = m.dp ? dp->size() : 1;
   m.U = (int)unit_begin.size() - 1;
   m.stage = options.zero_stage;
+  m.es = options.bf16 ? 2 : 4;
+  m.dtype = options.bf16 ? DType::BF16 : DType::F32;
   m.layout = make_bucket_layout(unit_begin, options.bucket_size, m.size, m.stage == 3);
   const BucketLayout& l = m.layout;
 
@@ -170,10 +226,10 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   }
 
   const int64_t full = m.stage == 0 ? l.total : l.padded_total;
-  m.params.allocate(device, m.stage == 3 ? l.shard_numel : full, Category::PARAMS);
-  m.grads.allocate(device, m.sharded_grads() ? l.shard_numel : full, Category::GRADS);
-  // One float for the gradient norm's all-reduce (Category::COMM_BUFFERS, 4 bytes):
-  // collectives take device buffers.
+  m.allocate(m.params, m.stage == 3 ? l.shard_numel : full, Category::PARAMS);
+  m.allocate(m.grads, m.sharded_grads() ? l.shard_numel : full, Category::GRADS);
+  // One float for the gradient norm's all-reduce (Category::COMM_BUFFERS, 4 bytes, fp32
+  // in both precisions): collectives take device buffers.
   if (m.stage >= 1 && m.dp) m.norm_scalar.allocate(device, 1, Category::COMM_BUFFERS);
   m.bk.resize(l.buckets.size());
   m.units.resize(m.U);
@@ -185,16 +241,16 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
     if (m.stage == 0) {
       s.flat_begin = b.begin;
       s.count = b.numel();
-      s.param = m.params.data() + b.begin;
-      s.grad = m.grads.data() + b.begin;
+      s.param = m.at(m.params, b.begin);
+      s.grad = m.at(m.grads, b.begin);
       s.state_offset = b.begin;
     } else {
       s.flat_begin = m.owned_lo(b);
       s.count = m.owned_hi(b) - s.flat_begin;
       if (s.count <= 0) continue;  // a tiny bucket: the last ranks' slices are all padding
       const int64_t in_full = m.padded_pos[j] + m.rank * b.slice;
-      s.param = m.stage == 3 ? m.params.data() + b.shard_offset : m.params.data() + in_full;
-      s.grad = m.sharded_grads() ? m.grads.data() + b.shard_offset : m.grads.data() + in_full;
+      s.param = m.at(m.params, m.stage == 3 ? b.shard_offset : in_full);
+      s.grad = m.at(m.grads, m.sharded_grads() ? b.shard_offset : in_full);
       s.state_offset = b.shard_offset;
     }
     m.segments.push_back(s);
@@ -205,6 +261,7 @@ DataParallel::~DataParallel() = default;
 
 int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
+bool DataParallel::bf16() const { return impl_->opt.bf16; }
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 
 // ---- the model's side --------------------------------------------------------------------
@@ -222,7 +279,7 @@ void DataParallel::begin_microbatch(bool last) {
   m.last = last;
 }
 
-const float* DataParallel::acquire_params(int u, bool forward) {
+const void* DataParallel::acquire_params(int u, bool forward) {
   Impl& m = *impl_;
   m.check_unit(u, "acquire_params");
   comm_progress();
@@ -230,7 +287,7 @@ const float* DataParallel::acquire_params(int u, bool forward) {
     m.wait_param_gather(m.layout.bucket_of[u]);
     ++m.units[u].refs;
     ++m.held;
-    return m.params.data() + m.full_pos(u);
+    return m.at(m.params, m.full_pos(u));
   }
   // ZeRO-3 (zero_schedule.h): gather on demand, reference-count, prefetch on sweep steps.
   const bool sweep_step = m.held == 0;
@@ -259,20 +316,20 @@ void DataParallel::release_params(int u) {
   }
 }
 
-float* DataParallel::grads(int u) {
+void* DataParallel::grads(int u) {
   Impl& m = *impl_;
   m.check_unit(u, "grads");
   const int j = m.layout.bucket_of[u];
   Impl::BucketState& s = m.bk[j];
   if (!m.sharded_grads()) {
     if (s.posted) misuse("grads(" + std::to_string(u) + ") after its bucket's reduction began");
-    return m.grads.data() + m.full_pos(u);
+    return m.at(m.grads, m.full_pos(u));
   }
   if (s.reduced)
     misuse("grads(" + std::to_string(u) + ") after its bucket was reduced this microbatch");
   const Bucket& b = m.layout.buckets[j];
-  if (s.grad_buf.empty()) s.grad_buf.allocate(m.device, b.padded, Category::GRADS);
-  return s.grad_buf.data() + (m.unit_begin[u] - b.begin);
+  if (s.grad_buf.empty()) m.allocate(s.grad_buf, b.padded, Category::GRADS);
+  return m.at(s.grad_buf, m.unit_begin[u] - b.begin);
 }
 
 void DataParallel::backward_done(int u) {
@@ -341,12 +398,13 @@ int64_t DataParallel::state_numel() const {
 
 double DataParallel::grad_sum_squares() {
   Impl& m = *impl_;
-  if (m.stage == 0) return kernels::sum_squares(m.device, m.grads.data(), m.layout.total);
+  if (m.stage == 0) return m.sum_squares(m.grads.data(), m.layout.total);
   // Stages >= 1: each element lives in exactly one rank's owned segments.
   double local = 0;
-  for (const OwnedSegment& s : m.segments) local += kernels::sum_squares(m.device, s.grad, s.count);
+  for (const OwnedSegment& s : m.segments) local += m.sum_squares(s.grad, s.count);
   if (!m.dp) return local;
-  // One fp32 scalar on the wire (the plan's 4 bytes); the partial sums are doubles.
+  // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
+  // doubles.
   float f = (float)local;
   kernels::memcpy_from_host(m.device, m.norm_scalar.data(), &f, sizeof f);
   m.dp->all_reduce(m.norm_scalar.data(), 1);
@@ -359,8 +417,9 @@ void DataParallel::after_optimizer_step() {
   if (m.stage == 0 || m.stage == 3 || !m.dp) return;  // 3 updated its shard in place
   for (size_t j = 0; j < m.bk.size(); ++j) {
     const Bucket& b = m.layout.buckets[j];
-    float* buf = m.params.data() + m.padded_pos[j];
-    m.bk[j].gather = m.dp->all_gather_async(buf + m.rank * b.slice, buf, b.slice);
+    const int64_t pos = m.padded_pos[j];
+    m.bk[j].gather = m.dp->all_gather_async(m.at(m.params, pos + m.rank * b.slice),
+                                            m.at(m.params, pos), b.slice, m.dtype);
     if (!m.opt.overlap_param_gather) m.bk[j].gather.wait();
   }
 }
@@ -382,78 +441,79 @@ void DataParallel::load_params(const std::vector<float>& full) {
     misuse("load_params: got " + std::to_string(full.size()) + " values for " +
            std::to_string(l.total) + " parameters");
   drain();
+  const std::vector<char> host = m.to_storage(full);  // rounded once, on the host
+  auto copy_in = [&](int64_t dst, int64_t flat, int64_t n) {
+    kernels::memcpy_from_host(m.device, m.at(m.params, dst), host.data() + flat * m.es,
+                              n * m.es);
+  };
   if (m.stage == 0) {
-    kernels::memcpy_from_host(m.device, m.params.data(), full.data(), l.total * sizeof(float));
+    copy_in(0, 0, l.total);
     return;
   }
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    if (m.stage < 3) {
-      kernels::memcpy_from_host(m.device, m.params.data() + m.padded_pos[j], full.data() + b.begin,
-                                b.numel() * sizeof(float));
-    } else if (m.owned_hi(b) > m.owned_lo(b)) {
-      kernels::memcpy_from_host(m.device, m.params.data() + b.shard_offset,
-                                full.data() + m.owned_lo(b),
-                                (m.owned_hi(b) - m.owned_lo(b)) * sizeof(float));
-    }
+    if (m.stage < 3)
+      copy_in(m.padded_pos[j], b.begin, b.numel());
+    else if (m.owned_hi(b) > m.owned_lo(b))
+      copy_in(b.shard_offset, m.owned_lo(b), m.owned_hi(b) - m.owned_lo(b));
   }
 }
 
 std::vector<float> DataParallel::gather_params() {
   Impl& m = *impl_;
   const BucketLayout& l = m.layout;
-  std::vector<float> out(l.total);
+  std::vector<char> raw(l.total * m.es);
   m.wait_param_gathers();
   if (m.stage == 0) {
-    kernels::memcpy_to_host(m.device, out.data(), m.params.data(), l.total * sizeof(float));
-    return out;
+    kernels::memcpy_to_host(m.device, raw.data(), m.params.data(), raw.size());
+    return m.from_storage(raw);
   }
-  Buffer<float> tmp;  // stage 3: one bucket at a time
+  Buffer<char> tmp;  // stage 3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    const float* src = m.params.data() + m.padded_pos[j];
+    const char* src = m.at(m.params, m.padded_pos[j]);
     if (m.stage == 3) {
-      tmp.allocate(m.device, b.padded, Category::PARAMS);
-      const float* slice = m.params.data() + b.shard_offset;
+      m.allocate(tmp, b.padded, Category::PARAMS);
+      const char* slice = m.at(m.params, b.shard_offset);
       if (m.dp)
-        m.dp->all_gather(slice, tmp.data(), b.slice);
+        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
       else
-        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * sizeof(float));
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
       src = tmp.data();
     }
-    kernels::memcpy_to_host(m.device, out.data() + b.begin, src, b.numel() * sizeof(float));
+    kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
-  return out;
+  return m.from_storage(raw);
 }
 
 std::vector<float> DataParallel::gather_grads() {
   Impl& m = *impl_;
   const BucketLayout& l = m.layout;
-  std::vector<float> out(l.total);
+  std::vector<char> raw(l.total * m.es);
   if (m.stage == 0) {
-    kernels::memcpy_to_host(m.device, out.data(), m.grads.data(), l.total * sizeof(float));
-    return out;
+    kernels::memcpy_to_host(m.device, raw.data(), m.grads.data(), raw.size());
+    return m.from_storage(raw);
   }
-  Buffer<float> tmp;  // stages 2-3: one bucket at a time
+  Buffer<char> tmp;  // stages 2-3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    float* src;
+    char* src;
     if (m.stage == 1) {
       // The full buffer holds this rank's summed slice; the rest is its local gradient.
-      src = m.grads.data() + m.padded_pos[j];
-      if (m.dp) m.dp->all_gather(src + m.rank * b.slice, src, b.slice);
+      src = m.at(m.grads, m.padded_pos[j]);
+      if (m.dp) m.dp->all_gather(src + m.rank * b.slice * m.es, src, b.slice, m.dtype);
     } else {
-      tmp.allocate(m.device, b.padded, Category::GRADS);
-      const float* slice = m.grads.data() + b.shard_offset;
+      m.allocate(tmp, b.padded, Category::GRADS);
+      const char* slice = m.at(m.grads, b.shard_offset);
       if (m.dp)
-        m.dp->all_gather(slice, tmp.data(), b.slice);
+        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
       else
-        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * sizeof(float));
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
       src = tmp.data();
     }
-    kernels::memcpy_to_host(m.device, out.data() + b.begin, src, b.numel() * sizeof(float));
+    kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
-  return out;
+  return m.from_storage(raw);
 }
 
 }  // namespace paralab

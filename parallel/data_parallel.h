@@ -17,7 +17,7 @@
 //   stage 3        parameters sharded too: each unit (embedding, layer, head) is
 //                  all-gathered before use in forward and again in backward, released after,
 //                  and the next --zero3-prefetch-layers units are gathered ahead.
-// Bytes per step on the dp group (Ψ parameters, 4-byte elements, padding aside):
+// Bytes per step on the dp group (Ψ parameters of 4 bytes, 2 with --bf16, padding aside):
 //   stage 0: all-reduce 4Ψ;  stage 1: reduce-scatter 4Ψ + all-gather 4Ψ;
 //   stage 2: reduce-scatter 4Ψ per microbatch + all-gather 4Ψ;
 //   stage 3: per microbatch all-gather ~4Ψ forward + ~4Ψ backward + reduce-scatter 4Ψ
@@ -45,6 +45,7 @@
 namespace paralab {
 
 struct DataParallelOptions {
+  bool bf16 = false;               // parameters and gradients stored as bf16 (--bf16)
   int zero_stage = 0;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
@@ -53,12 +54,13 @@ struct DataParallelOptions {
 };
 
 // A run of parameters this rank updates: flat elements [flat_begin, flat_begin + count),
-// with where their value and summed gradient live, and their offset in the rank's optimizer
-// state (Adam m and v).
+// with where their value and summed gradient live (float or kernels::bf16 elements, as
+// DataParallelOptions::bf16 says), and their offset in the rank's optimizer state (Adam m
+// and v, and with bf16 the fp32 master weights).
 struct OwnedSegment {
   int64_t flat_begin = 0, count = 0;
-  float* param = nullptr;
-  const float* grad = nullptr;
+  void* param = nullptr;
+  const void* grad = nullptr;
   int64_t state_offset = 0;
 };
 
@@ -71,16 +73,18 @@ class DataParallel {
 
   int num_units() const;
   int dp_size() const;
+  bool bf16() const;  // storage type of parameters and gradients: bf16, else float
   const BucketLayout& layout() const;
 
   // ---- the model's side
   void begin_microbatch(bool last);
-  // Unit u's parameters, contiguous from the returned pointer; valid until release_params.
-  // forward = true while the model goes up the units (decides which units ZeRO-3 prefetches).
-  const float* acquire_params(int u, bool forward);
+  // Unit u's parameters, contiguous from the returned pointer (float or bf16 elements);
+  // valid until release_params. forward = true while the model goes up the units (decides
+  // which units ZeRO-3 prefetches).
+  const void* acquire_params(int u, bool forward);
   void release_params(int u);
   // Where backward accumulates (+=) unit u's gradients this microbatch.
-  float* grads(int u);
+  void* grads(int u);
   // Unit u's gradients of this microbatch are final: reduce its bucket when due.
   void backward_done(int u);
 
@@ -100,7 +104,8 @@ class DataParallel {
   // Waits for everything in flight (end of training).
   void drain();
 
-  // ---- whole-model views (initialisation, tests, checkpoints); collective over dp
+  // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
+  // Always fp32 on the host: bf16 values are rounded on load and widened on gather.
   void load_params(const std::vector<float>& full);  // every rank passes the same values
   std::vector<float> gather_params();                // full, unpadded, on the host
   std::vector<float> gather_grads();                 // after finish_gradients

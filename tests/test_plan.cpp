@@ -242,50 +242,54 @@ const CommPlanEntry* find_comm(const Plan& p, CommGroup g, CommOp op) {
   return nullptr;
 }
 
+// With --bf16 parameters and gradients travel as 2-byte elements, the norm and the loss
+// as fp32 scalars.
 TEST(Plan, DataParallelCommunication) {
   const ModelConfig m = gpt(2, 64, 4, 32, 256);
-  const int64_t psi = parameter_count(m), bytes = 4 * psi;
-  for (int dp : {2, 4})
-    for (int64_t k : {1, 3})
-      for (int z = 0; z <= 3; ++z) {
-        PlanOptions o;
-        o.ddp_bucket_size = 20000;  // several buckets
-        const Plan p = make_plan(m, batch(1, dp * k), world(dp, z), o);
-        SCOPED_TRACE("dp " + std::to_string(dp) + " k " + std::to_string(k) + " stage " +
-                     std::to_string(z));
-        const int64_t nb = (int64_t)p.data_parallel.layout.buckets.size();
-        ASSERT_GT(nb, 1);
-        const double ring = double(dp - 1) / dp;
-        const CommPlanEntry* ar = find_comm(p, CommGroup::DP, CommOp::ALL_REDUCE);
-        const CommPlanEntry* rs = find_comm(p, CommGroup::DP, CommOp::REDUCE_SCATTER);
-        const CommPlanEntry* ag = find_comm(p, CommGroup::DP, CommOp::ALL_GATHER);
-        const CommPlanEntry* loss = find_comm(p, CommGroup::WORLD, CommOp::ALL_REDUCE);
-        ASSERT_TRUE(ar && loss);
-        EXPECT_EQ(loss->calls, 1);
-        EXPECT_EQ(loss->payload_bytes, 4);
-        double bus = 0;
-        if (z == 0) {
-          EXPECT_EQ(ar->calls, nb);
-          EXPECT_EQ(ar->payload_bytes, bytes);
-          EXPECT_FALSE(rs || ag);
-          bus = ar->bus_bytes;
-        } else {
-          ASSERT_TRUE(rs && ag);
-          EXPECT_EQ(ar->calls, 1);  // the gradient norm
-          EXPECT_EQ(ar->payload_bytes, 4);
-          const int64_t rs_per_step = z == 1 ? 1 : k;  // per step vs per microbatch
-          EXPECT_EQ(rs->calls, nb * rs_per_step);
-          EXPECT_EQ(rs->payload_bytes, bytes * rs_per_step);
-          const int64_t ag_per_step = z < 3 ? 1 : 2 * k;  // after the step vs fwd + bwd
-          EXPECT_EQ(ag->payload_bytes, bytes * ag_per_step);
-          EXPECT_EQ(ag->calls, z < 3 ? nb : k * (m.num_layers + 3 + m.num_layers + 1));
-          EXPECT_DOUBLE_EQ(rs->bus_bytes, ring * rs->payload_bytes);
-          bus = rs->bus_bytes + ag->bus_bytes;
+  const int64_t psi = parameter_count(m);
+  for (bool bf16 : {false, true})
+    for (int dp : {2, 4})
+      for (int64_t k : {1, 3})
+        for (int z = 0; z <= 3; ++z) {
+          const int64_t bytes = (bf16 ? 2 : 4) * psi;
+          PlanOptions o;
+          o.ddp_bucket_size = 20000;  // several buckets
+          const Plan p = make_plan(m, batch(1, dp * k, bf16), world(dp, z), o);
+          SCOPED_TRACE("bf16 " + std::to_string(bf16) + " dp " + std::to_string(dp) + " k " +
+                       std::to_string(k) + " stage " + std::to_string(z));
+          const int64_t nb = (int64_t)p.data_parallel.layout.buckets.size();
+          ASSERT_GT(nb, 1);
+          const double ring = double(dp - 1) / dp;
+          const CommPlanEntry* ar = find_comm(p, CommGroup::DP, CommOp::ALL_REDUCE);
+          const CommPlanEntry* rs = find_comm(p, CommGroup::DP, CommOp::REDUCE_SCATTER);
+          const CommPlanEntry* ag = find_comm(p, CommGroup::DP, CommOp::ALL_GATHER);
+          const CommPlanEntry* loss = find_comm(p, CommGroup::WORLD, CommOp::ALL_REDUCE);
+          ASSERT_TRUE(ar && loss);
+          EXPECT_EQ(loss->calls, 1);
+          EXPECT_EQ(loss->payload_bytes, 4);
+          double bus = 0;
+          if (z == 0) {
+            EXPECT_EQ(ar->calls, nb);
+            EXPECT_EQ(ar->payload_bytes, bytes);
+            EXPECT_FALSE(rs || ag);
+            bus = ar->bus_bytes;
+          } else {
+            ASSERT_TRUE(rs && ag);
+            EXPECT_EQ(ar->calls, 1);  // the gradient norm
+            EXPECT_EQ(ar->payload_bytes, 4);
+            const int64_t rs_per_step = z == 1 ? 1 : k;  // per step vs per microbatch
+            EXPECT_EQ(rs->calls, nb * rs_per_step);
+            EXPECT_EQ(rs->payload_bytes, bytes * rs_per_step);
+            const int64_t ag_per_step = z < 3 ? 1 : 2 * k;  // after the step vs fwd + bwd
+            EXPECT_EQ(ag->payload_bytes, bytes * ag_per_step);
+            EXPECT_EQ(ag->calls, z < 3 ? nb : k * (m.num_layers + 3 + m.num_layers + 1));
+            EXPECT_DOUBLE_EQ(rs->bus_bytes, ring * rs->payload_bytes);
+            bus = rs->bus_bytes + ag->bus_bytes;
+          }
+          if (k == 1) {
+            EXPECT_DOUBLE_EQ(bus, (z == 3 ? 3 : 2) * ring * bytes);
+          }
         }
-        if (k == 1) {
-          EXPECT_DOUBLE_EQ(bus, (z == 3 ? 3 : 2) * ring * bytes);
-        }
-      }
   // dp 1: nothing on the dp group, nor on the world.
   EXPECT_TRUE(make_plan(m, batch(1, 1), world(1, 3)).comm.empty());
 }
@@ -302,9 +306,9 @@ TEST(Plan, ActivationsMatchKorthikanti) {
     const double s = 32, h = 64, a = 4;
     EXPECT_DOUBLE_EQ((double)sum_bytes(p.layer_activations, false),
                      korthikanti_layer_bytes(s, b, h, a));
-    // The statistics our LayerNorms keep on top: mean + rstd per token, two norms.
+    // The statistics our LayerNorms keep on top: mean + rstd per token, two norms, fp32.
     EXPECT_EQ(p.activation_bytes_per_layer - sum_bytes(p.layer_activations, false),
-              2 * 2 * (int64_t)b * 32 * 2);
+              2 * 2 * (int64_t)b * 32 * 4);
   }
   EXPECT_DOUBLE_EQ(korthikanti_tp_bytes(32, 1, 64, 4, 1), korthikanti_layer_bytes(32, 1, 64, 4));
   EXPECT_DOUBLE_EQ(korthikanti_tp_sp_bytes(32, 1, 64, 4, 1), korthikanti_layer_bytes(32, 1, 64, 4));
@@ -356,7 +360,52 @@ TEST(Plan, WorkspaceFollowsNotes) {
   EXPECT_EQ(make_plan(m, batch(3, 3), world(1, 0)).ranks[0].memory.workspace, fused);
   m.attention = AttentionImpl::FLASH;
   m.fused_cross_entropy = false;  // xf becomes d(xf), same size; no S x S scratch
-  EXPECT_EQ(workspace_bytes(m, 3), fused - 4 * 2 * 3 * a * S * S);
+  EXPECT_EQ(workspace_bytes(m, 3, 4), fused - 4 * 2 * 3 * a * S * S);
+}
+
+// notes/model.md "--bf16": 2-byte activations and workspace except the fp32 norm
+// statistics, log-sum-exp and losses, int32 tokens and targets, 1-byte masks; logits fp32
+// plus a bf16 copy of their gradient.
+TEST(Plan, Bf16StorageFollowsNotes) {
+  ModelConfig m = gpt(2, 64, 4, 32, 256);
+  const int64_t B = 3, N = B * 32, h = 64, f = 256, a = 4, S = 32, V = 256;
+  m.attention = AttentionImpl::NAIVE;
+  const Plan naive = make_plan(m, batch(B, B, true), world(1, 0));
+  // gpt layer: stats 2N per norm (fp32); u, q, k, v, ctx, resid1, u2, out: 8 N h; z, m: 2 N f.
+  EXPECT_EQ(naive.activation_bytes_per_layer,
+            4 * (2 * 2 * N) + 2 * (8 * N * h + 2 * N * f + B * a * S * S));
+  m.attention_dropout = 0.1f;
+  m.hidden_dropout = 0.1f;
+  const Plan drop = make_plan(m, batch(B, B, true), world(1, 0));
+  EXPECT_EQ(drop.activation_bytes_per_layer - naive.activation_bytes_per_layer,
+            B * a * S * S * (1 + 2) + 2 * N * h);  // mask + P', two hidden masks (1 byte)
+  m.attention_dropout = m.hidden_dropout = 0;
+  m.attention = AttentionImpl::FLASH;
+  const Plan flash = make_plan(m, batch(B, B, true), world(1, 0));
+  EXPECT_EQ(naive.activation_bytes_per_layer - flash.activation_bytes_per_layer,
+            2 * B * a * S * S - 4 * B * a * S);  // P (bf16) against the fp32 log-sum-exp
+  // Embedding x0 (bf16), head: final norm stats (fp32) and d(xf) (bf16).
+  EXPECT_EQ(flash.activation_bytes_per_microbatch,
+            2 * N * h + 2 * flash.activation_bytes_per_layer + 4 * 2 * N + 2 * N * h);
+  const MemoryPlan& mem = flash.ranks[0].memory;
+  EXPECT_EQ(mem.params, parameter_count(m) * 2);
+  EXPECT_EQ(mem.grads, parameter_count(m) * 2);
+  EXPECT_EQ(mem.master_params, parameter_count(m) * 4);
+  EXPECT_EQ(mem.optimizer_states, parameter_count(m) * 8);
+  // Workspace, flash, fused: dres tmp_h, qkv, o_heads dctx do_heads, dq dk dv, dact, dfc1,
+  // xf in bf16; losses fp32; tokens, targets int32.
+  EXPECT_EQ(mem.workspace,
+            2 * (2 * N * h + 3 * N * h + 3 * N * h + 3 * N * h + N * f + N * f + N * h) +
+                4 * (N + 2 * N));
+  EXPECT_EQ(workspace_bytes(m, B, 2) * 2 - workspace_bytes(m, B, 4), 4 * (N + 2 * N));
+  // Logits: fused, one chunk of fp32 logits and its bf16 gradient; unfused, all N rows.
+  m.cross_entropy_chunk = 16;
+  EXPECT_EQ(make_plan(m, batch(B, B, true), world(1, 0)).ranks[0].memory.logits, 16 * V * 6);
+  m.fused_cross_entropy = false;
+  const Plan unfused = make_plan(m, batch(B, B, true), world(1, 0));
+  EXPECT_EQ(unfused.ranks[0].memory.logits, N * V * (4 + 2));
+  EXPECT_EQ(make_plan(m, batch(B, B), world(1, 0)).ranks[0].memory.logits, N * V * 4);
+  EXPECT_EQ(sum_bytes(unfused.head_activations), 4 * 2 * N + 2 * N * h);  // stats, xf
 }
 
 // Narayanan eq. 3 for a GPT (f = 4h, no GQA, tied head, full attention convention).

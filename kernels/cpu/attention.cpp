@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/row_math.h"  // defines: exp_simd, row_max, row_sum
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 
@@ -154,14 +155,11 @@ void causal_softmax_forward(float* probs, const float* scores, int rows, int S, 
     const int i = (int)(r % S);            // query index inside its S x S matrix
     const float* s_row = scores + r * S;  // seek to row i of matrix r / S
     float* p_row = probs + r * S;
-    float m = -INFINITY;
-    for (int j = 0; j <= i; j++) m = fmaxf(m, scale * s_row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j <= i; j++) {
-      p_row[j] = expf(scale * s_row[j] - m);
-      sum += p_row[j];
-    }
-    const float inv = 1.0f / sum;
+    // One tight loop per pass, so that each vectorises (kernels/cpu/row_math.h).
+    for (int j = 0; j <= i; j++) p_row[j] = scale * s_row[j];
+    const float m = row_max(p_row, i + 1);
+    for (int j = 0; j <= i; j++) p_row[j] = exp_simd(p_row[j] - m);
+    const float inv = 1.0f / row_sum(p_row, i + 1);
     for (int j = 0; j <= i; j++) p_row[j] *= inv;
     for (int j = i + 1; j < S; j++) p_row[j] = 0.0f;
   }

@@ -42,6 +42,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/row_math.h"  // defines: exp_simd, row_max, row_sum
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 
@@ -110,20 +111,19 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
               std::fill(s_r, s_r + bk, 0.0f);
               continue;
             }
-            float m_new = m[r];
-            for (int j = 0; j < nk; j++) m_new = fmaxf(m_new, s_r[j]);
+            // One tight loop per pass, so that each vectorises (kernels/cpu/row_math.h).
+            const float m_new = std::max(m[r], row_max(s_r, nk));
             const float correction = expf(m[r] - m_new);  // e^(m_i - m_i'); 0 on the first block
-            float row_sum = 0.0f;
-            for (int j = 0; j < nk; j++) {
-              float p = expf(s_r[j] - m_new);
-              row_sum += p;
-              // dropout index: ((b*A + h)*S + i)*S + j, the naive path's element of P
-              bool keep = dropout_p == 0.0f ||
-                          dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
-              s_r[j] = keep ? p * keep_scale : 0.0f;
+            for (int j = 0; j < nk; j++) s_r[j] = exp_simd(s_r[j] - m_new);
+            l[r] = l[r] * correction + row_sum(s_r, nk);
+            if (dropout_p > 0.0f) {
+              for (int j = 0; j < nk; j++) {
+                // dropout index: ((b*A + h)*S + i)*S + j, the naive path's element of P
+                bool keep = dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+                s_r[j] = keep ? s_r[j] * keep_scale : 0.0f;
+              }
             }
             std::fill(s_r + nk, s_r + bk, 0.0f);
-            l[r] = l[r] * correction + row_sum;
             m[r] = m_new;
             float* acc_r = acc.data() + (size_t)r * D;
             for (int c = 0; c < D; c++) acc_r[c] *= correction;
@@ -199,13 +199,20 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
             float* p_r = p_tile.data() + (size_t)r * kBlockK;  // seek to query i's row
             float* ds_r = ds_tile.data() + (size_t)r * kBlockK;
             const int nk = visible_keys(i, j0, bk);
-            for (int j = 0; j < nk; j++) {
-              float p = expf(p_r[j] - LSE[i]);  // P_ij = e^(s_ij - lse_i)
-              bool keep = dropout_p == 0.0f ||
-                          dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
-              float dp = keep ? ds_r[j] * keep_scale : 0.0f;  // dP = dP' keep / (1-p)
-              p_r[j] = keep ? p * keep_scale : 0.0f;          // P', for dV
-              ds_r[j] = p * (dp - delta[i]);                  // dS
+            const float lse_i = LSE[i], delta_i = delta[i];
+            if (dropout_p == 0.0f) {  // P' = P and dP = dP': a loop that vectorises
+              for (int j = 0; j < nk; j++) {
+                p_r[j] = exp_simd(p_r[j] - lse_i);        // P_ij = e^(s_ij - lse_i)
+                ds_r[j] = p_r[j] * (ds_r[j] - delta_i);   // dS
+              }
+            } else {
+              for (int j = 0; j < nk; j++) {
+                float p = exp_simd(p_r[j] - lse_i);
+                bool keep = dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+                float dp = keep ? ds_r[j] * keep_scale : 0.0f;  // dP = dP' keep / (1-p)
+                p_r[j] = keep ? p * keep_scale : 0.0f;          // P', for dV
+                ds_r[j] = p * (dp - delta_i);                   // dS
+              }
             }
             std::fill(p_r + nk, p_r + bk, 0.0f);
             std::fill(ds_r + nk, ds_r + bk, 0.0f);

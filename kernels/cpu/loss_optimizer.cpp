@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/row_math.h"  // defines: exp_simd, row_max, row_sum
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 
@@ -33,15 +34,12 @@ void cross_entropy_forward_backward(float* losses, float* logits, const int* tar
       throw std::out_of_range("cross_entropy: target " + std::to_string(t) + " >= vocab " +
                               std::to_string(V));
     }
-    float m = -INFINITY;
-    for (int j = 0; j < V; j++) m = fmaxf(m, z[j]);
+    // One tight loop per pass over the row, so that each vectorises (kernels/cpu/row_math.h).
+    const float m = row_max(z, V);
     const float z_t = z[t];
     // The exponentials are written over the logits: the gradient is a rescaling of them.
-    float sum = 0.0f;
-    for (int j = 0; j < V; j++) {
-      z[j] = expf(z[j] - m);
-      sum += z[j];
-    }
+    for (int j = 0; j < V; j++) z[j] = exp_simd(z[j] - m);
+    const float sum = row_sum(z, V);
     losses[i] = m + logf(sum) - z_t;
     const float norm = grad_scale / sum;
     for (int j = 0; j < V; j++) z[j] *= norm;

@@ -14,6 +14,10 @@
 // channel, so forward and backward stay one thread per element.
 //
 // Causal softmax: one block per score row, threads stride over the row's columns.
+//
+// Every kernel is templated on the storage type T (float or bf16): loads widen with
+// to_float, RoPE and the softmax compute in fp32, store rounds. Without RoPE the layout ops
+// move values unchanged, so their bf16 instantiations are exact copies.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_ops.h"
 #include "kernels/math.h"
@@ -63,40 +67,42 @@ __device__ inline float rope_rotate(float x, float partner, int dd, int s, int D
 }
 
 // mirrors cpu::qkv_split_forward
-__global__ void qkv_split_forward_kernel(float* q, float* k, float* v, const float* qkv,
-                                         size_t total, int S, int A, int G, int D,
-                                         float rope_theta) {
+template <typename T>
+__global__ void qkv_split_forward_kernel(T* q, T* k, T* v, const T* qkv, size_t total, int S,
+                                         int A, int G, int D, float rope_theta) {
   GRID_STRIDE_LOOP(idx, total) {
     QkvSlot slot = locate_qkv(idx, S, A, G, D);
-    float x = qkv[idx];
+    float x = to_float(qkv[idx]);
     if (rope_theta > 0.0f && slot.which < 2) {
-      float partner = qkv[idx - slot.dd + (slot.dd + D / 2) % D];
+      float partner = to_float(qkv[idx - slot.dd + (slot.dd + D / 2) % D]);
       x = rope_rotate(x, partner, slot.dd, slot.s, D, rope_theta, 1.0f);
     }
-    float* dst = slot.which == 0 ? q : (slot.which == 1 ? k : v);
-    dst[slot.offset] = x;
+    T* dst = slot.which == 0 ? q : (slot.which == 1 ? k : v);
+    store(dst[slot.offset], x);
   }
 }
 
 // mirrors cpu::qkv_split_backward: dqkv ("=") gathers from dq, dk, dv, un-rotating.
-__global__ void qkv_split_backward_kernel(float* dqkv, const float* dq, const float* dk,
-                                          const float* dv, size_t total, int S, int A, int G, int D,
+template <typename T>
+__global__ void qkv_split_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv,
+                                          size_t total, int S, int A, int G, int D,
                                           float rope_theta) {
   GRID_STRIDE_LOOP(idx, total) {
     QkvSlot slot = locate_qkv(idx, S, A, G, D);
-    const float* src = slot.which == 0 ? dq : (slot.which == 1 ? dk : dv);
-    float g = src[slot.offset];
+    const T* src = slot.which == 0 ? dq : (slot.which == 1 ? dk : dv);
+    float g = to_float(src[slot.offset]);
     if (rope_theta > 0.0f && slot.which < 2) {
-      float partner = src[slot.offset - slot.dd + (slot.dd + D / 2) % D];
+      float partner = to_float(src[slot.offset - slot.dd + (slot.dd + D / 2) % D]);
       g = rope_rotate(g, partner, slot.dd, slot.s, D, rope_theta, -1.0f);
     }
-    dqkv[idx] = g;
+    store(dqkv[idx], g);
   }
 }
 
 // mirrors cpu::heads_merge_forward / backward: out[(b S + s), h D + dd] <-> o[b, h, s, dd].
 // `to_tokens` picks the direction; idx runs over the token-major tensor.
-__global__ void heads_merge_kernel(float* dst, const float* src, size_t total, int S, int A, int D,
+template <typename T>
+__global__ void heads_merge_kernel(T* dst, const T* src, size_t total, int S, int A, int D,
                                    bool to_tokens) {
   GRID_STRIDE_LOOP(idx, total) {
     const size_t token = idx / ((size_t)A * D);
@@ -111,8 +117,10 @@ __global__ void heads_merge_kernel(float* dst, const float* src, size_t total, i
   }
 }
 
-void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta) {
+// One template launcher per op; the entry points are its float and bf16 instantiations.
+template <typename T>
+static void qkv_split_forward_launch(T* q, T* k, T* v, const T* qkv, int B, int S, int A, int G,
+                                     int D, float rope_theta) {
   size_t total = (size_t)B * S * (A + 2 * G) * D;
   if (total == 0) return;
   qkv_split_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(q, k, v, qkv, total, S, A, G,
@@ -120,8 +128,9 @@ void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, in
   KERNEL_CHECK();
 }
 
-void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta) {
+template <typename T>
+static void qkv_split_backward_launch(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int S,
+                                      int A, int G, int D, float rope_theta) {
   size_t total = (size_t)B * S * (A + 2 * G) * D;
   if (total == 0) return;
   qkv_split_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dqkv, dq, dk, dv, total, S,
@@ -129,57 +138,84 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
   KERNEL_CHECK();
 }
 
-void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
+template <typename T>
+static void heads_merge_launch(T* dst, const T* src, int B, int S, int A, int D, bool to_tokens) {
   size_t total = (size_t)B * S * A * D;
   if (total == 0) return;
-  heads_merge_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, o, total, S, A, D, true);
+  heads_merge_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dst, src, total, S, A, D,
+                                                                to_tokens);
   KERNEL_CHECK();
 }
 
+void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
+                       int D, float rope_theta) {
+  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta);
+}
+void qkv_split_forward(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A, int G,
+                       int D, float rope_theta) {
+  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta);
+}
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
+                        int S, int A, int G, int D, float rope_theta) {
+  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+}
+void qkv_split_backward(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S,
+                        int A, int G, int D, float rope_theta) {
+  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+}
+void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
+  heads_merge_launch(out, o, B, S, A, D, true);
+}
+void heads_merge_forward(bf16* out, const bf16* o, int B, int S, int A, int D) {
+  heads_merge_launch(out, o, B, S, A, D, true);
+}
 void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D) {
-  size_t total = (size_t)B * S * A * D;
-  if (total == 0) return;
-  heads_merge_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(d_o, dout, total, S, A, D, false);
-  KERNEL_CHECK();
+  heads_merge_launch(d_o, dout, B, S, A, D, false);
+}
+void heads_merge_backward(bf16* d_o, const bf16* dout, int B, int S, int A, int D) {
+  heads_merge_launch(d_o, dout, B, S, A, D, false);
 }
 
 // ---- causal softmax ------------------------------------------------------------------------
 // mirrors cpu::causal_softmax_forward. Block = one row i of one (S, S) matrix; columns
 // j <= i get exp(scale s_j - max) / sum, the rest 0. probs may alias scores: every pass
 // before the last only reads, and in the last each thread reads then writes its own j.
-__global__ void causal_softmax_forward_kernel(float* probs, const float* scores, int S,
-                                              float scale) {
+template <typename T>
+__global__ void causal_softmax_forward_kernel(T* probs, const T* scores, int S, float scale) {
   const size_t row = blockIdx.x;
   const int i = (int)(row % S);
-  const float* sr = scores + row * S;
-  float* pr = probs + row * S;
+  const T* sr = scores + row * S;
+  T* pr = probs + row * S;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, scale * sr[j]);
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, scale * to_float(sr[j]));
   mx = block_max(mx);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(scale * sr[j] - mx);
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(scale * to_float(sr[j]) - mx);
   const float inv = 1.0f / block_sum(sum);
   for (int j = threadIdx.x; j < S; j += blockDim.x)
-    pr[j] = j <= i ? expf(scale * sr[j] - mx) * inv : 0.0f;
+    store(pr[j], j <= i ? expf(scale * to_float(sr[j]) - mx) * inv : 0.0f);
 }
 
 // mirrors cpu::causal_softmax_backward: ds_j = scale P_j (dP_j - sum_k dP_k P_k), 0 above
 // the diagonal (P is 0 there). dscores may alias dprobs, as in the forward.
-__global__ void causal_softmax_backward_kernel(float* dscores, const float* dprobs,
-                                               const float* probs, int S, float scale) {
+template <typename T>
+__global__ void causal_softmax_backward_kernel(T* dscores, const T* dprobs, const T* probs, int S,
+                                               float scale) {
   const size_t row = blockIdx.x;
   const int i = (int)(row % S);
-  const float* dpr = dprobs + row * S;
-  const float* pr = probs + row * S;
-  float* dsr = dscores + row * S;
+  const T* dpr = dprobs + row * S;
+  const T* pr = probs + row * S;
+  T* dsr = dscores + row * S;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += dpr[j] * pr[j];
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += to_float(dpr[j]) * to_float(pr[j]);
   dot = block_sum(dot);
   for (int j = threadIdx.x; j < S; j += blockDim.x)
-    dsr[j] = j <= i ? scale * pr[j] * (dpr[j] - dot) : 0.0f;
+    store(dsr[j], j <= i ? scale * to_float(pr[j]) * (to_float(dpr[j]) - dot) : 0.0f);
 }
 
-void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale) {
+template <typename T>
+static void causal_softmax_forward_launch(T* probs, const T* scores, int rows, int S,
+                                          float scale) {
   size_t blocks = (size_t)rows * S;
   if (blocks == 0) return;
   causal_softmax_forward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(probs, scores, S,
@@ -187,13 +223,29 @@ void causal_softmax_forward(float* probs, const float* scores, int rows, int S, 
   KERNEL_CHECK();
 }
 
-void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
-                             int S, float scale) {
+template <typename T>
+static void causal_softmax_backward_launch(T* dscores, const T* dprobs, const T* probs, int rows,
+                                           int S, float scale) {
   size_t blocks = (size_t)rows * S;
   if (blocks == 0) return;
   causal_softmax_backward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(dscores, dprobs,
                                                                               probs, S, scale);
   KERNEL_CHECK();
+}
+
+void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale) {
+  causal_softmax_forward_launch(probs, scores, rows, S, scale);
+}
+void causal_softmax_forward(bf16* probs, const bf16* scores, int rows, int S, float scale) {
+  causal_softmax_forward_launch(probs, scores, rows, S, scale);
+}
+void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
+                             int S, float scale) {
+  causal_softmax_backward_launch(dscores, dprobs, probs, rows, S, scale);
+}
+void causal_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs, int rows, int S,
+                             float scale) {
+  causal_softmax_backward_launch(dscores, dprobs, probs, rows, S, scale);
 }
 
 }  // namespace cuda

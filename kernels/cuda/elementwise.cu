@@ -1,11 +1,22 @@
-// kernels/cuda/elementwise.cu: elementwise ops, bias, embedding, activations and dropout.
+// kernels/cuda/elementwise.cu: elementwise ops, bias, embedding, activations, dropout, and the
+// fp32 <-> bf16 conversion.
 //
 // Each kernel is the loop body of its CPU twin (kernels::cpu::NAME) run by one thread per
-// element (GRID_STRIDE_LOOP), calling the same kernels/math.h function. The only
-// reductions here are over rows of a (N, C) matrix (bias_backward, the position
+// element (GRID_STRIDE_LOOP), calling the same kernels/math.h function. Kernels are
+// templated on the storage type T (float or bf16): they load with to_float, compute in fp32
+// and write with store, so for T = float they are the plain fp32 loops and for T = bf16 the
+// "widen, compute, round" of the CPU's bf16 twins. Each op has one template launcher; the
+// entry points of cuda_ops.h are its float and bf16 instantiations.
+//
+// The only reductions here are over rows of a (N, C) matrix (bias_backward, the position
 // embedding's gradient); they sum each column in a fixed order, so they are deterministic.
-// The token embedding's gradient uses atomicAdd (tokens repeat), so its summation order,
-// and with it the last bits, vary from run to run.
+// The fp32 token embedding's gradient uses float atomicAdd (tokens repeat), so its
+// summation order, and with it the last bits, vary from run to run. The bf16 one cannot:
+// an atomic add into a bf16 table would round at every add, so there each token's first
+// row owns the token and sums all its rows itself (deterministic; see
+// embedding_backward_wte_owner_kernel).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_ops.h"
 #include "kernels/math.h"
@@ -15,84 +26,120 @@ namespace cuda {
 
 // ---- elementwise ---------------------------------------------------------------------------
 // mirrors cpu::add
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
-  GRID_STRIDE_LOOP(i, n) out[i] = a[i] + b[i];
+template <typename T>
+__global__ void add_kernel(T* out, const T* a, const T* b, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(out[i], to_float(a[i]) + to_float(b[i]));
 }
 // mirrors cpu::accumulate
-__global__ void accumulate_kernel(float* out, const float* a, size_t n) {
-  GRID_STRIDE_LOOP(i, n) out[i] += a[i];
+template <typename T>
+__global__ void accumulate_kernel(T* out, const T* a, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(out[i], to_float(out[i]) + to_float(a[i]));
 }
-// mirrors cpu::scale
+// mirrors cpu::scale (fp32 only: ops.h has no bf16 scale)
 __global__ void scale_kernel(float* x, float s, size_t n) { GRID_STRIDE_LOOP(i, n) x[i] *= s; }
 // mirrors cpu::add_bias: element (row, c) of the flat index i is c = i % C.
-__global__ void add_bias_kernel(float* y, const float* bias, size_t n, int C) {
-  GRID_STRIDE_LOOP(i, n) y[i] += bias[i % C];
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, size_t n, int C) {
+  GRID_STRIDE_LOOP(i, n) store(y[i], to_float(y[i]) + to_float(bias[i % C]));
+}
+// out = round(in) (float -> bf16, nearest even) or widen(in) (bf16 -> float).
+template <typename Out, typename In>
+__global__ void convert_kernel(Out* out, const In* in, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(out[i], to_float(in[i]));
 }
 
-void add(float* out, const float* a, const float* b, size_t n) {
+template <typename T>
+static void add_launch(T* out, const T* a, const T* b, size_t n) {
   if (n == 0) return;
   add_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, a, b, n);
   KERNEL_CHECK();
 }
-void accumulate(float* out, const float* a, size_t n) {
+template <typename T>
+static void accumulate_launch(T* out, const T* a, size_t n) {
   if (n == 0) return;
   accumulate_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, a, n);
   KERNEL_CHECK();
 }
-void scale(float* x, float s, size_t n) {
-  if (n == 0) return;
-  scale_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(x, s, n);
-  KERNEL_CHECK();
-}
-void add_bias(float* y, const float* bias, int N, int C) {
+template <typename T>
+static void add_bias_launch(T* y, const T* bias, int N, int C) {
   size_t n = (size_t)N * C;
   if (n == 0) return;
   add_bias_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(y, bias, n, C);
   KERNEL_CHECK();
 }
+template <typename Out, typename In>
+static void convert_launch(Out* out, const In* in, size_t n) {
+  if (n == 0) return;
+  convert_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, in, n);
+  KERNEL_CHECK();
+}
+
+void add(float* out, const float* a, const float* b, size_t n) { add_launch(out, a, b, n); }
+void add(bf16* out, const bf16* a, const bf16* b, size_t n) { add_launch(out, a, b, n); }
+void accumulate(float* out, const float* a, size_t n) { accumulate_launch(out, a, n); }
+void accumulate(bf16* out, const bf16* a, size_t n) { accumulate_launch(out, a, n); }
+void scale(float* x, float s, size_t n) {
+  if (n == 0) return;
+  scale_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(x, s, n);
+  KERNEL_CHECK();
+}
+void add_bias(float* y, const float* bias, int N, int C) { add_bias_launch(y, bias, N, C); }
+void add_bias(bf16* y, const bf16* bias, int N, int C) { add_bias_launch(y, bias, N, C); }
+void convert(bf16* out, const float* in, size_t n) { convert_launch(out, in, n); }
+void convert(float* out, const bf16* in, size_t n) { convert_launch(out, in, n); }
 
 // ---- column sums ---------------------------------------------------------------------------
 // mirrors cpu::bias_backward: dbias[c] += sum_n dy[n, c].
 // A (32 x 16) block owns 32 adjacent columns: threadIdx.x picks the column, so each warp
-// reads 32 consecutive floats of one row (coalesced); threadIdx.y walks the rows with
+// reads 32 consecutive elements of one row (coalesced); threadIdx.y walks the rows with
 // stride 16; the 16 partial sums of a column then meet in shared memory in a fixed order.
+// The sum stays fp32 and is added into a bf16 dbias once, so it is rounded once.
 constexpr int kColumnRows = 16;
-__global__ void bias_backward_kernel(float* dbias, const float* dy, int N, int C) {
+template <typename T>
+__global__ void bias_backward_kernel(T* dbias, const T* dy, int N, int C) {
   __shared__ float partial[kColumnRows][32];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
   if (c < C)
-    for (int n = threadIdx.y; n < N; n += kColumnRows) s += dy[(size_t)n * C + c];
+    for (int n = threadIdx.y; n < N; n += kColumnRows) s += to_float(dy[(size_t)n * C + c]);
   partial[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     float total = 0.0f;
     for (int r = 0; r < kColumnRows; r++) total += partial[r][threadIdx.x];
-    dbias[c] += total;
+    store(dbias[c], to_float(dbias[c]) + total);
   }
 }
 
-void bias_backward(float* dbias, const float* dy, int N, int C) {
+template <typename T>
+static void bias_backward_launch(T* dbias, const T* dy, int N, int C) {
   if (N == 0 || C == 0) return;
   bias_backward_kernel<<<(C + 31) / 32, dim3(32, kColumnRows), 0, stream()>>>(dbias, dy, N, C);
   KERNEL_CHECK();
 }
+void bias_backward(float* dbias, const float* dy, int N, int C) {
+  bias_backward_launch(dbias, dy, N, C);
+}
+void bias_backward(bf16* dbias, const bf16* dy, int N, int C) {
+  bias_backward_launch(dbias, dy, N, C);
+}
 
 // ---- embedding -----------------------------------------------------------------------------
 // mirrors cpu::embedding_forward: out[n, c] = wte[tok[n], c] + wpe[n % seq_len, c].
-__global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte,
-                                         const float* wpe, size_t total, int seq_len, int C) {
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe,
+                                         size_t total, int seq_len, int C) {
   GRID_STRIDE_LOOP(i, total) {
     size_t n = i / C;
     int c = (int)(i % C);
-    float x = wte[(size_t)tokens[n] * C + c];
-    if (wpe != nullptr) x += wpe[(n % seq_len) * C + c];
-    out[i] = x;
+    float x = to_float(wte[(size_t)tokens[n] * C + c]);
+    if (wpe != nullptr) x += to_float(wpe[(n % seq_len) * C + c]);
+    store(out[i], x);
   }
 }
 
-// mirrors cpu::embedding_backward (token part): dwte[tok[n], c] += dout[n, c]. Several rows
-// may carry the same token, hence atomicAdd (order-nondeterministic).
+// mirrors cpu::embedding_backward (token part), fp32: dwte[tok[n], c] += dout[n, c]. Several
+// rows may carry the same token, hence atomicAdd (order-nondeterministic).
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* tokens,
                                               size_t total, int C) {
   GRID_STRIDE_LOOP(i, total) {
@@ -102,20 +149,65 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, co
   }
 }
 
-// mirrors cpu::embedding_backward (position part): dwpe[s, c] += sum over rows n = s, s +
-// seq_len, ... of dout[n, c]. One thread per (s, c) walks its rows: deterministic.
-__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int N, int seq_len,
-                                              int C) {
-  GRID_STRIDE_LOOP(i, (size_t)seq_len * C) {
-    size_t s = i / C, c = i % C;
+// mirrors cpu::embedding_backward (token part) without atomics, for bf16 tables. Block n
+// (kThreads threads) works only if row n is its token's first occurrence; it then sums, per
+// channel, dout over every row m >= n with that token, in row order and in fp32, and adds
+// the sum into dwte once (one rounding, like the CPU twin's). Deterministic; the price is
+// O(N^2) token comparisons (the tokens, 4N bytes, stay in cache).
+template <typename T>
+__global__ void embedding_backward_wte_owner_kernel(T* dwte, const T* dout, const int* tokens,
+                                                    int N, int C) {
+  __shared__ int rows[kThreads];  // this chunk's rows carrying the token, ascending
+  __shared__ int warp_matches[kThreads / 32];
+  const int n = blockIdx.x, tok = tokens[n];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  bool seen_before = false;
+  for (int m = threadIdx.x; m < n; m += blockDim.x) seen_before |= tokens[m] == tok;
+  if (__syncthreads_or(seen_before)) return;  // the same answer in every thread
+  for (int c0 = 0; c0 < C; c0 += blockDim.x) {
+    const int c = c0 + threadIdx.x;
     float acc = 0.0f;
-    for (size_t n = s; n < (size_t)N; n += seq_len) acc += dout[n * C + c];
-    dwpe[i] += acc;
+    for (int base = n; base < N; base += blockDim.x) {
+      // Compact the chunk's matches: a thread's slot is the matches in earlier warps plus
+      // those in lower lanes of its own warp.
+      const int m = base + threadIdx.x;
+      const bool match = m < N && tokens[m] == tok;
+      const unsigned ballot = __ballot_sync(0xffffffffu, match);
+      if (lane == 0) warp_matches[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = 0, count = 0;
+      for (int w = 0; w < kThreads / 32; w++) {
+        offset += w < warp ? warp_matches[w] : 0;
+        count += warp_matches[w];
+      }
+      if (match) rows[offset + __popc(ballot & ((1u << lane) - 1u))] = m;
+      __syncthreads();
+      if (c < C)
+        for (int r = 0; r < count; r++) acc += to_float(dout[(size_t)rows[r] * C + c]);
+      __syncthreads();  // the next chunk rewrites rows[] and warp_matches[]
+    }
+    if (c < C) {
+      T& dst = dwte[(size_t)tok * C + c];
+      store(dst, to_float(dst) + acc);
+    }
   }
 }
 
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
-                       int seq_len, int C) {
+// mirrors cpu::embedding_backward (position part): dwpe[s, c] += sum over rows n = s, s +
+// seq_len, ... of dout[n, c]. One thread per (s, c) walks its rows: deterministic.
+template <typename T>
+__global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int N, int seq_len, int C) {
+  GRID_STRIDE_LOOP(i, (size_t)seq_len * C) {
+    size_t s = i / C, c = i % C;
+    float acc = 0.0f;
+    for (size_t n = s; n < (size_t)N; n += seq_len) acc += to_float(dout[n * C + c]);
+    store(dwpe[i], to_float(dwpe[i]) + acc);
+  }
+}
+
+template <typename T>
+static void embedding_forward_launch(T* out, const int* tokens, const T* wte, const T* wpe, int N,
+                                     int seq_len, int C) {
   size_t total = (size_t)N * C;
   if (total == 0) return;
   embedding_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, tokens, wte, wpe, total,
@@ -123,12 +215,16 @@ void embedding_forward(float* out, const int* tokens, const float* wte, const fl
   KERNEL_CHECK();
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
-                        int seq_len, int C) {
+template <typename T>
+static void embedding_backward_launch(T* dwte, T* dwpe, const T* dout, const int* tokens, int N,
+                                      int seq_len, int C) {
   size_t total = (size_t)N * C;
   if (total == 0) return;
-  embedding_backward_wte_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dwte, dout, tokens,
-                                                                           total, C);
+  if constexpr (std::is_same<T, float>::value)
+    embedding_backward_wte_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dwte, dout, tokens,
+                                                                             total, C);
+  else
+    embedding_backward_wte_owner_kernel<<<N, kThreads, 0, stream()>>>(dwte, dout, tokens, N, C);
   KERNEL_CHECK();
   if (dwpe != nullptr) {
     embedding_backward_wpe_kernel<<<grid_1d((size_t)seq_len * C), kThreads, 0, stream()>>>(
@@ -137,57 +233,102 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
   }
 }
 
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
+                       int seq_len, int C) {
+  embedding_forward_launch(out, tokens, wte, wpe, N, seq_len, C);
+}
+void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N,
+                       int seq_len, int C) {
+  embedding_forward_launch(out, tokens, wte, wpe, N, seq_len, C);
+}
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
+                        int seq_len, int C) {
+  embedding_backward_launch(dwte, dwpe, dout, tokens, N, seq_len, C);
+}
+void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens, int N,
+                        int seq_len, int C) {
+  embedding_backward_launch(dwte, dwpe, dout, tokens, N, seq_len, C);
+}
+
 // ---- activations ---------------------------------------------------------------------------
 // mirrors cpu::gelu_forward
-__global__ void gelu_forward_kernel(float* out, const float* in, size_t n) {
-  GRID_STRIDE_LOOP(i, n) out[i] = gelu(in[i]);
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* in, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(out[i], gelu(to_float(in[i])));
 }
 // mirrors cpu::gelu_backward: din = dout * gelu'(in)
-__global__ void gelu_backward_kernel(float* din, const float* dout, const float* in, size_t n) {
-  GRID_STRIDE_LOOP(i, n) din[i] = dout[i] * gelu_grad(in[i]);
+template <typename T>
+__global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(din[i], to_float(dout[i]) * gelu_grad(to_float(in[i])));
 }
 // mirrors cpu::swiglu_forward: row r of in is [gate(F) | up(F)]; out[r, f] = silu(gate) * up.
-__global__ void swiglu_forward_kernel(float* out, const float* in, size_t total, int F) {
+template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* in, size_t total, int F) {
   GRID_STRIDE_LOOP(i, total) {
     size_t r = i / F, f = i % F;
-    const float* row = in + r * 2 * F;
-    out[i] = silu(row[f]) * row[F + f];
+    const T* row = in + r * 2 * F;
+    store(out[i], silu(to_float(row[f])) * to_float(row[F + f]));
   }
 }
 // mirrors cpu::swiglu_backward: d gate = dout * up * silu'(gate), d up = dout * silu(gate).
-__global__ void swiglu_backward_kernel(float* din, const float* dout, const float* in, size_t total,
-                                       int F) {
+template <typename T>
+__global__ void swiglu_backward_kernel(T* din, const T* dout, const T* in, size_t total, int F) {
   GRID_STRIDE_LOOP(i, total) {
     size_t r = i / F, f = i % F;
-    const float* row = in + r * 2 * F;
-    float* drow = din + r * 2 * F;
-    float gate = row[f], up = row[F + f];
-    drow[f] = dout[i] * up * silu_grad(gate);
-    drow[F + f] = dout[i] * silu(gate);
+    const T* row = in + r * 2 * F;
+    T* drow = din + r * 2 * F;
+    float gate = to_float(row[f]), up = to_float(row[F + f]), g = to_float(dout[i]);
+    store(drow[f], g * up * silu_grad(gate));
+    store(drow[F + f], g * silu(gate));
   }
 }
 
-void gelu_forward(float* out, const float* in, size_t n) {
+template <typename T>
+static void gelu_forward_launch(T* out, const T* in, size_t n) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, in, n);
   KERNEL_CHECK();
 }
-void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
+template <typename T>
+static void gelu_backward_launch(T* din, const T* dout, const T* in, size_t n) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(din, dout, in, n);
   KERNEL_CHECK();
 }
-void swiglu_forward(float* out, const float* in, int N, int F) {
+template <typename T>
+static void swiglu_forward_launch(T* out, const T* in, int N, int F) {
   size_t total = (size_t)N * F;
   if (total == 0) return;
   swiglu_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, in, total, F);
   KERNEL_CHECK();
 }
-void swiglu_backward(float* din, const float* dout, const float* in, int N, int F) {
+template <typename T>
+static void swiglu_backward_launch(T* din, const T* dout, const T* in, int N, int F) {
   size_t total = (size_t)N * F;
   if (total == 0) return;
   swiglu_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(din, dout, in, total, F);
   KERNEL_CHECK();
+}
+
+void gelu_forward(float* out, const float* in, size_t n) { gelu_forward_launch(out, in, n); }
+void gelu_forward(bf16* out, const bf16* in, size_t n) { gelu_forward_launch(out, in, n); }
+void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
+  gelu_backward_launch(din, dout, in, n);
+}
+void gelu_backward(bf16* din, const bf16* dout, const bf16* in, size_t n) {
+  gelu_backward_launch(din, dout, in, n);
+}
+void swiglu_forward(float* out, const float* in, int N, int F) {
+  swiglu_forward_launch(out, in, N, F);
+}
+void swiglu_forward(bf16* out, const bf16* in, int N, int F) {
+  swiglu_forward_launch(out, in, N, F);
+}
+void swiglu_backward(float* din, const float* dout, const float* in, int N, int F) {
+  swiglu_backward_launch(din, dout, in, N, F);
+}
+void swiglu_backward(bf16* din, const bf16* dout, const bf16* in, int N, int F) {
+  swiglu_backward_launch(din, dout, in, N, F);
 }
 
 // ---- dropout -------------------------------------------------------------------------------
@@ -195,32 +336,53 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
 // p >= 1 drops everything, and the scale 0 avoids 0 * inf = NaN.
 static float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-// mirrors cpu::dropout_forward: the mask is a pure function of (seed, stream, i).
-__global__ void dropout_forward_kernel(float* out, uint8_t* mask, const float* in, size_t n,
-                                       float p, float kept_scale, uint64_t seed, uint64_t stream) {
+// mirrors cpu::dropout_forward: the mask is a pure function of (seed, stream, i), so it does
+// not depend on T.
+template <typename T>
+__global__ void dropout_forward_kernel(T* out, uint8_t* mask, const T* in, size_t n, float p,
+                                       float kept_scale, uint64_t seed, uint64_t stream) {
   GRID_STRIDE_LOOP(i, n) {
     bool keep = p <= 0.0f || dropout_keep(seed, stream, i, p);
     mask[i] = keep ? 1 : 0;
-    out[i] = keep ? in[i] * kept_scale : 0.0f;
+    store(out[i], keep ? to_float(in[i]) * kept_scale : 0.0f);
   }
 }
 // mirrors cpu::dropout_backward: din = dout * mask / (1-p)
-__global__ void dropout_backward_kernel(float* din, const float* dout, const uint8_t* mask,
-                                        size_t n, float kept_scale) {
-  GRID_STRIDE_LOOP(i, n) din[i] = mask[i] ? dout[i] * kept_scale : 0.0f;
+template <typename T>
+__global__ void dropout_backward_kernel(T* din, const T* dout, const uint8_t* mask, size_t n,
+                                        float kept_scale) {
+  GRID_STRIDE_LOOP(i, n) store(din[i], mask[i] ? to_float(dout[i]) * kept_scale : 0.0f);
 }
 
-void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p, uint64_t seed,
-                     uint64_t stream_id) {
+template <typename T>
+static void dropout_forward_launch(T* out, uint8_t* mask, const T* in, size_t n, float p,
+                                   uint64_t seed, uint64_t stream_id) {
   if (n == 0) return;
   dropout_forward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, mask, in, n, p, keep_scale(p),
                                                                 seed, stream_id);
   KERNEL_CHECK();
 }
-void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p) {
+template <typename T>
+static void dropout_backward_launch(T* din, const T* dout, const uint8_t* mask, size_t n,
+                                    float p) {
   if (n == 0) return;
   dropout_backward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(din, dout, mask, n, keep_scale(p));
   KERNEL_CHECK();
+}
+
+void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p, uint64_t seed,
+                     uint64_t stream_id) {
+  dropout_forward_launch(out, mask, in, n, p, seed, stream_id);
+}
+void dropout_forward(bf16* out, uint8_t* mask, const bf16* in, size_t n, float p, uint64_t seed,
+                     uint64_t stream_id) {
+  dropout_forward_launch(out, mask, in, n, p, seed, stream_id);
+}
+void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p) {
+  dropout_backward_launch(din, dout, mask, n, p);
+}
+void dropout_backward(bf16* din, const bf16* dout, const uint8_t* mask, size_t n, float p) {
+  dropout_backward_launch(din, dout, mask, n, p);
 }
 
 }  // namespace cuda

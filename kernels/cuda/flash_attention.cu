@@ -24,9 +24,10 @@ namespace cuda {
 
 // mirrors cpu::flash_attention_forward. Shared memory, in floats:
 //   sQ (32, D)  sK (32, D+1)  sV (32, D)  sP (32, 32)  sO (32, D)  sCorr (32)  sScale (32)
-__global__ void flash_forward_kernel(float* o, float* lse, const float* q, const float* k,
-                                     const float* v, int A, int G, int S, int D, float scale,
-                                     float dropout_p, uint64_t seed, uint64_t rng_stream) {
+template <typename T>
+__global__ void flash_forward_kernel(T* o, float* lse, const T* q, const T* k, const T* v, int A,
+                                     int G, int S, int D, float scale, float dropout_p,
+                                     uint64_t seed, uint64_t rng_stream) {
   extern __shared__ float smem[];
   const int Dk = D + 1;
   float* sQ = smem;
@@ -42,7 +43,7 @@ __global__ void flash_forward_kernel(float* o, float* lse, const float* q, const
   const int q0 = qt * kTile, nq = min(kTile, S - q0);
   const size_t bh = (size_t)b * A + h;
   const size_t bg = (size_t)b * G + h / (A / G);
-  const float* q_bh = q + (bh * S + q0) * D;
+  const T* q_bh = q + (bh * S + q0) * D;
   const float kept_scale = dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f;
 
   load_tile(sQ, D, q_bh, nq, D);
@@ -95,22 +96,35 @@ __global__ void flash_forward_kernel(float* o, float* lse, const float* q, const
     }
   }
   __syncthreads();
-  float* o_bh = o + (bh * S + q0) * D;
-  for (int e = threadIdx.x; e < nq * D; e += blockDim.x) o_bh[e] = sO[e] * sScale[e / D];
+  T* o_bh = o + (bh * S + q0) * D;
+  for (int e = threadIdx.x; e < nq * D; e += blockDim.x) store(o_bh[e], sO[e] * sScale[e / D]);
+}
+
+// The shared tiles are fp32 for either T, so the shared-memory size does not depend on it.
+template <typename T>
+static void flash_forward_launch(T* o, float* lse, const T* q, const T* k, const T* v, int B,
+                                 int A, int G, int S, int D, float scale, float dropout_p,
+                                 uint64_t seed, uint64_t rng_stream) {
+  if (B == 0 || A == 0 || S == 0) return;
+  check_flash_shape(A, G, D);
+  const size_t floats = (size_t)kTile * D * 3 + (size_t)kTile * (D + 1) + kTile * kTile + 2 * kTile;
+  const size_t bytes = floats * sizeof(float);
+  prepare_smem(flash_forward_kernel<T>, bytes);
+  dim3 grid((S + kTile - 1) / kTile, A, B);
+  flash_forward_kernel<<<grid, kFlashThreads, bytes, stream()>>>(o, lse, q, k, v, A, G, S, D, scale,
+                                                                 dropout_p, seed, rng_stream);
+  KERNEL_CHECK();
 }
 
 void flash_attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
                              int B, int A, int G, int S, int D, float scale, float dropout_p,
                              uint64_t seed, uint64_t rng_stream) {
-  if (B == 0 || A == 0 || S == 0) return;
-  check_flash_shape(A, G, D);
-  const size_t floats = (size_t)kTile * D * 3 + (size_t)kTile * (D + 1) + kTile * kTile + 2 * kTile;
-  const size_t bytes = floats * sizeof(float);
-  prepare_smem(flash_forward_kernel, bytes);
-  dim3 grid((S + kTile - 1) / kTile, A, B);
-  flash_forward_kernel<<<grid, kFlashThreads, bytes, stream()>>>(o, lse, q, k, v, A, G, S, D, scale,
-                                                                 dropout_p, seed, rng_stream);
-  KERNEL_CHECK();
+  flash_forward_launch(o, lse, q, k, v, B, A, G, S, D, scale, dropout_p, seed, rng_stream);
+}
+void flash_attention_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                             int B, int A, int G, int S, int D, float scale, float dropout_p,
+                             uint64_t seed, uint64_t rng_stream) {
+  flash_forward_launch(o, lse, q, k, v, B, A, G, S, D, scale, dropout_p, seed, rng_stream);
 }
 
 }  // namespace cuda

@@ -5,6 +5,11 @@
 // own key j of a tile and reduce over keys with shuffles. A block has 4 warps; warp w owns
 // rows w, w + 4, ..., w + 28 of its tile.
 //
+// The kernels are templated on the storage type T (float or bf16) of q, k, v, o and their
+// gradients. Shared-memory tiles are always fp32: load_tile widens as it copies, so all the
+// tile arithmetic is the fp32 kernel's, and only the final writes round (store). lse stays
+// float in both.
+//
 // defines: kTile, kWarps, kRowsPerWarp, kFlashThreads, load_tile, dot, kept,
 //          check_flash_shape, prepare_smem
 #pragma once
@@ -26,10 +31,11 @@ constexpr int kFlashThreads = kWarps * 32;
 // zero-fills the rest, so partial tiles at the end of the sequence need no special case.
 // Key tiles use stride D + 1: lane j reads row j, and an odd stride puts the 32 lanes'
 // reads of one channel in 32 different banks.
-__device__ inline void load_tile(float* dst, int stride, const float* src, int rows, int D) {
+template <typename T>
+__device__ inline void load_tile(float* dst, int stride, const T* src, int rows, int D) {
   for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
     const int r = e / D, d = e % D;
-    dst[r * stride + d] = r < rows ? src[(size_t)r * D + d] : 0.0f;
+    dst[r * stride + d] = r < rows ? to_float(src[(size_t)r * D + d]) : 0.0f;
   }
 }
 

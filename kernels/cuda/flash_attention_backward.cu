@@ -38,14 +38,16 @@ __device__ inline float prob_grad(const float* sQ, const float* sdO, const float
 }
 
 // Step 1 for the rows warp `warp` owns: D_i and lse_i, replicated in every lane.
-__device__ inline void row_stats(float* D_rows, float* lse_rows, const float* sdO,
-                                 const float* o_tile, const float* lse_tile, int nq, int D) {
+template <typename T>
+__device__ inline void row_stats(float* D_rows, float* lse_rows, const float* sdO, const T* o_tile,
+                                 const float* lse_tile, int nq, int D) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = 0; r < kRowsPerWarp; r++) {
     const int il = warp + r * kWarps;
     float s = 0.0f;
     if (il < nq)
-      for (int d = lane; d < D; d += 32) s += sdO[il * D + d] * o_tile[(size_t)il * D + d];
+      for (int d = lane; d < D; d += 32)
+        s += sdO[il * D + d] * to_float(o_tile[(size_t)il * D + d]);
     D_rows[r] = warp_sum(s);
     lse_rows[r] = il < nq ? lse_tile[il] : 0.0f;
   }
@@ -53,10 +55,10 @@ __device__ inline void row_stats(float* D_rows, float* lse_rows, const float* sd
 
 // mirrors the dq part of cpu::flash_attention_backward (Steps 1-3, 6). Shared memory:
 //   sQ (32, D)  sdO (32, D)  sdQ (32, D)  sK (32, D+1)  sV (32, D+1)  sdS (32, 32)
-__global__ void flash_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
-                                const float* v, const float* o, const float* lse, int A, int G,
-                                int S, int D, float scale, float dropout_p, uint64_t seed,
-                                uint64_t rng_stream) {
+template <typename T>
+__global__ void flash_dq_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v,
+                                const T* o, const float* lse, int A, int G, int S, int D,
+                                float scale, float dropout_p, uint64_t seed, uint64_t rng_stream) {
   extern __shared__ float smem[];
   const int Dk = D + 1;
   float* sQ = smem;
@@ -104,16 +106,17 @@ __global__ void flash_dq_kernel(float* dq, const float* dout, const float* q, co
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < nq * D; e += blockDim.x) dq[row0 + e] = scale * sdQ[e];
+  for (int e = threadIdx.x; e < nq * D; e += blockDim.x) store(dq[row0 + e], scale * sdQ[e]);
 }
 
 // mirrors the dk, dv part of cpu::flash_attention_backward (Steps 1-5). Shared memory:
 //   sK (32, D+1)  sV (32, D+1)  sdK (32, D)  sdV (32, D)  sQ (32, D)  sdO (32, D)
 //   sPz (32, 32)  sdS (32, 32)
-__global__ void flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* q,
-                                  const float* k, const float* v, const float* o, const float* lse,
-                                  int A, int G, int S, int D, float scale, float dropout_p,
-                                  uint64_t seed, uint64_t rng_stream) {
+template <typename T>
+__global__ void flash_dkdv_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                                  const T* o, const float* lse, int A, int G, int S, int D,
+                                  float scale, float dropout_p, uint64_t seed,
+                                  uint64_t rng_stream) {
   extern __shared__ float smem[];
   const int Dk = D + 1;
   float* sK = smem;
@@ -171,32 +174,49 @@ __global__ void flash_dkdv_kernel(float* dk, float* dv, const float* dout, const
   }
   __syncthreads();
   for (int e = threadIdx.x; e < nk * D; e += blockDim.x) {
-    dk[key_row0 + e] = scale * sdK[e];
-    dv[key_row0 + e] = sdV[e];
+    store(dk[key_row0 + e], scale * sdK[e]);
+    store(dv[key_row0 + e], sdV[e]);
   }
 }
 
-void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                              const float* k, const float* v, const float* o, const float* lse,
-                              int B, int A, int G, int S, int D, float scale, float dropout_p,
-                              uint64_t seed, uint64_t rng_stream) {
+// The shared tiles are fp32 for either T, so the shared-memory sizes do not depend on it.
+template <typename T>
+static void flash_backward_launch(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+                                  const T* v, const T* o, const float* lse, int B, int A, int G,
+                                  int S, int D, float scale, float dropout_p, uint64_t seed,
+                                  uint64_t rng_stream) {
   if (B == 0 || A == 0 || S == 0) return;
   check_flash_shape(A, G, D);
   const int tiles = (S + kTile - 1) / kTile;
 
   const size_t dq_bytes =
       ((size_t)kTile * D * 3 + (size_t)kTile * (D + 1) * 2 + kTile * kTile) * sizeof(float);
-  prepare_smem(flash_dq_kernel, dq_bytes);
+  prepare_smem(flash_dq_kernel<T>, dq_bytes);
   flash_dq_kernel<<<dim3(tiles, A, B), kFlashThreads, dq_bytes, stream()>>>(
       dq, dout, q, k, v, o, lse, A, G, S, D, scale, dropout_p, seed, rng_stream);
   KERNEL_CHECK();
 
   const size_t dkdv_bytes =
       ((size_t)kTile * (D + 1) * 2 + (size_t)kTile * D * 4 + 2 * kTile * kTile) * sizeof(float);
-  prepare_smem(flash_dkdv_kernel, dkdv_bytes);
+  prepare_smem(flash_dkdv_kernel<T>, dkdv_bytes);
   flash_dkdv_kernel<<<dim3(tiles, G, B), kFlashThreads, dkdv_bytes, stream()>>>(
       dk, dv, dout, q, k, v, o, lse, A, G, S, D, scale, dropout_p, seed, rng_stream);
   KERNEL_CHECK();
+}
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* o, const float* lse,
+                              int B, int A, int G, int S, int D, float scale, float dropout_p,
+                              uint64_t seed, uint64_t rng_stream) {
+  flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale, dropout_p, seed,
+                        rng_stream);
+}
+void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                              const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                              int B, int A, int G, int S, int D, float scale, float dropout_p,
+                              uint64_t seed, uint64_t rng_stream) {
+  flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale, dropout_p, seed,
+                        rng_stream);
 }
 
 }  // namespace cuda

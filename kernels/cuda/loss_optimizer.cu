@@ -8,6 +8,10 @@
 //   dx_j = (exp(x_j - lse) - [j == t]) grad_scale (written over the logits)
 // Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
 // the per-block partials in block order, so the result does not depend on the GPU.
+//
+// AdamW and the sum of squares are templated on the storage type T of gradients (and of the
+// model's parameters): float, or bf16 widened on load. The loss stays fp32 (ops.h: the
+// logits of a bf16 run come from the mixed bf16 x bf16 -> fp32 GEMM).
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_ops.h"
 #include "kernels/math.h"
@@ -54,41 +58,71 @@ void cross_entropy_forward_backward(float* losses, float* logits, const int* tar
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
-// mirrors cpu::adamw_update: the gradient is scaled by the clipping coefficient first.
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                             float bias1, float bias2, float grad_scale) {
+// mirrors cpu::adamw_update: the gradient is scaled by the clipping coefficient first. The
+// step updates the fp32 `master` weights; with bf16 storage the model's copy `params` then
+// receives round(master), with fp32 storage master is the model's weight and params is null.
+template <typename T>
+__global__ void adamw_kernel(float* master, T* params, const T* grads, float* m, float* v,
+                             size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, float bias1, float bias2, float grad_scale) {
   GRID_STRIDE_LOOP(i, n) {
-    adamw_step(params[i], m[i], v[i], grads[i] * grad_scale, lr, beta1, beta2, eps, weight_decay,
-               bias1, bias2);
+    adamw_step(master[i], m[i], v[i], to_float(grads[i]) * grad_scale, lr, beta1, beta2, eps,
+               weight_decay, bias1, bias2);
+    if (params != nullptr) store(params[i], master[i]);
   }
+}
+
+template <typename T>
+static void adamw_launch(float* master, T* params, const T* grads, float* m, float* v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float bias1, float bias2, float grad_scale) {
+  if (n == 0) return;
+  adamw_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(master, params, grads, m, v, n, lr, beta1,
+                                                      beta2, eps, weight_decay, bias1, bias2,
+                                                      grad_scale);
+  KERNEL_CHECK();
 }
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
                   float grad_scale) {
-  if (n == 0) return;
-  adamw_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(params, grads, m, v, n, lr, beta1, beta2, eps,
-                                                      weight_decay, bias1, bias2, grad_scale);
-  KERNEL_CHECK();
+  adamw_launch(params, (float*)nullptr, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
+               bias2, grad_scale);
+}
+void adamw_update(float* master, bf16* params, const bf16* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
+                  float bias2, float grad_scale) {
+  adamw_launch(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
+               grad_scale);
 }
 
 // ---- sum of squares ------------------------------------------------------------------------
 constexpr int kSumBlocks = 256;
 
 // mirrors cpu::sum_squares: partial[block] = sum over the block's grid-strided elements.
-__global__ void sum_squares_kernel(double* partial, const float* x, size_t n) {
+template <typename T>
+__global__ void sum_squares_kernel(double* partial, const T* x, size_t n) {
   double s = 0.0;
-  GRID_STRIDE_LOOP(i, n) s += (double)x[i] * (double)x[i];
+  GRID_STRIDE_LOOP(i, n) {
+    const double xi = to_float(x[i]);
+    s += xi * xi;
+  }
   s = block_sum(s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-double sum_squares(const float* x, size_t n) {
-  if (n == 0) return 0.0;
-  // A small device buffer kept for the life of the process (2 KiB, outside the ledger).
+// A small device buffer kept for the life of the process (2 KiB, outside the ledger), one
+// for both instantiations below.
+static double* sum_partials() {
   static double* partial = nullptr;
   if (partial == nullptr) CUDA_CHECK(cudaMalloc(&partial, kSumBlocks * sizeof(double)));
+  return partial;
+}
+
+template <typename T>
+static double sum_squares_launch(const T* x, size_t n) {
+  if (n == 0) return 0.0;
+  double* partial = sum_partials();
   sum_squares_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, x, n);
   KERNEL_CHECK();
   double host[kSumBlocks];
@@ -98,6 +132,9 @@ double sum_squares(const float* x, size_t n) {
   for (double p : host) total += p;
   return total;
 }
+
+double sum_squares(const float* x, size_t n) { return sum_squares_launch(x, n); }
+double sum_squares(const bf16* x, size_t n) { return sum_squares_launch(x, n); }
 
 }  // namespace cuda
 }  // namespace kernels

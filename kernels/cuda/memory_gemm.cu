@@ -10,9 +10,20 @@
 //
 // Precision: CUBLAS_DEFAULT_MATH with cublasSgemm is plain fp32 (TF32 only if the
 // NVIDIA_TF32_OVERRIDE environment variable forces it), so results match the CPU twin to
-// fp32 rounding.
+// fp32 rounding. The bf16 GEMMs (cublasGemmEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F)
+// multiply exact bf16 values on tensor cores and accumulate in fp32; C is rounded to bf16
+// once at the end, or kept fp32 for the logits. That is the CPU twin's "widen, sgemm,
+// round" up to the summation order.
+#include <cuda_bf16.h>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_ops.h"
+
+// cuBLAS reads kernels::bf16 buffers as __nv_bfloat16: both are the upper 16 bits of an
+// IEEE float, so only the size and alignment have to agree.
+static_assert(sizeof(kernels::bf16) == sizeof(__nv_bfloat16) &&
+                  alignof(kernels::bf16) == alignof(__nv_bfloat16),
+              "kernels::bf16 must be layout-compatible with __nv_bfloat16");
 
 namespace kernels {
 namespace cuda {
@@ -43,7 +54,11 @@ cublasHandle_t cublas() {
     cublasHandle_t created;
     CUBLAS_CHECK(cublasCreate(&created));
     CUBLAS_CHECK(cublasSetStream(created, stream()));
-    CUBLAS_CHECK(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH));
+    // Without the second flag cuBLAS may add split-K partial sums of a bf16-output GEMM in
+    // bf16; ops.h promises fp32 accumulation. It does not affect the fp32 sgemm.
+    CUBLAS_CHECK(cublasSetMathMode(
+        created, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     return created;
   }();
   return h;
@@ -114,6 +129,37 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float
   CUBLAS_CHECK(cublasSgemmStridedBatched(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B,
                                          ldb, stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
                                          batch));
+}
+
+// bf16 A and B, C of type c_type (CUDA_R_16BF or CUDA_R_32F); the same operand swap as
+// above. alpha and beta are fp32, as CUBLAS_COMPUTE_32F requires.
+static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
+                      int lda, const bf16* B, int ldb, float beta, void* C, cudaDataType_t c_type,
+                      int ldc) {
+  if (m == 0 || n == 0) return;
+  CUBLAS_CHECK(cublasGemmEx(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF,
+                            ldb, A, CUDA_R_16BF, lda, &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, bf16* C, int ldc) {
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
+}
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
+}
+
+void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const bf16* A, int lda, long long stride_a, const bf16* B, int ldb,
+                          long long stride_b, float beta, bf16* C, int ldc, long long stride_c,
+                          int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
+      CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace cuda

@@ -13,22 +13,38 @@
 // with the same random values on both sides, and "=" outputs with different ones, so a
 // twin that accumulates where it should write (or the reverse) fails.
 //
+// bf16 storage (rows tagged "bf16"): the checks are templated on the storage type T, and the
+// bf16 rows run the ops of ops.h's bf16 section on bf16 inputs (kernels::NAME(Device::CPU,
+// bf16...) against kernels::NAME(Device::CUDA, bf16...)). Both twins compute in fp32 from the
+// same exactly-widened inputs and round once, so an fp32 difference of an ulp can at most flip
+// the last bf16 bit (2^-8 relative): the bound is 1e-2 for every computing op. Ops that only
+// move values (conversion, layout without RoPE, masks) must agree bit for bit; fp32 outputs
+// of bf16 ops (norm statistics, lse, the logits GEMM, AdamW's master and moments) keep
+// their fp32 bounds.
+//
 // Exit status: 0 when every row passes, 1 otherwise, 2 when no GPU is visible.
 // Built and run by scripts/gpu_check.sh.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/math.h"  // to_float, to_bf16
 #include "kernels/ops.h"
 
+using kernels::bf16;
 using kernels::Device;
 using Floats = std::vector<float>;
+using Bf16s = std::vector<bf16>;
 
 namespace {
 
@@ -39,6 +55,21 @@ Floats random_floats(size_t n, float lo = -1.0f, float hi = 1.0f) {
   Floats x(n);
   for (float& v : x) v = dist(rng);
   return x;
+}
+
+Bf16s round_all(const Floats& x) {
+  Bf16s out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_bf16(x[i]);
+  return out;
+}
+
+// Random values of storage type T: bf16 ones are rounded floats.
+template <typename T>
+std::vector<T> random_values(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  if constexpr (std::is_same<T, float>::value)
+    return random_floats(n, lo, hi);
+  else
+    return round_all(random_floats(n, lo, hi));
 }
 
 std::vector<int> random_ints(size_t n, int lo, int hi) {
@@ -72,9 +103,22 @@ struct Twin {
 };
 
 // An "=" output: the two sides start from different garbage.
-std::unique_ptr<Twin<float>> written(size_t n) {
-  return std::make_unique<Twin<float>>(random_floats(n), random_floats(n));
+template <typename T = float>
+std::unique_ptr<Twin<T>> written(size_t n) {
+  return std::make_unique<Twin<T>>(random_values<T>(n), random_values<T>(n));
 }
+
+// Bounds and row-name tag per storage type (see the header comment).
+template <typename T>
+struct Precision {
+  static constexpr double elementwise = 1e-4, reduction = 1e-3, layout = 1e-4;
+  static constexpr const char* tag = "";
+};
+template <>
+struct Precision<bf16> {
+  static constexpr double elementwise = 1e-2, reduction = 1e-2, layout = 0.0;
+  static constexpr const char* tag = " bf16";
+};
 
 double rel_err(const Floats& gpu, const Floats& cpu) {
   double diff = 0.0, scale = 0.0;
@@ -85,20 +129,26 @@ double rel_err(const Floats& gpu, const Floats& cpu) {
   }
   return scale > 0.0 ? diff / scale : diff;
 }
-double err(const Twin<float>& t) { return rel_err(t.fetch(), t.cpu); }
-double err_all(std::initializer_list<const Twin<float>*> ts) {
-  double e = 0.0;
-  for (const Twin<float>* t : ts) e = std::max(e, err(*t));
-  return e;
+const Floats& widen(const Floats& x) { return x; }
+Floats widen(const Bf16s& x) {
+  Floats out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_float(x[i]);
+  return out;
 }
-double mismatches(const Twin<uint8_t>& t) {
-  std::vector<uint8_t> g = t.fetch();
+template <typename T>
+double err(const Twin<T>& t) {
+  return rel_err(widen(t.fetch()), widen(t.cpu));
+}
+// The worst of several outputs' errors (they may differ in type).
+double worst(std::initializer_list<double> errs) { return std::max(errs); }
+// Elements whose bytes differ: masks, and the outputs that must match bit for bit.
+template <typename T>
+double mismatches(const Twin<T>& t) {
+  std::vector<T> g = t.fetch();
   double n = 0;
-  for (size_t i = 0; i < g.size(); i++) n += g[i] != t.cpu[i];
+  for (size_t i = 0; i < g.size(); i++) n += std::memcmp(&g[i], &t.cpu[i], sizeof(T)) != 0;
   return n;
 }
-
-constexpr double kElementwise = 1e-4, kReduction = 1e-3;
 
 int failures = 0;
 
@@ -119,6 +169,7 @@ void check(const std::string& op, double bound, const std::function<double()>& r
 }
 
 // ---- the checks ----------------------------------------------------------------------------
+// Each check_X<T> runs the fp32 rows (T = float) or the bf16 rows (T = bf16) of its ops.
 
 void check_memory() {
   check("memory (malloc/copy/memset)", 0.0, [] {
@@ -143,29 +194,68 @@ void check_memory() {
   });
 }
 
+// float <-> bf16, bit for bit, on values that exercise the rounding: ties to even (both
+// directions), carries into the exponent, overflow to inf, subnormals, signed zeros, NaN.
+void check_convert() {
+  Floats x = random_floats(4099, -1e3f, 1e3f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const uint32_t special_bits[] = {0x3F808000u, 0x3F818000u, 0x3F80FFFFu, 0x3F7FFFFFu,
+                                   0x7F7FFFFFu, 0x00000001u, 0x00408000u, 0x80000000u,
+                                   0x7FC00001u, 0xFF800001u};
+  for (uint32_t bits : special_bits) x.push_back(kernels::bits_to_float(bits));
+  for (float v : {0.0f, inf, -inf, 1e-40f, -3.0e38f}) x.push_back(v);
+  check("convert fp32 -> bf16", 0.0, [&] {
+    Twin<float> in(x);
+    std::unique_ptr<Twin<bf16>> out(written<bf16>(x.size()));
+    kernels::convert(Device::CPU, out->c(), in.c(), x.size());
+    kernels::convert(Device::CUDA, out->g(), in.g(), x.size());
+    return mismatches(*out);
+  });
+  check("convert bf16 -> fp32", 0.0, [&] {
+    Twin<bf16> in(round_all(x));
+    std::unique_ptr<Twin<float>> out(written(x.size()));
+    kernels::convert(Device::CPU, out->c(), in.c(), x.size());
+    kernels::convert(Device::CUDA, out->g(), in.g(), x.size());
+    return mismatches(*out);
+  });
+}
+
+template <typename T>
 void check_gemm() {
+  using P = Precision<T>;
   const int m = 67, n = 45, k = 93, pad = 3;
   for (int t = 0; t < 4; t++) {
     const bool ta = t & 1, tb = t & 2;
-    // Stored shapes: A is (m,k), or (k,m) when transposed; rows padded by `pad` floats.
+    // Stored shapes: A is (m,k), or (k,m) when transposed; rows padded by `pad` elements.
     const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-    Twin<float> A(random_floats((size_t)(ta ? k : m) * lda));
-    Twin<float> B(random_floats((size_t)(tb ? n : k) * ldb));
-    Twin<float> C(random_floats((size_t)m * ldc));
+    Twin<T> A(random_values<T>((size_t)(ta ? k : m) * lda));
+    Twin<T> B(random_values<T>((size_t)(tb ? n : k) * ldb));
+    Twin<T> C(random_values<T>((size_t)m * ldc));
     std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
-    check(name, kReduction, [&] {
+    check(name + P::tag, P::reduction, [&] {
       kernels::gemm(Device::CPU, ta, tb, m, n, k, 1.3f, A.c(), lda, B.c(), ldb, 0.5f, C.c(), ldc);
       kernels::gemm(Device::CUDA, ta, tb, m, n, k, 1.3f, A.g(), lda, B.g(), ldb, 0.5f, C.g(), ldc);
       return err(C);
     });
+    // bf16 A, B into an fp32 C (the logits): fp32 output, so the fp32 bound.
+    if constexpr (std::is_same<T, bf16>::value) {
+      Twin<float> C32(random_floats((size_t)m * ldc));
+      check(name + " bf16 -> fp32", Precision<float>::reduction, [&] {
+        kernels::gemm(Device::CPU, ta, tb, m, n, k, 0.9f, A.c(), lda, B.c(), ldb, 0.5f, C32.c(),
+                      ldc);
+        kernels::gemm(Device::CUDA, ta, tb, m, n, k, 0.9f, A.g(), lda, B.g(), ldb, 0.5f, C32.g(),
+                      ldc);
+        return err(C32);
+      });
+    }
   }
   for (int t = 1; t <= 2; t++) {
     const bool ta = t == 1, tb = t == 2;
     const int batch = 3, lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
     const long long sa = (long long)m * k + 7, sb = (long long)k * n + 5, sc = (long long)m * n + 2;
-    Twin<float> A(random_floats(sa * batch)), B(random_floats(sb * batch));
-    Twin<float> C(random_floats(sc * batch));
-    check(std::string("gemm_strided_batched ") + (ta ? "TN" : "NT"), kReduction, [&] {
+    Twin<T> A(random_values<T>(sa * batch)), B(random_values<T>(sb * batch));
+    Twin<T> C(random_values<T>(sc * batch));
+    check(std::string("gemm_strided_batched ") + (ta ? "TN" : "NT") + P::tag, P::reduction, [&] {
       kernels::gemm_strided_batched(Device::CPU, ta, tb, m, n, k, 0.7f, A.c(), lda, sa, B.c(), ldb,
                                     sb, 0.0f, C.c(), ldc, sc, batch);
       kernels::gemm_strided_batched(Device::CUDA, ta, tb, m, n, k, 0.7f, A.g(), lda, sa, B.g(), ldb,
@@ -175,82 +265,88 @@ void check_gemm() {
   }
 }
 
+template <typename T>
 void check_elementwise() {
+  using P = Precision<T>;
+  const std::string tag = P::tag;
   const int N = 53, C = 301;
   const size_t n = (size_t)N * C;
-  Twin<float> a(random_floats(n)), b(random_floats(n)), bias(random_floats(C));
-  check("add", kElementwise, [&] {
-    std::unique_ptr<Twin<float>> out(written(n));
+  Twin<T> a(random_values<T>(n)), b(random_values<T>(n)), bias(random_values<T>(C));
+  check("add" + tag, P::elementwise, [&] {
+    std::unique_ptr<Twin<T>> out(written<T>(n));
     kernels::add(Device::CPU, out->c(), a.c(), b.c(), n);
     kernels::add(Device::CUDA, out->g(), a.g(), b.g(), n);
     return err(*out);
   });
-  check("accumulate", kElementwise, [&] {
-    Twin<float> out(random_floats(n));
+  check("accumulate" + tag, P::elementwise, [&] {
+    Twin<T> out(random_values<T>(n));
     kernels::accumulate(Device::CPU, out.c(), a.c(), n);
     kernels::accumulate(Device::CUDA, out.g(), a.g(), n);
     return err(out);
   });
-  check("scale", kElementwise, [&] {
-    Twin<float> x(random_floats(n));
-    kernels::scale(Device::CPU, x.c(), -0.37f, n);
-    kernels::scale(Device::CUDA, x.g(), -0.37f, n);
-    return err(x);
-  });
-  check("add_bias", kElementwise, [&] {
-    Twin<float> y(random_floats(n));
+  if constexpr (std::is_same<T, float>::value) {  // no bf16 scale in ops.h
+    check("scale", P::elementwise, [&] {
+      Twin<float> x(random_floats(n));
+      kernels::scale(Device::CPU, x.c(), -0.37f, n);
+      kernels::scale(Device::CUDA, x.g(), -0.37f, n);
+      return err(x);
+    });
+  }
+  check("add_bias" + tag, P::elementwise, [&] {
+    Twin<T> y(random_values<T>(n));
     kernels::add_bias(Device::CPU, y.c(), bias.c(), N, C);
     kernels::add_bias(Device::CUDA, y.g(), bias.g(), N, C);
     return err(y);
   });
-  check("bias_backward", kReduction, [&] {
-    Twin<float> db(random_floats(C));
+  check("bias_backward" + tag, P::reduction, [&] {
+    Twin<T> db(random_values<T>(C));
     kernels::bias_backward(Device::CPU, db.c(), a.c(), N, C);
     kernels::bias_backward(Device::CUDA, db.g(), a.g(), N, C);
     return err(db);
   });
-  check("gelu_forward", kElementwise, [&] {
-    Twin<float> x(random_floats(n, -5.0f, 5.0f));
-    std::unique_ptr<Twin<float>> out(written(n));
+  check("gelu_forward" + tag, P::elementwise, [&] {
+    Twin<T> x(random_values<T>(n, -5.0f, 5.0f));
+    std::unique_ptr<Twin<T>> out(written<T>(n));
     kernels::gelu_forward(Device::CPU, out->c(), x.c(), n);
     kernels::gelu_forward(Device::CUDA, out->g(), x.g(), n);
     return err(*out);
   });
-  check("gelu_backward", kElementwise, [&] {
-    Twin<float> x(random_floats(n, -5.0f, 5.0f));
-    std::unique_ptr<Twin<float>> din(written(n));
+  check("gelu_backward" + tag, P::elementwise, [&] {
+    Twin<T> x(random_values<T>(n, -5.0f, 5.0f));
+    std::unique_ptr<Twin<T>> din(written<T>(n));
     kernels::gelu_backward(Device::CPU, din->c(), b.c(), x.c(), n);
     kernels::gelu_backward(Device::CUDA, din->g(), b.g(), x.g(), n);
     return err(*din);
   });
   const int F = 150;  // swiglu: in (N, 2F) = [gate | up]
-  Twin<float> in(random_floats((size_t)N * 2 * F, -4.0f, 4.0f)), dout(random_floats((size_t)N * F));
-  check("swiglu_forward", kElementwise, [&] {
-    std::unique_ptr<Twin<float>> out(written((size_t)N * F));
+  Twin<T> in(random_values<T>((size_t)N * 2 * F, -4.0f, 4.0f));
+  Twin<T> dout(random_values<T>((size_t)N * F));
+  check("swiglu_forward" + tag, P::elementwise, [&] {
+    std::unique_ptr<Twin<T>> out(written<T>((size_t)N * F));
     kernels::swiglu_forward(Device::CPU, out->c(), in.c(), N, F);
     kernels::swiglu_forward(Device::CUDA, out->g(), in.g(), N, F);
     return err(*out);
   });
-  check("swiglu_backward", kElementwise, [&] {
-    std::unique_ptr<Twin<float>> din(written((size_t)N * 2 * F));
+  check("swiglu_backward" + tag, P::elementwise, [&] {
+    std::unique_ptr<Twin<T>> din(written<T>((size_t)N * 2 * F));
     kernels::swiglu_backward(Device::CPU, din->c(), dout.c(), in.c(), N, F);
     kernels::swiglu_backward(Device::CUDA, din->g(), dout.g(), in.g(), N, F);
     return err(*din);
   });
   for (float p : {0.0f, 0.3f}) {
-    std::string tag = " p=" + std::string(p > 0 ? "0.3" : "0");
-    check("dropout_forward (out, mask)" + tag, kElementwise, [&] {
-      std::unique_ptr<Twin<float>> out(written(n));
+    std::string p_tag = " p=" + std::string(p > 0 ? "0.3" : "0") + tag;
+    check("dropout_forward (out, mask)" + p_tag, P::elementwise, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>(n));
       Twin<uint8_t> mask(std::vector<uint8_t>(n, 7));
       kernels::dropout_forward(Device::CPU, out->c(), mask.c(), a.c(), n, p, 99, 5);
       kernels::dropout_forward(Device::CUDA, out->g(), mask.g(), a.g(), n, p, 99, 5);
       return mismatches(mask) > 0 ? INFINITY : err(*out);
     });
-    check("dropout_backward" + tag, kElementwise, [&] {
+    check("dropout_backward" + p_tag, P::elementwise, [&] {
       std::vector<uint8_t> bits(n);
       for (auto& bit : bits) bit = rng() % 3 != 0;
       Twin<uint8_t> mask(bits);
-      std::unique_ptr<Twin<float>> din(written(n));
+      std::unique_ptr<Twin<T>> din(written<T>(n));
       kernels::dropout_backward(Device::CPU, din->c(), b.c(), mask.c(), n, p);
       kernels::dropout_backward(Device::CUDA, din->g(), b.g(), mask.g(), n, p);
       return err(*din);
@@ -258,97 +354,110 @@ void check_elementwise() {
   }
 }
 
-void check_embedding() {
-  const int B = 3, S = 41, N = B * S, C = 96, V = 50;  // V < N: tokens repeat
+// V < N: tokens repeat. The bf16 token gradient sums a token's rows in chunks of 256 rows and
+// 256 channels per block (elementwise.cu), so the larger shape exercises both loops.
+template <typename T>
+void check_embedding(int B, int S, int C, int V) {
+  using P = Precision<T>;
+  const int N = B * S;
+  const std::string tag = (C > 256 ? " N" + std::to_string(N) + " C" + std::to_string(C) : "") +
+                          std::string(P::tag);
   Twin<int> tokens(random_ints(N, 0, V - 1));
-  Twin<float> wte(random_floats((size_t)V * C)), wpe(random_floats((size_t)S * C));
-  Twin<float> dout(random_floats((size_t)N * C));
+  Twin<T> wte(random_values<T>((size_t)V * C)), wpe(random_values<T>((size_t)S * C));
+  Twin<T> dout(random_values<T>((size_t)N * C));
   for (bool pos : {true, false}) {
-    check(std::string("embedding_forward") + (pos ? " +wpe" : ""), kElementwise, [&] {
-      std::unique_ptr<Twin<float>> out(written((size_t)N * C));
+    check(std::string("embedding_forward") + (pos ? " +wpe" : "") + tag, P::elementwise, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>((size_t)N * C));
       kernels::embedding_forward(Device::CPU, out->c(), tokens.c(), wte.c(),
                                  pos ? wpe.c() : nullptr, N, S, C);
       kernels::embedding_forward(Device::CUDA, out->g(), tokens.g(), wte.g(),
                                  pos ? wpe.g() : nullptr, N, S, C);
       return err(*out);
     });
-    check(std::string("embedding_backward") + (pos ? " +wpe" : ""), kReduction, [&] {
-      Twin<float> dwte(random_floats((size_t)V * C)), dwpe(random_floats((size_t)S * C));
+    check(std::string("embedding_backward") + (pos ? " +wpe" : "") + tag, P::reduction, [&] {
+      Twin<T> dwte(random_values<T>((size_t)V * C)), dwpe(random_values<T>((size_t)S * C));
       kernels::embedding_backward(Device::CPU, dwte.c(), pos ? dwpe.c() : nullptr, dout.c(),
                                   tokens.c(), N, S, C);
       kernels::embedding_backward(Device::CUDA, dwte.g(), pos ? dwpe.g() : nullptr, dout.g(),
                                   tokens.g(), N, S, C);
-      return err_all({&dwte, &dwpe});
+      return worst({err(dwte), err(dwpe)});
     });
   }
 }
 
+// The statistics mean and rstd are fp32 in both storage types.
+template <typename T>
 void check_norms() {
+  using P = Precision<T>;
   const int N = 37;
   for (int C : {96, 1000}) {
     const size_t n = (size_t)N * C;
-    const std::string tag = " C=" + std::to_string(C);
+    const std::string tag = " C=" + std::to_string(C) + P::tag;
     // An offset mean checks the two-pass variance.
-    Twin<float> x(random_floats(n, 2.0f, 4.0f)), w(random_floats(C, 0.5f, 1.5f));
-    Twin<float> b(random_floats(C)), dout(random_floats(n));
+    Twin<T> x(random_values<T>(n, 2.0f, 4.0f)), w(random_values<T>(C, 0.5f, 1.5f));
+    Twin<T> b(random_values<T>(C)), dout(random_values<T>(n));
     Twin<float> mean(random_floats(N), random_floats(N)), rstd(random_floats(N), random_floats(N));
     // The backward checks feed both twins the CPU forward's statistics.
     auto share_stats = [&] {
       kernels::memcpy_from_host(Device::CUDA, mean.g(), mean.c(), N * sizeof(float));
       kernels::memcpy_from_host(Device::CUDA, rstd.g(), rstd.c(), N * sizeof(float));
     };
-    check("layernorm_forward" + tag, kReduction, [&] {
-      std::unique_ptr<Twin<float>> out(written(n));
+    check("layernorm_forward" + tag, P::reduction, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>(n));
       kernels::layernorm_forward(Device::CPU, out->c(), mean.c(), rstd.c(), x.c(), w.c(), b.c(), N,
                                  C, 1e-5f);
       kernels::layernorm_forward(Device::CUDA, out->g(), mean.g(), rstd.g(), x.g(), w.g(), b.g(), N,
                                  C, 1e-5f);
-      return err_all({out.get(), &mean, &rstd});
+      return worst({err(*out), err(mean), err(rstd)});
     });
-    check("layernorm_backward" + tag, kReduction, [&] {
-      Twin<float> dx(random_floats(n)), dw(random_floats(C)), db(random_floats(C));
+    check("layernorm_backward" + tag, P::reduction, [&] {
+      Twin<T> dx(random_values<T>(n)), dw(random_values<T>(C)), db(random_values<T>(C));
       share_stats();
       kernels::layernorm_backward(Device::CPU, dx.c(), dw.c(), db.c(), dout.c(), x.c(), w.c(),
                                   mean.c(), rstd.c(), N, C);
       kernels::layernorm_backward(Device::CUDA, dx.g(), dw.g(), db.g(), dout.g(), x.g(), w.g(),
                                   mean.g(), rstd.g(), N, C);
-      return err_all({&dx, &dw, &db});
+      return worst({err(dx), err(dw), err(db)});
     });
-    check("rmsnorm_forward" + tag, kReduction, [&] {
-      std::unique_ptr<Twin<float>> out(written(n));
+    check("rmsnorm_forward" + tag, P::reduction, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>(n));
       kernels::rmsnorm_forward(Device::CPU, out->c(), rstd.c(), x.c(), w.c(), N, C, 1e-5f);
       kernels::rmsnorm_forward(Device::CUDA, out->g(), rstd.g(), x.g(), w.g(), N, C, 1e-5f);
-      return err_all({out.get(), &rstd});
+      return worst({err(*out), err(rstd)});
     });
-    check("rmsnorm_backward" + tag, kReduction, [&] {
-      Twin<float> dx(random_floats(n)), dw(random_floats(C));
+    check("rmsnorm_backward" + tag, P::reduction, [&] {
+      Twin<T> dx(random_values<T>(n)), dw(random_values<T>(C));
       share_stats();
       kernels::rmsnorm_backward(Device::CPU, dx.c(), dw.c(), dout.c(), x.c(), w.c(), rstd.c(), N,
                                 C);
       kernels::rmsnorm_backward(Device::CUDA, dx.g(), dw.g(), dout.g(), x.g(), w.g(), rstd.g(), N,
                                 C);
-      return err_all({&dx, &dw});
+      return worst({err(dx), err(dw)});
     });
   }
 }
 
+// Layout ops without RoPE only move values (P::layout: exact in bf16); RoPE computes.
+template <typename T>
 void check_attention_layout() {
+  using P = Precision<T>;
   const int B = 2, S = 37, A = 6, G = 2, D = 16, W = (A + 2 * G) * D;
   const size_t nq = (size_t)B * A * S * D, nkv = (size_t)B * G * S * D;
-  Twin<float> qkv(random_floats((size_t)B * S * W));
-  Twin<float> dq(random_floats(nq)), dk(random_floats(nkv)), dv(random_floats(nkv));
+  Twin<T> qkv(random_values<T>((size_t)B * S * W));
+  Twin<T> dq(random_values<T>(nq)), dk(random_values<T>(nkv)), dv(random_values<T>(nkv));
   for (float theta : {0.0f, 10000.0f}) {
-    const std::string tag = theta > 0 ? " rope" : "";
-    check("qkv_split_forward" + tag, kElementwise, [&] {
-      std::unique_ptr<Twin<float>> q(written(nq)), k(written(nkv)), v(written(nkv));
+    const std::string tag = std::string(theta > 0 ? " rope" : "") + P::tag;
+    const double bound = theta > 0 ? P::elementwise : P::layout;
+    check("qkv_split_forward" + tag, bound, [&] {
+      std::unique_ptr<Twin<T>> q(written<T>(nq)), k(written<T>(nkv)), v(written<T>(nkv));
       kernels::qkv_split_forward(Device::CPU, q->c(), k->c(), v->c(), qkv.c(), B, S, A, G, D,
                                  theta);
       kernels::qkv_split_forward(Device::CUDA, q->g(), k->g(), v->g(), qkv.g(), B, S, A, G, D,
                                  theta);
-      return err_all({q.get(), k.get(), v.get()});
+      return worst({err(*q), err(*k), err(*v)});
     });
-    check("qkv_split_backward" + tag, kElementwise, [&] {
-      std::unique_ptr<Twin<float>> dqkv(written((size_t)B * S * W));
+    check("qkv_split_backward" + tag, bound, [&] {
+      std::unique_ptr<Twin<T>> dqkv(written<T>((size_t)B * S * W));
       kernels::qkv_split_backward(Device::CPU, dqkv->c(), dq.c(), dk.c(), dv.c(), B, S, A, G, D,
                                   theta);
       kernels::qkv_split_backward(Device::CUDA, dqkv->g(), dq.g(), dk.g(), dv.g(), B, S, A, G, D,
@@ -356,88 +465,100 @@ void check_attention_layout() {
       return err(*dqkv);
     });
   }
-  check("heads_merge_forward", kElementwise, [&] {
-    std::unique_ptr<Twin<float>> out(written(nq));
+  check(std::string("heads_merge_forward") + P::tag, P::layout, [&] {
+    std::unique_ptr<Twin<T>> out(written<T>(nq));
     kernels::heads_merge_forward(Device::CPU, out->c(), dq.c(), B, S, A, D);
     kernels::heads_merge_forward(Device::CUDA, out->g(), dq.g(), B, S, A, D);
     return err(*out);
   });
-  check("heads_merge_backward", kElementwise, [&] {
-    std::unique_ptr<Twin<float>> d_o(written(nq));
+  check(std::string("heads_merge_backward") + P::tag, P::layout, [&] {
+    std::unique_ptr<Twin<T>> d_o(written<T>(nq));
     kernels::heads_merge_backward(Device::CPU, d_o->c(), dq.c(), B, S, A, D);
     kernels::heads_merge_backward(Device::CUDA, d_o->g(), dq.g(), B, S, A, D);
     return err(*d_o);
   });
 
-  const int rows = B * A, T = 300;  // T > the block size: threads loop over columns
-  const size_t nss = (size_t)rows * T * T;
-  Twin<float> probs(random_floats(nss, -4.0f, 4.0f));
-  check("causal_softmax_forward (in place)", kReduction, [&] {
-    kernels::causal_softmax_forward(Device::CPU, probs.c(), probs.c(), rows, T, 0.7f);
-    kernels::causal_softmax_forward(Device::CUDA, probs.g(), probs.g(), rows, T, 0.7f);
+  const int rows = B * A, L = 300;  // L > the block size: threads loop over columns
+  const size_t nss = (size_t)rows * L * L;
+  Twin<T> probs(random_values<T>(nss, -4.0f, 4.0f));
+  check(std::string("causal_softmax_forward (in place)") + P::tag, P::reduction, [&] {
+    kernels::causal_softmax_forward(Device::CPU, probs.c(), probs.c(), rows, L, 0.7f);
+    kernels::causal_softmax_forward(Device::CUDA, probs.g(), probs.g(), rows, L, 0.7f);
     return err(probs);
   });
-  check("causal_softmax_backward", kReduction, [&] {
-    Twin<float> dprobs(random_floats(nss));
-    std::unique_ptr<Twin<float>> dscores(written(nss));
+  check(std::string("causal_softmax_backward") + P::tag, P::reduction, [&] {
+    Twin<T> dprobs(random_values<T>(nss));
+    std::unique_ptr<Twin<T>> dscores(written<T>(nss));
     // Both twins differentiate the same P (the CPU one's), so only the backward is compared.
-    kernels::memcpy_from_host(Device::CUDA, probs.g(), probs.c(), nss * sizeof(float));
-    kernels::causal_softmax_backward(Device::CPU, dscores->c(), dprobs.c(), probs.c(), rows, T,
+    kernels::memcpy_from_host(Device::CUDA, probs.g(), probs.c(), nss * sizeof(T));
+    kernels::causal_softmax_backward(Device::CPU, dscores->c(), dprobs.c(), probs.c(), rows, L,
                                      0.7f);
-    kernels::causal_softmax_backward(Device::CUDA, dscores->g(), dprobs.g(), probs.g(), rows, T,
+    kernels::causal_softmax_backward(Device::CUDA, dscores->g(), dprobs.g(), probs.g(), rows, L,
                                      0.7f);
     return err(*dscores);
   });
 }
 
 // Flash attention: tiles of 32 on the GPU, 64 on the CPU, so S not a multiple of either
-// exercises partial tiles; GQA (A/G = 2) exercises the group sums of dk, dv.
+// exercises partial tiles; GQA (A/G = 2) exercises the group sums of dk, dv. lse is fp32 in
+// both storage types.
+template <typename T>
 void check_flash(int B, int A, int G, int S, int D, float p) {
+  using P = Precision<T>;
   char tag[96];
-  std::snprintf(tag, sizeof(tag), " B%d A%d G%d S%d D%d p=%g", B, A, G, S, D, p);
+  std::snprintf(tag, sizeof(tag), " B%d A%d G%d S%d D%d p=%g%s", B, A, G, S, D, p, P::tag);
   const size_t nq = (size_t)B * A * S * D, nkv = (size_t)B * G * S * D;
   const float scale = 1.0f / std::sqrt((float)D);
-  Twin<float> q(random_floats(nq, -2.0f, 2.0f)), k(random_floats(nkv, -2.0f, 2.0f));
-  Twin<float> v(random_floats(nkv)), dout(random_floats(nq));
-  Twin<float> o(random_floats(nq), random_floats(nq));
+  Twin<T> q(random_values<T>(nq, -2.0f, 2.0f)), k(random_values<T>(nkv, -2.0f, 2.0f));
+  Twin<T> v(random_values<T>(nkv)), dout(random_values<T>(nq));
+  Twin<T> o(random_values<T>(nq), random_values<T>(nq));
   Twin<float> lse(random_floats((size_t)B * A * S), random_floats((size_t)B * A * S));
-  check(std::string("flash_attention_forward") + tag, kReduction, [&] {
+  check(std::string("flash_attention_forward") + tag, P::reduction, [&] {
     kernels::flash_attention_forward(Device::CPU, o.c(), lse.c(), q.c(), k.c(), v.c(), B, A, G, S,
                                      D, scale, p, 7, 11);
     kernels::flash_attention_forward(Device::CUDA, o.g(), lse.g(), q.g(), k.g(), v.g(), B, A, G, S,
                                      D, scale, p, 7, 11);
-    return err_all({&o, &lse});
+    return worst({err(o), err(lse)});
   });
-  check(std::string("flash_attention_backward") + tag, kReduction, [&] {
+  check(std::string("flash_attention_backward") + tag, P::reduction, [&] {
     // Both twins differentiate the CPU forward's o and lse.
-    kernels::memcpy_from_host(Device::CUDA, o.g(), o.c(), nq * sizeof(float));
+    kernels::memcpy_from_host(Device::CUDA, o.g(), o.c(), nq * sizeof(T));
     kernels::memcpy_from_host(Device::CUDA, lse.g(), lse.c(), lse.cpu.size() * sizeof(float));
-    std::unique_ptr<Twin<float>> dq(written(nq)), dk(written(nkv)), dv(written(nkv));
+    std::unique_ptr<Twin<T>> dq(written<T>(nq)), dk(written<T>(nkv)), dv(written<T>(nkv));
     kernels::flash_attention_backward(Device::CPU, dq->c(), dk->c(), dv->c(), dout.c(), q.c(),
                                       k.c(), v.c(), o.c(), lse.c(), B, A, G, S, D, scale, p, 7, 11);
     kernels::flash_attention_backward(Device::CUDA, dq->g(), dk->g(), dv->g(), dout.g(), q.g(),
                                       k.g(), v.g(), o.g(), lse.g(), B, A, G, S, D, scale, p, 7, 11);
-    return err_all({dq.get(), dk.get(), dv.get()});
+    return worst({err(*dq), err(*dk), err(*dv)});
   });
 }
 
+template <typename T>
+void check_flash_cases() {
+  check_flash<T>(2, 4, 2, 77, 40, 0.0f);
+  check_flash<T>(2, 4, 2, 77, 40, 0.2f);
+  check_flash<T>(1, 3, 3, 130, 64, 0.0f);
+  check_flash<T>(1, 2, 1, 33, 128, 0.1f);
+}
+
 void check_loss_optimizer() {
+  using P = Precision<float>;
   const int N = 24, V = 1003;
   std::vector<int> targets = random_ints(N, 0, V - 1);
   targets[3] = targets[17] = -1;  // ignored rows
   Twin<int> t(targets);
-  check("cross_entropy_forward_backward", kReduction, [&] {
+  check("cross_entropy_forward_backward", P::reduction, [&] {
     Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
     std::unique_ptr<Twin<float>> losses(written(N));
     kernels::cross_entropy_forward_backward(Device::CPU, losses->c(), logits.c(), t.c(), N, V,
                                             1.0f / N);
     kernels::cross_entropy_forward_backward(Device::CUDA, losses->g(), logits.g(), t.g(), N, V,
                                             1.0f / N);
-    return err_all({losses.get(), &logits});
+    return worst({err(*losses), err(logits)});
   });
 
   const size_t n = 100003;
-  check("adamw_update", kElementwise, [&] {
+  check("adamw_update", P::elementwise, [&] {
     Twin<float> params(random_floats(n)), grads(random_floats(n));
     Twin<float> m(random_floats(n, -0.1f, 0.1f)), v(random_floats(n, 0.0f, 0.01f));
     const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;  // step 3
@@ -446,10 +567,37 @@ void check_loss_optimizer() {
                           0.1f, bias1, bias2, 0.7f);
     kernels::adamw_update(Device::CUDA, params.g(), grads.g(), m.g(), v.g(), n, 1e-3f, b1, b2,
                           1e-8f, 0.1f, bias1, bias2, 0.7f);
-    return err_all({&params, &m, &v});
+    return worst({err(params), err(m), err(v)});
   });
   check("sum_squares", 1e-9, [&] {
     Twin<float> x(random_floats(3000017));
+    double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
+    double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
+    return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+  });
+}
+
+// bf16 AdamW: fp32 master and moments (the fp32 arithmetic on exactly widened gradients, so
+// the fp32 bound), then the bf16 parameters = round(master). One call, two rows.
+void check_optimizer_bf16() {
+  const size_t n = 100003;
+  Twin<float> master(random_floats(n)), m(random_floats(n, -0.1f, 0.1f));
+  Twin<float> v(random_floats(n, 0.0f, 0.01f));
+  Twin<bf16> grads(random_values<bf16>(n));
+  std::unique_ptr<Twin<bf16>> params(written<bf16>(n));
+  check("adamw_update bf16 (master, m, v)", Precision<float>::elementwise, [&] {
+    const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;
+    const float bias1 = 1.0f - std::pow(b1, t3), bias2 = 1.0f - std::pow(b2, t3);
+    kernels::adamw_update(Device::CPU, master.c(), params->c(), grads.c(), m.c(), v.c(), n, 1e-3f,
+                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
+    kernels::adamw_update(Device::CUDA, master.g(), params->g(), grads.g(), m.g(), v.g(), n, 1e-3f,
+                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
+    return worst({err(master), err(m), err(v)});
+  });
+  check("adamw_update bf16 (params = round(master))", Precision<bf16>::elementwise,
+        [&] { return err(*params); });
+  check("sum_squares bf16", 1e-9, [&] {
+    Twin<bf16> x(random_values<bf16>(3000017));
     double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
     double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
     return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
@@ -468,16 +616,24 @@ int main() {
   std::printf("op_check: CUDA twin vs CPU twin, error = max|gpu - cpu| / max|cpu| per output\n");
   std::printf("%-52s %12s %10s   %s\n", "op", "max rel err", "bound", "result");
   check_memory();
-  check_gemm();
-  check_elementwise();
-  check_embedding();
-  check_norms();
-  check_attention_layout();
-  check_flash(2, 4, 2, 77, 40, 0.0f);
-  check_flash(2, 4, 2, 77, 40, 0.2f);
-  check_flash(1, 3, 3, 130, 64, 0.0f);
-  check_flash(1, 2, 1, 33, 128, 0.1f);
+  check_gemm<float>();
+  check_elementwise<float>();
+  check_embedding<float>(3, 41, 96, 50);
+  check_norms<float>();
+  check_attention_layout<float>();
+  check_flash_cases<float>();
   check_loss_optimizer();
+
+  std::printf("---- bf16 storage ----\n");
+  check_convert();
+  check_gemm<bf16>();
+  check_elementwise<bf16>();
+  check_embedding<bf16>(3, 41, 96, 50);
+  check_embedding<bf16>(4, 150, 300, 50);
+  check_norms<bf16>();
+  check_attention_layout<bf16>();
+  check_flash_cases<bf16>();
+  check_optimizer_bf16();
   if (failures > 0) {
     std::printf("op_check: %d FAILED\n", failures);
     return 1;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include "kernels/math.h"  // to_bf16, to_float
 #include "kernels/ops.h"
 #include "parallel/comm.h"
 #include "parallel/topology.h"
@@ -86,6 +87,21 @@ std::vector<float> iota_of(int world_rank, size_t n) {
   return v;
 }
 
+// bf16 data: halves in [-5.5, 5.5], so a sum over 8 ranks (at most 88 halves, below bf16's
+// 256 exact integers of a unit) is exact in any order and the expected sum needs no model
+// of the backend's rounding. A backend that added the raw 16-bit patterns would fail.
+float bval(int world_rank, size_t i) { return float(int(7 * world_rank + i) % 23 - 11) * 0.5f; }
+std::vector<kernels::bf16> bf16_of(int world_rank, size_t n) {
+  std::vector<kernels::bf16> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = kernels::to_bf16(bval(world_rank, i));
+  return v;
+}
+std::vector<float> widen(const std::vector<kernels::bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = kernels::to_float(v[i]);
+  return out;
+}
+
 // Every operation on one communicator, results and recorded bytes.
 void check_group(Topology& topo, CommGroup g, Device d) {
   Communicator& c = topo.group(g);
@@ -126,6 +142,47 @@ void check_group(Topology& topo, CommGroup g, Device d) {
     for (int r : m) want += r + 1;
     for (int32_t v : bi.read<int32_t>()) EXPECT_EQ(v, want) << "int32 all-reduce";
     expect_recorded(g, CommOp::ALL_REDUCE, 12, 2.0 * (n - 1) / n * 12);
+  }
+
+  {  // bf16 (DType::BF16, 2-byte elements): all-reduce sum and max, reduce-scatter in place
+    const size_t cnt = 19;
+    Buf b(d, bf16_of(wr, cnt));
+    c.all_reduce(b.data(), cnt, ReduceOp::SUM, DType::BF16);
+    std::vector<float> got = widen(b.read<kernels::bf16>());
+    for (size_t i = 0; i < cnt; ++i) {
+      float want = 0;
+      for (int r : m) want += bval(r, i);
+      EXPECT_EQ(got[i], want) << "bf16 all-reduce sum element " << i;
+    }
+    expect_recorded(g, CommOp::ALL_REDUCE, cnt * 2, 2.0 * (n - 1) / n * cnt * 2);
+
+    Buf bm(d, bf16_of(wr, cnt));
+    c.all_reduce(bm.data(), cnt, ReduceOp::MAX, DType::BF16);
+    got = widen(bm.read<kernels::bf16>());
+    for (size_t i = 0; i < cnt; ++i) {
+      float want = -1e30f;
+      for (int r : m) want = std::max(want, bval(r, i));
+      EXPECT_EQ(got[i], want) << "bf16 all-reduce max element " << i;
+    }
+    CommStats::instance().reset();
+
+    const size_t shard = 3;
+    Buf in(d, bf16_of(wr, n * shard));
+    c.reduce_scatter(in.data(), in.data() + me * shard * 2, shard, DType::BF16);
+    got = widen(in.read<kernels::bf16>());
+    for (size_t k = 0; k < shard; ++k) {
+      float want = 0;
+      for (int r : m) want += bval(r, me * shard + k);
+      EXPECT_EQ(got[me * shard + k], want) << "bf16 reduce-scatter element " << k;
+    }
+    expect_recorded(g, CommOp::REDUCE_SCATTER, n * shard * 2, double(n - 1) / n * n * shard * 2);
+
+    Buf out(d, n * shard * 2);
+    c.all_gather(in.data() + me * shard * 2, out.data(), shard, DType::BF16);
+    std::vector<float> all = widen(out.read<kernels::bf16>());
+    for (size_t k = 0; k < shard; ++k)
+      EXPECT_EQ(all[me * shard + k], got[me * shard + k]) << "bf16 all-gather";
+    expect_recorded(g, CommOp::ALL_GATHER, n * shard * 2, double(n - 1) / n * n * shard * 2);
   }
 
   {  // reduce-scatter: separate output, then in place (out = in + me*shard)

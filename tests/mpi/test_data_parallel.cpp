@@ -6,7 +6,12 @@
 // whose units dp does not divide, so buckets get padded. Gradients are small multiples of
 // 1/8 that depend on (rank, step, microbatch, call, element), parameters multiples of 1/4,
 // the update p -= g / 2: every sum is exact in float, whatever order the ranks add in,
-// so values are compared with ==. Per step it checks:
+// so values are compared with ==. The same holds in bf16 (8 significant bits: multiples
+// of 2^-q are exact up to 2^(8-q)): a summed gradient is at most 4 ranks x 3 microbatches
+// x 2 writes x 1/2 = 12, i.e. 96 eighths < 256, and a parameter after two steps at most
+// 5/4 + 12 in sixteenths, 212 < 256; every partial sum too, in any order. So the --bf16
+// cases compare with == as well, and Bf16RoundsOnLoad checks the rounding separately.
+// Per step it checks:
 //   - every acquired unit holds the expected current parameters (gathers, prefetches,
 //     --overlap-param-gather waits);
 //   - gather_grads() = the sum over ranks and microbatches; grad_sum_squares() = its
@@ -23,6 +28,7 @@
 #include <vector>
 #include "instrument/ledger.h"
 #include "instrument/plan.h"
+#include "kernels/math.h"  // to_float, to_bf16: reading and writing bf16 buffers
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"
 #include "parallel/topology.h"
@@ -70,8 +76,10 @@ struct Case {
   int prefetch = 1;
   int microbatches = 1;
   bool null_comm = false;  // DataParallel(…, nullptr, …) instead of a dp group of 1
+  bool bf16 = false;       // bf16 storage and communication
   std::string name() const {
-    return std::string(model.is_gpt() ? "gpt" : "llama") + " stage " + std::to_string(stage) +
+    return std::string(model.is_gpt() ? "gpt" : "llama") + (bf16 ? " bf16" : "") +
+           " stage " + std::to_string(stage) +
            (overlap ? " overlap" : "") + " bucket " + std::to_string(bucket) + " prefetch " +
            std::to_string(prefetch) + " k " + std::to_string(microbatches) +
            (null_comm ? " (no communicator)" : "");
@@ -92,6 +100,19 @@ void expect_comm_equals_plan(const CommStats& measured, const Plan& plan) {
     }
 }
 
+// Element e of a DataParallel buffer of float or bf16 elements, as a float.
+float load(const void* p, int64_t e, bool bf16) {
+  if (bf16) return kernels::to_float(static_cast<const kernels::bf16*>(p)[e]);
+  return static_cast<const float*>(p)[e];
+}
+// p[e] = v, rounded to the storage type.
+void store(void* p, int64_t e, float v, bool bf16) {
+  if (bf16)
+    static_cast<kernels::bf16*>(p)[e] = kernels::to_bf16(v);
+  else
+    static_cast<float*>(p)[e] = v;
+}
+
 void run_case(const Case& c) {
   SCOPED_TRACE(c.name());
   Communicator& dpg = g_topo->dp();
@@ -103,6 +124,7 @@ void run_case(const Case& c) {
                                                      m.fused_cross_entropy);
 
   DataParallelOptions o;
+  o.bf16 = c.bf16;
   o.zero_stage = c.stage;
   o.overlap_grad_reduce = c.overlap;
   o.overlap_param_gather = c.overlap && (c.stage == 1 || c.stage == 2);
@@ -119,6 +141,8 @@ void run_case(const Case& c) {
   TrainConfig tc;
   tc.micro_batch_size = 1;
   tc.global_batch_size = c.microbatches * dp;
+  tc.bf16 = c.bf16;
+  const int es = c.bf16 ? 2 : 4;
   const Plan plan = make_plan(m, tc, pc, po);
   const MemoryPlan& want = plan.ranks.at(g_topo->rank()).memory;
 
@@ -127,8 +151,9 @@ void run_case(const Case& c) {
   EXPECT_EQ(d.dp_size(), dp);
   EXPECT_EQ(d.state_numel(), plan.data_parallel.state_numel);
   EXPECT_EQ(d.layout().padded_total, plan.data_parallel.layout.padded_total);
-  // Adam's m and v, as the optimizer holds them.
+  // Adam's m and v, and with bf16 the fp32 master weights, as the optimizer holds them.
   Buffer<float> adam(Device::CPU, 2 * d.state_numel(), Category::OPTIMIZER_STATES);
+  Buffer<float> master(Device::CPU, c.bf16 ? d.state_numel() : 0, Category::MASTER_PARAMS);
 
   std::vector<float> params(psi);
   for (int64_t e = 0; e < psi; ++e) params[e] = initial_param(e);
@@ -150,16 +175,16 @@ void run_case(const Case& c) {
         const int64_t lo = units[u], n = units[u + 1] - lo;
         switch (call.kind) {
           case DpCall::ACQUIRE: {
-            const float* p = d.acquire_params(u, call.forward);
+            const void* p = d.acquire_params(u, call.forward);
             for (int64_t e = 0; e < n; ++e)
-              if (p[e] != params[lo + e] && stale++ == 0) first_stale = lo + e;
+              if (load(p, e, c.bf16) != params[lo + e] && stale++ == 0) first_stale = lo + e;
             break;
           }
           case DpCall::RELEASE: d.release_params(u); break;
           case DpCall::GRADS: {
-            float* g = d.grads(u);
+            void* g = d.grads(u);
             for (int64_t e = 0; e < n; ++e) {
-              g[e] += grad_value(rank, step, mb, (int)i, lo + e);
+              store(g, e, load(g, e, c.bf16) + grad_value(rank, step, mb, (int)i, lo + e), c.bf16);
               for (int r = 0; r < dp; ++r) sum[lo + e] += grad_value(r, step, mb, (int)i, lo + e);
             }
             break;
@@ -177,7 +202,7 @@ void run_case(const Case& c) {
     for (const OwnedSegment& s : d.owned_segments()) {
       EXPECT_LE(s.state_offset + s.count, d.state_numel());
       for (int64_t i = 0; i < s.count; ++i) {
-        s.param[i] -= kLr * s.grad[i];
+        store(s.param, i, load(s.param, i, c.bf16) - kLr * load(s.grad, i, c.bf16), c.bf16);
         state[s.state_offset + i] += 1;
       }
     }
@@ -191,10 +216,11 @@ void run_case(const Case& c) {
     const Ledger& led = Ledger::instance();
     EXPECT_EQ((int64_t)led.peak(Category::PARAMS), want.params);
     EXPECT_EQ((int64_t)led.peak(Category::GRADS), want.grads);
+    EXPECT_EQ((int64_t)led.peak(Category::MASTER_PARAMS), want.master_params);
     EXPECT_EQ((int64_t)led.peak(Category::OPTIMIZER_STATES), want.optimizer_states);
     EXPECT_EQ((int64_t)led.peak(Category::COMM_BUFFERS), want.comm_buffers);
-    EXPECT_EQ((int64_t)led.current(Category::PARAMS), plan.data_parallel.params_resident * 4);
-    EXPECT_EQ((int64_t)led.current(Category::GRADS), plan.data_parallel.grads_resident * 4);
+    EXPECT_EQ((int64_t)led.current(Category::PARAMS), plan.data_parallel.params_resident * es);
+    EXPECT_EQ((int64_t)led.current(Category::GRADS), plan.data_parallel.grads_resident * es);
     expect_comm_equals_plan(CommStats::instance(), plan);
 
     // Test-only views, after the window.
@@ -219,26 +245,28 @@ void run_case(const Case& c) {
 
 std::vector<Case> cases(int stage) {
   std::vector<Case> v;
-  for (const ModelConfig& m : {tiny_gpt(), tiny_llama()})
-    for (bool overlap : {false, true})
-      for (int k : {1, 3}) {
-        Case c;
-        c.model = m;
-        c.stage = stage;
-        c.overlap = overlap;
-        c.microbatches = k;
-        if (stage < 3) {
-          for (int64_t bucket : {int64_t(0), int64_t(1), int64_t(600)}) {
-            c.bucket = bucket;
-            v.push_back(c);
-          }
-        } else {
-          for (int prefetch : {0, 1, 2}) {
-            c.prefetch = prefetch;
-            v.push_back(c);
+  for (bool bf16 : {false, true})
+    for (const ModelConfig& m : {tiny_gpt(), tiny_llama()})
+      for (bool overlap : {false, true})
+        for (int k : {1, 3}) {
+          Case c;
+          c.model = m;
+          c.stage = stage;
+          c.overlap = overlap;
+          c.microbatches = k;
+          c.bf16 = bf16;
+          if (stage < 3) {
+            for (int64_t bucket : {int64_t(0), int64_t(1), int64_t(600)}) {
+              c.bucket = bucket;
+              v.push_back(c);
+            }
+          } else {
+            for (int prefetch : {0, 1, 2}) {
+              c.prefetch = prefetch;
+              v.push_back(c);
+            }
           }
         }
-      }
   return v;
 }
 
@@ -257,7 +285,34 @@ TEST(DataParallel, NoCommunicator) {
     c.overlap = true;
     c.microbatches = 2;
     c.null_comm = true;
-    run_case(c);
+    for (bool bf16 : {false, true}) {
+      c.bf16 = bf16;
+      run_case(c);
+    }
+  }
+}
+
+// bf16: load_params rounds to nearest even, gather_params widens exactly, at every stage.
+// Values 1 + i 2^-10 sit between bf16 neighbours 2^-7 apart, ties included.
+TEST(DataParallel, Bf16RoundsOnLoad) {
+  const std::vector<int64_t> units = param_units(tiny_llama());
+  std::vector<float> full(units.back()), want(full.size());
+  for (size_t e = 0; e < full.size(); ++e) {
+    full[e] = (e % 2 ? -1.f : 1.f) * (1.0f + float(e % 64) * 0x1p-10f);
+    want[e] = kernels::to_float(kernels::to_bf16(full[e]));
+  }
+  EXPECT_EQ(kernels::to_float(kernels::to_bf16(1.0f + 0x1p-8f)), 1.0f);  // tie: to even
+  EXPECT_EQ(kernels::to_float(kernels::to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  for (int z = 0; z <= 3; ++z) {
+    SCOPED_TRACE("stage " + std::to_string(z));
+    DataParallelOptions o;
+    o.bf16 = true;
+    o.zero_stage = z;
+    o.bucket_size = 600;
+    DataParallel d(units, &g_topo->dp(), o, Device::CPU);
+    d.load_params(full);
+    EXPECT_EQ(d.gather_params(), want);
+    d.drain();
   }
 }
 

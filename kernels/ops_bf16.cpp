@@ -1,0 +1,324 @@
+// kernels/ops_bf16.cpp: the bf16-storage ops of kernels/ops.h, dispatched by device.
+//
+// CPU twin of every bf16 op: widen the bf16 inputs to fp32 (exact), run the fp32 CPU twin,
+// round the outputs back to bf16 (nearest even). So a bf16 run computes exactly what the
+// fp32 code computes, on inputs and outputs rounded to bf16: "storage only" (DESIGN.md).
+// Ops that accumulate (dw += ...) widen their output first so the fp32 twin adds into it.
+// The fp32 scratch of the widening lives on the host only while the op runs; it is the CPU
+// twin's working memory, like cuBLAS's workspace, and not a tensor the ledger tracks.
+// CUDA: the templated kernels of kernels/cuda/ (kernels/cuda_ops.h); FLOPs are counted here
+// with the same formulas as kernels/ops.cpp.
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+#include "kernels/cpu_ops.h"
+#include "kernels/math.h"
+#include "kernels/ops.h"
+#ifndef PARALAB_CPU_ONLY
+#include "kernels/cuda_ops.h"
+#endif
+
+namespace kernels {
+
+namespace {
+
+std::vector<float> widen(const bf16* x, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = to_float(x[i]);
+  return out;
+}
+void round_into(bf16* dst, const std::vector<float>& src) {
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = to_bf16(src[i]);
+}
+// Elements a strided row-major matrix spans: rows of ld, the last one cols long.
+size_t span(int rows, int cols, int ld) {
+  return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0;
+}
+// A widened copy that writes itself back (rounded) when it goes out of scope: the output
+// (or in-out) argument of an fp32 twin.
+struct Widened {
+  bf16* dst;
+  std::vector<float> v;
+  Widened(bf16* p, size_t n) : dst(p), v(p ? widen(p, n) : std::vector<float>()) {}
+  ~Widened() { if (dst) round_into(dst, v); }
+  float* data() { return dst ? v.data() : nullptr; }
+};
+struct Input {
+  std::vector<float> v;
+  bool null;
+  Input(const bf16* p, size_t n) : v(p ? widen(p, n) : std::vector<float>()), null(!p) {}
+  const float* data() const { return null ? nullptr : v.data(); }
+};
+
+double causal_pairs(int B, int A, int S) { return (double)B * A * ((double)S * (S + 1) / 2.0); }
+
+#ifndef PARALAB_CPU_ONLY
+#define ON_CUDA(CALL)        \
+  if (d == Device::CUDA) {   \
+    cuda::CALL;              \
+    return;                  \
+  }
+#else
+#define ON_CUDA(CALL)                                                                     \
+  if (d == Device::CUDA)                                                                  \
+    throw std::runtime_error("--device cuda: this binary was built without CUDA (make " \
+                             "CPU_ONLY=1)");
+#endif
+
+}  // namespace
+
+// ---- GEMM: the fp32 dispatcher counts FLOPs and GEMM time for the CPU path
+void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, bf16* C, int ldc) {
+  if (d == Device::CUDA) add_flops(2.0 * m * n * k);
+  ON_CUDA(gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+  Input a(A, ta ? span(k, m, lda) : span(m, k, lda)), b(B, tb ? span(n, k, ldb) : span(k, n, ldb));
+  Widened c(C, span(m, n, ldc));
+  gemm(d, ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+}
+void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc) {
+  if (d == Device::CUDA) add_flops(2.0 * m * n * k);
+  ON_CUDA(gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+  Input a(A, ta ? span(k, m, lda) : span(m, k, lda)), b(B, tb ? span(n, k, ldb) : span(k, n, ldb));
+  gemm(d, ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+void gemm_strided_batched(Device d, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const bf16* A, int lda, long long sa, const bf16* B, int ldb,
+                          long long sb, float beta, bf16* C, int ldc, long long sc, int batch) {
+  if (d == Device::CUDA) add_flops(2.0 * m * n * k * batch);
+  ON_CUDA(gemm_strided_batched(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                               batch));
+  const size_t na = (size_t)sa * (batch - 1) + (ta ? span(k, m, lda) : span(m, k, lda));
+  const size_t nb = (size_t)sb * (batch - 1) + (tb ? span(n, k, ldb) : span(k, n, ldb));
+  Input a(A, na), b(B, nb);
+  Widened c(C, (size_t)sc * (batch - 1) + span(m, n, ldc));
+  gemm_strided_batched(d, ta, tb, m, n, k, alpha, a.data(), lda, sa, b.data(), ldb, sb, beta,
+                       c.data(), ldc, sc, batch);
+}
+
+void convert(Device d, bf16* out, const float* in, size_t n) {
+  ON_CUDA(convert(out, in, n));
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+void convert(Device d, float* out, const bf16* in, size_t n) {
+  ON_CUDA(convert(out, in, n));
+  for (size_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+}
+
+// ---- elementwise
+void add(Device d, bf16* out, const bf16* a, const bf16* b, size_t n) {
+  ON_CUDA(add(out, a, b, n));
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
+}
+void accumulate(Device d, bf16* out, const bf16* a, size_t n) {
+  ON_CUDA(accumulate(out, a, n));
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(out[i]) + to_float(a[i]));
+}
+void add_bias(Device d, bf16* y, const bf16* bias, int N, int C) {
+  ON_CUDA(add_bias(y, bias, N, C));
+  Widened Y(y, (size_t)N * C);
+  Input b(bias, C);
+  cpu::add_bias(Y.data(), b.data(), N, C);
+}
+void bias_backward(Device d, bf16* dbias, const bf16* dy, int N, int C) {
+  ON_CUDA(bias_backward(dbias, dy, N, C));
+  Widened db(dbias, C);
+  Input g(dy, (size_t)N * C);
+  cpu::bias_backward(db.data(), g.data(), N, C);
+}
+
+// ---- embedding
+void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte, const bf16* wpe,
+                       int N, int seq_len, int C) {
+  ON_CUDA(embedding_forward(out, tokens, wte, wpe, N, seq_len, C));
+  // widen the table up to the largest token id used: the rows the fp32 twin reads
+  int vocab = 0;
+  for (int i = 0; i < N; ++i) vocab = std::max(vocab, tokens[i] + 1);
+  Input e(wte, (size_t)vocab * C), p(wpe, (size_t)seq_len * C);
+  Widened o(out, (size_t)N * C);
+  cpu::embedding_forward(o.data(), tokens, e.data(), p.data(), N, seq_len, C);
+}
+void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens,
+                        int N, int seq_len, int C) {
+  ON_CUDA(embedding_backward(dwte, dwpe, dout, tokens, N, seq_len, C));
+  int vocab = 0;
+  for (int i = 0; i < N; ++i) vocab = std::max(vocab, tokens[i] + 1);
+  Widened de(dwte, (size_t)vocab * C), dp(dwpe, (size_t)seq_len * C);
+  Input g(dout, (size_t)N * C);
+  cpu::embedding_backward(de.data(), dp.data(), g.data(), tokens, N, seq_len, C);
+}
+
+// ---- norms
+void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,
+                       const bf16* w, const bf16* b, int N, int C, float eps) {
+  ON_CUDA(layernorm_forward(out, mean, rstd, x, w, b, N, C, eps));
+  Input X(x, (size_t)N * C), W(w, C), Bb(b, C);
+  Widened o(out, (size_t)N * C);
+  cpu::layernorm_forward(o.data(), mean, rstd, X.data(), W.data(), Bb.data(), N, C, eps);
+}
+void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x,
+                        const bf16* w, const float* mean, const float* rstd, int N, int C) {
+  ON_CUDA(layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C));
+  Widened DX(dx, (size_t)N * C), DW(dw, C), DB(db, C);
+  Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
+  cpu::layernorm_backward(DX.data(), DW.data(), DB.data(), G.data(), X.data(), W.data(), mean,
+                          rstd, N, C);
+}
+void rmsnorm_forward(Device d, bf16* out, float* rstd, const bf16* x, const bf16* w, int N,
+                     int C, float eps) {
+  ON_CUDA(rmsnorm_forward(out, rstd, x, w, N, C, eps));
+  Input X(x, (size_t)N * C), W(w, C);
+  Widened o(out, (size_t)N * C);
+  cpu::rmsnorm_forward(o.data(), rstd, X.data(), W.data(), N, C, eps);
+}
+void rmsnorm_backward(Device d, bf16* dx, bf16* dw, const bf16* dout, const bf16* x,
+                      const bf16* w, const float* rstd, int N, int C) {
+  ON_CUDA(rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C));
+  Widened DX(dx, (size_t)N * C), DW(dw, C);
+  Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
+  cpu::rmsnorm_backward(DX.data(), DW.data(), G.data(), X.data(), W.data(), rstd, N, C);
+}
+
+// ---- activations and dropout
+void gelu_forward(Device d, bf16* out, const bf16* in, size_t n) {
+  ON_CUDA(gelu_forward(out, in, n));
+  Input I(in, n);
+  Widened O(out, n);
+  cpu::gelu_forward(O.data(), I.data(), n);
+}
+void gelu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, size_t n) {
+  ON_CUDA(gelu_backward(din, dout, in, n));
+  Input G(dout, n), I(in, n);
+  Widened D(din, n);
+  cpu::gelu_backward(D.data(), G.data(), I.data(), n);
+}
+void swiglu_forward(Device d, bf16* out, const bf16* in, int N, int F) {
+  ON_CUDA(swiglu_forward(out, in, N, F));
+  Input I(in, (size_t)N * 2 * F);
+  Widened O(out, (size_t)N * F);
+  cpu::swiglu_forward(O.data(), I.data(), N, F);
+}
+void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int N, int F) {
+  ON_CUDA(swiglu_backward(din, dout, in, N, F));
+  Input G(dout, (size_t)N * F), I(in, (size_t)N * 2 * F);
+  Widened D(din, (size_t)N * 2 * F);
+  cpu::swiglu_backward(D.data(), G.data(), I.data(), N, F);
+}
+void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t n, float p,
+                     uint64_t seed, uint64_t stream) {
+  ON_CUDA(dropout_forward(out, mask, in, n, p, seed, stream));
+  Input I(in, n);
+  Widened O(out, n);
+  cpu::dropout_forward(O.data(), mask, I.data(), n, p, seed, stream);
+}
+void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
+                      float p) {
+  ON_CUDA(dropout_backward(din, dout, mask, n, p));
+  Input G(dout, n);
+  Widened D(din, n);
+  cpu::dropout_backward(D.data(), G.data(), mask, n, p);
+}
+
+// ---- attention layout and naive softmax
+void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
+                       int G, int D, float theta) {
+  ON_CUDA(qkv_split_forward(q, k, v, qkv, B, S, A, G, D, theta));
+  const size_t N = (size_t)B * S;
+  Input X(qkv, N * (A + 2 * G) * D);
+  Widened Q(q, N * A * D), K(k, N * G * D), V(v, N * G * D);
+  cpu::qkv_split_forward(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta);
+}
+void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
+                        int B, int S, int A, int G, int D, float theta) {
+  ON_CUDA(qkv_split_backward(dqkv, dq, dk, dv, B, S, A, G, D, theta));
+  const size_t N = (size_t)B * S;
+  Input Q(dq, N * A * D), K(dk, N * G * D), V(dv, N * G * D);
+  Widened X(dqkv, N * (A + 2 * G) * D);
+  cpu::qkv_split_backward(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta);
+}
+void heads_merge_forward(Device d, bf16* out, const bf16* o, int B, int S, int A, int D) {
+  ON_CUDA(heads_merge_forward(out, o, B, S, A, D));
+  const size_t n = (size_t)B * S * A * D;
+  Input O(o, n);
+  Widened R(out, n);
+  cpu::heads_merge_forward(R.data(), O.data(), B, S, A, D);
+}
+void heads_merge_backward(Device d, bf16* d_o, const bf16* dout, int B, int S, int A, int D) {
+  ON_CUDA(heads_merge_backward(d_o, dout, B, S, A, D));
+  const size_t n = (size_t)B * S * A * D;
+  Input G(dout, n);
+  Widened R(d_o, n);
+  cpu::heads_merge_backward(R.data(), G.data(), B, S, A, D);
+}
+void causal_softmax_forward(Device d, bf16* probs, const bf16* scores, int rows, int S,
+                            float scale) {
+  ON_CUDA(causal_softmax_forward(probs, scores, rows, S, scale));
+  const size_t n = (size_t)rows * S * S;
+  Input X(scores, n);
+  Widened P(probs, n);
+  cpu::causal_softmax_forward(P.data(), X.data(), rows, S, scale);
+}
+void causal_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
+                             int rows, int S, float scale) {
+  ON_CUDA(causal_softmax_backward(dscores, dprobs, probs, rows, S, scale));
+  const size_t n = (size_t)rows * S * S;
+  Input G(dprobs, n), P(probs, n);
+  Widened D(dscores, n);
+  cpu::causal_softmax_backward(D.data(), G.data(), P.data(), rows, S, scale);
+}
+
+// ---- flash attention: the fp32 dispatcher counts the CPU FLOPs
+void flash_attention_forward(Device d, bf16* o, float* lse, const bf16* q, const bf16* k,
+                             const bf16* v, int B, int A, int G, int S, int D, float scale,
+                             float p, uint64_t seed, uint64_t stream) {
+  if (d == Device::CUDA) add_flops(4.0 * D * causal_pairs(B, A, S));
+  ON_CUDA(flash_attention_forward(o, lse, q, k, v, B, A, G, S, D, scale, p, seed, stream));
+  const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+  Input Q(q, nq), K(k, nk), V(v, nk);
+  Widened O(o, nq);
+  flash_attention_forward(d, O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, S, D, scale, p,
+                          seed, stream);
+}
+void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+                              const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                              const float* lse, int B, int A, int G, int S, int D, float scale,
+                              float p, uint64_t seed, uint64_t stream) {
+  if (d == Device::CUDA) add_flops(10.0 * D * causal_pairs(B, A, S));
+  ON_CUDA(flash_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale, p,
+                                   seed, stream));
+  const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+  Input G_(dout, nq), Q(q, nq), K(k, nk), V(v, nk), O(o, nq);
+  Widened DQ(dq, nq), DK(dk, nk), DV(dv, nk);
+  flash_attention_backward(d, DQ.data(), DK.data(), DV.data(), G_.data(), Q.data(), K.data(),
+                           V.data(), O.data(), lse, B, A, G, S, D, scale, p, seed, stream);
+}
+
+// ---- optimizer
+void adamw_update(Device d, float* master, bf16* params, const bf16* grads, float* m, float* v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float bias1, float bias2, float grad_scale) {
+  ON_CUDA(adamw_update(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
+                       bias2, grad_scale));
+  Input g(grads, n);
+  cpu::adamw_update(master, g.data(), m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
+                    grad_scale);
+  for (size_t i = 0; i < n; ++i) params[i] = to_bf16(master[i]);
+}
+double sum_squares(Device d, const bf16* x, size_t n) {
+  if (d == Device::CUDA) {
+#ifndef PARALAB_CPU_ONLY
+    return cuda::sum_squares(x, n);
+#else
+    throw std::runtime_error("--device cuda: this binary was built without CUDA (make CPU_ONLY=1)");
+#endif
+  }
+  double s = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double f = to_float(x[i]);
+    s += f * f;
+  }
+  return s;
+}
+
+}  // namespace kernels

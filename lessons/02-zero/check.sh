@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# lessons/02-zero/check.sh: asserts the numbers of lessons/02-zero/README.md.
+#   bash lessons/02-zero/check.sh [TRAINER]     (default: the repository's ./trainer)
+# Part 1 plans GPT-2 124M at dp 2 and 4 for ZeRO stages 0-3 (fp32 and --bf16) and checks
+# the per-rank model states and the dp traffic against the closed forms. Part 2 trains
+# lessons/02-zero/model.toml for 2 steps under `mpirun -np 2` at every stage and checks
+# measured == predicted. Prints "N passed, M failed" last; exits non-zero on a failure.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+trainer=${1:-$root/trainer}
+case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
+[ -x "$trainer" ] || { echo "no trainer at $trainer (make CPU_ONLY=1 trainer)"; echo "0 passed, 1 failed"; exit 1; }
+command -v mpirun >/dev/null || { echo "mpirun not found (apt-get install mpich)"; echo "0 passed, 1 failed"; exit 1; }
+cd "$root"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail_run() { echo "FAIL  trainer $*: see $work"; echo "0 passed, 1 failed"; trap - EXIT; exit 1; }
+gpt2=(--config configs/models/gpt2-124m.toml)
+for n in 2 4; do
+  for z in 0 1 2 3; do
+    # one microbatch per rank (global batch 8 x dp): ZeRO section 7's per-step traffic
+    for precision in fp32 bf16; do
+      flag=(); [ "$precision" = bf16 ] && flag=(--bf16)
+      "$trainer" "${gpt2[@]}" "${flag[@]}" --plan --json --world-size "$n" --zero-stage "$z" \
+        --global-batch-size $((8 * n)) > "$work/plan_${precision}_dp${n}_z$z.json" ||
+        fail_run "--plan --world-size $n --zero-stage $z ${flag[*]}"
+    done
+  done
+done
+# the preset's own batch: 512 sequences = 16 microbatches of 8 per rank at dp 4
+"$trainer" "${gpt2[@]}" --plan --json --world-size 4 --zero-stage 2 > "$work/plan_accum.json" ||
+  fail_run "--plan --world-size 4 --zero-stage 2"
+for z in 0 1 2 3; do
+  mpirun -np 2 "$trainer" --config lessons/02-zero/model.toml --zero-stage "$z" \
+    --metrics-jsonl "$work/run_z$z.jsonl" > "$work/run_z$z.log" 2>&1 ||
+    fail_run "mpirun -np 2 --zero-stage $z"
+done
+
+python3 - "$work" <<'EOF'
+import json, os, sys
+work = sys.argv[1]
+passed = failed = 0
+
+def check(what, got, want, tol=0.0):
+    global passed, failed
+    good = got == want if tol == 0 else abs(got - want) <= tol * abs(want)
+    if good:
+        passed += 1
+        print("ok    %s" % what if isinstance(got, list) else "ok    %s = %s" % (what, got))
+    else:
+        failed += 1
+        print("FAIL  %s: got %s, want %s" % (what, got, want))
+
+def load(name):
+    return json.load(open(os.path.join(work, name)))
+
+# ZeRO's model-state bytes per rank, Psi parameters, N data-parallel ranks.
+def paper(z, psi, n):       # Rajbhandari et al. SC20 Fig. 1: 2 + 2 + K, K = 12 (mixed precision)
+    return [16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n][z]
+def paralab_fp32(z, psi, n):  # params 4, grads 4, Adam 8, no master copy
+    return [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n][z]
+
+# dp traffic of one step, in units of Psi elements per rank: bus bytes (what each rank
+# sends, nccl-tests) over 4 bytes x Psi x (n - 1)/n. The 4-byte gradient-norm all-reduce
+# of stages >= 1 is not model traffic.
+def volume(comm, z, psi, n, elem=4):
+    model_ops = ("all-reduce",) if z == 0 else ("reduce-scatter", "all-gather")
+    bus = sum(c["bus_bytes"] for c in comm if c["group"] == "dp" and c["op"] in model_ops)
+    return bus / (elem * psi * (n - 1) / n)
+
+print("part 1: GPT-2 124M, --plan --json --world-size N --zero-stage z")
+for n in (2, 4):
+    for z in range(4):
+        for precision in ("fp32", "bf16"):
+            p = load("plan_%s_dp%d_z%d.json" % (precision, n, z))
+            psi = p["params"]["total"]
+            mem, dp = p["memory"][0], p["data_parallel"]
+            b = 2 if precision == "bf16" else 4
+            tag = "%s dp %d stage %d" % (precision, n, z)
+            if precision == "fp32":
+                check("%s: Psi = 124,439,808, divisible by N (no padding)" % tag,
+                      (psi, dp["padded_total"], psi % n), (124439808, psi, 0))
+                S = psi // n
+                check("%s: shard S = Psi/N" % tag, p["params"]["zero_shard"], S if z else psi)
+                check("%s: params = 4 x (Psi, or S + gathered units at stage 3)" % tag,
+                      mem["params"], 4 * (psi if z < 3 else S + dp["params_transient_peak"]))
+                check("%s: grads = 4 x (Psi, or S + live bucket buffers at stages 2-3)" % tag,
+                      mem["grads"], 4 * (psi if z < 2 else S + dp["grads_transient_peak"]))
+                check("%s: optimizer_states = 8 x (Psi, or S at stages >= 1)" % tag,
+                      mem["optimizer_states"], 8 * (psi if z == 0 else S))
+            # What the rank holds all step long: the peaks less the transient buffers.
+            resident = (mem["params"] - b * dp["params_transient_peak"] +
+                        mem["grads"] - b * dp["grads_transient_peak"] +
+                        mem["master_params"] + mem["optimizer_states"])
+            want = paper(z, psi, n) if precision == "bf16" else paralab_fp32(z, psi, n)
+            check("%s: resident model states = %s (%.2f Psi)" % (
+                      tag, "ZeRO paper" if precision == "bf16" else "fp32 closed form", want / psi),
+                  resident, int(want))
+            if precision == "fp32":
+                check("%s: dp traffic = %d Psi (ZeRO section 7)" % (tag, 3 if z == 3 else 2),
+                      volume(p["comm"], z, psi, n), 3.0 if z == 3 else 2.0, 1e-12)
+
+p = load("plan_accum.json")
+psi, k = p["params"]["total"], p["batch"]["microbatches_per_rank"]
+rs = [c for c in p["comm"] if c["group"] == "dp" and c["op"] == "reduce-scatter"]
+check("gbs 512, dp 4, stage 2: %d microbatches reduce-scatter k x 4 Psi bytes" % k,
+      sum(c["payload_bytes"] for c in rs), k * 4 * psi)
+
+print("part 2: lessons/02-zero/model.toml, mpirun -np 2, 2 steps per stage")
+runs = {z: [json.loads(l) for l in open(os.path.join(work, "run_z%d.jsonl" % z)) if l.strip()]
+        for z in range(4)}
+for z, steps in runs.items():
+    bad = []
+    for s in steps:
+        bad += ["step %d %s %d != %d" % (s["step"], c, v["measured"], v["predicted"])
+                for c, v in s["memory"].items() if c != "total" and v["measured"] != v["predicted"]]
+        for c in s["comm"]:
+            for key in ("calls", "payload_bytes", "bus_bytes"):
+                if c[key]["measured"] != c[key]["predicted"]:
+                    bad.append("step %d %s %s %s" % (s["step"], c["group"], c["op"], key))
+    check("stage %d: every memory category and every collective measured == predicted" % z,
+          bad, [])
+
+last = {z: runs[z][-1] for z in runs}
+def measured(z, category):
+    return last[z]["memory"][category]["measured"]
+psi = measured(0, "params") // 4
+n = 2
+for z in range(4):
+    check("stage %d: measured dp traffic = %d Psi" % (z, 3 if z == 3 else 2),
+          volume([dict(c, bus_bytes=c["bus_bytes"]["measured"]) for c in last[z]["comm"]],
+                 z, psi, n), 3.0 if z == 3 else 2.0, 1e-12)
+check("stage 1: optimizer_states = 8 Psi / 2", measured(1, "optimizer_states"), 8 * psi // 2)
+check("stage 2: grads below stage 1's", measured(2, "grads") < measured(1, "grads"), True)
+check("stage 3: params below stage 2's", measured(3, "params") < measured(2, "params"), True)
+for z in (1, 2, 3):
+    check("stage %d: step-%d loss equals stage 0's (rel 1e-5)" % (z, last[z]["step"]),
+          last[z]["loss"], last[0]["loss"], 1e-5)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
+EOF

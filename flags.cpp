@@ -169,6 +169,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "tensor parallel ranks: split every layer's matmuls; must divide the heads, "
                  "the query groups and the ffn size")
       ->capture_default_str()->group(kParallel);
+  app.add_flag("--sequence-parallel", p.sequence_parallel,
+               "with --tp > 1: split the tokens of the norm, dropout and residual regions over "
+               "the tp ranks (all-gather / reduce-scatter instead of all-reduce); needs --tp "
+               "to divide --seq-length; ignored with a warning at --tp 1")
+      ->group(kParallel);
   app.add_option("--pipeline-model-parallel-size,--pp", p.pipeline_parallel,
                  "pipeline stages: split the layers; must divide --num-layers")
       ->capture_default_str()->group(kParallel);
@@ -332,6 +337,14 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
   if (m.num_layers % pp != 0)
     fail("--pp (", pp, ") must divide --num-layers (", m.num_layers, ")");
+  if (p.sequence_parallel && tp == 1) {
+    // Megatron turns it off the same way: there is nothing to split over.
+    o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");
+    p.sequence_parallel = false;
+  }
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
+         ")");
   // Load-balanced ring attention gives each cp rank two of 2 cp chunks of a sequence.
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     fail("--seq-length (", m.seq_length, ") must be divisible by 2 x --cp (", cp, ") = ", 2 * cp);

@@ -69,6 +69,7 @@ struct Options {
   bool verbose = false;
 
   std::vector<std::string> config_files;  // as given, in order
+  std::vector<std::string> warnings;      // adjustments the trainer prints (rank 0)
 };
 
 // A flag or config value the user can fix; the message is one line, without "error:".

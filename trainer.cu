@@ -4,6 +4,8 @@
 // ./trainer ...` launches N ranks (world = tp x cp x pp x dp, DESIGN.md). Each step:
 //   for each of the k = global batch / (micro batch x dp) microbatches:
 //     forward (loss, fused head backward) and backward, gradients accumulate;
+//   (tensor parallelism splits every layer inside forward and backward:
+//    parallel/tensor_parallel)
 //   data parallel: gradients summed over dp (parallel/data_parallel: DDP or ZeRO 1-3);
 //   global gradient norm, clipping, AdamW at the scheduled learning rate on the parameters
 //   this rank owns, then (ZeRO 1-2) the updated parameters all-gathered;
@@ -30,6 +32,7 @@
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
 
 using namespace paralab;
@@ -80,14 +83,23 @@ PlanOptions plan_options(const Options& o) {
 }
 
 // --save: every parameter at full shape, by table name (collective: ZeRO-3 gathers).
+// --save: every parameter, and as grad.<name> the last step's summed gradient, at full
+// shape by table name (collective: gathered over dp and tp).
 void save_parameters(Transformer& model, const std::string& path, bool rank0) {
-  const std::vector<float> all = model.data_parallel().gather_params();
+  const std::vector<float> params = model.gather_full(false);
+  const std::vector<float> grads = model.gather_full(true);
   if (!rank0) return;
   std::vector<NamedTensor> tensors;
-  for (const TensorView& v : model.views())
+  size_t offset = 0;
+  for (const ParamSpec& p : param_table(model.config())) {
+    const size_t n = p.numel();
     tensors.push_back(NamedTensor::floats(
-        v.spec->name, v.spec->shape,
-        std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel)));
+        p.name, p.shape, std::vector<float>(params.begin() + offset, params.begin() + offset + n)));
+    tensors.push_back(NamedTensor::floats(
+        "grad." + p.name, p.shape,
+        std::vector<float>(grads.begin() + offset, grads.begin() + offset + n)));
+    offset += n;
+  }
   write_tensor_file(path, tensors);
 }
 
@@ -95,9 +107,9 @@ void save_parameters(Transformer& model, const std::string& path, bool rank0) {
 void check_trainable(const Options& o) {
   const ParallelConfig& p = o.parallel;
   auto refuse = [](const std::string& what) {
-    throw FlagError(what + ": not implemented yet (this build trains data parallelism only)");
+    throw FlagError(what + ": not implemented yet (this build trains data and tensor "
+                           "parallelism)");
   };
-  if (p.tensor_parallel > 1) refuse("--tensor-model-parallel-size " + std::to_string(p.tensor_parallel));
   if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_parallel));
   if (p.context_parallel > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel));
   if (p.expert_parallel > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_parallel));
@@ -124,14 +136,19 @@ int train(const Options& o, const World& w) {
   dp_options.overlap_param_gather = o.overlap_param_gather;
   dp_options.bucket_size = o.ddp_bucket_size;
   dp_options.prefetch_units = o.zero3_prefetch_layers;
-  DataParallel data_parallel(param_units(o.model), &topo.dp(), dp_options, dev);
-  Transformer model(o.model, dev, &data_parallel);
+  DataParallel data_parallel(param_units(o.model, par.tensor_parallel), &topo.dp(), dp_options,
+                             dev);
+  const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
+  Transformer model(o.model, dev, &data_parallel, tensor_parallel);
   model.init_parameters(o.train.seed);
   AdamW optimizer(model, o.train);
   DataLoader data(o.data_path, o.model, o.train, dp);
   const int B = o.train.micro_batch_size, N = B * o.model.seq_length;
   const int k = data.grad_accum_steps();
   std::vector<int> tokens(N), targets(N);
+  // the loss's all-reduce over the world happens on the device, like every collective
+  Buffer<float> loss_scalar;
+  if (w.size > 1) loss_scalar.allocate(dev, 1, Category::COMM_BUFFERS);
 
   std::unique_ptr<std::ofstream> jsonl;
   if (rank0 && !o.metrics_jsonl.empty()) {
@@ -139,6 +156,8 @@ int train(const Options& o, const World& w) {
     if (!*jsonl) throw FatalError("--metrics-jsonl: cannot write " + o.metrics_jsonl, 2);
   }
   if (rank0) {
+    for (const std::string& warning : o.warnings)
+      std::fprintf(stderr, "paralab: warning: %s\n", warning.c_str());
     std::printf("%s\n", run_header(plan, kernels::device_name(dev), &peak).c_str());
     std::printf("data: %s\n", data.describe().c_str());
   }
@@ -162,11 +181,14 @@ int train(const Options& o, const World& w) {
     }
     const float lr = learning_rate(o.train, step);
     const float grad_norm = optimizer.step(lr);
-    // the reported loss: mean over the global batch (every microbatch of every dp rank)
+    // the reported loss: mean over the global batch (every microbatch of every dp rank);
+    // the tp ranks of a dp rank hold the same loss, so the mean over the world is it
     float loss = (float)(loss_sum / k);
-    if (dp > 1) {
-      topo.world().all_reduce_async(&loss, 1).wait();
-      loss /= w.size;  // dp ranks only here (tp = cp = pp = 1)
+    if (w.size > 1) {
+      kernels::memcpy_from_host(dev, loss_scalar.data(), &loss, sizeof loss);
+      topo.world().all_reduce(loss_scalar.data(), 1);
+      kernels::memcpy_to_host(dev, &loss, loss_scalar.data(), sizeof loss);
+      loss /= w.size;
     }
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;

@@ -39,7 +39,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--arch gpt --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64
        --vocab-size 256 --micro-batch-size 4 --global-batch-size 16 --train-iters "$steps"
-       --lr-warmup-iters 0 --ddp-bucket-size 150000 --device cpu --log-interval 1000 --report-interval 0)
+       --lr-warmup-iters 0 --ddp-bucket-size 150000 --device cpu --log-interval 1000
+       --report-interval 0)
 
 echo "machine: $(nproc) cores, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
 echo "model:   ${model[*]}"

@@ -1,5 +1,6 @@
 // instrument/flops.cpp: see flops.h for the conventions.
 #include "instrument/flops.h"
+#include "model/param_table.h"  // padded_vocab
 
 namespace paralab {
 
@@ -7,13 +8,19 @@ const char* attention_flops_name(AttentionFlops c) {
   return c == AttentionFlops::CAUSAL ? "causal" : "full";
 }
 
-FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
-                     int64_t microbatches_per_rank, AttentionFlops convention) {
+// The matmuls one rank of a tp group runs for one microbatch (tp = 1: the whole model).
+// Each is the full product with its split dimension divided by tp: heads and groups
+// (qkv, attention, proj), ffn columns (fc1, fc2), vocabulary rows V_l = Vp/tp, padding
+// included since the padded columns are computed (the head).
+static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
+                              AttentionFlops convention, int tp) {
   // Doubles throughout: a 175B step is ~1e21 FLOPs, beyond int64; every term is an integer
   // below 2^53 for the sizes the tests check exactly.
   const double B = micro_batch_size, S = m.seq_length, N = B * S;
-  const double h = m.hidden_size, a = m.num_attention_heads, g = m.groups(),
-               d = m.head_dim(), f = m.ffn(), V = m.vocab_size, L = m.num_layers;
+  const double h = m.hidden_size, a = m.num_attention_heads / tp, g = m.groups() / tp,
+               d = m.head_dim(), f = m.ffn() / tp, fc1 = m.fc1_size() / tp,
+               V = (double)padded_vocab(m, tp) / tp, L = m.num_layers;
+  const bool split = tp > 1;
   // Query-key pairs one head scores in one sequence: all S^2, or the causal triangle.
   const double full_pairs = S * S, causal_pairs = S * (S + 1) / 2;
   const double model_pairs = convention == AttentionFlops::CAUSAL ? causal_pairs : full_pairs;
@@ -42,28 +49,45 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
                          hw_products * attn_product(hw_pairs) * L});
   };
 
-  linear("qkv", "h", "2 N h (a+2g) d", 2 * N * h * (a + 2 * g) * d, true);
-  attention("scores", "d",
-            convention == AttentionFlops::CAUSAL ? "2 B a d S(S+1)/2" : "2 B a S S d",
-            naive ? 3 : 4);
-  attention("av", "S (keys)",
-            convention == AttentionFlops::CAUSAL ? "2 B a d S(S+1)/2" : "2 B a S S d", 3);
-  linear("proj", "a d", "2 N (a d) h", 2 * N * (a * d) * h, true);
-  linear("fc1", "h", m.is_gpt() ? "2 N h f" : "2 N h 2f", 2 * N * h * m.fc1_size(), true);
-  linear("fc2", "f", "2 N f h", 2 * N * f * h, true);
+  // Under tp the formulas name the local sizes: a/t heads, g/t groups, f/t columns, Vp/t rows.
+  const char* pairs_formula = convention == AttentionFlops::CAUSAL
+                                  ? (split ? "2 B (a/t) d S(S+1)/2" : "2 B a d S(S+1)/2")
+                                  : (split ? "2 B (a/t) S S d" : "2 B a S S d");
+  linear("qkv", "h", split ? "2 N h (a+2g)d/t" : "2 N h (a+2g) d", 2 * N * h * (a + 2 * g) * d,
+         true);
+  attention("scores", "d", pairs_formula, naive ? 3 : 4);
+  attention("av", "S (keys)", pairs_formula, 3);
+  linear("proj", split ? "a d/t" : "a d", split ? "2 N (a d/t) h" : "2 N (a d) h",
+         2 * N * (a * d) * h, true);
+  linear("fc1", "h",
+         m.is_gpt() ? (split ? "2 N h f/t" : "2 N h f") : (split ? "2 N h 2f/t" : "2 N h 2f"),
+         2 * N * h * fc1, true);
+  linear("fc2", split ? "f/t" : "f", split ? "2 N (f/t) h" : "2 N f h", 2 * N * f * h, true);
   // Tied or untied, the head is one (N,h) x (h,V) product; the fused cross-entropy runs the
   // same forward and two backward GEMMs chunk by chunk.
-  linear("head", "h", "2 N h V", 2 * N * h * V, false);
+  linear("head", "h", split ? "2 N h Vp/t" : "2 N h V", 2 * N * h * V, false);
 
   for (const auto& mm : p.matmuls) {
     p.model_per_microbatch += mm.model;
     p.hardware_per_microbatch += mm.hardware;
   }
+  return p;
+}
+
+FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp) {
+  FlopsPlan p = rank_matmuls(m, micro_batch_size, convention, tp);
+  p.tensor_parallel = tp;
   p.microbatches_per_step = microbatches_per_step;
   p.microbatches_per_rank = microbatches_per_rank;
   const double hw = p.hardware_per_microbatch + p.recompute_per_microbatch;
-  p.model_per_step = p.model_per_microbatch * microbatches_per_step;
-  p.hardware_per_step = hw * microbatches_per_step;
+  // A microbatch is shared by the tp ranks of its group: the step's model FLOPs are the
+  // whole model's (true vocabulary, no padding), its hardware FLOPs the ranks' sum.
+  const double model_whole =
+      tp == 1 ? p.model_per_microbatch
+              : rank_matmuls(m, micro_batch_size, convention, 1).model_per_microbatch;
+  p.model_per_step = model_whole * microbatches_per_step;
+  p.hardware_per_step = hw * tp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
   p.hardware_per_rank_step = hw * microbatches_per_rank;
   return p;

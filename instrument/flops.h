@@ -17,6 +17,12 @@
 //    as S(S+1)/2 pairs, with 2 forward products and 5 backward (QK^T recomputed, dV, dP, dQ,
 //    dK). Activation recompute (none yet) would add a forward: field recompute.
 //
+// Tensor parallelism t (notes/model.md): a rank runs every matmul with its split dimension
+// divided by t: a/t heads and g/t groups, f/t ffn columns, Vp/t vocabulary rows (Vp = V
+// padded to a multiple of t; the padded columns are computed, so they count). The per-rank
+// numbers and the matmul table are that rank's share; the step's model FLOPs stay the whole
+// model's (true V), its hardware FLOPs are t x a rank's per microbatch.
+//
 // defines: MatmulFlops, FlopsPlan, flops_plan, narayanan_* and palm_* closed forms
 #pragma once
 #include <cstdint>
@@ -39,21 +45,23 @@ struct MatmulFlops {
 struct FlopsPlan {
   AttentionFlops convention = AttentionFlops::FULL;
   AttentionImpl attention = AttentionImpl::FLASH;
-  std::vector<MatmulFlops> matmuls;
-  double model_per_microbatch = 0;
+  int tensor_parallel = 1;
+  std::vector<MatmulFlops> matmuls;     // one rank's share (the whole model at tp 1)
+  double model_per_microbatch = 0;      // one rank, one microbatch
   double hardware_per_microbatch = 0;
   double recompute_per_microbatch = 0;  // extra forward of recomputed layers; none yet
   int64_t microbatches_per_step = 0;    // global: all data-parallel ranks
   int64_t microbatches_per_rank = 0;
-  double model_per_step = 0;            // global, all ranks
+  double model_per_step = 0;            // global, all ranks: the whole model, unpadded
   double hardware_per_step = 0;         // global, recompute included
   double model_per_rank_step = 0;
   double hardware_per_rank_step = 0;
 };
 
-// Microbatch of B sequences; microbatches per step globally and on one rank.
+// Microbatch of B sequences; microbatches per step globally (each shared by a tp group) and
+// on one rank; tp the tensor-parallel size.
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
-                     int64_t microbatches_per_rank, AttentionFlops convention);
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1);
 
 const char* attention_flops_name(AttentionFlops c);
 

@@ -1,4 +1,5 @@
-// instrument/plan.cpp: see plan.h for the byte conventions.
+// instrument/plan.cpp: see plan.h for the byte conventions. The tensor-parallel
+// communication and the Korthikanti closed forms are in plan_parallel.cpp.
 #include "instrument/plan.h"
 #include <algorithm>
 #include <stdexcept>
@@ -23,16 +24,35 @@ int64_t MemoryPlan::total() const {
   return s;
 }
 
+LocalSizes local_sizes(const ModelConfig& m, int B, int tp, bool sp) {
+  LocalSizes l;
+  l.N = (int64_t)B * m.seq_length;
+  l.N_l = sp ? l.N / tp : l.N;
+  l.heads = m.num_attention_heads / tp;
+  l.groups = m.groups() / tp;
+  l.head_dim = m.head_dim();
+  l.ffn = m.ffn() / tp;
+  l.fc1 = m.fc1_size() / tp;
+  l.qkv = (l.heads + 2 * l.groups) * l.head_dim;
+  l.vocab = padded_vocab(m, tp) / tp;
+  return l;
+}
+
 // ---- activations ----------------------------------------------------------------------
-// Each line is one tensor of notes/model.md's list; N = B S tokens. Korthikanti's Table 2
-// names (in brackets) show where his sbh(34 + 5as/h) comes from, at 2-byte activations:
-// attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh. act_bytes is the storage type's
-// (4, or 2 with --bf16); norm statistics and the log-sum-exp are fp32 in both.
+// Each line is one tensor of notes/model.md's list; N = B S tokens, N_l those a rank holds
+// between the blocks, a_l g_l f_l its heads, groups and ffn columns (LocalSizes).
+// Korthikanti's Table 2 names (in brackets) show where his sbh(34 + 5as/h) comes from, at
+// 2-byte activations: attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh; under tp the
+// bracketed terms marked /t shrink with the heads and columns: 24sbh/t + 5as^2b/t, and
+// with sp the other 10sbh hold N/t tokens too. act_bytes is the storage type's (4, or 2
+// with --bf16); norm statistics and the log-sum-exp are fp32 in both.
 std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
-                                                       int act_bytes, int mask_bytes) {
-  const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
-  const int64_t a = m.num_attention_heads, g = m.groups(), d = m.head_dim();
-  const int64_t stats = m.is_gpt() ? 2 * N : N;  // LayerNorm mean + rstd; RMSNorm rstd
+                                                       int act_bytes, int mask_bytes, int tp,
+                                                       bool sp) {
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t a = l.heads, g = l.groups, d = l.head_dim;
+  const int64_t stats = m.is_gpt() ? 2 * Nl : Nl;  // LayerNorm mean + rstd; RMSNorm rstd
   // The model keeps a mask whenever a rate is > 0 (model/layer.cpp); llama's stay 0 by default.
   const bool attn_drop = m.attention_dropout > 0;
   const bool hidden_drop = m.hidden_dropout > 0;
@@ -42,48 +62,48 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
   };
   // The norm1 input is the previous layer's output (or x0): counted there.   [LN1 input 2sbh]
   add("norm1.stats", stats, 4, true);
-  add("norm1.out", N * h, act_bytes);                           // u   [QKV input 2sbh]
-  add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh]
+  add("norm1.out", Nl * h, act_bytes);                          // u   [QKV input 2sbh]
+  add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh/t]
   add("attn.k", N * g * d, act_bytes);                          // k
-  add("attn.v", N * g * d, act_bytes);                          // v   [V 2sbh]
+  add("attn.v", N * g * d, act_bytes);                          // v   [V 2sbh/t]
   if (m.attention == AttentionImpl::NAIVE) {
-    add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b]
+    add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b/t]
     if (attn_drop) {
-      add("attn.probs_dropout_mask", B * a * S * S, mask_bytes);  //   [mask as^2b]
-      add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b]
+      add("attn.probs_dropout_mask", B * a * S * S, mask_bytes);  //   [mask as^2b/t]
+      add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b/t]
     }
   } else {
     add("attn.lse", B * a * S, 4);                              // log-sum-exp per query row
   }
-  add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh]
-  if (hidden_drop) add("attn.proj_dropout_mask", N * h, mask_bytes);  // [mask sbh]
-  add("resid1", N * h, act_bytes);                              // x   [LN2 input 2sbh]
+  add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh/t]
+  if (hidden_drop) add("attn.proj_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
+  add("resid1", Nl * h, act_bytes);                             // x   [LN2 input 2sbh]
   add("norm2.stats", stats, 4, true);
-  add("norm2.out", N * h, act_bytes);                           // u2  [fc1 input 2sbh]
-  add("mlp.fc1_out", N * m.fc1_size(), act_bytes);              // z   [GeLU input 8sbh]
-  add("mlp.act", N * m.ffn(), act_bytes);                       // m   [fc2 input 8sbh]
-  if (hidden_drop) add("mlp.fc2_dropout_mask", N * h, mask_bytes);   // [mask sbh]
-  add("out", N * h, act_bytes);                                 // x, the next norm1 input
+  add("norm2.out", Nl * h, act_bytes);                          // u2  [fc1 input 2sbh]
+  add("mlp.fc1_out", N * l.fc1, act_bytes);                     // z   [GeLU input 8sbh/t]
+  add("mlp.act", N * l.ffn, act_bytes);                         // m   [fc2 input 8sbh/t]
+  if (hidden_drop) add("mlp.fc2_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
+  add("out", Nl * h, act_bytes);                                // x, the next norm1 input
   return t;
 }
 
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
-                                                           int act_bytes) {
-  const int64_t N = (int64_t)B * m.seq_length;
-  return {{"embedding.out", N * m.hidden_size, act_bytes, false}};  // x0, layer 0's norm1 input
+                                                           int act_bytes, int tp, bool sp) {
+  const int64_t Nl = local_sizes(m, B, tp, sp).N_l;
+  return {{"embedding.out", Nl * m.hidden_size, act_bytes, false}};  // x0, layer 0's norm1 input
 }
 
 std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
-                                                      int act_bytes) {
-  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size;
+                                                      int act_bytes, int tp, bool sp) {
+  const int64_t Nl = local_sizes(m, B, tp, sp).N_l, h = m.hidden_size;
   std::vector<ActivationTensor> t;
-  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * N : N, 4, true});  // fp32 in both
-  // Fused: d(xf), since the fused loss already ran the head's backward. Unfused: xf, which
-  // the head's backward reads.
+  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * Nl : Nl, 4, true});  // fp32 in both
+  // Fused: d(xf), since the fused loss already ran the head's backward (reduced over tp,
+  // this rank's N_l tokens of it). Unfused: xf, which the head's backward reads.
   if (m.fused_cross_entropy)
-    t.push_back({"final_norm.out_grad", N * h, act_bytes, false});
+    t.push_back({"final_norm.out_grad", Nl * h, act_bytes, false});
   else
-    t.push_back({"final_norm.out", N * h, act_bytes, false});
+    t.push_back({"final_norm.out", Nl * h, act_bytes, false});
   return t;
 }
 
@@ -94,12 +114,14 @@ int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_sta
   return s;
 }
 
-int64_t logits_bytes(const ModelConfig& m, int B, bool bf16) {
-  const int64_t N = (int64_t)B * m.seq_length;
-  const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(N, m.cross_entropy_chunk) : N;
+int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp) {
+  const LocalSizes l = local_sizes(m, B, tp);
+  const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(l.N, m.cross_entropy_chunk)
+                                             : l.N;
   // fp32 logits (4 bytes) in both precisions; with bf16 their gradient is also rounded into
   // a bf16 copy (2 bytes) for the head GEMMs while the fp32 ones live (notes/model.md).
-  return rows * m.vocab_size * (bf16 ? 4 + 2 : 4);
+  // Under tp only the rank's V_l columns exist, the padded ones included.
+  return rows * l.vocab * (bf16 ? 4 + 2 : 4);
 }
 
 // ---- ZeRO ---------------------------------------------------------------------------
@@ -117,66 +139,69 @@ double zero_model_state_bytes(int stage, double psi, double N) {
   }
 }
 
-// ---- Korthikanti Table 2 -------------------------------------------------------------
-double korthikanti_layer_bytes(double s, double b, double h, double a) {
-  return s * b * h * (34 + 5 * a * s / h);
-}
-double korthikanti_tp_bytes(double s, double b, double h, double a, double t) {
-  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
-}
-double korthikanti_tp_sp_bytes(double s, double b, double h, double a, double t) {
-  return s * b * h * (34 / t + 5 * a * s / (h * t));
-}
-double korthikanti_tp_selective_bytes(double s, double b, double h, double t) {
-  return s * b * h * (10 + 24 / t);
-}
-double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t) {
-  return 34 * s * b * h / t;
-}
-double korthikanti_full_recompute_bytes(double s, double b, double h) { return 2 * s * b * h; }
-
 // ---- workspace (notes/model.md, "Workspace"; model/layer.h Workspace) ---------------------
 // Scratch allocated once per microbatch size and reused by every layer, in the storage
 // type (act_bytes: 4, or 2 with --bf16) except the fp32 per-token losses, plus what one
-// microbatch holds while in flight (int32 tokens and targets).
-std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes) {
-  const int64_t S = m.seq_length, N = (int64_t)B * S, h = m.hidden_size;
-  const int64_t a = m.num_attention_heads, g = m.groups(), d = m.head_dim();
+// microbatch holds while in flight (int32 tokens and targets). Under tp the local sizes of
+// notes/model.md's "Tensor parallelism" section.
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
+                                                int tp, bool sp) {
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t a = l.heads, g = l.groups, d = l.head_dim;
   std::vector<ActivationTensor> t;
   auto add = [&](const char* name, int64_t elements, int bytes = 0) {
     t.push_back({name, elements, bytes ? bytes : act_bytes, false});
   };
-  add("dres", N * h);                    // gradient of the residual stream
-  add("tmp_h", N * h);                   // proj / fc2 outputs and their gradients
-  add("qkv", N * m.qkv_size());          // forward qkv, backward dqkv
+  add("dres", Nl * h);                   // gradient of the residual stream
+  add("tmp_h", N * h);                   // proj / fc2 outputs (partial sums under tp)
+  if (sp) {
+    add("tmp_l", Nl * h);                // a row-parallel output, reduce-scattered
+    add("gathered", N * h);              // a column-parallel input or output gradient, gathered
+  }
+  add("qkv", N * l.qkv);                 // forward qkv, backward dqkv
   add("o_heads", N * a * d);
   add("dctx", N * a * d);
   add("do_heads", N * a * d);
   add("dq", N * a * d);
   add("dk", N * g * d);
   add("dv", N * g * d);
-  add("dact", N * m.ffn());
-  add("dfc1", N * m.fc1_size());
+  add("dact", N * l.ffn);
+  add("dfc1", N * l.fc1);
   add("losses", N, 4);                   // per-token loss, fp32
+  // The loss's row max, sum of exponentials and target logit per row of a chunk
+  // (parallel/tensor_parallel.h: the same three-pass loss at every tp, one rank included).
+  add("loss_scratch", 3 * std::min<int64_t>(N, m.cross_entropy_chunk), 4);
   if (m.attention == AttentionImpl::NAIVE) {
     add("scores", B * a * S * S);
     add("dprobs", B * a * S * S);
   }
-  if (m.fused_cross_entropy)
-    add("xf", N * h);                    // final-norm output, consumed inside the fused loss
-  else
-    add("dxf", N * h);                   // backward only, while the N V logits are still held
+  if (m.fused_cross_entropy) {
+    add("xf", N * h);                    // final-norm output (gathered with sp), read by the loss
+    if (sp) {
+      add("xf_local", Nl * h);           // the final norm's own N_l tokens
+      add("dxf_full", N * h);            // the head's partial input gradient, before its RS
+    }
+  } else {
+    add("dxf", N * h);                   // backward only, while the N V_l logits are still held
+  }
   add("tokens", N, 4);                   // int32, while the microbatch is in flight
   add("targets", N, 4);                  // int32
   return t;
 }
 
-int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes) {
-  return sum_bytes(workspace_tensors(m, B, act_bytes));
+int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool sp) {
+  return sum_bytes(workspace_tensors(m, B, act_bytes, tp, sp));
 }
 
+// fp32 scalars that collectives reduce on the device (notes/model.md): the gradient norm's
+// over dp (ZeRO >= 1) and over tp, and the trainer's loss average over the world.
 int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const ParallelConfig& p) {
-  return p.zero_stage >= 1 && p.data_parallel() > 1 ? 4 : 0;
+  int64_t bytes = 0;
+  if (p.zero_stage >= 1 && p.data_parallel() > 1) bytes += 4;
+  if (p.tensor_parallel > 1) bytes += 4;
+  if (p.world_size > 1) bytes += 4;
+  return bytes;
 }
 
 // ---- data parallelism: replaying data_parallel.cpp -------------------------------------------
@@ -283,17 +308,36 @@ static void check(bool ok, const std::string& what) {
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
                const PlanOptions& o) {
   check(p.world_size >= 1, "world size must be >= 1");
-  check(p.tensor_parallel == 1 && p.pipeline_parallel == 1 && p.context_parallel == 1,
-        "tensor, pipeline and context parallelism are not modelled yet (sizes must be 1)");
+  check(p.pipeline_parallel == 1 && p.context_parallel == 1 && p.expert_parallel == 1,
+        "pipeline, context and expert parallelism are not modelled yet (sizes must be 1)");
   check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
   check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
+  check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
+  const int tp = p.tensor_parallel;
+  check(tp >= 1 && p.world_size % tp == 0,
+        "tensor parallel " + std::to_string(tp) + " must divide world size " +
+            std::to_string(p.world_size));
+  check(m.num_attention_heads % tp == 0 && m.groups() % tp == 0 && m.ffn() % tp == 0,
+        "tensor parallel " + std::to_string(tp) + " must divide heads " +
+            std::to_string(m.num_attention_heads) + ", query groups " +
+            std::to_string(m.groups()) + " and ffn " + std::to_string(m.ffn()));
+  // Megatron turns sequence parallelism off at tp 1 (the trainer warns); so does the plan.
+  const bool sp = p.sequence_parallel && tp > 1;
+  const int B = t.micro_batch_size;
+  check(!sp || (int64_t)B * m.seq_length % tp == 0,
+        "sequence parallelism splits N = micro batch x seq = " +
+            std::to_string((int64_t)B * m.seq_length) + " tokens over tensor parallel " +
+            std::to_string(tp) + ": not divisible");
   Plan plan;
   plan.model = m;
   plan.train = t;
   plan.parallel = p;
   plan.options = o;
   plan.dp = p.data_parallel();
-  const int B = t.micro_batch_size, dp = plan.dp;
+  plan.tp = tp;
+  plan.sequence_parallel = sp;
+  plan.padded_vocab = padded_vocab(m, tp);
+  const int dp = plan.dp;
   plan.global_batch = t.global_batch_size > 0 ? t.global_batch_size : (int64_t)B * dp;
   check(plan.global_batch % ((int64_t)B * dp) == 0,
         "global batch " + std::to_string(plan.global_batch) +
@@ -303,24 +347,26 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   plan.params_total = parameter_count(m);
 
   const int act = storage_bytes(t);
-  plan.embedding_activations = embedding_activation_tensors(m, B, act);
-  plan.layer_activations = layer_activation_tensors(m, B, act, o.mask_bytes);
-  plan.head_activations = head_activation_tensors(m, B, act);
+  plan.embedding_activations = embedding_activation_tensors(m, B, act, tp, sp);
+  plan.layer_activations = layer_activation_tensors(m, B, act, o.mask_bytes, tp, sp);
+  plan.head_activations = head_activation_tensors(m, B, act, tp, sp);
   plan.activation_bytes_per_layer = sum_bytes(plan.layer_activations);
   plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) +
                                          m.num_layers * plan.activation_bytes_per_layer +
                                          sum_bytes(plan.head_activations);
 
   plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
-                          o.attention_flops);
+                          o.attention_flops, tp);
 
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
-  // same bucket layout DataParallel builds, times bytes per element of each category.
-  const int64_t psi = plan.params_total;
+  // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
+  // included), times bytes per element of each category.
+  const std::vector<int64_t> units = param_units(m, tp);
+  const int64_t psi = units.back();
   const int z = p.zero_stage;
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
   DataParallelPlan& d = plan.data_parallel;
-  d.layout = make_bucket_layout(param_units(m), o.ddp_bucket_size, dp, z == 3);
+  d.layout = make_bucket_layout(units, o.ddp_bucket_size, dp, z == 3);
   d.microbatch = microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy);
   d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
                              o.zero3_prefetch_layers, plan.microbatches_per_rank);
@@ -342,8 +388,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.activations = held * plan.activation_bytes_per_microbatch;
   mem.recompute = 0;  // Recompute::NONE
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
-  mem.logits = logits_bytes(m, B, t.bf16);
-  mem.workspace = workspace_bytes(m, B, act);
+  mem.logits = logits_bytes(m, B, t.bf16, tp);
+  mem.workspace = workspace_bytes(m, B, act, tp, sp);
 
   // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
   // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the
@@ -352,6 +398,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
     if (calls > 0)
       plan.comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
   };
+  plan.comm = tensor_parallel_comm(m, B, tp, sp, act, plan.microbatches_per_rank, p.zero_stage);
   if (dp > 1) {
     const BucketLayout& l = d.layout;
     const int64_t nb = (int64_t)l.buckets.size(), k = plan.microbatches_per_rank;
@@ -378,13 +425,16 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   }
   if (p.world_size > 1) add_comm(CommGroup::WORLD, CommOp::ALL_REDUCE, p.world_size, 1, 4);
 
-  // Rank order tp fastest, then cp, dp, pp (DESIGN.md); with tp = cp = pp = 1 every rank is
-  // a data-parallel replica and all hold the same bytes.
+  // Rank order tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank +
+  // dp pp_rank)). The ranks of a tp group hold the same shapes (local_param_table pads the
+  // vocabulary so that even the last one does), and dp replicas the same bytes: one
+  // MemoryPlan serves every rank.
   plan.ranks.resize(p.world_size);
   for (int r = 0; r < p.world_size; ++r) {
     RankPlan& rp = plan.ranks[r];
     rp.rank = r;
-    rp.dp_rank = (r / (p.tensor_parallel * p.context_parallel)) % dp;
+    rp.tp_rank = r % tp;
+    rp.dp_rank = (r / (tp * p.context_parallel)) % dp;
     rp.params = psi;
     rp.params_stored = params_stored;
     rp.microbatches_held = held;

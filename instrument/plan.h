@@ -24,9 +24,17 @@
 // (parallel/zero_schedule.h) against data_parallel's policies (simulate_zero_step).
 // Communication per step is predicted per (group, operation) the same way (DataParallelPlan).
 //
+// Tensor parallelism t (notes/model.md, "Tensor parallelism"; parallel/tensor_parallel.h):
+// every count above is of the rank's LOCAL flat vector, local_param_table(m, t), whose
+// vocabulary rows are padded to Vp = t ceil(V/t); ZeRO shards that vector over dp. With
+// sequence parallelism the tensors between the blocks hold N_l = N/t tokens, else N; the
+// attention and MLP internals hold all N tokens of the rank's a/t heads and f/t columns.
+// Ranks: tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank + dp pp_rank)).
+//
 // defines: PlanOptions, ActivationTensor, MemoryPlan, RankPlan, CommPlanEntry,
 //          ZeroStepSimulation, simulate_zero_step, DataParallelPlan, Plan, make_plan, the
-//          activation list, ZeRO and Korthikanti closed forms, workspace_bytes
+//          activation list, ZeRO and Korthikanti closed forms, KorthikantiCheck,
+//          tensor_parallel_comm, workspace_bytes
 #pragma once
 #include <cstdint>
 #include <string>
@@ -78,8 +86,10 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
 
 struct RankPlan {
   int rank = 0;
+  int tp_rank = 0;
   int dp_rank = 0;
   int64_t params = 0;         // parameters of the model slice this rank computes with
+                              // (its local table: vocabulary padding included)
   int64_t params_stored = 0;  // elements in its params buffer (ZeRO-3 shard, padding)
   int microbatches_held = 1;  // activations alive at the peak (pipeline issues raise it)
   MemoryPlan memory;
@@ -131,10 +141,13 @@ struct Plan {
   ParallelConfig parallel;
   PlanOptions options;
   int dp = 1;
+  int tp = 1;
+  bool sequence_parallel = false;  // in effect: asked for and tp > 1
+  int64_t padded_vocab = 0;   // Vp: V rounded up to a multiple of tp
   int64_t global_batch = 0;   // sequences per step, all ranks
   int64_t microbatches_per_rank = 0;  // gradient-accumulation steps
   int64_t tokens_per_step = 0;
-  int64_t params_total = 0;   // Ψ
+  int64_t params_total = 0;   // Ψ, the full model, unpadded
   int64_t zero_shard = 0;     // S, the rank's shard (sum of bucket slices) at zero >= 1, else Ψ
   // Activations of one microbatch: outside the layers, one layer (all layers are alike).
   std::vector<ActivationTensor> embedding_activations, layer_activations, head_activations;
@@ -142,8 +155,9 @@ struct Plan {
   int64_t activation_bytes_per_microbatch = 0;
   FlopsPlan flops;
   DataParallelPlan data_parallel;
-  // Per step, per rank (every dp rank alike), in the order dp entries, then world:
-  // e bytes per element of parameters and gradients: 4, or 2 with --bf16.
+  // Per step, per rank (every rank alike), in the order tp entries (tensor_parallel_comm),
+  // dp entries, then world. e bytes per element of parameters and gradients: 4, or 2 with
+  // --bf16; with tp the dp buckets are of the local vector.
   //   z = 0  dp all-reduce per bucket, payload e n_j                    (ring: 2 x eΨ (n-1)/n)
   //   z = 1  dp reduce-scatter + all-gather per bucket, payload e padded_j; all-reduce 4 B
   //   z = 2  as 1, but the reduce-scatters run every microbatch (k x)
@@ -160,19 +174,38 @@ struct Plan {
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
                const PlanOptions& o = {});
 
+// ---- what one rank of a tp group works with (notes/model.md, "Tensor parallelism") ----
+struct LocalSizes {
+  int64_t N = 0;         // B S tokens of the microbatch
+  int64_t N_l = 0;       // tokens between the blocks: N/t with sequence parallelism, else N
+  int64_t heads = 0;     // a_l = a/t
+  int64_t groups = 0;    // g_l = g/t
+  int64_t head_dim = 0;  // d, unchanged
+  int64_t ffn = 0;       // f_l = f/t
+  int64_t fc1 = 0;       // fc1_l = fc1/t (llama: both SwiGLU halves of the slice)
+  int64_t qkv = 0;       // qkv_l = (a_l + 2 g_l) d
+  int64_t vocab = 0;     // V_l = Vp/t, padding rows included
+};
+LocalSizes local_sizes(const ModelConfig& m, int B, int tp = 1, bool sp = false);
+
 // ---- activations (notes/model.md), one microbatch of B sequences -------------------
 // act_bytes: the storage type's bytes (4, or 2 with --bf16); the norm statistics and the
 // flash log-sum-exp are fp32 (4 bytes) in both, dropout masks mask_bytes (1).
+// tp, sp: one rank of a tensor-parallel group of tp, with sequence parallelism or not.
 std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
-                                                       int act_bytes, int mask_bytes);
+                                                       int act_bytes, int mask_bytes,
+                                                       int tp = 1, bool sp = false);
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
-                                                           int act_bytes);
+                                                           int act_bytes, int tp = 1,
+                                                           bool sp = false);
 std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
-                                                      int act_bytes);
+                                                      int act_bytes, int tp = 1,
+                                                      bool sp = false);
 int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics = true);
-// Category logits, rows = min(N, chunk) with the fused CE, N without: rows x V fp32 logits,
-// and with bf16 their bf16 gradient beside them: rows V 4 (fp32), rows V (4 + 2) (bf16).
-int64_t logits_bytes(const ModelConfig& m, int B, bool bf16);
+// Category logits, rows = min(N, chunk) with the fused CE, N without: rows x V_l fp32
+// logits (V_l = Vp/tp, the rank's vocabulary columns), and with bf16 their bf16 gradient
+// beside them: rows V_l 4 (fp32), rows V_l (4 + 2) (bf16).
+int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp = 1);
 
 // ---- ZeRO sharding ------------------------------------------------------------------
 // Of one bucket of Ψ elements: ceil(Ψ / N_d) and N_d x that (the whole model in one bucket).
@@ -190,6 +223,8 @@ double korthikanti_layer_bytes(double s, double b, double h, double a);
 double korthikanti_tp_bytes(double s, double b, double h, double a, double t);
 // sbh(34/t + 5as/(ht)): tensor + sequence parallel
 double korthikanti_tp_sp_bytes(double s, double b, double h, double a, double t);
+// (The selective forms below are also what flash attention leaves: it keeps no a s s
+// tensor, only an fp32 log-sum-exp of b a s / t per layer.)
 // sbh(10 + 24/t): tensor parallel + selective recompute
 double korthikanti_tp_selective_bytes(double s, double b, double h, double t);
 // 34 sbh / t: tensor + sequence parallel + selective recompute
@@ -197,11 +232,45 @@ double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t)
 // 2sbh: full recompute keeps the layer input only
 double korthikanti_full_recompute_bytes(double s, double b, double h);
 
-// Workspace: the buffers of notes/model.md's "Workspace" section, and their sum (the peak
+// The plan's activations of one layer beside Korthikanti's closed form for the plan's t and
+// sequence parallelism: equal to the byte when `differences` is empty, i.e. when the run
+// makes the paper's assumptions (gpt, f = 4h, no GQA, both dropouts > 0 with 1-byte masks,
+// naive attention, 16-bit activations). Otherwise each entry names one assumption the run
+// breaks and what it changes; with flash attention the closed form drops its 5as/(ht) term.
+struct KorthikantiCheck {
+  int64_t plan_bytes = 0;             // the plan's layer, norm statistics left out
+  int64_t norm_statistics_bytes = 0;  // what our norms keep on top (fp32 mean / rstd)
+  double closed_form_bytes = 0;
+  std::string formula;                // e.g. "sbh(10 + 24/t + 5as/(ht))"
+  std::vector<std::string> differences;
+  bool applicable() const { return differences.empty(); }
+};
+KorthikantiCheck korthikanti_check(const Plan& plan);
+
+// ---- tensor parallelism: the tp group's calls of one step (notes/model.md) ------------
+// Per microbatch, e = act_bytes per element, Nh = N h, c_i the rows of loss chunk i:
+//  without sp  all-reduce  4 per layer (2 forward, 2 backward), 1 embedding, 1 d(xf): Nh e
+//                          each; per chunk MAX of c_i and SUM of 2 c_i floats (fp32)
+//  with sp     all-gather  6 per layer (2 forward, 2 output gradients and 2 re-gathered
+//                          inputs in backward), embedding d(x0), head xf: Nh e each
+//              reduce-scatter 4 per layer (2 forward, 2 backward), embedding x0, head d(xf)
+//              all-reduce  per layer the replicated gradients (gpt 6h, llama 2h e), gpt
+//                          d(position) S h e, final norm (gpt 2h, llama h e), the loss
+//                          chunks as above
+// times `microbatches` (the replicated gradients' all-reduces only once per step at ZeRO
+// 0-1, where the gradient buffer accumulates); plus per step the gradient norm, one fp32.
+// Empty at tp = 1.
+std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
+                                                int act_bytes, int64_t microbatches,
+                                                int zero_stage);
+
+// Workspace: the buffers of notes/model.md's "Workspace" sections, and their sum (the peak
 // of category workspace: all are live at once during the first backward). act_bytes per
 // element of the storage type (4, or 2 with --bf16); losses fp32, tokens and targets int32.
-std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes);
-int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes);
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
+                                                int tp = 1, bool sp = false);
+int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
+                        bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and
 // grads buffers (categories params, grads); its only own buffer is the one float of the
 // gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes.

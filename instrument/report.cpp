@@ -50,9 +50,10 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
   std::string s = fmt("paralab | %s %dL h%d a%d", m.is_gpt() ? "gpt" : "llama", m.num_layers,
                       m.hidden_size, m.num_attention_heads);
   if (m.groups() != m.num_attention_heads) s += fmt(" g%d", m.groups());
-  s += fmt(" s%d V%d | world %d = tp%d x cp%d x pp%d x dp%d | zero %d | %s%s%s | %s attention",
-           m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel, p.context_parallel,
-           p.pipeline_parallel, plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
+  s += fmt(" s%d V%d | world %d = tp%d%s x cp%d x pp%d x dp%d | zero %d | %s%s%s | %s attention",
+           m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel,
+           plan.sequence_parallel ? "+sp" : "", p.context_parallel, p.pipeline_parallel,
+           plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
            plan.train.bf16 ? "bf16" : "fp32",
            m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
   if (peak) s += " | peak " + describe_peak(*peak);
@@ -82,8 +83,23 @@ std::string step_row(const StepMetrics& s) {
 }
 
 // ---- memory ledger -----------------------------------------------------------------------
+// Megatron pads the vocabulary to a multiple of tp; the rank's table holds the zero rows.
+static std::string vocab_padding_note(const Plan& plan) {
+  if (plan.padded_vocab == plan.model.vocab_size) return "";
+  return fmt("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
+             (long long)plan.padded_vocab, plan.tp);
+}
+
 // Why a category holds what it holds, in a few words beside its row.
+static std::string category_note(const Plan& plan, const RankPlan& rp, int c);
 static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
+  std::string note = category_note(plan, rp, c);
+  if (c == 0 && !vocab_padding_note(plan).empty())
+    note += (note.empty() ? "" : "; ") + vocab_padding_note(plan);
+  return note;
+}
+
+static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   const int z = plan.parallel.zero_stage;
   const DataParallelPlan& d = plan.data_parallel;
   const int nb = (int)d.layout.buckets.size();
@@ -104,19 +120,39 @@ static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
                format_si((double)plan.zero_shard).c_str(), plan.dp);
   const ModelConfig& m = plan.model;
   switch (c) {
-    case 4: return fmt("%d microbatch x (%d layers x %s MiB + embedding, head)",
+    case 4: return fmt("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
                        rp.microbatches_held, m.num_layers,
-                       format_mib(plan.activation_bytes_per_layer).c_str());
+                       format_mib(plan.activation_bytes_per_layer).c_str(),
+                       plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
     case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
     case 7: {
       const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
+      const std::string cols =
+          plan.tp > 1 ? fmt(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
       return m.fused_cross_entropy
-                 ? fmt("fused CE: one chunk of %d tokens, %s", m.cross_entropy_chunk, what)
-                 : fmt("--no-fused-ce: full N x V, %s", what);
+                 ? fmt("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
+                       cols.c_str(), what)
+                 : fmt("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
     }
     default: break;
   }
   return "";
+}
+
+std::string korthikanti_line(const Plan& plan) {
+  const KorthikantiCheck k = korthikanti_check(plan);
+  std::string t = fmt("  activations per layer: plan %s MiB, Korthikanti %s %s MiB (+ norm "
+                      "statistics %s MiB)",
+                      format_mib((double)k.plan_bytes).c_str(), k.formula.c_str(),
+                      format_mib(k.closed_form_bytes).c_str(),
+                      format_mib((double)k.norm_statistics_bytes).c_str());
+  if (k.applicable())
+    return t + ((double)k.plan_bytes == k.closed_form_bytes ? ": equal\n"
+                                                            : ": DIFFER (a plan bug)\n");
+  t += fmt(": plan - closed form = %+lld B; assumptions differ:\n",
+           (long long)((double)k.plan_bytes - k.closed_form_bytes));
+  for (const std::string& d : k.differences) t += "    " + d + "\n";
+  return t;
 }
 
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
@@ -143,7 +179,7 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
            measured ? (double)measured->peak_memory_bytes : 0,
            "predicted: sum of the category peaks, an upper bound (they coincide as backward "
            "starts, except ZeRO-3 gathers and --no-fused-ce's backward transients)");
-  return t;
+  return t + korthikanti_line(plan);
 }
 
 // ---- FLOPs breakdown -----------------------------------------------------------------------
@@ -155,6 +191,10 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
                       rank, (long long)f.microbatches_per_rank, attention_flops_name(f.convention),
                       f.attention == AttentionImpl::NAIVE ? "naive (full S x S)"
                                                           : "flash (causal S(S+1)/2)");
+  if (f.tensor_parallel > 1)
+    t += fmt("  tp %d: this rank's 1/t of every matmul (head over V_l = %lld vocabulary rows, "
+             "padding included); the step's model FLOPs count the whole model\n",
+             f.tensor_parallel, (long long)(plan.padded_vocab / f.tensor_parallel));
   t += fmt("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
            "model", "hardware");
   for (const auto& mm : f.matmuls)
@@ -312,7 +352,8 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.key("parallel").begin_object();
   j.field("world_size", p.world_size).field("tensor_parallel", p.tensor_parallel);
   j.field("context_parallel", p.context_parallel).field("pipeline_parallel", p.pipeline_parallel);
-  j.field("data_parallel", plan.dp).field("zero_stage", p.zero_stage).end_object();
+  j.field("data_parallel", plan.dp).field("zero_stage", p.zero_stage);
+  j.field("sequence_parallel", plan.sequence_parallel).end_object();
   j.key("batch").begin_object();
   j.field("micro_batch_size", plan.train.micro_batch_size);
   j.field("global_batch_size", plan.global_batch);
@@ -321,10 +362,12 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.key("params").begin_object();
   j.field("total", plan.params_total).field("per_rank", plan.ranks.at(0).params);
   j.field("per_rank_stored", plan.ranks.at(0).params_stored);
-  j.field("zero_shard", plan.zero_shard).end_object();
+  j.field("zero_shard", plan.zero_shard);
+  j.field("vocab_size", m.vocab_size).field("padded_vocab", plan.padded_vocab).end_object();
   j.key("memory").begin_array();
   for (const RankPlan& rp : plan.ranks) {
-    j.begin_object().field("rank", rp.rank).field("dp_rank", rp.dp_rank);
+    j.begin_object().field("rank", rp.rank).field("tp_rank", rp.tp_rank);
+    j.field("dp_rank", rp.dp_rank);
     j.field("param_count", rp.params).field("param_count_stored", rp.params_stored);
     j.field("microbatches_held", rp.microbatches_held);
     memory_object(j, rp.memory);
@@ -337,6 +380,13 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   tensor_list(j, "embedding", plan.embedding_activations);
   tensor_list(j, "layer", plan.layer_activations);
   tensor_list(j, "head", plan.head_activations);
+  const KorthikantiCheck k = korthikanti_check(plan);
+  j.key("korthikanti").begin_object();
+  j.field("formula", k.formula).field("closed_form_bytes", k.closed_form_bytes);
+  j.field("plan_bytes", k.plan_bytes).field("norm_statistics_bytes", k.norm_statistics_bytes);
+  j.field("applicable", k.applicable()).key("differences").begin_array();
+  for (const std::string& d : k.differences) j.value(d);
+  j.end_array().end_object();
   j.end_object();
   j.key("flops").begin_object();
   j.field("convention", attention_flops_name(f.convention));
@@ -383,6 +433,11 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
            format_si((double)plan.params_total).c_str(), (long long)plan.params_total,
            format_si((double)plan.ranks[0].params).c_str(),
            format_si((double)plan.ranks[0].params_stored).c_str());
+  if (plan.tp > 1)
+    t += fmt("tp       %d ranks split heads, ffn and vocabulary%s%s%s\n", plan.tp,
+             plan.sequence_parallel ? "; sequence parallel: N/t tokens between blocks" : "",
+             vocab_padding_note(plan).empty() ? "" : "; ",
+             vocab_padding_note(plan).c_str());
   t += fmt("batch    global %lld x %d tokens = %lld tokens/step; micro %d; %lld microbatch(es) "
            "per rank\n\n", (long long)plan.global_batch, m.seq_length,
            (long long)plan.tokens_per_step, plan.train.micro_batch_size,

@@ -4,7 +4,8 @@
 // Outputs (DESIGN.md, "Output"):
 //   run_header         one line: model, world, zero stage, precision, peak and its source
 //   step_header/row    the per-step line, aligned columns
-//   memory_table       category, predicted MiB, measured MiB, diff (MiB and %)
+//   memory_table       category, predicted MiB, measured MiB, diff (MiB and %), then the
+//                      Korthikanti line (korthikanti_line)
 //   flops_table        per matmul: model FLOPs and hardware FLOPs; measured vs predicted total
 //   comm_table         per group and operation: calls, payload, bus bytes, predicted beside
 //                      measured (a step's CommStats)
@@ -59,6 +60,10 @@ std::string step_row(const StepMetrics& s);
 
 // measured == nullptr: the predicted column only (`--plan`).
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured);
+// "activations per layer: plan X MiB, Korthikanti sbh(...) Y MiB (+ norm statistics Z MiB)",
+// then ": equal" when the run makes the paper's assumptions, else the difference in bytes
+// and one line per assumption that differs (korthikanti_check, plan.h).
+std::string korthikanti_line(const Plan& plan);
 std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured);
 
 // measured: one step's record (e.g. CommStats::instance() before its reset), or nullptr.
@@ -70,9 +75,11 @@ std::string comm_table(const Plan& plan, const CommStats* measured);
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
                       const CommStats* measured_comm = nullptr);
 std::string plan_text(const Plan& plan, const Peak* peak);
-// Keys: model, parallel, batch, params {total, per_rank, per_rank_stored, zero_shard},
-// memory [per rank: rank, dp_rank, param_count(_stored), every category, total],
-// activations,
+// Keys: model, parallel (sizes, sequence_parallel), batch,
+// params {total, per_rank, per_rank_stored, zero_shard, vocab_size, padded_vocab},
+// memory [per rank: rank, tp_rank, dp_rank, param_count(_stored), every category, total],
+// activations {per layer and microbatch, tensor lists, korthikanti {formula,
+// closed_form_bytes, plan_bytes, norm_statistics_bytes, applicable, differences}},
 // flops {convention, model_per_step, hardware_per_step, ...},
 // data_parallel {buckets, padded_total, shard_numel, state_numel, params/grads_transient_peak},
 // comm [per step: {group, op, calls, payload_bytes, bus_bytes}], peak (when given).

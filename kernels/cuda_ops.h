@@ -60,6 +60,16 @@ void embedding_forward(float* out, const int* tokens, const float* wte, const fl
 // dwte uses atomicAdd: summation order (so the last bits) is nondeterministic.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
                         int seq_len, int C);
+void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
+                       int vocab_rows, int N, int C);
+// dwte uses atomicAdd, as above.
+void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
+                        int vocab_rows, int N, int C);
+void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
+                                int C);
+// Deterministic: one thread per (position, channel) sums its rows in order.
+void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
+                                 int first_row, int C);
 
 // ---- norms ---------------------------------------------------------------------------------
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
@@ -109,6 +119,14 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
 // ---- loss ----------------------------------------------------------------------------------
 void cross_entropy_forward_backward(float* losses, float* logits, const int* targets, int N, int V,
                                     float grad_scale);
+// The three passes: one block per row each.
+void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid);
+void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start);
+void cross_entropy_finish(float* losses, float* logits, const int* targets, const float* row_max,
+                          const float* sum_exp, const float* target_logit, int N, int V, int valid,
+                          int vocab_start, float grad_scale);
 
 // ---- optimizer -----------------------------------------------------------------------------
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
@@ -141,6 +159,16 @@ void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16
 // one block, then rounded into dwte once. Costs O(N^2) token comparisons (elementwise.cu).
 void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens, int N,
                         int seq_len, int C);
+void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int vocab_start,
+                       int vocab_rows, int N, int C);
+// Deterministic, as the bf16 embedding_backward above (the same kernel, tokens out of range
+// skipped).
+void embedding_backward(bf16* dwte, const bf16* dout, const int* tokens, int vocab_start,
+                        int vocab_rows, int N, int C);
+void position_embedding_forward(bf16* out, const bf16* wpe, int N, int seq_len, int first_row,
+                                int C);
+void position_embedding_backward(bf16* dwpe, const bf16* dout, int N, int seq_len, int first_row,
+                                 int C);
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* x, const bf16* w,
                        const bf16* b, int N, int C, float eps);
 void layernorm_backward(bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x,

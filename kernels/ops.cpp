@@ -181,6 +181,22 @@ void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
                         const int* tokens, int N, int seq_len, int C) {
   ON_DEVICE(embedding_backward, dwte, dwpe, dout, tokens, N, seq_len, C);
 }
+void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
+                       int vocab_start, int vocab_rows, int N, int C) {
+  ON_DEVICE(embedding_forward, out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
+void embedding_backward(Device d, float* dwte, const float* dout, const int* tokens,
+                        int vocab_start, int vocab_rows, int N, int C) {
+  ON_DEVICE(embedding_backward, dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+void position_embedding_forward(Device d, float* out, const float* wpe, int N, int seq_len,
+                                int first_row, int C) {
+  ON_DEVICE(position_embedding_forward, out, wpe, N, seq_len, first_row, C);
+}
+void position_embedding_backward(Device d, float* dwpe, const float* dout, int N, int seq_len,
+                                 int first_row, int C) {
+  ON_DEVICE(position_embedding_backward, dwpe, dout, N, seq_len, first_row, C);
+}
 
 // ---- norms ------------------------------------------------------------------------------
 
@@ -280,6 +296,22 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
 void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
                                     int N, int V, float grad_scale) {
   ON_DEVICE(cross_entropy_forward_backward, losses, logits, targets, N, V, grad_scale);
+}
+void cross_entropy_row_max(Device d, float* row_max, const float* logits, int N, int V,
+                           int valid) {
+  ON_DEVICE(cross_entropy_row_max, row_max, logits, N, V, valid);
+}
+void cross_entropy_sum_exp(Device d, float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start) {
+  ON_DEVICE(cross_entropy_sum_exp, sum_exp, target_logit, logits, row_max, targets, N, V, valid,
+            vocab_start);
+}
+void cross_entropy_finish(Device d, float* losses, float* logits, const int* targets,
+                          const float* row_max, const float* sum_exp, const float* target_logit,
+                          int N, int V, int valid, int vocab_start, float grad_scale) {
+  ON_DEVICE(cross_entropy_finish, losses, logits, targets, row_max, sum_exp, target_logit, N, V,
+            valid, vocab_start, grad_scale);
 }
 
 // ---- optimizer --------------------------------------------------------------------------

@@ -60,12 +60,26 @@ void add_bias(Device d, float* y, const float* bias, int N, int C);
 void bias_backward(Device d, float* dbias, const float* dy, int N, int C);
 
 // ---- embedding ----------------------------------------------------------------------
-// out(N,C) = wte[tokens[i]] (+ wpe[i % seq_len] when wpe != nullptr). tokens are int32.
+// (being replaced by the vocab-range forms below)
 void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
                        const float* wpe, int N, int seq_len, int C);
-// dwte[tokens[i]] += dout[i]; dwpe[i % seq_len] += dout[i] (when dwpe != nullptr).
 void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
                         const int* tokens, int N, int seq_len, int C);
+// A table of vocab_rows rows holding token ids [vocab_start, vocab_start + vocab_rows) (the
+// whole vocabulary on one rank; a tensor-parallel rank's slice otherwise). tokens int32.
+// out(N,C) ("=") = wte[tokens[i] - vocab_start] for the tokens in range, 0 for the others.
+void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
+                       int vocab_start, int vocab_rows, int N, int C);
+// dwte[tokens[i] - vocab_start] += dout[i] for the tokens in range.
+void embedding_backward(Device d, float* dwte, const float* dout, const int* tokens,
+                        int vocab_start, int vocab_rows, int N, int C);
+// Learned positions: row i of out(N,C) is token row first_row + i of a (batch, seq_len)
+// layout, at position (first_row + i) % seq_len: out[i] += wpe[that position].
+void position_embedding_forward(Device d, float* out, const float* wpe, int N, int seq_len,
+                                int first_row, int C);
+// dwpe[(first_row + i) % seq_len] += dout[i].
+void position_embedding_backward(Device d, float* dwpe, const float* dout, int N, int seq_len,
+                                 int first_row, int C);
 
 // ---- norms --------------------------------------------------------------------------
 // LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (biased variance).
@@ -140,12 +154,28 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
                               float dropout_p, uint64_t seed, uint64_t stream);
 
 // ---- loss -------------------------------------------------------------------------------
-// Softmax cross-entropy over rows of logits(N,V), fused with its backward: writes
-// losses[i] = logsumexp(logits_i) - logits_i[target_i] and overwrites logits with
-// dlogits = (softmax(logits_i) - onehot(target_i)) * grad_scale. Rows whose target < 0 are
-// ignored (loss 0, gradient 0).
+// (being replaced by the three passes below)
 void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
                                     int N, int V, float grad_scale);
+// Softmax cross-entropy fused with its backward, in three passes so that the vocabulary may
+// be split over ranks (parallel/tensor_parallel.cpp reduces between them; one rank calls
+// them back to back). logits (N, V) fp32 hold this rank's columns, global ids
+// [vocab_start, vocab_start + V); only the first `valid` columns are real (the rest is
+// vocabulary padding: ignored, gradient 0). Rows whose target < 0 are ignored (loss 0,
+// gradient 0).
+// 1. row_max[i] = max over the valid columns of logits_i.
+void cross_entropy_row_max(Device d, float* row_max, const float* logits, int N, int V,
+                           int valid);
+// 2. sum_exp[i] = sum over valid j of exp(logits_ij - row_max[i]); target_logit[i] =
+//    logits_i[target_i - vocab_start] when this rank holds the target, else 0.
+void cross_entropy_sum_exp(Device d, float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start);
+// 3. losses[i] = log(sum_exp[i]) + row_max[i] - target_logit[i]; logits become
+//    dlogits_ij = (exp(logits_ij - row_max[i]) / sum_exp[i] - [j is the target]) grad_scale.
+void cross_entropy_finish(Device d, float* losses, float* logits, const int* targets,
+                          const float* row_max, const float* sum_exp, const float* target_logit,
+                          int N, int V, int valid, int vocab_start, float grad_scale);
 
 // ---- optimizer ----------------------------------------------------------------------------
 // AdamW (kernels/math.h adamw_step) on n elements; the gradient is multiplied by grad_scale
@@ -188,6 +218,14 @@ void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
                        const bf16* wpe, int N, int seq_len, int C);
 void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens,
                         int N, int seq_len, int C);
+void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
+                       int vocab_start, int vocab_rows, int N, int C);
+void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* tokens,
+                        int vocab_start, int vocab_rows, int N, int C);
+void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int seq_len,
+                                int first_row, int C);
+void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, int seq_len,
+                                 int first_row, int C);
 void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,
                        const bf16* w, const bf16* b, int N, int C, float eps);
 void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout,

@@ -148,6 +148,44 @@ void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, cons
   Input g(dout, (size_t)N * C);
   cpu::embedding_backward(de.data(), dp.data(), g.data(), tokens, N, seq_len, C);
 }
+// Rows of a vocab-range table that the tokens in range reach: the fp32 twin touches no other,
+// so only these are widened (and, for a gradient, rounded back).
+static int rows_used(const int* tokens, int vocab_start, int vocab_rows, int N) {
+  int rows = 0;
+  for (int i = 0; i < N; i++) {
+    const int row = tokens[i] - vocab_start;
+    if (row >= 0 && row < vocab_rows) rows = std::max(rows, row + 1);
+  }
+  return rows;
+}
+void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte, int vocab_start,
+                       int vocab_rows, int N, int C) {
+  ON_CUDA(embedding_forward(out, tokens, wte, vocab_start, vocab_rows, N, C));
+  Input e(wte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
+  Widened o(out, (size_t)N * C);
+  cpu::embedding_forward(o.data(), tokens, e.data(), vocab_start, vocab_rows, N, C);
+}
+void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* tokens,
+                        int vocab_start, int vocab_rows, int N, int C) {
+  ON_CUDA(embedding_backward(dwte, dout, tokens, vocab_start, vocab_rows, N, C));
+  Widened de(dwte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
+  Input g(dout, (size_t)N * C);
+  cpu::embedding_backward(de.data(), g.data(), tokens, vocab_start, vocab_rows, N, C);
+}
+void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int seq_len,
+                                int first_row, int C) {
+  ON_CUDA(position_embedding_forward(out, wpe, N, seq_len, first_row, C));
+  Input p(wpe, (size_t)seq_len * C);
+  Widened o(out, (size_t)N * C);
+  cpu::position_embedding_forward(o.data(), p.data(), N, seq_len, first_row, C);
+}
+void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, int seq_len,
+                                 int first_row, int C) {
+  ON_CUDA(position_embedding_backward(dwpe, dout, N, seq_len, first_row, C));
+  Widened dp(dwpe, (size_t)seq_len * C);
+  Input g(dout, (size_t)N * C);
+  cpu::position_embedding_backward(dp.data(), g.data(), N, seq_len, first_row, C);
+}
 
 // ---- norms
 void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,

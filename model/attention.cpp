@@ -37,7 +37,8 @@ void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspac
   const Dims x = dims(c);
   const float scale = 1.0f / std::sqrt((float)x.D);
   const float p = c.model.attention_dropout;
-  const uint64_t stream = 4ull * c.layer + 1;
+  // each tensor-parallel rank's heads draw their own masks (rank 0's are single-rank's)
+  const uint64_t stream = 4ull * c.layer + 1 + ((uint64_t)c.tp.rank() << 32);
   const auto dev = c.device;
   if (c.model.attention == AttentionImpl::FLASH) {
     kernels::flash_attention_forward(dev, ws.o_heads.data(), act.lse.data(), act.q.data(),
@@ -69,7 +70,8 @@ void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspa
   const Dims x = dims(c);
   const float scale = 1.0f / std::sqrt((float)x.D);
   const float p = c.model.attention_dropout;
-  const uint64_t stream = 4ull * c.layer + 1;
+  // each tensor-parallel rank's heads draw their own masks (rank 0's are single-rank's)
+  const uint64_t stream = 4ull * c.layer + 1 + ((uint64_t)c.tp.rank() << 32);
   const auto dev = c.device;
   kernels::heads_merge_backward(dev, ws.do_heads.data(), ws.dctx.data(), x.B, x.S, x.A, x.D);
   if (c.model.attention == AttentionImpl::FLASH) {

@@ -20,6 +20,8 @@ struct ModelConfig {
   int ffn_hidden_size = 0;       // 0 -> 4h
   int num_attention_heads = 4;   // a
   int num_query_groups = 0;      // g; 0 -> a (multi-head attention)
+  int kv_channels = 0;           // head dim d; 0 -> h/a (a tensor-parallel rank's local
+                                 // config keeps d while its heads are a/t)
   int seq_length = 32;           // s
   int vocab_size = 256;          // V
   float hidden_dropout = 0.0f;   // after attention projection and after MLP (gpt)
@@ -32,7 +34,7 @@ struct ModelConfig {
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
-  int head_dim() const { return hidden_size / num_attention_heads; }
+  int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   bool is_gpt() const { return arch == Arch::GPT; }
   bool tied_embeddings() const { return arch == Arch::GPT; }
   bool has_bias() const { return arch == Arch::GPT; }
@@ -68,6 +70,7 @@ struct ParallelConfig {
   int context_parallel = 1;
   int expert_parallel = 1;
   int zero_stage = 0;
+  bool sequence_parallel = false;  // with tensor parallelism: split the tokens between blocks
   int data_parallel() const {
     return world_size / (tensor_parallel * pipeline_parallel * context_parallel);
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include "instrument/ledger.h"
 #include "model/config.h"
+#include "parallel/tensor_parallel.h"
 
 namespace paralab {
 
@@ -59,8 +60,10 @@ struct LayerActivations {
 template <typename T>
 struct Workspace {
   int tokens = 0;                        // N the buffers are sized for
-  Buffer<T> dres;                        // (N, h) gradient of the residual stream
-  Buffer<T> tmp_h;                       // (N, h) proj / fc2 outputs and their gradients
+  Buffer<T> dres;                        // (N_l, h) gradient of the residual stream
+  Buffer<T> tmp_h;                       // (N, h) row-parallel partial outputs, gradients
+  Buffer<T> tmp_l;                       // sp: (N_l, h) reduce-scattered outputs
+  Buffer<T> gathered;                    // sp: (N, h) all-gathered inputs / gradients
   Buffer<T> qkv;                         // (N, (a+2g)d) forward qkv, backward dqkv
   Buffer<T> o_heads;                     // (B,a,S,d) attention output in head layout
   Buffer<T> dctx;                        // (N, a d)
@@ -70,14 +73,19 @@ struct Workspace {
   Buffer<T> dfc1;                        // (N, fc1)
   Buffer<T> scores, dprobs;              // naive only: (B,a,S,S) each
   Buffer<T> xf;                          // fused loss only: (N, h) final-norm output
+  Buffer<T> xf_local;                    // fused loss with sp: (N_l, h) its own tokens
+  Buffer<T> dxf_full;                    // fused loss with sp: (N, h) partial d(xf)
   Buffer<float> losses;                  // (N) per-token loss
-  void ensure(const ModelConfig& m, kernels::Device device, int B);
+  Buffer<float> loss_scratch;            // 3 x chunk: row max, sum of exp, target logit
+  // m: the rank's local model config (heads, groups, ffn divided by tp).
+  void ensure(const ModelConfig& m, const TensorParallel& tp, kernels::Device device, int B);
 };
 
 struct LayerContext {
-  const ModelConfig& model;
+  const ModelConfig& model;  // this rank's local config: a/t heads, g/t groups, f/t ffn
+  const TensorParallel& tp;
   kernels::Device device;
-  int layer;             // index, keys the dropout streams 4l+1, 4l+2, 4l+3
+  int layer;             // index, keys the dropout streams 4l+1, 4l+2, 4l+3 (notes/model.md)
   int B;                 // microbatch size
   uint64_t dropout_seed; // the microbatch's seed
 };

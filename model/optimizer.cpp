@@ -27,6 +27,8 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
   v_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
   DataParallel& dp = model.data_parallel();
+  if (model.tensor_parallel().size() > 1)
+    norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
     master_.allocate(model.device(), n, Category::MASTER_PARAMS);
     for (const OwnedSegment& seg : dp.owned_segments())
@@ -39,7 +41,18 @@ float AdamW::step(float lr) {
   DataParallel& dp = model_.data_parallel();
   const kernels::Device dev = model_.device();
   dp.finish_gradients();
-  const double norm = std::sqrt(dp.grad_sum_squares());
+  // the sum of squares over this rank's share; tensor parallelism adds the other slices
+  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere)
+  double squares = dp.grad_sum_squares();
+  const TensorParallel& tp = model_.tensor_parallel();
+  if (tp.size() > 1) {
+    float f = (float)squares;
+    kernels::memcpy_from_host(dev, norm_scalar_.data(), &f, sizeof f);
+    tp.tp->all_reduce(norm_scalar_.data(), 1);
+    kernels::memcpy_to_host(dev, &f, norm_scalar_.data(), sizeof f);
+    squares = f;
+  }
+  const double norm = std::sqrt(squares);
   // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
   float clip = 1.0f;
   if (train_.clip_grad > 0.0f && norm > train_.clip_grad)

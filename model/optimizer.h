@@ -31,6 +31,7 @@ class AdamW {
   TrainConfig train_;
   Buffer<float> m_, v_;    // Adam moments, category optimizer_states
   Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
+  Buffer<float> norm_scalar_;  // tp > 1: the gradient norm's all-reduce over tp
   int step_ = 0;
 };
 

@@ -4,19 +4,34 @@
 // order, instrument/plan counts parameters from it, and the golden files and checkpoints
 // name tensors by it. Pure arithmetic on ModelConfig: no kernels, no allocation.
 //
-// Names and shapes (h hidden, f ffn, V vocab, s seq, a heads, g groups, d = h/a):
-//   embedding.word            (V, h)
+// Names and shapes (h hidden, f ffn, V vocab, s seq, a heads, g groups, d = h/a), in table
+// order; within a unit, the tensors replicated over tensor parallelism first:
 //   embedding.position        (s, h)                 gpt only (learned positions)
+//   embedding.word            (V, h)
 //   layers.{i}.norm1.weight   (h)        .bias (h)   bias: gpt only (LayerNorm)
+//   layers.{i}.norm2.weight   (h)        .bias (h)   gpt only
+//   layers.{i}.attn.proj.bias (h), layers.{i}.mlp.fc2.bias (h)    gpt only
 //   layers.{i}.attn.qkv.weight ((a+2g)d, h)  .bias ((a+2g)d)  gpt only
 //        rows grouped per query group: [a/g query heads | key head | value head] x g
-//   layers.{i}.attn.proj.weight (h, a d)   .bias (h)  gpt only
-//   layers.{i}.norm2.weight   (h)        .bias (h)   gpt only
+//   layers.{i}.attn.proj.weight (h, a d)
 //   layers.{i}.mlp.fc1.weight (f, h) gpt | (2f, h) llama, rows [gate | up]   .bias (f) gpt
-//   layers.{i}.mlp.fc2.weight (h, f)     .bias (h)   gpt only
+//   layers.{i}.mlp.fc2.weight (h, f)
 //   final_norm.weight (h)  .bias (h) gpt only
 //   output.weight  (V, h)                            llama only (gpt ties embedding.word)
 // Weight decay applies to the 2-D weights only (not to biases, norms), as in Megatron.
+//
+// Tensor parallelism (parallel/tensor_parallel.h) splits each tensor one way, TpSplit:
+//   ROWS      column-parallel weights and biases: the output dimension (dim 0) in t
+//             contiguous blocks. The fused QKV rows are grouped per query group, so a rank
+//             gets whole groups (their a/g query heads with their key and value heads).
+//   HALVES    llama's fc1 [gate | up]: rank r takes block r of the gate AND block r of the
+//             up half, so SwiGLU pairs stay on one rank.
+//   COLUMNS   row-parallel weights: the input dimension (dim 1) in t blocks.
+//   VOCAB     embedding.word / output.weight: rows split over the vocabulary, padded to a
+//             multiple of t (the padding rows are zero and masked out of the loss).
+//   REPLICATED norms, position embedding, row-parallel biases: every rank holds all of it;
+//             under sequence parallelism each rank sees only its tokens, so the gradients
+//             of these are partial sums and are all-reduced over tp (sp_partial_grad).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,10 +40,13 @@
 
 namespace paralab {
 
+enum class TpSplit { REPLICATED, ROWS, HALVES, COLUMNS, VOCAB };
+
 struct ParamSpec {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // full shape (param_table) or this rank's (local_param_table)
   bool weight_decay = false;
+  TpSplit split = TpSplit::REPLICATED;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -36,11 +54,24 @@ struct ParamSpec {
   }
 };
 
+// Full shapes (what a single rank holds, checkpoints, golden files).
 std::vector<ParamSpec> param_table(const ModelConfig& m);
-// Sum of numel over the table: the parameter count Psi.
+// The shapes one of tp tensor-parallel ranks holds (every rank the same shapes).
+std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp);
+// The vocabulary rounded up to a multiple of tp (Megatron pads it the same way).
+int64_t padded_vocab(const ModelConfig& m, int tp);
+// Sum of numel over the full table: the parameter count Psi.
 int64_t parameter_count(const ModelConfig& m);
-// Where each unit starts in the flat vector (size L+3, last = Psi): unit 0 the embedding,
-// unit l+1 layer l, unit L+1 the head (final norm, output weight); parallel/buckets.h.
-std::vector<int64_t> param_units(const ModelConfig& m);
+// Where each unit starts in a rank's flat vector (size L+3, last = its parameter count):
+// unit 0 the embedding, unit l+1 layer l, unit L+1 the head (final norm, output weight);
+// parallel/buckets.h.
+std::vector<int64_t> param_units(const ModelConfig& m, int tp = 1);
+
+// Rank r's part of a full tensor (full.size() == numel of the full spec), and back: the
+// inverse gathers every rank's part (parts[r]) into the full tensor, dropping vocab padding.
+std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,
+                                int rank);
+std::vector<float> unshard_tensor(const ParamSpec& full,
+                                  const std::vector<std::vector<float>>& parts);
 
 }  // namespace paralab

@@ -1,37 +1,21 @@
-// model/transformer.cpp: the whole model around model/layer.cpp: embedding, the layer stack,
-// the final norm, the output head and the loss (notes/model.md).
+// model/transformer.cpp: the whole model around model/layer.cpp: its parameters, the
+// embedding, the layer stack; the head and the loss are model/head.cpp (notes/model.md).
 //
-// The head and the loss are fused by default (--no-fused-ce turns it off): tokens go through
-// in chunks of `cross_entropy_chunk`; per chunk the logits (chunk, V) are computed, turned in
-// place into their gradient by the fused softmax cross-entropy, and immediately multiplied
-// back: d(xf) = dlogits W_out and dW_out += dlogits^T xf. So full-vocabulary logits never
-// exist, and what the forward leaves for backward is d(xf) (N, h) instead of xf.
+// Every unit (0 the embedding, l+1 layer l, L+1 the head) asks data parallelism for its
+// parameters before use and hands its gradients back after its backward; under sequence
+// parallelism the gradients of the unit's tp-replicated parameters (first in the unit) are
+// all-reduced over tp before that.
 #include "model/transformer.h"
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <type_traits>
 #include <stdexcept>
 #include "kernels/math.h"
 #include "kernels/ops.h"
 #include "model/layer.h"
+#include "model/transformer_state.h"
 
 namespace paralab {
-
-template <typename T>
-struct Transformer::State {
-  std::vector<LayerActivations<T>> acts;
-  Workspace<T> ws;
-  Buffer<T> x0;                  // (N, h) embedding output, activations
-  Buffer<float> final_mean, final_rstd;
-  Buffer<T> dxf;                 // fused: (N, h) gradient of the final-norm output
-  Buffer<T> xf_saved;            // unfused: (N, h) final-norm output
-  Buffer<float> logits;          // unfused: (N, V) logits, then their gradient (fp32)
-  Buffer<int> tokens, targets;   // (N) on the device
-  int B = 0;
-  uint64_t dropout_seed = 0;     // of the pending microbatch: backward regenerates its masks
-  bool pending = false;          // a forward waits for its backward
-};
 
 namespace {
 const char* const kLayerTensors[12] = {
@@ -55,31 +39,46 @@ LayerGrads<T> layer_grads(void* unit, const std::array<long, 12>& o) {
           at(g, o[6]), at(g, o[7]), at(g, o[8]), at(g, o[9]), at(g, o[10]), at(g, o[11])};
 }
 
-// The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, bf16
-// rounded into `scratch` (category logits, notes/model.md).
-template <typename T>
-const T* loss_gradient_as(kernels::Device dev, const float* dlogits, size_t n,
-                          Buffer<T>& scratch) {
-  if constexpr (std::is_same<T, float>::value) {
-    (void)dev, (void)n, (void)scratch;
-    return dlogits;
-  } else {
-    if (scratch.size() < n) scratch.allocate(dev, n, Category::LOGITS);
-    kernels::convert(dev, scratch.data(), dlogits, n);
-    return scratch.data();
-  }
+// The slice of the model one of t tensor-parallel ranks computes: a/t heads, g/t groups,
+// f/t ffn, Vp/t vocabulary rows; the head dim stays d.
+ModelConfig local_model(const ModelConfig& m, int t) {
+  ModelConfig l = m;
+  l.kv_channels = m.head_dim();
+  l.num_attention_heads = m.num_attention_heads / t;
+  l.num_query_groups = m.groups() / t;
+  l.ffn_hidden_size = m.ffn() / t;
+  l.vocab_size = (int)(padded_vocab(m, t) / t);
+  return l;
 }
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp)
-    : config_(model), device_(device), table_(param_table(model)) {
-  const std::vector<int64_t> units = param_units(model);
+Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp,
+                         const TensorParallel& tp)
+    : config_(model),
+      local_(local_model(model, tp.size())),
+      device_(device),
+      tp_(tp),
+      full_table_(param_table(model)),
+      table_(local_param_table(model, tp.size())) {
+  const std::vector<int64_t> units = param_units(model, tp.size());
+  replicated_.assign(units.size() - 1, 0);
   size_t offset = 0;
   int unit = 0;
+  bool replicated_prefix = true;
+  std::vector<std::pair<int64_t, int64_t>> counted_elsewhere;  // for the gradient norm
   for (const ParamSpec& p : table_) {
-    while (unit + 1 < (int)units.size() - 1 && (int64_t)offset >= units[unit + 1]) ++unit;
+    while (unit + 1 < (int)units.size() - 1 && (int64_t)offset >= units[unit + 1]) {
+      ++unit;
+      replicated_prefix = true;
+    }
     index_[p.name] = views_.size();
     views_.push_back({&p, offset, (size_t)p.numel(), unit, offset - (size_t)units[unit]});
+    const bool replicated = p.split == TpSplit::REPLICATED;
+    if (replicated_prefix && replicated) replicated_[unit] += p.numel();
+    if (!replicated) replicated_prefix = false;
+    // a tp-replicated tensor counts in the gradient norm on tp rank 0 only
+    if (replicated && tp.rank() > 0)
+      counted_elsewhere.push_back({(int64_t)offset, (int64_t)(offset + p.numel())});
     offset += p.numel();
   }
   num_params_ = offset;
@@ -89,6 +88,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
     own_dp_.reset(new DataParallel(units, nullptr, DataParallelOptions{}, device));
     dp_ = own_dp_.get();
   }
+  dp_->exclude_from_norm(counted_elsewhere);
   for (int l = 0; l < model.num_layers; ++l) {
     std::array<long, 12> o;
     for (int i = 0; i < 12; ++i) {
@@ -117,31 +117,58 @@ const TensorView& Transformer::view(const std::string& name) const {
 void Transformer::init_parameters(uint64_t seed) {
   // Megatron's init: N(0, 0.02) for weights, N(0, 0.02/sqrt(2L)) for the two output
   // projections of each layer (scaled init), zero biases, unit norm weights. Box-Muller on
-  // the counter RNG, keyed on (seed, tensor index, element), so the values do not depend on
-  // the device or on how parameters are sharded.
-  std::vector<float> host(num_params_);
+  // the counter RNG, keyed on (seed, tensor index, element) of the FULL tensor, then each
+  // tp rank keeps its shard: the values do not depend on the device or on the split.
+  std::vector<float> local;
+  local.reserve(num_params_);
   const float sigma = 0.02f, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
-  for (size_t t = 0; t < views_.size(); ++t) {
-    const TensorView& v = views_[t];
-    const std::string& name = v.spec->name;
+  for (size_t t = 0; t < full_table_.size(); ++t) {
+    const ParamSpec& p = full_table_[t];
+    const std::string& name = p.name;
     const bool norm = name.find("norm") != std::string::npos;
     const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
                              name.find("mlp.fc2.weight") != std::string::npos;
-    for (size_t i = 0; i < v.numel; ++i) {
-      float value;
-      if (bias) value = 0.0f;
-      else if (norm) value = 1.0f;
+    std::vector<float> full(p.numel());
+    for (size_t i = 0; i < full.size(); ++i) {
+      if (bias) full[i] = 0.0f;
+      else if (norm) full[i] = 1.0f;
       else {
         float u1 = kernels::counter_uniform(seed, 2 * t, i) + 1e-7f;
         float u2 = kernels::counter_uniform(seed, 2 * t + 1, i);
         float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
-        value = z * (output_proj ? scaled : sigma);
+        full[i] = z * (output_proj ? scaled : sigma);
       }
-      host[v.offset + i] = value;
     }
+    const std::vector<float> mine = shard_tensor(p, full, tp_.size(), tp_.rank());
+    local.insert(local.end(), mine.begin(), mine.end());
   }
-  dp_->load_params(host);
+  dp_->load_params(local);
+}
+
+std::vector<float> Transformer::gather_full(bool grads) {
+  const std::vector<float> local = grads ? dp_->gather_grads() : dp_->gather_params();
+  const int t = tp_.size();
+  std::vector<std::vector<float>> parts(t, local);
+  if (t > 1) {  // every rank's local vector: the same size on every tp rank
+    Buffer<float> all(device_, local.size() * t, Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(device_, all.data() + local.size() * tp_.rank(), local.data(),
+                              local.size() * sizeof(float));
+    tp_.tp->all_gather(all.data() + local.size() * tp_.rank(), all.data(), local.size());
+    for (int r = 0; r < t; ++r)
+      kernels::memcpy_to_host(device_, parts[r].data(), all.data() + local.size() * r,
+                              local.size() * sizeof(float));
+  }
+  std::vector<float> out;
+  for (size_t i = 0; i < full_table_.size(); ++i) {
+    std::vector<std::vector<float>> pieces(t);
+    for (int r = 0; r < t; ++r)
+      pieces[r].assign(parts[r].begin() + views_[i].offset,
+                       parts[r].begin() + views_[i].offset + views_[i].numel);
+    const std::vector<float> full = unshard_tensor(full_table_[i], pieces);
+    out.insert(out.end(), full.begin(), full.end());
+  }
+  return out;
 }
 
 std::vector<float> Transformer::get_param(const std::string& name) {
@@ -182,13 +209,13 @@ float Transformer::forward_as(State<T>& s, const int* tokens, const int* targets
                               float grad_scale, uint64_t dropout_seed) {
   if (s.pending) throw std::logic_error("Transformer::forward called twice without backward");
   DataParallel& dp = *dp_;
-  const ModelConfig& m = config_;
+  const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int S = m.seq_length, h = m.hidden_size, V = m.vocab_size, N = B * S, L = m.num_layers;
-  const Category act = Category::ACTIVATIONS;
+  const int S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
+  const int L = m.num_layers;
   s.B = B;
   s.dropout_seed = dropout_seed;
-  s.ws.ensure(m, dev, B);
+  s.ws.ensure(m, tp_, dev, B);
   s.tokens.allocate(dev, N, Category::WORKSPACE);
   s.targets.allocate(dev, N, Category::WORKSPACE);
   kernels::memcpy_from_host(dev, s.tokens.data(), tokens, N * sizeof(int));
@@ -196,154 +223,71 @@ float Transformer::forward_as(State<T>& s, const int* tokens, const int* targets
   int valid = 0;
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
 
-  // ---- embedding (unit 0)
+  // ---- embedding (unit 0): vocabulary-parallel lookup, summed over tp (g, or its
+  //      reduce-scatter with sp), then the learned positions of this rank's tokens
   const T* E = static_cast<const T*>(dp.acquire_params(0, true));
-  const T* wpe = m.is_gpt() ? E + view("embedding.position").unit_offset : nullptr;
-  s.x0.allocate(dev, (size_t)N * h, act);
-  kernels::embedding_forward(dev, s.x0.data(), s.tokens.data(),
-                             E + view("embedding.word").unit_offset, wpe, N, S, h);
+  s.x0.allocate(dev, (size_t)Nl * h, Category::ACTIVATIONS);
+  T* partial = tp_.sequence_parallel ? s.ws.tmp_h.data() : s.x0.data();
+  vocab_parallel_embedding_forward(tp_, partial, s.tokens.data(),
+                                   E + view("embedding.word").unit_offset, m.vocab_size, N, h);
+  tp_.exit_row_parallel(partial, s.x0.data(), N, h);
+  if (m.is_gpt())
+    kernels::position_embedding_forward(dev, s.x0.data(),
+                                        E + view("embedding.position").unit_offset, Nl, S,
+                                        tp_.first_token(N), h);
   dp.release_params(0);
 
   // ---- layers (units 1..L)
   const T* x = s.x0.data();
   for (int l = 0; l < L; ++l) {
-    LayerContext c{m, dev, l, B, dropout_seed};
+    LayerContext c{m, tp_, dev, l, B, dropout_seed};
     const void* P = dp.acquire_params(l + 1, true);
     layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, s.acts[l], s.ws);
     dp.release_params(l + 1);
     x = s.acts[l].out.data();
   }
 
-  // ---- head (unit L+1; gpt's output weight is the tied embedding of unit 0)
-  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, true));
-  if (m.is_gpt()) s.final_mean.allocate(dev, N, act);
-  s.final_rstd.allocate(dev, N, act);
-  T* xf;  // scratch when the loss is fused, saved for backward otherwise
-  if (m.fused_cross_entropy) {
-    xf = s.ws.xf.data();
-  } else {
-    s.xf_saved.allocate(dev, (size_t)N * h, act);
-    xf = s.xf_saved.data();
-  }
-  const T* fw = H + view("final_norm.weight").unit_offset;
-  if (m.is_gpt())
-    kernels::layernorm_forward(dev, xf, s.final_mean.data(), s.final_rstd.data(), x, fw,
-                               H + view("final_norm.bias").unit_offset, N, h, m.norm_epsilon);
-  else
-    kernels::rmsnorm_forward(dev, xf, s.final_rstd.data(), x, fw, N, h, m.norm_epsilon);
-
-  // the gradient of the mean loss over the valid tokens, scaled by grad_scale
-  const float ce_scale = valid > 0 ? grad_scale / valid : 0.0f;
-  if (keep_logits_) last_logits_.assign((size_t)N * V, 0.0f);
-  const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-  const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, true)) : H) +
-               head.unit_offset;
-  if (m.fused_cross_entropy) {
-    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
-    s.dxf.allocate(dev, (size_t)N * h, act);
-    const int chunk = std::min(N, std::max(1, m.cross_entropy_chunk));
-    Buffer<float> logits(dev, (size_t)chunk * V, Category::LOGITS);
-    Buffer<T> dlogits_scratch;  // bf16 only: the loss gradient rounded for the GEMMs
-    for (int t0 = 0; t0 < N; t0 += chunk) {
-      const int n = std::min(chunk, N - t0);
-      kernels::gemm(dev, false, true, n, V, h, 1.0f, xf + (size_t)t0 * h, h, W, h, 0.0f,
-                    logits.data(), V);
-      if (keep_logits_)
-        kernels::memcpy_to_host(dev, last_logits_.data() + (size_t)t0 * V, logits.data(),
-                                (size_t)n * V * sizeof(float));
-      kernels::cross_entropy_forward_backward(dev, s.ws.losses.data() + t0, logits.data(),
-                                              s.targets.data() + t0, n, V, ce_scale);
-      // d(xf) = dlogits W;  dW += dlogits^T xf
-      const T* dlogits =
-          loss_gradient_as<T>(dev, logits.data(), (size_t)chunk * V, dlogits_scratch);
-      kernels::gemm(dev, false, false, n, h, V, 1.0f, dlogits, V, W, h, 0.0f,
-                    s.dxf.data() + (size_t)t0 * h, h);
-      kernels::gemm(dev, true, false, V, h, n, 1.0f, dlogits, V, xf + (size_t)t0 * h, h, 1.0f,
-                    dW, h);
-    }
-  } else {
-    s.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
-    kernels::gemm(dev, false, true, N, V, h, 1.0f, xf, h, W, h, 0.0f, s.logits.data(), V);
-    if (keep_logits_)
-      kernels::memcpy_to_host(dev, last_logits_.data(), s.logits.data(),
-                              (size_t)N * V * sizeof(float));
-    kernels::cross_entropy_forward_backward(dev, s.ws.losses.data(), s.logits.data(),
-                                            s.targets.data(), N, V, ce_scale);
-  }
-  if (m.tied_embeddings()) dp.release_params(0);
-  dp.release_params(L + 1);
-
-  std::vector<float> losses(N);
-  kernels::memcpy_to_host(dev, losses.data(), s.ws.losses.data(), N * sizeof(float));
-  double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += losses[i];
+  // ---- head (unit L+1) and loss: model/head.cpp
+  const float loss = head_forward(s, x, B, valid, grad_scale);
   s.pending = true;
-  return valid > 0 ? (float)(sum / valid) : 0.0f;
+  return loss;
 }
 
 template <typename T>
 void Transformer::backward_as(State<T>& s) {
   if (!s.pending) throw std::logic_error("Transformer::backward without a forward");
   DataParallel& dp = *dp_;
-  const ModelConfig& m = config_;
+  const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int B = s.B, S = m.seq_length, h = m.hidden_size, V = m.vocab_size, N = B * S;
+  const int B = s.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
   const int L = m.num_layers;
 
-  // ---- head (unit L+1)
-  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, false));
-  const T* dxf = s.dxf.data();
-  if (!m.fused_cross_entropy) {
-    // d(xf) = dlogits W, dW += dlogits^T xf
-    const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-    const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, false)) : H) +
-                 head.unit_offset;
-    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
-    s.dxf.allocate(dev, (size_t)N * h, Category::WORKSPACE);
-    Buffer<T> dlogits_scratch;
-    const T* dlogits = loss_gradient_as<T>(dev, s.logits.data(), (size_t)N * V, dlogits_scratch);
-    kernels::gemm(dev, false, false, N, h, V, 1.0f, dlogits, V, W, h, 0.0f, s.dxf.data(), h);
-    kernels::gemm(dev, true, false, V, h, N, 1.0f, dlogits, V, s.xf_saved.data(), h, 1.0f, dW, h);
-    if (m.tied_embeddings()) dp.release_params(0);
-    s.logits.reset();
-    s.xf_saved.reset();
-    dxf = s.dxf.data();
-  }
-  // the final norm's backward writes d(last layer output) into dres
-  T* G = static_cast<T*>(dp.grads(L + 1));
-  T* dres = s.ws.dres.data();
-  kernels::memset_zero(dev, dres, (size_t)N * h * sizeof(T));
-  const T* x_last = L > 0 ? s.acts.back().out.data() : s.x0.data();
-  const size_t fw = view("final_norm.weight").unit_offset;
-  if (m.is_gpt()) {
-    const size_t fb = view("final_norm.bias").unit_offset;
-    kernels::layernorm_backward(dev, dres, G + fw, G + fb, dxf, x_last, H + fw,
-                                s.final_mean.data(), s.final_rstd.data(), N, h);
-  } else {
-    kernels::rmsnorm_backward(dev, dres, G + fw, dxf, x_last, H + fw, s.final_rstd.data(), N, h);
-  }
-  dp.release_params(L + 1);
-  dp.backward_done(L + 1);
-  s.dxf.reset();
-  s.final_mean.reset();
-  s.final_rstd.reset();
+  head_backward(s);  // writes d(last layer output) into ws.dres
 
   // ---- layers, last to first
   for (int l = L - 1; l >= 0; --l) {
-    LayerContext c{m, dev, l, B, s.dropout_seed};
+    LayerContext c{m, tp_, dev, l, B, s.dropout_seed};
     const T* x = l > 0 ? s.acts[l - 1].out.data() : s.x0.data();
     const void* P = dp.acquire_params(l + 1, false);
-    LayerGrads<T> g = layer_grads<T>(dp.grads(l + 1), layer_offsets_[l]);
+    T* G = static_cast<T*>(dp.grads(l + 1));
+    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
     layer_backward(c, layer_weights<T>(P, layer_offsets_[l]), g, x, s.acts[l], s.ws);
     dp.release_params(l + 1);
+    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[l + 1]);
     dp.backward_done(l + 1);
   }
 
-  // ---- embedding (unit 0): needs only its gradients
+  // ---- embedding (unit 0): needs only its gradients; the lookup's backward takes the
+  //      full (N, h) gradient (all-gathered with sp)
   T* G0 = static_cast<T*>(dp.grads(0));
-  T* dwpe = m.is_gpt() ? G0 + view("embedding.position").unit_offset : nullptr;
-  kernels::embedding_backward(dev, G0 + view("embedding.word").unit_offset, dwpe, dres,
-                              s.tokens.data(), N, S, h);
+  const T* dres = s.ws.dres.data();
+  if (m.is_gpt())
+    kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset,
+                                         dres, Nl, S, tp_.first_token(N), h);
+  const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
+  vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
+                                    s.tokens.data(), m.vocab_size, N, h);
+  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[0]);
   dp.backward_done(0);
   s.x0.reset();
   s.tokens.reset();

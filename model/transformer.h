@@ -4,7 +4,9 @@
 // Parameters and gradients belong to parallel/data_parallel (DDP or a ZeRO stage), which
 // hands out each unit's (embedding, layer, head) parameters before use and takes its
 // gradients back after backward; activations are allocated per microbatch in forward and
-// released by backward, each tagged in the ledger.
+// released by backward, each tagged in the ledger. With tensor parallelism
+// (parallel/tensor_parallel.h) every rank holds the local parameter table
+// (model/param_table.h: heads, groups, ffn and vocabulary split over tp).
 #pragma once
 #include <array>
 #include <map>
@@ -15,6 +17,7 @@
 #include "model/config.h"
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace paralab {
 
@@ -31,8 +34,9 @@ class Transformer {
  public:
   // dp == nullptr: the model owns a single-rank fp32 DDP (tests, tools). The storage type
   // of parameters, gradients and activations is data parallelism's: fp32, or bf16 with
-  // --bf16 (DataParallelOptions::bf16).
-  Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr);
+  // --bf16 (DataParallelOptions::bf16). dp must be built on param_units(model, tp size).
+  Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr,
+              const TensorParallel& tp = TensorParallel());
   ~Transformer();
 
   // Megatron's initialisation (notes/model.md) from a counter-based RNG keyed on seed.
@@ -49,6 +53,9 @@ class Transformer {
   void backward();
 
   const ModelConfig& config() const { return config_; }
+  // This rank's slice: a/t heads, g/t groups, f/t ffn, Vp/t vocabulary rows (kv_channels d).
+  const ModelConfig& local_config() const { return local_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
   kernels::Device device() const { return device_; }
   const std::vector<ParamSpec>& table() const { return table_; }
   const std::vector<TensorView>& views() const { return views_; }
@@ -58,7 +65,12 @@ class Transformer {
   size_t num_params() const { return num_params_; }
   void zero_grads() { dp_->zero_grads(); }
 
-  // Host copies by name (tests, checkpoints, golden files); collective over dp.
+  // Every parameter (grads = false) or the last step's summed gradient (grads = true) at
+  // full shape, in param_table order: gathered over dp and tp (collective over both).
+  std::vector<float> gather_full(bool grads);
+
+  // Host copies of this rank's (local) tensor by name (tests, golden files); collective
+  // over dp.
   std::vector<float> get_param(const std::string& name);
   void set_param(const std::string& name, const std::vector<float>& values);
   std::vector<float> get_grad(const std::string& name);
@@ -75,10 +87,18 @@ class Transformer {
                    uint64_t dropout_seed);
   template <typename T>
   void backward_as(State<T>& s);
+  // model/head.cpp: final norm, output layer and vocabulary-parallel loss (unit L+1).
+  template <typename T>
+  float head_forward(State<T>& s, const T* x, int B, int valid_targets, float grad_scale);
+  template <typename T>
+  void head_backward(State<T>& s);
 
   ModelConfig config_;
+  ModelConfig local_;
   kernels::Device device_;
-  std::vector<ParamSpec> table_;
+  TensorParallel tp_;
+  std::vector<ParamSpec> full_table_;  // full shapes: initialisation and gather_full
+  std::vector<ParamSpec> table_;       // this rank's shapes: the flat vector
   std::vector<TensorView> views_;
   std::map<std::string, size_t> index_;
   std::unique_ptr<DataParallel> own_dp_;
@@ -89,6 +109,9 @@ class Transformer {
   // Per layer, the unit-relative offset of each of its 12 tensors (-1: absent, e.g. llama
   // biases), in LayerWeights field order.
   std::vector<std::array<long, 12>> layer_offsets_;
+  // Per unit: elements at its start replicated over tp (their gradients are all-reduced
+  // over tp under sequence parallelism: param_table puts them first).
+  std::vector<int64_t> replicated_;
   std::unique_ptr<State<float>> fp32_;
   std::unique_ptr<State<kernels::bf16>> bf16_;
 };

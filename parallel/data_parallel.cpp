@@ -78,8 +78,25 @@ struct DataParallel::Impl {
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
   std::vector<OwnedSegment> segments;
+  std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
 
   bool sharded_grads() const { return stage >= 2; }
+
+  // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
+  // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
+  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n) {
+    const char* base = static_cast<const char*>(g);
+    double sum = 0;
+    int64_t pos = flat_begin;
+    const int64_t end = flat_begin + n;
+    for (const auto& [lo, hi] : norm_exclusions) {
+      if (hi <= pos || lo >= end) continue;
+      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos);
+      pos = std::max(pos, hi);
+    }
+    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos);
+    return sum;
+  }
 
   // ---- storage elements ---------------------------------------------------------------
   void allocate(Buffer<char>& b, int64_t elements, Category c) {
@@ -262,6 +279,7 @@ DataParallel::~DataParallel() = default;
 int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
 bool DataParallel::bf16() const { return impl_->opt.bf16; }
+bool DataParallel::hands_over_grads() const { return impl_->stage >= 2 || impl_->last; }
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 
 // ---- the model's side --------------------------------------------------------------------
@@ -396,12 +414,18 @@ int64_t DataParallel::state_numel() const {
   return impl_->stage == 0 ? impl_->layout.total : impl_->layout.shard_numel;
 }
 
+void DataParallel::exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  impl_->norm_exclusions = std::move(ranges);
+}
+
 double DataParallel::grad_sum_squares() {
   Impl& m = *impl_;
-  if (m.stage == 0) return m.sum_squares(m.grads.data(), m.layout.total);
+  if (m.stage == 0) return m.counted_sum_squares(m.grads.data(), 0, m.layout.total);
   // Stages >= 1: each element lives in exactly one rank's owned segments.
   double local = 0;
-  for (const OwnedSegment& s : m.segments) local += m.sum_squares(s.grad, s.count);
+  for (const OwnedSegment& s : m.segments)
+    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count);
   if (!m.dp) return local;
   // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
   // doubles.

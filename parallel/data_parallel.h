@@ -37,6 +37,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 #include "instrument/ledger.h"
 #include "parallel/buckets.h"
@@ -87,6 +88,10 @@ class DataParallel {
   void* grads(int u);
   // Unit u's gradients of this microbatch are final: reduce its bucket when due.
   void backward_done(int u);
+  // Whether backward_done hands this microbatch's gradients over: ZeRO 2-3 every
+  // microbatch, DDP and ZeRO 1 (which accumulate in place) only on the step's last. Other
+  // reductions of gradients (tensor parallelism's) must happen exactly then too.
+  bool hands_over_grads() const;
 
   // ---- the trainer's side
   void zero_grads();  // start of a step
@@ -96,8 +101,11 @@ class DataParallel {
   // The segments this rank updates (stage 0: all parameters; else its slices).
   const std::vector<OwnedSegment>& owned_segments() const;
   int64_t state_numel() const;  // elements of each optimizer state on this rank
-  // Sum of squares of the summed gradient, each element counted once over dp.
+  // Sum of squares of the summed gradient, each element counted once over dp, leaving out
+  // the flat ranges given to exclude_from_norm (tensor parallelism: a parameter replicated
+  // over tp is counted on tp rank 0 only; the caller sums over tp).
   double grad_sum_squares();
+  void exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> flat_ranges);
   // After the update: stages 1-2 all-gather the updated parameters (asynchronous with
   // --overlap-param-gather, waited at each bucket's first use).
   void after_optimizer_step();

@@ -1,9 +1,9 @@
 // tests/test_ledger.cpp: the tagged allocator's measured peaks against instrument/plan.
 //
 // For a spread of single-rank configurations (both families, both attention kernels, fused
-// and unfused loss, dropout, GQA, one and two microbatches) the test trains two steps the
-// way trainer.cu does and compares, category by category, what the ledger saw in each step
-// with what make_plan predicts from the configuration alone. The model states (params,
+// and unfused loss, dropout, GQA, one and two microbatches, fp32 and bf16) the test trains
+// two steps the way trainer.cu does and compares, category by category, what the ledger saw
+// in each step with what make_plan predicts from the configuration alone. The model states (params,
 // grads, master_params, optimizer_states) and the buffers whose sizes are fixed by the
 // configuration (comm_buffers, logits, workspace, recompute) must match to the byte; the
 // activations within 1% (issue 2's bound), though the plan lists every saved tensor of
@@ -25,7 +25,9 @@
 #include "kernels/math.h"            // defines: mix64
 #include "kernels/ops.h"             // defines: flop_counter, reset_flop_counter
 #include "model/optimizer.h"         // defines: AdamW, learning_rate
+#include "model/param_table.h"       // defines: param_units
 #include "model/transformer.h"       // defines: Transformer
+#include "parallel/data_parallel.h"  // defines: DataParallel, DataParallelOptions
 
 namespace paralab {
 namespace {
@@ -35,6 +37,7 @@ struct LedgerCase {
   ModelConfig model;
   int micro_batch = 2;
   int microbatches = 1;  // gradient accumulation steps k
+  bool bf16 = false;     // --bf16 storage: 2-byte params, grads, activations; fp32 master
 };
 
 ModelConfig small(Arch arch, AttentionImpl attention) {
@@ -87,6 +90,12 @@ std::vector<LedgerCase> cases() {
   c.push_back(gqa_naive);
 
   c.push_back({"llama_flash_mha_mbs1_accum2", small(Arch::LLAMA, AttentionImpl::FLASH), 1, 2});
+
+  LedgerCase bf16_gpt{"gpt_naive_dropout_accum2_bf16", dropout.model, 2, 2, true};
+  c.push_back(bf16_gpt);
+  LedgerCase bf16_llama{"llama_flash_gqa_unfused_bf16", gqa.model, 2, 1, true};
+  bf16_llama.model.fused_cross_entropy = false;
+  c.push_back(bf16_llama);
   return c;
 }
 
@@ -115,6 +124,7 @@ TEST_P(LedgerTest, MeasuredPeaksEqualThePlan) {
   train.micro_batch_size = B;
   train.global_batch_size = B * k;
   train.train_iters = steps;
+  train.bf16 = lc.bf16;
   ParallelConfig parallel;
   parallel.world_size = 1;
   const Plan plan = make_plan(lc.model, train, parallel, PlanOptions{});
@@ -122,9 +132,14 @@ TEST_P(LedgerTest, MeasuredPeaksEqualThePlan) {
 
   const Snapshot baseline = current_bytes();
   {
-    Transformer model(lc.model, kernels::Device::CPU);
+    DataParallelOptions options;
+    options.bf16 = lc.bf16;
+    DataParallel dp(param_units(lc.model), nullptr, options, kernels::Device::CPU);
+    Transformer model(lc.model, kernels::Device::CPU, &dp);
     model.init_parameters(train.seed);
     AdamW optimizer(model, train);
+    // Guards against plan and model both ignoring --bf16: the bytes per parameter differ.
+    EXPECT_EQ(predicted.params, (int64_t)model.num_params() * (lc.bf16 ? 2 : 4));
 
     // Any tokens do: the bytes and FLOPs depend on shapes only.
     std::vector<int> tokens(N), targets(N);
@@ -136,19 +151,22 @@ TEST_P(LedgerTest, MeasuredPeaksEqualThePlan) {
       model.zero_grads();
       for (int micro = 0; micro < k; ++micro) {
         for (int n = 0; n < N; ++n) {
-          const uint64_t r = kernels::mix64(((uint64_t)step << 32) ^ ((uint64_t)micro << 16) ^ n);
+          const uint64_t r =
+              kernels::mix64(((uint64_t)step << 32) ^ ((uint64_t)micro << 16) ^ (uint64_t)n);
           tokens[n] = (int)(r % lc.model.vocab_size);
           targets[n] = (int)((r >> 32) % lc.model.vocab_size);
         }
         model.data_parallel().begin_microbatch(micro == k - 1);
-        const uint64_t seed = kernels::mix64(train.seed ^ kernels::mix64(((uint64_t)step << 20) + micro));
+        const uint64_t seed =
+            kernels::mix64(train.seed ^ kernels::mix64(((uint64_t)step << 20) + micro));
         model.forward(tokens.data(), targets.data(), B, 1.0f / k, seed);
         model.backward();
       }
       optimizer.step(learning_rate(train, step));
 
       for (int c = 0; c < kNumCategories; ++c) {
-        const int64_t measured = (int64_t)Ledger::instance().peak(Category(c)) - baseline.bytes[c];
+        const int64_t measured =
+            (int64_t)Ledger::instance().peak(Category(c)) - baseline.bytes[c];
         const int64_t want = predicted.at(c);
         if (Category(c) == Category::ACTIVATIONS)
           EXPECT_NEAR((double)measured, (double)want, 0.01 * (double)want)
@@ -167,8 +185,9 @@ TEST_P(LedgerTest, MeasuredPeaksEqualThePlan) {
   EXPECT_EQ(after.total, baseline.total);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ledger, LedgerTest, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<LedgerCase>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Ledger, LedgerTest, ::testing::ValuesIn(cases()),
+    [](const ::testing::TestParamInfo<LedgerCase>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace paralab

@@ -1,5 +1,6 @@
 // tests/test_plan.cpp: the analytic model against the published closed forms it must
 // reproduce (FORMULAS.md), the ZeRO byte conventions rank by rank, and the report writers.
+// Tensor and sequence parallelism: test_plan_parallel.cpp.
 #include <gtest/gtest.h>
 #include <cblas.h>
 #include <vector>
@@ -122,7 +123,8 @@ TEST(Plan, PerRankModelStatesEveryStage) {
           EXPECT_EQ(r.memory.grads, (d.grads_resident + d.sim.grads_transient_peak) * pb);
           EXPECT_EQ(r.memory.master_params, bf16 ? shard * 4 : 0);
           EXPECT_EQ(r.memory.optimizer_states, shard * 8);
-          EXPECT_EQ(r.memory.comm_buffers, z >= 1 && dp > 1 ? 4 : 0);
+          // the dp gradient norm's scalar (ZeRO >= 1), the trainer's loss scalar (world > 1)
+          EXPECT_EQ(r.memory.comm_buffers, (z >= 1 && dp > 1 ? 4 : 0) + (dp > 1 ? 4 : 0));
           EXPECT_EQ(r.params, psi);
           EXPECT_EQ(r.params_stored, z >= 3 ? shard : full);
           EXPECT_EQ(r.dp_rank, r.rank);
@@ -350,13 +352,14 @@ TEST(Plan, ActivationVariants) {
                  N * f + N * h));
 }
 
-// notes/model.md "Workspace": fp32 scratch, plus tokens and targets (int32) in flight.
+// notes/model.md "Workspace": fp32 scratch, plus tokens and targets (int32) in flight and
+// the loss's 3 x chunk fp32 scratch (row max, sum of exponentials, target logit).
 TEST(Plan, WorkspaceFollowsNotes) {
   ModelConfig m = gpt(2, 64, 4, 32, 256);
   const int64_t N = 3 * 32, h = 64, f = 256, a = 4, S = 32;
   m.attention = AttentionImpl::NAIVE;
   const int64_t fused = 4 * (2 * N * h + 3 * N * h + 3 * N * h + 3 * N * h + N * f + N * f + N +
-                             2 * 3 * a * S * S + N * h + 2 * N);
+                             2 * 3 * a * S * S + N * h + 2 * N + 3 * N);
   EXPECT_EQ(make_plan(m, batch(3, 3), world(1, 0)).ranks[0].memory.workspace, fused);
   m.attention = AttentionImpl::FLASH;
   m.fused_cross_entropy = false;  // xf becomes d(xf), same size; no S x S scratch
@@ -393,11 +396,11 @@ TEST(Plan, Bf16StorageFollowsNotes) {
   EXPECT_EQ(mem.master_params, parameter_count(m) * 4);
   EXPECT_EQ(mem.optimizer_states, parameter_count(m) * 8);
   // Workspace, flash, fused: dres tmp_h, qkv, o_heads dctx do_heads, dq dk dv, dact, dfc1,
-  // xf in bf16; losses fp32; tokens, targets int32.
+  // xf in bf16; losses and the loss scratch (3 N) fp32; tokens, targets int32.
   EXPECT_EQ(mem.workspace,
             2 * (2 * N * h + 3 * N * h + 3 * N * h + 3 * N * h + N * f + N * f + N * h) +
-                4 * (N + 2 * N));
-  EXPECT_EQ(workspace_bytes(m, B, 2) * 2 - workspace_bytes(m, B, 4), 4 * (N + 2 * N));
+                4 * (N + 3 * N + 2 * N));
+  EXPECT_EQ(workspace_bytes(m, B, 2) * 2 - workspace_bytes(m, B, 4), 4 * (N + 3 * N + 2 * N));
   // Logits: fused, one chunk of fp32 logits and its bf16 gradient; unfused, all N rows.
   m.cross_entropy_chunk = 16;
   EXPECT_EQ(make_plan(m, batch(B, B, true), world(1, 0)).ranks[0].memory.logits, 16 * V * 6);

@@ -3,12 +3,16 @@
 //
 // Every loop walks memory contiguously with the channel (or element) index innermost, so
 // the compiler can vectorise it; the per-element math is the kernels/math.h function the
-// CUDA kernel calls too. Parameter gradients accumulate (+=), activation gradients are
-// written (=), as kernels/ops.h specifies per op.
+// CUDA kernel calls too, except in GeLU and SiLU: there it is the same function computed
+// through exp_simd and normal_cdf (kernels/cpu/simd_math.h), because libm's erff and expf
+// do not vectorise and GeLU was the largest non-GEMM cost of a GPT step on a CPU.
+// Parameter gradients accumulate (+=), activation gradients are written (=), as
+// kernels/ops.h specifies per op.
 //
 // defines: add, accumulate, scale, add_bias, bias_backward, embedding_forward,
 //          embedding_backward, gelu_forward, gelu_backward, swiglu_forward, swiglu_backward,
 //          dropout_forward, dropout_backward
+#include "kernels/cpu/simd_math.h"  // defines: exp_simd, normal_cdf
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 
@@ -76,12 +80,22 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
 
 // ---- activations --------------------------------------------------------------------------
 
+// kernels/math.h's gelu, gelu_grad, sigmoid, in vectorisable form.
+namespace {
+// gelu(x) = x Phi(x);  gelu'(x) = Phi(x) + x phi(x),  phi(x) = e^(-x^2/2) / sqrt(2 pi).
+float gelu_simd(float x) { return x * normal_cdf(x); }
+float gelu_grad_simd(float x) {
+  return normal_cdf(x) + x * 0.39894228040143268f * exp_simd(-0.5f * x * x);
+}
+float sigmoid_simd(float x) { return 1.0f / (1.0f + exp_simd(-x)); }
+}  // namespace
+
 void gelu_forward(float* out, const float* in, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = gelu(in[i]);
+  for (size_t i = 0; i < n; i++) out[i] = gelu_simd(in[i]);
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
-  for (size_t i = 0; i < n; i++) din[i] = dout[i] * gelu_grad(in[i]);
+  for (size_t i = 0; i < n; i++) din[i] = dout[i] * gelu_grad_simd(in[i]);
 }
 
 void swiglu_forward(float* out, const float* in, int N, int F) {
@@ -89,11 +103,12 @@ void swiglu_forward(float* out, const float* in, int N, int F) {
     const float* gate = in + (size_t)r * 2 * F;  // seek to row r: [gate (F) | up (F)]
     const float* up = gate + F;
     float* out_r = out + (size_t)r * F;
-    for (int c = 0; c < F; c++) out_r[c] = silu(gate[c]) * up[c];
+    for (int c = 0; c < F; c++) out_r[c] = gate[c] * sigmoid_simd(gate[c]) * up[c];
   }
 }
 
-// out = silu(g) u:  dg = dout u silu'(g),  du = dout silu(g).
+// out = silu(g) u:  dg = dout u silu'(g),  du = dout silu(g);
+// silu(g) = g s and silu'(g) = s + g s (1 - s), s = sigmoid(g).
 void swiglu_backward(float* din, const float* dout, const float* in, int N, int F) {
   for (int r = 0; r < N; r++) {
     const float* gate = in + (size_t)r * 2 * F;  // seek to row r of the input and its grad
@@ -102,8 +117,9 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
     float* dup = dgate + F;
     const float* dout_r = dout + (size_t)r * F;
     for (int c = 0; c < F; c++) {
-      dgate[c] = dout_r[c] * up[c] * silu_grad(gate[c]);
-      dup[c] = dout_r[c] * silu(gate[c]);
+      const float g = gate[c], s = sigmoid_simd(g);
+      dgate[c] = dout_r[c] * up[c] * (s + g * s * (1.0f - s));
+      dup[c] = dout_r[c] * (g * s);
     }
   }
 }

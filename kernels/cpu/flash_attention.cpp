@@ -42,7 +42,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/row_math.h"  // defines: exp_simd, row_max, row_sum
+#include "kernels/cpu/simd_math.h"  // defines: exp_simd, row_max, row_sum
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 

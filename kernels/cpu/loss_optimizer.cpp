@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/row_math.h"  // defines: exp_simd, row_max, row_sum
+#include "kernels/cpu/simd_math.h"  // defines: exp_simd, row_max, row_sum
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 

@@ -14,7 +14,9 @@
 // summation order, and with it the last bits, vary from run to run. The bf16 one cannot:
 // an atomic add into a bf16 table would round at every add, so there each token's first
 // row owns the token and sums all its rows itself (deterministic; see
-// embedding_backward_wte_owner_kernel).
+// embedding_backward_wte_owner_kernel). The token table may be a vocabulary range (tensor
+// parallelism): tokens outside it embed as 0 and add no gradient.
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -125,41 +127,62 @@ void bias_backward(bf16* dbias, const bf16* dy, int N, int C) {
 }
 
 // ---- embedding -----------------------------------------------------------------------------
-// mirrors cpu::embedding_forward: out[n, c] = wte[tok[n], c] + wpe[n % seq_len, c].
+// The token table holds ids [vocab_start, vocab_start + vocab_rows): a tensor-parallel rank's
+// slice of the vocabulary, or all of it. The older whole-vocabulary ops with wpe are the
+// range [0, INT_MAX) followed by the position op.
+
+// Row of the table holding token id `token`, or -1 when another rank owns it.
+__device__ inline int table_row(int token, int vocab_start, int vocab_rows) {
+  const int row = token - vocab_start;
+  return row >= 0 && row < vocab_rows ? row : -1;
+}
+
+// mirrors cpu::embedding_forward (vocab range): out[n, c] = wte[tok[n] - vocab_start, c], 0
+// for a token outside the range.
 template <typename T>
-__global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe,
-                                         size_t total, int seq_len, int C) {
+__global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte, int vocab_start,
+                                         int vocab_rows, size_t total, int C) {
   GRID_STRIDE_LOOP(i, total) {
-    size_t n = i / C;
-    int c = (int)(i % C);
-    float x = to_float(wte[(size_t)tokens[n] * C + c]);
-    if (wpe != nullptr) x += to_float(wpe[(n % seq_len) * C + c]);
-    store(out[i], x);
+    const int row = table_row(tokens[i / C], vocab_start, vocab_rows);
+    store(out[i], row >= 0 ? to_float(wte[(size_t)row * C + i % C]) : 0.0f);
   }
 }
 
-// mirrors cpu::embedding_backward (token part), fp32: dwte[tok[n], c] += dout[n, c]. Several
-// rows may carry the same token, hence atomicAdd (order-nondeterministic).
+// mirrors cpu::position_embedding_forward: out[n, c] += wpe[(first_row + n) % seq_len, c].
+template <typename T>
+__global__ void position_embedding_forward_kernel(T* out, const T* wpe, size_t total, int seq_len,
+                                                  int first_row, int C) {
+  GRID_STRIDE_LOOP(i, total) {
+    const size_t s = ((size_t)first_row + i / C) % seq_len;
+    store(out[i], to_float(out[i]) + to_float(wpe[s * C + i % C]));
+  }
+}
+
+// mirrors cpu::embedding_backward (vocab range), fp32: dwte[tok[n] - vocab_start, c] +=
+// dout[n, c]. Several rows may carry the same token, hence atomicAdd (order-nondeterministic).
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* tokens,
-                                              size_t total, int C) {
+                                              int vocab_start, int vocab_rows, size_t total,
+                                              int C) {
   GRID_STRIDE_LOOP(i, total) {
-    size_t n = i / C;
-    int c = (int)(i % C);
-    atomicAdd(&dwte[(size_t)tokens[n] * C + c], dout[i]);
+    const int row = table_row(tokens[i / C], vocab_start, vocab_rows);
+    if (row >= 0) atomicAdd(&dwte[(size_t)row * C + i % C], dout[i]);
   }
 }
 
-// mirrors cpu::embedding_backward (token part) without atomics, for bf16 tables. Block n
-// (kThreads threads) works only if row n is its token's first occurrence; it then sums, per
-// channel, dout over every row m >= n with that token, in row order and in fp32, and adds
-// the sum into dwte once (one rounding, like the CPU twin's). Deterministic; the price is
-// O(N^2) token comparisons (the tokens, 4N bytes, stay in cache).
+// mirrors cpu::embedding_backward (vocab range) without atomics, for bf16 tables. Block n
+// (kThreads threads) works only if row n's token is in the range and row n is its first
+// occurrence; it then sums, per channel, dout over every row m >= n with that token, in row
+// order and in fp32, and adds the sum into dwte once (one rounding, like the CPU twin's).
+// Deterministic; the price is O(N^2) token comparisons (the tokens, 4N bytes, stay in cache).
 template <typename T>
 __global__ void embedding_backward_wte_owner_kernel(T* dwte, const T* dout, const int* tokens,
-                                                    int N, int C) {
+                                                    int vocab_start, int vocab_rows, int N,
+                                                    int C) {
   __shared__ int rows[kThreads];  // this chunk's rows carrying the token, ascending
   __shared__ int warp_matches[kThreads / 32];
   const int n = blockIdx.x, tok = tokens[n];
+  const int row = table_row(tok, vocab_start, vocab_rows);
+  if (row < 0) return;  // the same answer in every thread, before any barrier
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   bool seen_before = false;
   for (int m = threadIdx.x; m < n; m += blockDim.x) seen_before |= tokens[m] == tok;
@@ -187,67 +210,139 @@ __global__ void embedding_backward_wte_owner_kernel(T* dwte, const T* dout, cons
       __syncthreads();  // the next chunk rewrites rows[] and warp_matches[]
     }
     if (c < C) {
-      T& dst = dwte[(size_t)tok * C + c];
+      T& dst = dwte[(size_t)row * C + c];
       store(dst, to_float(dst) + acc);
     }
   }
 }
 
-// mirrors cpu::embedding_backward (position part): dwpe[s, c] += sum over rows n = s, s +
-// seq_len, ... of dout[n, c]. One thread per (s, c) walks its rows: deterministic.
+// mirrors cpu::position_embedding_backward: dwpe[s, c] += sum over the rows n whose position
+// (first_row + n) % seq_len is s, i.e. n = n0, n0 + seq_len, ... with
+// n0 = (s - first_row) mod seq_len. One thread per (s, c) walks its rows in order:
+// deterministic, and summed in fp32 before the one rounding into a bf16 dwpe.
 template <typename T>
-__global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int N, int seq_len, int C) {
+__global__ void position_embedding_backward_kernel(T* dwpe, const T* dout, int N, int seq_len,
+                                                   int first_row, int C) {
   GRID_STRIDE_LOOP(i, (size_t)seq_len * C) {
-    size_t s = i / C, c = i % C;
+    const int s = (int)(i / C);
+    const size_t c = i % C;
+    const int n0 = ((s - first_row) % seq_len + seq_len) % seq_len;
     float acc = 0.0f;
-    for (size_t n = s; n < (size_t)N; n += seq_len) acc += to_float(dout[n * C + c]);
+    for (size_t n = n0; n < (size_t)N; n += seq_len) acc += to_float(dout[n * C + c]);
     store(dwpe[i], to_float(dwpe[i]) + acc);
   }
 }
 
 template <typename T>
-static void embedding_forward_launch(T* out, const int* tokens, const T* wte, const T* wpe, int N,
-                                     int seq_len, int C) {
-  size_t total = (size_t)N * C;
+static void embedding_forward_launch(T* out, const int* tokens, const T* wte, int vocab_start,
+                                     int vocab_rows, int N, int C) {
+  const size_t total = (size_t)N * C;
   if (total == 0) return;
-  embedding_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, tokens, wte, wpe, total,
-                                                                      seq_len, C);
+  embedding_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, tokens, wte,
+                                                                      vocab_start, vocab_rows,
+                                                                      total, C);
   KERNEL_CHECK();
 }
 
 template <typename T>
-static void embedding_backward_launch(T* dwte, T* dwpe, const T* dout, const int* tokens, int N,
-                                      int seq_len, int C) {
-  size_t total = (size_t)N * C;
+static void embedding_backward_launch(T* dwte, const T* dout, const int* tokens, int vocab_start,
+                                      int vocab_rows, int N, int C) {
+  const size_t total = (size_t)N * C;
   if (total == 0) return;
   if constexpr (std::is_same<T, float>::value)
-    embedding_backward_wte_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dwte, dout, tokens,
-                                                                             total, C);
+    embedding_backward_wte_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
+        dwte, dout, tokens, vocab_start, vocab_rows, total, C);
   else
-    embedding_backward_wte_owner_kernel<<<N, kThreads, 0, stream()>>>(dwte, dout, tokens, N, C);
+    embedding_backward_wte_owner_kernel<<<N, kThreads, 0, stream()>>>(dwte, dout, tokens,
+                                                                     vocab_start, vocab_rows, N, C);
   KERNEL_CHECK();
-  if (dwpe != nullptr) {
-    embedding_backward_wpe_kernel<<<grid_1d((size_t)seq_len * C), kThreads, 0, stream()>>>(
-        dwpe, dout, N, seq_len, C);
-    KERNEL_CHECK();
-  }
+}
+
+template <typename T>
+static void position_embedding_forward_launch(T* out, const T* wpe, int N, int seq_len,
+                                              int first_row, int C) {
+  const size_t total = (size_t)N * C;
+  if (total == 0) return;
+  position_embedding_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
+      out, wpe, total, seq_len, first_row, C);
+  KERNEL_CHECK();
+}
+
+template <typename T>
+static void position_embedding_backward_launch(T* dwpe, const T* dout, int N, int seq_len,
+                                               int first_row, int C) {
+  const size_t total = (size_t)seq_len * C;
+  if (N == 0 || total == 0) return;
+  position_embedding_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
+      dwpe, dout, N, seq_len, first_row, C);
+  KERNEL_CHECK();
+}
+
+// The whole-vocabulary ops: out = wte[tok] is exact in either storage type, so adding the
+// position afterwards rounds once, as a fused wte + wpe would.
+constexpr int kWholeVocab = std::numeric_limits<int>::max();
+
+template <typename T>
+static void embedding_forward_whole(T* out, const int* tokens, const T* wte, const T* wpe, int N,
+                                    int seq_len, int C) {
+  embedding_forward_launch(out, tokens, wte, 0, kWholeVocab, N, C);
+  if (wpe != nullptr) position_embedding_forward_launch(out, wpe, N, seq_len, 0, C);
+}
+template <typename T>
+static void embedding_backward_whole(T* dwte, T* dwpe, const T* dout, const int* tokens, int N,
+                                     int seq_len, int C) {
+  embedding_backward_launch(dwte, dout, tokens, 0, kWholeVocab, N, C);
+  if (dwpe != nullptr) position_embedding_backward_launch(dwpe, dout, N, seq_len, 0, C);
 }
 
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
                        int seq_len, int C) {
-  embedding_forward_launch(out, tokens, wte, wpe, N, seq_len, C);
+  embedding_forward_whole(out, tokens, wte, wpe, N, seq_len, C);
 }
 void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N,
                        int seq_len, int C) {
-  embedding_forward_launch(out, tokens, wte, wpe, N, seq_len, C);
+  embedding_forward_whole(out, tokens, wte, wpe, N, seq_len, C);
 }
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
                         int seq_len, int C) {
-  embedding_backward_launch(dwte, dwpe, dout, tokens, N, seq_len, C);
+  embedding_backward_whole(dwte, dwpe, dout, tokens, N, seq_len, C);
 }
 void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens, int N,
                         int seq_len, int C) {
-  embedding_backward_launch(dwte, dwpe, dout, tokens, N, seq_len, C);
+  embedding_backward_whole(dwte, dwpe, dout, tokens, N, seq_len, C);
+}
+
+void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
+                       int vocab_rows, int N, int C) {
+  embedding_forward_launch(out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
+void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int vocab_start,
+                       int vocab_rows, int N, int C) {
+  embedding_forward_launch(out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
+void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
+                        int vocab_rows, int N, int C) {
+  embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+void embedding_backward(bf16* dwte, const bf16* dout, const int* tokens, int vocab_start,
+                        int vocab_rows, int N, int C) {
+  embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
+                                int C) {
+  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C);
+}
+void position_embedding_forward(bf16* out, const bf16* wpe, int N, int seq_len, int first_row,
+                                int C) {
+  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C);
+}
+void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
+                                 int first_row, int C) {
+  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C);
+}
+void position_embedding_backward(bf16* dwpe, const bf16* dout, int N, int seq_len, int first_row,
+                                 int C) {
+  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C);
 }
 
 // ---- activations ---------------------------------------------------------------------------

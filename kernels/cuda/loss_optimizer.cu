@@ -6,6 +6,8 @@
 //   lse  = M + log sum_j exp(x_j - M)
 //   loss = lse - x_t                              (t = target)
 //   dx_j = (exp(x_j - lse) - [j == t]) grad_scale (written over the logits)
+// The three-pass form below splits this at its two reductions, for a vocabulary split over
+// tensor-parallel ranks.
 // Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
 // the per-block partials in block order, so the result does not depend on the GPU.
 //
@@ -54,6 +56,91 @@ void cross_entropy_forward_backward(float* losses, float* logits, const int* tar
                                     float grad_scale) {
   if (N == 0) return;
   cross_entropy_kernel<<<N, kThreads, 0, stream()>>>(losses, logits, targets, V, grad_scale);
+  KERNEL_CHECK();
+}
+
+// ---- cross-entropy in three passes (vocabulary-parallel) -------------------------------------
+// The same formulas split at the two reductions (kernels/cpu/cross_entropy.cpp); the caller
+// combines the passes' per-row results over the ranks in between. One block per row; only the
+// first `valid` columns take part, the padding gets gradient 0.
+
+// Column of target t on a rank holding ids [vocab_start, vocab_start + V), -1 when the row is
+// ignored (t < 0) or another rank holds t.
+__device__ inline int held_target(int t, int V, int vocab_start) {
+  const int j = t - vocab_start;
+  return t >= 0 && j >= 0 && j < V ? j : -1;
+}
+
+// mirrors cpu::cross_entropy_row_max; no valid column (all padding): -inf, the identity of max.
+__global__ void cross_entropy_row_max_kernel(float* row_max, const float* logits, int V,
+                                             int valid) {
+  const float* x = logits + (size_t)blockIdx.x * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = mx;
+}
+
+// mirrors cpu::cross_entropy_sum_exp. A target in the padding columns is no token (the CPU
+// twin throws; a kernel cannot): NaN, so the loss shows it.
+__global__ void cross_entropy_sum_exp_kernel(float* sum_exp, float* target_logit,
+                                             const float* logits, const float* row_max,
+                                             const int* targets, int V, int valid,
+                                             int vocab_start) {
+  const size_t row = blockIdx.x;
+  const float* x = logits + row * V;
+  const float m = row_max[row];
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) s += expf(x[j] - m);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    sum_exp[row] = s;
+    const int t = held_target(targets[row], V, vocab_start);
+    target_logit[row] = t < 0 ? 0.0f : t < valid ? x[t] : NAN;
+  }
+}
+
+// mirrors cpu::cross_entropy_finish: loss = m + log s - z_t; dz_j = exp(z_j - m) grad_scale / s,
+// minus grad_scale at the target's column when this rank holds it.
+__global__ void cross_entropy_finish_kernel(float* losses, float* logits, const int* targets,
+                                            const float* row_max, const float* sum_exp,
+                                            const float* target_logit, int V, int valid,
+                                            int vocab_start, float grad_scale) {
+  const size_t row = blockIdx.x;
+  float* x = logits + row * V;
+  if (targets[row] < 0) {  // ignored row: no loss, no gradient
+    for (int j = threadIdx.x; j < V; j += blockDim.x) x[j] = 0.0f;
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return;
+  }
+  const float m = row_max[row], s = sum_exp[row], norm = grad_scale / s;
+  if (threadIdx.x == 0) losses[row] = m + logf(s) - target_logit[row];
+  const int t = held_target(targets[row], V, vocab_start);
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    x[j] = j < valid ? expf(x[j] - m) * norm - (j == t ? grad_scale : 0.0f) : 0.0f;
+}
+
+void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid) {
+  if (N == 0) return;
+  cross_entropy_row_max_kernel<<<N, kThreads, 0, stream()>>>(row_max, logits, V, valid);
+  KERNEL_CHECK();
+}
+void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start) {
+  if (N == 0) return;
+  cross_entropy_sum_exp_kernel<<<N, kThreads, 0, stream()>>>(sum_exp, target_logit, logits,
+                                                             row_max, targets, V, valid,
+                                                             vocab_start);
+  KERNEL_CHECK();
+}
+void cross_entropy_finish(float* losses, float* logits, const int* targets, const float* row_max,
+                          const float* sum_exp, const float* target_logit, int N, int V, int valid,
+                          int vocab_start, float grad_scale) {
+  if (N == 0) return;
+  cross_entropy_finish_kernel<<<N, kThreads, 0, stream()>>>(losses, logits, targets, row_max,
+                                                            sum_exp, target_logit, V, valid,
+                                                            vocab_start, grad_scale);
   KERNEL_CHECK();
 }
 

@@ -9,7 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 trainer=${1:-$root/trainer}
 case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
-[ -x "$trainer" ] || { echo "no trainer at $trainer (make CPU_ONLY=1 trainer)"; echo "0 passed, 1 failed"; exit 1; }
+give_up() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
+[ -x "$trainer" ] || give_up "no trainer at $trainer (make CPU_ONLY=1 trainer)"
 cd "$root"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -20,7 +21,8 @@ for variant in flash naive; do
   "$trainer" "${config[@]}" --attention "$variant" --plan --json > "$work/plan_$variant.json" ||
     fail_run "--plan --attention $variant"
   "$trainer" "${config[@]}" --attention "$variant" --hidden-dropout 0.1 --attention-dropout 0.1 \
-    --plan --json > "$work/plan_${variant}_dropout.json" || fail_run "--plan --attention $variant (dropout)"
+    --plan --json > "$work/plan_${variant}_dropout.json" ||
+    fail_run "--plan --attention $variant (dropout)"
   for loss in fused unfused; do
     flag=(); [ "$loss" = unfused ] && flag=(--no-fused-ce)
     "$trainer" "${config[@]}" --attention "$variant" "${flag[@]}" \

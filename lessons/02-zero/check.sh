@@ -10,8 +10,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 trainer=${1:-$root/trainer}
 case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
-[ -x "$trainer" ] || { echo "no trainer at $trainer (make CPU_ONLY=1 trainer)"; echo "0 passed, 1 failed"; exit 1; }
-command -v mpirun >/dev/null || { echo "mpirun not found (apt-get install mpich)"; echo "0 passed, 1 failed"; exit 1; }
+give_up() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
+[ -x "$trainer" ] || give_up "no trainer at $trainer (make CPU_ONLY=1 trainer)"
+command -v mpirun >/dev/null || give_up "mpirun not found (apt-get install mpich)"
 cd "$root"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -383,6 +383,35 @@ void check_embedding(int B, int S, int C, int V) {
       return worst({err(dwte), err(dwpe)});
     });
   }
+  // The vocab-range table of a middle tensor-parallel rank: ids [V/3, V/3 + V/2), so some
+  // tokens fall below and some above it. Positions start mid-sequence (sequence parallelism).
+  const int start = V / 3, rows = V / 2, first = S / 2 + 1;
+  Twin<T> wte_local(random_values<T>((size_t)rows * C));
+  check("embedding_forward (vocab range)" + tag, P::layout, [&] {
+    std::unique_ptr<Twin<T>> out(written<T>((size_t)N * C));
+    kernels::embedding_forward(Device::CPU, out->c(), tokens.c(), wte_local.c(), start, rows, N, C);
+    kernels::embedding_forward(Device::CUDA, out->g(), tokens.g(), wte_local.g(), start, rows, N,
+                               C);
+    return err(*out);
+  });
+  check("embedding_backward (vocab range)" + tag, P::reduction, [&] {
+    Twin<T> dwte(random_values<T>((size_t)rows * C));
+    kernels::embedding_backward(Device::CPU, dwte.c(), dout.c(), tokens.c(), start, rows, N, C);
+    kernels::embedding_backward(Device::CUDA, dwte.g(), dout.g(), tokens.g(), start, rows, N, C);
+    return err(dwte);
+  });
+  check("position_embedding_forward" + tag, P::elementwise, [&] {
+    Twin<T> out(random_values<T>((size_t)N * C));
+    kernels::position_embedding_forward(Device::CPU, out.c(), wpe.c(), N, S, first, C);
+    kernels::position_embedding_forward(Device::CUDA, out.g(), wpe.g(), N, S, first, C);
+    return err(out);
+  });
+  check("position_embedding_backward" + tag, P::reduction, [&] {
+    Twin<T> dwpe(random_values<T>((size_t)S * C));
+    kernels::position_embedding_backward(Device::CPU, dwpe.c(), dout.c(), N, S, first, C);
+    kernels::position_embedding_backward(Device::CUDA, dwpe.g(), dout.g(), N, S, first, C);
+    return err(dwpe);
+  });
 }
 
 // The statistics mean and rstd are fp32 in both storage types.
@@ -554,6 +583,43 @@ void check_loss_optimizer() {
                                             1.0f / N);
     kernels::cross_entropy_forward_backward(Device::CUDA, losses->g(), logits.g(), t.g(), N, V,
                                             1.0f / N);
+    return worst({err(*losses), err(logits)});
+  });
+
+  // The three passes on the last rank of a 3-way vocabulary split: columns [2V, 3V), the last
+  // 7 of them padding; targets on other ranks and on this one. Each pass is compared on the
+  // CPU pass's inputs, copied to the GPU (as the backward checks above do).
+  const int valid = V - 7, start = 2 * V;
+  std::vector<int> split_targets = random_ints(N, 0, start + valid - 1);
+  for (int i = 0; i < N; i += 4) split_targets[i] = start + (i * 37) % valid;  // held here
+  split_targets[3] = -1;
+  Twin<int> st(split_targets);
+  Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
+  std::unique_ptr<Twin<float>> row_max(written(N)), sum_exp(written(N)), target_logit(written(N));
+  auto share = [&](Twin<float>& x) {
+    kernels::memcpy_from_host(Device::CUDA, x.g(), x.c(), x.cpu.size() * sizeof(float));
+  };
+  check("cross_entropy_row_max", P::reduction, [&] {
+    kernels::cross_entropy_row_max(Device::CPU, row_max->c(), logits.c(), N, V, valid);
+    kernels::cross_entropy_row_max(Device::CUDA, row_max->g(), logits.g(), N, V, valid);
+    return err(*row_max);
+  });
+  check("cross_entropy_sum_exp", P::reduction, [&] {
+    share(*row_max);
+    kernels::cross_entropy_sum_exp(Device::CPU, sum_exp->c(), target_logit->c(), logits.c(),
+                                   row_max->c(), st.c(), N, V, valid, start);
+    kernels::cross_entropy_sum_exp(Device::CUDA, sum_exp->g(), target_logit->g(), logits.g(),
+                                   row_max->g(), st.g(), N, V, valid, start);
+    return worst({err(*sum_exp), err(*target_logit)});
+  });
+  check("cross_entropy_finish", P::reduction, [&] {
+    share(*sum_exp);
+    share(*target_logit);
+    std::unique_ptr<Twin<float>> losses(written(N));
+    kernels::cross_entropy_finish(Device::CPU, losses->c(), logits.c(), st.c(), row_max->c(),
+                                  sum_exp->c(), target_logit->c(), N, V, valid, start, 1.0f / N);
+    kernels::cross_entropy_finish(Device::CUDA, losses->g(), logits.g(), st.g(), row_max->g(),
+                                  sum_exp->g(), target_logit->g(), N, V, valid, start, 1.0f / N);
     return worst({err(*losses), err(logits)});
   });
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Equivalence with the single-rank run (DESIGN.md, "Correctness is equivalence"): every data-
-# parallel configuration must give the losses and final parameters of one rank training the
-# same global batch, to 1e-5 relative over 5 steps (fp32, CPU backend, MPI ranks).
+# and tensor-parallel configuration must give the losses, the final parameters and the last
+# step's gradients (gathered to full shape by --save) of one rank training the same global
+# batch, to 1e-5 relative over 5 steps (fp32, CPU backend, MPI ranks).
 #
 # usage: tests/mpi/equivalence.sh ./trainer [filter]   (filter: substring of a case name)
 set -uo pipefail
@@ -63,6 +64,32 @@ for arch in gpt llama; do
     done
   done
 done
+# Tensor (and sequence) parallelism, alone and with data parallelism: the same global batch.
+llama4="${llama/--num-query-groups 2/--num-query-groups 4}"   # groups divisible by tp 4
+run "llama4-ref" 1 $llama4 $common --micro-batch-size 8 || { echo "reference run failed"; exit 1; }
+for arch in gpt llama; do
+  model=${!arch}
+  for sp in "" "--sequence-parallel"; do
+    check "$arch-tp2${sp:+-sp}" "$arch-ref" 2 $model $common --micro-batch-size 8 --tp 2 $sp
+    check "$arch-tp2${sp:+-sp}-mbs4" "$arch-ref" 2 $model $common --micro-batch-size 4 --tp 2 $sp
+  done
+  for zero in 1 3; do
+    check "$arch-tp2-dp2-zero$zero" "$arch-ref" 4 $model $common --micro-batch-size 2 --tp 2 \
+      --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
+    check "$arch-tp2-sp-dp2-zero$zero" "$arch-ref" 4 $model $common --micro-batch-size 2 \
+      --tp 2 --sequence-parallel --zero-stage "$zero" --ddp-bucket-size 20000
+  done
+done
+check "gpt-tp4" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4
+check "gpt-tp4-sp" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4 --sequence-parallel
+check "llama-tp4" "llama4-ref" 4 $llama4 $common --micro-batch-size 8 --tp 4
+check "llama-tp4-sp" "llama4-ref" 4 $llama4 $common --micro-batch-size 8 --tp 4 --sequence-parallel
+# a vocabulary tp does not divide: padded to a multiple of tp, the padding masked out
+gpt63="${gpt/--vocab-size 64/--vocab-size 63}"
+run "gpt63-ref" 1 $gpt63 $common --micro-batch-size 8 || { echo "reference run failed"; exit 1; }
+check "gpt63-tp2-sp" "gpt63-ref" 2 $gpt63 $common --micro-batch-size 8 --tp 2 --sequence-parallel
+check "gpt63-tp4" "gpt63-ref" 4 $gpt63 $common --micro-batch-size 8 --tp 4
+
 # --bf16: the same runs in bf16 storage against the single-rank bf16 run. Sums of bf16
 # gradients in another order round differently, so the bound is bf16's (2e-2), not fp32's;
 # the ledgers and communication must still equal the plan exactly.

@@ -207,9 +207,9 @@ void run_case(const Case& c) {
       }
     }
     d.after_optimizer_step();
-    if (g_topo->layout().world() > 1) {  // the trainer's loss average
-      float loss = 1;
-      g_topo->world().all_reduce(&loss, 1);
+    if (g_topo->layout().world() > 1) {  // the trainer's loss average, on a device scalar
+      Buffer<float> loss(kernels::Device::CPU, 1, Category::COMM_BUFFERS);
+      g_topo->world().all_reduce(loss.data(), 1);
     }
 
     // The step is over: its memory and communication against the plan.

@@ -1,0 +1,72 @@
+// kernels/cpu/embedding.cpp: the token embedding over a range of the vocabulary, and the
+// learned position embedding.
+//
+// Tensor parallelism splits the token table by rows (vocabulary ids): rank r holds ids
+// [vocab_start, vocab_start + vocab_rows). Each rank writes the rows of the tokens it owns
+// and zeros for the others, so the sum of the ranks' outputs (the all-reduce or
+// reduce-scatter that follows, parallel/tensor_parallel.h) is the full embedding. With one
+// rank, vocab_start = 0 and vocab_rows = V: every token is in range.
+//
+// Positions are separate so that a rank holding only some token rows (sequence parallelism:
+// rows [first_row, first_row + N) of the (batch, seq_len) layout) adds the right positions.
+//
+// defines: embedding_forward, embedding_backward (vocab range), position_embedding_forward,
+//          position_embedding_backward
+#include "kernels/cpu_ops.h"
+
+namespace kernels {
+namespace cpu {
+
+// The row of the local table that holds token id t, or -1 when another rank owns it.
+static int local_row(int t, int vocab_start, int vocab_rows) {
+  const int row = t - vocab_start;
+  return row >= 0 && row < vocab_rows ? row : -1;
+}
+
+void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
+                       int vocab_rows, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    float* out_i = out + (size_t)i * C;  // seek to token i's output row
+    const int row = local_row(tokens[i], vocab_start, vocab_rows);
+    if (row < 0) {
+      for (int c = 0; c < C; c++) out_i[c] = 0.0f;
+      continue;
+    }
+    const float* wte_t = wte + (size_t)row * C;  // seek to the row of its token id
+    for (int c = 0; c < C; c++) out_i[c] = wte_t[c];
+  }
+}
+
+// A token id that occurs several times gathers the sum of its rows' gradients, in row order;
+// the sequential loop needs no atomics (the CUDA twin does).
+void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
+                        int vocab_rows, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    const int row = local_row(tokens[i], vocab_start, vocab_rows);
+    if (row < 0) continue;
+    const float* dout_i = dout + (size_t)i * C;  // seek to token i's gradient row
+    float* dwte_t = dwte + (size_t)row * C;
+    for (int c = 0; c < C; c++) dwte_t[c] += dout_i[c];
+  }
+}
+
+void position_embedding_forward(float* out, const float* wpe, int N, int seq_len,
+                                int first_row, int C) {
+  for (int i = 0; i < N; i++) {
+    float* out_i = out + (size_t)i * C;
+    const float* wpe_s = wpe + (size_t)((first_row + i) % seq_len) * C;  // its position's row
+    for (int c = 0; c < C; c++) out_i[c] += wpe_s[c];
+  }
+}
+
+void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
+                                 int first_row, int C) {
+  for (int i = 0; i < N; i++) {
+    const float* dout_i = dout + (size_t)i * C;
+    float* dwpe_s = dwpe + (size_t)((first_row + i) % seq_len) * C;
+    for (int c = 0; c < C; c++) dwpe_s[c] += dout_i[c];
+  }
+}
+
+}  // namespace cpu
+}  // namespace kernels

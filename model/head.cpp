@@ -1,0 +1,176 @@
+// model/head.cpp: unit L+1 of the model: the final norm, the output layer and the loss
+// (notes/model.md).
+//
+// The output layer is column-parallel over the vocabulary: each tp rank multiplies the full
+// final-norm output xf (all-gathered with sequence parallelism) by its V/t rows of the
+// output weight (gpt: the tied embedding table) and computes the softmax cross-entropy with
+// vocab_parallel_cross_entropy, so no rank ever holds a row of all V logits. At tp 1 this is
+// the fused loss of a single rank.
+//
+// The loss is fused by default (--no-fused-ce turns it off): tokens go through in chunks of
+// `cross_entropy_chunk`; per chunk the logits are computed, turned in place into their
+// gradient, and immediately multiplied back: d(xf) = dlogits W and dW += dlogits^T xf. So
+// the head's backward runs inside the forward and what it leaves for backward is d(xf).
+#include <algorithm>
+#include "kernels/ops.h"
+#include "model/transformer_state.h"
+
+namespace paralab {
+
+namespace {
+// Real vocabulary columns among this rank's V_l (the last rank's may be padding).
+int valid_columns(const ModelConfig& full, int vocab_rows, int rank) {
+  return std::max(0, std::min(vocab_rows, full.vocab_size - rank * vocab_rows));
+}
+}  // namespace
+
+template <typename T>
+float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float grad_scale) {
+  DataParallel& dp = *dp_;
+  const ModelConfig& m = local_;
+  const kernels::Device dev = device_;
+  const int h = m.hidden_size, N = B * m.seq_length, Nl = tp_.local_tokens(N), L = m.num_layers;
+  const int V = m.vocab_size, cols = valid_columns(config_, V, tp_.rank());
+  const Category act = Category::ACTIVATIONS;
+  Workspace<T>& ws = s.ws;
+
+  // ---- final norm on this rank's tokens; xf: scratch when the loss is fused, else saved
+  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, true));
+  if (m.is_gpt()) s.final_mean.allocate(dev, Nl, act);
+  s.final_rstd.allocate(dev, Nl, act);
+  T* xf;
+  if (!m.fused_cross_entropy) {
+    s.xf_saved.allocate(dev, (size_t)Nl * h, act);
+    xf = s.xf_saved.data();
+  } else {
+    xf = tp_.sequence_parallel ? ws.xf_local.data() : ws.xf.data();
+  }
+  const T* fw = H + view("final_norm.weight").unit_offset;
+  if (m.is_gpt())
+    kernels::layernorm_forward(dev, xf, s.final_mean.data(), s.final_rstd.data(), x, fw,
+                               H + view("final_norm.bias").unit_offset, Nl, h, m.norm_epsilon);
+  else
+    kernels::rmsnorm_forward(dev, xf, s.final_rstd.data(), x, fw, Nl, h, m.norm_epsilon);
+  // the output layer is column-parallel: it needs every token (f, or g-bar with sp)
+  const T* xf_full =
+      tp_.enter_column_parallel(xf, m.fused_cross_entropy ? ws.xf.data() : ws.gathered.data(),
+                                N, h);
+
+  // ---- output layer and loss: the gradient of the mean loss over the valid tokens, x grad_scale
+  const float ce_scale = valid > 0 ? grad_scale / valid : 0.0f;
+  const bool keep = keep_logits_ && tp_.size() == 1;
+  if (keep) last_logits_.assign((size_t)N * V, 0.0f);
+  const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
+  const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, true)) : H) +
+               head.unit_offset;
+  const int chunk = std::min(N, std::max(1, m.cross_entropy_chunk));
+  if (m.fused_cross_entropy) {
+    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
+    // this rank's partial d(xf) over all N tokens, summed over tp below
+    T* dxf_full = ws.dxf_full.data();
+    if (!tp_.sequence_parallel) {  // reduced in place: it is the saved d(xf) itself
+      s.dxf.allocate(dev, (size_t)N * h, act);
+      dxf_full = s.dxf.data();
+    }
+    Buffer<float> logits(dev, (size_t)chunk * V, Category::LOGITS);
+    Buffer<T> dlogits_scratch;  // bf16 only: the loss gradient rounded for the GEMMs
+    for (int t0 = 0; t0 < N; t0 += chunk) {
+      const int n = std::min(chunk, N - t0);
+      kernels::gemm(dev, false, true, n, V, h, 1.0f, xf_full + (size_t)t0 * h, h, W, h, 0.0f,
+                    logits.data(), V);
+      if (keep)
+        kernels::memcpy_to_host(dev, last_logits_.data() + (size_t)t0 * V, logits.data(),
+                                (size_t)n * V * sizeof(float));
+      vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, logits.data(),
+                                   s.targets.data() + t0, ws.loss_scratch.data(), n, V, cols,
+                                   ce_scale);
+      // d(xf) = dlogits W;  dW += dlogits^T xf
+      const T* dlogits =
+          loss_gradient_as<T>(dev, logits.data(), (size_t)chunk * V, dlogits_scratch);
+      kernels::gemm(dev, false, false, n, h, V, 1.0f, dlogits, V, W, h, 0.0f,
+                    dxf_full + (size_t)t0 * h, h);
+      kernels::gemm(dev, true, false, V, h, n, 1.0f, dlogits, V, xf_full + (size_t)t0 * h, h,
+                    1.0f, dW, h);
+    }
+    // the output layer's input gradient: summed over tp (f's backward, g-bar's with sp)
+    if (tp_.sequence_parallel) s.dxf.allocate(dev, (size_t)Nl * h, act);
+    tp_.enter_column_parallel_backward(dxf_full, s.dxf.data(), N, h);
+  } else {
+    s.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
+    kernels::gemm(dev, false, true, N, V, h, 1.0f, xf_full, h, W, h, 0.0f, s.logits.data(), V);
+    if (keep)
+      kernels::memcpy_to_host(dev, last_logits_.data(), s.logits.data(),
+                              (size_t)N * V * sizeof(float));
+    for (int t0 = 0; t0 < N; t0 += chunk)
+      vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, s.logits.data() + (size_t)t0 * V,
+                                   s.targets.data() + t0, ws.loss_scratch.data(),
+                                   std::min(chunk, N - t0), V, cols, ce_scale);
+  }
+  if (m.tied_embeddings()) dp.release_params(0);
+  dp.release_params(L + 1);
+
+  // every tp rank has every token's loss (the loss's all-reduces made them equal)
+  std::vector<float> losses(N);
+  kernels::memcpy_to_host(dev, losses.data(), ws.losses.data(), N * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += losses[i];
+  return valid > 0 ? (float)(sum / valid) : 0.0f;
+}
+
+template <typename T>
+void Transformer::head_backward(State<T>& s) {
+  DataParallel& dp = *dp_;
+  const ModelConfig& m = local_;
+  const kernels::Device dev = device_;
+  const int h = m.hidden_size, N = s.B * m.seq_length, Nl = tp_.local_tokens(N);
+  const int L = m.num_layers, V = m.vocab_size;
+  Workspace<T>& ws = s.ws;
+
+  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, false));
+  const T* d_local = s.dxf.data();  // fused: reduced in forward
+  if (!m.fused_cross_entropy) {
+    // d(xf) = dlogits W, dW += dlogits^T xf (xf all-gathered again with sp), summed over tp
+    const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
+    const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, false)) : H) +
+                 head.unit_offset;
+    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
+    Buffer<T> dlogits_scratch;
+    const T* dlogits = loss_gradient_as<T>(dev, s.logits.data(), (size_t)N * V, dlogits_scratch);
+    const T* xf_full = tp_.enter_column_parallel(s.xf_saved.data(), ws.gathered.data(), N, h);
+    s.dxf.allocate(dev, (size_t)N * h, Category::WORKSPACE);
+    kernels::gemm(dev, false, false, N, h, V, 1.0f, dlogits, V, W, h, 0.0f, s.dxf.data(), h);
+    kernels::gemm(dev, true, false, V, h, N, 1.0f, dlogits, V, xf_full, h, 1.0f, dW, h);
+    if (m.tied_embeddings()) dp.release_params(0);
+    s.logits.reset();
+    s.xf_saved.reset();
+    d_local = tp_.enter_column_parallel_backward(s.dxf.data(), ws.tmp_l.data(), N, h);
+  }
+  // the final norm's backward writes d(last layer output) into dres
+  T* G = static_cast<T*>(dp.grads(L + 1));
+  T* dres = ws.dres.data();
+  kernels::memset_zero(dev, dres, (size_t)Nl * h * sizeof(T));
+  const T* x_last = L > 0 ? s.acts.back().out.data() : s.x0.data();
+  const size_t fw = view("final_norm.weight").unit_offset;
+  if (m.is_gpt()) {
+    const size_t fb = view("final_norm.bias").unit_offset;
+    kernels::layernorm_backward(dev, dres, G + fw, G + fb, d_local, x_last, H + fw,
+                                s.final_mean.data(), s.final_rstd.data(), Nl, h);
+  } else {
+    kernels::rmsnorm_backward(dev, dres, G + fw, d_local, x_last, H + fw, s.final_rstd.data(),
+                              Nl, h);
+  }
+  dp.release_params(L + 1);
+  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[L + 1]);
+  dp.backward_done(L + 1);
+  s.dxf.reset();
+  s.final_mean.reset();
+  s.final_rstd.reset();
+}
+
+template float Transformer::head_forward(State<float>&, const float*, int, int, float);
+template float Transformer::head_forward(State<kernels::bf16>&, const kernels::bf16*, int, int,
+                                         float);
+template void Transformer::head_backward(State<float>&);
+template void Transformer::head_backward(State<kernels::bf16>&);
+
+}  // namespace paralab

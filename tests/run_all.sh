@@ -17,5 +17,6 @@ run "unit tests (gtest)" "$unit"
 run "command-line errors" bash tests/cli_errors.sh ./trainer
 run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh "$build/test_comm"
 run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
+run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -73,7 +73,7 @@ for arch in gpt llama; do
     check "$arch-tp2${sp:+-sp}" "$arch-ref" 2 $model $common --micro-batch-size 8 --tp 2 $sp
     check "$arch-tp2${sp:+-sp}-mbs4" "$arch-ref" 2 $model $common --micro-batch-size 4 --tp 2 $sp
   done
-  for zero in 1 3; do
+  for zero in 0 1 2 3; do
     check "$arch-tp2-dp2-zero$zero" "$arch-ref" 4 $model $common --micro-batch-size 2 --tp 2 \
       --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
     check "$arch-tp2-sp-dp2-zero$zero" "$arch-ref" 4 $model $common --micro-batch-size 2 \

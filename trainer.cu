@@ -103,16 +103,17 @@ void save_parameters(Transformer& model, const std::string& path, bool rank0) {
   write_tensor_file(path, tensors);
 }
 
-// What this build can plan but not yet train: one line naming the flag, exit 2.
+// What this build can plan but not train yet: one line naming the flag, exit 2.
 void check_trainable(const Options& o) {
   const ParallelConfig& p = o.parallel;
-  auto refuse = [](const std::string& what) {
-    throw FlagError(what + ": not implemented yet (this build trains data and tensor "
-                           "parallelism)");
+  auto refuse = [](const std::string& flag, int value) {
+    throw FlagError(flag + " " + std::to_string(value) +
+                    ": this build trains data and tensor parallelism only; use --plan to "
+                    "predict this configuration");
   };
-  if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_parallel));
-  if (p.context_parallel > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel));
-  if (p.expert_parallel > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_parallel));
+  if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size", p.pipeline_parallel);
+  if (p.context_parallel > 1) refuse("--context-parallel-size", p.context_parallel);
+  if (p.expert_parallel > 1) refuse("--expert-model-parallel-size", p.expert_parallel);
 }
 
 int train(const Options& o, const World& w) {

@@ -228,8 +228,14 @@ void fail(const std::string& msg, int code) {
   std::fflush(stdout);
   std::fprintf(stderr, "paralab: rank %d: %s\n", rank, msg.c_str());
   std::fflush(stderr);
-  // MPI_Abort makes the launcher kill every other rank, wherever it is blocked.
-  if (mpi && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  // MPI_Abort makes the launcher kill every other rank, wherever it is blocked. The launcher
+  // forwards our stderr asynchronously and may tear the job down before it has: give it a
+  // moment, so the job ends WITH this rank's message (seen lost on a loaded machine).
+  if (mpi && size > 1) {
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::exit(code);
 }
 

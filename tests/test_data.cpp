@@ -231,8 +231,8 @@ TEST(Data, EveryBadFileSaysWhichAndWhy) {
             "--data-path /nonexistent/tokens.bin: no such file");
   EXPECT_EQ(data_error("/tmp", 256, 16), "--data-path /tmp: not a regular file");
 
-  std::vector<uint8_t> stub(100, 1);
-  TempFile short_bin(".bin", stub.data(), stub.size());
+  std::vector<uint8_t> junk(100, 1);
+  TempFile short_bin(".bin", junk.data(), junk.size());
   EXPECT_EQ(data_error(short_bin.path(), 256, 16),
             "--data-path " + short_bin.path() +
                 ": file of 100 bytes is shorter than the 1024-byte llm.c header");

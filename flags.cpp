@@ -22,6 +22,9 @@ struct RawFlags {
   std::string attention_flops = "full", device, comm;
   bool use_distributed_optimizer = false;
   int world_size = 0;  // --world-size; 0 = not given
+  std::string pipeline_schedule;   // empty: 1f1b, or interleaved with virtual stages
+  int virtual_pipeline = 0;        // 0 = not given
+  int layers_per_virtual_stage = 0;
 };
 
 // Streams its arguments into one message: fail("--x (", 3, ") must ...").
@@ -175,7 +178,31 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "to divide --seq-length; ignored with a warning at --tp 1")
       ->group(kParallel);
   app.add_option("--pipeline-model-parallel-size,--pp", p.pipeline_parallel,
-                 "pipeline stages: split the layers; must divide --num-layers")
+                 "pipeline stages: split the layers; must divide --num-layers, unless "
+                 "--decoder-first/last-pipeline-num-layers give uneven stages")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--pipeline-schedule", raw.pipeline_schedule,
+                 "pipeline schedule: gpipe (all forwards, then all backwards; holds m "
+                 "microbatches), 1f1b (warm-up, one forward one backward, cool-down; stage r "
+                 "holds min(p - r, m)), interleaved (Megatron's 1F1B over virtual stages: "
+                 "bubble / v; needs the microbatches a multiple of --pp), zb-h1 (zero bubble: "
+                 "weight gradients deferred into the cool-down; 1f1b's memory). Default 1f1b, "
+                 "or interleaved when virtual stages are given")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))->group(kParallel);
+  app.add_option("--virtual-pipeline-model-parallel-size,--vpp", raw.virtual_pipeline,
+                 "model chunks v per pipeline rank (interleaved): chunk c of rank r is stage "
+                 "c x pp + r; v must divide each rank's layers")
+      ->group(kParallel);
+  app.add_option("--num-layers-per-virtual-pipeline-stage", raw.layers_per_virtual_stage,
+                 "layers per model chunk, the other way to give v = layers / (pp x this)")
+      ->group(kParallel);
+  app.add_option("--decoder-first-pipeline-num-layers", p.first_stage_layers,
+                 "layers of the first pipeline stage (it also runs the embedding); the stages "
+                 "not given split the rest evenly; 0: the even split")
+      ->capture_default_str()->group(kParallel);
+  app.add_option("--decoder-last-pipeline-num-layers", p.last_stage_layers,
+                 "layers of the last pipeline stage (it also runs the head and the loss); "
+                 "0: the even split")
       ->capture_default_str()->group(kParallel);
   app.add_option("--context-parallel-size,--cp", p.context_parallel,
                  "context parallel ranks: split every sequence (ring attention); 2 x cp must "
@@ -230,6 +257,14 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "with --plan: plan for this many ranks without launching them (a run's "
                  "world size is the number of ranks mpirun starts)")
       ->group(kReport);
+  app.add_flag("--print-schedule", o.print_schedule,
+               "with --plan: each pipeline rank's simulated timeline, to scale, idle as dots "
+               "(on stderr with --json)")
+      ->group(kReport);
+  app.add_option("--trace", o.trace,
+                 "with --plan: write the simulated pipeline timeline as Chrome trace JSON, one "
+                 "lane per rank (open in ui.perfetto.dev)")
+      ->type_name("FILE")->group(kReport);
   app.add_option("--metrics-jsonl", o.metrics_jsonl,
                  "write one JSON object per step, with every reported field, to this file "
                  "(replacing it)")
@@ -256,6 +291,73 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
       ->group(kReport);
 }
 
+// Pipeline: virtual stages, the schedule, the layers of each stage (pipeline_schedule.h).
+void check_pipeline(Options& o, const RawFlags& raw) {
+  ParallelConfig& p = o.parallel;
+  const int pp = p.pipeline_parallel, L = o.model.num_layers;
+  const int first = p.first_stage_layers, last = p.last_stage_layers;
+  check_at_least("--virtual-pipeline-model-parallel-size", raw.virtual_pipeline, 0);
+  check_at_least("--num-layers-per-virtual-pipeline-stage", raw.layers_per_virtual_stage, 0);
+  check_at_least("--decoder-first-pipeline-num-layers", first, 0);
+  check_at_least("--decoder-last-pipeline-num-layers", last, 0);
+  const bool uneven = first > 0 || last > 0;
+  std::ostringstream given;  // the uneven flags as typed, for the messages
+  if (first > 0) given << "--decoder-first-pipeline-num-layers (" << first << ")";
+  if (first > 0 && last > 0) given << " + ";
+  if (last > 0) given << "--decoder-last-pipeline-num-layers (" << last << ")";
+  if (uneven && pp == 1) fail(given.str(), " needs --pp > 1");
+
+  int v = raw.virtual_pipeline > 0 ? raw.virtual_pipeline : 1;
+  if (raw.layers_per_virtual_stage > 0) {
+    const int n = raw.layers_per_virtual_stage;
+    if (raw.virtual_pipeline > 0)
+      fail("give --virtual-pipeline-model-parallel-size (", raw.virtual_pipeline,
+           ") or --num-layers-per-virtual-pipeline-stage (", n, "), not both");
+    if (uneven)
+      fail("--num-layers-per-virtual-pipeline-stage needs the even split; with ", given.str(),
+           " give --virtual-pipeline-model-parallel-size");
+    if (L % (pp * n) != 0)
+      fail("--num-layers (", L, ") must be divisible by --pp (", pp,
+           ") x --num-layers-per-virtual-pipeline-stage (", n, ") = ", pp * n);
+    v = L / (pp * n);
+  }
+  if (v > 1 && pp == 1)
+    fail(raw.virtual_pipeline > 0 ? "--virtual-pipeline-model-parallel-size ("
+                                  : "--num-layers-per-virtual-pipeline-stage (",
+         raw.virtual_pipeline > 0 ? raw.virtual_pipeline : raw.layers_per_virtual_stage,
+         ") needs --pp > 1");
+
+  PipelineSchedule kind = v > 1 ? PipelineSchedule::INTERLEAVED : PipelineSchedule::ONE_F_ONE_B;
+  if (!raw.pipeline_schedule.empty()) parse_schedule_name(raw.pipeline_schedule, &kind);
+  if (kind == PipelineSchedule::INTERLEAVED && v == 1)
+    fail("--pipeline-schedule interleaved needs virtual stages: "
+         "--virtual-pipeline-model-parallel-size > 1 or --num-layers-per-virtual-pipeline-stage");
+  if (kind != PipelineSchedule::INTERLEAVED && v > 1)
+    fail("--pipeline-schedule ", schedule_name(kind), " takes no virtual stages, got ", v,
+         " (use --pipeline-schedule interleaved)");
+
+  if (!uneven) {
+    if (L % pp != 0) fail("--pp (", pp, ") must divide --num-layers (", L, ")");
+    if (L / pp % v != 0)
+      fail("--num-layers (", L, ") must be divisible by --pp (", pp, ") x virtual stages (", v,
+           ") = ", pp * v);
+  } else {
+    const int middle = pp - (first > 0) - (last > 0), rest = L - first - last;
+    if (middle == 0 && rest != 0)
+      fail(given.str(), " must add up to --num-layers (", L, ") with --pp ", pp);
+    if (middle > 0 && (rest <= 0 || rest % middle != 0))
+      fail(given.str(), ": the other ", middle, " stage(s) of --pp ", pp,
+           " cannot split the remaining ", rest, " of --num-layers (", L, ") evenly");
+    const int rest_each = middle > 0 ? rest / middle : 0;
+    for (int n : {first, last, rest_each})
+      if (n > 0 && n % v != 0)
+        fail("virtual stages (", v, ") must divide every stage's layers: ", given.str(),
+             ", the others ", rest_each);
+  }
+  p.virtual_pipeline = v;
+  p.pipeline_schedule = kind;
+}
+
 Arch to_arch(const std::string& s) { return s == "llama" ? Arch::LLAMA : Arch::GPT; }
 AttentionImpl to_attention(const std::string& s) {
   return s == "naive" ? AttentionImpl::NAIVE : AttentionImpl::FLASH;
@@ -277,6 +379,10 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--world-size (", raw.world_size,
          ") is only for --plan; a run's world size is the number of ranks mpirun starts");
   if (o.json && !o.plan) fail("--json only applies to --plan");
+  // A run's measured timeline comes with the pipeline executor; this build simulates one.
+  if (o.print_schedule && !o.plan) fail("--print-schedule only applies to --plan");
+  if (!o.trace.empty() && !o.plan)
+    fail("--trace ", o.trace, ": only with --plan (it writes the simulated pipeline timeline)");
   p.world_size = raw.world_size != 0 ? raw.world_size : o.launched_world_size;
   const char* world_from = raw.world_size != 0 ? "--world-size" : "launched world size";
 
@@ -335,8 +441,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
   if (m.ffn_hidden_size % tp != 0)
     fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
-  if (m.num_layers % pp != 0)
-    fail("--pp (", pp, ") must divide --num-layers (", m.num_layers, ")");
+  check_pipeline(o, raw);
   if (p.sequence_parallel && tp == 1) {
     // Megatron turns it off the same way: there is nothing to split over.
     o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");
@@ -363,6 +468,12 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (t.global_batch_size % (t.micro_batch_size * dp) != 0)
     fail("--global-batch-size (", t.global_batch_size, ") must be divisible by --micro-batch-size (",
          t.micro_batch_size, ") x data-parallel size (", dp, ") = ", t.micro_batch_size * dp);
+  const int microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+  if (p.pipeline_schedule == PipelineSchedule::INTERLEAVED && microbatches % pp != 0)
+    fail("--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size (",
+         t.global_batch_size, ") / (--micro-batch-size (", t.micro_batch_size,
+         ") x data-parallel size (", dp, ")) = ", microbatches, ", to be a multiple of --pp (",
+         pp, ")");
 
   // Optimizer and schedule.
   check_at_least("--min-lr", t.min_lr, 0);

@@ -38,7 +38,8 @@ struct Options {
   ModelConfig model;
   TrainConfig train;
   // world_size is the launched world size, or --world-size when planning; zero_stage is
-  // at least 1 with --use-distributed-optimizer.
+  // at least 1 with --use-distributed-optimizer; virtual_pipeline and pipeline_schedule are
+  // resolved (interleaved when virtual stages are given without a schedule).
   ParallelConfig parallel;
 
   // Backends.
@@ -58,6 +59,8 @@ struct Options {
   bool plan = false;
   bool json = false;
   int launched_world_size = 1;          // ranks mpirun started (parallel.world_size when training)
+  bool print_schedule = false;          // with --plan: each pipeline rank's simulated timeline
+  std::string trace;                    // with --plan: the simulated timeline as Chrome trace JSON
 
   // Reporting.
   std::string metrics_jsonl;            // one JSON object per step; empty: off

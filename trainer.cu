@@ -24,6 +24,7 @@
 #include "instrument/peak.h"
 #include "instrument/plan.h"
 #include "instrument/report.h"
+#include "instrument/timeline.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
 #include "model/data.h"
@@ -248,6 +249,27 @@ int main(int argc, char** argv) {
       if (w.rank == 0) {
         const Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "not measured (--plan)"};
         std::printf("%s\n", o.json ? plan_json(plan, &peak).c_str() : plan_text(plan, &peak).c_str());
+        // The pipeline's simulated timeline: text beside the plan (stderr keeps --json
+        // parseable), and as a Chrome trace at 1 ms per cost unit.
+        const PipelinePlan& pp = plan.pipeline;
+        if (o.print_schedule)
+          std::fprintf(o.json ? stderr : stdout, "%s",
+                       render_timeline(pp.schedule, pp.sim, pp.costs).c_str());
+        if (!o.trace.empty()) {
+          std::vector<TraceSpan> spans;
+          std::vector<TraceFlow> flows;
+          schedule_trace(pp.schedule, pp.sim, pp.costs, 1000.0, &spans, &flows);
+          try {
+            write_chrome_trace(o.trace, spans, flows,
+                               std::string("paralab --plan: simulated ") +
+                                   schedule_name(pp.shape.kind) + " schedule, 1 ms per cost unit");
+          } catch (const std::runtime_error& e) {
+            exit_on_input_error(FlagError(e.what()), w.rank, [](int) { finalize_world(); });
+          }
+          std::fprintf(o.json ? stderr : stdout,
+                       "trace: wrote %s (simulated, 1 ms per cost unit; open in ui.perfetto.dev)\n",
+                       o.trace.c_str());
+        }
       }
       return 0;
     }

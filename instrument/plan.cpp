@@ -200,6 +200,7 @@ int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const Parallel
   int64_t bytes = 0;
   if (p.zero_stage >= 1 && p.data_parallel() > 1) bytes += 4;
   if (p.tensor_parallel > 1) bytes += 4;
+  if (p.pipeline_parallel > 1) bytes += 4;
   if (p.world_size > 1) bytes += 4;
   return bytes;
 }
@@ -308,15 +309,16 @@ static void check(bool ok, const std::string& what) {
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
                const PlanOptions& o) {
   check(p.world_size >= 1, "world size must be >= 1");
-  check(p.pipeline_parallel == 1 && p.context_parallel == 1 && p.expert_parallel == 1,
-        "pipeline, context and expert parallelism are not modelled yet (sizes must be 1)");
+  check(p.context_parallel == 1 && p.expert_parallel == 1,
+        "context and expert parallelism are not modelled yet (sizes must be 1)");
   check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
   check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
   check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
   const int tp = p.tensor_parallel;
-  check(tp >= 1 && p.world_size % tp == 0,
-        "tensor parallel " + std::to_string(tp) + " must divide world size " +
-            std::to_string(p.world_size));
+  const int pp = p.pipeline_parallel;
+  check(tp >= 1 && pp >= 1 && p.world_size % (tp * pp) == 0,
+        "tensor parallel " + std::to_string(tp) + " x pipeline parallel " + std::to_string(pp) +
+            " must divide world size " + std::to_string(p.world_size));
   check(m.num_attention_heads % tp == 0 && m.groups() % tp == 0 && m.ffn() % tp == 0,
         "tensor parallel " + std::to_string(tp) + " must divide heads " +
             std::to_string(m.num_attention_heads) + ", query groups " +
@@ -365,15 +367,10 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   const int64_t psi = units.back();
   const int z = p.zero_stage;
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
-  DataParallelPlan& d = plan.data_parallel;
-  d.layout = make_bucket_layout(units, o.ddp_bucket_size, dp, z == 3);
-  d.microbatch = microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy);
-  d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
-                             o.zero3_prefetch_layers, plan.microbatches_per_rank);
-  const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
-  d.state_numel = z == 0 ? psi : shard;
-  d.params_resident = z == 3 ? shard : full;
-  d.grads_resident = z >= 2 ? shard : full;
+  plan.data_parallel = data_parallel_plan(
+      units, microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy), z, dp,
+      o, plan.microbatches_per_rank);
+  const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
 
   MemoryPlan mem;
@@ -394,36 +391,13 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
   // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the
   // norm and loss scalars (fp32 in both).
-  auto add_comm = [&](CommGroup g, CommOp op, int n, int64_t calls, int64_t payload) {
-    if (calls > 0)
-      plan.comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
-  };
   plan.comm = tensor_parallel_comm(m, B, tp, sp, act, plan.microbatches_per_rank, p.zero_stage);
-  if (dp > 1) {
-    const BucketLayout& l = d.layout;
-    const int64_t nb = (int64_t)l.buckets.size(), k = plan.microbatches_per_rank;
-    switch (z) {
-      case 0:
-        add_comm(CommGroup::DP, CommOp::ALL_REDUCE, dp, nb, l.total * grad_b);
-        break;
-      case 1:
-        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, nb, l.padded_total * grad_b);
-        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, nb, l.padded_total * param_b);
-        break;
-      case 2:
-        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, nb * k, l.padded_total * k * grad_b);
-        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, nb, l.padded_total * param_b);
-        break;
-      case 3:
-        add_comm(CommGroup::DP, CommOp::REDUCE_SCATTER, dp, d.sim.grad_reductions,
-                 d.sim.grad_reduced_elements * grad_b);
-        add_comm(CommGroup::DP, CommOp::ALL_GATHER, dp, d.sim.gathers,
-                 d.sim.gathered_elements * param_b);
-        break;
-    }
-    if (z >= 1) add_comm(CommGroup::DP, CommOp::ALL_REDUCE, dp, 1, 4);  // the gradient norm
-  }
-  if (p.world_size > 1) add_comm(CommGroup::WORLD, CommOp::ALL_REDUCE, p.world_size, 1, 4);
+  for (const CommPlanEntry& e :
+       data_parallel_comm(d, z, dp, plan.microbatches_per_rank, grad_b, param_b))
+    plan.comm.push_back(e);
+  if (p.world_size > 1)
+    plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,
+                         bus_factor(CommOp::ALL_REDUCE, p.world_size) * 4});
 
   // Rank order tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank +
   // dp pp_rank)). The ranks of a tp group hold the same shapes (local_param_table pads the
@@ -435,11 +409,13 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
     rp.rank = r;
     rp.tp_rank = r % tp;
     rp.dp_rank = (r / (tp * p.context_parallel)) % dp;
+    rp.pp_rank = r / (tp * p.context_parallel * dp);
     rp.params = psi;
     rp.params_stored = params_stored;
     rp.microbatches_held = held;
     rp.memory = mem;
   }
+  plan_pipeline(plan);
   return plan;
 }
 

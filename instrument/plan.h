@@ -31,10 +31,20 @@
 // attention and MLP internals hold all N tokens of the rank's a/t heads and f/t columns.
 // Ranks: tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank + dp pp_rank)).
 //
+// Pipeline parallelism p (parallel/pipeline_schedule.h; plan_parallel.cpp): each pp rank
+// holds the units of its model chunks (the first the embedding, the last the head, and with
+// gpt's tied embedding a copy of the word embedding for the head), and everything above is
+// counted on that restricted local vector: ZeRO shards each stage's vector over dp. Its
+// activations peak at the simulated schedule's held chunk-microbatches, each of them
+// input (N_l h, received or the embedding's) + its layers (+ the head on the last stage).
+// Communication: one N_l h activation per stage boundary and microbatch forward, one
+// gradient backward, in the schedule's exchanges (one batched send/recv call each).
+//
 // defines: PlanOptions, ActivationTensor, MemoryPlan, RankPlan, CommPlanEntry,
 //          ZeroStepSimulation, simulate_zero_step, DataParallelPlan, Plan, make_plan, the
 //          activation list, ZeRO and Korthikanti closed forms, KorthikantiCheck,
-//          tensor_parallel_comm, workspace_bytes
+//          tensor_parallel_comm, workspace_bytes, ModelSlice, PipelineStagePlan,
+//          PipelinePlan, plan_pipeline, data_parallel_plan, data_parallel_comm
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,6 +53,7 @@
 #include "instrument/flops.h"
 #include "model/config.h"
 #include "parallel/buckets.h"        // BucketLayout, make_bucket_layout (pure arithmetic)
+#include "parallel/pipeline_schedule.h"  // Schedule, simulate (pure)
 #include "parallel/zero_schedule.h"  // DpCall, microbatch_calls (pure)
 
 namespace paralab {
@@ -88,10 +99,11 @@ struct RankPlan {
   int rank = 0;
   int tp_rank = 0;
   int dp_rank = 0;
+  int pp_rank = 0;
   int64_t params = 0;         // parameters of the model slice this rank computes with
                               // (its local table: vocabulary padding included)
   int64_t params_stored = 0;  // elements in its params buffer (ZeRO-3 shard, padding)
-  int microbatches_held = 1;  // activations alive at the peak (pipeline issues raise it)
+  int microbatches_held = 1;  // activations alive at the peak: (microbatch, chunk) pairs
   MemoryPlan memory;
 };
 
@@ -135,6 +147,35 @@ struct DataParallelPlan {
   int64_t grads_resident = 0;     // elements held the whole step (grads buffer or shard)
 };
 
+// One pipeline stage (pp rank); every tp and dp rank of it holds the same.
+struct PipelineStagePlan {
+  int pp_rank = 0;
+  std::vector<int> chunk_first_layer, chunk_layers;  // chunk c is model stage c p + pp_rank
+  bool embedding = false;  // first stage: the embedding unit
+  bool head = false;       // last stage: final norm, output layer, loss
+  bool tied_copy = false;  // gpt's last stage: a copy of the word embedding for the head
+  std::vector<int64_t> unit_begin;  // its units in its local flat vector (parallel/buckets.h)
+  int64_t params = 0;               // elements of that vector
+  DataParallelPlan data_parallel;   // ZeRO of that vector over dp
+  std::vector<int64_t> chunk_activation_bytes;  // one microbatch on chunk c
+  int held = 0, held_until_w = 0;   // simulated peaks of (microbatch, chunk) pairs
+  double busy = 0, idle = 0;        // simulated, in cost units
+  int64_t activations_sent = 0, gradients_sent = 0;  // messages per step
+  MemoryPlan memory;
+  std::vector<CommPlanEntry> comm;  // per step on each of its ranks
+};
+
+struct PipelinePlan {
+  PipelineShape shape;            // schedule, p, m, v
+  std::vector<int> stage_layers;  // per model stage (pipeline_stage_layers)
+  ActionCosts costs;              // F 1, B 2, W 1 (issue 5's default units)
+  Schedule schedule;
+  Simulation sim;                 // zero communication time
+  BubbleClosedForm closed_form;
+  int64_t message_bytes = 0;      // one activation or gradient: N_l h x storage bytes
+  std::vector<PipelineStagePlan> stages;  // per pp rank
+};
+
 struct Plan {
   ModelConfig model;
   TrainConfig train;
@@ -165,8 +206,13 @@ struct Plan {
   //          a reduce-scatter per unit; all-reduce 4 B (norm); no all-gather after the step
   //   world  all-reduce of the loss, 4 B, when world > 1 (the trainer's)
   // Nothing on dp at dp 1: data_parallel does not call the group then.
+  // With pp > 1: stage 0's (rank 0's), with the pp and embedding groups; every stage's in
+  // pipeline.stages[s].comm.
   std::vector<CommPlanEntry> comm;
   std::vector<RankPlan> ranks;  // one per rank of parallel.world_size
+  // The schedule and its simulation for every plan (p = 1: F, B per microbatch); the stages
+  // are filled with pp > 1 only, and then data_parallel and zero_shard are stage 0's.
+  PipelinePlan pipeline;
 };
 
 // Throws std::invalid_argument when the sizes are inconsistent (the CLI checks first and
@@ -260,9 +306,38 @@ KorthikantiCheck korthikanti_check(const Plan& plan);
 // times `microbatches` (the replicated gradients' all-reduces only once per step at ZeRO
 // 0-1, where the gradient buffer accumulates); plus per step the gradient norm, one fp32.
 // Empty at tp = 1.
+// With pipelining a rank runs a slice of the model: its layers, and the embedding and the
+// head (with the loss) only on the first and last stage.
+struct ModelSlice {
+  int layers = -1;  // -1: all
+  bool embedding = true, head = true;
+};
 std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
                                                 int act_bytes, int64_t microbatches,
-                                                int zero_stage);
+                                                int zero_stage, const ModelSlice& slice = {});
+
+// ---- data parallelism of one flat vector (the model's, or a pipeline stage's) ------------
+// The bucket layout of unit_begin, the replay of `calls` per microbatch (simulate_zero_step)
+// and the resident sizes; then its dp entries of Plan::comm (as listed above).
+DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
+                                    std::vector<DpCall> calls, int zero_stage, int dp,
+                                    const PlanOptions& o, int64_t microbatches);
+std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zero_stage, int dp,
+                                              int64_t microbatches, int grad_bytes,
+                                              int param_bytes);
+
+// ---- pipeline parallelism (plan_parallel.cpp) ------------------------------------------
+// Fills plan.pipeline from a plan make_plan has built for the whole model and, with pp > 1,
+// replaces each rank's params, memory and comm by its stage's. Per stage, e the storage
+// bytes, N_l h the message:
+//   pp send/recv  one call per non-empty exchange of the schedule (pipeline_schedule.h),
+//                 payload: the messages the rank sends x N_l h e
+//   pp all-reduce the gradient norm's partial sums, 4 B
+//   embedding     gpt, first and last stage: all-reduce of the word embedding's gradient,
+//                 V_l h e, once per step (keeps the two copies equal)
+// Workspace stays the whole model's scratch (an upper bound until the executor trims it);
+// logits only on the last stage. ZeRO-2/3 transients replay one stage sweep per microbatch.
+void plan_pipeline(Plan& plan);
 
 // Workspace: the buffers of notes/model.md's "Workspace" sections, and their sum (the peak
 // of category workspace: all are live at once during the first backward). act_bytes per
@@ -273,7 +348,8 @@ int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                         bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and
 // grads buffers (categories params, grads); its only own buffer is the one float of the
-// gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes.
+// gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes. The same float over
+// tp, over pp (pp > 1) and the loss over the world add 4 bytes each.
 int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p);
 
 }  // namespace paralab

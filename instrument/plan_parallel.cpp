@@ -1,8 +1,11 @@
-// instrument/plan_parallel.cpp: the tensor-parallel group's communication of one step, and
+// instrument/plan_parallel.cpp: the tensor-parallel group's communication of one step,
 // Korthikanti et al.'s activation closed forms with the check that holds the plan to them
-// (plan.h declares both; notes/model.md, "Tensor parallelism", is the spec).
+// (notes/model.md, "Tensor parallelism", is the spec), data parallelism of one flat vector
+// (the model's or a stage's), and the pipeline stages (plan.h, plan_pipeline;
+// parallel/pipeline_schedule.h).
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include "instrument/plan.h"
 #include "model/param_table.h"
 
@@ -10,30 +13,33 @@ namespace paralab {
 
 // ---- tensor parallelism: communication ------------------------------------------------
 std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
-                                                int e, int64_t microbatches, int zero_stage) {
+                                                int e, int64_t microbatches, int zero_stage,
+                                                const ModelSlice& slice) {
   std::vector<CommPlanEntry> out;
   if (tp == 1) return out;
   const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length, Nh = N * m.hidden_size;
+  const int64_t Ls = slice.layers < 0 ? L : slice.layers;
+  const int64_t ends = (slice.embedding ? 1 : 0) + (slice.head ? 1 : 0);
   // Vocabulary-parallel loss: per chunk of c rows an all-reduce MAX of c floats and a SUM
   // of 2c (sum of exponentials, target logit), fp32; the chunks cover the N rows once.
   const int64_t rows = std::min<int64_t>(N, m.cross_entropy_chunk);
   const int64_t chunks = (N + rows - 1) / rows;
-  int64_t ar_calls = 2 * chunks, ar_bytes = 4 * N + 4 * 2 * N;
+  int64_t ar_calls = slice.head ? 2 * chunks : 0, ar_bytes = slice.head ? 4 * N + 4 * 2 * N : 0;
   int64_t rs_calls = 0, rs_bytes = 0, ag_calls = 0, ag_bytes = 0;
   int64_t replicated_calls = 0, replicated_bytes = 0;
   if (!sp) {
     // g after proj and fc2 (forward), f before qkv and fc1 (backward); the embedding's g;
     // the head's input gradient d(xf), reduced once the loss has run.
-    ar_calls += 4 * L + 2;
-    ar_bytes += (4 * L + 2) * Nh * e;
+    ar_calls += 4 * Ls + ends;
+    ar_bytes += (4 * Ls + ends) * Nh * e;
   } else {
     // Per layer: forward gathers before qkv and fc1, scatters after proj and fc2; backward
     // gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs, and
     // scatters qkv's and fc1's input gradients. The embedding scatters x0 and gathers
     // d(x0); the head gathers xf and scatters d(xf).
-    ag_calls = 6 * L + 2;
+    ag_calls = 6 * Ls + ends;
     ag_bytes = ag_calls * Nh * e;
-    rs_calls = 4 * L + 2;
+    rs_calls = 4 * Ls + ends;
     rs_bytes = rs_calls * Nh * e;
     // Replicated parameters saw only the rank's tokens: one all-reduce of their gradients
     // per unit that has any (each layer; gpt's position embedding; the final norm), sized
@@ -48,11 +54,16 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
       else if (p.name.compare(0, 7, "layers.") == 0) unit = 1 + std::stoi(p.name.substr(7));
       replicated[unit] += p.numel();
     }
-    for (int64_t n : replicated)
+    // The slice's units: every layer holds the same replicated tensors.
+    auto add_unit = [&](int64_t n, int64_t times) {
       if (n > 0) {
-        ++replicated_calls;
-        replicated_bytes += n * e;
+        replicated_calls += times;
+        replicated_bytes += times * n * e;
       }
+    };
+    if (slice.embedding) add_unit(replicated[0], 1);
+    if (L > 0) add_unit(replicated[1], Ls);
+    if (slice.head) add_unit(replicated[L + 1], 1);
   }
   auto add = [&](CommOp op, int64_t calls, int64_t payload) {
     if (calls > 0)
@@ -128,6 +139,206 @@ KorthikantiCheck korthikanti_check(const Plan& plan) {
           "no attention dropout: no mask nor dropped P (3as/(ht) of the 5as/(ht))");
   differs(!naive, "flash attention: no 5as/(ht) term; an fp32 log-sum-exp of 4bas/t instead");
   return c;
+}
+
+// ---- data parallelism of one flat vector -----------------------------------------------------
+DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
+                                    std::vector<DpCall> calls, int z, int dp,
+                                    const PlanOptions& o, int64_t microbatches) {
+  DataParallelPlan d;
+  const int64_t psi = unit_begin.back();
+  d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3);
+  d.microbatch = std::move(calls);
+  d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
+                             o.zero3_prefetch_layers, microbatches);
+  const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
+  d.state_numel = z == 0 ? psi : shard;
+  d.params_resident = z == 3 ? shard : full;
+  d.grads_resident = z >= 2 ? shard : full;
+  return d;
+}
+
+std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,
+                                              int64_t k, int grad_b, int param_b) {
+  std::vector<CommPlanEntry> out;
+  auto add = [&](CommOp op, int64_t calls, int64_t payload) {
+    if (calls > 0)
+      out.push_back({CommGroup::DP, op, calls, payload, bus_factor(op, dp) * (double)payload});
+  };
+  if (dp == 1) return out;
+  const BucketLayout& l = d.layout;
+  const int64_t nb = (int64_t)l.buckets.size();
+  switch (z) {
+    case 0:
+      add(CommOp::ALL_REDUCE, nb, l.total * grad_b);
+      break;
+    case 1:
+      add(CommOp::REDUCE_SCATTER, nb, l.padded_total * grad_b);
+      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      break;
+    case 2:
+      add(CommOp::REDUCE_SCATTER, nb * k, l.padded_total * k * grad_b);
+      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      break;
+    case 3:
+      add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
+      add(CommOp::ALL_GATHER, d.sim.gathers, d.sim.gathered_elements * param_b);
+      break;
+  }
+  if (z >= 1) add(CommOp::ALL_REDUCE, 1, 4);  // the gradient norm
+  return out;
+}
+
+// ---- pipeline stages ------------------------------------------------------------------
+namespace {
+
+// One microbatch's calls on a stage's U units, as microbatch_calls (zero_schedule.h) makes
+// them for the whole model: a forward sweep, then a backward sweep that writes each unit's
+// gradients and declares it done; the embedding's backward only scatters (no parameters),
+// and the head (with gpt's tied word-embedding copy inside) writes its weight gradient in
+// forward with the fused loss.
+std::vector<DpCall> stage_calls(int U, bool embedding, bool head, bool fused) {
+  std::vector<DpCall> c;
+  for (int u = 0; u < U; ++u) {
+    c.push_back({DpCall::ACQUIRE, u, true});
+    if (head && fused && u == U - 1) c.push_back({DpCall::GRADS, u, false});
+    c.push_back({DpCall::RELEASE, u, false});
+  }
+  for (int u = U - 1; u >= 0; --u) {
+    if (embedding && u == 0) {
+      c.push_back({DpCall::GRADS, 0, false});
+      c.push_back({DpCall::BACKWARD_DONE, 0, false});
+      continue;
+    }
+    c.push_back({DpCall::ACQUIRE, u, false});
+    if (head && !fused && u == U - 1) c.push_back({DpCall::GRADS, u, false});
+    c.push_back({DpCall::GRADS, u, false});
+    c.push_back({DpCall::RELEASE, u, false});
+    c.push_back({DpCall::BACKWARD_DONE, u, false});
+  }
+  return c;
+}
+
+void add_entry(std::vector<CommPlanEntry>& out, CommGroup g, CommOp op, int n, int64_t calls,
+               int64_t payload) {
+  if (calls > 0) out.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
+}
+
+}  // namespace
+
+void plan_pipeline(Plan& plan) {
+  const ModelConfig& m = plan.model;
+  const TrainConfig& t = plan.train;
+  const ParallelConfig& par = plan.parallel;
+  PipelinePlan& pp = plan.pipeline;
+  const int p = par.pipeline_parallel, v = par.virtual_pipeline;
+  // Without pipelining the trainer runs F, B of each microbatch in turn: 1F1B on one stage.
+  pp.shape = {p == 1 ? PipelineSchedule::ONE_F_ONE_B : par.pipeline_schedule, p,
+              (int)plan.microbatches_per_rank, v};
+  const std::string bad = check_pipeline_shape(pp.shape);
+  if (!bad.empty()) throw std::invalid_argument("plan: pipeline " + bad);
+  pp.stage_layers = pipeline_stage_layers(m.num_layers, p, v, par.first_stage_layers,
+                                          par.last_stage_layers);
+  pp.schedule = make_schedule(pp.shape);
+  pp.sim = simulate(pp.schedule, pp.costs);
+  pp.closed_form = bubble_closed_form(pp.shape, pp.costs);
+  const int B = t.micro_batch_size, tp = plan.tp, act = storage_bytes(t), z = par.zero_stage;
+  const int64_t h = m.hidden_size, k = plan.microbatches_per_rank;
+  pp.message_bytes = local_sizes(m, B, tp, plan.sequence_parallel).N_l * h * act;
+  pp.stages.clear();
+  if (p == 1) return;
+
+  const int S = pp.shape.model_stages(), L = m.num_layers, dp = plan.dp;
+  const std::vector<int64_t> units = param_units(m, tp);  // embedding, L layers, head
+  auto unit_size = [&](int u) { return units[u + 1] - units[u]; };
+  const int64_t word_local = plan.padded_vocab / tp * h;
+  std::vector<int> first_layer(S, 0);
+  for (int s = 1; s < S; ++s) first_layer[s] = first_layer[s - 1] + pp.stage_layers[s - 1];
+  // A chunk keeps its input for backward: x0 on model stage 0, the received activation on
+  // the others (N_l h each); the head's tensors on the last model stage.
+  const int64_t embedding_bytes = sum_bytes(plan.embedding_activations);
+  const int64_t head_bytes = sum_bytes(plan.head_activations);
+  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+
+  for (int r = 0; r < p; ++r) {
+    PipelineStagePlan st;
+    st.pp_rank = r;
+    st.embedding = r == 0;
+    st.head = r == p - 1;
+    st.tied_copy = st.head && m.tied_embeddings();
+    std::vector<int64_t> sizes;
+    if (st.embedding) sizes.push_back(unit_size(0));
+    int layers = 0;
+    for (int c = 0; c < v; ++c) {
+      const int s = c * p + r, n = pp.stage_layers[s];
+      st.chunk_first_layer.push_back(first_layer[s]);
+      st.chunk_layers.push_back(n);
+      for (int l = first_layer[s]; l < first_layer[s] + n; ++l) sizes.push_back(unit_size(1 + l));
+      layers += n;
+      st.chunk_activation_bytes.push_back((s == 0 ? embedding_bytes : pp.message_bytes) +
+                                          n * plan.activation_bytes_per_layer +
+                                          (s == S - 1 ? head_bytes : 0));
+    }
+    if (st.head) sizes.push_back(unit_size(L + 1) + (st.tied_copy ? word_local : 0));
+    st.unit_begin.assign(1, 0);
+    for (int64_t n : sizes) st.unit_begin.push_back(st.unit_begin.back() + n);
+    st.params = st.unit_begin.back();
+    st.data_parallel = data_parallel_plan(
+        st.unit_begin, stage_calls((int)sizes.size(), st.embedding, st.head, m.fused_cross_entropy),
+        z, dp, plan.options, k);
+    const DataParallelPlan& d = st.data_parallel;
+
+    // The schedule: activations held at the peak (order-based), time, messages sent.
+    int64_t held_bytes = 0, peak_bytes = 0;
+    for (const Action& a : pp.schedule.ranks[r]) {
+      if (a.type == ActionType::F) held_bytes += st.chunk_activation_bytes[a.chunk];
+      if (a.type == ActionType::B) held_bytes -= st.chunk_activation_bytes[a.chunk];
+      peak_bytes = std::max(peak_bytes, held_bytes);
+      for (const Message& msg : a.sends)
+        ++(msg.kind == Message::ACTIVATION ? st.activations_sent : st.gradients_sent);
+    }
+    st.held = pp.sim.peak_held[r];
+    st.held_until_w = pp.sim.peak_held_until_w[r];
+    st.busy = pp.sim.busy[r];
+    st.idle = pp.sim.idle[r];
+
+    MemoryPlan& mem = st.memory;
+    mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
+    mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
+    mem.master_params = d.state_numel * master_b;
+    mem.optimizer_states = d.state_numel * optim_b;
+    mem.activations = peak_bytes;
+    mem.comm_buffers = comm_buffer_bytes(m, t, par);
+    mem.logits = st.head ? logits_bytes(m, B, t.bf16, tp) : 0;
+    mem.workspace = workspace_bytes(m, B, act, tp, plan.sequence_parallel);
+
+    // Communication per step (plan.h, plan_pipeline): tp, pp, dp, embedding, world.
+    st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z,
+                                   ModelSlice{layers, st.embedding, st.head});
+    int64_t calls = 0;
+    for (const Exchange& e : exchanges(pp.schedule, r)) calls += e.empty() ? 0 : 1;
+    add_entry(st.comm, CommGroup::PP, CommOp::SEND_RECV, p, calls,
+              (st.activations_sent + st.gradients_sent) * pp.message_bytes);
+    add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
+    for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, k, grad_b, param_b))
+      st.comm.push_back(e);
+    if (m.tied_embeddings() && (st.embedding || st.head))
+      add_entry(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE, 2, 1, word_local * grad_b);
+    add_entry(st.comm, CommGroup::WORLD, CommOp::ALL_REDUCE, par.world_size,
+              par.world_size > 1 ? 1 : 0, 4);
+    pp.stages.push_back(std::move(st));
+  }
+
+  for (RankPlan& rp : plan.ranks) {
+    const PipelineStagePlan& st = pp.stages.at(rp.pp_rank);
+    rp.params = st.params;
+    rp.params_stored = st.data_parallel.params_resident;
+    rp.microbatches_held = st.held;
+    rp.memory = st.memory;
+  }
+  plan.data_parallel = pp.stages[0].data_parallel;
+  plan.zero_shard = plan.data_parallel.state_numel;
+  plan.comm = pp.stages[0].comm;
 }
 
 }  // namespace paralab

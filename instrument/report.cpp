@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include "instrument/json.h"
+#include "instrument/timeline.h"  // pipeline_text, pipeline_json
 
 namespace paralab {
 
@@ -101,7 +102,9 @@ static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
 
 static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   const int z = plan.parallel.zero_stage;
-  const DataParallelPlan& d = plan.data_parallel;
+  const bool piped = !plan.pipeline.stages.empty();
+  const DataParallelPlan& d =
+      piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
   const int nb = (int)d.layout.buckets.size();
   if (c == 0 && z >= 3)
     return fmt("zero 3: shard of %s + gathered units, at most %s elements",
@@ -117,8 +120,17 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
   if ((c == 2 || c == 3) && z >= 1)
     return fmt("zero %d: shard of %s elements, 1/%d", z,
-               format_si((double)plan.zero_shard).c_str(), plan.dp);
+               format_si((double)d.state_numel).c_str(), plan.dp);
   const ModelConfig& m = plan.model;
+  if (piped && c == 4) {
+    const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
+    const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
+                                                                    : " + head";
+    return fmt("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)",
+               schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
+               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head);
+  }
+  if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
   switch (c) {
     case 4: return fmt("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
                        rp.microbatches_held, m.num_layers,
@@ -221,9 +233,10 @@ struct CommRow {
   CommOp op;
   const CommPlanEntry* pred;
 };
-std::vector<CommRow> comm_rows(const Plan& plan, const CommStats* measured) {
+std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
+                               const CommStats* measured) {
   std::vector<CommRow> rows;
-  for (const CommPlanEntry& e : plan.comm) rows.push_back({e.group, e.op, &e});
+  for (const CommPlanEntry& e : comm) rows.push_back({e.group, e.op, &e});
   if (measured)
     for (int g = 0; g < kNumCommGroups; ++g)
       for (int op = 0; op < kNumCommOps; ++op) {
@@ -236,23 +249,25 @@ std::vector<CommRow> comm_rows(const Plan& plan, const CommStats* measured) {
 }
 }  // namespace
 
-std::string comm_table(const Plan& plan, const CommStats* measured) {
-  const std::vector<CommRow> rows = comm_rows(plan, measured);
+// who: "per rank", or with pipelining "each rank of stage s".
+static std::string comm_table_of(const std::vector<CommPlanEntry>& comm, const std::string& who,
+                                 const CommStats* measured) {
+  const std::vector<CommRow> rows = comm_rows(comm, measured);
   std::string t;
   if (!measured) {
-    t = "communication per step, per rank (predicted)\n";
-    t += fmt("  %-6s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
+    t = "communication per step, " + who + " (predicted)\n";
+    t += fmt("  %-9s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
              "bus MiB");
   } else {
-    t = "communication per step, per rank    calls          payload MiB            bus MiB\n";
-    t += fmt("  %-6s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
+    t = "communication per step, per rank       calls          payload MiB            bus MiB\n";
+    t += fmt("  %-9s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
              "meas", "pred", "meas", "pred", "meas");
   }
   for (const CommRow& r : rows) {
     const double pc = r.pred ? (double)r.pred->calls : 0;
     const double pp = r.pred ? (double)r.pred->payload_bytes : 0;
     const double pb = r.pred ? r.pred->bus_bytes : 0;
-    std::string line = fmt("  %-6s %-15s", group_name(r.g), op_name(r.op));
+    std::string line = fmt("  %-9s %-15s", group_name(r.g), op_name(r.op));
     if (!measured) {
       line += fmt(" %8.0f %12s %12s", pc, format_mib(pp).c_str(), format_mib(pb).c_str());
     } else {
@@ -268,6 +283,11 @@ std::string comm_table(const Plan& plan, const CommStats* measured) {
   }
   if (rows.empty()) t += "  (none)\n";
   return t;
+}
+
+std::string comm_table(const Plan& plan, const CommStats* measured) {
+  const bool piped = !plan.pipeline.stages.empty();
+  return comm_table_of(plan.comm, piped ? "each rank of stage 0" : "per rank", measured);
 }
 
 // ---- JSON -----------------------------------------------------------------------------------
@@ -306,7 +326,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   j.end_object();
   if (measured_comm) {
     j.key("comm").begin_array();
-    for (const CommRow& r : comm_rows(plan, measured_comm)) {
+    for (const CommRow& r : comm_rows(plan.comm, measured_comm)) {
       const CommRecord& m = measured_comm->get(r.g, r.op);
       j.begin_object().field("group", group_name(r.g)).field("op", op_name(r.op));
       j.key("calls").begin_object().field("predicted", r.pred ? (double)r.pred->calls : 0.0);
@@ -367,7 +387,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.key("memory").begin_array();
   for (const RankPlan& rp : plan.ranks) {
     j.begin_object().field("rank", rp.rank).field("tp_rank", rp.tp_rank);
-    j.field("dp_rank", rp.dp_rank);
+    j.field("dp_rank", rp.dp_rank).field("pp_rank", rp.pp_rank);
     j.field("param_count", rp.params).field("param_count_stored", rp.params_stored);
     j.field("microbatches_held", rp.microbatches_held);
     memory_object(j, rp.memory);
@@ -417,6 +437,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
     j.field("bus_bytes", e.bus_bytes).end_object();
   }
   j.end_array();
+  pipeline_json(j, plan);
   if (peak) {
     j.key("peak").begin_object();
     j.field("tflops", peak->tflops).field("source", peak->source).end_object();
@@ -442,22 +463,37 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
            "per rank\n\n", (long long)plan.global_batch, m.seq_length,
            (long long)plan.tokens_per_step, plan.train.micro_batch_size,
            (long long)plan.microbatches_per_rank);
-  // Ranks are listed when they differ; with data parallelism alone they never do.
+  // Ranks are listed when they differ; with data parallelism alone they never do, with
+  // pipelining the ranks of one stage never do: its first rank stands for them.
+  const std::string pipeline = pipeline_text(plan);
+  if (!pipeline.empty()) t += pipeline + "\n";
+  const int per_stage = (int)plan.ranks.size() / plan.parallel.pipeline_parallel;
   bool alike = true;
   for (const RankPlan& rp : plan.ranks)
     for (int c = 0; c < kNumMemoryCategories; ++c)
-      alike = alike && rp.memory.at(c) == plan.ranks[0].memory.at(c);
-  const int shown = alike ? 1 : (int)plan.ranks.size();
-  for (int r = 0; r < shown; ++r) t += memory_table(plan, r, nullptr);
-  if (alike && plan.ranks.size() > 1)
-    t += fmt("  (all %zu ranks hold the same)\n", plan.ranks.size());
+      alike = alike && rp.memory.at(c) == plan.ranks[rp.pp_rank * per_stage].memory.at(c);
+  const int step = alike ? per_stage : 1;
+  for (int r = 0; r < (int)plan.ranks.size(); r += step) {
+    std::string table = memory_table(plan, r, nullptr);
+    const size_t korthikanti = table.find("  activations per layer: plan");
+    if (r > 0 && korthikanti != std::string::npos) table.erase(korthikanti);  // said once
+    t += table;
+    if (alike && per_stage > 1 && per_stage == (int)plan.ranks.size())
+      t += fmt("  (all %d ranks hold the same)\n", per_stage);
+    else if (alike && per_stage > 1)
+      t += fmt("  (ranks %d-%d hold the same)\n", r, r + per_stage - 1);
+  }
   t += fmt("\nactivations saved per layer, one microbatch (%s MiB)\n",
            format_mib(plan.activation_bytes_per_layer).c_str());
   for (const auto& a : plan.layer_activations)
     t += fmt("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
              a.bytes_per_element, format_mib(a.bytes()).c_str());
   t += "\n" + comm_table(plan, nullptr);
+  for (size_t st = 1; st < plan.pipeline.stages.size(); ++st)
+    t += comm_table_of(plan.pipeline.stages[st].comm, fmt("each rank of stage %zu", st), nullptr);
   t += "\n" + flops_table(plan, 0, nullptr);
+  if (!plan.pipeline.stages.empty())
+    t += "  pp: the table counts every layer and the head; a stage runs its own layers' share\n";
   t += fmt("  per step, all ranks: model %s, hardware %s\n",
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+// defines: PipelineSchedule (the schedules are data, parallel/ owns them)
+#include "parallel/pipeline_schedule.h"
 
 namespace paralab {
 
@@ -71,6 +73,12 @@ struct ParallelConfig {
   int expert_parallel = 1;
   int zero_stage = 0;
   bool sequence_parallel = false;  // with tensor parallelism: split the tokens between blocks
+  // Pipeline (parallel/pipeline_schedule.h): the schedule, v model chunks per pp rank
+  // (interleaved), and the layers of the first and last stage (0: the even split).
+  PipelineSchedule pipeline_schedule = PipelineSchedule::ONE_F_ONE_B;
+  int virtual_pipeline = 1;
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
   int data_parallel() const {
     return world_size / (tensor_parallel * pipeline_parallel * context_parallel);
   }

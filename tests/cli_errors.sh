@@ -66,6 +66,22 @@ bad "world by tp x cp x pp"   "--world-size (6) must be divisible by --tp (4)" \
 bad "tp divides heads"        "--tp (8) must divide --num-attention-heads (4)" \
                                                         --plan --world-size 8 --tp 8
 bad "pp divides layers"       "--pp (3) must divide --num-layers (2)" --plan --world-size 3 --pp 3
+# Pipeline schedules (issue 5), planned for 2 or 4 ranks.
+bad "layers by virtual stages" "--num-layers (6) must be divisible by --pp (2) x virtual stages (2) = 4" \
+                                                        --plan --world-size 2 --pp 2 --layers 6 --vpp 2
+bad "interleaved m by pp"     "= 3, to be a multiple of --pp (2)" \
+                                                        --plan --world-size 2 --pp 2 --layers 4 --vpp 2 --mbs 4 --gbs 12
+bad "zb-h1 virtual stages"    "--pipeline-schedule zb-h1 takes no virtual stages, got 2" \
+                                                        --plan --world-size 2 --pp 2 --layers 4 --vpp 2 --pipeline-schedule zb-h1
+bad "interleaved needs v"     "--pipeline-schedule interleaved needs virtual stages" \
+                                                        --plan --world-size 2 --pp 2 --layers 4 --pipeline-schedule interleaved
+bad "first + last layers"     "must add up to --num-layers (8) with --pp 2" \
+                                                        --plan --world-size 2 --pp 2 --layers 8 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3
+bad "first layers leave rest" "cannot split the remaining 5 of --num-layers (8) evenly" \
+                                                        --plan --world-size 4 --pp 4 --layers 8 --decoder-first-pipeline-num-layers 3
+bad "schedule needs plan"     "--print-schedule only applies to --plan" --print-schedule
+bad "trace unwritable"        "--trace: cannot write /nonexistent/dir/t.json" \
+                                                        --plan --world-size 2 --pp 2 --trace /nonexistent/dir/t.json
 bad "zero stage range"        "--zero-stage"            --zero-stage 4
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl

@@ -346,6 +346,72 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
   }
 }
 
+// Pipeline flags (issue 5): Megatron's names; virtual stages imply the interleaved schedule.
+TEST(Flags, PipelineSchedules) {
+  Options o = parse({"--plan", "--world-size", "4", "--pp", "4", "--layers", "8", "--vpp", "2",
+                     "--gbs", "16", "--print-schedule", "--trace", "/tmp/t.json"});
+  EXPECT_EQ(o.parallel.virtual_pipeline, 2);
+  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::INTERLEAVED);
+  EXPECT_TRUE(o.print_schedule);
+  EXPECT_EQ(o.trace, "/tmp/t.json");
+  o = parse({"--pp", "2", "--layers", "8", "--num-layers-per-virtual-pipeline-stage", "2",
+             "--gbs", "8"}, 2);
+  EXPECT_EQ(o.parallel.virtual_pipeline, 2);
+  o = parse({"--pp", "2", "--pipeline-schedule", "zb-h1"}, 2);
+  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::ZB_H1);
+  EXPECT_EQ(o.parallel.virtual_pipeline, 1);
+  EXPECT_EQ(parse({}).parallel.pipeline_schedule, PipelineSchedule::ONE_F_ONE_B);
+  o = parse({"--pp", "4", "--layers", "10", "--decoder-first-pipeline-num-layers", "1",
+             "--decoder-last-pipeline-num-layers", "3"}, 4);
+  EXPECT_EQ(o.parallel.first_stage_layers, 1);
+  EXPECT_EQ(o.parallel.last_stage_layers, 3);
+  EXPECT_NE(error_of({"--pipeline-schedule", "zb-h2"}).find("--pipeline-schedule"),
+            std::string::npos);
+
+  const std::vector<BadInput> cases = {
+      {{"--pp", "2", "--layers", "6", "--vpp", "2"}, 2,
+       "--num-layers (6) must be divisible by --pp (2) x virtual stages (2) = 4"},
+      {{"--pp", "2", "--layers", "6", "--num-layers-per-virtual-pipeline-stage", "2"}, 2,
+       "--num-layers (6) must be divisible by --pp (2) x "
+       "--num-layers-per-virtual-pipeline-stage (2) = 4"},
+      {{"--pp", "2", "--layers", "4", "--vpp", "2", "--mbs", "4", "--gbs", "12"}, 2,
+       "--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size "
+       "(12) / (--micro-batch-size (4) x data-parallel size (1)) = 3, to be a multiple of "
+       "--pp (2)"},
+      {{"--pp", "2", "--layers", "4", "--vpp", "2", "--pipeline-schedule", "zb-h1"}, 2,
+       "--pipeline-schedule zb-h1 takes no virtual stages, got 2 (use --pipeline-schedule "
+       "interleaved)"},
+      {{"--pp", "2", "--layers", "4", "--pipeline-schedule", "interleaved"}, 2,
+       "--pipeline-schedule interleaved needs virtual stages: "
+       "--virtual-pipeline-model-parallel-size > 1 or --num-layers-per-virtual-pipeline-stage"},
+      {{"--pp", "2", "--layers", "8", "--decoder-first-pipeline-num-layers", "3",
+        "--decoder-last-pipeline-num-layers", "3"}, 2,
+       "--decoder-first-pipeline-num-layers (3) + --decoder-last-pipeline-num-layers (3) must "
+       "add up to --num-layers (8) with --pp 2"},
+      {{"--pp", "4", "--layers", "8", "--decoder-first-pipeline-num-layers", "3"}, 4,
+       "--decoder-first-pipeline-num-layers (3): the other 3 stage(s) of --pp 4 cannot split "
+       "the remaining 5 of --num-layers (8) evenly"},
+      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--decoder-last-pipeline-num-layers", "3"}, 2,
+       "virtual stages (2) must divide every stage's layers: "
+       "--decoder-last-pipeline-num-layers (3), the others 5"},
+      {{"--decoder-first-pipeline-num-layers", "1"}, 1,
+       "--decoder-first-pipeline-num-layers (1) needs --pp > 1"},
+      {{"--vpp", "2"}, 1, "--virtual-pipeline-model-parallel-size (2) needs --pp > 1"},
+      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--num-layers-per-virtual-pipeline-stage",
+        "2"}, 2,
+       "give --virtual-pipeline-model-parallel-size (2) or "
+       "--num-layers-per-virtual-pipeline-stage (2), not both"},
+      {{"--print-schedule"}, 1, "--print-schedule only applies to --plan"},
+      {{"--trace", "t.json"}, 1,
+       "--trace t.json: only with --plan (it writes the simulated pipeline timeline)"},
+  };
+  for (const BadInput& c : cases) {
+    std::string joined;
+    for (const std::string& a : c.args) joined += a + " ";
+    EXPECT_EQ(error_of(c.args, c.world), c.message) << "args: " << joined;
+  }
+}
+
 TEST(Flags, ParseErrorsNameTheFlag) {
   // CLI11's own messages: invalid numbers and choices, a missing value.
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {

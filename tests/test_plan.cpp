@@ -532,13 +532,13 @@ TEST(Report, StepLineJsonAndTables) {
     for (int64_t c = 0; c < e.calls; ++c)
       measured.record_call(e.group, e.op, e.payload_bytes / e.calls, 2);
   std::string ct = comm_table(p, &measured);
-  EXPECT_NE(ct.find("dp     all-reduce"), std::string::npos) << ct;
+  EXPECT_NE(ct.find("dp        all-reduce"), std::string::npos) << ct;
   EXPECT_EQ(ct.find("diff"), std::string::npos) << ct;
   measured.record_call(CommGroup::DP, CommOp::ALL_REDUCE, 8, 2);
   measured.record_call(CommGroup::TP, CommOp::ALL_GATHER, 8, 2);
   ct = comm_table(p, &measured);
   EXPECT_NE(ct.find("payload diff +8 B"), std::string::npos) << ct;
-  EXPECT_NE(ct.find("tp     all-gather"), std::string::npos) << ct;
+  EXPECT_NE(ct.find("tp        all-gather"), std::string::npos) << ct;
   EXPECT_EQ(format_mib(1.5 * 1024 * 1024), "1.50");
   EXPECT_EQ(format_si(1.234e15), "1.23P");
   EXPECT_EQ(format_si(12400, 1), "12.4k");

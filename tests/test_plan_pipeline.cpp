@@ -1,0 +1,217 @@
+// tests/test_plan_pipeline.cpp: the plan under pipeline parallelism (instrument/plan.h,
+// plan_pipeline), counted by hand for small models: the units, parameters, ZeRO shards and
+// activations of every stage, its messages and exchanges, and the report's pipeline keys.
+// The schedules themselves: test_pipeline_schedule.cpp.
+#include <gtest/gtest.h>
+#include <string>
+#include <vector>
+#include "instrument/plan.h"
+#include "instrument/report.h"
+#include "instrument/timeline.h"
+#include "model/param_table.h"
+
+namespace paralab {
+namespace {
+
+ModelConfig gpt(int L) {
+  ModelConfig m;
+  m.num_layers = L;
+  m.hidden_size = 64;
+  m.num_attention_heads = 4;
+  m.seq_length = 32;
+  m.vocab_size = 256;
+  return m;
+}
+
+ParallelConfig grid(int pp, int dp, int tp = 1, int zero = 0) {
+  ParallelConfig p;
+  p.world_size = pp * dp * tp;
+  p.pipeline_parallel = pp;
+  p.tensor_parallel = tp;
+  p.zero_stage = zero;
+  return p;
+}
+
+TrainConfig batch(int micro, int global) {
+  TrainConfig t;
+  t.micro_batch_size = micro;
+  t.global_batch_size = global;
+  return t;
+}
+
+const CommPlanEntry* find(const std::vector<CommPlanEntry>& c, CommGroup g, CommOp op) {
+  for (const CommPlanEntry& e : c)
+    if (e.group == g && e.op == op) return &e;
+  return nullptr;
+}
+
+// gpt, L 4, h 64, a 4, S 32, V 256, micro batch 1 (N = 32 tokens), 4 microbatches, fp32,
+// pp 2 with 1F1B: every number below by hand.
+constexpr int64_t h = 64, S = 32, V = 256, N = 32;
+constexpr int64_t kLayerParams = 12 * h * h + 13 * h;  // qkv, proj, fc1, fc2 + biases, 2 norms
+// Flash layer: 16 N h activations (norm1.out, q, k, v, ctx, resid1, norm2.out, out: N h;
+// fc1_out, act: 4 N h), two norms' mean + rstd (2 x 2N) and the log-sum-exp (B a S), fp32.
+constexpr int64_t kLayerBytes = 4 * (16 * N * h + 4 * N + 4 * S);
+
+TEST(PlanPipeline, StagesByHand) {
+  const Plan plan = make_plan(gpt(4), batch(1, 4), grid(2, 1));
+  const PipelinePlan& pp = plan.pipeline;
+  ASSERT_EQ(pp.stages.size(), 2u);
+  EXPECT_EQ(pp.shape.m, 4);
+  EXPECT_EQ(pp.stage_layers, (std::vector<int>{2, 2}));
+  EXPECT_EQ(plan.activation_bytes_per_layer, kLayerBytes);
+  const PipelineStagePlan &s0 = pp.stages[0], &s1 = pp.stages[1];
+
+  // Units: stage 0 the embedding (S h positions + V h words) and layers 0-1; stage 1 layers
+  // 2-3 and the head: the final norm (2h) and, tied, a copy of the V h word embedding.
+  EXPECT_TRUE(s0.embedding && !s0.head && s1.head && s1.tied_copy && !s1.embedding);
+  EXPECT_EQ(s0.unit_begin, (std::vector<int64_t>{0, S * h + V * h, S * h + V * h + kLayerParams,
+                                                 S * h + V * h + 2 * kLayerParams}));
+  EXPECT_EQ(s0.params, S * h + V * h + 2 * kLayerParams);
+  EXPECT_EQ(s1.params, 2 * kLayerParams + 2 * h + V * h);
+  EXPECT_EQ(s0.params + s1.params, parameter_count(gpt(4)) + V * h);
+  EXPECT_EQ(plan.ranks[0].params, s0.params);
+  EXPECT_EQ(plan.ranks[1].params, s1.params);
+  EXPECT_EQ(plan.ranks[1].pp_rank, 1);
+
+  // fp32, no ZeRO: params 4, grads 4, Adam 8 bytes per element.
+  EXPECT_EQ(s0.memory.params, 4 * s0.params);
+  EXPECT_EQ(s1.memory.grads, 4 * s1.params);
+  EXPECT_EQ(s1.memory.optimizer_states, 8 * s1.params);
+  // 1F1B: stage 0 holds min(p - 0, m) = 2 microbatches of x0 (N h) + 2 layers; stage 1 one
+  // of its received input (N h) + 2 layers + the head (final norm stats 2N, d(xf) N h).
+  EXPECT_EQ(s0.held, 2);
+  EXPECT_EQ(s1.held, 1);
+  EXPECT_EQ(s0.chunk_activation_bytes[0], 4 * N * h + 2 * kLayerBytes);
+  EXPECT_EQ(s1.chunk_activation_bytes[0], 4 * N * h + 2 * kLayerBytes + 4 * (2 * N + N * h));
+  EXPECT_EQ(s0.memory.activations, 2 * (4 * N * h + 2 * kLayerBytes));
+  EXPECT_EQ(s1.memory.activations, 4 * N * h + 2 * kLayerBytes + 4 * (2 * N + N * h));
+  // Only the last stage runs the loss: one chunk of N rows x V fp32 logits.
+  EXPECT_EQ(s0.memory.logits, 0);
+  EXPECT_EQ(s1.memory.logits, N * V * 4);
+  EXPECT_EQ(s0.memory.workspace, workspace_bytes(gpt(4), 1, 4));
+  EXPECT_EQ(s0.memory.comm_buffers, 4 + 4);  // the norm over pp, the loss over the world
+
+  // Messages: N h fp32. Stage 0 sends 4 activations, stage 1 4 gradients, in 5 exchanges each:
+  // rank 0 runs F0 | F1 B0 F2 B1 F3 B2 | B3 and rank 1 F0 B0 F1 B1 F2 B2 F3 B3.
+  EXPECT_EQ(pp.message_bytes, 4 * N * h);
+  EXPECT_EQ(s0.activations_sent, 4);
+  EXPECT_EQ(s0.gradients_sent, 0);
+  EXPECT_EQ(s1.gradients_sent, 4);
+  for (const PipelineStagePlan* st : {&s0, &s1}) {
+    const CommPlanEntry* p2p = find(st->comm, CommGroup::PP, CommOp::SEND_RECV);
+    ASSERT_TRUE(p2p);
+    EXPECT_EQ(p2p->calls, 5);
+    EXPECT_EQ(p2p->payload_bytes, 4 * 4 * N * h);
+    EXPECT_DOUBLE_EQ(p2p->bus_bytes, (double)p2p->payload_bytes);
+    EXPECT_EQ(find(st->comm, CommGroup::PP, CommOp::ALL_REDUCE)->payload_bytes, 4);
+    // The tied embedding's two copies: their gradients all-reduced once per step.
+    const CommPlanEntry* emb = find(st->comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE);
+    ASSERT_TRUE(emb);
+    EXPECT_EQ(emb->calls, 1);
+    EXPECT_EQ(emb->payload_bytes, 4 * V * h);
+  }
+  EXPECT_EQ(plan.comm.size(), s0.comm.size());
+  // Bubble: (p-1)/(m+p-1) = 1/5 of the step, simulated and closed form.
+  EXPECT_NEAR(pp.sim.bubble, 0.2, 1e-12);
+  EXPECT_NEAR(pp.closed_form.of_step, 0.2, 1e-12);
+}
+
+// ZeRO-1 over dp 2 shards each stage's own vector; ranks: dp inside, pp outside.
+TEST(PlanPipeline, ZeroShardsEachStage) {
+  const Plan plan = make_plan(gpt(4), batch(1, 8), grid(2, 2, 1, 1));
+  ASSERT_EQ(plan.ranks.size(), 4u);
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.pp_rank, r.rank / 2);
+    EXPECT_EQ(r.dp_rank, r.rank % 2);
+    const PipelineStagePlan& st = plan.pipeline.stages[r.pp_rank];
+    EXPECT_EQ(r.memory.optimizer_states, (st.params + 1) / 2 * 8);  // one bucket
+    EXPECT_EQ(r.memory.total(), st.memory.total());
+  }
+  const PipelineStagePlan& s1 = plan.pipeline.stages[1];
+  const CommPlanEntry* rs = find(s1.comm, CommGroup::DP, CommOp::REDUCE_SCATTER);
+  ASSERT_TRUE(rs);
+  EXPECT_EQ(rs->payload_bytes, (s1.params + 1) / 2 * 2 * 4);
+  EXPECT_EQ(plan.zero_shard, (plan.pipeline.stages[0].params + 1) / 2);
+}
+
+// Interleaved p 2, v 2, L 4 (one layer per chunk), m 4: rank 0 warms up (2-0-1) 2 + (2-1) 2
+// = 4 chunk-forwards and holds 5 chunks = p v (1 + (p-1)/(p v)), Korthikanti's factor
+// over 1F1B's p microbatches of L/p layers.
+TEST(PlanPipeline, InterleavedHoldsMegatronsCount) {
+  ParallelConfig p = grid(2, 1);
+  p.pipeline_schedule = PipelineSchedule::INTERLEAVED;
+  p.virtual_pipeline = 2;
+  const Plan plan = make_plan(gpt(4), batch(1, 4), p);
+  const PipelineStagePlan& s0 = plan.pipeline.stages[0];
+  EXPECT_EQ(s0.chunk_first_layer, (std::vector<int>{0, 2}));
+  EXPECT_EQ(plan.pipeline.stages[1].chunk_first_layer, (std::vector<int>{1, 3}));
+  EXPECT_EQ(s0.held, 5);
+  EXPECT_EQ(s0.memory.activations, 5 * (4 * N * h + kLayerBytes));
+  const double p_ = 2, v = 2;
+  EXPECT_DOUBLE_EQ(s0.held / v, p_ * (1 + (p_ - 1) / (p_ * v)));
+  EXPECT_NEAR(plan.pipeline.sim.bubble_vs_ideal, (p_ - 1) / (v * 4), 1e-12);
+  // Every F crosses a boundary except the last stage's: 2 chunks x 4 microbatches each.
+  EXPECT_EQ(s0.activations_sent, 8);
+  EXPECT_EQ(s0.gradients_sent, 4);  // chunk b's B sends to rank 1's chunk a; chunk a's none
+}
+
+// Uneven stages, llama (untied: the head owns output.weight, no embedding group), tp + sp:
+// a message is N/t h.
+TEST(PlanPipeline, UnevenLlamaTensorParallel) {
+  ModelConfig m = gpt(6);
+  m.arch = Arch::LLAMA;
+  ParallelConfig p = grid(3, 1, 2);
+  p.sequence_parallel = true;
+  p.first_stage_layers = 1;
+  p.last_stage_layers = 1;
+  const Plan plan = make_plan(m, batch(2, 4), p);
+  EXPECT_EQ(plan.pipeline.stage_layers, (std::vector<int>{1, 4, 1}));
+  EXPECT_EQ(plan.pipeline.message_bytes, 2 * N / 2 * h * 4);
+  const std::vector<int64_t> u = param_units(m, 2);  // embedding, 6 layers, head
+  EXPECT_EQ(plan.pipeline.stages[1].params, u[5] - u[1]);
+  EXPECT_EQ(plan.pipeline.stages[2].params, u[8] - u[6]);
+  EXPECT_FALSE(plan.pipeline.stages[2].tied_copy);
+  for (const PipelineStagePlan& st : plan.pipeline.stages)
+    EXPECT_FALSE(find(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE));
+  // tp + sp on the middle stage: 4 layers of (6 all-gathers + 4 reduce-scatters) per
+  // microbatch, no embedding or head.
+  const CommPlanEntry* ag = find(plan.pipeline.stages[1].comm, CommGroup::TP, CommOp::ALL_GATHER);
+  ASSERT_TRUE(ag);
+  EXPECT_EQ(ag->calls, 2 * 6 * 4);
+  ParallelConfig bad = p;
+  bad.first_stage_layers = 4;  // 4 + 3 > 6 layers
+  bad.last_stage_layers = 3;
+  EXPECT_THROW(make_plan(m, batch(2, 4), bad), std::invalid_argument);
+}
+
+TEST(PlanPipeline, ReportKeys) {
+  const Plan plan = make_plan(gpt(4), batch(1, 4), grid(2, 1));
+  const std::string j = plan_json(plan, nullptr, false);
+  for (const char* key :
+       {"\"pipeline\":{\"schedule\":\"1f1b\",\"p\":2,\"m\":4,\"v\":1", "\"bubble_simulated\":",
+        "\"bubble_closed_form\":", "\"bubble_formula\":\"(p-1)/(m+p-1)\"",
+        "\"per_rank\":[{\"pp_rank\":0", "\"held\":2", "\"idle\":", "\"exchanges\":5",
+        "\"tied_embedding_copy\":true", "\"dp_rank\":0,\"pp_rank\":1",
+        "{\"group\":\"pp\",\"op\":\"send/recv\",\"calls\":5"})
+    EXPECT_NE(j.find(key), std::string::npos) << key;
+  const std::string t = plan_text(plan, nullptr);
+  for (const char* line : {"pipeline 1f1b | p 2 stages x m 4 microbatches",
+                           "simulated 20.00% of the step", "closed form (p-1)/(m+p-1): 20.00%",
+                           "memory, rank 1 (MiB)", "1f1b stage 1 holds 1",
+                           "communication per step, each rank of stage 1 (predicted)",
+                           "embedding all-reduce"})
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+  // Without pipelining: no pipeline section, the single-stage schedule still planned.
+  const Plan one = make_plan(gpt(4), batch(1, 4), grid(1, 1));
+  EXPECT_TRUE(one.pipeline.stages.empty());
+  EXPECT_EQ(plan_json(one, nullptr, false).find("\"pipeline\""), std::string::npos);
+  EXPECT_EQ(one.pipeline.sim.bubble, 0);
+  EXPECT_EQ(render_timeline(one.pipeline.schedule, one.pipeline.sim, one.pipeline.costs)
+                .find("rank 0: F0 B0       F1 B1"),
+            std::string("timeline, simulated: 1f1b, p 1, m 4; F 1, B 3 (input + weight "
+                        "gradient) cost units, 1 unit = 3 columns; '.' idle\n").size());
+}
+
+}  // namespace
+}  // namespace paralab

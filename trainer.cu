@@ -167,6 +167,7 @@ int train(const Options& o, const World& w) {
   for (int step = 1; step <= o.train.train_iters; ++step) {
     Ledger::instance().reset_peaks();
     kernels::reset_flop_counter();
+    kernels::reset_gemm_seconds();
     CommStats::instance().reset();
     kernels::synchronize(dev);
     const double t0 = now_seconds();
@@ -205,6 +206,7 @@ int train(const Options& o, const World& w) {
       s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
     s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
     s.hardware_flops = kernels::flop_counter();
+    s.gemm_seconds = kernels::gemm_seconds();
     if (w.size > 1) s.comm_bytes = step_comm_bytes();
     fill_rates(s, plan, peak);
 

@@ -40,6 +40,7 @@ struct StepMetrics {
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};
   int64_t peak_memory_bytes = 0;  // Ledger::peak_total(): at most the sum of the above
   double hardware_flops = -1;     // this rank's kernel FLOP counter over the step
+  double gemm_seconds = -1;       // wall time inside the GEMMs (CPU backend; -1: unknown)
   double comm_bytes = -1;         // later issues: bytes this rank communicated this step
   double bubble = -1, bubble_predicted = -1;  // later issues: pipeline idle fraction
   // Derived by fill_rates.

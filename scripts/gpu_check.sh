@@ -13,11 +13,11 @@
 # log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
 # the file $OUT.
 #
-# op_check links against the library objects of the build (everything under build/cuda
-# except trainer.o and the tests), gathered in an archive so the linker takes only what the
-# kernels need:
+# op_check (tests/gpu/op_check*.cpp: main and the harness, then one file per op family) links
+# against the library objects of the build (everything under build/cuda except trainer.o and
+# the tests), gathered in an archive so the linker takes only what the kernels need:
 #   ar rcs build/cuda/libparalab.a <objects>
-#   g++ -std=c++17 -O2 -I. tests/gpu/op_check.cpp build/cuda/libparalab.a \
+#   g++ -std=c++17 -O2 -I. tests/gpu/op_check*.cpp build/cuda/libparalab.a \
 #       $(pkg-config --libs mpich) $(pkg-config --libs openblas) -lpthread \
 #       -L$CUDA_HOME/lib64 -lcudart -lcublas -lnccl
 set -u -o pipefail
@@ -89,11 +89,12 @@ CUDA_HOME=${CUDA_HOME:-${NVCC_BIN%/bin/nvcc}}
 read -ra HOST_LIBS <<<"$(pkg-config --libs mpich 2>/dev/null) \
                       $(pkg-config --libs openblas 2>/dev/null)"
 mapfile -t OBJS < <(find "$BUILD" -name '*.o' ! -path "$BUILD/tests/*" ! -name trainer.o | sort)
+OP_CHECK_SRCS=(tests/gpu/op_check*.cpp)  # op_check.cpp (main) and the op families' files
 rm -f "$BUILD/libparalab.a"
 mkdir -p "$BUILD/tests/gpu"
 if run "op_check build" ar rcs "$BUILD/libparalab.a" "${OBJS[@]}" &&
    run "op_check build" g++ -std=c++17 -O2 -Wall -Wextra -Werror -I. \
-       -o "$BUILD/tests/gpu/op_check" tests/gpu/op_check.cpp "$BUILD/libparalab.a" \
+       -o "$BUILD/tests/gpu/op_check" "${OP_CHECK_SRCS[@]}" "$BUILD/libparalab.a" \
        "${HOST_LIBS[@]}" -lpthread \
        -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl; then
   if run "op_check" "$BUILD/tests/gpu/op_check"; then record op_check "every op, both twins" PASS

@@ -1,7 +1,7 @@
 // tests/test_plan_parallel.cpp: the plan under tensor and sequence parallelism against
 // notes/model.md ("Tensor parallelism"), counted by hand, and against the closed forms of
 // Korthikanti et al. 2022 (Table 2) and Narayanan et al. SC21 (FORMULAS.md). The
-// single-rank and data-parallel plan is tested in test_plan.cpp.
+// single-rank plan is tested in test_plan.cpp, the data-parallel one in test_plan_zero.cpp.
 #include <gtest/gtest.h>
 #include <chrono>
 #include <string>

@@ -1,0 +1,249 @@
+// flags_check.cpp: the checks that turn a bad combination of flags into one line naming
+// the flags, the constraint and the values (FlagError, flags.h), and the defaults derived
+// once parsing is done (ffn size, query groups, global batch, decay iterations, device, comm).
+#include <sstream>
+#include <string>
+
+#include "flags_impl.h"  // defines: RawFlags, resolve_and_check, and through flags.h Options
+
+namespace paralab {
+
+namespace {
+
+// Streams its arguments into one message: fail("--x (", 3, ") must ...").
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  throw FlagError(s.str());
+}
+
+void check_at_least(const char* flag, double value, double min) {
+  if (value < min) fail(flag, " must be >= ", min, ", got ", value);
+}
+void check_unit_interval(const char* flag, double value) {  // [0, 1)
+  if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
+}
+
+// Pipeline: virtual stages, the schedule, the layers of each stage (pipeline_schedule.h).
+void check_pipeline(Options& o, const RawFlags& raw) {
+  ParallelConfig& p = o.parallel;
+  const int pp = p.pipeline_parallel, L = o.model.num_layers;
+  const int first = p.first_stage_layers, last = p.last_stage_layers;
+  check_at_least("--virtual-pipeline-model-parallel-size", raw.virtual_pipeline, 0);
+  check_at_least("--num-layers-per-virtual-pipeline-stage", raw.layers_per_virtual_stage, 0);
+  check_at_least("--decoder-first-pipeline-num-layers", first, 0);
+  check_at_least("--decoder-last-pipeline-num-layers", last, 0);
+  const bool uneven = first > 0 || last > 0;
+  std::ostringstream given;  // the uneven flags as typed, for the messages
+  if (first > 0) given << "--decoder-first-pipeline-num-layers (" << first << ")";
+  if (first > 0 && last > 0) given << " + ";
+  if (last > 0) given << "--decoder-last-pipeline-num-layers (" << last << ")";
+  if (uneven && pp == 1) fail(given.str(), " needs --pp > 1");
+
+  int v = raw.virtual_pipeline > 0 ? raw.virtual_pipeline : 1;
+  if (raw.layers_per_virtual_stage > 0) {
+    const int n = raw.layers_per_virtual_stage;
+    if (raw.virtual_pipeline > 0)
+      fail("give --virtual-pipeline-model-parallel-size (", raw.virtual_pipeline,
+           ") or --num-layers-per-virtual-pipeline-stage (", n, "), not both");
+    if (uneven)
+      fail("--num-layers-per-virtual-pipeline-stage needs the even split; with ", given.str(),
+           " give --virtual-pipeline-model-parallel-size");
+    if (L % (pp * n) != 0)
+      fail("--num-layers (", L, ") must be divisible by --pp (", pp,
+           ") x --num-layers-per-virtual-pipeline-stage (", n, ") = ", pp * n);
+    v = L / (pp * n);
+  }
+  if (v > 1 && pp == 1)
+    fail(raw.virtual_pipeline > 0 ? "--virtual-pipeline-model-parallel-size ("
+                                  : "--num-layers-per-virtual-pipeline-stage (",
+         raw.virtual_pipeline > 0 ? raw.virtual_pipeline : raw.layers_per_virtual_stage,
+         ") needs --pp > 1");
+
+  PipelineSchedule kind = v > 1 ? PipelineSchedule::INTERLEAVED : PipelineSchedule::ONE_F_ONE_B;
+  if (!raw.pipeline_schedule.empty()) parse_schedule_name(raw.pipeline_schedule, &kind);
+  if (kind == PipelineSchedule::INTERLEAVED && v == 1)
+    fail("--pipeline-schedule interleaved needs virtual stages: "
+         "--virtual-pipeline-model-parallel-size > 1 or --num-layers-per-virtual-pipeline-stage");
+  if (kind != PipelineSchedule::INTERLEAVED && v > 1)
+    fail("--pipeline-schedule ", schedule_name(kind), " takes no virtual stages, got ", v,
+         " (use --pipeline-schedule interleaved)");
+
+  if (!uneven) {
+    if (L % pp != 0) fail("--pp (", pp, ") must divide --num-layers (", L, ")");
+    if (L / pp % v != 0)
+      fail("--num-layers (", L, ") must be divisible by --pp (", pp, ") x virtual stages (", v,
+           ") = ", pp * v);
+  } else {
+    const int middle = pp - (first > 0) - (last > 0), rest = L - first - last;
+    if (middle == 0 && rest != 0)
+      fail(given.str(), " must add up to --num-layers (", L, ") with --pp ", pp);
+    if (middle > 0 && (rest <= 0 || rest % middle != 0))
+      fail(given.str(), ": the other ", middle, " stage(s) of --pp ", pp,
+           " cannot split the remaining ", rest, " of --num-layers (", L, ") evenly");
+    const int rest_each = middle > 0 ? rest / middle : 0;
+    for (int n : {first, last, rest_each})
+      if (n > 0 && n % v != 0)
+        fail("virtual stages (", v, ") must divide every stage's layers: ", given.str(),
+             ", the others ", rest_each);
+  }
+  p.virtual_pipeline = v;
+  p.pipeline_schedule = kind;
+}
+
+Arch to_arch(const std::string& s) { return s == "llama" ? Arch::LLAMA : Arch::GPT; }
+AttentionImpl to_attention(const std::string& s) {
+  return s == "naive" ? AttentionImpl::NAIVE : AttentionImpl::FLASH;
+}
+LrDecay to_decay(const std::string& s) {
+  if (s == "constant") return LrDecay::CONSTANT;
+  if (s == "linear") return LrDecay::LINEAR;
+  return LrDecay::COSINE;
+}
+
+}  // namespace
+
+// Fills the derived values and checks every constraint, the cheap ones first.
+void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
+  ModelConfig& m = o.model;
+  TrainConfig& t = o.train;
+  ParallelConfig& p = o.parallel;
+
+  // Planning may describe a machine this one is not; a run may not.
+  if (raw.world_size != 0 && !o.plan)
+    fail("--world-size (", raw.world_size,
+         ") is only for --plan; a run's world size is the number of ranks mpirun starts");
+  if (o.json && !o.plan) fail("--json only applies to --plan");
+  // A run's measured timeline comes with the pipeline executor; this build simulates one.
+  if (o.print_schedule && !o.plan) fail("--print-schedule only applies to --plan");
+  if (!o.trace.empty() && !o.plan)
+    fail("--trace ", o.trace, ": only with --plan (it writes the simulated pipeline timeline)");
+  p.world_size = raw.world_size != 0 ? raw.world_size : o.launched_world_size;
+  const char* world_from = raw.world_size != 0 ? "--world-size" : "launched world size";
+
+  m.arch = to_arch(raw.arch);
+  m.attention = to_attention(raw.attention);
+  t.lr_decay_style = to_decay(raw.lr_decay_style);
+  o.attention_flops = raw.attention_flops == "causal" ? AttentionFlops::CAUSAL
+                                                      : AttentionFlops::FULL;
+
+  // Sizes.
+  check_at_least("--num-layers", m.num_layers, 1);
+  check_at_least("--hidden-size", m.hidden_size, 1);
+  check_at_least("--ffn-hidden-size", m.ffn_hidden_size, 0);
+  check_at_least("--num-attention-heads", m.num_attention_heads, 1);
+  check_at_least("--num-query-groups", m.num_query_groups, 0);
+  check_at_least("--seq-length", m.seq_length, 1);
+  check_at_least("--vocab-size", m.vocab_size, 1);
+  check_at_least("--micro-batch-size", t.micro_batch_size, 1);
+  check_at_least("--global-batch-size", t.global_batch_size, 0);
+  check_at_least("--train-iters", t.train_iters, 1);
+  check_at_least("--tensor-model-parallel-size", p.tensor_parallel, 1);
+  check_at_least("--pipeline-model-parallel-size", p.pipeline_parallel, 1);
+  check_at_least("--context-parallel-size", p.context_parallel, 1);
+  check_at_least("--expert-model-parallel-size", p.expert_parallel, 1);
+  check_at_least("--ddp-bucket-size", static_cast<double>(o.ddp_bucket_size), 1);
+  check_at_least("--zero3-prefetch-layers", o.zero3_prefetch_layers, 0);
+  check_at_least("--report-interval", o.report_interval, 0);
+  check_at_least("--log-interval", o.log_interval, 1);
+  check_at_least("--peak-tflops", o.peak_tflops, 0);
+  check_at_least(world_from, p.world_size, 1);
+
+  // Attention shapes.
+  if (m.hidden_size % m.num_attention_heads != 0)
+    fail("--num-attention-heads (", m.num_attention_heads, ") must divide --hidden-size (",
+         m.hidden_size, ")");
+  if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+  if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  if (m.num_attention_heads % m.num_query_groups != 0)
+    fail("--num-query-groups (", m.num_query_groups, ") must divide --num-attention-heads (",
+         m.num_attention_heads, ")");
+  if (m.arch == Arch::LLAMA && m.head_dim() % 2 != 0)
+    fail("--arch llama needs an even head dim for RoPE, got --hidden-size (", m.hidden_size,
+         ") / --num-attention-heads (", m.num_attention_heads, ") = ", m.head_dim());
+  check_unit_interval("--hidden-dropout", m.hidden_dropout);
+  check_unit_interval("--attention-dropout", m.attention_dropout);
+
+  // Parallel layout: world = tp x cp x pp x dp.
+  const int tp = p.tensor_parallel, cp = p.context_parallel, pp = p.pipeline_parallel;
+  if (p.world_size % (tp * cp * pp) != 0)
+    fail(world_from, " (", p.world_size, ") must be divisible by --tp (", tp, ") x --cp (", cp,
+         ") x --pp (", pp, ") = ", tp * cp * pp);
+  const int dp = p.data_parallel();
+  if (m.num_attention_heads % tp != 0)
+    fail("--tp (", tp, ") must divide --num-attention-heads (", m.num_attention_heads, ")");
+  if (m.num_query_groups % tp != 0)
+    fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
+  if (m.ffn_hidden_size % tp != 0)
+    fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
+  check_pipeline(o, raw);
+  if (p.sequence_parallel && tp == 1) {
+    // Megatron turns it off the same way: there is nothing to split over.
+    o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");
+    p.sequence_parallel = false;
+  }
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
+         ")");
+  // Load-balanced ring attention gives each cp rank two of 2 cp chunks of a sequence.
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    fail("--seq-length (", m.seq_length, ") must be divisible by 2 x --cp (", cp, ") = ", 2 * cp);
+  if ((dp * cp) % p.expert_parallel != 0)
+    fail("--ep (", p.expert_parallel, ") must divide data-parallel x --cp (", dp, " x ", cp,
+         " = ", dp * cp, ")");
+  if (raw.use_distributed_optimizer && p.zero_stage < 1) p.zero_stage = 1;
+  if (p.zero_stage < 0 || p.zero_stage > 3)
+    fail("--zero-stage must be 0, 1, 2 or 3, got ", p.zero_stage);
+  if (o.overlap_param_gather && p.zero_stage < 1)
+    fail("--overlap-param-gather needs the distributed optimizer (--zero-stage >= 1 or "
+         "--use-distributed-optimizer), got --zero-stage ", p.zero_stage);
+
+  // Batch.
+  if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;
+  if (t.global_batch_size % (t.micro_batch_size * dp) != 0)
+    fail("--global-batch-size (", t.global_batch_size, ") must be divisible by --micro-batch-size (",
+         t.micro_batch_size, ") x data-parallel size (", dp, ") = ", t.micro_batch_size * dp);
+  const int microbatches = t.global_batch_size / (t.micro_batch_size * dp);
+  if (p.pipeline_schedule == PipelineSchedule::INTERLEAVED && microbatches % pp != 0)
+    fail("--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size (",
+         t.global_batch_size, ") / (--micro-batch-size (", t.micro_batch_size,
+         ") x data-parallel size (", dp, ")) = ", microbatches, ", to be a multiple of --pp (",
+         pp, ")");
+
+  // Optimizer and schedule.
+  check_at_least("--min-lr", t.min_lr, 0);
+  if (t.lr < t.min_lr) fail("--lr (", t.lr, ") must be >= --min-lr (", t.min_lr, ")");
+  check_at_least("--lr-warmup-iters", t.lr_warmup_iters, 0);
+  check_at_least("--lr-decay-iters", t.lr_decay_iters, 0);
+  const bool decay_derived = t.lr_decay_iters == 0;
+  if (decay_derived) t.lr_decay_iters = t.train_iters;
+  if (t.lr_warmup_iters > t.lr_decay_iters)
+    fail("--lr-warmup-iters (", t.lr_warmup_iters, ") must be <= ",
+         decay_derived ? "--lr-decay-iters (defaults to --train-iters, " : "--lr-decay-iters (",
+         t.lr_decay_iters, ")");
+  check_at_least("--weight-decay", t.weight_decay, 0);
+  check_at_least("--clip-grad", t.clip_grad, 0);
+  check_unit_interval("--adam-beta1", t.adam_beta1);
+  check_unit_interval("--adam-beta2", t.adam_beta2);
+  if (!(t.adam_eps > 0)) fail("--adam-eps must be > 0, got ", t.adam_eps);
+
+  // Backends. A plan may describe GPUs this machine does not have.
+  if (raw.device.empty())
+    o.device = visible_gpus > 0 ? kernels::Device::CUDA : kernels::Device::CPU;
+  else
+    o.device = raw.device == "cuda" ? kernels::Device::CUDA : kernels::Device::CPU;
+  if (o.device == kernels::Device::CUDA && visible_gpus <= 0 && !o.plan)
+    fail("--device cuda, but no GPU is visible (use --device cpu)");
+  if (raw.comm.empty())
+    o.comm = o.device == kernels::Device::CUDA ? Comm::NCCL : Comm::MPI;
+  else
+    o.comm = raw.comm == "nccl" ? Comm::NCCL : Comm::MPI;
+  if (o.comm == Comm::NCCL && o.device != kernels::Device::CUDA)
+    fail("--comm nccl needs --device cuda (use --comm mpi on the CPU backend)");
+
+  // Last, as it reads the file: the data must fit the model it feeds.
+  if (!o.data_path.empty()) check_data_file(o.data_path, m.vocab_size, m.seq_length);
+}
+
+}  // namespace paralab

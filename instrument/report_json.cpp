@@ -1,0 +1,169 @@
+// instrument/report_json.cpp: the JSON writers of report.h: step_json (one line per step for
+// --metrics-jsonl, every measured number beside its prediction) and plan_json (`trainer
+// --plan --json`). Keys are listed in report.h.
+#include <string>
+#include <vector>
+#include "instrument/json.h"         // JsonWriter
+#include "instrument/report.h"       // StepMetrics, step_json, plan_json
+#include "instrument/report_impl.h"  // CommRow, comm_rows
+#include "instrument/timeline.h"     // pipeline_json
+
+namespace paralab {
+
+static void memory_object(JsonWriter& j, const MemoryPlan& m) {
+  for (int c = 0; c < kNumMemoryCategories; ++c) j.field(kMemoryCategoryNames[c], m.at(c));
+  j.field("total", m.total());
+}
+
+std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
+                      const CommStats* measured_comm) {
+  const RankPlan& rp = plan.ranks.at(rank);
+  JsonWriter j;
+  j.begin_object();
+  j.field("step", s.step).field("rank", rank).field("loss", s.loss).field("lr", s.lr);
+  j.field("grad_norm", s.grad_norm).field("step_ms", s.step_seconds * 1e3);
+  if (s.gemm_seconds >= 0) j.field("gemm_ms", s.gemm_seconds * 1e3);
+  j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
+  j.field("peak_memory_bytes", s.peak_memory_bytes);
+  if (s.comm_bytes >= 0) j.field("comm_bytes", s.comm_bytes);
+  if (s.bubble >= 0) j.field("bubble", s.bubble);
+  if (s.bubble_predicted >= 0) j.field("bubble_predicted", s.bubble_predicted);
+  j.key("memory").begin_object();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    j.key(kMemoryCategoryNames[c]).begin_object();
+    j.field("measured", s.memory_bytes[c]).field("predicted", rp.memory.at(c));
+    j.end_object();
+  }
+  j.key("total").begin_object();
+  j.field("measured", s.peak_memory_bytes).field("predicted", rp.memory.total());
+  j.end_object().end_object();
+  j.key("flops").begin_object();
+  j.field("convention", attention_flops_name(plan.flops.convention));
+  j.field("model_per_step", plan.flops.model_per_step);
+  j.field("hardware_per_step", plan.flops.hardware_per_step);
+  j.field("hardware_per_rank_predicted", plan.flops.hardware_per_rank_step);
+  if (s.hardware_flops >= 0) j.field("hardware_per_rank_measured", s.hardware_flops);
+  j.end_object();
+  if (measured_comm) {
+    j.key("comm").begin_array();
+    for (const CommRow& r : comm_rows(plan.comm, measured_comm)) {
+      const CommRecord& m = measured_comm->get(r.g, r.op);
+      j.begin_object().field("group", group_name(r.g)).field("op", op_name(r.op));
+      j.key("calls").begin_object().field("predicted", r.pred ? (double)r.pred->calls : 0.0);
+      j.field("measured", (double)m.calls).end_object();
+      j.key("payload_bytes").begin_object();
+      j.field("predicted", r.pred ? (double)r.pred->payload_bytes : 0.0);
+      j.field("measured", (double)m.payload_bytes).end_object();
+      j.key("bus_bytes").begin_object().field("predicted", r.pred ? r.pred->bus_bytes : 0.0);
+      j.field("measured", m.bus_bytes).end_object();
+      j.field("time_ms", m.time_s * 1e3).field("exposed_ms", m.exposed_s * 1e3);
+      j.end_object();
+    }
+    j.end_array();
+  }
+  j.end_object();
+  return j.str();
+}
+
+static void tensor_list(JsonWriter& j, const char* key, const std::vector<ActivationTensor>& ts) {
+  j.key(key).begin_array();
+  for (const auto& t : ts) {
+    j.begin_object().field("name", t.name).field("elements", t.elements);
+    j.field("bytes_per_element", t.bytes_per_element).field("bytes", t.bytes());
+    j.field("norm_statistic", t.norm_statistic).end_object();
+  }
+  j.end_array();
+}
+
+std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
+  const ModelConfig& m = plan.model;
+  const ParallelConfig& p = plan.parallel;
+  const FlopsPlan& f = plan.flops;
+  JsonWriter j(pretty);
+  j.begin_object();
+  j.key("model").begin_object();
+  j.field("arch", m.is_gpt() ? "gpt" : "llama").field("num_layers", m.num_layers);
+  j.field("hidden_size", m.hidden_size).field("ffn_hidden_size", m.ffn());
+  j.field("num_attention_heads", m.num_attention_heads).field("num_query_groups", m.groups());
+  j.field("seq_length", m.seq_length).field("vocab_size", m.vocab_size);
+  j.field("attention", m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
+  j.field("fused_cross_entropy", m.fused_cross_entropy);
+  j.field("precision", plan.train.bf16 ? "bf16" : "fp32").end_object();
+  j.key("parallel").begin_object();
+  j.field("world_size", p.world_size).field("tensor_parallel", p.tensor_parallel);
+  j.field("context_parallel", p.context_parallel).field("pipeline_parallel", p.pipeline_parallel);
+  j.field("data_parallel", plan.dp).field("zero_stage", p.zero_stage);
+  j.field("sequence_parallel", plan.sequence_parallel).end_object();
+  j.key("batch").begin_object();
+  j.field("micro_batch_size", plan.train.micro_batch_size);
+  j.field("global_batch_size", plan.global_batch);
+  j.field("microbatches_per_rank", plan.microbatches_per_rank);
+  j.field("tokens_per_step", plan.tokens_per_step).end_object();
+  j.key("params").begin_object();
+  j.field("total", plan.params_total).field("per_rank", plan.ranks.at(0).params);
+  j.field("per_rank_stored", plan.ranks.at(0).params_stored);
+  j.field("zero_shard", plan.zero_shard);
+  j.field("vocab_size", m.vocab_size).field("padded_vocab", plan.padded_vocab).end_object();
+  j.key("memory").begin_array();
+  for (const RankPlan& rp : plan.ranks) {
+    j.begin_object().field("rank", rp.rank).field("tp_rank", rp.tp_rank);
+    j.field("dp_rank", rp.dp_rank).field("pp_rank", rp.pp_rank);
+    j.field("param_count", rp.params).field("param_count_stored", rp.params_stored);
+    j.field("microbatches_held", rp.microbatches_held);
+    memory_object(j, rp.memory);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("activations").begin_object();
+  j.field("per_layer_bytes", plan.activation_bytes_per_layer);
+  j.field("per_microbatch_bytes", plan.activation_bytes_per_microbatch);
+  tensor_list(j, "embedding", plan.embedding_activations);
+  tensor_list(j, "layer", plan.layer_activations);
+  tensor_list(j, "head", plan.head_activations);
+  const KorthikantiCheck k = korthikanti_check(plan);
+  j.key("korthikanti").begin_object();
+  j.field("formula", k.formula).field("closed_form_bytes", k.closed_form_bytes);
+  j.field("plan_bytes", k.plan_bytes).field("norm_statistics_bytes", k.norm_statistics_bytes);
+  j.field("applicable", k.applicable()).key("differences").begin_array();
+  for (const std::string& d : k.differences) j.value(d);
+  j.end_array().end_object();
+  j.end_object();
+  j.key("flops").begin_object();
+  j.field("convention", attention_flops_name(f.convention));
+  j.field("attention", f.attention == AttentionImpl::NAIVE ? "naive" : "flash");
+  j.field("model_per_step", f.model_per_step).field("hardware_per_step", f.hardware_per_step);
+  j.field("model_per_rank_step", f.model_per_rank_step);
+  j.field("hardware_per_rank_step", f.hardware_per_rank_step);
+  j.field("recompute_per_step", f.recompute_per_microbatch * f.microbatches_per_step);
+  j.field("microbatches_per_step", f.microbatches_per_step);
+  j.key("matmuls").begin_array();
+  for (const auto& mm : f.matmuls) {
+    j.begin_object().field("name", mm.name).field("reduces_over", mm.reduces_over);
+    j.field("formula", mm.formula).field("per_layer", mm.per_layer);
+    j.field("model_per_step", mm.model * f.microbatches_per_step);
+    j.field("hardware_per_step", mm.hardware * f.microbatches_per_step).end_object();
+  }
+  j.end_array().end_object();
+  j.key("data_parallel").begin_object();
+  const DataParallelPlan& d = plan.data_parallel;
+  j.field("buckets", (int64_t)d.layout.buckets.size()).field("padded_total", d.layout.padded_total);
+  j.field("shard_numel", d.layout.shard_numel).field("state_numel", d.state_numel);
+  j.field("params_transient_peak", d.sim.params_transient_peak);
+  j.field("grads_transient_peak", d.sim.grads_transient_peak).end_object();
+  j.key("comm").begin_array();
+  for (const CommPlanEntry& e : plan.comm) {
+    j.begin_object().field("group", group_name(e.group)).field("op", op_name(e.op));
+    j.field("calls", e.calls).field("payload_bytes", e.payload_bytes);
+    j.field("bus_bytes", e.bus_bytes).end_object();
+  }
+  j.end_array();
+  pipeline_json(j, plan);
+  if (peak) {
+    j.key("peak").begin_object();
+    j.field("tflops", peak->tflops).field("source", peak->source).end_object();
+  }
+  j.end_object();
+  return j.str() + "\n";
+}
+
+}  // namespace paralab

@@ -1,0 +1,224 @@
+// parallel/data_parallel_impl.h: DataParallel's state (the Impl behind data_parallel.h),
+// shared by data_parallel.cpp (construction, the model's and the trainer's sides) and
+// data_parallel_views.cpp (the whole-model views). Not for other files: data_parallel.h is
+// the contract.
+//
+// Buffers (Ψ parameters, P = layout.padded_total, S = layout.shard_numel; elements of the
+// storage type, fp32 or with --bf16 bf16, so bytes = elements x 4 or x 2):
+//   stage  params                        grads
+//   0      Ψ, flat order (PARAMS)        Ψ, flat order (GRADS)
+//   1      P, padded layout (PARAMS)     P, padded layout (GRADS)
+//   2      P, padded layout (PARAMS)     S shard + a padded buffer per bucket while its
+//                                        gradients are being produced (GRADS)
+//   3      S shard + a padded buffer     as stage 2, bucket = unit
+//          per gathered unit (PARAMS)
+// The padded layout puts the buckets in ascending flat order, bucket j at pb_j (the sum of
+// the padded sizes of the buckets before it), its padding (zero) after its elements, so a
+// reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
+// Rank r owns [r * slice, (r+1) * slice) of every padded bucket; the shard holds those
+// slices at each bucket's shard_offset. With dp 1 the same buffers exist (memory equals
+// the plan at dp 1); reductions are no-ops and gathers device copies, never recorded.
+//
+// bf16: the buffers are bytes from the Ledger addressed by element (Impl::at), the
+// collectives run on DType::BF16 (sums rounded to bf16 per addition, parallel/comm.h), and
+// the only typed work here, accumulate and sum_squares, dispatches on the storage type.
+// The host views (load_params, gather_*) stay fp32: rounded on the host before the copy
+// in, widened on the host after the copy out, so no fp32 device buffer is ever needed.
+//
+// Impl's methods are the steps the public calls are made of: storage addressing and the
+// typed work (accumulate, sum_squares, the host conversions), then per stage the posting
+// and completion of a bucket's reduction and of a unit's gather. Like data_parallel.cpp's
+// policies they are what instrument/plan predicts (simulate_zero_step): change one, change both.
+//
+// defines: misuse, DataParallel::Impl
+#pragma once
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+#include "kernels/math.h"            // to_bf16, to_float: the host views' conversions
+#include "kernels/ops.h"             // memcpy_device, accumulate, sum_squares
+#include "parallel/data_parallel.h"  // DataParallel, DataParallelOptions, OwnedSegment
+
+namespace paralab {
+
+using kernels::Device;
+
+// Misuse of the class (a call out of order, a bad argument) as one runtime_error.
+[[noreturn]] inline void misuse(const std::string& what) {
+  throw std::runtime_error("DataParallel: " + what);
+}
+
+struct DataParallel::Impl {
+  std::vector<int64_t> unit_begin;
+  Communicator* dp = nullptr;  // nullptr when the group has one rank: nothing to talk to
+  DataParallelOptions opt;
+  Device device;
+  int rank = 0, size = 1, U = 0, stage = 0;
+  int es = 4;                // bytes per stored element: 4 (fp32) or 2 (bf16)
+  DType dtype = DType::F32;  // the collectives' element type, the same storage type
+  BucketLayout layout;
+  std::vector<int64_t> padded_pos;  // per bucket: pb_j in the padded full buffers
+
+  // Buffers first: members are destroyed in reverse order, so every CommHandle below is
+  // waited for before the memory it writes into goes away.
+  Buffer<char> params, grads;   // see the table above; bytes, addressed with at()
+  Buffer<float> norm_scalar;    // stages >= 1 at dp > 1: the gradient norm's all-reduce
+  struct BucketState {
+    Buffer<char> grad_buf;   // stages 2-3: this microbatch's gradients of the bucket
+    CommHandle reduce;       // all-reduce (0), reduce-scatter (1-3)
+    CommHandle gather;       // stages 1-2: the updated parameters' all-gather
+    bool posted = false;     // stages 0-1: reduction posted this step
+    bool reduced = false;    // stages 2-3: reduce-scatter posted this microbatch
+  };
+  std::vector<BucketState> bk;
+  struct UnitState {
+    Buffer<char> gathered;   // stage 3: the unit's full (padded) parameters
+    CommHandle gather;
+    bool resident = false;   // stage 3: gathered or in flight
+    int refs = 0;
+  };
+  std::vector<UnitState> units;
+  int held = 0;          // sum of refs: > 0 means the model holds some unit
+  int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
+  bool last = false;     // the current microbatch is the step's last
+  std::vector<OwnedSegment> segments;
+  std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
+
+  bool sharded_grads() const { return stage >= 2; }
+
+  // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
+  // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
+  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n) {
+    const char* base = static_cast<const char*>(g);
+    double sum = 0;
+    int64_t pos = flat_begin;
+    const int64_t end = flat_begin + n;
+    for (const auto& [lo, hi] : norm_exclusions) {
+      if (hi <= pos || lo >= end) continue;
+      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos);
+      pos = std::max(pos, hi);
+    }
+    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos);
+    return sum;
+  }
+
+  // ---- storage elements ---------------------------------------------------------------
+  void allocate(Buffer<char>& b, int64_t elements, Category c) {
+    b.allocate(device, elements * es, c);
+  }
+  char* at(Buffer<char>& b, int64_t e) { return b.data() + e * es; }
+  // out += in over n elements (bf16: widened, added in fp32, rounded).
+  void accumulate(void* out, const void* in, int64_t n) {
+    if (opt.bf16)
+      kernels::accumulate(device, static_cast<kernels::bf16*>(out),
+                          static_cast<const kernels::bf16*>(in), n);
+    else
+      kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
+  }
+  double sum_squares(const void* x, int64_t n) {
+    if (opt.bf16) return kernels::sum_squares(device, static_cast<const kernels::bf16*>(x), n);
+    return kernels::sum_squares(device, static_cast<const float*>(x), n);
+  }
+  // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
+  std::vector<char> to_storage(const std::vector<float>& v) const {
+    std::vector<char> out(v.size() * es);
+    if (!opt.bf16) {
+      std::memcpy(out.data(), v.data(), out.size());
+      return out;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      const kernels::bf16 x = kernels::to_bf16(v[i]);
+      std::memcpy(&out[i * 2], &x, 2);
+    }
+    return out;
+  }
+  std::vector<float> from_storage(const std::vector<char>& raw) const {
+    std::vector<float> out(raw.size() / es);
+    if (!opt.bf16) {
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return out;
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      kernels::bf16 x;
+      std::memcpy(&x, &raw[i * 2], 2);
+      out[i] = kernels::to_float(x);
+    }
+    return out;
+  }
+
+  void check_unit(int u, const char* what) const {
+    if (u < 0 || u >= U)
+      misuse(std::string(what) + ": unit " + std::to_string(u) + " outside 0.." +
+             std::to_string(U - 1));
+  }
+  const Bucket& bucket_of(int u) const { return layout.buckets[layout.bucket_of[u]]; }
+  // Where unit u starts in a full buffer: flat at stage 0, padded layout at stages 1-2.
+  int64_t full_pos(int u) const {
+    if (stage == 0) return unit_begin[u];
+    return padded_pos[layout.bucket_of[u]] + unit_begin[u] - bucket_of(u).begin;
+  }
+  // The clipped flat range rank r updates in bucket b: [begin + r*slice, min(end, ...)).
+  int64_t owned_lo(const Bucket& b) const { return std::min(b.end, b.begin + rank * b.slice); }
+  int64_t owned_hi(const Bucket& b) const {
+    return std::min(b.end, b.begin + (rank + 1) * b.slice);
+  }
+
+  // ---- stages 2-3: one bucket's gradients of this microbatch --------------------------
+  void post_grad_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    if (s.grad_buf.empty()) allocate(s.grad_buf, b.padded, Category::GRADS);
+    s.reduced = true;
+    if (dp)
+      s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
+                                          b.slice, dtype);
+  }
+  // Wait, add the rank's summed slice into the shard, free the bucket.
+  void complete_grad_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    s.reduce.wait();
+    accumulate(at(grads, b.shard_offset), at(s.grad_buf, rank * b.slice), b.slice);
+    s.grad_buf.reset();
+    if (in_flight == j) in_flight = -1;
+  }
+
+  // ---- stages 0-1: the step's reduction of one bucket, posted once --------------------
+  void post_step_reduce(int j) {
+    BucketState& s = bk[j];
+    const Bucket& b = layout.buckets[j];
+    s.posted = true;
+    if (!dp) return;
+    if (stage == 0) {
+      s.reduce = dp->all_reduce_async(at(grads, b.begin), b.numel(), ReduceOp::SUM, dtype);
+    } else {
+      const int64_t pos = padded_pos[j];
+      s.reduce = dp->reduce_scatter_async(at(grads, pos), at(grads, pos + rank * b.slice),
+                                          b.slice, dtype);
+    }
+  }
+
+  // ---- stage 3: gather unit u's parameters into a new buffer ---------------------------
+  void post_gather(int u) {
+    UnitState& s = units[u];
+    const Bucket& b = bucket_of(u);
+    allocate(s.gathered, b.padded, Category::PARAMS);
+    s.resident = true;
+    const char* slice = at(params, b.shard_offset);
+    if (dp)
+      s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
+    else
+      kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * es);
+  }
+
+  // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
+  void wait_param_gather(int j) { bk[j].gather.wait(); }
+  void wait_param_gathers() {
+    for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);
+  }
+};
+
+}  // namespace paralab

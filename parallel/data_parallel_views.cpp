@@ -1,0 +1,97 @@
+// parallel/data_parallel_views.cpp: DataParallel's whole-model views, for initialisation,
+// tests and checkpoints: load_params scatters a full fp32 parameter vector into this rank's
+// buffers (its shard at stage 3), gather_params and gather_grads rebuild the full, unpadded
+// vectors on the host, one bucket at a time. Collective over dp; bf16 values are rounded on
+// the host before the copy in and widened after the copy out (data_parallel_impl.h).
+#include <string>
+#include <vector>
+#include "kernels/ops.h"                  // memcpy_from_host, memcpy_to_host, memcpy_device
+#include "parallel/data_parallel_impl.h"  // DataParallel::Impl, misuse
+
+namespace paralab {
+
+// ---- whole-model views -----------------------------------------------------------------
+
+void DataParallel::load_params(const std::vector<float>& full) {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  if ((int64_t)full.size() != l.total)
+    misuse("load_params: got " + std::to_string(full.size()) + " values for " +
+           std::to_string(l.total) + " parameters");
+  drain();
+  const std::vector<char> host = m.to_storage(full);  // rounded once, on the host
+  auto copy_in = [&](int64_t dst, int64_t flat, int64_t n) {
+    kernels::memcpy_from_host(m.device, m.at(m.params, dst), host.data() + flat * m.es,
+                              n * m.es);
+  };
+  if (m.stage == 0) {
+    copy_in(0, 0, l.total);
+    return;
+  }
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    if (m.stage < 3)
+      copy_in(m.padded_pos[j], b.begin, b.numel());
+    else if (m.owned_hi(b) > m.owned_lo(b))
+      copy_in(b.shard_offset, m.owned_lo(b), m.owned_hi(b) - m.owned_lo(b));
+  }
+}
+
+std::vector<float> DataParallel::gather_params() {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  std::vector<char> raw(l.total * m.es);
+  m.wait_param_gathers();
+  if (m.stage == 0) {
+    kernels::memcpy_to_host(m.device, raw.data(), m.params.data(), raw.size());
+    return m.from_storage(raw);
+  }
+  Buffer<char> tmp;  // stage 3: one bucket at a time
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    const char* src = m.at(m.params, m.padded_pos[j]);
+    if (m.stage == 3) {
+      m.allocate(tmp, b.padded, Category::PARAMS);
+      const char* slice = m.at(m.params, b.shard_offset);
+      if (m.dp)
+        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
+      else
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
+      src = tmp.data();
+    }
+    kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
+  }
+  return m.from_storage(raw);
+}
+
+std::vector<float> DataParallel::gather_grads() {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  std::vector<char> raw(l.total * m.es);
+  if (m.stage == 0) {
+    kernels::memcpy_to_host(m.device, raw.data(), m.grads.data(), raw.size());
+    return m.from_storage(raw);
+  }
+  Buffer<char> tmp;  // stages 2-3: one bucket at a time
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    char* src;
+    if (m.stage == 1) {
+      // The full buffer holds this rank's summed slice; the rest is its local gradient.
+      src = m.at(m.grads, m.padded_pos[j]);
+      if (m.dp) m.dp->all_gather(src + m.rank * b.slice * m.es, src, b.slice, m.dtype);
+    } else {
+      m.allocate(tmp, b.padded, Category::GRADS);
+      const char* slice = m.at(m.grads, b.shard_offset);
+      if (m.dp)
+        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
+      else
+        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
+      src = tmp.data();
+    }
+    kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
+  }
+  return m.from_storage(raw);
+}
+
+}  // namespace paralab

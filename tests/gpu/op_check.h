@@ -1,0 +1,173 @@
+// tests/gpu/op_check.h: the harness every op_check*.cpp shares: random inputs (one seeded
+// stream), Twin (one tensor on both twins), the error metric and bounds, and check(), which
+// prints one row. The design (metric, bounds, the "+=" / "=" seeding) is in op_check.cpp.
+//
+// The checks live by op family:
+//   op_check.cpp            main, memory, fp32 <-> bf16 conversion
+//   op_check_dense.cpp      gemm, elementwise, embedding, norms
+//   op_check_attention.cpp  attention layout and softmax, flash attention
+//   op_check_loss.cpp       cross-entropy, AdamW, sum of squares
+// Each check_X<T> runs the fp32 rows (T = float) or the bf16 rows (T = bf16) of its ops.
+//
+// defines: rng, random_floats, round_all, random_values, random_ints, Twin, written, Precision,
+//          rel_err, widen, err, worst, mismatches, failures, check, and the check_X below
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/math.h"  // to_float, to_bf16
+#include "kernels/ops.h"   // Device, device_malloc, memcpy_*, and every op's two twins
+
+namespace op_check {
+
+using kernels::bf16;
+using kernels::Device;
+using Floats = std::vector<float>;
+using Bf16s = std::vector<bf16>;
+
+// One stream for every file (an inline variable: one object in the program), so each row's
+// inputs depend only on the order main runs the checks in.
+inline std::mt19937 rng(20240611);
+
+inline Floats random_floats(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Floats x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+inline Bf16s round_all(const Floats& x) {
+  Bf16s out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_bf16(x[i]);
+  return out;
+}
+
+// Random values of storage type T: bf16 ones are rounded floats.
+template <typename T>
+std::vector<T> random_values(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  if constexpr (std::is_same<T, float>::value)
+    return random_floats(n, lo, hi);
+  else
+    return round_all(random_floats(n, lo, hi));
+}
+
+inline std::vector<int> random_ints(size_t n, int lo, int hi) {
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int> x(n);
+  for (int& v : x) v = dist(rng);
+  return x;
+}
+
+// One tensor on both twins: `cpu` is the CPU twin's buffer (host memory is the CPU device),
+// `gpu` a device copy of the same initial values (or of `gpu_init` when given).
+template <typename T>
+struct Twin {
+  std::vector<T> cpu;
+  T* gpu = nullptr;
+  explicit Twin(const std::vector<T>& init) : Twin(init, init) {}
+  Twin(const std::vector<T>& init, const std::vector<T>& gpu_init) : cpu(init) {
+    gpu = (T*)kernels::device_malloc(Device::CUDA, gpu_init.size() * sizeof(T));
+    kernels::memcpy_from_host(Device::CUDA, gpu, gpu_init.data(), gpu_init.size() * sizeof(T));
+  }
+  Twin(const Twin&) = delete;
+  Twin& operator=(const Twin&) = delete;
+  ~Twin() { kernels::device_free(Device::CUDA, gpu); }
+  T* c() { return cpu.data(); }
+  T* g() { return gpu; }
+  std::vector<T> fetch() const {
+    std::vector<T> out(cpu.size());
+    kernels::memcpy_to_host(Device::CUDA, out.data(), gpu, out.size() * sizeof(T));
+    return out;
+  }
+};
+
+// An "=" output: the two sides start from different garbage.
+template <typename T = float>
+std::unique_ptr<Twin<T>> written(size_t n) {
+  return std::make_unique<Twin<T>>(random_values<T>(n), random_values<T>(n));
+}
+
+// Bounds and row-name tag per storage type (see op_check.cpp's header comment).
+template <typename T>
+struct Precision {
+  static constexpr double elementwise = 1e-4, reduction = 1e-3, layout = 1e-4;
+  static constexpr const char* tag = "";
+};
+template <>
+struct Precision<bf16> {
+  static constexpr double elementwise = 1e-2, reduction = 1e-2, layout = 0.0;
+  static constexpr const char* tag = " bf16";
+};
+
+inline double rel_err(const Floats& gpu, const Floats& cpu) {
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < cpu.size(); i++) {
+    if (!std::isfinite(gpu[i]) || !std::isfinite(cpu[i])) return INFINITY;
+    diff = std::max(diff, (double)std::fabs(gpu[i] - cpu[i]));
+    scale = std::max(scale, (double)std::fabs(cpu[i]));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+inline const Floats& widen(const Floats& x) { return x; }
+inline Floats widen(const Bf16s& x) {
+  Floats out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_float(x[i]);
+  return out;
+}
+template <typename T>
+double err(const Twin<T>& t) {
+  return rel_err(widen(t.fetch()), widen(t.cpu));
+}
+// The worst of several outputs' errors (they may differ in type).
+inline double worst(std::initializer_list<double> errs) { return std::max(errs); }
+// Elements whose bytes differ: masks, and the outputs that must match bit for bit.
+template <typename T>
+double mismatches(const Twin<T>& t) {
+  std::vector<T> g = t.fetch();
+  double n = 0;
+  for (size_t i = 0; i < g.size(); i++) n += std::memcmp(&g[i], &t.cpu[i], sizeof(T)) != 0;
+  return n;
+}
+
+inline int failures = 0;
+
+// Runs one check; an exception (e.g. a CUDA error) is a failure with its message.
+inline void check(const std::string& op, double bound, const std::function<double()>& run) {
+  double e = INFINITY;
+  std::string note;
+  try {
+    e = run();
+  } catch (const std::exception& ex) {
+    note = std::string("  (") + ex.what() + ")";
+  }
+  bool pass = e <= bound;
+  if (!pass) failures++;
+  std::printf("%-52s %12.3e %10.1e   %s%s\n", op.c_str(), e, bound, pass ? "PASS" : "FAIL",
+              note.c_str());
+  std::fflush(stdout);
+}
+
+// ---- the checks, one family per file ---------------------------------------------------------
+void check_memory();   // op_check.cpp
+void check_convert();  // op_check.cpp
+template <typename T> void check_gemm();         // op_check_dense.cpp
+template <typename T> void check_elementwise();  // op_check_dense.cpp
+template <typename T> void check_embedding(int B, int S, int C, int V);  // op_check_dense.cpp
+template <typename T> void check_norms();        // op_check_dense.cpp
+template <typename T> void check_attention_layout();  // op_check_attention.cpp
+template <typename T> void check_flash_cases();       // op_check_attention.cpp
+void check_loss_optimizer();  // op_check_loss.cpp
+void check_optimizer_bf16();  // op_check_loss.cpp
+
+}  // namespace op_check

@@ -1,0 +1,115 @@
+// tests/gpu/op_check_loss.cpp: op_check's rows for the loss and the optimizer: cross-entropy
+// (fused, and the three passes of the vocabulary-parallel loss), AdamW and the gradient
+// norm's sum of squares, fp32 then bf16 (see op_check.cpp for the metric and the bounds).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/gpu/op_check.h"  // defines: Twin, written, Precision, err, worst, check, ...
+
+namespace op_check {
+
+void check_loss_optimizer() {
+  using P = Precision<float>;
+  const int N = 24, V = 1003;
+  std::vector<int> targets = random_ints(N, 0, V - 1);
+  targets[3] = targets[17] = -1;  // ignored rows
+  Twin<int> t(targets);
+  check("cross_entropy_forward_backward", P::reduction, [&] {
+    Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
+    std::unique_ptr<Twin<float>> losses(written(N));
+    kernels::cross_entropy_forward_backward(Device::CPU, losses->c(), logits.c(), t.c(), N, V,
+                                            1.0f / N);
+    kernels::cross_entropy_forward_backward(Device::CUDA, losses->g(), logits.g(), t.g(), N, V,
+                                            1.0f / N);
+    return worst({err(*losses), err(logits)});
+  });
+
+  // The three passes on the last rank of a 3-way vocabulary split: columns [2V, 3V), the last
+  // 7 of them padding; targets on other ranks and on this one. Each pass is compared on the
+  // CPU pass's inputs, copied to the GPU (as the backward checks above do).
+  const int valid = V - 7, start = 2 * V;
+  std::vector<int> split_targets = random_ints(N, 0, start + valid - 1);
+  for (int i = 0; i < N; i += 4) split_targets[i] = start + (i * 37) % valid;  // held here
+  split_targets[3] = -1;
+  Twin<int> st(split_targets);
+  Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
+  std::unique_ptr<Twin<float>> row_max(written(N)), sum_exp(written(N)), target_logit(written(N));
+  auto share = [&](Twin<float>& x) {
+    kernels::memcpy_from_host(Device::CUDA, x.g(), x.c(), x.cpu.size() * sizeof(float));
+  };
+  check("cross_entropy_row_max", P::reduction, [&] {
+    kernels::cross_entropy_row_max(Device::CPU, row_max->c(), logits.c(), N, V, valid);
+    kernels::cross_entropy_row_max(Device::CUDA, row_max->g(), logits.g(), N, V, valid);
+    return err(*row_max);
+  });
+  check("cross_entropy_sum_exp", P::reduction, [&] {
+    share(*row_max);
+    kernels::cross_entropy_sum_exp(Device::CPU, sum_exp->c(), target_logit->c(), logits.c(),
+                                   row_max->c(), st.c(), N, V, valid, start);
+    kernels::cross_entropy_sum_exp(Device::CUDA, sum_exp->g(), target_logit->g(), logits.g(),
+                                   row_max->g(), st.g(), N, V, valid, start);
+    return worst({err(*sum_exp), err(*target_logit)});
+  });
+  check("cross_entropy_finish", P::reduction, [&] {
+    share(*sum_exp);
+    share(*target_logit);
+    std::unique_ptr<Twin<float>> losses(written(N));
+    kernels::cross_entropy_finish(Device::CPU, losses->c(), logits.c(), st.c(), row_max->c(),
+                                  sum_exp->c(), target_logit->c(), N, V, valid, start, 1.0f / N);
+    kernels::cross_entropy_finish(Device::CUDA, losses->g(), logits.g(), st.g(), row_max->g(),
+                                  sum_exp->g(), target_logit->g(), N, V, valid, start, 1.0f / N);
+    return worst({err(*losses), err(logits)});
+  });
+
+  const size_t n = 100003;
+  check("adamw_update", P::elementwise, [&] {
+    Twin<float> params(random_floats(n)), grads(random_floats(n));
+    Twin<float> m(random_floats(n, -0.1f, 0.1f)), v(random_floats(n, 0.0f, 0.01f));
+    const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;  // step 3
+    const float bias1 = 1.0f - std::pow(b1, t3), bias2 = 1.0f - std::pow(b2, t3);
+    kernels::adamw_update(Device::CPU, params.c(), grads.c(), m.c(), v.c(), n, 1e-3f, b1, b2, 1e-8f,
+                          0.1f, bias1, bias2, 0.7f);
+    kernels::adamw_update(Device::CUDA, params.g(), grads.g(), m.g(), v.g(), n, 1e-3f, b1, b2,
+                          1e-8f, 0.1f, bias1, bias2, 0.7f);
+    return worst({err(params), err(m), err(v)});
+  });
+  check("sum_squares", 1e-9, [&] {
+    Twin<float> x(random_floats(3000017));
+    double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
+    double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
+    return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+  });
+}
+
+// bf16 AdamW: fp32 master and moments (the fp32 arithmetic on exactly widened gradients, so
+// the fp32 bound), then the bf16 parameters = round(master). One call, two rows.
+void check_optimizer_bf16() {
+  const size_t n = 100003;
+  Twin<float> master(random_floats(n)), m(random_floats(n, -0.1f, 0.1f));
+  Twin<float> v(random_floats(n, 0.0f, 0.01f));
+  Twin<bf16> grads(random_values<bf16>(n));
+  std::unique_ptr<Twin<bf16>> params(written<bf16>(n));
+  check("adamw_update bf16 (master, m, v)", Precision<float>::elementwise, [&] {
+    const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;
+    const float bias1 = 1.0f - std::pow(b1, t3), bias2 = 1.0f - std::pow(b2, t3);
+    kernels::adamw_update(Device::CPU, master.c(), params->c(), grads.c(), m.c(), v.c(), n, 1e-3f,
+                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
+    kernels::adamw_update(Device::CUDA, master.g(), params->g(), grads.g(), m.g(), v.g(), n, 1e-3f,
+                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
+    return worst({err(master), err(m), err(v)});
+  });
+  check("adamw_update bf16 (params = round(master))", Precision<bf16>::elementwise,
+        [&] { return err(*params); });
+  check("sum_squares bf16", 1e-9, [&] {
+    Twin<bf16> x(random_values<bf16>(3000017));
+    double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
+    double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
+    return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+  });
+}
+
+}  // namespace op_check

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden), the command-line
-# error checks and the multi-rank MPI tests. Usage: tests/run_all.sh BUILD_DIR/unit_tests
+# Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
+# command-line error checks, the multi-rank MPI tests (communication, data parallelism,
+# equivalence with the single-rank run, Korthikanti's formulas measured) and every lesson's
+# check. Usage: tests/run_all.sh BUILD_DIR/unit_tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
 unit=${1:?usage: tests/run_all.sh path/to/unit_tests}
@@ -18,5 +20,8 @@ run "command-line errors" bash tests/cli_errors.sh ./trainer
 run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh "$build/test_comm"
 run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
 run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
+for lesson in lessons/[0-9]*/; do
+  run "lesson ${lesson#lessons/}" bash "${lesson}check.sh" ./trainer
+done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -102,8 +102,9 @@ check("flash activations = L layer + 8Nh + 8N", p["memory"][0]["activations"],
 
 # 12 scratch tensors of N h (dres, tmp_h, qkv x 3, o_heads, dctx, do_heads, dq, dk, dv,
 # xf), dact and dfc1 (N f each), fp32; losses N floats; tokens and targets 2N int32.
-workspace = 4 * (12 * N * h + 2 * N * f) + 12 * N
-check("flash workspace = 4(12Nh + 2Nf) + 12N", mem["workspace"], workspace)
+# + 12 min(N, chunk): the loss's row max, sum of exponentials and target logit per row
+workspace = 4 * (12 * N * h + 2 * N * f) + 12 * N + 12 * min(N, chunk)
+check("flash workspace = 4(12Nh + 2Nf) + 12N + 12 min(N, chunk)", mem["workspace"], workspace)
 check("naive workspace = flash + 8BaS^2 (scores, dprobs)",
       plan("naive")["memory"][0]["workspace"], workspace + 8 * B * a * S * S)
 check("fused logits = min(N, 1024) V 4", mem["logits"], min(N, chunk) * V * 4)

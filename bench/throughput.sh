@@ -51,7 +51,7 @@ for rep in $(seq "$repeats"); do
            --metrics-jsonl "$out" > "$work/log" 2>&1; then
       echo "run failed: $cfg"; tail -5 "$work/log"; exit 1
     fi
-    [ "$rep" -eq 1 ] && echo "peak:    $cfg: $(grep -m1 -io 'peak[^,;)]*' "$work/log" || echo '?')"
+    [ "$rep" -eq 1 ] && echo "$cfg: $(grep -m1 -o 'peak [0-9.]* TFLOP/s[^|]*' "$work/log" || true)"
     runs+=("$cfg $out")
   done
 done

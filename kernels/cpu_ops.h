@@ -7,12 +7,12 @@
 // the same arithmetic.
 //
 //   kernels/cpu/memory_gemm.cpp     device_malloc .. synchronize, gemm, gemm_strided_batched
-//   kernels/cpu/elementwise.cpp     add .. bias_backward, embedding, gelu, swiglu, dropout
+//   kernels/cpu/elementwise.cpp     add .. bias_backward, gelu, swiglu, dropout
 //   kernels/cpu/embedding.cpp       vocab-range embedding, position embedding
 //   kernels/cpu/norms.cpp           layernorm, rmsnorm
 //   kernels/cpu/attention.cpp       qkv_split, heads_merge, causal_softmax
 //   kernels/cpu/flash_attention.cpp flash_attention_forward / _backward (tiled, online softmax)
-//   kernels/cpu/loss_optimizer.cpp  cross_entropy_forward_backward, adamw_update, sum_squares
+//   kernels/cpu/loss_optimizer.cpp  adamw_update, sum_squares
 //   kernels/cpu/cross_entropy.cpp   cross_entropy_row_max, _sum_exp, _finish (three passes)
 //
 // The FLOP counter is not here: it is host-side and device-independent (kernels/ops.cpp).
@@ -48,10 +48,6 @@ void add_bias(float* y, const float* bias, int N, int C);
 void bias_backward(float* dbias, const float* dy, int N, int C);
 
 // ---- embedding ----
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
-                       int seq_len, int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
-                        int seq_len, int C);
 void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
                        int vocab_rows, int N, int C);
 void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
@@ -105,8 +101,6 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               float dropout_p, uint64_t seed, uint64_t stream);
 
 // ---- loss ----
-void cross_entropy_forward_backward(float* losses, float* logits, const int* targets, int N,
-                                    int V, float grad_scale);
 void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid);
 void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
                            const float* row_max, const int* targets, int N, int V, int valid,

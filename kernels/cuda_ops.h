@@ -55,14 +55,9 @@ void add_bias(float* y, const float* bias, int N, int C);
 void bias_backward(float* dbias, const float* dy, int N, int C);
 
 // ---- embedding -----------------------------------------------------------------------------
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
-                       int seq_len, int C);
-// dwte uses atomicAdd: summation order (so the last bits) is nondeterministic.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
-                        int seq_len, int C);
 void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
                        int vocab_rows, int N, int C);
-// dwte uses atomicAdd, as above.
+// dwte uses atomicAdd: summation order (so the last bits) is nondeterministic.
 void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
                         int vocab_rows, int N, int C);
 void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
@@ -117,8 +112,6 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               uint64_t seed, uint64_t stream);
 
 // ---- loss ----------------------------------------------------------------------------------
-void cross_entropy_forward_backward(float* losses, float* logits, const int* targets, int N, int V,
-                                    float grad_scale);
 // The three passes: one block per row each.
 void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid);
 void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
@@ -153,16 +146,11 @@ void add(bf16* out, const bf16* a, const bf16* b, size_t n);
 void accumulate(bf16* out, const bf16* a, size_t n);
 void add_bias(bf16* y, const bf16* bias, int N, int C);
 void bias_backward(bf16* dbias, const bf16* dy, int N, int C);
-void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N,
-                       int seq_len, int C);
-// Deterministic (no atomics): each distinct token's rows are summed in fp32, in row order, by
-// one block, then rounded into dwte once. Costs O(N^2) token comparisons (elementwise.cu).
-void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens, int N,
-                        int seq_len, int C);
 void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int vocab_start,
                        int vocab_rows, int N, int C);
-// Deterministic, as the bf16 embedding_backward above (the same kernel, tokens out of range
-// skipped).
+// Deterministic (no atomics): each distinct token's rows (tokens out of range skipped) are
+// summed in fp32, in row order, by one block, then rounded into dwte once. Costs O(N^2) token
+// comparisons (elementwise.cu).
 void embedding_backward(bf16* dwte, const bf16* dout, const int* tokens, int vocab_start,
                         int vocab_rows, int N, int C);
 void position_embedding_forward(bf16* out, const bf16* wpe, int N, int seq_len, int first_row,

@@ -174,14 +174,6 @@ void bias_backward(Device d, float* dbias, const float* dy, int N, int C) {
 // ---- embedding --------------------------------------------------------------------------
 
 void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
-                       const float* wpe, int N, int seq_len, int C) {
-  ON_DEVICE(embedding_forward, out, tokens, wte, wpe, N, seq_len, C);
-}
-void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
-                        const int* tokens, int N, int seq_len, int C) {
-  ON_DEVICE(embedding_backward, dwte, dwpe, dout, tokens, N, seq_len, C);
-}
-void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
                        int vocab_start, int vocab_rows, int N, int C) {
   ON_DEVICE(embedding_forward, out, tokens, wte, vocab_start, vocab_rows, N, C);
 }
@@ -293,10 +285,6 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
 
 // ---- loss -------------------------------------------------------------------------------
 
-void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
-                                    int N, int V, float grad_scale) {
-  ON_DEVICE(cross_entropy_forward_backward, losses, logits, targets, N, V, grad_scale);
-}
 void cross_entropy_row_max(Device d, float* row_max, const float* logits, int N, int V,
                            int valid) {
   ON_DEVICE(cross_entropy_row_max, row_max, logits, N, V, valid);

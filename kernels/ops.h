@@ -60,11 +60,6 @@ void add_bias(Device d, float* y, const float* bias, int N, int C);
 void bias_backward(Device d, float* dbias, const float* dy, int N, int C);
 
 // ---- embedding ----------------------------------------------------------------------
-// (being replaced by the vocab-range forms below)
-void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
-                       const float* wpe, int N, int seq_len, int C);
-void embedding_backward(Device d, float* dwte, float* dwpe, const float* dout,
-                        const int* tokens, int N, int seq_len, int C);
 // A table of vocab_rows rows holding token ids [vocab_start, vocab_start + vocab_rows) (the
 // whole vocabulary on one rank; a tensor-parallel rank's slice otherwise). tokens int32.
 // out(N,C) ("=") = wte[tokens[i] - vocab_start] for the tokens in range, 0 for the others.
@@ -154,9 +149,6 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
                               float dropout_p, uint64_t seed, uint64_t stream);
 
 // ---- loss -------------------------------------------------------------------------------
-// (being replaced by the three passes below)
-void cross_entropy_forward_backward(Device d, float* losses, float* logits, const int* targets,
-                                    int N, int V, float grad_scale);
 // Softmax cross-entropy fused with its backward, in three passes so that the vocabulary may
 // be split over ranks (parallel/tensor_parallel.cpp reduces between them; one rank calls
 // them back to back). logits (N, V) fp32 hold this rank's columns, global ids
@@ -214,10 +206,6 @@ void add(Device d, bf16* out, const bf16* a, const bf16* b, size_t n);
 void accumulate(Device d, bf16* out, const bf16* a, size_t n);
 void add_bias(Device d, bf16* y, const bf16* bias, int N, int C);
 void bias_backward(Device d, bf16* dbias, const bf16* dy, int N, int C);
-void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
-                       const bf16* wpe, int N, int seq_len, int C);
-void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens,
-                        int N, int seq_len, int C);
 void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
                        int vocab_start, int vocab_rows, int N, int C);
 void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* tokens,

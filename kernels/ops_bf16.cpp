@@ -129,25 +129,6 @@ void bias_backward(Device d, bf16* dbias, const bf16* dy, int N, int C) {
 }
 
 // ---- embedding
-void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte, const bf16* wpe,
-                       int N, int seq_len, int C) {
-  ON_CUDA(embedding_forward(out, tokens, wte, wpe, N, seq_len, C));
-  // widen the table up to the largest token id used: the rows the fp32 twin reads
-  int vocab = 0;
-  for (int i = 0; i < N; ++i) vocab = std::max(vocab, tokens[i] + 1);
-  Input e(wte, (size_t)vocab * C), p(wpe, (size_t)seq_len * C);
-  Widened o(out, (size_t)N * C);
-  cpu::embedding_forward(o.data(), tokens, e.data(), p.data(), N, seq_len, C);
-}
-void embedding_backward(Device d, bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens,
-                        int N, int seq_len, int C) {
-  ON_CUDA(embedding_backward(dwte, dwpe, dout, tokens, N, seq_len, C));
-  int vocab = 0;
-  for (int i = 0; i < N; ++i) vocab = std::max(vocab, tokens[i] + 1);
-  Widened de(dwte, (size_t)vocab * C), dp(dwpe, (size_t)seq_len * C);
-  Input g(dout, (size_t)N * C);
-  cpu::embedding_backward(de.data(), dp.data(), g.data(), tokens, N, seq_len, C);
-}
 // Rows of a vocab-range table that the tokens in range reach: the fp32 twin touches no other,
 // so only these are widened (and, for a gradient, rounded back).
 static int rows_used(const int* tokens, int vocab_start, int vocab_rows, int N) {

@@ -182,48 +182,39 @@ TEST_P(Kernels, AddBiasAndBiasBackward) {
 
 // ---- embedding ----------------------------------------------------------------------------
 
+// The whole vocabulary on one rank (vocab_start 0, vocab_rows V) plus the positions from row
+// 0: the embedding of a single-GPU run. Tensor-parallel ranges and sequence-parallel first
+// rows: tests/test_kernels_vocab.cpp.
 TEST_P(Kernels, EmbeddingForwardBackward) {
   const int V = 10, C = 6, S = 4, N = 8;
   const std::vector<int> tokens = {3, 1, 3, 0, 9, 3, 1, 1};  // repeats within and across rows
   std::vector<float> wte = uniform(V * C, 14), wpe = uniform(S * C, 15), R = uniform(N * C, 16);
   std::vector<float> dwte0 = uniform(V * C, 17), dwpe0 = uniform(S * C, 18);
   // L = sum_i R_i . (wte[tok_i] + wpe[i % S]), written as a function of either table.
-  auto fwd = [&](const std::vector<double>& te, const std::vector<double>* pe) {
+  auto fwd = [&](const std::vector<double>& te, const std::vector<double>& pe) {
     std::vector<double> out(N * C);
     for (int i = 0; i < N; i++)
-      for (int c = 0; c < C; c++)
-        out[i * C + c] = te[tokens[i] * C + c] + (pe ? (*pe)[(i % S) * C + c] : 0.0);
+      for (int c = 0; c < C; c++) out[i * C + c] = te[tokens[i] * C + c] + pe[(i % S) * C + c];
     return out;
   };
-  for (bool with_wpe : {false, true}) {
-    SCOPED_TRACE(with_wpe ? "with wpe" : "without wpe");
-    DevBuf<int> dtok(dev(), tokens);
-    DevBuf<float> dwte_(dev(), wte), dwpe_(dev(), wpe), out(dev(), N * C), dR(dev(), R);
-    DevBuf<float> gwte(dev(), dwte0), gwpe(dev(), dwpe0);
-    kernels::embedding_forward(dev(), out.get(), dtok.get(), dwte_.get(),
-                               with_wpe ? dwpe_.get() : nullptr, N, S, C);
-    std::vector<double> wpe_d = to_double(wpe);
-    EXPECT_LT(max_rel_err(out.host(), fwd(to_double(wte), with_wpe ? &wpe_d : nullptr)), 1e-7);
+  DevBuf<int> dtok(dev(), tokens);
+  DevBuf<float> te(dev(), wte), pe(dev(), wpe), out(dev(), uniform(N * C, 19)), dR(dev(), R);
+  DevBuf<float> gte(dev(), dwte0), gpe(dev(), dwpe0);
+  kernels::embedding_forward(dev(), out.get(), dtok.get(), te.get(), 0, V, N, C);
+  kernels::position_embedding_forward(dev(), out.get(), pe.get(), N, S, 0, C);
+  const std::vector<double> te_d = to_double(wte), pe_d = to_double(wpe), R_d = to_double(R);
+  EXPECT_LT(max_rel_err(out.host(), fwd(te_d, pe_d)), 1e-7)
+      << "the token rows overwrite out (\"=\"), the positions add to them";
 
-    kernels::embedding_backward(dev(), gwte.get(), with_wpe ? gwpe.get() : nullptr, dR.get(),
-                                dtok.get(), N, S, C);
-    auto loss_te = [&](const std::vector<double>& te) {
-      return dot(fwd(te, with_wpe ? &wpe_d : nullptr), to_double(R));
-    };
-    std::vector<double> want_te = fd_grad(loss_te, to_double(wte));
-    for (int i = 0; i < V * C; i++) want_te[i] += dwte0[i];
-    EXPECT_LT(max_rel_err(gwte.host(), want_te), 1e-6);
-    if (with_wpe) {
-      auto loss_pe = [&](const std::vector<double>& pe) {
-        return dot(fwd(to_double(wte), &pe), to_double(R));
-      };
-      std::vector<double> want_pe = fd_grad(loss_pe, wpe_d);
-      for (int i = 0; i < S * C; i++) want_pe[i] += dwpe0[i];
-      EXPECT_LT(max_rel_err(gwpe.host(), want_pe), 1e-6);
-    } else {
-      EXPECT_EQ(gwpe.host(), dwpe0) << "dwpe == nullptr must leave it alone";
-    }
-  }
+  kernels::embedding_backward(dev(), gte.get(), dR.get(), dtok.get(), 0, V, N, C);
+  kernels::position_embedding_backward(dev(), gpe.get(), dR.get(), N, S, 0, C);
+  auto loss_te = [&](const std::vector<double>& t) { return dot(fwd(t, pe_d), R_d); };
+  auto loss_pe = [&](const std::vector<double>& p) { return dot(fwd(te_d, p), R_d); };
+  std::vector<double> want_te = fd_grad(loss_te, te_d), want_pe = fd_grad(loss_pe, pe_d);
+  for (int k = 0; k < V * C; k++) want_te[k] += dwte0[k];
+  for (int k = 0; k < S * C; k++) want_pe[k] += dwpe0[k];
+  EXPECT_LT(max_rel_err(gte.host(), want_te), 1e-6);
+  EXPECT_LT(max_rel_err(gpe.host(), want_pe), 1e-6);
 }
 
 // ---- norms --------------------------------------------------------------------------------
@@ -432,10 +423,16 @@ TEST_P(Kernels, CrossEntropyLossesAndGradient) {
     }
     return l;
   };
-  DevBuf<float> dz(dev(), z), losses(dev(), N);
+  // One rank holds the whole vocabulary: the three passes back to back (vocab_start 0, no
+  // padding). Split over ranks and padded: tests/test_kernels_vocab.cpp.
+  DevBuf<float> dz(dev(), z), losses(dev(), N), row_max(dev(), N), sum_exp(dev(), N);
+  DevBuf<float> target_logit(dev(), N);
   DevBuf<int> dt(dev(), targets);
-  kernels::cross_entropy_forward_backward(dev(), losses.get(), dz.get(), dt.get(), N, V,
-                                          grad_scale);
+  kernels::cross_entropy_row_max(dev(), row_max.get(), dz.get(), N, V, V);
+  kernels::cross_entropy_sum_exp(dev(), sum_exp.get(), target_logit.get(), dz.get(),
+                                 row_max.get(), dt.get(), N, V, V, 0);
+  kernels::cross_entropy_finish(dev(), losses.get(), dz.get(), dt.get(), row_max.get(),
+                                sum_exp.get(), target_logit.get(), N, V, V, 0, grad_scale);
   std::vector<float> got_l = losses.host(), got_g = dz.host();
   EXPECT_LT(max_rel_err(got_l, losses_of(to_double(z))), 1e-5);
 

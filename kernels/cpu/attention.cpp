@@ -155,7 +155,7 @@ void causal_softmax_forward(float* probs, const float* scores, int rows, int S, 
     const int i = (int)(r % S);            // query index inside its S x S matrix
     const float* s_row = scores + r * S;  // seek to row i of matrix r / S
     float* p_row = probs + r * S;
-    // One tight loop per pass, so that each vectorises (kernels/cpu/row_math.h).
+    // One tight loop per pass, so that each vectorises (kernels/cpu/simd_math.h).
     for (int j = 0; j <= i; j++) p_row[j] = scale * s_row[j];
     const float m = row_max(p_row, i + 1);
     for (int j = 0; j <= i; j++) p_row[j] = exp_simd(p_row[j] - m);

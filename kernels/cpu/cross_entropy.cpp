@@ -8,8 +8,9 @@
 //   loss_i = log s_i + m_i - z_it             (pass 3, every rank alike)
 //   dz_ij  = grad_scale (exp(z_ij - m_i) / s_i - [j == t])   (pass 3, on each rank's columns)
 // Between the passes parallel/tensor_parallel.cpp all-reduces 3 floats per row, so the
-// (N, V) logits are never gathered. On one rank the passes run back to back and compute
-// exactly what cross_entropy_forward_backward does, in the same order.
+// (N, V) logits are never gathered; on one rank the passes run back to back. The loss is
+// fused with its backward because the logits are the largest tensor of a step: the gradient
+// overwrites them in place, so no second (N, V) buffer exists.
 //
 // defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish
 #include <cmath>

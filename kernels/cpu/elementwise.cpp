@@ -1,5 +1,5 @@
 // kernels/cpu/elementwise.cpp: the per-element and per-row ops with no reduction across a
-// row: vector arithmetic, bias, embedding lookup, GeLU, SwiGLU and dropout.
+// row: vector arithmetic, bias, GeLU, SwiGLU and dropout.
 //
 // Every loop walks memory contiguously with the channel (or element) index innermost, so
 // the compiler can vectorise it; the per-element math is the kernels/math.h function the
@@ -9,9 +9,8 @@
 // Parameter gradients accumulate (+=), activation gradients are written (=), as
 // kernels/ops.h specifies per op.
 //
-// defines: add, accumulate, scale, add_bias, bias_backward, embedding_forward,
-//          embedding_backward, gelu_forward, gelu_backward, swiglu_forward, swiglu_backward,
-//          dropout_forward, dropout_backward
+// defines: add, accumulate, scale, add_bias, bias_backward, gelu_forward, gelu_backward,
+//          swiglu_forward, swiglu_backward, dropout_forward, dropout_backward
 #include "kernels/cpu/simd_math.h"  // defines: exp_simd, normal_cdf
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
@@ -44,37 +43,6 @@ void bias_backward(float* dbias, const float* dy, int N, int C) {
   for (int r = 0; r < N; r++) {
     const float* dy_r = dy + (size_t)r * C;  // seek to row r
     for (int c = 0; c < C; c++) dbias[c] += dy_r[c];
-  }
-}
-
-// ---- embedding ----------------------------------------------------------------------------
-
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
-                       int seq_len, int C) {
-  for (int i = 0; i < N; i++) {
-    float* out_i = out + (size_t)i * C;                 // seek to token i's output row
-    const float* wte_t = wte + (size_t)tokens[i] * C;   // seek to the row of its token id
-    if (wpe != nullptr) {
-      const float* wpe_s = wpe + (size_t)(i % seq_len) * C;  // seek to its position's row
-      for (int c = 0; c < C; c++) out_i[c] = wte_t[c] + wpe_s[c];
-    } else {
-      for (int c = 0; c < C; c++) out_i[c] = wte_t[c];
-    }
-  }
-}
-
-// A token id (or position) that occurs several times gathers the sum of its rows' gradients;
-// the sequential loop needs no atomics (the CUDA twin does).
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
-                        int seq_len, int C) {
-  for (int i = 0; i < N; i++) {
-    const float* dout_i = dout + (size_t)i * C;  // seek to token i's gradient row
-    float* dwte_t = dwte + (size_t)tokens[i] * C;
-    for (int c = 0; c < C; c++) dwte_t[c] += dout_i[c];
-    if (dwpe != nullptr) {
-      float* dwpe_s = dwpe + (size_t)(i % seq_len) * C;
-      for (int c = 0; c < C; c++) dwpe_s[c] += dout_i[c];
-    }
   }
 }
 

@@ -10,7 +10,7 @@
 // Positions are separate so that a rank holding only some token rows (sequence parallelism:
 // rows [first_row, first_row + N) of the (batch, seq_len) layout) adds the right positions.
 //
-// defines: embedding_forward, embedding_backward (vocab range), position_embedding_forward,
+// defines: embedding_forward, embedding_backward, position_embedding_forward,
 //          position_embedding_backward
 #include "kernels/cpu_ops.h"
 

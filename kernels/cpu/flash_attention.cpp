@@ -111,7 +111,7 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
               std::fill(s_r, s_r + bk, 0.0f);
               continue;
             }
-            // One tight loop per pass, so that each vectorises (kernels/cpu/row_math.h).
+            // One tight loop per pass, so that each vectorises (kernels/cpu/simd_math.h).
             const float m_new = std::max(m[r], row_max(s_r, nk));
             const float correction = expf(m[r] - m_new);  // e^(m_i - m_i'); 0 on the first block
             for (int j = 0; j < nk; j++) s_r[j] = exp_simd(s_r[j] - m_new);

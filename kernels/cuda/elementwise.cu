@@ -16,7 +16,6 @@
 // row owns the token and sums all its rows itself (deterministic; see
 // embedding_backward_wte_owner_kernel). The token table may be a vocabulary range (tensor
 // parallelism): tokens outside it embed as 0 and add no gradient.
-#include <limits>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -137,8 +136,8 @@ __device__ inline int table_row(int token, int vocab_start, int vocab_rows) {
   return row >= 0 && row < vocab_rows ? row : -1;
 }
 
-// mirrors cpu::embedding_forward (vocab range): out[n, c] = wte[tok[n] - vocab_start, c], 0
-// for a token outside the range.
+// mirrors cpu::embedding_forward: out[n, c] = wte[tok[n] - vocab_start, c], 0 for a token
+// outside the range.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte, int vocab_start,
                                          int vocab_rows, size_t total, int C) {
@@ -158,8 +157,8 @@ __global__ void position_embedding_forward_kernel(T* out, const T* wpe, size_t t
   }
 }
 
-// mirrors cpu::embedding_backward (vocab range), fp32: dwte[tok[n] - vocab_start, c] +=
-// dout[n, c]. Several rows may carry the same token, hence atomicAdd (order-nondeterministic).
+// mirrors cpu::embedding_backward, fp32: dwte[tok[n] - vocab_start, c] += dout[n, c]. Several
+// rows may carry the same token, hence atomicAdd (order-nondeterministic).
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* tokens,
                                               int vocab_start, int vocab_rows, size_t total,
                                               int C) {
@@ -169,11 +168,11 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, co
   }
 }
 
-// mirrors cpu::embedding_backward (vocab range) without atomics, for bf16 tables. Block n
-// (kThreads threads) works only if row n's token is in the range and row n is its first
-// occurrence; it then sums, per channel, dout over every row m >= n with that token, in row
-// order and in fp32, and adds the sum into dwte once (one rounding, like the CPU twin's).
-// Deterministic; the price is O(N^2) token comparisons (the tokens, 4N bytes, stay in cache).
+// mirrors cpu::embedding_backward without atomics, for bf16 tables. Block n (kThreads
+// threads) works only if row n's token is in the range and row n is its first occurrence; it
+// then sums, per channel, dout over every row m >= n with that token, in row order and in
+// fp32, and adds the sum into dwte once (one rounding, like the CPU twin's). Deterministic;
+// the price is O(N^2) token comparisons (the tokens, 4N bytes, stay in cache).
 template <typename T>
 __global__ void embedding_backward_wte_owner_kernel(T* dwte, const T* dout, const int* tokens,
                                                     int vocab_start, int vocab_rows, int N,
@@ -276,40 +275,6 @@ static void position_embedding_backward_launch(T* dwpe, const T* dout, int N, in
   position_embedding_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
       dwpe, dout, N, seq_len, first_row, C);
   KERNEL_CHECK();
-}
-
-// The whole-vocabulary ops: out = wte[tok] is exact in either storage type, so adding the
-// position afterwards rounds once, as a fused wte + wpe would.
-constexpr int kWholeVocab = std::numeric_limits<int>::max();
-
-template <typename T>
-static void embedding_forward_whole(T* out, const int* tokens, const T* wte, const T* wpe, int N,
-                                    int seq_len, int C) {
-  embedding_forward_launch(out, tokens, wte, 0, kWholeVocab, N, C);
-  if (wpe != nullptr) position_embedding_forward_launch(out, wpe, N, seq_len, 0, C);
-}
-template <typename T>
-static void embedding_backward_whole(T* dwte, T* dwpe, const T* dout, const int* tokens, int N,
-                                     int seq_len, int C) {
-  embedding_backward_launch(dwte, dout, tokens, 0, kWholeVocab, N, C);
-  if (dwpe != nullptr) position_embedding_backward_launch(dwpe, dout, N, seq_len, 0, C);
-}
-
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int N,
-                       int seq_len, int C) {
-  embedding_forward_whole(out, tokens, wte, wpe, N, seq_len, C);
-}
-void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N,
-                       int seq_len, int C) {
-  embedding_forward_whole(out, tokens, wte, wpe, N, seq_len, C);
-}
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int N,
-                        int seq_len, int C) {
-  embedding_backward_whole(dwte, dwpe, dout, tokens, N, seq_len, C);
-}
-void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int* tokens, int N,
-                        int seq_len, int C) {
-  embedding_backward_whole(dwte, dwpe, dout, tokens, N, seq_len, C);
 }
 
 void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,

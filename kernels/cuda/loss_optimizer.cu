@@ -1,13 +1,12 @@
 // kernels/cuda/loss_optimizer.cu: fused softmax cross-entropy, AdamW, and the sum of
 // squares behind the gradient norm.
 //
-// Cross-entropy: one block per row of logits(N, V). With M = max_j x_j (subtracted so exp
-// cannot overflow):
-//   lse  = M + log sum_j exp(x_j - M)
-//   loss = lse - x_t                              (t = target)
-//   dx_j = (exp(x_j - lse) - [j == t]) grad_scale (written over the logits)
-// The three-pass form below splits this at its two reductions, for a vocabulary split over
-// tensor-parallel ranks.
+// Cross-entropy: one block per row of logits(N, V), in three passes split at its two
+// reductions, so that the vocabulary may be split over tensor-parallel ranks. With
+// M = max_j x_j (subtracted so exp cannot overflow):
+//   s    = sum_j exp(x_j - M)                        (pass 2)
+//   loss = M + log s - x_t                           (t = target; pass 3)
+//   dx_j = (exp(x_j - M) / s - [j == t]) grad_scale  (written over the logits; pass 3)
 // Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
 // the per-block partials in block order, so the result does not depend on the GPU.
 //
@@ -21,48 +20,10 @@
 namespace kernels {
 namespace cuda {
 
-// ---- cross-entropy ------------------------------------------------------------------------
-// mirrors cpu::cross_entropy_forward_backward
-__global__ void cross_entropy_kernel(float* losses, float* logits, const int* targets, int V,
-                                     float grad_scale) {
-  __shared__ float target_logit;
-  const size_t row = blockIdx.x;
-  float* x = logits + row * V;
-  const int t = targets[row];
-  // t < 0: ignored row, no loss and no gradient. t >= V (the CPU twin throws; a kernel
-  // cannot): a NaN loss that the step report shows, instead of reading past the row.
-  if (t < 0 || t >= V) {
-    for (int j = threadIdx.x; j < V; j += blockDim.x) x[j] = 0.0f;
-    if (threadIdx.x == 0) losses[row] = t < 0 ? 0.0f : NAN;
-    return;
-  }
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_max(mx);
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
-  const float lse = mx + logf(block_sum(sum));
-  // The target's logit is read before any thread overwrites the row with gradients.
-  if (threadIdx.x == 0) {
-    target_logit = x[t];
-    losses[row] = lse - target_logit;
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < V; j += blockDim.x)
-    x[j] = (expf(x[j] - lse) - (j == t ? 1.0f : 0.0f)) * grad_scale;
-}
-
-void cross_entropy_forward_backward(float* losses, float* logits, const int* targets, int N, int V,
-                                    float grad_scale) {
-  if (N == 0) return;
-  cross_entropy_kernel<<<N, kThreads, 0, stream()>>>(losses, logits, targets, V, grad_scale);
-  KERNEL_CHECK();
-}
-
 // ---- cross-entropy in three passes (vocabulary-parallel) -------------------------------------
-// The same formulas split at the two reductions (kernels/cpu/cross_entropy.cpp); the caller
-// combines the passes' per-row results over the ranks in between. One block per row; only the
-// first `valid` columns take part, the padding gets gradient 0.
+// The formulas above, as kernels/cpu/cross_entropy.cpp computes them; the caller combines the
+// passes' per-row results over the ranks in between. One block per row; only the first
+// `valid` columns take part, the padding gets gradient 0.
 
 // Column of target t on a rank holding ids [vocab_start, vocab_start + V), -1 when the row is
 // ignored (t < 0) or another rank holds t.

@@ -155,55 +155,48 @@ void check_embedding(int B, int S, int C, int V) {
   const std::string tag = (C > 256 ? " N" + std::to_string(N) + " C" + std::to_string(C) : "") +
                           std::string(P::tag);
   Twin<int> tokens(random_ints(N, 0, V - 1));
-  Twin<T> wte(random_values<T>((size_t)V * C)), wpe(random_values<T>((size_t)S * C));
-  Twin<T> dout(random_values<T>((size_t)N * C));
-  for (bool pos : {true, false}) {
-    check(std::string("embedding_forward") + (pos ? " +wpe" : "") + tag, P::elementwise, [&] {
+  Twin<T> wpe(random_values<T>((size_t)S * C)), dout(random_values<T>((size_t)N * C));
+  // The whole vocabulary (one rank), then the vocab-range table of a middle tensor-parallel
+  // rank: ids [V/3, V/3 + V/2), so some tokens fall below and some above it.
+  struct Range {
+    const char* name;
+    int start, rows;
+  };
+  for (const Range& r : {Range{" (whole vocab)", 0, V}, Range{" (vocab range)", V / 3, V / 2}}) {
+    Twin<T> table(random_values<T>((size_t)r.rows * C));
+    check("embedding_forward" + (r.name + tag), P::layout, [&] {
       std::unique_ptr<Twin<T>> out(written<T>((size_t)N * C));
-      kernels::embedding_forward(Device::CPU, out->c(), tokens.c(), wte.c(),
-                                 pos ? wpe.c() : nullptr, N, S, C);
-      kernels::embedding_forward(Device::CUDA, out->g(), tokens.g(), wte.g(),
-                                 pos ? wpe.g() : nullptr, N, S, C);
+      kernels::embedding_forward(Device::CPU, out->c(), tokens.c(), table.c(), r.start, r.rows, N,
+                                 C);
+      kernels::embedding_forward(Device::CUDA, out->g(), tokens.g(), table.g(), r.start, r.rows,
+                                 N, C);
       return err(*out);
     });
-    check(std::string("embedding_backward") + (pos ? " +wpe" : "") + tag, P::reduction, [&] {
-      Twin<T> dwte(random_values<T>((size_t)V * C)), dwpe(random_values<T>((size_t)S * C));
-      kernels::embedding_backward(Device::CPU, dwte.c(), pos ? dwpe.c() : nullptr, dout.c(),
-                                  tokens.c(), N, S, C);
-      kernels::embedding_backward(Device::CUDA, dwte.g(), pos ? dwpe.g() : nullptr, dout.g(),
-                                  tokens.g(), N, S, C);
-      return worst({err(dwte), err(dwpe)});
+    check("embedding_backward" + (r.name + tag), P::reduction, [&] {
+      Twin<T> dwte(random_values<T>((size_t)r.rows * C));
+      kernels::embedding_backward(Device::CPU, dwte.c(), dout.c(), tokens.c(), r.start, r.rows, N,
+                                  C);
+      kernels::embedding_backward(Device::CUDA, dwte.g(), dout.g(), tokens.g(), r.start, r.rows,
+                                  N, C);
+      return err(dwte);
     });
   }
-  // The vocab-range table of a middle tensor-parallel rank: ids [V/3, V/3 + V/2), so some
-  // tokens fall below and some above it. Positions start mid-sequence (sequence parallelism).
-  const int start = V / 3, rows = V / 2, first = S / 2 + 1;
-  Twin<T> wte_local(random_values<T>((size_t)rows * C));
-  check("embedding_forward (vocab range)" + tag, P::layout, [&] {
-    std::unique_ptr<Twin<T>> out(written<T>((size_t)N * C));
-    kernels::embedding_forward(Device::CPU, out->c(), tokens.c(), wte_local.c(), start, rows, N, C);
-    kernels::embedding_forward(Device::CUDA, out->g(), tokens.g(), wte_local.g(), start, rows, N,
-                               C);
-    return err(*out);
-  });
-  check("embedding_backward (vocab range)" + tag, P::reduction, [&] {
-    Twin<T> dwte(random_values<T>((size_t)rows * C));
-    kernels::embedding_backward(Device::CPU, dwte.c(), dout.c(), tokens.c(), start, rows, N, C);
-    kernels::embedding_backward(Device::CUDA, dwte.g(), dout.g(), tokens.g(), start, rows, N, C);
-    return err(dwte);
-  });
-  check("position_embedding_forward" + tag, P::elementwise, [&] {
-    Twin<T> out(random_values<T>((size_t)N * C));
-    kernels::position_embedding_forward(Device::CPU, out.c(), wpe.c(), N, S, first, C);
-    kernels::position_embedding_forward(Device::CUDA, out.g(), wpe.g(), N, S, first, C);
-    return err(out);
-  });
-  check("position_embedding_backward" + tag, P::reduction, [&] {
-    Twin<T> dwpe(random_values<T>((size_t)S * C));
-    kernels::position_embedding_backward(Device::CPU, dwpe.c(), dout.c(), N, S, first, C);
-    kernels::position_embedding_backward(Device::CUDA, dwpe.g(), dout.g(), N, S, first, C);
-    return err(dwpe);
-  });
+  // Positions from the first row, and from mid-sequence (sequence parallelism).
+  for (int first : {0, S / 2 + 1}) {
+    const std::string at = " first=" + std::to_string(first) + tag;
+    check("position_embedding_forward" + at, P::elementwise, [&] {
+      Twin<T> out(random_values<T>((size_t)N * C));
+      kernels::position_embedding_forward(Device::CPU, out.c(), wpe.c(), N, S, first, C);
+      kernels::position_embedding_forward(Device::CUDA, out.g(), wpe.g(), N, S, first, C);
+      return err(out);
+    });
+    check("position_embedding_backward" + at, P::reduction, [&] {
+      Twin<T> dwpe(random_values<T>((size_t)S * C));
+      kernels::position_embedding_backward(Device::CPU, dwpe.c(), dout.c(), N, S, first, C);
+      kernels::position_embedding_backward(Device::CUDA, dwpe.g(), dout.g(), N, S, first, C);
+      return err(dwpe);
+    });
+  }
 }
 
 // The statistics mean and rstd are fp32 in both storage types.

@@ -1,6 +1,7 @@
-// tests/gpu/op_check_loss.cpp: op_check's rows for the loss and the optimizer: cross-entropy
-// (fused, and the three passes of the vocabulary-parallel loss), AdamW and the gradient
-// norm's sum of squares, fp32 then bf16 (see op_check.cpp for the metric and the bounds).
+// tests/gpu/op_check_loss.cpp: op_check's rows for the loss and the optimizer: the three
+// passes of the cross-entropy (on one rank and on a rank of a vocabulary split), AdamW and the
+// gradient norm's sum of squares, fp32 then bf16 (see op_check.cpp for the metric and the
+// bounds).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -15,55 +16,52 @@ namespace op_check {
 void check_loss_optimizer() {
   using P = Precision<float>;
   const int N = 24, V = 1003;
-  std::vector<int> targets = random_ints(N, 0, V - 1);
-  targets[3] = targets[17] = -1;  // ignored rows
-  Twin<int> t(targets);
-  check("cross_entropy_forward_backward", P::reduction, [&] {
-    Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
-    std::unique_ptr<Twin<float>> losses(written(N));
-    kernels::cross_entropy_forward_backward(Device::CPU, losses->c(), logits.c(), t.c(), N, V,
-                                            1.0f / N);
-    kernels::cross_entropy_forward_backward(Device::CUDA, losses->g(), logits.g(), t.g(), N, V,
-                                            1.0f / N);
-    return worst({err(*losses), err(logits)});
-  });
-
-  // The three passes on the last rank of a 3-way vocabulary split: columns [2V, 3V), the last
-  // 7 of them padding; targets on other ranks and on this one. Each pass is compared on the
-  // CPU pass's inputs, copied to the GPU (as the backward checks above do).
-  const int valid = V - 7, start = 2 * V;
-  std::vector<int> split_targets = random_ints(N, 0, start + valid - 1);
-  for (int i = 0; i < N; i += 4) split_targets[i] = start + (i * 37) % valid;  // held here
-  split_targets[3] = -1;
-  Twin<int> st(split_targets);
-  Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
-  std::unique_ptr<Twin<float>> row_max(written(N)), sum_exp(written(N)), target_logit(written(N));
-  auto share = [&](Twin<float>& x) {
-    kernels::memcpy_from_host(Device::CUDA, x.g(), x.c(), x.cpu.size() * sizeof(float));
+  // The three passes on one rank (the whole vocabulary), then on the last rank of a 3-way
+  // vocabulary split: columns [2V, 3V), the last 7 of them padding, targets on other ranks and
+  // on this one. Ignored rows in both. Each pass is compared on the CPU pass's inputs, copied
+  // to the GPU (as the backward checks do).
+  struct Split {
+    const char* name;
+    int start, valid;
   };
-  check("cross_entropy_row_max", P::reduction, [&] {
-    kernels::cross_entropy_row_max(Device::CPU, row_max->c(), logits.c(), N, V, valid);
-    kernels::cross_entropy_row_max(Device::CUDA, row_max->g(), logits.g(), N, V, valid);
-    return err(*row_max);
-  });
-  check("cross_entropy_sum_exp", P::reduction, [&] {
-    share(*row_max);
-    kernels::cross_entropy_sum_exp(Device::CPU, sum_exp->c(), target_logit->c(), logits.c(),
-                                   row_max->c(), st.c(), N, V, valid, start);
-    kernels::cross_entropy_sum_exp(Device::CUDA, sum_exp->g(), target_logit->g(), logits.g(),
-                                   row_max->g(), st.g(), N, V, valid, start);
-    return worst({err(*sum_exp), err(*target_logit)});
-  });
-  check("cross_entropy_finish", P::reduction, [&] {
-    share(*sum_exp);
-    share(*target_logit);
-    std::unique_ptr<Twin<float>> losses(written(N));
-    kernels::cross_entropy_finish(Device::CPU, losses->c(), logits.c(), st.c(), row_max->c(),
-                                  sum_exp->c(), target_logit->c(), N, V, valid, start, 1.0f / N);
-    kernels::cross_entropy_finish(Device::CUDA, losses->g(), logits.g(), st.g(), row_max->g(),
-                                  sum_exp->g(), target_logit->g(), N, V, valid, start, 1.0f / N);
-    return worst({err(*losses), err(logits)});
-  });
+  for (const Split& sp : {Split{" (one rank)", 0, V}, Split{" (vocab split)", 2 * V, V - 7}}) {
+    const int start = sp.start, valid = sp.valid;
+    std::vector<int> targets = random_ints(N, 0, start + valid - 1);
+    for (int i = 0; i < N; i += 4) targets[i] = start + (i * 37) % valid;  // held here
+    targets[3] = targets[17] = -1;  // ignored rows
+    Twin<int> t(targets);
+    Twin<float> logits(random_floats((size_t)N * V, -6.0f, 6.0f));
+    std::unique_ptr<Twin<float>> row_max(written(N)), sum_exp(written(N)),
+        target_logit(written(N));
+    auto share = [&](Twin<float>& x) {
+      kernels::memcpy_from_host(Device::CUDA, x.g(), x.c(), x.cpu.size() * sizeof(float));
+    };
+    check(std::string("cross_entropy_row_max") + sp.name, P::reduction, [&] {
+      kernels::cross_entropy_row_max(Device::CPU, row_max->c(), logits.c(), N, V, valid);
+      kernels::cross_entropy_row_max(Device::CUDA, row_max->g(), logits.g(), N, V, valid);
+      return err(*row_max);
+    });
+    check(std::string("cross_entropy_sum_exp") + sp.name, P::reduction, [&] {
+      share(*row_max);
+      kernels::cross_entropy_sum_exp(Device::CPU, sum_exp->c(), target_logit->c(), logits.c(),
+                                     row_max->c(), t.c(), N, V, valid, start);
+      kernels::cross_entropy_sum_exp(Device::CUDA, sum_exp->g(), target_logit->g(), logits.g(),
+                                     row_max->g(), t.g(), N, V, valid, start);
+      return worst({err(*sum_exp), err(*target_logit)});
+    });
+    check(std::string("cross_entropy_finish") + sp.name, P::reduction, [&] {
+      share(*sum_exp);
+      share(*target_logit);
+      std::unique_ptr<Twin<float>> losses(written(N));
+      kernels::cross_entropy_finish(Device::CPU, losses->c(), logits.c(), t.c(), row_max->c(),
+                                    sum_exp->c(), target_logit->c(), N, V, valid, start,
+                                    1.0f / N);
+      kernels::cross_entropy_finish(Device::CUDA, losses->g(), logits.g(), t.g(), row_max->g(),
+                                    sum_exp->g(), target_logit->g(), N, V, valid, start,
+                                    1.0f / N);
+      return worst({err(*losses), err(logits)});
+    });
+  }
 
   const size_t n = 100003;
   check("adamw_update", P::elementwise, [&] {

@@ -216,6 +216,10 @@ struct DataParallel::Impl {
 
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
   void wait_param_gather(int j) { bk[j].gather.wait(); }
+  // Bucket j rebuilt in `tmp` (category c) from every rank's slice, which each rank keeps
+  // at shard_offset in `shard`: an all-gather, or a copy on a single rank
+  // (data_parallel_views.cpp).
+  const char* gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp, Category c);
   void wait_param_gathers() {
     for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);
   }

@@ -10,6 +10,18 @@
 
 namespace paralab {
 
+const char* DataParallel::Impl::gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp,
+                                              Category c) {
+  const Bucket& b = layout.buckets[j];
+  allocate(tmp, b.padded, c);
+  const char* slice = at(shard, b.shard_offset);
+  if (dp)
+    dp->all_gather(slice, tmp.data(), b.slice, dtype);
+  else
+    kernels::memcpy_device(device, tmp.data(), slice, b.slice * es);
+  return tmp.data();
+}
+
 // ---- whole-model views -----------------------------------------------------------------
 
 void DataParallel::load_params(const std::vector<float>& full) {
@@ -49,16 +61,8 @@ std::vector<float> DataParallel::gather_params() {
   Buffer<char> tmp;  // stage 3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    const char* src = m.at(m.params, m.padded_pos[j]);
-    if (m.stage == 3) {
-      m.allocate(tmp, b.padded, Category::PARAMS);
-      const char* slice = m.at(m.params, b.shard_offset);
-      if (m.dp)
-        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
-      else
-        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
-      src = tmp.data();
-    }
+    const char* src = m.stage == 3 ? m.gather_bucket(m.params, j, tmp, Category::PARAMS)
+                                   : m.at(m.params, m.padded_pos[j]);
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
   return m.from_storage(raw);
@@ -75,19 +79,14 @@ std::vector<float> DataParallel::gather_grads() {
   Buffer<char> tmp;  // stages 2-3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    char* src;
+    const char* src;
     if (m.stage == 1) {
       // The full buffer holds this rank's summed slice; the rest is its local gradient.
-      src = m.at(m.grads, m.padded_pos[j]);
-      if (m.dp) m.dp->all_gather(src + m.rank * b.slice * m.es, src, b.slice, m.dtype);
+      char* full = m.at(m.grads, m.padded_pos[j]);
+      if (m.dp) m.dp->all_gather(full + m.rank * b.slice * m.es, full, b.slice, m.dtype);
+      src = full;
     } else {
-      m.allocate(tmp, b.padded, Category::GRADS);
-      const char* slice = m.at(m.grads, b.shard_offset);
-      if (m.dp)
-        m.dp->all_gather(slice, tmp.data(), b.slice, m.dtype);
-      else
-        kernels::memcpy_device(m.device, tmp.data(), slice, b.slice * m.es);
-      src = tmp.data();
+      src = m.gather_bucket(m.grads, j, tmp, Category::GRADS);
     }
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/data_parallel.sh: step time and exposed communication time of data parallelism,
 # dp 1, 2, 4 x ZeRO stages 0-3, each without and with overlap. Reports ratios, asserts
-# nothing about time (issue 3's benchmark; results in notes/performance-data-parallel.md).
+# nothing about time (issue 3's benchmark; results in notes/performance.md).
 #
 #   bash bench/data_parallel.sh [TRAINER]        (default ./trainer)
 #   STEPS=12 WARMUP=2 REPEATS=3 DPS="1 2 4" STAGES="0 1 2 3" bash bench/data_parallel.sh

@@ -72,17 +72,17 @@ inline float normal_cdf(float x) {
   const float z = std::min(std::fabs(x) * 0.70710678118654752f, 10.0f);
   const float t = 1.0f / (1.0f + 0.5f * z);
   const float u = (2.0f * t - (1.0f + 1.0f / 6.0f)) / (1.0f - 1.0f / 6.0f);  // [1/6, 1] -> [-1, 1]
-  float q = -2.413217427e-05f;  // Horner's form, highest power first
-  q = q * u + 5.488488717e-05f;
-  q = q * u + 1.330719282e-04f;
-  q = q * u - 5.343771748e-04f;
-  q = q * u - 2.787787610e-04f;
-  q = q * u + 3.707520304e-03f;
-  q = q * u - 1.044538672e-03f;
-  q = q * u - 2.947034941e-02f;
-  q = q * u + 1.574494621e-02f;
-  q = q * u + 5.703071039e-01f;
-  q = q * u - 5.585953511e-01f;
+  float q = -2.413217408e-05f;  // Horner's form, highest power first
+  q = q * u + 5.488488750e-05f;
+  q = q * u + 1.330719306e-04f;
+  q = q * u - 5.343771873e-04f;
+  q = q * u - 2.787787663e-04f;
+  q = q * u + 3.707520235e-03f;
+  q = q * u - 1.044538645e-03f;
+  q = q * u - 2.947035019e-02f;
+  q = q * u + 1.574494611e-02f;
+  q = q * u + 5.703070983e-01f;
+  q = q * u - 5.585953440e-01f;
   const float tail = 0.5f * t * exp_simd(q - z * z);
   return x < 0.0f ? tail : 1.0f - tail;
 }

@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
                             [](int) { finalize_world(); });
       }
       if (w.rank == 0) {
-        const Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "not measured (--plan)"};
+        const Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "give --peak-tflops for MFU"};
         std::printf("%s\n", o.json ? plan_json(plan, &peak).c_str() : plan_text(plan, &peak).c_str());
         // The pipeline's simulated timeline: text beside the plan (stderr keeps --json
         // parseable), and as a Chrome trace at 1 ms per cost unit.

@@ -171,7 +171,7 @@ Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
 }
 
 std::string describe_peak(const Peak& p) {
-  if (p.tflops <= 0) return "peak unknown (" + p.source + ")";
+  if (p.tflops <= 0) return "unknown (" + p.source + ")";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f TFLOP/s/rank", p.tflops);
   return std::string(buf) + " (" + p.source + ")";

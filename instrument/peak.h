@@ -55,7 +55,7 @@ double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_c
 Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
                   const std::string& hardware_dir, const std::function<double()>& measure);
 
-// "989.00 TFLOP/s/rank (configs/hardware/h100-sxm.toml, bf16 dense)"; "peak unknown (...)"
+// "989.00 TFLOP/s/rank (configs/hardware/h100-sxm.toml, bf16 dense)"; "unknown (...)"
 std::string describe_peak(const Peak& p);
 
 }  // namespace paralab

@@ -2,6 +2,7 @@
 // the memory, FLOPs and communication tables, and `--plan`'s text; the JSON writers
 // (step_json, plan_json) are in report_json.cpp.
 #include "instrument/report.h"
+#include "instrument/text.h"  // strprintf
 #include <cstdarg>
 #include <cstdio>
 #include "instrument/report_impl.h"  // CommRow, comm_rows
@@ -11,29 +12,19 @@ namespace paralab {
 
 static constexpr double kMiB = 1024.0 * 1024.0;
 
-// printf into a std::string: the tables are column formats, which printf says best.
-static std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-static std::string fmt(const char* f, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
 
-std::string format_mib(double bytes) { return fmt("%.2f", bytes / kMiB); }
+std::string format_mib(double bytes) { return strprintf("%.2f", bytes / kMiB); }
 
 std::string format_si(double v, int decimals) {
   static const char* const suffix[] = {"", "k", "M", "G", "T", "P", "E", "Z", "Y"};
   if (!std::isfinite(v)) return "n/a";
   int i = 0;
   while (std::fabs(v) >= 1000 && i < 8) { v /= 1000; ++i; }
-  return fmt("%.*f%s", decimals, v, suffix[i]);
+  return strprintf("%.*f%s", decimals, v, suffix[i]);
 }
 
 static std::string percent(double fraction) {
-  return std::isfinite(fraction) ? fmt("%.1f%%", 100 * fraction) : "n/a";
+  return std::isfinite(fraction) ? strprintf("%.1f%%", 100 * fraction) : "n/a";
 }
 
 void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak) {
@@ -50,10 +41,10 @@ void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak) {
 std::string run_header(const Plan& plan, const std::string& device, const Peak* peak) {
   const ModelConfig& m = plan.model;
   const ParallelConfig& p = plan.parallel;
-  std::string s = fmt("paralab | %s %dL h%d a%d", m.is_gpt() ? "gpt" : "llama", m.num_layers,
+  std::string s = strprintf("paralab | %s %dL h%d a%d", m.is_gpt() ? "gpt" : "llama", m.num_layers,
                       m.hidden_size, m.num_attention_heads);
-  if (m.groups() != m.num_attention_heads) s += fmt(" g%d", m.groups());
-  s += fmt(" s%d V%d | world %d = tp%d%s x cp%d x pp%d x dp%d | zero %d | %s%s%s | %s attention",
+  if (m.groups() != m.num_attention_heads) s += strprintf(" g%d", m.groups());
+  s += strprintf(" s%d V%d | world %d = tp%d%s x cp%d x pp%d x dp%d | zero %d | %s%s%s | %s attention",
            m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel,
            plan.sequence_parallel ? "+sp" : "", p.context_parallel, p.pipeline_parallel,
            plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
@@ -65,19 +56,19 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
 
 // ---- per-step line -----------------------------------------------------------------------
 std::string step_header(const StepMetrics& s) {
-  std::string h = fmt("%6s %9s %9s %8s %9s %8s %7s %7s %9s", "step", "loss", "lr", "gnorm",
+  std::string h = strprintf("%6s %9s %9s %8s %9s %8s %7s %7s %9s", "step", "loss", "lr", "gnorm",
                       "ms", "tok/s", "MFU", "HFU", "mem(MiB)");
-  if (s.comm_bytes >= 0) h += fmt(" %10s", "comm(MiB)");
-  if (s.bubble >= 0) h += fmt("  %s", "bubble");
+  if (s.comm_bytes >= 0) h += strprintf(" %10s", "comm(MiB)");
+  if (s.bubble >= 0) h += strprintf("  %s", "bubble");
   return h;
 }
 
 std::string step_row(const StepMetrics& s) {
-  std::string r = fmt("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s", s.step, s.loss, s.lr,
+  std::string r = strprintf("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s", s.step, s.loss, s.lr,
                       s.grad_norm, s.step_seconds * 1e3,
                       format_si(s.tokens_per_second, 1).c_str(), percent(s.mfu).c_str(),
                       percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str());
-  if (s.comm_bytes >= 0) r += fmt(" %10s", format_mib(s.comm_bytes).c_str());
+  if (s.comm_bytes >= 0) r += strprintf(" %10s", format_mib(s.comm_bytes).c_str());
   if (s.bubble >= 0) {
     r += "  " + percent(s.bubble);
     if (s.bubble_predicted >= 0) r += " (pred " + percent(s.bubble_predicted) + ")";
@@ -89,7 +80,7 @@ std::string step_row(const StepMetrics& s) {
 // Megatron pads the vocabulary to a multiple of tp; the rank's table holds the zero rows.
 static std::string vocab_padding_note(const Plan& plan) {
   if (plan.padded_vocab == plan.model.vocab_size) return "";
-  return fmt("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
+  return strprintf("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
              (long long)plan.padded_vocab, plan.tp);
 }
 
@@ -109,32 +100,32 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
   const int nb = (int)d.layout.buckets.size();
   if (c == 0 && z >= 3)
-    return fmt("zero 3: shard of %s + gathered units, at most %s elements",
+    return strprintf("zero 3: shard of %s + gathered units, at most %s elements",
                format_si((double)d.params_resident).c_str(),
                format_si((double)d.sim.params_transient_peak).c_str());
   if (c == 1 && z >= 2)
-    return fmt("zero %d: shard of %s + bucket buffers, at most %s elements", z,
+    return strprintf("zero %d: shard of %s + bucket buffers, at most %s elements", z,
                format_si((double)d.grads_resident).c_str(),
                format_si((double)d.sim.grads_transient_peak).c_str());
   if ((c == 0 || c == 1) && z >= 1 && d.layout.padded_total > d.layout.total)
-    return fmt("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
+    return strprintf("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
                (long long)(d.layout.padded_total - d.layout.total));
   if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
   if ((c == 2 || c == 3) && z >= 1)
-    return fmt("zero %d: shard of %s elements, 1/%d", z,
+    return strprintf("zero %d: shard of %s elements, 1/%d", z,
                format_si((double)d.state_numel).c_str(), plan.dp);
   const ModelConfig& m = plan.model;
   if (piped && c == 4) {
     const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
     const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
                                                                     : " + head";
-    return fmt("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)",
+    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)",
                schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
                st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head);
   }
   if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
   switch (c) {
-    case 4: return fmt("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
+    case 4: return strprintf("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
                        rp.microbatches_held, m.num_layers,
                        format_mib(plan.activation_bytes_per_layer).c_str(),
                        plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
@@ -142,11 +133,11 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     case 7: {
       const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
       const std::string cols =
-          plan.tp > 1 ? fmt(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
+          plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
       return m.fused_cross_entropy
-                 ? fmt("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
+                 ? strprintf("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
                        cols.c_str(), what)
-                 : fmt("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
+                 : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
     }
     default: break;
   }
@@ -155,7 +146,7 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
 
 std::string korthikanti_line(const Plan& plan) {
   const KorthikantiCheck k = korthikanti_check(plan);
-  std::string t = fmt("  activations per layer: plan %s MiB, Korthikanti %s %s MiB (+ norm "
+  std::string t = strprintf("  activations per layer: plan %s MiB, Korthikanti %s %s MiB (+ norm "
                       "statistics %s MiB)",
                       format_mib((double)k.plan_bytes).c_str(), k.formula.c_str(),
                       format_mib(k.closed_form_bytes).c_str(),
@@ -163,7 +154,7 @@ std::string korthikanti_line(const Plan& plan) {
   if (k.applicable())
     return t + ((double)k.plan_bytes == k.closed_form_bytes ? ": equal\n"
                                                             : ": DIFFER (a plan bug)\n");
-  t += fmt(": plan - closed form = %+lld B; assumptions differ:\n",
+  t += strprintf(": plan - closed form = %+lld B; assumptions differ:\n",
            (long long)((double)k.plan_bytes - k.closed_form_bytes));
   for (const std::string& d : k.differences) t += "    " + d + "\n";
   return t;
@@ -171,16 +162,16 @@ std::string korthikanti_line(const Plan& plan) {
 
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
   const RankPlan& rp = plan.ranks.at(rank);
-  std::string t = fmt("memory, rank %d (MiB)      predicted", rank);
-  if (measured) t += fmt(" %10s %10s %8s", "measured", "diff", "diff%");
+  std::string t = strprintf("memory, rank %d (MiB)      predicted", rank);
+  if (measured) t += strprintf(" %10s %10s %8s", "measured", "diff", "diff%");
   t += "\n";
   auto row = [&](const char* name, double pred, double meas, const std::string& note) {
-    std::string r = fmt("  %-22s %10s", name, format_mib(pred).c_str());
+    std::string r = strprintf("  %-22s %10s", name, format_mib(pred).c_str());
     if (measured) {
       const double diff = meas - pred;
-      const std::string pct = pred > 0 ? fmt("%+.1f%%", 100 * diff / pred)
+      const std::string pct = pred > 0 ? strprintf("%+.1f%%", 100 * diff / pred)
                                        : (meas == 0 ? std::string("0") : std::string("n/a"));
-      r += fmt(" %10s %10s %8s", format_mib(meas).c_str(), format_mib(diff).c_str(),
+      r += strprintf(" %10s %10s %8s", format_mib(meas).c_str(), format_mib(diff).c_str(),
                pct.c_str());
     }
     if (!note.empty()) r += "   " + note;
@@ -200,28 +191,28 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
 std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured) {
   const FlopsPlan& f = plan.flops;
   const double k = (double)f.microbatches_per_rank;
-  std::string t = fmt("FLOPs per step, rank %d: %lld microbatch(es); model counts %s attention, "
+  std::string t = strprintf("FLOPs per step, rank %d: %lld microbatch(es); model counts %s attention, "
                       "hardware counts %s attention as run\n",
                       rank, (long long)f.microbatches_per_rank, attention_flops_name(f.convention),
                       f.attention == AttentionImpl::NAIVE ? "naive (full S x S)"
                                                           : "flash (causal S(S+1)/2)");
   if (f.tensor_parallel > 1)
-    t += fmt("  tp %d: this rank's 1/t of every matmul (head over V_l = %lld vocabulary rows, "
+    t += strprintf("  tp %d: this rank's 1/t of every matmul (head over V_l = %lld vocabulary rows, "
              "padding included); the step's model FLOPs count the whole model\n",
              f.tensor_parallel, (long long)(plan.padded_vocab / f.tensor_parallel));
-  t += fmt("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
+  t += strprintf("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
            "model", "hardware");
   for (const auto& mm : f.matmuls)
-    t += fmt("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
+    t += strprintf("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
              (mm.formula + (mm.per_layer ? " x L" : "")).c_str(),
              format_si(mm.model * k).c_str(), format_si(mm.hardware * k).c_str());
-  t += fmt("  %-7s %-9s %-20s %12s %12s\n", "recompute", "", "", format_si(0).c_str(),
+  t += strprintf("  %-7s %-9s %-20s %12s %12s\n", "recompute", "", "", format_si(0).c_str(),
            format_si(f.recompute_per_microbatch * k).c_str());
-  t += fmt("  %-38s %12s %12s\n", "total (backward = 2 x forward)",
+  t += strprintf("  %-38s %12s %12s\n", "total (backward = 2 x forward)",
            format_si(f.model_per_rank_step).c_str(), format_si(f.hardware_per_rank_step).c_str());
   if (measured && measured->hardware_flops >= 0) {
     const double pred = f.hardware_per_rank_step, meas = measured->hardware_flops;
-    t += fmt("  hardware measured %s vs predicted %s (%+.2f%%)\n", format_si(meas).c_str(),
+    t += strprintf("  hardware measured %s vs predicted %s (%+.2f%%)\n", format_si(meas).c_str(),
              format_si(pred).c_str(), pred > 0 ? 100 * (meas - pred) / pred : 0.0);
   }
   return t;
@@ -251,27 +242,27 @@ static std::string comm_table_of(const std::vector<CommPlanEntry>& comm, const s
   std::string t;
   if (!measured) {
     t = "communication per step, " + who + " (predicted)\n";
-    t += fmt("  %-9s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
+    t += strprintf("  %-9s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
              "bus MiB");
   } else {
     t = "communication per step, per rank       calls          payload MiB            bus MiB\n";
-    t += fmt("  %-9s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
+    t += strprintf("  %-9s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
              "meas", "pred", "meas", "pred", "meas");
   }
   for (const CommRow& r : rows) {
     const double pc = r.pred ? (double)r.pred->calls : 0;
     const double pp = r.pred ? (double)r.pred->payload_bytes : 0;
     const double pb = r.pred ? r.pred->bus_bytes : 0;
-    std::string line = fmt("  %-9s %-15s", group_name(r.g), op_name(r.op));
+    std::string line = strprintf("  %-9s %-15s", group_name(r.g), op_name(r.op));
     if (!measured) {
-      line += fmt(" %8.0f %12s %12s", pc, format_mib(pp).c_str(), format_mib(pb).c_str());
+      line += strprintf(" %8.0f %12s %12s", pc, format_mib(pp).c_str(), format_mib(pb).c_str());
     } else {
       const CommRecord& m = measured->get(r.g, r.op);
-      line += fmt(" %7.0f %7.0f %10s %10s %10s %10s", pc, (double)m.calls,
+      line += strprintf(" %7.0f %7.0f %10s %10s %10s %10s", pc, (double)m.calls,
                   format_mib(pp).c_str(), format_mib((double)m.payload_bytes).c_str(),
                   format_mib(pb).c_str(), format_mib(m.bus_bytes).c_str());
       const bool same = pc == (double)m.calls && pp == (double)m.payload_bytes;
-      line += same ? "" : fmt("   payload diff %+lld B",
+      line += same ? "" : strprintf("   payload diff %+lld B",
                               (long long)m.payload_bytes - (long long)pp);
     }
     t += line + "\n";
@@ -289,16 +280,16 @@ std::string comm_table(const Plan& plan, const CommStats* measured) {
 std::string plan_text(const Plan& plan, const Peak* peak) {
   const ModelConfig& m = plan.model;
   std::string t = run_header(plan, "", peak) + "\n\n";
-  t += fmt("params   %s total (%lld); per rank %s, stored per rank %s\n",
+  t += strprintf("params   %s total (%lld); per rank %s, stored per rank %s\n",
            format_si((double)plan.params_total).c_str(), (long long)plan.params_total,
            format_si((double)plan.ranks[0].params).c_str(),
            format_si((double)plan.ranks[0].params_stored).c_str());
   if (plan.tp > 1)
-    t += fmt("tp       %d ranks split heads, ffn and vocabulary%s%s%s\n", plan.tp,
+    t += strprintf("tp       %d ranks split heads, ffn and vocabulary%s%s%s\n", plan.tp,
              plan.sequence_parallel ? "; sequence parallel: N/t tokens between blocks" : "",
              vocab_padding_note(plan).empty() ? "" : "; ",
              vocab_padding_note(plan).c_str());
-  t += fmt("batch    global %lld x %d tokens = %lld tokens/step; micro %d; %lld microbatch(es) "
+  t += strprintf("batch    global %lld x %d tokens = %lld tokens/step; micro %d; %lld microbatch(es) "
            "per rank\n\n", (long long)plan.global_batch, m.seq_length,
            (long long)plan.tokens_per_step, plan.train.micro_batch_size,
            (long long)plan.microbatches_per_rank);
@@ -318,22 +309,22 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
     if (r > 0 && korthikanti != std::string::npos) table.erase(korthikanti);  // said once
     t += table;
     if (alike && per_stage > 1 && per_stage == (int)plan.ranks.size())
-      t += fmt("  (all %d ranks hold the same)\n", per_stage);
+      t += strprintf("  (all %d ranks hold the same)\n", per_stage);
     else if (alike && per_stage > 1)
-      t += fmt("  (ranks %d-%d hold the same)\n", r, r + per_stage - 1);
+      t += strprintf("  (ranks %d-%d hold the same)\n", r, r + per_stage - 1);
   }
-  t += fmt("\nactivations saved per layer, one microbatch (%s MiB)\n",
+  t += strprintf("\nactivations saved per layer, one microbatch (%s MiB)\n",
            format_mib(plan.activation_bytes_per_layer).c_str());
   for (const auto& a : plan.layer_activations)
-    t += fmt("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
+    t += strprintf("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
              a.bytes_per_element, format_mib(a.bytes()).c_str());
   t += "\n" + comm_table(plan, nullptr);
   for (size_t st = 1; st < plan.pipeline.stages.size(); ++st)
-    t += comm_table_of(plan.pipeline.stages[st].comm, fmt("each rank of stage %zu", st), nullptr);
+    t += comm_table_of(plan.pipeline.stages[st].comm, strprintf("each rank of stage %zu", st), nullptr);
   t += "\n" + flops_table(plan, 0, nullptr);
   if (!plan.pipeline.stages.empty())
     t += "  pp: the table counts every layer and the head; a stage runs its own layers' share\n";
-  t += fmt("  per step, all ranks: model %s, hardware %s\n",
+  t += strprintf("  per step, all ranks: model %s, hardware %s\n",
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
   return t;

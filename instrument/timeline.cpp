@@ -1,5 +1,6 @@
 // instrument/timeline.cpp: see timeline.h.
 #include "instrument/timeline.h"
+#include "instrument/text.h"  // strprintf
 
 #include <algorithm>
 #include <cmath>
@@ -15,26 +16,17 @@ namespace paralab {
 
 namespace {
 
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* f, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
 
 std::string describe(const Message& m, bool send) {
-  return fmt("%s %s mb %d %s rank %d", send ? "send" : "recv",
+  return strprintf("%s %s mb %d %s rank %d", send ? "send" : "recv",
              m.kind == Message::ACTIVATION ? "activation" : "gradient", m.microbatch,
              send ? "->" : "<-", send ? m.to_rank : m.from_rank);
 }
 
 // The cost line of a legend: non-split schedules run B and W as one backward.
 std::string costs_text(const ActionCosts& c, bool split) {
-  return split ? fmt("F %g, B %g, W %g", c.F, c.B, c.W)
-               : fmt("F %g, B %g (input + weight gradient)", c.F, c.B + c.W);
+  return split ? strprintf("F %g, B %g, W %g", c.F, c.B, c.W)
+               : strprintf("F %g, B %g (input + weight gradient)", c.F, c.B + c.W);
 }
 
 }  // namespace
@@ -144,12 +136,12 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
   auto col = [&](double t) { return (int)std::lround(t * per_unit); };
   const int width = col(sim.step_time);
 
-  std::string out = fmt("timeline, simulated: %s, p %d, m %d%s; %s cost units, %s; '.' idle\n",
+  std::string out = strprintf("timeline, simulated: %s, p %d, m %d%s; %s cost units, %s; '.' idle\n",
                         schedule_name(sh.kind), sh.p, sh.m,
-                        sh.v > 1 ? fmt(", v %d", sh.v).c_str() : "",
+                        sh.v > 1 ? strprintf(", v %d", sh.v).c_str() : "",
                         costs_text(costs, splits_backward(sh.kind)).c_str(),
-                        per_unit >= 1 ? fmt("1 unit = %g columns", per_unit).c_str()
-                                      : fmt("1 column = %.3g units", 1 / per_unit).c_str());
+                        per_unit >= 1 ? strprintf("1 unit = %g columns", per_unit).c_str()
+                                      : strprintf("1 column = %.3g units", 1 / per_unit).c_str());
   if (sh.v > 1)
     out += "  chunk letters a, b, ...: model chunk 0, 1, ... (model stage = chunk x p + rank)\n";
   std::vector<std::string> lines;
@@ -170,11 +162,11 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
   for (int b = 0; b < width; b += max_columns) {
     const bool last = b + max_columns >= width;
     if (width > max_columns)
-      out += fmt("  units %g to %g\n", b / per_unit, std::min(width, b + max_columns) / per_unit);
+      out += strprintf("  units %g to %g\n", b / per_unit, std::min(width, b + max_columns) / per_unit);
     for (size_t r = 0; r < lines.size(); ++r) {
-      out += fmt("rank %*zu: %s", digits, r, lines[r].substr(b, max_columns).c_str());
+      out += strprintf("rank %*zu: %s", digits, r, lines[r].substr(b, max_columns).c_str());
       const double idle = sim.step_time > 0 ? 100 * sim.idle[r] / sim.step_time : 0.0;
-      out += last ? fmt("  idle %.1f%%\n", idle) : "\n";
+      out += last ? strprintf("  idle %.1f%%\n", idle) : "\n";
     }
   }
   return out;
@@ -187,7 +179,7 @@ std::string stage_layers_text(const PipelineStagePlan& st) {
   std::string t;
   for (size_t c = 0; c < st.chunk_layers.size(); ++c) {
     const int a = st.chunk_first_layer[c], n = st.chunk_layers[c];
-    t += (c ? ", " : "") + (n == 1 ? std::to_string(a) : fmt("%d-%d", a, a + n - 1));
+    t += (c ? ", " : "") + (n == 1 ? std::to_string(a) : strprintf("%d-%d", a, a + n - 1));
     if (st.chunk_layers.size() > 1) t += char('a' + c % 26);
   }
   if (st.embedding) t += " +embedding";
@@ -210,37 +202,37 @@ std::string pipeline_text(const Plan& plan) {
   const Simulation& sim = pp.sim;
   const BubbleClosedForm& cf = pp.closed_form;
   const double MiB = 1024.0 * 1024.0;
-  std::string t = fmt("pipeline %s | p %d stages x m %d microbatches%s | %s cost units, no "
+  std::string t = strprintf("pipeline %s | p %d stages x m %d microbatches%s | %s cost units, no "
                       "communication time\n",
                       schedule_name(sh.kind), sh.p, sh.m,
-                      sh.v > 1 ? fmt(" x v %d chunks", sh.v).c_str() : "",
+                      sh.v > 1 ? strprintf(" x v %d chunks", sh.v).c_str() : "",
                       costs_text(pp.costs, splits_backward(sh.kind)).c_str());
-  t += fmt("  bubble   simulated %.2f%% of the step (%.2f%% of the ideal time); closed form %s: "
+  t += strprintf("  bubble   simulated %.2f%% of the step (%.2f%% of the ideal time); closed form %s: "
            "%.2f%% of the step (%.2f%%)\n",
            100 * sim.bubble, 100 * sim.bubble_vs_ideal, cf.formula.c_str(), 100 * cf.of_step,
            100 * cf.vs_ideal);
   const int per_stage = plan.parallel.world_size / sh.p;
-  t += fmt("  %-5s %-9s %-34s %6s %14s %13s %9s\n", "stage", "ranks", "layers", "holds",
+  t += strprintf("  %-5s %-9s %-34s %6s %14s %13s %9s\n", "stage", "ranks", "layers", "holds",
            "idle (units)", "sends act/grad", "calls");
   for (const PipelineStagePlan& st : pp.stages) {
     const int r0 = st.pp_rank * per_stage;
     const std::string ranks =
-        per_stage == 1 ? std::to_string(r0) : fmt("%d-%d", r0, r0 + per_stage - 1);
-    t += fmt("  %-5d %-9s %-34s %6d %6.1f of %-6.1f %6lld/%-6lld %9lld\n", st.pp_rank,
+        per_stage == 1 ? std::to_string(r0) : strprintf("%d-%d", r0, r0 + per_stage - 1);
+    t += strprintf("  %-5d %-9s %-34s %6d %6.1f of %-6.1f %6lld/%-6lld %9lld\n", st.pp_rank,
              ranks.c_str(), stage_layers_text(st).c_str(), st.held, st.idle, sim.step_time,
              (long long)st.activations_sent, (long long)st.gradients_sent,
              (long long)exchange_calls(plan, st.pp_rank));
   }
-  t += fmt("  holds: (microbatch, chunk) pairs with F done and B not yet, at the peak; a message "
+  t += strprintf("  holds: (microbatch, chunk) pairs with F done and B not yet, at the peak; a message "
            "is N_l h = %s MiB; calls: batched send/recv exchanges per step\n",
-           fmt("%.3f", pp.message_bytes / MiB).c_str());
+           strprintf("%.3f", pp.message_bytes / MiB).c_str());
   if (plan.model.tied_embeddings())
     t += "  gpt: the last stage keeps a copy of the word embedding for the tied head; the "
          "embedding group all-reduces its gradient with stage 0's once per step\n";
   if (splits_backward(sh.kind)) {
     int most = 0;
     for (const PipelineStagePlan& st : pp.stages) most = std::max(most, st.held_until_w);
-    t += fmt("  zb-h1: up to %d microbatches between F and W; W still reads its weight GEMMs' "
+    t += strprintf("  zb-h1: up to %d microbatches between F and W; W still reads its weight GEMMs' "
              "inputs and output gradients (not counted until the executor defines W's "
              "buffers)\n", most);
   }

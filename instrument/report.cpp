@@ -3,7 +3,6 @@
 // (step_json, plan_json) are in report_json.cpp.
 #include "instrument/report.h"
 #include "instrument/text.h"  // strprintf
-#include <cstdarg>
 #include <cstdio>
 #include "instrument/report_impl.h"  // CommRow, comm_rows
 #include "instrument/timeline.h"     // pipeline_text

@@ -5,6 +5,7 @@
 #
 #   bash bench/throughput.sh [TRAINER]           (default ./trainer, built with make if absent)
 #   SEQ=1024 STEPS=4 REPEATS=1 bash bench/throughput.sh
+#   PEAK_TFLOPS=0.2 bash bench/throughput.sh     (a fixed MFU denominator, see MFU below)
 #
 # Two ~100M-parameter shapes from configs/models/, micro-batch 4, one microbatch per step:
 #   gpt    gpt2-124m.toml   12 layers, h 768, 12 heads, ffn 3072, vocab 50257, tied, GeLU
@@ -17,8 +18,9 @@
 # --metrics-jsonl, medians over the steps after the first, which pays for first-touch page
 # faults and OpenBLAS's thread start):
 #   tokens/s   tokens of a step / step time
-#   MFU        model FLOPs / step time / peak; on the CPU the peak is a measured sgemm
-#              (the run header says which), so MFU reads "fraction of the best GEMM rate"
+#   MFU        model FLOPs / step time / peak; on the CPU the peak is a 512^3 sgemm timed
+#              at start-up (the run header says which), so MFU reads "fraction of the best
+#              GEMM rate" and moves with the machine's load; PEAK_TFLOPS fixes it
 #   step ms    wall time of the step
 #   GEMM ms    wall time inside kernels::gemm and gemm_strided_batched (kernels/ops.h
 #              gemm_seconds; the flash attention kernels' own tile products are not in it)
@@ -39,9 +41,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--seq-length "$seq" --micro-batch-size 4 --global-batch-size 4 --train-iters "$steps"
         --lr-warmup-iters 0 --device cpu --log-interval 1000 --report-interval 0)
+[ -n "${PEAK_TFLOPS:-}" ] && common+=(--peak-tflops "$PEAK_TFLOPS")
 
 echo "machine: $(nproc) cores, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
-echo "runs:    $trainer ${common[*]}"
+echo "runs:    $trainer --config configs/models/{gpt2-124m,llama-100m}.toml ${common[*]}"
 echo "         $steps steps, first skipped, best of $repeats; OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-unset (all cores)}"
 runs=()
 for rep in $(seq "$repeats"); do

@@ -14,6 +14,8 @@
 //   kernels/cpu/flash_attention.cpp flash_attention_forward / _backward (tiled, online softmax)
 //   kernels/cpu/loss_optimizer.cpp  adamw_update, sum_squares
 //   kernels/cpu/cross_entropy.cpp   cross_entropy_row_max, _sum_exp, _finish (three passes)
+//   kernels/cpu/simd_math.h         row_max, row_sum: vectorisable row reductions of the
+//                                   softmax loops (exp_simd itself is in kernels/math.h)
 //
 // The FLOP counter is not here: it is host-side and device-independent (kernels/ops.cpp).
 #pragma once

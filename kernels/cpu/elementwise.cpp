@@ -3,15 +3,14 @@
 //
 // Every loop walks memory contiguously with the channel (or element) index innermost, so
 // the compiler can vectorise it; the per-element math is the kernels/math.h function the
-// CUDA kernel calls too, except in GeLU and SiLU: there it is the same function computed
-// through exp_simd and normal_cdf (kernels/cpu/simd_math.h), because libm's erff and expf
-// do not vectorise and GeLU was the largest non-GEMM cost of a GPT step on a CPU.
+// CUDA kernel calls too. GeLU and SiLU go through math.h's exp_simd and normal_cdf rather
+// than libm's expf and erff, which do not vectorise (GeLU was the largest non-GEMM cost of a
+// GPT step on a CPU).
 // Parameter gradients accumulate (+=), activation gradients are written (=), as
 // kernels/ops.h specifies per op.
 //
 // defines: add, accumulate, scale, add_bias, bias_backward, gelu_forward, gelu_backward,
 //          swiglu_forward, swiglu_backward, dropout_forward, dropout_backward
-#include "kernels/cpu/simd_math.h"  // defines: exp_simd, normal_cdf
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 
@@ -48,22 +47,12 @@ void bias_backward(float* dbias, const float* dy, int N, int C) {
 
 // ---- activations --------------------------------------------------------------------------
 
-// kernels/math.h's gelu, gelu_grad, sigmoid, in vectorisable form.
-namespace {
-// gelu(x) = x Phi(x);  gelu'(x) = Phi(x) + x phi(x),  phi(x) = e^(-x^2/2) / sqrt(2 pi).
-float gelu_simd(float x) { return x * normal_cdf(x); }
-float gelu_grad_simd(float x) {
-  return normal_cdf(x) + x * 0.39894228040143268f * exp_simd(-0.5f * x * x);
-}
-float sigmoid_simd(float x) { return 1.0f / (1.0f + exp_simd(-x)); }
-}  // namespace
-
 void gelu_forward(float* out, const float* in, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = gelu_simd(in[i]);
+  for (size_t i = 0; i < n; i++) out[i] = gelu(in[i]);
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
-  for (size_t i = 0; i < n; i++) din[i] = dout[i] * gelu_grad_simd(in[i]);
+  for (size_t i = 0; i < n; i++) din[i] = dout[i] * gelu_grad(in[i]);
 }
 
 void swiglu_forward(float* out, const float* in, int N, int F) {
@@ -71,7 +60,7 @@ void swiglu_forward(float* out, const float* in, int N, int F) {
     const float* gate = in + (size_t)r * 2 * F;  // seek to row r: [gate (F) | up (F)]
     const float* up = gate + F;
     float* out_r = out + (size_t)r * F;
-    for (int c = 0; c < F; c++) out_r[c] = gate[c] * sigmoid_simd(gate[c]) * up[c];
+    for (int c = 0; c < F; c++) out_r[c] = gate[c] * sigmoid(gate[c]) * up[c];
   }
 }
 
@@ -85,7 +74,7 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
     float* dup = dgate + F;
     const float* dout_r = dout + (size_t)r * F;
     for (int c = 0; c < F; c++) {
-      const float g = gate[c], s = sigmoid_simd(g);
+      const float g = gate[c], s = sigmoid(g);
       dgate[c] = dout_r[c] * up[c] * (s + g * s * (1.0f - s));
       dup[c] = dout_r[c] * (g * s);
     }

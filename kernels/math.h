@@ -51,7 +51,7 @@ HD void store(bf16& dst, float v) { dst = to_bf16(v); }
 // to a softmax denominator, which is at least 1); above 88 it returns e^88.
 HD float exp_simd(float x) {
   // e^x = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2].
-  const float xc = fminf(fmaxf(x, -87.0f), 88.0f);
+  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);  // min/max, vectorisable
   const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float k = (xc * 1.44269504088896341f + kRound) - kRound;
   // ln 2 in two parts, the first with few enough bits that k * kLn2Hi is exact, so r keeps
@@ -85,7 +85,8 @@ HD float exp_simd(float x) {
 // Measured against long double on every 61st float in [-14, 14]: within 6 ulp for x > -1;
 // below, the rounding of z^2 costs z^2 2^-24 more, as in any float evaluation from a float x.
 HD float normal_cdf(float x) {
-  const float z = fminf(fabsf(x) * 0.70710678118654752f, 10.0f);
+  const float za = fabsf(x) * 0.70710678118654752f;
+  const float z = za > 10.0f ? 10.0f : za;  // a compare, not fminf: it vectorises
   const float t = 1.0f / (1.0f + 0.5f * z);
   const float u = (2.0f * t - (1.0f + 1.0f / 6.0f)) / (1.0f - 1.0f / 6.0f);  // [1/6, 1] -> [-1, 1]
   float q = -2.413217408e-05f;  // Horner's form, highest power first

@@ -9,27 +9,12 @@
 #include "instrument/plan.h"
 #include "instrument/report.h"
 #include "model/param_table.h"
+#include "tests/test_plan_helpers.h"
 
 namespace paralab {
 namespace {
 
-ModelConfig gpt(int L, int h, int a, int s, int V) {
-  ModelConfig m;
-  m.num_layers = L;
-  m.hidden_size = h;
-  m.num_attention_heads = a;
-  m.seq_length = s;
-  m.vocab_size = V;
-  return m;
-}
-
-ModelConfig llama(int L, int h, int a, int g, int f, int s, int V) {
-  ModelConfig m = gpt(L, h, a, s, V);
-  m.arch = Arch::LLAMA;
-  m.num_query_groups = g;
-  m.ffn_hidden_size = f;
-  return m;
-}
+using namespace plan_test;  // gpt, llama, batch, find_comm
 
 // world = tp x dp (no pipeline or context parallelism yet).
 ParallelConfig grid(int tp, int dp, bool sp = false, int zero = 0) {
@@ -39,20 +24,6 @@ ParallelConfig grid(int tp, int dp, bool sp = false, int zero = 0) {
   p.sequence_parallel = sp;
   p.zero_stage = zero;
   return p;
-}
-
-TrainConfig batch(int micro, int global, bool bf16 = false) {
-  TrainConfig t;
-  t.micro_batch_size = micro;
-  t.global_batch_size = global;
-  t.bf16 = bf16;
-  return t;
-}
-
-const CommPlanEntry* find_comm(const Plan& p, CommGroup g, CommOp op) {
-  for (const CommPlanEntry& e : p.comm)
-    if (e.group == g && e.op == op) return &e;
-  return nullptr;
 }
 
 // Korthikanti's configuration: GPT, both dropouts on (1-byte masks), naive attention,

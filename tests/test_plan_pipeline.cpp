@@ -9,9 +9,13 @@
 #include "instrument/report.h"
 #include "instrument/timeline.h"
 #include "model/param_table.h"
+#include "tests/test_plan_helpers.h"
 
 namespace paralab {
 namespace {
+
+using plan_test::batch;
+using plan_test::find_comm;
 
 ModelConfig gpt(int L) {
   ModelConfig m;
@@ -32,18 +36,6 @@ ParallelConfig grid(int pp, int dp, int tp = 1, int zero = 0) {
   return p;
 }
 
-TrainConfig batch(int micro, int global) {
-  TrainConfig t;
-  t.micro_batch_size = micro;
-  t.global_batch_size = global;
-  return t;
-}
-
-const CommPlanEntry* find(const std::vector<CommPlanEntry>& c, CommGroup g, CommOp op) {
-  for (const CommPlanEntry& e : c)
-    if (e.group == g && e.op == op) return &e;
-  return nullptr;
-}
 
 // gpt, L 4, h 64, a 4, S 32, V 256, micro batch 1 (N = 32 tokens), 4 microbatches, fp32,
 // pp 2 with 1F1B: every number below by hand.
@@ -99,14 +91,14 @@ TEST(PlanPipeline, StagesByHand) {
   EXPECT_EQ(s0.gradients_sent, 0);
   EXPECT_EQ(s1.gradients_sent, 4);
   for (const PipelineStagePlan* st : {&s0, &s1}) {
-    const CommPlanEntry* p2p = find(st->comm, CommGroup::PP, CommOp::SEND_RECV);
+    const CommPlanEntry* p2p = find_comm(st->comm, CommGroup::PP, CommOp::SEND_RECV);
     ASSERT_TRUE(p2p);
     EXPECT_EQ(p2p->calls, 5);
     EXPECT_EQ(p2p->payload_bytes, 4 * 4 * N * h);
     EXPECT_DOUBLE_EQ(p2p->bus_bytes, (double)p2p->payload_bytes);
-    EXPECT_EQ(find(st->comm, CommGroup::PP, CommOp::ALL_REDUCE)->payload_bytes, 4);
+    EXPECT_EQ(find_comm(st->comm, CommGroup::PP, CommOp::ALL_REDUCE)->payload_bytes, 4);
     // The tied embedding's two copies: their gradients all-reduced once per step.
-    const CommPlanEntry* emb = find(st->comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE);
+    const CommPlanEntry* emb = find_comm(st->comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE);
     ASSERT_TRUE(emb);
     EXPECT_EQ(emb->calls, 1);
     EXPECT_EQ(emb->payload_bytes, 4 * V * h);
@@ -129,7 +121,7 @@ TEST(PlanPipeline, ZeroShardsEachStage) {
     EXPECT_EQ(r.memory.total(), st.memory.total());
   }
   const PipelineStagePlan& s1 = plan.pipeline.stages[1];
-  const CommPlanEntry* rs = find(s1.comm, CommGroup::DP, CommOp::REDUCE_SCATTER);
+  const CommPlanEntry* rs = find_comm(s1.comm, CommGroup::DP, CommOp::REDUCE_SCATTER);
   ASSERT_TRUE(rs);
   EXPECT_EQ(rs->payload_bytes, (s1.params + 1) / 2 * 2 * 4);
   EXPECT_EQ(plan.zero_shard, (plan.pipeline.stages[0].params + 1) / 2);
@@ -173,10 +165,10 @@ TEST(PlanPipeline, UnevenLlamaTensorParallel) {
   EXPECT_EQ(plan.pipeline.stages[2].params, u[8] - u[6]);
   EXPECT_FALSE(plan.pipeline.stages[2].tied_copy);
   for (const PipelineStagePlan& st : plan.pipeline.stages)
-    EXPECT_FALSE(find(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE));
+    EXPECT_FALSE(find_comm(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE));
   // tp + sp on the middle stage: 4 layers of (6 all-gathers + 4 reduce-scatters) per
   // microbatch, no embedding or head.
-  const CommPlanEntry* ag = find(plan.pipeline.stages[1].comm, CommGroup::TP, CommOp::ALL_GATHER);
+  const CommPlanEntry* ag = find_comm(plan.pipeline.stages[1].comm, CommGroup::TP, CommOp::ALL_GATHER);
   ASSERT_TRUE(ag);
   EXPECT_EQ(ag->calls, 2 * 6 * 4);
   ParallelConfig bad = p;

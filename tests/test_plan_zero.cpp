@@ -15,7 +15,7 @@
 namespace paralab {
 namespace {
 
-using namespace plan_test;  // gpt, world, batch
+using namespace plan_test;  // gpt, world, batch, find_comm
 
 int64_t model_states(const MemoryPlan& m) {
   return m.params + m.grads + m.master_params + m.optimizer_states;
@@ -205,11 +205,6 @@ TEST(ZeroSchedule, Stage2BucketBuffers) {
 
 // Bytes on the dp group per step, padding-free, against ZeRO §7: stages 0-2 move 2Ψ on the
 // ring (all-reduce = reduce-scatter + all-gather), stage 3 moves 3Ψ (1.5x).
-const CommPlanEntry* find_comm(const Plan& p, CommGroup g, CommOp op) {
-  for (const CommPlanEntry& e : p.comm)
-    if (e.group == g && e.op == op) return &e;
-  return nullptr;
-}
 
 // With --bf16 parameters and gradients travel as 2-byte elements, the norm and the loss
 // as fp32 scalars.

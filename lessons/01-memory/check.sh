@@ -4,16 +4,7 @@
 # Plans four variants (flash / naive attention, with and without dropout), trains four
 # (flash / naive x fused / unfused loss) for two steps on one rank, and checks the README's
 # formulas against --plan --json and --metrics-jsonl. Prints "N passed, M failed" last.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-trainer=${1:-$root/trainer}
-case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
-give_up() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-[ -x "$trainer" ] || give_up "no trainer at $trainer (make CPU_ONLY=1 trainer)"
-cd "$root"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 config=(--config lessons/01-memory/model.toml)
 
 fail_run() { echo "FAIL  trainer $*: see $work"; echo "0 passed, 1 failed"; trap - EXIT; exit 1; }

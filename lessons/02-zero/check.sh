@@ -5,17 +5,8 @@
 # the per-rank model states and the dp traffic against the closed forms. Part 2 trains
 # lessons/02-zero/model.toml for 2 steps under `mpirun -np 2` at every stage and checks
 # measured == predicted. Prints "N passed, M failed" last; exits non-zero on a failure.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-trainer=${1:-$root/trainer}
-case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
-give_up() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-[ -x "$trainer" ] || give_up "no trainer at $trainer (make CPU_ONLY=1 trainer)"
+source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 command -v mpirun >/dev/null || give_up "mpirun not found (apt-get install mpich)"
-cd "$root"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 fail_run() { echo "FAIL  trainer $*: see $work"; echo "0 passed, 1 failed"; trap - EXIT; exit 1; }
 gpt2=(--config configs/models/gpt2-124m.toml)

@@ -4,15 +4,7 @@
 # Plans t = 1, 2 and 2 with sequence parallelism, trains each for 3 steps (mpirun -np 2 for
 # t = 2) and checks the README's formulas against --plan --json and --metrics-jsonl, then
 # that tp 2 (with and without sp) reproduces one rank's losses without dropout.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-trainer=${1:-$root/trainer}
-case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
-[ -x "$trainer" ] || { echo "no trainer at $trainer (make CPU_ONLY=1 trainer)"; echo "0 passed, 1 failed"; exit 1; }
-cd "$root"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 export OPENBLAS_NUM_THREADS=1
 config=(--config lessons/03-tensor-parallel/model.toml)
 nodrop=(--hidden-dropout 0 --attention-dropout 0)

@@ -23,7 +23,7 @@ CXXFLAGS := -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP
 LDLIBS := $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 
 HOST_SRCS := $(wildcard kernels/*.cpp kernels/cpu/*.cpp model/*.cpp parallel/*.cpp \
-                        instrument/*.cpp) flags.cpp flags_check.cpp
+                        instrument/*.cpp) flags.cpp flags_check.cpp rank_metrics.cpp
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)

@@ -143,6 +143,32 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "Adam moments (on CPU bf16 is storage only); default fp32")
       ->group(kTrain);
 
+  // ---- activation recompute (Megatron's names; model/config.h Recompute) ----
+  app.add_option("--recompute-granularity", raw.recompute_granularity,
+                 "recompute activations in backward instead of keeping them: full (a layer "
+                 "keeps only its input; needs --recompute-method and --recompute-num-layers) or "
+                 "selective (every layer drops the internals of --recompute-modules; takes "
+                 "neither); default none")
+      ->check(CLI::IsMember({"full", "selective"}))->group(kTrain);
+  app.add_option("--recompute-method", raw.recompute_method,
+                 "full only: uniform (the layers of each pipeline stage in groups of "
+                 "--recompute-num-layers, each keeping its input; the last group may be "
+                 "partial) or block (the first --recompute-num-layers layers of each stage are "
+                 "recomputed, the others keep their activations)")
+      ->check(CLI::IsMember({"uniform", "block"}))->group(kTrain);
+  app.add_option("--recompute-num-layers", raw.recompute_num_layers,
+                 "full only: the group size (uniform) or the recomputed layers per stage "
+                 "(block); between 1 and the layers of a pipeline rank")
+      ->group(kTrain);
+  app.add_option("--recompute-modules", raw.recompute_modules,
+                 "selective only: modules whose internals are recomputed, any of core_attn "
+                 "(attention probabilities, dropout mask: the 5as/h term; with flash attention "
+                 "only its log-sum-exp), mlp (fc1 and activation outputs), norm (the norms' "
+                 "outputs and statistics; Megatron's name layernorm also works); space- or "
+                 "comma-separated; default core_attn")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->delimiter(',')
+      ->type_name("MODULE ...")->group(kTrain);
+
   // ---- parallelism ----
   app.add_option("--tensor-model-parallel-size,--tp", p.tensor_parallel,
                  "tensor parallel ranks: split every layer's matmuls; must divide the heads, "
@@ -234,12 +260,12 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "world size is the number of ranks mpirun starts)")
       ->group(kReport);
   app.add_flag("--print-schedule", o.print_schedule,
-               "with --plan: each pipeline rank's simulated timeline, to scale, idle as dots "
-               "(on stderr with --json)")
+               "each pipeline rank's timeline, to scale, idle as dots: simulated with --plan "
+               "(on stderr with --json), else the last step's as measured")
       ->group(kReport);
   app.add_option("--trace", o.trace,
-                 "with --plan: write the simulated pipeline timeline as Chrome trace JSON, one "
-                 "lane per rank (open in ui.perfetto.dev)")
+                 "write the pipeline timeline as Chrome trace JSON, one process per rank "
+                 "(ui.perfetto.dev): simulated with --plan, else the last step's as measured")
       ->type_name("FILE")->group(kReport);
   app.add_option("--metrics-jsonl", o.metrics_jsonl,
                  "write one JSON object per step, with every reported field, to this file "
@@ -318,6 +344,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   } catch (const CLI::ParseError& e) {
     throw FlagError(one_line(e.what()));
   }
+  raw.recompute_num_layers_given = app.count("--recompute-num-layers") > 0;
   if (CLI::Option* c = app.get_config_ptr())
     for (const std::string& f : c->as<std::vector<std::string>>())
       if (!f.empty()) o.config_files.push_back(f);

@@ -1,8 +1,10 @@
 // flags_check.cpp: the checks that turn a bad combination of flags into one line naming
 // the flags, the constraint and the values (FlagError, flags.h), and the defaults derived
 // once parsing is done (ffn size, query groups, global batch, decay iterations, device, comm).
+#include <algorithm>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "flags_impl.h"  // defines: RawFlags, resolve_and_check, and through flags.h Options
 
@@ -92,6 +94,60 @@ void check_pipeline(Options& o, const RawFlags& raw) {
   p.pipeline_schedule = kind;
 }
 
+// Activation recompute (model/config.h Recompute), with Megatron's constraints: full needs a
+// method and a layer count, selective takes neither, and each needs its granularity. After
+// check_pipeline: the layer count is bounded by the layers of a pipeline rank.
+void check_recompute(Options& o, const RawFlags& raw) {
+  Recompute& r = o.model.recompute;
+  const std::string& g = raw.recompute_granularity;
+  const bool method = !raw.recompute_method.empty(), layers = raw.recompute_num_layers_given;
+  const bool modules = !raw.recompute_modules.empty();
+  std::string listed;  // the modules as typed, for the messages
+  for (const std::string& s : raw.recompute_modules) listed += (listed.empty() ? "" : " ") + s;
+  if (g != "full" && method)
+    fail("--recompute-method (", raw.recompute_method, ") needs --recompute-granularity full",
+         g.empty() ? "" : ", got " + g);
+  if (g != "full" && layers)
+    fail("--recompute-num-layers (", raw.recompute_num_layers,
+         ") needs --recompute-granularity full", g.empty() ? "" : ", got " + g);
+  if (g != "selective" && modules)
+    fail("--recompute-modules (", listed, ") needs --recompute-granularity selective",
+         g.empty() ? "" : ", got " + g);
+  if (g.empty()) return;
+  if (g == "full") {
+    if (!method) fail("--recompute-granularity full needs --recompute-method uniform or block");
+    const ParallelConfig& p = o.parallel;
+    const std::vector<int> chunks =
+        pipeline_stage_layers(o.model.num_layers, p.pipeline_parallel, p.virtual_pipeline,
+                              p.first_stage_layers, p.last_stage_layers);
+    int rank_layers = 0;  // the most layers a pipeline rank holds (all its chunks)
+    for (int rank = 0; rank < p.pipeline_parallel; ++rank) {
+      int n = 0;
+      for (int c = 0; c < p.virtual_pipeline; ++c) n += chunks[c * p.pipeline_parallel + rank];
+      rank_layers = std::max(rank_layers, n);
+    }
+    if (!layers)
+      fail("--recompute-granularity full needs --recompute-num-layers (1 to the layers of a "
+           "pipeline rank, ", rank_layers, ")");
+    if (raw.recompute_num_layers < 1 || raw.recompute_num_layers > rank_layers)
+      fail("--recompute-num-layers (", raw.recompute_num_layers,
+           ") must be between 1 and the layers of a pipeline rank (", rank_layers, ")");
+    r.granularity = Recompute::Granularity::FULL;
+    r.method = raw.recompute_method == "block" ? Recompute::Method::BLOCK
+                                               : Recompute::Method::UNIFORM;
+    r.num_layers = raw.recompute_num_layers;
+    return;
+  }
+  r.granularity = Recompute::Granularity::SELECTIVE;
+  for (const std::string& s : raw.recompute_modules) {
+    if (s == "core_attn") r.core_attn = true;
+    else if (s == "mlp") r.mlp = true;
+    else if (s == "norm" || s == "layernorm") r.norm = true;
+    else fail("--recompute-modules: unknown module '", s, "' (choices: core_attn, mlp, norm)");
+  }
+  if (!modules) r.core_attn = true;  // Megatron's default
+}
+
 Arch to_arch(const std::string& s) { return s == "llama" ? Arch::LLAMA : Arch::GPT; }
 AttentionImpl to_attention(const std::string& s) {
   return s == "naive" ? AttentionImpl::NAIVE : AttentionImpl::FLASH;
@@ -115,10 +171,6 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--world-size (", raw.world_size,
          ") is only for --plan; a run's world size is the number of ranks mpirun starts");
   if (o.json && !o.plan) fail("--json only applies to --plan");
-  // A run's measured timeline comes with the pipeline executor; this build simulates one.
-  if (o.print_schedule && !o.plan) fail("--print-schedule only applies to --plan");
-  if (!o.trace.empty() && !o.plan)
-    fail("--trace ", o.trace, ": only with --plan (it writes the simulated pipeline timeline)");
   p.world_size = raw.world_size != 0 ? raw.world_size : o.launched_world_size;
   const char* world_from = raw.world_size != 0 ? "--world-size" : "launched world size";
 
@@ -178,6 +230,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (m.ffn_hidden_size % tp != 0)
     fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
   check_pipeline(o, raw);
+  check_recompute(o, raw);
   if (p.sequence_parallel && tp == 1) {
     // Megatron turns it off the same way: there is nothing to split over.
     o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");
@@ -186,6 +239,16 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (p.sequence_parallel && m.seq_length % tp != 0)
     fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
          ")");
+  // zb-h1's W reads the inputs of the weight GEMMs as the layer kept them (model/layer.h,
+  // BackwardPart): sequence parallelism would all-gather them again, recompute drops them.
+  if (p.pipeline_parallel > 1 && p.pipeline_schedule == PipelineSchedule::ZB_H1 && !o.plan) {
+    if (p.sequence_parallel)
+      fail("--pipeline-schedule zb-h1 does not train with --sequence-parallel (its W would "
+           "all-gather the layer inputs again); use 1f1b or interleaved");
+    if (m.recompute.granularity != Recompute::Granularity::NONE)
+      fail("--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
+           "the kept layer inputs); use 1f1b or interleaved");
+  }
   // Load-balanced ring attention gives each cp rank two of 2 cp chunks of a sequence.
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     fail("--seq-length (", m.seq_length, ") must be divisible by 2 x --cp (", cp, ") = ", 2 * cp);

@@ -5,6 +5,7 @@
 // defines: RawFlags, resolve_and_check
 #pragma once
 #include <string>
+#include <vector>
 #include "flags.h"  // defines: Options, FlagError
 
 namespace paralab {
@@ -19,6 +20,11 @@ struct RawFlags {
   std::string pipeline_schedule;   // empty: 1f1b, or interleaved with virtual stages
   int virtual_pipeline = 0;        // 0 = not given
   int layers_per_virtual_stage = 0;
+  // Recompute (model/config.h Recompute), as typed; "" / empty / 0: not given.
+  std::string recompute_granularity, recompute_method;
+  int recompute_num_layers = 0;
+  bool recompute_num_layers_given = false;  // set after parsing: 0 is an error, not "unset"
+  std::vector<std::string> recompute_modules;
 };
 
 // Fills the derived values and checks every constraint, the cheap ones first (flags_check.cpp).

@@ -24,17 +24,21 @@
 #include "instrument/peak.h"
 #include "instrument/plan.h"
 #include "instrument/report.h"
+#include "instrument/text.h"
 #include "instrument/timeline.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
 #include "model/data.h"
 #include "model/optimizer.h"
+#include "model/pipeline_stage.h"
 #include "model/tensor_file.h"
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
+#include "rank_metrics.h"
 
 using namespace paralab;
 
@@ -64,11 +68,11 @@ Peak find_peak(const Options& o) {
 }
 
 // Total payload bytes this rank moved in the step (every group and operation).
-double step_comm_bytes() {
+double step_comm_bytes(const CommStats& step) {
   double total = 0;
   for (int g = 0; g < kNumCommGroups; ++g)
     for (int op = 0; op < kNumCommOps; ++op)
-      total += CommStats::instance().get(CommGroup(g), CommOp(op)).payload_bytes;
+      total += step.get(CommGroup(g), CommOp(op)).payload_bytes;
   return total;
 }
 
@@ -112,7 +116,6 @@ void check_trainable(const Options& o) {
                     ": this build trains data and tensor parallelism only; use --plan to "
                     "predict this configuration");
   };
-  if (p.pipeline_parallel > 1) refuse("--pipeline-model-parallel-size", p.pipeline_parallel);
   if (p.context_parallel > 1) refuse("--context-parallel-size", p.context_parallel);
   if (p.expert_parallel > 1) refuse("--expert-model-parallel-size", p.expert_parallel);
 }
@@ -138,16 +141,38 @@ int train(const Options& o, const World& w) {
   dp_options.overlap_param_gather = o.overlap_param_gather;
   dp_options.bucket_size = o.ddp_bucket_size;
   dp_options.prefetch_units = o.zero3_prefetch_layers;
-  DataParallel data_parallel(param_units(o.model, par.tensor_parallel), &topo.dp(), dp_options,
-                             dev);
+  // This rank's pipeline stage (the whole model without pipelining): its units are what
+  // data parallelism holds, each in its chunk; gpt's tied embedding defers its buckets.
+  const int pp = par.pipeline_parallel, pp_rank = topo.coord().pp;
+  const StageSlice slice =
+      pp > 1 ? pipeline_stage_slice(o.model, pp, par.virtual_pipeline, pp_rank,
+                                    par.first_stage_layers, par.last_stage_layers)
+             : whole_model(o.model);
+  dp_options.unit_chunk = stage_unit_chunk(slice);
+  dp_options.deferred_units = Transformer::deferred_units(o.model, slice);
+  DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice), &topo.dp(),
+                             dp_options, dev);
   const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
-  Transformer model(o.model, dev, &data_parallel, tensor_parallel);
+  Transformer model(o.model, dev, &data_parallel, tensor_parallel, slice, &topo.pp(),
+                    &topo.embedding());
   model.init_parameters(o.train.seed);
   AdamW optimizer(model, o.train);
   DataLoader data(o.data_path, o.model, o.train, dp);
   const int B = o.train.micro_batch_size, N = B * o.model.seq_length;
   const int k = data.grad_accum_steps();
-  std::vector<int> tokens(N), targets(N);
+  std::vector<std::vector<int>> tokens(k, std::vector<int>(N)), targets(tokens);
+  // The schedule the plan simulated (1F1B over one stage without pipelining), run here.
+  PipelineExecutor executor(plan.pipeline.schedule, pp_rank, &topo.pp(),
+                            (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
+                            o.train.bf16 ? DType::BF16 : DType::F32);
+  // Each world rank's pipeline stage, and the ranks of rank 0's pipeline in stage order.
+  std::vector<int> pp_rank_of(w.size), pipeline_ranks;
+  for (int r = 0; r < w.size; ++r) {
+    const RankCoord c = topo.layout().coord_of(r);
+    pp_rank_of[r] = c.pp;
+    if (c.tp == 0 && c.cp == 0 && c.dp == 0) pipeline_ranks.push_back(r);
+  }
+  ActionCosts costs = plan.pipeline.costs;  // the plan's units until a step was measured
   // the loss's all-reduce over the world happens on the device, like every collective
   Buffer<float> loss_scalar;
   if (w.size > 1) loss_scalar.allocate(dev, 1, Category::COMM_BUFFERS);
@@ -173,28 +198,33 @@ int train(const Options& o, const World& w) {
     const double t0 = now_seconds();
 
     model.zero_grads();
-    double loss_sum = 0;
-    for (int micro = 0; micro < k; ++micro) {
-      data_parallel.begin_microbatch(micro == k - 1);
-      data.microbatch(step, micro, dp_rank, tokens.data(), targets.data());
+    for (int micro = 0; micro < k; ++micro)
+      data.microbatch(step, micro, dp_rank, tokens[micro].data(), targets[micro].data());
+    // every stage derives microbatch i's dropout seed alike, so its masks are the
+    // single-rank run's
+    ModelStage stage(model, k, B, splits_backward(plan.pipeline.shape.kind), [&](int micro) {
       const uint64_t seed = kernels::mix64(
           o.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank * k + micro));
-      loss_sum += model.forward(tokens.data(), targets.data(), B, 1.0f / (k * dp), seed);
-      model.backward();
-    }
+      return Transformer::Microbatch{tokens[micro].data(), targets[micro].data(), B,
+                                     1.0f / (k * dp), seed};
+    });
+    const PipelineTiming timing = executor.run(stage);
+    model.sync_tied_embedding();
     const float lr = learning_rate(o.train, step);
     const float grad_norm = optimizer.step(lr);
-    // the reported loss: mean over the global batch (every microbatch of every dp rank);
-    // the tp ranks of a dp rank hold the same loss, so the mean over the world is it
-    float loss = (float)(loss_sum / k);
+    // the reported loss: mean over the global batch (every microbatch of every dp rank).
+    // Only the last stage computes it, and its tp ranks hold the same value, so the sum
+    // over the world counts each dp rank's mean tp times.
+    float loss = (float)(stage.loss_sum() / k);
     if (w.size > 1) {
       kernels::memcpy_from_host(dev, loss_scalar.data(), &loss, sizeof loss);
       topo.world().all_reduce(loss_scalar.data(), 1);
       kernels::memcpy_to_host(dev, &loss, loss_scalar.data(), sizeof loss);
-      loss /= w.size;
+      loss /= (float)(w.size / pp);
     }
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;
+    const CommStats step_comm = CommStats::instance();  // before the report's own gather
 
     StepMetrics s;
     s.step = step;
@@ -207,24 +237,67 @@ int train(const Options& o, const World& w) {
     s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
     s.hardware_flops = kernels::flop_counter();
     s.gemm_seconds = kernels::gemm_seconds();
-    if (w.size > 1) s.comm_bytes = step_comm_bytes();
+    if (w.size > 1) s.comm_bytes = step_comm_bytes(step_comm);
+
+    // Every rank's measurements to rank 0: the stages of a pipeline differ.
+    RankMetrics mine;
+    mine.rank = w.rank;
+    mine.memory_bytes = s.memory_bytes;
+    mine.peak_memory_bytes = s.peak_memory_bytes;
+    mine.hardware_flops = s.hardware_flops;
+    mine.comm = step_comm;
+    mine.actions = timing.actions;
+    mine.exchanges = timing.exchanges;
+    mine.run_seconds = timing.run_seconds;
+    const std::vector<RankMetrics> ranks =
+        w.size > 1 ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of)
+                   : std::vector<RankMetrics>{mine};
+    if (!rank0) continue;
+    if (w.size > 1) {
+      s.hardware_flops_all = 0;
+      for (const RankMetrics& r : ranks) s.hardware_flops_all += r.hardware_flops;
+    }
+    // The pipeline of rank 0's (tp, dp) position, measured, and its simulation with the
+    // previous step's measured costs (the plan's unit costs at step 1).
+    std::vector<const RankMetrics*> pipeline;
+    for (int r : pipeline_ranks) pipeline.push_back(&ranks[r]);
+    const Simulation measured = measured_timeline(plan.pipeline.schedule, pipeline);
+    if (pp > 1) {
+      s.bubble = measured.bubble;
+      s.bubble_predicted = simulate(plan.pipeline.schedule, costs).bubble;
+    }
+    costs = measured_costs(plan.pipeline.schedule, pipeline);
     fill_rates(s, plan, peak);
 
-    if (!rank0) continue;
     const bool last = step == o.train.train_iters;
     const bool report = step == 1 || last ||
                         (o.report_interval > 0 && step % o.report_interval == 0);
     if (step == 1) std::printf("%s\n", step_header(s).c_str());
     if (step == 1 || last || step % o.log_interval == 0)
       std::printf("%s\n", step_row(s).c_str());
-    if (jsonl) *jsonl << step_json(s, plan, w.rank, &CommStats::instance()) << "\n" << std::flush;
+    if (jsonl)
+      *jsonl << step_json(s, plan, w.rank, &step_comm, w.size > 1 ? &ranks : nullptr) << "\n"
+             << std::flush;
     if (report) {
       std::printf("\n%s\n%s\n", memory_table(plan, w.rank, &s).c_str(),
                   flops_table(plan, w.rank, &s).c_str());
+      if (pp > 1) std::printf("%s\n", rank_memory_table(plan, ranks).c_str());
       if (w.size > 1)
-        std::printf("%s\n%s\n", comm_table(plan, &CommStats::instance()).c_str(),
-                    CommStats::instance().table("communication time, rank 0").c_str());
+        std::printf("%s\n%s\n", comm_table(plan, &step_comm).c_str(),
+                    step_comm.table("communication time, rank 0").c_str());
       if (!last) std::printf("%s\n", step_header(s).c_str());
+    }
+    // The last step's pipeline as measured: the terminal timeline and the Chrome trace.
+    if (last && o.print_schedule)
+      std::printf("%s", render_timeline(plan.pipeline.schedule, measured, costs, 160, true).c_str());
+    if (last && !o.trace.empty()) {
+      std::vector<TraceSpan> spans;
+      std::vector<TraceFlow> flows;
+      measured_trace(plan.pipeline.schedule, measured, pipeline, &spans, &flows);
+      write_chrome_trace(o.trace, spans, flows,
+                         strprintf("paralab: measured %s schedule, step %d, pipeline of rank 0",
+                                   schedule_name(plan.pipeline.shape.kind), step));
+      std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o.trace.c_str());
     }
     std::fflush(stdout);
   }
@@ -277,6 +350,12 @@ int main(int argc, char** argv) {
     }
     try {
       check_trainable(o);
+      // Rank 0 writes the output files, every rank must stop when it cannot: each checks
+      // (appending creates a missing file and keeps an existing one until rank 0 writes it).
+      for (const auto& [flag, path] : {std::make_pair("--metrics-jsonl", o.metrics_jsonl),
+                                       std::make_pair("--trace", o.trace)})
+        if (!path.empty() && !std::ofstream(path, std::ios::app))
+          throw FlagError(std::string(flag) + ": cannot write " + path);
     } catch (const InputError& e) {
       exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
     }

@@ -1,5 +1,6 @@
 // instrument/flops.cpp: see flops.h for the conventions.
 #include "instrument/flops.h"
+#include <algorithm>
 #include "model/param_table.h"  // padded_vocab
 
 namespace paralab {
@@ -13,7 +14,8 @@ const char* attention_flops_name(AttentionFlops c) {
 // (qkv, attention, proj), ffn columns (fc1, fc2), vocabulary rows V_l = Vp/tp, padding
 // included since the padded columns are computed (the head).
 static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
-                              AttentionFlops convention, int tp) {
+                              AttentionFlops convention, int tp,
+                              const std::vector<int>& stage_layers) {
   // Doubles throughout: a 175B step is ~1e21 FLOPs, beyond int64; every term is an integer
   // below 2^53 for the sizes the tests check exactly.
   const double B = micro_batch_size, S = m.seq_length, N = B * S;
@@ -71,12 +73,51 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
     p.model_per_microbatch += mm.model;
     p.hardware_per_microbatch += mm.hardware;
   }
+
+  // Recompute (flops.h): what one layer's backward runs again, hardware only.
+  const Recompute& rc = m.recompute;
+  double per_layer = 0;
+  std::string formula;
+  auto term = [&](double flops, const char* what) {
+    per_layer += flops;
+    formula += (formula.empty() ? "" : " + ") + std::string(what);
+  };
+  if (rc.recompute_core_attn() && naive)
+    term(attn_product(full_pairs), split ? "2 B (a/t) d S^2 (QK^T)" : "2 B a d S^2 (QK^T)");
+  if (rc.recompute_core_attn() && !naive)
+    term(2 * attn_product(causal_pairs),
+         split ? "4 B (a/t) d S(S+1)/2 (flash fwd)" : "4 B a d S(S+1)/2 (flash fwd)");
+  if (rc.recompute_mlp()) term(2 * N * h * fc1, split ? "2 N h fc1/t (fc1)" : "2 N h fc1 (fc1)");
+  if (rc.recompute_norm()) term(0, "0 (norms: no matmul)");
+  if (rc.full()) {  // one forward of the layer: each linear's forward and both attention products
+    for (const auto& mm : p.matmuls)
+      if (mm.per_layer && (mm.name == "scores" || mm.name == "av"))
+        per_layer += attn_product(hw_pairs);
+      else if (mm.per_layer)
+        per_layer += mm.model_forward;
+    formula = "one forward of the layer";
+  }
+  p.recompute_formula = formula;
+  p.recomputed_layers = recomputed_layer_count(m, stage_layers);
+  p.recompute_per_microbatch = per_layer * (double)p.recomputed_layers;
   return p;
 }
 
+int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& stage_layers) {
+  const Recompute& rc = m.recompute;
+  if (rc.selective()) return m.num_layers;  // every layer, its listed modules
+  if (!rc.full()) return 0;
+  if (rc.method != Recompute::Method::BLOCK) return m.num_layers;  // uniform: every group
+  if (stage_layers.empty()) return std::min(rc.num_layers, m.num_layers);
+  int64_t n = 0;
+  for (int layers : stage_layers) n += std::min(rc.num_layers, layers);
+  return n;
+}
+
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
-                     int64_t microbatches_per_rank, AttentionFlops convention, int tp) {
-  FlopsPlan p = rank_matmuls(m, micro_batch_size, convention, tp);
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp,
+                     const std::vector<int>& stage_layers) {
+  FlopsPlan p = rank_matmuls(m, micro_batch_size, convention, tp, stage_layers);
   p.tensor_parallel = tp;
   p.microbatches_per_step = microbatches_per_step;
   p.microbatches_per_rank = microbatches_per_rank;
@@ -85,7 +126,7 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   // whole model's (true vocabulary, no padding), its hardware FLOPs the ranks' sum.
   const double model_whole =
       tp == 1 ? p.model_per_microbatch
-              : rank_matmuls(m, micro_batch_size, convention, 1).model_per_microbatch;
+              : rank_matmuls(m, micro_batch_size, convention, 1, stage_layers).model_per_microbatch;
   p.model_per_step = model_whole * microbatches_per_step;
   p.hardware_per_step = hw * tp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;

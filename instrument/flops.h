@@ -15,7 +15,21 @@
 //    products. Attention as implemented: naive computes the full S x S square in 2 forward
 //    products (QK^T, PV) and 4 backward (dV, dP, dQ, dK); flash skips masked tiles, counted
 //    as S(S+1)/2 pairs, with 2 forward products and 5 backward (QK^T recomputed, dV, dP, dQ,
-//    dK). Activation recompute (none yet) would add a forward: field recompute.
+//    dK).
+//  - RECOMPUTE (--recompute-*, model/config.h Recompute): hardware FLOPs only, its own row;
+//    MFU never counts it, HFU does. Per layer and microbatch, what backward runs again:
+//      selective core_attn  naive: Q K^T over the full square, 2 B a d S^2 (P V is not rerun:
+//                           its output ctx is kept as proj's input); flash: its forward, 2
+//                           products over the causal pairs, 4 B a d S(S+1)/2
+//      selective mlp        fc1, 2 N h fc1 (fc2 is not rerun: only its input is needed)
+//      selective norm       no matmul
+//      full                 one forward of the layer as run: qkv, proj, fc1, fc2 and the two
+//                           attention products (= 1/3 of its hardware FLOPs)
+//    Layers recomputed: every layer with selective and full uniform; full block: min(n, l_c)
+//    of each pipeline model chunk c of l_c layers. Megatron's checkpoint reruns a module's
+//    whole forward (P V, fc2 too); Korthikanti et al.'s eq. 8 counts s/(6h) more on top of
+//    the model FLOPs, i.e. 12 B s^2 h per layer, three times the attention core's forward.
+//    This count is what the kernels here run, which the FLOP counter checks.
 //
 // Tensor parallelism t (notes/model.md): a rank runs every matmul with its split dimension
 // divided by t: a/t heads and g/t groups, f/t ffn columns, Vp/t vocabulary rows (Vp = V
@@ -49,7 +63,9 @@ struct FlopsPlan {
   std::vector<MatmulFlops> matmuls;     // one rank's share (the whole model at tp 1)
   double model_per_microbatch = 0;      // one rank, one microbatch
   double hardware_per_microbatch = 0;
-  double recompute_per_microbatch = 0;  // extra forward of recomputed layers; none yet
+  double recompute_per_microbatch = 0;  // what backward reruns, one rank (see above)
+  int64_t recomputed_layers = 0;        // layers that rerun something, all stages
+  std::string recompute_formula;        // per layer, e.g. "2 B a d S^2 (QK^T)"; "" if none
   int64_t microbatches_per_step = 0;    // global: all data-parallel ranks
   int64_t microbatches_per_rank = 0;
   double model_per_step = 0;            // global, all ranks: the whole model, unpadded
@@ -59,9 +75,15 @@ struct FlopsPlan {
 };
 
 // Microbatch of B sequences; microbatches per step globally (each shared by a tp group) and
-// on one rank; tp the tensor-parallel size.
+// on one rank; tp the tensor-parallel size. stage_layers: the layers of each pipeline model
+// chunk (pipeline_stage_layers), read by full recompute's block method only; empty: one
+// chunk of all layers. Like the matmul table, the recompute counts every layer of the model.
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
-                     int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1);
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1,
+                     const std::vector<int>& stage_layers = {});
+// Layers that recompute something: L with selective or full uniform; full block: the sum
+// over chunks of min(num_layers, chunk layers); 0 without recompute.
+int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& stage_layers = {});
 
 const char* attention_flops_name(AttentionFlops c);
 

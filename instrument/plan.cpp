@@ -3,6 +3,7 @@
 #include "instrument/plan.h"
 #include <algorithm>
 #include <stdexcept>
+#include "instrument/plan_recompute.h"  // selective recompute: what a layer no longer keeps
 #include "model/param_table.h"
 
 namespace paralab {
@@ -21,7 +22,7 @@ int64_t MemoryPlan::at(int category) const {
 int64_t MemoryPlan::total() const {
   int64_t s = 0;
   for (int i = 0; i < kNumMemoryCategories; ++i) s += at(i);
-  return s;
+  return std::max(s - recompute, total_at_recompute);
 }
 
 LocalSizes local_sizes(const ModelConfig& m, int B, int tp, bool sp) {
@@ -84,6 +85,12 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
   add("mlp.act", N * l.ffn, act_bytes);                         // m   [fc2 input 8sbh/t]
   if (hidden_drop) add("mlp.fc2_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
   add("out", Nl * h, act_bytes);                                // x, the next norm1 input
+  // Selective recompute keeps none of its modules' tensors (plan_recompute.h).
+  t.erase(std::remove_if(t.begin(), t.end(),
+                         [&](const ActivationTensor& x) {
+                           return is_recomputed(m, recompute_module_of(x.name));
+                         }),
+          t.end());
   return t;
 }
 
@@ -185,13 +192,28 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
   } else {
     add("dxf", N * h);                   // backward only, while the N V_l logits are still held
   }
-  add("tokens", N, 4);                   // int32, while the microbatch is in flight
-  add("targets", N, 4);                  // int32
+  add("tokens", N, 4);                   // int32, during the forward (and embedding backward)
+  add("targets", N, 4);                  // int32, during the forward
   return t;
 }
 
+WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp, bool sp,
+                                 bool embedding, bool head) {
+  WorkspacePhases w;
+  int64_t tokens = 0, targets = 0, dxf = 0;
+  for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp)) {
+    if (t.name == "tokens") tokens = embedding ? t.bytes() : 0;
+    else if (t.name == "targets") targets = head ? t.bytes() : 0;
+    else if (t.name == "dxf") dxf = head ? t.bytes() : 0;
+    else w.common += t.bytes();
+  }
+  w.forward = tokens + targets;          // model/transformer.cpp, forward_as
+  w.backward = std::max(dxf, tokens);    // the head's backward, then the embedding's
+  return w;
+}
+
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool sp) {
-  return sum_bytes(workspace_tensors(m, B, act_bytes, tp, sp));
+  return workspace_phases(m, B, act_bytes, tp, sp).peak();
 }
 
 // fp32 scalars that collectives reduce on the device (notes/model.md): the gradient norm's
@@ -207,10 +229,14 @@ int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const Parallel
 
 // ---- data parallelism: replaying data_parallel.cpp -------------------------------------------
 ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<DpCall>& calls,
-                                      int z, bool overlap, int prefetch, int64_t microbatches) {
+                                      int z, bool overlap, int prefetch, int64_t microbatches,
+                                      const std::vector<int>& unit_chunk,
+                                      const std::vector<int>& deferred_units) {
   ZeroStepSimulation r;
   if (z < 2) return r;
   const int U = (int)l.bucket_of.size(), nb = (int)l.buckets.size();
+  std::vector<bool> deferred(nb, false);
+  for (int u : deferred_units) deferred[l.bucket_of.at(u)] = true;
   auto fail = [](const std::string& what) { throw std::invalid_argument("plan: " + what); };
   // Stage 3 parameters: resident (gathered or in flight) units and their references.
   std::vector<bool> resident(U, false);
@@ -250,6 +276,10 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
   for (int64_t mb = 0; mb < microbatches; ++mb) {
     std::fill(reduced.begin(), reduced.end(), false);
     for (const DpCall& c : calls) {
+      if (c.kind == DpCall::BEGIN_MICROBATCH) {
+        std::fill(reduced.begin(), reduced.end(), false);
+        continue;
+      }
       const int u = c.unit, j = l.bucket_of.at(u);
       switch (c.kind) {
         case DpCall::ACQUIRE: {
@@ -259,7 +289,7 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
           ++refs[u];
           ++held;
           if (sweep_step)
-            for (int v : prefetch_window(u, c.forward, U, prefetch))
+            for (int v : prefetch_window(u, c.forward, U, prefetch, unit_chunk))
               if (!resident[v]) gather(v);
           break;
         }
@@ -276,8 +306,15 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
           if (reduced[j]) fail("grads of unit " + std::to_string(u) + " after its reduction");
           allocate(j);
           break;
+        case DpCall::BEGIN_MICROBATCH:
+          break;
         case DpCall::BACKWARD_DONE:
           if (l.buckets[j].unit_lo != u) break;
+          if (deferred[j]) {  // reduced at finish; the chunk's sweep still ends here
+            if (overlap && in_flight >= 0 && u == chunk_first_unit(unit_chunk, u))
+              complete(in_flight);
+            break;
+          }
           if (!overlap) {
             post(j);
             complete(j);
@@ -285,20 +322,28 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
             if (in_flight >= 0) complete(in_flight);
             post(j);
             in_flight = j;
-            if (u == 0) complete(j);
+            if (u == chunk_first_unit(unit_chunk, u)) complete(j);
           }
           break;
       }
     }
     if (held) fail("a microbatch ends with parameters still acquired");
   }
-  // finish_gradients reduces what was written but never declared done.
+  // finish_gradients completes the reduction in flight, then reduces what was written but
+  // never declared done (or deferred).
+  if (in_flight >= 0) complete(in_flight);
   for (int j = 0; j < nb; ++j)
     if (alive[j]) {
       post(j);
       complete(j);
     }
   return r;
+}
+
+int64_t layer_output_bytes(const Plan& plan) {
+  for (const ActivationTensor& t : plan.layer_activations)
+    if (t.name == "out") return t.bytes();
+  return 0;
 }
 
 // ---- the plan -------------------------------------------------------------------------
@@ -357,8 +402,13 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
                                          m.num_layers * plan.activation_bytes_per_layer +
                                          sum_bytes(plan.head_activations);
 
+  // Full recompute's block method recomputes min(n, l_c) layers of each model chunk c.
+  const std::vector<int> chunk_layers =
+      m.recompute.full() ? pipeline_stage_layers(m.num_layers, pp, p.virtual_pipeline,
+                                                 p.first_stage_layers, p.last_stage_layers)
+                         : std::vector<int>{};
   plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
-                          o.attention_flops, tp);
+                          o.attention_flops, tp, chunk_layers);
 
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
   // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
@@ -368,8 +418,10 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   const int z = p.zero_stage;
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
   plan.data_parallel = data_parallel_plan(
-      units, microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy), z, dp,
-      o, plan.microbatches_per_rank);
+      units,
+      microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
+                       m.recompute.full_groups(m.num_layers)),
+      z, dp, o, plan.microbatches_per_rank);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
 
@@ -380,20 +432,25 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.master_params = d.state_numel * master_b;
   mem.optimizer_states = d.state_numel * optim_b;
   // Without pipelining each microbatch's backward frees its activations before the next
-  // forward, so one microbatch is held at the peak.
+  // forward, so one microbatch is held at the peak (with full recompute: its stored group
+  // inputs, and one group made again in backward; plan_recompute.h).
   const int held = 1;
-  mem.activations = held * plan.activation_bytes_per_microbatch;
-  mem.recompute = 0;  // Recompute::NONE
+  const ChunkActivations chunk = chunk_activations(
+      m.recompute.full_groups(m.num_layers), sum_bytes(plan.embedding_activations),
+      plan.activation_bytes_per_layer, layer_output_bytes(plan), sum_bytes(plan.head_activations));
+  mem.activations = std::max(chunk.forward_peak, chunk.backward_peak);
+  mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
   mem.logits = logits_bytes(m, B, t.bf16, tp);
   mem.workspace = workspace_bytes(m, B, act, tp, sp);
+  mem.total_at_recompute = total_at_recompute(plan, mem);
 
   // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
   // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the
   // norm and loss scalars (fp32 in both).
   plan.comm = tensor_parallel_comm(m, B, tp, sp, act, plan.microbatches_per_rank, p.zero_stage);
   for (const CommPlanEntry& e :
-       data_parallel_comm(d, z, dp, plan.microbatches_per_rank, grad_b, param_b))
+       data_parallel_comm(d, z, dp, grad_b, param_b))
     plan.comm.push_back(e);
   if (p.world_size > 1)
     plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,

@@ -58,12 +58,10 @@
 
 namespace paralab {
 
-enum class Recompute { NONE };  // selective / full arrive with the recompute issue
-
-// What the plan needs beyond the three configuration structs.
+// What the plan needs beyond the three configuration structs (--recompute-* is in
+// ModelConfig::recompute, which the layer code reads too).
 struct PlanOptions {
   AttentionFlops attention_flops = AttentionFlops::FULL;  // --attention-flops
-  Recompute recompute = Recompute::NONE;
   int mask_bytes = 1;  // dropout masks: one byte per element (notes/model.md)
   // Data parallelism (parallel/data_parallel.h, DataParallelOptions); zero_stage is in
   // ParallelConfig. The trainer copies its flags here.
@@ -91,8 +89,13 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0;
   int64_t activations = 0;  // peak: microbatches_held x one microbatch's saved tensors
   int64_t recompute = 0, comm_buffers = 0, logits = 0, workspace = 0;
+  // The ledger's total while the recompute buffers peak, inside a layer, when the head's
+  // tensors and the logits are not alive (plan_recompute.h); 0 without recompute.
+  int64_t total_at_recompute = 0;
   int64_t at(int category) const;  // by ledger Category index
-  int64_t total() const;           // sum: all categories are live at the end of forward
+  // The peak of the total: the sum of the categories but recompute (all live at the end of
+  // forward), or total_at_recompute when larger.
+  int64_t total() const;
 };
 
 struct RankPlan {
@@ -132,10 +135,14 @@ struct ZeroStepSimulation {
 // backward_done(0)); a unit is gathered when acquired or prefetched while not resident, and
 // freed when its last reference is released. Throws std::invalid_argument on a call
 // sequence data_parallel would reject.
+// A pipeline stage passes its whole step as one list (microbatches = 1, BEGIN_MICROBATCH
+// before each action), the chunk of each unit and the deferred units (DataParallelOptions).
 ZeroStepSimulation simulate_zero_step(const BucketLayout& layout,
                                       const std::vector<DpCall>& microbatch, int zero_stage,
                                       bool overlap_grad_reduce, int prefetch,
-                                      int64_t microbatches);
+                                      int64_t microbatches,
+                                      const std::vector<int>& unit_chunk = {},
+                                      const std::vector<int>& deferred_units = {});
 
 // The data-parallel part of the plan (identical on every dp rank).
 struct DataParallelPlan {
@@ -161,6 +168,7 @@ struct PipelineStagePlan {
   int held = 0, held_until_w = 0;   // simulated peaks of (microbatch, chunk) pairs
   double busy = 0, idle = 0;        // simulated, in cost units
   int64_t activations_sent = 0, gradients_sent = 0;  // messages per step
+  double hardware_flops = 0;        // per step on each of its ranks, recompute included
   MemoryPlan memory;
   std::vector<CommPlanEntry> comm;  // per step on each of its ranks
 };
@@ -211,9 +219,13 @@ struct Plan {
   std::vector<CommPlanEntry> comm;
   std::vector<RankPlan> ranks;  // one per rank of parallel.world_size
   // The schedule and its simulation for every plan (p = 1: F, B per microbatch); the stages
-  // are filled with pp > 1 only, and then data_parallel and zero_shard are stage 0's.
+  // are filled with pp > 1 only, and then data_parallel, zero_shard and
+  // flops.hardware_per_rank_step are stage 0's.
   PipelinePlan pipeline;
 };
+
+// One layer's output (N_l h): what a full-recompute group keeps (plan_recompute.h).
+int64_t layer_output_bytes(const Plan& plan);
 
 // Throws std::invalid_argument when the sizes are inconsistent (the CLI checks first and
 // names the flags; this guards direct callers).
@@ -311,6 +323,7 @@ KorthikantiCheck korthikanti_check(const Plan& plan);
 struct ModelSlice {
   int layers = -1;  // -1: all
   bool embedding = true, head = true;
+  int recomputed = -1;  // layers whose forward full recompute runs again; -1: the model's
 };
 std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
                                                 int act_bytes, int64_t microbatches,
@@ -321,9 +334,11 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
 // and the resident sizes; then its dp entries of Plan::comm (as listed above).
 DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
                                     std::vector<DpCall> calls, int zero_stage, int dp,
-                                    const PlanOptions& o, int64_t microbatches);
+                                    const PlanOptions& o, int64_t microbatches,
+                                    const std::vector<int>& unit_chunk = {},
+                                    const std::vector<int>& deferred_units = {});
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zero_stage, int dp,
-                                              int64_t microbatches, int grad_bytes,
+                                              int grad_bytes,
                                               int param_bytes);
 
 // ---- pipeline parallelism (plan_parallel.cpp) ------------------------------------------
@@ -339,11 +354,20 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zer
 // logits only on the last stage. ZeRO-2/3 transients replay one stage sweep per microbatch.
 void plan_pipeline(Plan& plan);
 
-// Workspace: the buffers of notes/model.md's "Workspace" sections, and their sum (the peak
-// of category workspace: all are live at once during the first backward). act_bytes per
-// element of the storage type (4, or 2 with --bf16); losses fp32, tokens and targets int32.
+// Workspace: the buffers of notes/model.md's "Workspace" sections. act_bytes per element of
+// the storage type (4, or 2 with --bf16); losses fp32, tokens and targets int32. Most are
+// allocated once and live throughout (common); the int32 tokens and targets only during a
+// forward (tokens on the first pipeline stage, targets on the last), --no-fused-ce's d(xf)
+// only in the head's backward, and the tokens again in the embedding's backward after it.
+// The category's peak: common + max(forward, backward).
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
                                                 int tp = 1, bool sp = false);
+struct WorkspacePhases {
+  int64_t common = 0, forward = 0, backward = 0;
+  int64_t peak() const { return common + (forward > backward ? forward : backward); }
+};
+WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp = 1,
+                                 bool sp = false, bool embedding = true, bool head = true);
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                         bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and

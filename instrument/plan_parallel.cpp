@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include "instrument/plan.h"
+#include "instrument/plan_recompute.h"  // total_at_recompute
 #include "model/param_table.h"
 
 namespace paralab {
@@ -20,6 +21,12 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
   const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length, Nh = N * m.hidden_size;
   const int64_t Ls = slice.layers < 0 ? L : slice.layers;
   const int64_t ends = (slice.embedding ? 1 : 0) + (slice.head ? 1 : 0);
+  // Full recompute runs a recomputed layer's forward again, with its collectives.
+  int64_t R = slice.recomputed;
+  if (R < 0) {
+    R = 0;
+    for (int g : m.recompute.full_groups(m.num_layers)) R += g >= 0;
+  }
   // Vocabulary-parallel loss: per chunk of c rows an all-reduce MAX of c floats and a SUM
   // of 2c (sum of exponentials, target logit), fp32; the chunks cover the N rows once.
   const int64_t rows = std::min<int64_t>(N, m.cross_entropy_chunk);
@@ -30,16 +37,16 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
   if (!sp) {
     // g after proj and fc2 (forward), f before qkv and fc1 (backward); the embedding's g;
     // the head's input gradient d(xf), reduced once the loss has run.
-    ar_calls += 4 * Ls + ends;
-    ar_bytes += (4 * Ls + ends) * Nh * e;
+    ar_calls += 4 * Ls + 2 * R + ends;
+    ar_bytes += (4 * Ls + 2 * R + ends) * Nh * e;
   } else {
     // Per layer: forward gathers before qkv and fc1, scatters after proj and fc2; backward
     // gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs, and
     // scatters qkv's and fc1's input gradients. The embedding scatters x0 and gathers
     // d(x0); the head gathers xf and scatters d(xf).
-    ag_calls = 6 * Ls + ends;
+    ag_calls = 6 * Ls + 2 * R + ends;
     ag_bytes = ag_calls * Nh * e;
-    rs_calls = 4 * Ls + ends;
+    rs_calls = 4 * Ls + 2 * R + ends;
     rs_bytes = rs_calls * Nh * e;
     // Replicated parameters saw only the rank's tokens: one all-reduce of their gradients
     // per unit that has any (each layer; gpt's position embedding; the final norm), sized
@@ -144,13 +151,15 @@ KorthikantiCheck korthikanti_check(const Plan& plan) {
 // ---- data parallelism of one flat vector -----------------------------------------------------
 DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
                                     std::vector<DpCall> calls, int z, int dp,
-                                    const PlanOptions& o, int64_t microbatches) {
+                                    const PlanOptions& o, int64_t microbatches,
+                                    const std::vector<int>& unit_chunk,
+                                    const std::vector<int>& deferred_units) {
   DataParallelPlan d;
   const int64_t psi = unit_begin.back();
-  d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3);
+  d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3, unit_chunk);
   d.microbatch = std::move(calls);
   d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
-                             o.zero3_prefetch_layers, microbatches);
+                             o.zero3_prefetch_layers, microbatches, unit_chunk, deferred_units);
   const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
   d.state_numel = z == 0 ? psi : shard;
   d.params_resident = z == 3 ? shard : full;
@@ -159,7 +168,7 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
 }
 
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,
-                                              int64_t k, int grad_b, int param_b) {
+                                              int grad_b, int param_b) {
   std::vector<CommPlanEntry> out;
   auto add = [&](CommOp op, int64_t calls, int64_t payload) {
     if (calls > 0)
@@ -176,8 +185,8 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
       add(CommOp::REDUCE_SCATTER, nb, l.padded_total * grad_b);
       add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
       break;
-    case 2:
-      add(CommOp::REDUCE_SCATTER, nb * k, l.padded_total * k * grad_b);
+    case 2:  // nb k without pipelining; a pipeline's accumulated or deferred buckets fewer
+      add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
       add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
       break;
     case 3:
@@ -192,29 +201,58 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
 // ---- pipeline stages ------------------------------------------------------------------
 namespace {
 
-// One microbatch's calls on a stage's U units, as microbatch_calls (zero_schedule.h) makes
-// them for the whole model: a forward sweep, then a backward sweep that writes each unit's
-// gradients and declares it done; the embedding's backward only scatters (no parameters),
-// and the head (with gpt's tied word-embedding copy inside) writes its weight gradient in
-// forward with the fused loss.
-std::vector<DpCall> stage_calls(int U, bool embedding, bool head, bool fused) {
+// A stage's calls over the whole step, as model/transformer.cpp makes them while the
+// executor runs the rank's list of the schedule (model/pipeline_stage.h): before every
+// action begin_microbatch; F(i, c) sweeps chunk c's units up (the embedding first on model
+// stage 0; the head last on the last one, writing its weight gradient in forward with the
+// fused loss: gpt's tied copy is inside the head unit); B(i, c) sweeps them down, each unit
+// writing its gradients and declaring them done; the embedding's backward only scatters (no
+// parameters). chunk_units[c]: chunk c's units in ascending order.
+// A split schedule (zb-h1): B writes the layers' norm and bias gradients but declares
+// nothing done; W writes their weight gradients and declares each layer done, then the
+// embedding (written in B: its bucket's lowest unit must finish last).
+// Full recompute: chunk_groups[c], the full-recompute group of each of chunk c's layers
+// (model/config.h, full_groups), adds recompute_calls (zero_schedule.h) to its backward.
+std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions,
+                                     const std::vector<std::vector<int>>& chunk_units,
+                                     int embedding_unit, int head_unit, bool fused,
+                                     bool split,
+                                     const std::vector<std::vector<int>>& chunk_groups) {
   std::vector<DpCall> c;
-  for (int u = 0; u < U; ++u) {
-    c.push_back({DpCall::ACQUIRE, u, true});
-    if (head && fused && u == U - 1) c.push_back({DpCall::GRADS, u, false});
-    c.push_back({DpCall::RELEASE, u, false});
-  }
-  for (int u = U - 1; u >= 0; --u) {
-    if (embedding && u == 0) {
-      c.push_back({DpCall::GRADS, 0, false});
-      c.push_back({DpCall::BACKWARD_DONE, 0, false});
+  for (const Action& a : actions) {
+    c.push_back({DpCall::BEGIN_MICROBATCH, 0, false});
+    const std::vector<int>& units = chunk_units.at(a.chunk);
+    if (a.type == ActionType::F) {
+      for (int u : units) {
+        c.push_back({DpCall::ACQUIRE, u, true});
+        if (u == head_unit && fused) c.push_back({DpCall::GRADS, u, false});
+        c.push_back({DpCall::RELEASE, u, false});
+      }
       continue;
     }
-    c.push_back({DpCall::ACQUIRE, u, false});
-    if (head && !fused && u == U - 1) c.push_back({DpCall::GRADS, u, false});
-    c.push_back({DpCall::GRADS, u, false});
-    c.push_back({DpCall::RELEASE, u, false});
-    c.push_back({DpCall::BACKWARD_DONE, u, false});
+    for (auto it = units.rbegin(); it != units.rend(); ++it) {
+      const int u = *it;
+      const bool layer = u != embedding_unit && u != head_unit;
+      if (a.type == ActionType::W) {
+        if (layer) c.push_back({DpCall::GRADS, u, false});
+        if (u != head_unit) c.push_back({DpCall::BACKWARD_DONE, u, false});
+        continue;
+      }
+      if (u == embedding_unit) {
+        c.push_back({DpCall::GRADS, u, false});
+        if (!split) c.push_back({DpCall::BACKWARD_DONE, u, false});
+        continue;
+      }
+      if (layer) {  // the chunk's layer i = u - its first layer's unit
+        const int first_layer_unit = units.front() == embedding_unit ? units[1] : units[0];
+        recompute_calls(c, chunk_groups.at(a.chunk), u - first_layer_unit, first_layer_unit);
+      }
+      c.push_back({DpCall::ACQUIRE, u, false});
+      if (u == head_unit && !fused) c.push_back({DpCall::GRADS, u, false});
+      c.push_back({DpCall::GRADS, u, false});
+      c.push_back({DpCall::RELEASE, u, false});
+      if (!split || !layer) c.push_back({DpCall::BACKWARD_DONE, u, false});
+    }
   }
   return c;
 }
@@ -248,51 +286,88 @@ void plan_pipeline(Plan& plan) {
   pp.stages.clear();
   if (p == 1) return;
 
-  const int S = pp.shape.model_stages(), L = m.num_layers, dp = plan.dp;
-  const std::vector<int64_t> units = param_units(m, tp);  // embedding, L layers, head
-  auto unit_size = [&](int u) { return units[u + 1] - units[u]; };
+  const int S = pp.shape.model_stages(), dp = plan.dp;
   const int64_t word_local = plan.padded_vocab / tp * h;
-  std::vector<int> first_layer(S, 0);
-  for (int s = 1; s < S; ++s) first_layer[s] = first_layer[s - 1] + pp.stage_layers[s - 1];
   // A chunk keeps its input for backward: x0 on model stage 0, the received activation on
   // the others (N_l h each); the head's tensors on the last model stage.
   const int64_t embedding_bytes = sum_bytes(plan.embedding_activations);
   const int64_t head_bytes = sum_bytes(plan.head_activations);
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  // zb-h1 (model/layer.h, BackwardPart): from B to W a layer keeps its four linears' inputs
+  // (norm1.out, attn.ctx, norm2.out, mlp.act) and output gradients (N x qkv_l, h, fc1_l, h).
+  const bool split = splits_backward(pp.shape.kind);
+  // Inside a B the first layer it runs (the chunk's last) copies its four output gradients
+  // before it frees anything: the peak of a B is the bytes held before it + dy_bytes.
+  int64_t w_bytes = 0, dy_bytes = 0;
+  if (split) {
+    const LocalSizes l = local_sizes(m, B, tp, plan.sequence_parallel);
+    for (const ActivationTensor& x : plan.layer_activations)
+      if (x.name == "norm1.out" || x.name == "attn.ctx" || x.name == "norm2.out" ||
+          x.name == "mlp.act")
+        w_bytes += x.bytes();
+    dy_bytes = l.N * (l.qkv + h + l.fc1 + h) * act;
+    w_bytes += dy_bytes;
+  }
 
   for (int r = 0; r < p; ++r) {
     PipelineStagePlan st;
     st.pp_rank = r;
-    st.embedding = r == 0;
-    st.head = r == p - 1;
-    st.tied_copy = st.head && m.tied_embeddings();
-    std::vector<int64_t> sizes;
-    if (st.embedding) sizes.push_back(unit_size(0));
+    // model/param_table.h: the same slice, units and chunks the trainer builds
+    const StageSlice slice = pipeline_stage_slice(m, p, v, r, par.first_stage_layers,
+                                                  par.last_stage_layers);
+    st.embedding = slice.embedding;
+    st.head = slice.head;
+    st.tied_copy = slice.tied_copy;
+    st.chunk_first_layer = slice.chunk_first_layer;
+    st.chunk_layers = slice.chunk_layers;
+    // One (microbatch, chunk): its input, its layers (full recompute: the groups' outputs),
+    // the head's on the last model stage (plan_recompute.h, chunk_activations).
     int layers = 0;
+    std::vector<ChunkActivations> chunk_bytes;
+    std::vector<std::vector<int>> chunk_groups;
     for (int c = 0; c < v; ++c) {
       const int s = c * p + r, n = pp.stage_layers[s];
-      st.chunk_first_layer.push_back(first_layer[s]);
-      st.chunk_layers.push_back(n);
-      for (int l = first_layer[s]; l < first_layer[s] + n; ++l) sizes.push_back(unit_size(1 + l));
       layers += n;
-      st.chunk_activation_bytes.push_back((s == 0 ? embedding_bytes : pp.message_bytes) +
-                                          n * plan.activation_bytes_per_layer +
-                                          (s == S - 1 ? head_bytes : 0));
+      chunk_groups.push_back(m.recompute.full_groups(n));
+      chunk_bytes.push_back(chunk_activations(
+          chunk_groups.back(), s == 0 ? embedding_bytes : pp.message_bytes,
+          plan.activation_bytes_per_layer, layer_output_bytes(plan), s == S - 1 ? head_bytes : 0));
+      st.chunk_activation_bytes.push_back(chunk_bytes.back().kept);
     }
-    if (st.head) sizes.push_back(unit_size(L + 1) + (st.tied_copy ? word_local : 0));
-    st.unit_begin.assign(1, 0);
-    for (int64_t n : sizes) st.unit_begin.push_back(st.unit_begin.back() + n);
+    st.unit_begin = stage_units(m, tp, slice);
     st.params = st.unit_begin.back();
+    const std::vector<int> unit_chunk = stage_unit_chunk(slice);
+    std::vector<std::vector<int>> chunk_units(v);
+    for (int u = 0; u < (int)unit_chunk.size(); ++u) chunk_units[unit_chunk[u]].push_back(u);
+    const int U = (int)unit_chunk.size();
+    // gpt's tied embedding: both stages' buckets with it reduce at the step's end
+    // (Transformer::deferred_units: the embedding unit on the first, the head on the last)
+    std::vector<int> deferred;
+    if (m.tied_embeddings() && slice.embedding != slice.head)
+      deferred.push_back(slice.embedding ? 0 : U - 1);
     st.data_parallel = data_parallel_plan(
-        st.unit_begin, stage_calls((int)sizes.size(), st.embedding, st.head, m.fused_cross_entropy),
-        z, dp, plan.options, k);
+        st.unit_begin,
+        stage_step_calls(pp.schedule.ranks[r], chunk_units, slice.embedding ? 0 : -1,
+                         slice.head ? U - 1 : -1, m.fused_cross_entropy, split, chunk_groups),
+        z, dp, plan.options, 1, unit_chunk, deferred);
     const DataParallelPlan& d = st.data_parallel;
 
-    // The schedule: activations held at the peak (order-based), time, messages sent.
+    // The schedule: activations held at the peak (order-based), time, messages sent. A
+    // split B frees all but what W reads (w_bytes per layer), W the rest.
     int64_t held_bytes = 0, peak_bytes = 0;
     for (const Action& a : pp.schedule.ranks[r]) {
-      if (a.type == ActionType::F) held_bytes += st.chunk_activation_bytes[a.chunk];
-      if (a.type == ActionType::B) held_bytes -= st.chunk_activation_bytes[a.chunk];
+      const int64_t chunk = st.chunk_activation_bytes[a.chunk];
+      const int64_t w_part = split ? st.chunk_layers[a.chunk] * w_bytes : 0;
+      const ChunkActivations& cb = chunk_bytes[a.chunk];
+      if (a.type == ActionType::F) peak_bytes = std::max(peak_bytes, held_bytes + cb.forward_peak);
+      if (a.type == ActionType::B)
+        peak_bytes = std::max(peak_bytes, held_bytes - chunk + cb.backward_peak);
+      if (a.type == ActionType::F) held_bytes += chunk;
+      if (a.type == ActionType::B && split && st.chunk_layers[a.chunk] > 0)  // (the head's
+        peak_bytes = std::max(peak_bytes,  // backward frees its tensors before the layers')
+                              held_bytes + dy_bytes - (a.stage == S - 1 ? head_bytes : 0));
+      if (a.type == ActionType::B) held_bytes -= chunk - w_part;
+      if (a.type == ActionType::W) held_bytes -= w_part;
       peak_bytes = std::max(peak_bytes, held_bytes);
       for (const Message& msg : a.sends)
         ++(msg.kind == Message::ACTIVATION ? st.activations_sent : st.gradients_sent);
@@ -308,19 +383,49 @@ void plan_pipeline(Plan& plan) {
     mem.master_params = d.state_numel * master_b;
     mem.optimizer_states = d.state_numel * optim_b;
     mem.activations = peak_bytes;
+    mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
     mem.comm_buffers = comm_buffer_bytes(m, t, par);
     mem.logits = st.head ? logits_bytes(m, B, t.bf16, tp) : 0;
-    mem.workspace = workspace_bytes(m, B, act, tp, plan.sequence_parallel);
+    // the tokens (int32) on the first stage only, the targets on the last only; the output
+    // gradient's receive buffer (model/transformer_state.h, grad_recv) on every stage but a
+    // rank whose only chunk is the last model stage (no gradient comes back to it)
+    mem.workspace =
+        workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding, st.head).peak() +
+        (st.head && v == 1 ? 0 : pp.message_bytes);
+    // (an upper bound here: it assumes the head's tensors are not among the held ones)
+    mem.total_at_recompute = total_at_recompute(plan, mem);
+
+    // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
+    // matmuls, the head's on the last stage, and the recomputed forwards of its layers.
+    const FlopsPlan& f = plan.flops;
+    double head_flops = 0;
+    for (const MatmulFlops& mm : f.matmuls)
+      if (!mm.per_layer) head_flops += mm.hardware;
+    const Recompute& rc = m.recompute;
+    int64_t recomputed = 0;
+    for (int n : st.chunk_layers)
+      recomputed += rc.selective() ? n
+                    : !rc.full()   ? 0
+                    : rc.method == Recompute::Method::BLOCK ? std::min(rc.num_layers, n)
+                                                            : n;
+    const double per_recomputed =
+        f.recomputed_layers > 0 ? f.recompute_per_microbatch / (double)f.recomputed_layers : 0;
+    st.hardware_flops =
+        ((f.hardware_per_microbatch - head_flops) * layers / m.num_layers +
+         (st.head ? head_flops : 0) + per_recomputed * (double)recomputed) * (double)k;
 
     // Communication per step (plan.h, plan_pipeline): tp, pp, dp, embedding, world.
+    int full_recomputed = 0;
+    for (const std::vector<int>& g : chunk_groups)
+      for (int x : g) full_recomputed += x >= 0;
     st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z,
-                                   ModelSlice{layers, st.embedding, st.head});
+                                   ModelSlice{layers, st.embedding, st.head, full_recomputed});
     int64_t calls = 0;
     for (const Exchange& e : exchanges(pp.schedule, r)) calls += e.empty() ? 0 : 1;
     add_entry(st.comm, CommGroup::PP, CommOp::SEND_RECV, p, calls,
               (st.activations_sent + st.gradients_sent) * pp.message_bytes);
     add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
-    for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, k, grad_b, param_b))
+    for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, grad_b, param_b))
       st.comm.push_back(e);
     if (m.tied_embeddings() && (st.embedding || st.head))
       add_entry(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE, 2, 1, word_local * grad_b);
@@ -336,6 +441,7 @@ void plan_pipeline(Plan& plan) {
     rp.microbatches_held = st.held;
     rp.memory = st.memory;
   }
+  plan.flops.hardware_per_rank_step = pp.stages[0].hardware_flops;
   plan.data_parallel = pp.stages[0].data_parallel;
   plan.zero_shard = plan.data_parallel.state_numel;
   plan.comm = pp.stages[0].comm;

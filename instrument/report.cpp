@@ -4,6 +4,8 @@
 #include "instrument/report.h"
 #include "instrument/text.h"  // strprintf
 #include <cstdio>
+#include <utility>
+#include "instrument/plan_recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "instrument/report_impl.h"  // CommRow, comm_rows
 #include "instrument/timeline.h"     // pipeline_text
 
@@ -31,8 +33,10 @@ void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak) {
   s.tokens_per_second = plan.tokens_per_step / s.step_seconds;
   if (peak.tflops <= 0) { s.mfu = s.hfu = NAN; return; }
   const double capacity = s.step_seconds * peak.tflops * 1e12 * plan.parallel.world_size;
-  const double hw = s.hardware_flops >= 0 ? s.hardware_flops * plan.parallel.world_size
-                                          : plan.flops.hardware_per_step;
+  // measured: every rank's counter summed, or (one rank known) it times the world
+  const double hw = s.hardware_flops_all >= 0 ? s.hardware_flops_all
+                    : s.hardware_flops >= 0   ? s.hardware_flops * plan.parallel.world_size
+                                              : plan.flops.hardware_per_step;
   s.mfu = plan.flops.model_per_step / capacity;
   s.hfu = hw / capacity;
 }
@@ -128,6 +132,10 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
                        rp.microbatches_held, m.num_layers,
                        format_mib(plan.activation_bytes_per_layer).c_str(),
                        plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
+    case 5:
+      if (rp.memory.recompute)
+        return "selective: one layer's recomputed internals, alive inside its block only";
+      break;
     case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
     case 7: {
       const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
@@ -143,8 +151,39 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   return "";
 }
 
+// Selective recompute: what a layer no longer keeps, and why core_attn buys little with
+// flash attention (its only S-sized tensor is the log-sum-exp).
+std::string recompute_line(const Plan& plan) {
+  const ModelConfig& m = plan.model;
+  const Recompute& r = m.recompute;
+  if (!r.selective()) return "";
+  const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train);
+  const int64_t saved = selective_saved_bytes_per_layer(m, B, act, plan.options.mask_bytes,
+                                                        plan.tp, plan.sequence_parallel);
+  std::string modules;
+  for (auto [on, name] : {std::pair<bool, const char*>{r.core_attn, "core_attn"},
+                          {r.mlp, "mlp"}, {r.norm, "norm"}})
+    if (on) modules += (modules.empty() ? "" : ", ") + std::string(name);
+  std::string t = strprintf("  selective recompute (%s): a layer keeps %s MiB, %lld B less; "
+                            "recompute holds one layer's internals, max(norm1, core, norm2 + "
+                            "mlp)\n", modules.c_str(),
+                            format_mib((double)plan.activation_bytes_per_layer).c_str(),
+                            (long long)saved);
+  if (r.core_attn && m.attention == AttentionImpl::FLASH) {
+    ModelConfig core_only = m;
+    core_only.recompute.mlp = core_only.recompute.norm = false;
+    t += strprintf("  flash attention keeps no S x S tensor: core_attn saves only its fp32 "
+                   "log-sum-exp, 4 B (a/t) S = %lld B per layer, for a rerun of the flash "
+                   "forward: little\n",
+                   (long long)selective_saved_bytes_per_layer(core_only, B, act,
+                                                              plan.options.mask_bytes, plan.tp,
+                                                              plan.sequence_parallel));
+  }
+  return t;
+}
+
 std::string korthikanti_line(const Plan& plan) {
-  const KorthikantiCheck k = korthikanti_check(plan);
+  const KorthikantiCheck k = korthikanti_check_recompute(plan);
   std::string t = strprintf("  activations per layer: plan %s MiB, Korthikanti %s %s MiB (+ norm "
                       "statistics %s MiB)",
                       format_mib((double)k.plan_bytes).c_str(), k.formula.c_str(),
@@ -181,9 +220,13 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
              measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
   t += row("total (peak)", (double)rp.memory.total(),
            measured ? (double)measured->peak_memory_bytes : 0,
-           "predicted: sum of the category peaks, an upper bound (they coincide as backward "
-           "starts, except ZeRO-3 gathers and --no-fused-ce's backward transients)");
-  return t + korthikanti_line(plan);
+           rp.memory.recompute > 0
+               ? "predicted: the larger of the category peaks but recompute (they coincide as "
+                 "backward starts) and the total inside the last layer, when recompute peaks"
+               : "predicted: sum of the category peaks, an upper bound (they coincide as "
+                 "backward starts, except ZeRO-3 gathers and --no-fused-ce's backward "
+                 "transients)");
+  return t + korthikanti_line(plan) + recompute_line(plan);
 }
 
 // ---- FLOPs breakdown -----------------------------------------------------------------------
@@ -205,8 +248,12 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
     t += strprintf("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
              (mm.formula + (mm.per_layer ? " x L" : "")).c_str(),
              format_si(mm.model * k).c_str(), format_si(mm.hardware * k).c_str());
-  t += strprintf("  %-7s %-9s %-20s %12s %12s\n", "recompute", "", "", format_si(0).c_str(),
-           format_si(f.recompute_per_microbatch * k).c_str());
+  // Recompute: hardware only (MFU never counts it); its per-layer formula after the numbers.
+  std::string rc = strprintf("  %-7s %-9s %-20s %12s %12s", "recompute", "", "",
+                             format_si(0).c_str(), format_si(f.recompute_per_microbatch * k).c_str());
+  if (!f.recompute_formula.empty())
+    rc += strprintf("   %s x %lld layers", f.recompute_formula.c_str(), (long long)f.recomputed_layers);
+  t += rc + "\n";
   t += strprintf("  %-38s %12s %12s\n", "total (backward = 2 x forward)",
            format_si(f.model_per_rank_step).c_str(), format_si(f.hardware_per_rank_step).c_str());
   if (measured && measured->hardware_flops >= 0) {

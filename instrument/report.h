@@ -5,8 +5,10 @@
 //   run_header         one line: model, world, zero stage, precision, peak and its source
 //   step_header/row    the per-step line, aligned columns
 //   memory_table       category, predicted MiB, measured MiB, diff (MiB and %), then the
-//                      Korthikanti line (korthikanti_line)
-//   flops_table        per matmul: model FLOPs and hardware FLOPs; measured vs predicted total
+//                      Korthikanti line (korthikanti_line) and, with selective recompute,
+//                      what a layer no longer keeps (recompute_line)
+//   flops_table        per matmul: model FLOPs and hardware FLOPs, recompute as its own row
+//                      (hardware only); measured vs predicted total
 //   comm_table         per group and operation: calls, payload, bus bytes, predicted beside
 //                      measured (a step's CommStats)
 //   step_json          one object per step for --metrics-jsonl
@@ -15,8 +17,9 @@
 //   tokens/s = global batch x S / step time
 //   MFU = model FLOPs per step / (step time x peak x world)        (Korthikanti §6)
 //   HFU = hardware FLOPs per step, recompute included / (step time x peak x world); from
-//         the kernels' FLOP counter when the trainer supplies it (x world: dp ranks run
-//         the same kernels), else the plan's prediction.
+//         the kernels' FLOP counters summed over the ranks when the trainer gathered them
+//         (pipeline stages differ), else one rank's x world (dp ranks run the same
+//         kernels), else the plan's prediction.
 // Plain structs only: no model or kernel includes.
 //
 // defines: StepMetrics, fill_rates, format_mib, format_si, and the writers above
@@ -28,6 +31,7 @@
 #include "instrument/comm_stats.h"
 #include "instrument/peak.h"
 #include "instrument/plan.h"
+#include "instrument/rank_report.h"  // RankMetrics
 
 namespace paralab {
 
@@ -40,6 +44,7 @@ struct StepMetrics {
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};
   int64_t peak_memory_bytes = 0;  // Ledger::peak_total(): at most the sum of the above
   double hardware_flops = -1;     // this rank's kernel FLOP counter over the step
+  double hardware_flops_all = -1; // summed over every rank (pipeline stages differ)
   double gemm_seconds = -1;       // wall time inside the GEMMs (CPU backend; -1: unknown)
   double comm_bytes = -1;         // later issues: bytes this rank communicated this step
   double bubble = -1, bubble_predicted = -1;  // later issues: pipeline idle fraction
@@ -63,8 +68,12 @@ std::string step_row(const StepMetrics& s);
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured);
 // "activations per layer: plan X MiB, Korthikanti sbh(...) Y MiB (+ norm statistics Z MiB)",
 // then ": equal" when the run makes the paper's assumptions, else the difference in bytes
-// and one line per assumption that differs (korthikanti_check, plan.h).
+// and one line per assumption that differs (korthikanti_check_recompute,
+// plan_recompute.h: Table 2's selective row under selective core_attn).
 std::string korthikanti_line(const Plan& plan);
+// With selective recompute: the bytes a layer keeps and saves; with flash attention, that
+// core_attn saves only the log-sum-exp (little). "" otherwise.
+std::string recompute_line(const Plan& plan);
 std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured);
 
 // measured: one step's record (e.g. CommStats::instance() before its reset), or nullptr.
@@ -72,9 +81,11 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
 // from the prediction says by how many bytes.
 std::string comm_table(const Plan& plan, const CommStats* measured);
 
-// One line; with measured_comm, a "comm" list of predicted and measured per group and op.
+// One line; with measured_comm, a "comm" list of predicted and measured per group and op;
+// with ranks (rank 0 of a multi-rank run), "ranks": every rank's (rank_report.h).
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
-                      const CommStats* measured_comm = nullptr);
+                      const CommStats* measured_comm = nullptr,
+                      const std::vector<RankMetrics>* ranks = nullptr);
 std::string plan_text(const Plan& plan, const Peak* peak);
 // Keys: model, parallel (sizes, sequence_parallel), batch,
 // params {total, per_rank, per_rank_stored, zero_shard, vocab_size, padded_vocab},

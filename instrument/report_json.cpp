@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 #include "instrument/json.h"         // JsonWriter
+#include "instrument/plan_recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "instrument/report.h"       // StepMetrics, step_json, plan_json
 #include "instrument/report_impl.h"  // CommRow, comm_rows
 #include "instrument/timeline.h"     // pipeline_json
@@ -16,7 +17,7 @@ static void memory_object(JsonWriter& j, const MemoryPlan& m) {
 }
 
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
-                      const CommStats* measured_comm) {
+                      const CommStats* measured_comm, const std::vector<RankMetrics>* ranks) {
   const RankPlan& rp = plan.ranks.at(rank);
   JsonWriter j;
   j.begin_object();
@@ -43,6 +44,8 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   j.field("hardware_per_step", plan.flops.hardware_per_step);
   j.field("hardware_per_rank_predicted", plan.flops.hardware_per_rank_step);
   if (s.hardware_flops >= 0) j.field("hardware_per_rank_measured", s.hardware_flops);
+  j.field("recompute_per_rank_predicted",
+          plan.flops.recompute_per_microbatch * plan.flops.microbatches_per_rank);
   j.end_object();
   if (measured_comm) {
     j.key("comm").begin_array();
@@ -61,6 +64,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
     }
     j.end_array();
   }
+  if (ranks) ranks_json(j, plan, *ranks);
   j.end_object();
   return j.str();
 }
@@ -88,7 +92,21 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.field("seq_length", m.seq_length).field("vocab_size", m.vocab_size);
   j.field("attention", m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
   j.field("fused_cross_entropy", m.fused_cross_entropy);
-  j.field("precision", plan.train.bf16 ? "bf16" : "fp32").end_object();
+  j.field("precision", plan.train.bf16 ? "bf16" : "fp32");
+  const Recompute& rc = m.recompute;
+  j.key("recompute").begin_object();
+  j.field("granularity", rc.full() ? "full" : rc.selective() ? "selective" : "none");
+  if (rc.full())
+    j.field("method", rc.method == Recompute::Method::BLOCK ? "block" : "uniform")
+        .field("num_layers", rc.num_layers);
+  if (rc.selective()) {
+    j.key("modules").begin_array();
+    if (rc.core_attn) j.value("core_attn");
+    if (rc.mlp) j.value("mlp");
+    if (rc.norm) j.value("norm");
+    j.end_array();
+  }
+  j.end_object().end_object();
   j.key("parallel").begin_object();
   j.field("world_size", p.world_size).field("tensor_parallel", p.tensor_parallel);
   j.field("context_parallel", p.context_parallel).field("pipeline_parallel", p.pipeline_parallel);
@@ -117,10 +135,14 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.key("activations").begin_object();
   j.field("per_layer_bytes", plan.activation_bytes_per_layer);
   j.field("per_microbatch_bytes", plan.activation_bytes_per_microbatch);
+  j.field("selective_saved_per_layer_bytes",
+          selective_saved_bytes_per_layer(m, plan.train.micro_batch_size, storage_bytes(plan.train),
+                                          plan.options.mask_bytes, plan.tp,
+                                          plan.sequence_parallel));
   tensor_list(j, "embedding", plan.embedding_activations);
   tensor_list(j, "layer", plan.layer_activations);
   tensor_list(j, "head", plan.head_activations);
-  const KorthikantiCheck k = korthikanti_check(plan);
+  const KorthikantiCheck k = korthikanti_check_recompute(plan);
   j.key("korthikanti").begin_object();
   j.field("formula", k.formula).field("closed_form_bytes", k.closed_form_bytes);
   j.field("plan_bytes", k.plan_bytes).field("norm_statistics_bytes", k.norm_statistics_bytes);
@@ -134,7 +156,11 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.field("model_per_step", f.model_per_step).field("hardware_per_step", f.hardware_per_step);
   j.field("model_per_rank_step", f.model_per_rank_step);
   j.field("hardware_per_rank_step", f.hardware_per_rank_step);
-  j.field("recompute_per_step", f.recompute_per_microbatch * f.microbatches_per_step);
+  // hardware only, like hardware_per_step: every tp rank of a microbatch's group runs it
+  j.field("recompute_per_step", f.recompute_per_microbatch * f.tensor_parallel *
+                                    f.microbatches_per_step);
+  j.field("recomputed_layers", f.recomputed_layers);
+  j.field("recompute_formula", f.recompute_formula);
   j.field("microbatches_per_step", f.microbatches_per_step);
   j.key("matmuls").begin_array();
   for (const auto& mm : f.matmuls) {

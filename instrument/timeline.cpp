@@ -24,8 +24,8 @@ std::string describe(const Message& m, bool send) {
 
 // The cost line of a legend: non-split schedules run B and W as one backward.
 std::string costs_text(const ActionCosts& c, bool split) {
-  return split ? strprintf("F %g, B %g, W %g", c.F, c.B, c.W)
-               : strprintf("F %g, B %g (input + weight gradient)", c.F, c.B + c.W);
+  return split ? strprintf("F %.3g, B %.3g, W %.3g", c.F, c.B, c.W)
+               : strprintf("F %.3g, B %.3g (input + weight gradient)", c.F, c.B + c.W);
 }
 
 }  // namespace
@@ -115,7 +115,7 @@ void schedule_trace(const Schedule& s, const Simulation& sim, const ActionCosts&
 
 // ---- terminal ------------------------------------------------------------------------------
 std::string render_timeline(const Schedule& s, const Simulation& sim, const ActionCosts& costs,
-                            int max_columns) {
+                            int max_columns, bool measured) {
   const PipelineShape& sh = s.shape;
   if (sim.deadlock) return "timeline: the schedule deadlocks (" + sim.blocked + ")\n";
   // Columns per unit: enough for every label and a space, unless the step would not fit.
@@ -135,10 +135,13 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
   auto col = [&](double t) { return (int)std::lround(t * per_unit); };
   const int width = col(sim.step_time);
 
-  std::string out = strprintf("timeline, simulated: %s, p %d, m %d%s; %s cost units, %s; '.' idle\n",
+  // measured: ms, the mean per action; simulated: the plan's cost units
+  std::string out = strprintf("timeline, %s: %s, p %d, m %d%s; %s %s, %s; '.' idle\n",
+                        measured ? "measured (last step)" : "simulated",
                         schedule_name(sh.kind), sh.p, sh.m,
                         sh.v > 1 ? strprintf(", v %d", sh.v).c_str() : "",
                         costs_text(costs, splits_backward(sh.kind)).c_str(),
+                        measured ? "ms on average (1 unit = 1 ms)" : "cost units",
                         per_unit >= 1 ? strprintf("1 unit = %g columns", per_unit).c_str()
                                       : strprintf("1 column = %.3g units", 1 / per_unit).c_str());
   if (sh.v > 1)
@@ -231,9 +234,8 @@ std::string pipeline_text(const Plan& plan) {
   if (splits_backward(sh.kind)) {
     int most = 0;
     for (const PipelineStagePlan& st : pp.stages) most = std::max(most, st.held_until_w);
-    t += strprintf("  zb-h1: up to %d microbatches between F and W; W still reads its weight GEMMs' "
-             "inputs and output gradients (not counted until the executor defines W's "
-             "buffers)\n", most);
+    t += strprintf("  zb-h1: up to %d microbatches between F and W; from B to W a layer keeps "
+             "its four linears' inputs and output gradients (counted in activations)\n", most);
   }
   return t;
 }

@@ -55,8 +55,9 @@ void schedule_trace(const Schedule& s, const Simulation& sim, const ActionCosts&
                     std::vector<TraceFlow>* flows);
 
 // The terminal timeline (header comment); max_columns bounds the drawn width of the step.
+// measured: sim holds the executor's timings in ms (rank_report.h, measured_timeline).
 std::string render_timeline(const Schedule& s, const Simulation& sim, const ActionCosts& costs,
-                            int max_columns = 160);
+                            int max_columns = 160, bool measured = false);
 
 // `--plan`'s pipeline section: schedule, bubble simulated and closed form, each stage's
 // layers, units, held microbatches, idle time and messages. Empty without pipelining.

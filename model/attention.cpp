@@ -7,6 +7,11 @@
 //  flash  tiles the product with an online softmax and keeps only the log-sum-exp (B,a,S);
 //         backward recomputes P from q, k and lse (Dao et al. 2022).
 //
+// Selective recompute of the core (--recompute-modules core_attn) keeps neither: P, the mask
+// and P' (naive) or the lse (flash) are made again before the backward by the forward's own
+// kernels on the kept q, k, v. The dropout mask is a pure function of (seed, stream,
+// element) (kernels/math.h), so it comes back bit for bit, and so does everything else.
+//
 // Grouped-query attention: the a/g query heads of one group share its key/value head, and
 // are contiguous in q (B,a,S,d), so one GEMM per (batch, group) handles a whole group:
 // Q_group (a/g * S, d) x K^T (d, S) -> scores (a/g * S, S).
@@ -30,33 +35,51 @@ Dims dims(const LayerContext& c) {
   x.p_group = (long long)x.R * x.S * x.S;
   return x;
 }
+
+// The attention-dropout stream of this layer: each tensor-parallel rank's heads draw their
+// own masks (rank 0's are single-rank's).
+uint64_t attention_stream(const LayerContext& c) {
+  return 4ull * c.layer + 1 + ((uint64_t)c.tp.rank() << 32);
+}
+
+// Flash forward: O (head layout, ws.o_heads) and the log-sum-exp.
+template <typename T>
+void flash_forward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
+  const Dims x = dims(c);
+  kernels::flash_attention_forward(c.device, ws.o_heads.data(), act.lse.data(), act.q.data(),
+                                   act.k.data(), act.v.data(), x.B, x.A, x.G, x.S, x.D,
+                                   1.0f / std::sqrt((float)x.D), c.model.attention_dropout,
+                                   c.dropout_seed, attention_stream(c));
+}
+
+// Naive forward up to P V's left operand: P, and with attention dropout its mask and P'.
+// Returns P' (or P).
+template <typename T>
+const T* naive_probs(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
+  const Dims x = dims(c);
+  const float p = c.model.attention_dropout;
+  const auto dev = c.device;
+  // scores = Q K^T per (batch, group); P = causal_softmax(scale * scores)
+  kernels::gemm_strided_batched(dev, false, true, x.R * x.S, x.S, x.D, 1.0f, act.q.data(), x.D,
+                                x.q_group, act.k.data(), x.D, x.kv_group, 0.0f,
+                                ws.scores.data(), x.S, x.p_group, x.B * x.G);
+  kernels::causal_softmax_forward(dev, act.probs.data(), ws.scores.data(), x.B * x.A, x.S,
+                                  1.0f / std::sqrt((float)x.D));
+  if (p <= 0.0f) return act.probs.data();
+  kernels::dropout_forward(dev, act.probs_dropped.data(), act.attn_mask.data(), act.probs.data(),
+                           act.probs.size(), p, c.dropout_seed, attention_stream(c));
+  return act.probs_dropped.data();
+}
 }  // namespace
 
 template <typename T>
 void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
   const Dims x = dims(c);
-  const float scale = 1.0f / std::sqrt((float)x.D);
-  const float p = c.model.attention_dropout;
-  // each tensor-parallel rank's heads draw their own masks (rank 0's are single-rank's)
-  const uint64_t stream = 4ull * c.layer + 1 + ((uint64_t)c.tp.rank() << 32);
   const auto dev = c.device;
   if (c.model.attention == AttentionImpl::FLASH) {
-    kernels::flash_attention_forward(dev, ws.o_heads.data(), act.lse.data(), act.q.data(),
-                                     act.k.data(), act.v.data(), x.B, x.A, x.G, x.S, x.D, scale,
-                                     p, c.dropout_seed, stream);
+    flash_forward(c, act, ws);
   } else {
-    // scores = Q K^T per (batch, group); P = causal_softmax(scale * scores)
-    kernels::gemm_strided_batched(dev, false, true, x.R * x.S, x.S, x.D, 1.0f, act.q.data(),
-                                  x.D, x.q_group, act.k.data(), x.D, x.kv_group, 0.0f,
-                                  ws.scores.data(), x.S, x.p_group, x.B * x.G);
-    kernels::causal_softmax_forward(dev, act.probs.data(), ws.scores.data(), x.B * x.A, x.S,
-                                    scale);
-    const T* used = act.probs.data();
-    if (p > 0.0f) {
-      kernels::dropout_forward(dev, act.probs_dropped.data(), act.attn_mask.data(),
-                               act.probs.data(), act.probs.size(), p, c.dropout_seed, stream);
-      used = act.probs_dropped.data();
-    }
+    const T* used = naive_probs(c, act, ws);
     // O = P' V per (batch, group): (R*S, S) x (S, d)
     kernels::gemm_strided_batched(dev, false, false, x.R * x.S, x.D, x.S, 1.0f, used, x.S,
                                   x.p_group, act.v.data(), x.D, x.kv_group, 0.0f,
@@ -65,18 +88,29 @@ void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspac
   kernels::heads_merge_forward(dev, act.ctx.data(), ws.o_heads.data(), x.B, x.S, x.A, x.D);
 }
 
+// Only what the backward reads: naive P V is not rerun (ctx, its output, is kept as proj's
+// input); flash reruns its forward, which makes O along with the lse.
+template <typename T>
+void attention_recompute(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
+  if (c.model.attention == AttentionImpl::FLASH)
+    flash_forward(c, act, ws);
+  else
+    naive_probs(c, act, ws);
+}
+
 template <typename T>
 void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws) {
   const Dims x = dims(c);
   const float scale = 1.0f / std::sqrt((float)x.D);
   const float p = c.model.attention_dropout;
-  // each tensor-parallel rank's heads draw their own masks (rank 0's are single-rank's)
-  const uint64_t stream = 4ull * c.layer + 1 + ((uint64_t)c.tp.rank() << 32);
+  const uint64_t stream = attention_stream(c);
   const auto dev = c.device;
   kernels::heads_merge_backward(dev, ws.do_heads.data(), ws.dctx.data(), x.B, x.S, x.A, x.D);
   if (c.model.attention == AttentionImpl::FLASH) {
-    // flash backward needs O in head layout: un-merge the saved ctx (a permutation).
-    kernels::heads_merge_backward(dev, ws.o_heads.data(), act.ctx.data(), x.B, x.S, x.A, x.D);
+    // flash backward needs O in head layout: un-merge the saved ctx (a permutation), unless
+    // the recompute's forward has just made it.
+    if (!c.model.recompute.recompute_core_attn())
+      kernels::heads_merge_backward(dev, ws.o_heads.data(), act.ctx.data(), x.B, x.S, x.A, x.D);
     kernels::flash_attention_backward(dev, ws.dq.data(), ws.dk.data(), ws.dv.data(),
                                       ws.do_heads.data(), act.q.data(), act.k.data(),
                                       act.v.data(), ws.o_heads.data(), act.lse.data(), x.B, x.A,
@@ -115,5 +149,9 @@ template void attention_backward(const LayerContext&, LayerActivations<float>&,
                                  Workspace<float>&);
 template void attention_backward(const LayerContext&, LayerActivations<kernels::bf16>&,
                                  Workspace<kernels::bf16>&);
+template void attention_recompute(const LayerContext&, LayerActivations<float>&,
+                                  Workspace<float>&);
+template void attention_recompute(const LayerContext&, LayerActivations<kernels::bf16>&,
+                                  Workspace<kernels::bf16>&);
 
 }  // namespace paralab

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 // defines: PipelineSchedule (the schedules are data, parallel/ owns them)
 #include "parallel/pipeline_schedule.h"
 
@@ -14,6 +15,49 @@ enum class Arch { GPT, LLAMA };
 enum class AttentionImpl { FLASH, NAIVE };
 enum class AttentionFlops { FULL, CAUSAL };  // convention for *model* FLOPs (plan, MFU)
 enum class LrDecay { CONSTANT, LINEAR, COSINE };
+
+// Activation recomputation, Megatron-LM's --recompute-* flags (Korthikanti et al. 2022):
+// drop tensors in forward and make them again in backward, trading FLOPs for memory.
+//  full       a layer keeps only its input; backward reruns its whole forward first.
+//             method uniform: the layers of a pipeline stage (model chunk) in groups of
+//             num_layers, each group storing its input only (the last group may be partial,
+//             as in Megatron); block: the first num_layers layers of each stage (chunk) are
+//             recomputed, the others keep their activations. 1 <= num_layers <= the layers
+//             of a pipeline rank (Megatron's constraint).
+//  selective  every layer keeps its inputs and outputs but not the internals of the listed
+//             modules (Megatron's --recompute-modules), which backward makes again:
+//               core_attn  the attention core's internals: naive P, dropout mask and P'
+//                          (the 5as/h of Korthikanti's sbh(34 + 5as/h)); flash its
+//                          log-sum-exp only (it keeps no S x S tensor anyway)
+//               mlp        fc1's output and the activation's output, from norm2's output
+//               norm       both norms' outputs and statistics, from their inputs
+//             No method and no layer count (Megatron: they are full's).
+// notes/model.md lists the bytes each option saves and what backward recomputes.
+struct Recompute {
+  enum class Granularity { NONE, SELECTIVE, FULL };
+  enum class Method { NONE, UNIFORM, BLOCK };
+  Granularity granularity = Granularity::NONE;
+  Method method = Method::NONE;  // full only
+  int num_layers = 0;            // full only
+  bool core_attn = false, mlp = false, norm = false;  // selective only
+  bool full() const { return granularity == Granularity::FULL; }
+  bool selective() const { return granularity == Granularity::SELECTIVE; }
+  // The modules a layer recomputes (never with full or none, whatever the bools say).
+  bool recompute_core_attn() const { return selective() && core_attn; }
+  bool recompute_mlp() const { return selective() && mlp; }
+  bool recompute_norm() const { return selective() && norm; }
+  // Full recompute over the `layers` consecutive layers of one pipeline chunk: per layer the
+  // group it is recomputed with, -1 when it keeps its activations. uniform: groups of N
+  // consecutive layers (the last may be shorter); block: the first N layers, each alone.
+  // A group stores only its input and recomputes its layers' forward in backward.
+  std::vector<int> full_groups(int layers) const {
+    std::vector<int> g(layers, -1);
+    if (!full()) return g;
+    for (int i = 0; i < layers; ++i)
+      g[i] = method == Method::BLOCK ? (i < num_layers ? i : -1) : i / num_layers;
+    return g;
+  }
+};
 
 struct ModelConfig {
   Arch arch = Arch::GPT;
@@ -33,6 +77,7 @@ struct ModelConfig {
   AttentionImpl attention = AttentionImpl::FLASH;
   bool fused_cross_entropy = true;
   int cross_entropy_chunk = 1024;  // tokens per chunk of the fused loss
+  Recompute recompute;             // --recompute-*: here because the layer code reads it
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

@@ -1,4 +1,4 @@
-// model/head.cpp: unit L+1 of the model: the final norm, the output layer and the loss
+// model/head.cpp: the head unit of the model (the last stage's): the final norm, the output layer and the loss
 // (notes/model.md).
 //
 // The output layer is column-parallel over the vocabulary: each tp rank multiplies the full
@@ -25,32 +25,34 @@ int valid_columns(const ModelConfig& full, int vocab_rows, int rank) {
 }  // namespace
 
 template <typename T>
-float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float grad_scale) {
+float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid) {
   DataParallel& dp = *dp_;
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int h = m.hidden_size, N = B * m.seq_length, Nl = tp_.local_tokens(N), L = m.num_layers;
+  const int h = m.hidden_size, N = f.B * m.seq_length, Nl = tp_.local_tokens(N);
+  const int H_unit = head_unit_;
+  const float grad_scale = f.grad_scale;
   const int V = m.vocab_size, cols = valid_columns(config_, V, tp_.rank());
   const Category act = Category::ACTIVATIONS;
   Workspace<T>& ws = s.ws;
 
   // ---- final norm on this rank's tokens; xf: scratch when the loss is fused, else saved
-  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, true));
-  if (m.is_gpt()) s.final_mean.allocate(dev, Nl, act);
-  s.final_rstd.allocate(dev, Nl, act);
+  const T* H = static_cast<const T*>(dp.acquire_params(H_unit, true));
+  if (m.is_gpt()) f.final_mean.allocate(dev, Nl, act);
+  f.final_rstd.allocate(dev, Nl, act);
   T* xf;
   if (!m.fused_cross_entropy) {
-    s.xf_saved.allocate(dev, (size_t)Nl * h, act);
-    xf = s.xf_saved.data();
+    f.xf_saved.allocate(dev, (size_t)Nl * h, act);
+    xf = f.xf_saved.data();
   } else {
     xf = tp_.sequence_parallel ? ws.xf_local.data() : ws.xf.data();
   }
   const T* fw = H + view("final_norm.weight").unit_offset;
   if (m.is_gpt())
-    kernels::layernorm_forward(dev, xf, s.final_mean.data(), s.final_rstd.data(), x, fw,
+    kernels::layernorm_forward(dev, xf, f.final_mean.data(), f.final_rstd.data(), x, fw,
                                H + view("final_norm.bias").unit_offset, Nl, h, m.norm_epsilon);
   else
-    kernels::rmsnorm_forward(dev, xf, s.final_rstd.data(), x, fw, Nl, h, m.norm_epsilon);
+    kernels::rmsnorm_forward(dev, xf, f.final_rstd.data(), x, fw, Nl, h, m.norm_epsilon);
   // the output layer is column-parallel: it needs every token (f, or g-bar with sp)
   const T* xf_full =
       tp_.enter_column_parallel(xf, m.fused_cross_entropy ? ws.xf.data() : ws.gathered.data(),
@@ -60,8 +62,10 @@ float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float
   const float ce_scale = valid > 0 ? grad_scale / valid : 0.0f;
   const bool keep = keep_logits_ && tp_.size() == 1;
   if (keep) last_logits_.assign((size_t)N * V, 0.0f);
+  // the output weight: in the head unit, or (gpt on one stage) the embedding's word table
   const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-  const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, true)) : H) +
+  const bool elsewhere = head.unit != H_unit;
+  const T* W = (elsewhere ? static_cast<const T*>(dp.acquire_params(head.unit, true)) : H) +
                head.unit_offset;
   const int chunk = std::min(N, std::max(1, m.cross_entropy_chunk));
   if (m.fused_cross_entropy) {
@@ -69,8 +73,8 @@ float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float
     // this rank's partial d(xf) over all N tokens, summed over tp below
     T* dxf_full = ws.dxf_full.data();
     if (!tp_.sequence_parallel) {  // reduced in place: it is the saved d(xf) itself
-      s.dxf.allocate(dev, (size_t)N * h, act);
-      dxf_full = s.dxf.data();
+      f.dxf.allocate(dev, (size_t)N * h, act);
+      dxf_full = f.dxf.data();
     }
     Buffer<float> logits(dev, (size_t)chunk * V, Category::LOGITS);
     Buffer<T> dlogits_scratch;  // bf16 only: the loss gradient rounded for the GEMMs
@@ -82,7 +86,7 @@ float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float
         kernels::memcpy_to_host(dev, last_logits_.data() + (size_t)t0 * V, logits.data(),
                                 (size_t)n * V * sizeof(float));
       vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, logits.data(),
-                                   s.targets.data() + t0, ws.loss_scratch.data(), n, V, cols,
+                                   f.targets.data() + t0, ws.loss_scratch.data(), n, V, cols,
                                    ce_scale);
       // d(xf) = dlogits W;  dW += dlogits^T xf
       const T* dlogits =
@@ -93,21 +97,21 @@ float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float
                     1.0f, dW, h);
     }
     // the output layer's input gradient: summed over tp (f's backward, g-bar's with sp)
-    if (tp_.sequence_parallel) s.dxf.allocate(dev, (size_t)Nl * h, act);
-    tp_.enter_column_parallel_backward(dxf_full, s.dxf.data(), N, h);
+    if (tp_.sequence_parallel) f.dxf.allocate(dev, (size_t)Nl * h, act);
+    tp_.enter_column_parallel_backward(dxf_full, f.dxf.data(), N, h);
   } else {
-    s.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
-    kernels::gemm(dev, false, true, N, V, h, 1.0f, xf_full, h, W, h, 0.0f, s.logits.data(), V);
+    f.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
+    kernels::gemm(dev, false, true, N, V, h, 1.0f, xf_full, h, W, h, 0.0f, f.logits.data(), V);
     if (keep)
-      kernels::memcpy_to_host(dev, last_logits_.data(), s.logits.data(),
+      kernels::memcpy_to_host(dev, last_logits_.data(), f.logits.data(),
                               (size_t)N * V * sizeof(float));
     for (int t0 = 0; t0 < N; t0 += chunk)
-      vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, s.logits.data() + (size_t)t0 * V,
-                                   s.targets.data() + t0, ws.loss_scratch.data(),
+      vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, f.logits.data() + (size_t)t0 * V,
+                                   f.targets.data() + t0, ws.loss_scratch.data(),
                                    std::min(chunk, N - t0), V, cols, ce_scale);
   }
-  if (m.tied_embeddings()) dp.release_params(0);
-  dp.release_params(L + 1);
+  if (elsewhere) dp.release_params(head.unit);
+  dp.release_params(H_unit);
 
   // every tp rank has every token's loss (the loss's all-reduces made them equal)
   std::vector<float> losses(N);
@@ -118,59 +122,60 @@ float Transformer::head_forward(State<T>& s, const T* x, int B, int valid, float
 }
 
 template <typename T>
-void Transformer::head_backward(State<T>& s) {
+void Transformer::head_backward(State<T>& s, InFlight<T>& f) {
   DataParallel& dp = *dp_;
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int h = m.hidden_size, N = s.B * m.seq_length, Nl = tp_.local_tokens(N);
-  const int L = m.num_layers, V = m.vocab_size;
+  const int h = m.hidden_size, N = f.B * m.seq_length, Nl = tp_.local_tokens(N);
+  const int V = m.vocab_size, H_unit = head_unit_;
   Workspace<T>& ws = s.ws;
 
-  const T* H = static_cast<const T*>(dp.acquire_params(L + 1, false));
-  const T* d_local = s.dxf.data();  // fused: reduced in forward
+  const T* H = static_cast<const T*>(dp.acquire_params(H_unit, false));
+  const T* d_local = f.dxf.data();  // fused: reduced in forward
   if (!m.fused_cross_entropy) {
     // d(xf) = dlogits W, dW += dlogits^T xf (xf all-gathered again with sp), summed over tp
     const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
-    const T* W = (m.tied_embeddings() ? static_cast<const T*>(dp.acquire_params(0, false)) : H) +
+    const bool elsewhere = head.unit != H_unit;
+    const T* W = (elsewhere ? static_cast<const T*>(dp.acquire_params(head.unit, false)) : H) +
                  head.unit_offset;
     T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
     Buffer<T> dlogits_scratch;
-    const T* dlogits = loss_gradient_as<T>(dev, s.logits.data(), (size_t)N * V, dlogits_scratch);
-    const T* xf_full = tp_.enter_column_parallel(s.xf_saved.data(), ws.gathered.data(), N, h);
-    s.dxf.allocate(dev, (size_t)N * h, Category::WORKSPACE);
-    kernels::gemm(dev, false, false, N, h, V, 1.0f, dlogits, V, W, h, 0.0f, s.dxf.data(), h);
+    const T* dlogits = loss_gradient_as<T>(dev, f.logits.data(), (size_t)N * V, dlogits_scratch);
+    const T* xf_full = tp_.enter_column_parallel(f.xf_saved.data(), ws.gathered.data(), N, h);
+    f.dxf.allocate(dev, (size_t)N * h, Category::WORKSPACE);
+    kernels::gemm(dev, false, false, N, h, V, 1.0f, dlogits, V, W, h, 0.0f, f.dxf.data(), h);
     kernels::gemm(dev, true, false, V, h, N, 1.0f, dlogits, V, xf_full, h, 1.0f, dW, h);
-    if (m.tied_embeddings()) dp.release_params(0);
-    s.logits.reset();
-    s.xf_saved.reset();
-    d_local = tp_.enter_column_parallel_backward(s.dxf.data(), ws.tmp_l.data(), N, h);
+    if (elsewhere) dp.release_params(head.unit);
+    f.logits.reset();
+    f.xf_saved.reset();
+    d_local = tp_.enter_column_parallel_backward(f.dxf.data(), ws.tmp_l.data(), N, h);
   }
   // the final norm's backward writes d(last layer output) into dres
-  T* G = static_cast<T*>(dp.grads(L + 1));
+  T* G = static_cast<T*>(dp.grads(H_unit));
   T* dres = ws.dres.data();
   kernels::memset_zero(dev, dres, (size_t)Nl * h * sizeof(T));
-  const T* x_last = L > 0 ? s.acts.back().out.data() : s.x0.data();
+  const T* x_last = f.acts.empty() ? f.input.data() : f.acts.back().out.data();
   const size_t fw = view("final_norm.weight").unit_offset;
   if (m.is_gpt()) {
     const size_t fb = view("final_norm.bias").unit_offset;
     kernels::layernorm_backward(dev, dres, G + fw, G + fb, d_local, x_last, H + fw,
-                                s.final_mean.data(), s.final_rstd.data(), Nl, h);
+                                f.final_mean.data(), f.final_rstd.data(), Nl, h);
   } else {
-    kernels::rmsnorm_backward(dev, dres, G + fw, d_local, x_last, H + fw, s.final_rstd.data(),
+    kernels::rmsnorm_backward(dev, dres, G + fw, d_local, x_last, H + fw, f.final_rstd.data(),
                               Nl, h);
   }
-  dp.release_params(L + 1);
-  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[L + 1]);
-  dp.backward_done(L + 1);
-  s.dxf.reset();
-  s.final_mean.reset();
-  s.final_rstd.reset();
+  dp.release_params(H_unit);
+  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[H_unit]);
+  dp.backward_done(H_unit);
+  f.dxf.reset();
+  f.final_mean.reset();
+  f.final_rstd.reset();
 }
 
-template float Transformer::head_forward(State<float>&, const float*, int, int, float);
-template float Transformer::head_forward(State<kernels::bf16>&, const kernels::bf16*, int, int,
-                                         float);
-template void Transformer::head_backward(State<float>&);
-template void Transformer::head_backward(State<kernels::bf16>&);
+template float Transformer::head_forward(State<float>&, InFlight<float>&, const float*, int);
+template float Transformer::head_forward(State<kernels::bf16>&, InFlight<kernels::bf16>&,
+                                         const kernels::bf16*, int);
+template void Transformer::head_backward(State<float>&, InFlight<float>&);
+template void Transformer::head_backward(State<kernels::bf16>&, InFlight<kernels::bf16>&);
 
 }  // namespace paralab

@@ -14,6 +14,13 @@
 //   dx = dy W,  dW += dy^T x,  db += colsum(dy).
 // The residual stream's gradient lives in ws.dres for the whole backward pass: each norm's
 // backward ADDS its input gradient into it (the residual branch passes dres through as is).
+// Selective recompute (--recompute-granularity selective, model/config.h Recompute): the
+// listed modules' internals are not saved; backward runs their forward kernels again on the
+// kept inputs at the start of the module's backward (norm2 and the MLP at the start of the
+// MLP block, the core before the attention backward, norm1 before qkv's backward), so every
+// tensor and every gradient comes out bit for bit as without recompute.
+#include <stdexcept>
+#include <utility>
 #include "kernels/ops.h"
 #include "model/layer.h"
 
@@ -23,38 +30,90 @@ namespace {
 
 using kernels::Device;
 
-// Allocates every saved tensor of this layer for this microbatch.
+// ---- which tensors each module owns, and selective recompute -------------------------------
+// A module's tensors are saved activations, or, when the config recomputes the module
+// (model/config.h Recompute, selective), category recompute and alive only inside its block:
+// open_recomputed / close_recomputed bracket where they are made and used, in forward and
+// again in backward (instrument/plan_recompute.h predicts the same lifetimes).
+enum class Module { NORM1, CORE_ATTN, NORM2, MLP };
+
+bool recomputed(const ModelConfig& m, Module mod) {
+  const Recompute& r = m.recompute;
+  return mod == Module::CORE_ATTN ? r.recompute_core_attn()
+         : mod == Module::MLP     ? r.recompute_mlp()
+                                  : r.recompute_norm();
+}
+
+template <typename T>
+void allocate_module(const LayerContext& c, LayerActivations<T>& a, Module mod, Category cat) {
+  const ModelConfig& m = c.model;
+  const Device dev = c.device;
+  const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size, S = m.seq_length;
+  const size_t Nl = c.tp.local_tokens((int)N), A = m.num_attention_heads;
+  switch (mod) {
+    case Module::NORM1:
+      if (m.is_gpt()) a.norm1_mean.allocate(dev, Nl, cat);
+      a.norm1_rstd.allocate(dev, Nl, cat);
+      a.norm1_out.allocate(dev, Nl * h, cat);
+      break;
+    case Module::CORE_ATTN:
+      if (m.attention == AttentionImpl::NAIVE) {
+        a.probs.allocate(dev, c.B * A * S * S, cat);
+        if (m.attention_dropout > 0.0f) {
+          a.attn_mask.allocate(dev, c.B * A * S * S, cat);
+          a.probs_dropped.allocate(dev, c.B * A * S * S, cat);
+        }
+      } else {
+        a.lse.allocate(dev, c.B * A * S, cat);
+      }
+      break;
+    case Module::NORM2:
+      if (m.is_gpt()) a.norm2_mean.allocate(dev, Nl, cat);
+      a.norm2_rstd.allocate(dev, Nl, cat);
+      a.norm2_out.allocate(dev, Nl * h, cat);
+      break;
+    case Module::MLP:
+      a.fc1_out.allocate(dev, N * m.fc1_size(), cat);
+      a.act_out.allocate(dev, N * m.ffn(), cat);
+      break;
+  }
+}
+
+template <typename T>
+void open_recomputed(const LayerContext& c, LayerActivations<T>& a, Module mod) {
+  if (recomputed(c.model, mod)) allocate_module(c, a, mod, Category::RECOMPUTE);
+}
+
+template <typename T>
+void close_recomputed(const LayerContext& c, LayerActivations<T>& a, Module mod) {
+  if (!recomputed(c.model, mod)) return;
+  switch (mod) {
+    case Module::NORM1: a.norm1_mean.reset(); a.norm1_rstd.reset(); a.norm1_out.reset(); break;
+    case Module::CORE_ATTN: a.probs.reset(); a.attn_mask.reset(); a.probs_dropped.reset();
+                            a.lse.reset(); break;
+    case Module::NORM2: a.norm2_mean.reset(); a.norm2_rstd.reset(); a.norm2_out.reset(); break;
+    case Module::MLP: a.fc1_out.reset(); a.act_out.reset(); a.fc1_in.reset(); break;
+  }
+}
+
+// Allocates every saved tensor of this layer for this microbatch: the modules' unless
+// recomputed, and the rest (q, k, v, ctx, masks, residuals, output) always.
 template <typename T>
 void allocate_activations(const LayerContext& c, LayerActivations<T>& a) {
   const ModelConfig& m = c.model;
   const Device dev = c.device;
-  const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size, S = m.seq_length;
+  const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size;
   const size_t Nl = c.tp.local_tokens((int)N);
   const size_t A = m.num_attention_heads, G = m.groups(), d = m.head_dim();
   const Category act = Category::ACTIVATIONS;
-  if (m.is_gpt()) a.norm1_mean.allocate(dev, Nl, act);
-  a.norm1_rstd.allocate(dev, Nl, act);
-  a.norm1_out.allocate(dev, Nl * h, act);
+  for (Module mod : {Module::NORM1, Module::CORE_ATTN, Module::NORM2, Module::MLP})
+    if (!recomputed(m, mod)) allocate_module(c, a, mod, act);
   a.q.allocate(dev, N * A * d, act);
   a.k.allocate(dev, N * G * d, act);
   a.v.allocate(dev, N * G * d, act);
-  if (m.attention == AttentionImpl::NAIVE) {
-    a.probs.allocate(dev, c.B * A * S * S, act);
-    if (m.attention_dropout > 0.0f) {
-      a.attn_mask.allocate(dev, c.B * A * S * S, act);
-      a.probs_dropped.allocate(dev, c.B * A * S * S, act);
-    }
-  } else {
-    a.lse.allocate(dev, c.B * A * S, act);
-  }
   a.ctx.allocate(dev, N * A * d, act);
   if (m.hidden_dropout > 0.0f) a.proj_mask.allocate(dev, Nl * h, act);
   a.x_mid.allocate(dev, Nl * h, act);
-  if (m.is_gpt()) a.norm2_mean.allocate(dev, Nl, act);
-  a.norm2_rstd.allocate(dev, Nl, act);
-  a.norm2_out.allocate(dev, Nl * h, act);
-  a.fc1_out.allocate(dev, N * m.fc1_size(), act);
-  a.act_out.allocate(dev, N * m.ffn(), act);
   if (m.hidden_dropout > 0.0f) a.fc2_mask.allocate(dev, Nl * h, act);
   a.out.allocate(dev, Nl * h, act);
 }
@@ -119,6 +178,21 @@ const T* finish_block_backward(const LayerContext& c, Workspace<T>& ws, const T*
   return c.tp.exit_row_parallel_backward(dy, ws.gathered.data(), N, h);
 }
 
+// The MLP up to fc2's input, from fc1's full input u2 (N, h): fc1 (column-parallel), then
+// gelu | swiglu. Forward, and selective mlp's recompute in backward.
+template <typename T>
+void mlp_up(const LayerContext& c, const LayerWeights<T>& w, LayerActivations<T>& a,
+            const T* u2) {
+  const ModelConfig& m = c.model;
+  const int N = c.B * m.seq_length;
+  column_parallel_forward(c.tp, a.fc1_out.data(), u2, w.fc1_w, w.fc1_b, N, m.hidden_size,
+                          m.fc1_size());
+  if (m.is_gpt())
+    kernels::gelu_forward(c.device, a.act_out.data(), a.fc1_out.data(), (size_t)N * m.ffn());
+  else
+    kernels::swiglu_forward(c.device, a.act_out.data(), a.fc1_out.data(), N, m.ffn());
+}
+
 }  // namespace
 
 template <typename T>
@@ -133,72 +207,144 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
 
   // ---- attention block: norm, qkv (column-parallel), attention on local heads,
   //      proj (row-parallel), dropout, residual
+  open_recomputed(c, a, Module::NORM1);
   norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
   column_parallel_forward(tp, ws.qkv.data(), u, w.qkv_w, w.qkv_b, N, h, m.qkv_size());
+  close_recomputed(c, a, Module::NORM1);
   kernels::qkv_split_forward(dev, a.q.data(), a.k.data(), a.v.data(), ws.qkv.data(), c.B,
                              m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
                              m.is_gpt() ? 0.0f : m.rope_theta);
+  open_recomputed(c, a, Module::CORE_ATTN);
   attention_forward(c, a, ws);
+  close_recomputed(c, a, Module::CORE_ATTN);
   row_parallel_forward(tp, ws.tmp_h.data(), a.ctx.data(), w.proj_w, N, attn, h);
   const T* y = finish_block(c, ws, w.proj_b, a.proj_mask.data(), 2);
   kernels::add(dev, a.x_mid.data(), x, y, (size_t)Nl * h);
 
   // ---- MLP block: norm, fc1 (column-parallel), activation, fc2 (row-parallel), residual
+  open_recomputed(c, a, Module::NORM2);
+  open_recomputed(c, a, Module::MLP);
   norm_forward(c, a.norm2_out.data(), a.norm2_mean, a.norm2_rstd, a.x_mid.data(), w.norm2_w,
                w.norm2_b, Nl);
-  const T* u2 = tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
-  column_parallel_forward(tp, a.fc1_out.data(), u2, w.fc1_w, w.fc1_b, N, h, m.fc1_size());
-  if (m.is_gpt())
-    kernels::gelu_forward(dev, a.act_out.data(), a.fc1_out.data(), (size_t)N * m.ffn());
-  else
-    kernels::swiglu_forward(dev, a.act_out.data(), a.fc1_out.data(), N, m.ffn());
+  mlp_up(c, w, a, tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h));
   row_parallel_forward(tp, ws.tmp_h.data(), a.act_out.data(), w.fc2_w, N, m.ffn(), h);
+  close_recomputed(c, a, Module::NORM2);
+  close_recomputed(c, a, Module::MLP);
   const T* y2 = finish_block(c, ws, w.fc2_b, a.fc2_mask.data(), 3);
   kernels::add(dev, a.out.data(), a.x_mid.data(), y2, (size_t)Nl * h);
 }
 
 template <typename T>
 void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<T>& g, const T* x,
-                    LayerActivations<T>& a, Workspace<T>& ws) {
+                    LayerActivations<T>& a, Workspace<T>& ws, BackwardPart part) {
   const ModelConfig& m = c.model;
   const TensorParallel& tp = c.tp;
   const Device dev = c.device;
   const int N = c.B * m.seq_length, Nl = tp.local_tokens(N), h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
+  const Recompute& rc = m.recompute;
   T* dres = ws.dres.data();
+  // Split: each linear's weight gradient waits for W; its output gradient is kept for it.
+  const bool split = part == BackwardPart::INPUT_GRAD;
+  auto defer = [&](Buffer<T>& keep, const T* dy, size_t n) {
+    keep.allocate(dev, n, Category::ACTIVATIONS);
+    kernels::memcpy_device(dev, keep.data(), dy, n * sizeof(T));
+  };
+  if (split && (tp.sequence_parallel || rc.selective() || rc.full()))
+    throw std::logic_error("layer_backward: a split backward needs no sequence parallelism "
+                           "and no recompute");
 
-  // ---- MLP block: d(out) = dres flows to x_mid unchanged and into the MLP branch
+  // ---- MLP block: selective recompute first (norm2 from x_mid, then fc1 and the
+  //      activation from norm2's output), the same kernels on the same inputs as forward
+  const T* u2_kept = nullptr;  // fc1's full input, when the recompute made it
+  open_recomputed(c, a, Module::NORM2);
+  open_recomputed(c, a, Module::MLP);
+  if (rc.recompute_norm())
+    norm_forward(c, a.norm2_out.data(), a.norm2_mean, a.norm2_rstd, a.x_mid.data(), w.norm2_w,
+                 w.norm2_b, Nl);
+  if (rc.recompute_mlp()) {
+    // with sp, keep the gathered input for fc1's weight gradient (ws.gathered is needed below)
+    if (tp.sequence_parallel) a.fc1_in.allocate(dev, (size_t)N * h, Category::RECOMPUTE);
+    u2_kept = tp.enter_column_parallel(a.norm2_out.data(), a.fc1_in.data(), N, h);
+    mlp_up(c, w, a, u2_kept);
+  }
+  // d(out) = dres flows to x_mid unchanged and into the MLP branch
   const T* dy = finish_block_backward(c, ws, dres, a.fc2_mask.data(), g.fc2_b);
-  row_parallel_backward(tp, ws.dact.data(), g.fc2_w, dy, a.act_out.data(), w.fc2_w, N, m.ffn(),
-                        h);
+  if (split) defer(a.d_fc2, dy, (size_t)N * h);
+  row_parallel_backward(tp, ws.dact.data(), split ? nullptr : g.fc2_w, dy, a.act_out.data(),
+                        w.fc2_w, N, m.ffn(), h);
   if (m.is_gpt())
     kernels::gelu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(),
                            (size_t)N * m.ffn());
   else
     kernels::swiglu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(), N, m.ffn());
   // with sp the saved input is this rank's tokens only: gather it again for dW
-  const T* u2 = tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
-  column_parallel_backward(tp, ws.tmp_h.data(), g.fc1_w, g.fc1_b, ws.dfc1.data(), u2, w.fc1_w,
-                           N, h, m.fc1_size());
+  const T* u2 = u2_kept ? u2_kept
+                        : tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
+  if (split) defer(a.d_fc1, ws.dfc1.data(), (size_t)N * m.fc1_size());
+  column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
+                           ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
   const T* du2 = tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
   norm_backward(c, dres, g.norm2_w, g.norm2_b, du2, a.x_mid.data(), w.norm2_w, a.norm2_mean,
                 a.norm2_rstd, Nl);
+  close_recomputed(c, a, Module::NORM2);
+  close_recomputed(c, a, Module::MLP);
 
   // ---- attention block: dres is now d(x_mid)
   dy = finish_block_backward(c, ws, dres, a.proj_mask.data(), g.proj_b);
-  row_parallel_backward(tp, ws.dctx.data(), g.proj_w, dy, a.ctx.data(), w.proj_w, N, attn, h);
+  if (split) defer(a.d_proj, dy, (size_t)N * h);
+  row_parallel_backward(tp, ws.dctx.data(), split ? nullptr : g.proj_w, dy, a.ctx.data(),
+                        w.proj_w, N, attn, h);
+  open_recomputed(c, a, Module::CORE_ATTN);
+  if (rc.recompute_core_attn()) attention_recompute(c, a, ws);
   attention_backward(c, a, ws);
+  close_recomputed(c, a, Module::CORE_ATTN);
   kernels::qkv_split_backward(dev, ws.qkv.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c.B,
                               m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
                               m.is_gpt() ? 0.0f : m.rope_theta);
+  open_recomputed(c, a, Module::NORM1);
+  if (rc.recompute_norm())  // norm1 again, from the layer input
+    norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
-  column_parallel_backward(tp, ws.tmp_h.data(), g.qkv_w, g.qkv_b, ws.qkv.data(), u, w.qkv_w, N,
-                           h, m.qkv_size());
+  if (split) defer(a.d_qkv, ws.qkv.data(), (size_t)N * m.qkv_size());
+  column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.qkv_w, g.qkv_b,
+                           ws.qkv.data(), u, w.qkv_w, N, h, m.qkv_size());
   const T* du = tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
   norm_backward(c, dres, g.norm1_w, g.norm1_b, du, x, w.norm1_w, a.norm1_mean, a.norm1_rstd,
                 Nl);
-  a = LayerActivations<T>();  // release this microbatch's saved tensors
+  close_recomputed(c, a, Module::NORM1);
+  if (!split) {
+    a = LayerActivations<T>();  // release this microbatch's saved tensors
+    return;
+  }
+  // B of a split backward: keep the linears' inputs and output gradients for W
+  LayerActivations<T> keep;
+  keep.norm1_out = std::move(a.norm1_out);
+  keep.ctx = std::move(a.ctx);
+  keep.norm2_out = std::move(a.norm2_out);
+  keep.act_out = std::move(a.act_out);
+  keep.d_qkv = std::move(a.d_qkv);
+  keep.d_proj = std::move(a.d_proj);
+  keep.d_fc1 = std::move(a.d_fc1);
+  keep.d_fc2 = std::move(a.d_fc2);
+  a = std::move(keep);
+}
+
+template <typename T>
+void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& a) {
+  const ModelConfig& m = c.model;
+  const TensorParallel& tp = c.tp;
+  const int N = c.B * m.seq_length, h = m.hidden_size;
+  const int attn = m.num_attention_heads * m.head_dim();
+  // without sequence parallelism every linear's input is the saved tensor itself
+  linear_weight_backward(tp, g.fc2_w, (T*)nullptr, a.d_fc2.data(), a.act_out.data(), N, m.ffn(), h);
+  linear_weight_backward(tp, g.fc1_w, g.fc1_b, a.d_fc1.data(), a.norm2_out.data(), N, h,
+                         m.fc1_size());
+  linear_weight_backward(tp, g.proj_w, (T*)nullptr, a.d_proj.data(), a.ctx.data(), N, attn, h);
+  linear_weight_backward(tp, g.qkv_w, g.qkv_b, a.d_qkv.data(), a.norm1_out.data(), N, h,
+                         m.qkv_size());
+  a = LayerActivations<T>();
 }
 
 template <typename T>
@@ -251,9 +397,15 @@ template void layer_forward(const LayerContext&, const LayerWeights<kernels::bf1
                             const kernels::bf16*, LayerActivations<kernels::bf16>&,
                             Workspace<kernels::bf16>&);
 template void layer_backward(const LayerContext&, const LayerWeights<float>&, LayerGrads<float>&,
-                             const float*, LayerActivations<float>&, Workspace<float>&);
+                             const float*, LayerActivations<float>&, Workspace<float>&,
+                             BackwardPart);
 template void layer_backward(const LayerContext&, const LayerWeights<kernels::bf16>&,
                              LayerGrads<kernels::bf16>&, const kernels::bf16*,
-                             LayerActivations<kernels::bf16>&, Workspace<kernels::bf16>&);
+                             LayerActivations<kernels::bf16>&, Workspace<kernels::bf16>&,
+                             BackwardPart);
+template void layer_weight_backward(const LayerContext&, LayerGrads<float>&,
+                                    LayerActivations<float>&);
+template void layer_weight_backward(const LayerContext&, LayerGrads<kernels::bf16>&,
+                                    LayerActivations<kernels::bf16>&);
 
 }  // namespace paralab

@@ -3,7 +3,8 @@
 //
 // defines: LayerWeights, LayerGrads (pointers into the flat buffers), LayerActivations (what
 // backward needs, category activations), Workspace (scratch reused by every layer, category
-// workspace), layer_forward, layer_backward, attention_forward, attention_backward
+// workspace), layer_forward, layer_backward, attention_forward, attention_backward,
+// attention_recompute
 //
 // Everything is templated on the storage type T: float, or kernels::bf16 with --bf16
 // (notes/model.md: norm statistics, the log-sum-exp and the losses stay float). The
@@ -36,6 +37,9 @@ struct LayerGrads {
 };
 
 // Saved for backward, one microbatch, one layer (notes/model.md lists each with its size).
+// With selective recompute (model/config.h Recompute) the recomputed modules' tensors are
+// not saved: they exist in category recompute only inside their block, in forward and again
+// in backward (model/layer.cpp, instrument/plan_recompute.h).
 template <typename T>
 struct LayerActivations {
   Buffer<float> norm1_mean, norm1_rstd;  // (N) each; mean gpt only
@@ -52,9 +56,21 @@ struct LayerActivations {
   Buffer<T> norm2_out;                   // (N, h)
   Buffer<T> fc1_out;                     // (N, fc1)
   Buffer<T> act_out;                     // (N, f)
+  Buffer<T> fc1_in;                      // selective mlp with sp, backward only: (N, h)
+                                         // fc1's all-gathered input (category recompute)
   Buffer<uint8_t> fc2_mask;              // hidden dropout: (N, h)
   Buffer<T> out;                         // (N, h) layer output = next layer's input
+  // Split backward (zb-h1): the output gradients of the four linear layers, kept from B to
+  // W beside their inputs (norm1_out, ctx, norm2_out, act_out), category activations.
+  Buffer<T> d_qkv, d_proj, d_fc1, d_fc2;  // (N, qkv_l), (N, h), (N, fc1_l), (N, h)
 };
+
+// What a layer's backward computes: all of it, or a split schedule's two halves
+// (parallel/pipeline_schedule.h, zb-h1): INPUT_GRAD is B, the input gradient (and the
+// norms' and the row-parallel biases' gradients, vector work on tensors at hand); its
+// weight GEMMs are left for WEIGHT_GRAD, W (layer_weight_backward). Not with sequence
+// parallelism (W would all-gather the inputs again) or recompute (W reads the kept inputs).
+enum class BackwardPart { ALL, INPUT_GRAD };
 
 // Scratch shared by all layers of one microbatch; sizes in notes/model.md ("Workspace").
 template <typename T>
@@ -94,14 +110,25 @@ struct LayerContext {
 template <typename T>
 void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
                    LayerActivations<T>& act, Workspace<T>& ws);
-// dres holds d(layer output) on entry and d(layer input) on return.
+// dres holds d(layer output) on entry and d(layer input) on return. ALL releases the
+// layer's saved tensors; INPUT_GRAD keeps what layer_weight_backward reads.
 template <typename T>
 void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<T>& g,
-                    const T* x, LayerActivations<T>& act, Workspace<T>& ws);
+                    const T* x, LayerActivations<T>& act, Workspace<T>& ws,
+                    BackwardPart part = BackwardPart::ALL);
+// W of a split backward: dW += dy^T x of qkv, proj, fc1, fc2 (and the column-parallel
+// biases), then releases the rest of the layer's tensors.
+template <typename T>
+void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& act);
 // Attention core: act.q/k/v -> act.ctx (and probs / lse); backward ws.dctx -> ws.dq/dk/dv.
 template <typename T>
 void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws);
 template <typename T>
 void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws);
+// Selective core_attn: before attention_backward, makes again (into the caller's buffers)
+// what it reads and the forward did not keep: naive P [+ dropout mask and P'], flash the
+// log-sum-exp and O (ws.o_heads), with the forward's kernels on the kept q, k, v.
+template <typename T>
+void attention_recompute(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws);
 
 }  // namespace paralab

@@ -29,6 +29,7 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   DataParallel& dp = model.data_parallel();
   if (model.tensor_parallel().size() > 1)
     norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
+  if (model.pipeline_group()) pp_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
     master_.allocate(model.device(), n, Category::MASTER_PARAMS);
     for (const OwnedSegment& seg : dp.owned_segments())
@@ -42,16 +43,19 @@ float AdamW::step(float lr) {
   const kernels::Device dev = model_.device();
   dp.finish_gradients();
   // the sum of squares over this rank's share; tensor parallelism adds the other slices
-  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere)
+  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), and
+  // pipeline parallelism the other stages (gpt's tied copy counts on the first stage only)
   double squares = dp.grad_sum_squares();
-  const TensorParallel& tp = model_.tensor_parallel();
-  if (tp.size() > 1) {
+  auto sum_over = [&](Communicator& group, Buffer<float>& scalar) {
     float f = (float)squares;
-    kernels::memcpy_from_host(dev, norm_scalar_.data(), &f, sizeof f);
-    tp.tp->all_reduce(norm_scalar_.data(), 1);
-    kernels::memcpy_to_host(dev, &f, norm_scalar_.data(), sizeof f);
+    kernels::memcpy_from_host(dev, scalar.data(), &f, sizeof f);
+    group.all_reduce(scalar.data(), 1);
+    kernels::memcpy_to_host(dev, &f, scalar.data(), sizeof f);
     squares = f;
-  }
+  };
+  const TensorParallel& tp = model_.tensor_parallel();
+  if (tp.size() > 1) sum_over(*tp.tp, norm_scalar_);
+  if (Communicator* pp = model_.pipeline_group()) sum_over(*pp, pp_norm_scalar_);
   const double norm = std::sqrt(squares);
   // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
   float clip = 1.0f;

@@ -32,6 +32,7 @@ class AdamW {
   Buffer<float> m_, v_;    // Adam moments, category optimizer_states
   Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
   Buffer<float> norm_scalar_;  // tp > 1: the gradient norm's all-reduce over tp
+  Buffer<float> pp_norm_scalar_;  // pp > 1: the same over the pipeline stages
   int step_ = 0;
 };
 

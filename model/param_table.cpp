@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
+#include "parallel/pipeline_schedule.h"  // pipeline_stage_layers
 
 namespace paralab {
 
@@ -136,18 +137,92 @@ int64_t parameter_count(const ModelConfig& m) {
 }
 
 std::vector<int64_t> param_units(const ModelConfig& m, int tp) {
-  std::vector<int64_t> begin(m.num_layers + 3, 0);
+  return stage_units(m, tp, whole_model(m));
+}
+
+// ---- pipeline stages ------------------------------------------------------------------
+
+StageSlice whole_model(const ModelConfig& m) {
+  StageSlice s;
+  s.chunk_first_layer = {0};
+  s.chunk_layers = {m.num_layers};
+  return s;
+}
+
+StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, int first,
+                                int last) {
+  const std::vector<int> layers = pipeline_stage_layers(m.num_layers, p, v, first, last);
+  std::vector<int> begin(layers.size() + 1, 0);
+  for (size_t i = 0; i < layers.size(); ++i) begin[i + 1] = begin[i] + layers[i];
+  StageSlice s;
+  for (int c = 0; c < v; ++c) {
+    s.chunk_first_layer.push_back(begin[c * p + rank]);
+    s.chunk_layers.push_back(layers[c * p + rank]);
+  }
+  s.embedding = rank == 0;
+  s.head = rank == p - 1;
+  s.tied_copy = s.head && !s.embedding && m.tied_embeddings();
+  return s;
+}
+
+namespace {
+// The unit of a full-table tensor in stage s (-1: not held), units as stage_units numbers
+// them; the tied copy is handled by the callers.
+int stage_unit_of(const ModelConfig& m, const StageSlice& s, const std::string& name) {
+  const int first_layer_unit = s.embedding ? 1 : 0;
+  if (name.compare(0, 10, "embedding.") == 0) return s.embedding ? 0 : -1;
+  if (name.compare(0, 7, "layers.") == 0) {
+    const int l = std::stoi(name.substr(7));
+    int unit = first_layer_unit;
+    for (size_t c = 0; c < s.chunk_layers.size(); ++c) {
+      const int lo = s.chunk_first_layer[c], n = s.chunk_layers[c];
+      if (l >= lo && l < lo + n) return unit + (l - lo);
+      unit += n;
+    }
+    return -1;
+  }
+  if (!s.head) return -1;
+  int layers = 0;
+  for (int n : s.chunk_layers) layers += n;
+  (void)m;
+  return first_layer_unit + layers;
+}
+}  // namespace
+
+std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s) {
+  const std::vector<ParamSpec> all = local_param_table(m, tp);
+  // Chunks hold increasing layers, so the table's order is already the flat order.
+  std::vector<ParamSpec> t;
+  for (const ParamSpec& p : all)
+    if (stage_unit_of(m, s, p.name) >= 0) t.push_back(p);
+  if (s.tied_copy)
+    for (const ParamSpec& p : all)
+      if (p.name == "embedding.word") t.push_back(p);
+  return t;
+}
+
+std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s) {
+  int layers = 0;
+  for (int n : s.chunk_layers) layers += n;
+  const int U = (s.embedding ? 1 : 0) + layers + (s.head ? 1 : 0);
+  std::vector<int64_t> begin(U + 1, 0);
   int64_t offset = 0;
-  for (const auto& p : local_param_table(m, tp)) {
-    int unit;
-    if (p.name.compare(0, 10, "embedding.") == 0) unit = 0;
-    else if (p.name.compare(0, 7, "layers.") == 0) unit = 1 + std::stoi(p.name.substr(7));
-    else unit = m.num_layers + 1;
-    // the table is in unit order, so a unit starts where its first tensor does
-    for (int u = unit + 1; u < (int)begin.size(); ++u) begin[u] = offset + p.numel();
+  for (const ParamSpec& p : stage_param_table(m, tp, s)) {
+    int unit = stage_unit_of(m, s, p.name);
+    if (s.tied_copy && p.name == "embedding.word") unit = U - 1;  // the copy: in the head
+    for (int u = unit + 1; u <= U; ++u) begin[u] = offset + p.numel();
     offset += p.numel();
   }
   return begin;
+}
+
+std::vector<int> stage_unit_chunk(const StageSlice& s) {
+  std::vector<int> chunk;
+  if (s.embedding) chunk.push_back(0);
+  for (size_t c = 0; c < s.chunk_layers.size(); ++c)
+    chunk.insert(chunk.end(), s.chunk_layers[c], (int)c);
+  if (s.head) chunk.push_back((int)s.chunk_layers.size() - 1);
+  return chunk;
 }
 
 }  // namespace paralab

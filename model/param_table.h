@@ -67,6 +67,28 @@ int64_t parameter_count(const ModelConfig& m);
 // parallel/buckets.h.
 std::vector<int64_t> param_units(const ModelConfig& m, int tp = 1);
 
+// ---- pipeline parallelism: the part of the model one pp rank holds -----------------------
+// v chunks of consecutive layers (chunk c is model stage c p + r; parallel/pipeline_schedule.h),
+// the embedding on the first rank, the head (final norm, output weight) on the last. gpt's
+// tied output weight is embedding.word: a last rank that is not also the first keeps a
+// copy of it, under the same name, at the end of its head unit; the two copies start equal
+// and stay equal because their gradients are summed over the embedding group (Megatron's
+// shared embedding). Units of a stage, in flat order: [embedding] layers... [head].
+struct StageSlice {
+  std::vector<int> chunk_first_layer, chunk_layers;  // per chunk
+  bool embedding = true, head = true;
+  bool tied_copy = false;
+};
+StageSlice whole_model(const ModelConfig& m);
+// pp rank `rank` of p with v chunks; first/last: --decoder-first/last-pipeline-num-layers.
+StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, int first = 0,
+                                int last = 0);
+// This stage's tensors (tp-local shapes) in flat order, and where each of its units starts
+// (size units + 1); the chunk of every unit (embedding: 0, head: the last chunk).
+std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s);
+std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s);
+std::vector<int> stage_unit_chunk(const StageSlice& s);
+
 // Rank r's part of a full tensor (full.size() == numel of the full spec), and back: the
 // inverse gathers every rank's part (parts[r]) into the full tensor, dropping vocab padding.
 std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,

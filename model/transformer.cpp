@@ -53,21 +53,34 @@ ModelConfig local_model(const ModelConfig& m, int t) {
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp,
-                         const TensorParallel& tp)
+                         const TensorParallel& tp, const StageSlice& slice, Communicator* pp,
+                         Communicator* embedding)
     : config_(model),
       local_(local_model(model, tp.size())),
       device_(device),
       tp_(tp),
+      slice_(slice.chunk_layers.empty() ? whole_model(model) : slice),
+      pp_(pp),
+      embedding_(embedding),
       full_table_(param_table(model)),
-      table_(local_param_table(model, tp.size())) {
-  const std::vector<int64_t> units = param_units(model, tp.size());
-  replicated_.assign(units.size() - 1, 0);
+      table_(stage_param_table(model, tp.size(), slice_)) {
+  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_);
+  const int U = (int)units.size() - 1;
+  embedding_unit_ = slice_.embedding ? 0 : -1;
+  head_unit_ = slice_.head ? U - 1 : -1;
+  layer_unit_.assign(model.num_layers, -1);
+  int next_unit = slice_.embedding ? 1 : 0;
+  for (size_t c = 0; c < slice_.chunk_layers.size(); ++c)
+    for (int i = 0; i < slice_.chunk_layers[c]; ++i)
+      layer_unit_[slice_.chunk_first_layer[c] + i] = next_unit++;
+
+  replicated_.assign(U, 0);
   size_t offset = 0;
   int unit = 0;
   bool replicated_prefix = true;
   std::vector<std::pair<int64_t, int64_t>> counted_elsewhere;  // for the gradient norm
   for (const ParamSpec& p : table_) {
-    while (unit + 1 < (int)units.size() - 1 && (int64_t)offset >= units[unit + 1]) {
+    while (unit + 1 < U && (int64_t)offset >= units[unit + 1]) {
       ++unit;
       replicated_prefix = true;
     }
@@ -76,8 +89,10 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
     const bool replicated = p.split == TpSplit::REPLICATED;
     if (replicated_prefix && replicated) replicated_[unit] += p.numel();
     if (!replicated) replicated_prefix = false;
-    // a tp-replicated tensor counts in the gradient norm on tp rank 0 only
-    if (replicated && tp.rank() > 0)
+    // a tp-replicated tensor counts in the gradient norm on tp rank 0 only; the tied copy
+    // of the word embedding on the first stage only
+    const bool tied_copy = slice_.tied_copy && p.name == "embedding.word";
+    if ((replicated && tp.rank() > 0) || tied_copy)
       counted_elsewhere.push_back({(int64_t)offset, (int64_t)(offset + p.numel())});
     offset += p.numel();
   }
@@ -85,25 +100,39 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   if (dp) {
     dp_ = dp;
   } else {
-    own_dp_.reset(new DataParallel(units, nullptr, DataParallelOptions{}, device));
+    DataParallelOptions options;
+    options.unit_chunk = stage_unit_chunk(slice_);
+    own_dp_.reset(new DataParallel(units, nullptr, options, device));
     dp_ = own_dp_.get();
   }
+  if (dp_->num_units() != U)
+    throw std::logic_error("Transformer: data parallelism holds " +
+                           std::to_string(dp_->num_units()) + " units, the stage " +
+                           std::to_string(U));
   dp_->exclude_from_norm(counted_elsewhere);
+  layer_offsets_.assign(model.num_layers, {});
   for (int l = 0; l < model.num_layers; ++l) {
+    if (layer_unit_[l] < 0) continue;
     std::array<long, 12> o;
     for (int i = 0; i < 12; ++i) {
       auto it = index_.find("layers." + std::to_string(l) + "." + kLayerTensors[i]);
       o[i] = it == index_.end() ? -1 : (long)views_[it->second].unit_offset;
     }
-    layer_offsets_.push_back(o);
+    layer_offsets_[l] = o;
   }
-  if (dp_->bf16()) {
-    bf16_.reset(new State<kernels::bf16>);
-    bf16_->acts.resize(model.num_layers);
-  } else {
-    fp32_.reset(new State<float>);
-    fp32_->acts.resize(model.num_layers);
-  }
+  if (dp_->bf16()) bf16_.reset(new State<kernels::bf16>);
+  else fp32_.reset(new State<float>);
+}
+
+std::vector<int> Transformer::deferred_units(const ModelConfig& m, const StageSlice& s) {
+  if (!m.tied_embeddings() || s.embedding == s.head) return {};
+  if (s.embedding) return {0};
+  return {(int)stage_units(m, 1, s).size() - 2};  // the head unit, with the copy
+}
+
+int Transformer::model_stage(int chunk) const {
+  const int p = pp_ ? pp_->size() : 1, r = pp_ ? pp_->rank() : 0;
+  return chunk * p + r;
 }
 
 Transformer::~Transformer() = default;
@@ -119,10 +148,14 @@ void Transformer::init_parameters(uint64_t seed) {
   // projections of each layer (scaled init), zero biases, unit norm weights. Box-Muller on
   // the counter RNG, keyed on (seed, tensor index, element) of the FULL tensor, then each
   // tp rank keeps its shard: the values do not depend on the device or on the split.
+  // A pipeline stage draws only its own tensors (the same values: the key is the tensor's
+  // index in the full table).
   std::vector<float> local;
   local.reserve(num_params_);
   const float sigma = 0.02f, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
-  for (size_t t = 0; t < full_table_.size(); ++t) {
+  for (const ParamSpec& mine_spec : table_) {
+    size_t t = 0;
+    while (full_table_[t].name != mine_spec.name) ++t;
     const ParamSpec& p = full_table_[t];
     const std::string& name = p.name;
     const bool norm = name.find("norm") != std::string::npos;
@@ -159,14 +192,27 @@ std::vector<float> Transformer::gather_full(bool grads) {
       kernels::memcpy_to_host(device_, parts[r].data(), all.data() + local.size() * r,
                               local.size() * sizeof(float));
   }
-  std::vector<float> out;
-  for (size_t i = 0; i < full_table_.size(); ++i) {
+  // Each stage writes its own tensors into the full vector (zeros elsewhere) and a sum over
+  // pp assembles it: x + 0 is exact. The tied copy is the first stage's to write.
+  std::vector<size_t> full_offset(full_table_.size() + 1, 0);
+  for (size_t i = 0; i < full_table_.size(); ++i)
+    full_offset[i + 1] = full_offset[i] + full_table_[i].numel();
+  std::vector<float> out(full_offset.back(), 0.0f);
+  for (const TensorView& v : views_) {
+    if (slice_.tied_copy && v.spec->name == "embedding.word") continue;
+    size_t i = 0;
+    while (full_table_[i].name != v.spec->name) ++i;
     std::vector<std::vector<float>> pieces(t);
     for (int r = 0; r < t; ++r)
-      pieces[r].assign(parts[r].begin() + views_[i].offset,
-                       parts[r].begin() + views_[i].offset + views_[i].numel);
+      pieces[r].assign(parts[r].begin() + v.offset, parts[r].begin() + v.offset + v.numel);
     const std::vector<float> full = unshard_tensor(full_table_[i], pieces);
-    out.insert(out.end(), full.begin(), full.end());
+    std::copy(full.begin(), full.end(), out.begin() + full_offset[i]);
+  }
+  if (pp_ && pp_->size() > 1) {
+    Buffer<float> all(device_, out.size(), Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(device_, all.data(), out.data(), out.size() * sizeof(float));
+    pp_->all_reduce(all.data(), out.size());
+    kernels::memcpy_to_host(device_, out.data(), all.data(), out.size() * sizeof(float));
   }
   return out;
 }
@@ -193,106 +239,259 @@ std::vector<float> Transformer::get_grad(const std::string& name) {
   return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
 }
 
-float Transformer::forward(const int* tokens, const int* targets, int B, float grad_scale,
-                           uint64_t dropout_seed) {
-  return bf16_ ? forward_as(*bf16_, tokens, targets, B, grad_scale, dropout_seed)
-               : forward_as(*fp32_, tokens, targets, B, grad_scale, dropout_seed);
+float Transformer::forward(int microbatch, int chunk, const Microbatch& data) {
+  return bf16_ ? forward_as(*bf16_, microbatch, chunk, data)
+               : forward_as(*fp32_, microbatch, chunk, data);
 }
 
-void Transformer::backward() {
-  if (bf16_) backward_as(*bf16_);
-  else backward_as(*fp32_);
+void Transformer::backward(int microbatch, int chunk, bool split) {
+  if (bf16_) backward_as(*bf16_, microbatch, chunk, split);
+  else backward_as(*fp32_, microbatch, chunk, split);
 }
 
+void Transformer::backward_weight(int microbatch, int chunk) {
+  if (bf16_) backward_weight_as(*bf16_, microbatch, chunk);
+  else backward_weight_as(*fp32_, microbatch, chunk);
+}
+
+// ---- pipeline buffers ---------------------------------------------------------------------
 template <typename T>
-float Transformer::forward_as(State<T>& s, const int* tokens, const int* targets, int B,
-                              float grad_scale, uint64_t dropout_seed) {
-  if (s.pending) throw std::logic_error("Transformer::forward called twice without backward");
+Transformer::InFlight<T>& Transformer::in_flight(State<T>& s, int microbatch, int chunk,
+                                                 bool create) {
+  auto& slot = s.in_flight[{microbatch, chunk}];
+  if (!slot) {
+    if (!create)
+      throw std::logic_error("Transformer: microbatch " + std::to_string(microbatch) +
+                             " is not in flight on chunk " + std::to_string(chunk));
+    slot.reset(new InFlight<T>);
+    slot->acts.resize(slice_.chunk_layers.at(chunk));
+  }
+  return *slot;
+}
+
+void* Transformer::activation_input(int microbatch, int chunk, int B) {
+  const size_t n = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size;
+  auto input = [&](auto& s) -> void* {
+    auto& f = in_flight(s, microbatch, chunk, true);
+    f.input.allocate(device_, n, Category::ACTIVATIONS);
+    return f.input.data();
+  };
+  return bf16_ ? input(*bf16_) : input(*fp32_);
+}
+
+const void* Transformer::activation_output(int microbatch, int chunk) const {
+  auto output = [&](auto& s) -> const void* {
+    auto it = s.in_flight.find({microbatch, chunk});
+    if (it == s.in_flight.end() || !it->second->forward_done)
+      throw std::logic_error("Transformer: no output of microbatch " +
+                             std::to_string(microbatch) + " on chunk " + std::to_string(chunk));
+    const auto& f = *it->second;
+    return f.acts.empty() ? (const void*)f.input.data() : (const void*)f.acts.back().out.data();
+  };
+  return bf16_ ? output(*bf16_) : output(*fp32_);
+}
+
+void* Transformer::output_gradient_input(int B) {
+  const size_t n = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size;
+  auto buffer = [&](auto& s) -> void* {
+    if (s.grad_recv.size() != n) s.grad_recv.allocate(device_, n, Category::WORKSPACE);
+    return s.grad_recv.data();
+  };
+  return bf16_ ? buffer(*bf16_) : buffer(*fp32_);
+}
+
+const void* Transformer::input_gradient() const {
+  return bf16_ ? (const void*)bf16_->ws.dres.data() : (const void*)fp32_->ws.dres.data();
+}
+
+void Transformer::sync_tied_embedding() {
+  if (deferred_units(config_, slice_).empty()) return;  // untied, or one stage holds both
+  const TensorView& word = view("embedding.word");
+  void* g = static_cast<char*>(dp_->grads(word.unit)) +
+            word.unit_offset * (dp_->bf16() ? 2 : 4);
+  embedding_->all_reduce(g, word.numel, ReduceOp::SUM, dp_->bf16() ? DType::BF16 : DType::F32);
+}
+
+// ---- forward and backward of one (microbatch, chunk) -------------------------------------
+template <typename T>
+float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Microbatch& data) {
   DataParallel& dp = *dp_;
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
-  const int L = m.num_layers;
-  s.B = B;
-  s.dropout_seed = dropout_seed;
+  const int B = data.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
+  const bool first = first_model_stage(chunk), last = last_model_stage(chunk);
+  InFlight<T>& f = in_flight(s, microbatch, chunk, first);
+  if (f.forward_done) throw std::logic_error("Transformer::forward twice without backward");
+  f.B = B;
+  f.dropout_seed = data.dropout_seed;
+  f.grad_scale = data.grad_scale;
   s.ws.ensure(m, tp_, dev, B);
-  s.tokens.allocate(dev, N, Category::WORKSPACE);
-  s.targets.allocate(dev, N, Category::WORKSPACE);
-  kernels::memcpy_from_host(dev, s.tokens.data(), tokens, N * sizeof(int));
-  kernels::memcpy_from_host(dev, s.targets.data(), targets, N * sizeof(int));
+  // tokens (model stage 0) and targets (the last) live on the device for the forward
+  Buffer<int> tokens, targets;
   int valid = 0;
-  for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
-
-  // ---- embedding (unit 0): vocabulary-parallel lookup, summed over tp (g, or its
-  //      reduce-scatter with sp), then the learned positions of this rank's tokens
-  const T* E = static_cast<const T*>(dp.acquire_params(0, true));
-  s.x0.allocate(dev, (size_t)Nl * h, Category::ACTIVATIONS);
-  T* partial = tp_.sequence_parallel ? s.ws.tmp_h.data() : s.x0.data();
-  vocab_parallel_embedding_forward(tp_, partial, s.tokens.data(),
-                                   E + view("embedding.word").unit_offset, m.vocab_size, N, h);
-  tp_.exit_row_parallel(partial, s.x0.data(), N, h);
-  if (m.is_gpt())
-    kernels::position_embedding_forward(dev, s.x0.data(),
-                                        E + view("embedding.position").unit_offset, Nl, S,
-                                        tp_.first_token(N), h);
-  dp.release_params(0);
-
-  // ---- layers (units 1..L)
-  const T* x = s.x0.data();
-  for (int l = 0; l < L; ++l) {
-    LayerContext c{m, tp_, dev, l, B, dropout_seed};
-    const void* P = dp.acquire_params(l + 1, true);
-    layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, s.acts[l], s.ws);
-    dp.release_params(l + 1);
-    x = s.acts[l].out.data();
+  if (first) {
+    tokens.allocate(dev, N, Category::WORKSPACE);
+    kernels::memcpy_from_host(dev, tokens.data(), data.tokens, N * sizeof(int));
+    f.host_tokens.assign(data.tokens, data.tokens + N);  // the embedding's backward
+  }
+  if (last) {
+    targets.allocate(dev, N, Category::WORKSPACE);
+    kernels::memcpy_from_host(dev, targets.data(), data.targets, N * sizeof(int));
+    for (int i = 0; i < N; ++i) valid += data.targets[i] >= 0;
   }
 
-  // ---- head (unit L+1) and loss: model/head.cpp
-  const float loss = head_forward(s, x, B, valid, grad_scale);
-  s.pending = true;
+  if (first) {
+    // ---- embedding: vocabulary-parallel lookup, summed over tp (g, or its reduce-scatter
+    //      with sp), then the learned positions of this rank's tokens
+    const int E_unit = embedding_unit_;
+    const T* E = static_cast<const T*>(dp.acquire_params(E_unit, true));
+    f.input.allocate(dev, (size_t)Nl * h, Category::ACTIVATIONS);
+    T* partial = tp_.sequence_parallel ? s.ws.tmp_h.data() : f.input.data();
+    vocab_parallel_embedding_forward(tp_, partial, tokens.data(),
+                                     E + view("embedding.word").unit_offset, m.vocab_size, N, h);
+    tp_.exit_row_parallel(partial, f.input.data(), N, h);
+    if (m.is_gpt())
+      kernels::position_embedding_forward(dev, f.input.data(),
+                                          E + view("embedding.position").unit_offset, Nl, S,
+                                          tp_.first_token(N), h);
+    dp.release_params(E_unit);
+  } else if (f.input.size() != (size_t)Nl * h) {
+    throw std::logic_error("Transformer::forward: chunk " + std::to_string(chunk) +
+                           " has no input activation for microbatch " +
+                           std::to_string(microbatch));
+  }
+
+  // ---- the chunk's layers. Full recompute: a group keeps only its output (the next
+  //      group's input); a layer inside it is released once the next one has read it.
+  const T* x = f.input.data();
+  const int first_layer = slice_.chunk_first_layer[chunk], n = (int)f.acts.size();
+  const std::vector<int> group = m.recompute.full_groups(n);
+  for (int i = 0; i < n; ++i) {
+    const int l = first_layer + i, u = layer_unit_[l];
+    LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
+    const void* P = dp.acquire_params(u, true);
+    layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, f.acts[i], s.ws);
+    dp.release_params(u);
+    x = f.acts[i].out.data();
+    if (group[i] < 0) continue;
+    if (i > 0 && group[i - 1] == group[i]) f.acts[i - 1] = LayerActivations<T>();
+    if (i + 1 == n || group[i + 1] != group[i]) {
+      Buffer<T> out = std::move(f.acts[i].out);
+      f.acts[i] = LayerActivations<T>();
+      f.acts[i].out = std::move(out);
+    }
+  }
+
+  // ---- head and loss: model/head.cpp
+  float loss = 0.0f;
+  if (last) {
+    f.targets = std::move(targets);
+    loss = head_forward(s, f, x, valid);
+    f.targets.reset();
+  }
+  f.forward_done = true;
   return loss;
 }
 
 template <typename T>
-void Transformer::backward_as(State<T>& s) {
-  if (!s.pending) throw std::logic_error("Transformer::backward without a forward");
+void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split) {
   DataParallel& dp = *dp_;
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
-  const int B = s.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
-  const int L = m.num_layers;
+  InFlight<T>& f = in_flight(s, microbatch, chunk, false);
+  if (!f.forward_done || f.weight_pending)
+    throw std::logic_error("Transformer::backward: not after a forward");
+  const BackwardPart part = split ? BackwardPart::INPUT_GRAD : BackwardPart::ALL;
+  const int B = f.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
 
-  head_backward(s);  // writes d(last layer output) into ws.dres
-
-  // ---- layers, last to first
-  for (int l = L - 1; l >= 0; --l) {
-    LayerContext c{m, tp_, dev, l, B, s.dropout_seed};
-    const T* x = l > 0 ? s.acts[l - 1].out.data() : s.x0.data();
-    const void* P = dp.acquire_params(l + 1, false);
-    T* G = static_cast<T*>(dp.grads(l + 1));
-    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
-    layer_backward(c, layer_weights<T>(P, layer_offsets_[l]), g, x, s.acts[l], s.ws);
-    dp.release_params(l + 1);
-    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[l + 1]);
-    dp.backward_done(l + 1);
+  if (last_model_stage(chunk)) {
+    head_backward(s, f);  // writes d(last layer output) into ws.dres
+  } else {
+    if (s.grad_recv.size() != (size_t)Nl * h)
+      throw std::logic_error("Transformer::backward: no output gradient received");
+    std::swap(s.ws.dres, s.grad_recv);  // the received gradient becomes the running one
   }
 
-  // ---- embedding (unit 0): needs only its gradients; the lookup's backward takes the
-  //      full (N, h) gradient (all-gathered with sp)
-  T* G0 = static_cast<T*>(dp.grads(0));
-  const T* dres = s.ws.dres.data();
-  if (m.is_gpt())
-    kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset,
-                                         dres, Nl, S, tp_.first_token(N), h);
-  const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
-  vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
-                                    s.tokens.data(), m.vocab_size, N, h);
-  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[0]);
-  dp.backward_done(0);
-  s.x0.reset();
-  s.tokens.reset();
-  s.targets.reset();
-  s.pending = false;
+  // ---- the chunk's layers, last to first. Full recompute: at a group's last layer, its
+  //      forward again from the group's input, with the same dropout masks (counter-based)
+  const int first_layer = slice_.chunk_first_layer[chunk], n = (int)f.acts.size();
+  const std::vector<int> group = m.recompute.full_groups(n);
+  for (int i = n - 1; i >= 0; --i) {
+    const int l = first_layer + i, u = layer_unit_[l];
+    LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
+    if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
+      int i0 = i;
+      while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
+      for (int j = i0; j <= i; ++j) {
+        const int lj = first_layer + j, uj = layer_unit_[lj];
+        LayerContext cj{m, tp_, dev, lj, B, f.dropout_seed};
+        const void* P = dp.acquire_params(uj, false);
+        layer_forward(cj, layer_weights<T>(P, layer_offsets_[lj]),
+                      j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
+        dp.release_params(uj);
+      }
+    }
+    const T* x = i > 0 ? f.acts[i - 1].out.data() : f.input.data();
+    const void* P = dp.acquire_params(u, false);
+    T* G = static_cast<T*>(dp.grads(u));
+    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
+    layer_backward(c, layer_weights<T>(P, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
+    dp.release_params(u);
+    if (split) continue;  // W finishes the unit
+    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
+    dp.backward_done(u);
+  }
+
+  if (first_model_stage(chunk)) {
+    // ---- embedding: needs only its gradients; the lookup's backward takes the full (N, h)
+    //      gradient (all-gathered with sp)
+    const int E_unit = embedding_unit_;
+    Buffer<int> tokens(dev, N, Category::WORKSPACE);
+    kernels::memcpy_from_host(dev, tokens.data(), f.host_tokens.data(), N * sizeof(int));
+    T* G0 = static_cast<T*>(dp.grads(E_unit));
+    const T* dres = s.ws.dres.data();
+    if (m.is_gpt())
+      kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset,
+                                           dres, Nl, S, tp_.first_token(N), h);
+    const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
+    vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
+                                      tokens.data(), m.vocab_size, N, h);
+    if (!split) {  // else W declares it done, after the layers above it in its bucket
+      if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
+      dp.backward_done(E_unit);
+    }
+  }
+  if (!split) {
+    s.in_flight.erase({microbatch, chunk});
+    return;
+  }
+  f.input.reset();  // W reads only what each layer kept
+  f.weight_pending = true;
+}
+
+template <typename T>
+void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
+  DataParallel& dp = *dp_;
+  const ModelConfig& m = local_;
+  InFlight<T>& f = in_flight(s, microbatch, chunk, false);
+  if (!f.weight_pending) throw std::logic_error("Transformer::backward_weight before its B");
+  const int first_layer = slice_.chunk_first_layer[chunk];
+  for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
+    const int l = first_layer + i, u = layer_unit_[l];
+    LayerContext c{m, tp_, device_, l, f.B, f.dropout_seed};
+    T* G = static_cast<T*>(dp.grads(u));
+    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
+    layer_weight_backward(c, g, f.acts[i]);
+    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
+    dp.backward_done(u);
+  }
+  if (first_model_stage(chunk)) {
+    if (dp.hands_over_grads())
+      tp_.reduce_replicated_grads(static_cast<T*>(dp.grads(embedding_unit_)),
+                                  replicated_[embedding_unit_]);
+    dp.backward_done(embedding_unit_);
+  }
+  s.in_flight.erase({microbatch, chunk});
 }
 
 }  // namespace paralab

@@ -6,7 +6,12 @@
 // gradients back after backward; activations are allocated per microbatch in forward and
 // released by backward, each tagged in the ledger. With tensor parallelism
 // (parallel/tensor_parallel.h) every rank holds the local parameter table
-// (model/param_table.h: heads, groups, ffn and vocabulary split over tp).
+// (model/param_table.h: heads, groups, ffn and vocabulary split over tp). With pipeline
+// parallelism it holds one StageSlice of the model (v chunks of layers, the embedding on
+// the first stage, the head on the last) and runs one microbatch on one chunk at a time:
+// forward(i, c) / backward(i, c) keep each (microbatch, chunk)'s activations apart, so as
+// many microbatches as the schedule wants can be in flight (model/pipeline_stage.h drives
+// it from the executor).
 #pragma once
 #include <array>
 #include <map>
@@ -35,27 +40,68 @@ class Transformer {
   // dp == nullptr: the model owns a single-rank fp32 DDP (tests, tools). The storage type
   // of parameters, gradients and activations is data parallelism's: fp32, or bf16 with
   // --bf16 (DataParallelOptions::bf16). dp must be built on param_units(model, tp size).
+  // slice: the stage this rank holds (empty chunk list: the whole model). pp and embedding
+  // (the pipeline and tied-embedding groups) are needed with more than one stage.
   Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr,
-              const TensorParallel& tp = TensorParallel());
+              const TensorParallel& tp = TensorParallel(), const StageSlice& slice = {},
+              Communicator* pp = nullptr, Communicator* embedding = nullptr);
   ~Transformer();
 
   // Megatron's initialisation (notes/model.md) from a counter-based RNG keyed on seed.
   void init_parameters(uint64_t seed);
 
-  // One microbatch (after data_parallel().begin_microbatch): tokens and targets are host
-  // arrays of B*S int32 (target < 0 ignored). Runs the forward pass and the loss, keeps what backward needs, returns the mean loss over
-  // the microbatch's tokens. grad_scale multiplies the loss's gradient (1/(k*dp), notes).
-  // dropout_seed keys every dropout mask of this microbatch.
+  // One microbatch's data. tokens and targets: host arrays of B*S int32 (target < 0
+  // ignored); the first model stage reads tokens, the last targets. grad_scale multiplies
+  // the loss's gradient (1/(k*dp), notes/model.md); dropout_seed keys every dropout mask.
+  struct Microbatch {
+    const int* tokens = nullptr;
+    const int* targets = nullptr;
+    int B = 0;
+    float grad_scale = 1.0f;
+    uint64_t dropout_seed = 0;
+  };
+  // Forward of microbatch i on chunk c (after data_parallel().begin_microbatch): the
+  // embedding on model stage 0 (else the input arrived in activation_input(i, c)), the
+  // chunk's layers, and on the last model stage the head and the loss, whose mean over the
+  // microbatch's tokens it returns (0 elsewhere). Keeps what backward needs.
+  float forward(int microbatch, int chunk, const Microbatch& data);
+  // Backward of microbatch i on chunk c: accumulates (+=) into data parallelism's gradients,
+  // releases the pair's activations. The output gradient (not on the last model stage) must
+  // be in output_gradient_input(); the input gradient is left in input_gradient() (not on
+  // model stage 0).
+  // split (zb-h1): B only, the input gradient; the layers' weight GEMMs wait for
+  // backward_weight(i, c), W, which also declares every unit's gradients done.
+  void backward(int microbatch, int chunk, bool split = false);
+  void backward_weight(int microbatch, int chunk);
+  // The whole model on one rank: forward(0, 0, ...) and backward(0, 0).
   float forward(const int* tokens, const int* targets, int B, float grad_scale,
-                uint64_t dropout_seed);
-  // Backward of the last forward: accumulates (+=) into data parallelism's gradients,
-  // releases the microbatch's activations.
-  void backward();
+                uint64_t dropout_seed) {
+    return forward(0, 0, Microbatch{tokens, targets, B, grad_scale, dropout_seed});
+  }
+  void backward() { backward(0, 0); }
+
+  // ---- pipeline buffers (storage type elements, N_l h each)
+  void* activation_input(int microbatch, int chunk, int B);  // allocates the pair's input
+  const void* activation_output(int microbatch, int chunk) const;
+  void* output_gradient_input(int B);
+  const void* input_gradient() const;
+  const StageSlice& slice() const { return slice_; }
+  int model_stage(int chunk) const;  // c p + pp rank
+  bool first_model_stage(int chunk) const { return slice_.embedding && chunk == 0; }
+  bool last_model_stage(int chunk) const {
+    return slice_.head && chunk == (int)slice_.chunk_layers.size() - 1;
+  }
+  // gpt with pipelining: the first and last stage sum their word-embedding gradients over
+  // the embedding group (after the schedule, before data parallelism reduces them).
+  void sync_tied_embedding();
+  // The units DataParallel must reduce only at finish_gradients (sync_tied_embedding's).
+  static std::vector<int> deferred_units(const ModelConfig& m, const StageSlice& slice);
 
   const ModelConfig& config() const { return config_; }
   // This rank's slice: a/t heads, g/t groups, f/t ffn, Vp/t vocabulary rows (kv_channels d).
   const ModelConfig& local_config() const { return local_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
+  Communicator* pipeline_group() const { return pp_ && pp_->size() > 1 ? pp_ : nullptr; }
   kernels::Device device() const { return device_; }
   const std::vector<ParamSpec>& table() const { return table_; }
   const std::vector<TensorView>& views() const { return views_; }
@@ -66,7 +112,7 @@ class Transformer {
   void zero_grads() { dp_->zero_grads(); }
 
   // Every parameter (grads = false) or the last step's summed gradient (grads = true) at
-  // full shape, in param_table order: gathered over dp and tp (collective over both).
+  // full shape, in param_table order: gathered over dp, tp and pp (collective over all).
   std::vector<float> gather_full(bool grads);
 
   // Host copies of this rank's (local) tensor by name (tests, golden files); collective
@@ -79,24 +125,35 @@ class Transformer {
   std::vector<float> last_logits() const { return last_logits_; }
 
  private:
-  // The microbatch in flight and the scratch, per storage type (float or kernels::bf16).
+  // The (microbatch, chunk) pairs in flight and the scratch, per storage type (float or
+  // kernels::bf16); model/transformer_state.h.
+  template <typename T>
+  struct InFlight;
   template <typename T>
   struct State;
   template <typename T>
-  float forward_as(State<T>& s, const int* tokens, const int* targets, int B, float grad_scale,
-                   uint64_t dropout_seed);
+  float forward_as(State<T>& s, int microbatch, int chunk, const Microbatch& data);
   template <typename T>
-  void backward_as(State<T>& s);
-  // model/head.cpp: final norm, output layer and vocabulary-parallel loss (unit L+1).
+  void backward_as(State<T>& s, int microbatch, int chunk, bool split);
   template <typename T>
-  float head_forward(State<T>& s, const T* x, int B, int valid_targets, float grad_scale);
+  void backward_weight_as(State<T>& s, int microbatch, int chunk);
+  // model/head.cpp: final norm, output layer and vocabulary-parallel loss (the head unit).
   template <typename T>
-  void head_backward(State<T>& s);
+  float head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid_targets);
+  template <typename T>
+  void head_backward(State<T>& s, InFlight<T>& f);
+  template <typename T>
+  InFlight<T>& in_flight(State<T>& s, int microbatch, int chunk, bool create);
 
   ModelConfig config_;
   ModelConfig local_;
   kernels::Device device_;
   TensorParallel tp_;
+  StageSlice slice_;
+  Communicator* pp_ = nullptr;
+  Communicator* embedding_ = nullptr;
+  int embedding_unit_ = -1, head_unit_ = -1;  // local units (-1: not on this stage)
+  std::vector<int> layer_unit_;               // per global layer (-1: not on this stage)
   std::vector<ParamSpec> full_table_;  // full shapes: initialisation and gather_full
   std::vector<ParamSpec> table_;       // this rank's shapes: the flat vector
   std::vector<TensorView> views_;
@@ -106,8 +163,8 @@ class Transformer {
   size_t num_params_ = 0;
   bool keep_logits_ = false;
   std::vector<float> last_logits_;
-  // Per layer, the unit-relative offset of each of its 12 tensors (-1: absent, e.g. llama
-  // biases), in LayerWeights field order.
+  // Per global layer held here, the unit-relative offset of each of its 12 tensors (-1:
+  // absent, e.g. llama biases), in LayerWeights field order.
   std::vector<std::array<long, 12>> layer_offsets_;
   // Per unit: elements at its start replicated over tp (their gradients are all-reduced
   // over tp under sequence parallelism: param_table puts them first).

@@ -14,13 +14,18 @@
 // ZeRO-3 makes every unit its own bucket: it gathers and reduces layer by layer. A bucket is
 // ready for reduction when its lowest unit's backward is done.
 //
+// Chunks. Under pipeline parallelism a rank holds v model chunks (interleaved schedules),
+// whose backwards run as separate actions, in any order the schedule says. A bucket never
+// spans two chunks, so it is always finished by one chunk's backward (unit_chunk: the chunk
+// of each unit; empty: one chunk).
+//
 // Shards (ZeRO >= 1, Megatron's distributed optimizer): every bucket is padded to a multiple
 // of dp, padded = dp * ceil(n / dp), and rank r owns the r-th slice of every bucket. A
 // bucket's reduce-scatter then hands each rank exactly its slice, and its all-gather
 // rebuilds the bucket from the slices. The rank's shard is its slices of all buckets, in
 // bucket order: shard elements = sum over buckets of padded / dp.
 //
-// defines: Bucket, BucketLayout, make_bucket_layout
+// defines: Bucket, BucketLayout, chunk_of, chunk_first_unit, make_bucket_layout
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -44,10 +49,21 @@ struct BucketLayout {
   int64_t padded_total = 0;      // sum of padded bucket sizes
 };
 
+// The chunk of unit u (0 when unit_chunk is empty: everything is one chunk).
+inline int chunk_of(const std::vector<int>& unit_chunk, int u) {
+  return unit_chunk.empty() ? 0 : unit_chunk[u];
+}
+// The lowest unit of u's chunk: its backward is the last of the chunk's backward action.
+inline int chunk_first_unit(const std::vector<int>& unit_chunk, int u) {
+  while (u > 0 && chunk_of(unit_chunk, u - 1) == chunk_of(unit_chunk, u)) --u;
+  return u;
+}
+
 // unit_begin: size U+1, unit u is [unit_begin[u], unit_begin[u+1]). bucket_size <= 0 puts
-// everything in one bucket; one_unit_per_bucket (ZeRO-3) ignores bucket_size.
+// everything of a chunk in one bucket; one_unit_per_bucket (ZeRO-3) ignores bucket_size.
 inline BucketLayout make_bucket_layout(const std::vector<int64_t>& unit_begin,
-                                       int64_t bucket_size, int dp, bool one_unit_per_bucket) {
+                                       int64_t bucket_size, int dp, bool one_unit_per_bucket,
+                                       const std::vector<int>& unit_chunk = {}) {
   BucketLayout l;
   const int U = (int)unit_begin.size() - 1;
   l.total = unit_begin[U];
@@ -56,7 +72,8 @@ inline BucketLayout make_bucket_layout(const std::vector<int64_t>& unit_begin,
   while (hi >= 0) {
     int lo = hi;
     if (!one_unit_per_bucket)
-      while (lo > 0 && (bucket_size <= 0 || unit_begin[hi + 1] - unit_begin[lo] < bucket_size))
+      while (lo > 0 && chunk_of(unit_chunk, lo - 1) == chunk_of(unit_chunk, hi) &&
+             (bucket_size <= 0 || unit_begin[hi + 1] - unit_begin[lo] < bucket_size))
         --lo;
     Bucket b;
     b.unit_lo = lo;

@@ -36,8 +36,16 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   m.stage = options.zero_stage;
   m.es = options.bf16 ? 2 : 4;
   m.dtype = options.bf16 ? DType::BF16 : DType::F32;
-  m.layout = make_bucket_layout(unit_begin, options.bucket_size, m.size, m.stage == 3);
+  if (!options.unit_chunk.empty() && (int)options.unit_chunk.size() != m.U)
+    misuse("unit_chunk must name the chunk of every unit");
+  m.layout = make_bucket_layout(unit_begin, options.bucket_size, m.size, m.stage == 3,
+                                options.unit_chunk);
   const BucketLayout& l = m.layout;
+  m.deferred.assign(l.buckets.size(), false);
+  for (int u : options.deferred_units) {
+    m.check_unit(u, "deferred_units");
+    m.deferred[l.bucket_of[u]] = true;
+  }
 
   // pb_j: buckets in ascending flat order, each after the padded sizes of those before it.
   m.padded_pos.assign(l.buckets.size(), 0);
@@ -92,13 +100,9 @@ const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 void DataParallel::begin_microbatch(bool last) {
   Impl& m = *impl_;
   if (m.held) misuse("begin_microbatch while the model still holds parameters");
-  for (size_t j = 0; j < m.bk.size(); ++j) {
-    if (!m.bk[j].grad_buf.empty())
-      misuse("begin_microbatch: bucket of units " + std::to_string(m.layout.buckets[j].unit_lo) +
-             ".." + std::to_string(m.layout.buckets[j].unit_hi) +
-             " was never reduced (backward_done of its lowest unit missing)");
-    m.bk[j].reduced = false;
-  }
+  // A bucket written but not yet reduced (a pipeline's forwards write the fused head's
+  // weight gradient before the backward that finishes it) keeps accumulating.
+  for (auto& b : m.bk) b.reduced = false;
   m.last = last;
 }
 
@@ -120,7 +124,7 @@ const void* DataParallel::acquire_params(int u, bool forward) {
   ++s.refs;
   ++m.held;
   if (sweep_step)
-    for (int v : prefetch_window(u, forward, m.U, m.opt.prefetch_units))
+    for (int v : prefetch_window(u, forward, m.U, m.opt.prefetch_units, m.opt.unit_chunk))
       if (!m.units[v].resident) m.post_gather(v);
   return s.gathered.data();
 }
@@ -161,6 +165,11 @@ void DataParallel::backward_done(int u) {
   comm_progress();
   const int j = m.layout.bucket_of[u];
   if (m.layout.buckets[j].unit_lo != u) return;  // the bucket's lowest unit finishes last
+  if (m.deferred[j]) {  // finish_gradients reduces it; the chunk's sweep still ends here
+    if (m.sharded_grads() && m.in_flight >= 0 && u == m.chunk_first(u))
+      m.complete_grad_reduce(m.in_flight);
+    return;
+  }
   if (!m.sharded_grads()) {
     // Stages 0-1: only the last microbatch's gradients are reduced; without overlap they
     // wait for finish_gradients.
@@ -178,7 +187,8 @@ void DataParallel::backward_done(int u) {
   if (m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
   m.post_grad_reduce(j);
   m.in_flight = j;
-  if (u == 0) m.complete_grad_reduce(j);  // unit 0 is the microbatch's last backward
+  // the chunk's lowest unit is the last backward of the action (unit 0 without pipelining)
+  if (u == m.chunk_first(u)) m.complete_grad_reduce(j);
 }
 
 // ---- the trainer's side ------------------------------------------------------------------

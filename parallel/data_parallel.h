@@ -27,7 +27,8 @@
 // (instrument/plan replays them to predict the bytes this class allocates and sends).
 //
 // How the model uses it (units: 0 embedding, 1..L layers, L+1 head):
-//   begin_microbatch(last) once per microbatch, then in forward
+//   begin_microbatch(last) once per microbatch (a pipeline: before each action), then in
+//   forward
 //   acquire_params(u) ... release_params(u) around each unit's use, and in backward also
 //   grads(u) for where to accumulate, and backward_done(u) once u's gradients are final.
 // How the trainer uses it: finish_gradients() after the last microbatch, the optimizer
@@ -52,6 +53,14 @@ struct DataParallelOptions {
   bool overlap_param_gather = false;
   int64_t bucket_size = 40000000;  // elements (--ddp-bucket-size)
   int prefetch_units = 1;          // ZeRO-3 (--zero3-prefetch-layers)
+  // Pipeline parallelism (parallel/pipeline_parallel.h). unit_chunk: the model chunk of
+  // each unit (empty: one chunk); buckets stay inside a chunk, ZeRO-3 prefetches inside it.
+  std::vector<int> unit_chunk;
+  // Units whose buckets are reduced once, at finish_gradients, whatever the stage: gpt's
+  // tied word embedding lives on the first and the last stage, and its two gradients are
+  // summed over the embedding group before any dp reduction (Transformer::
+  // sync_tied_embedding), which needs the unreduced sum of the whole step.
+  std::vector<int> deferred_units;
 };
 
 // A run of parameters this rank updates: flat elements [flat_begin, flat_begin + count),
@@ -78,6 +87,8 @@ class DataParallel {
   const BucketLayout& layout() const;
 
   // ---- the model's side
+  // last: the step's last backward of the units used next (ZeRO 0-1 reduce after it). A
+  // pipeline calls it before each of its actions (a forward: last = false).
   void begin_microbatch(bool last);
   // Unit u's parameters, contiguous from the returned pointer (float or bf16 elements);
   // valid until release_params. forward = true while the model goes up the units (decides

@@ -73,7 +73,9 @@ struct DataParallel::Impl {
     bool posted = false;     // stages 0-1: reduction posted this step
     bool reduced = false;    // stages 2-3: reduce-scatter posted this microbatch
   };
+  int chunk_first(int u) const { return chunk_first_unit(opt.unit_chunk, u); }
   std::vector<BucketState> bk;
+  std::vector<bool> deferred;  // per bucket: reduced at finish_gradients only
   struct UnitState {
     Buffer<char> gathered;   // stage 3: the unit's full (padded) parameters
     CommHandle gather;

@@ -75,13 +75,18 @@ void column_parallel_forward(const TensorParallel& tp, T* y, const T* x_full, co
 }
 
 template <typename T>
+void linear_weight_backward(const TensorParallel& tp, T* dW, T* db, const T* dy, const T* x,
+                            int N, int in, int out) {
+  kernels::gemm(tp.device, true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+  if (db) kernels::bias_backward(tp.device, db, dy, N, out);
+}
+
+template <typename T>
 void column_parallel_backward(const TensorParallel& tp, T* dx_full, T* dW, T* db, const T* dy,
                               const T* x_full, const T* W, int N, int in, int out_local) {
   kernels::gemm(tp.device, false, false, N, in, out_local, 1.0f, dy, out_local, W, in, 0.0f,
                 dx_full, in);
-  kernels::gemm(tp.device, true, false, out_local, in, N, 1.0f, dy, out_local, x_full, in, 1.0f,
-                dW, in);
-  if (db) kernels::bias_backward(tp.device, db, dy, N, out_local);
+  if (dW) linear_weight_backward(tp, dW, db, dy, x_full, N, in, out_local);
 }
 
 template <typename T>
@@ -96,8 +101,7 @@ void row_parallel_backward(const TensorParallel& tp, T* dx_local, T* dW, const T
                            const T* x_local, const T* W, int N, int in_local, int out) {
   kernels::gemm(tp.device, false, false, N, in_local, out, 1.0f, dy_full, out, W, in_local, 0.0f,
                 dx_local, in_local);
-  kernels::gemm(tp.device, true, false, out, in_local, N, 1.0f, dy_full, out, x_local, in_local,
-                1.0f, dW, in_local);
+  if (dW) linear_weight_backward(tp, dW, (T*)nullptr, dy_full, x_local, N, in_local, out);
 }
 
 // ---- vocabulary-parallel embedding and loss
@@ -146,6 +150,8 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* losses, float
   template void TensorParallel::reduce_replicated_grads(T*, size_t) const;                   \
   template void column_parallel_forward(const TensorParallel&, T*, const T*, const T*,       \
                                         const T*, int, int, int);                             \
+  template void linear_weight_backward(const TensorParallel&, T*, T*, const T*, const T*,    \
+                                       int, int, int);                                        \
   template void column_parallel_backward(const TensorParallel&, T*, T*, T*, const T*,        \
                                          const T*, const T*, int, int, int);                  \
   template void row_parallel_forward(const TensorParallel&, T*, const T*, const T*, int, int, \

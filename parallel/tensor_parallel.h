@@ -89,8 +89,14 @@ struct TensorParallel {
 template <typename T>
 void column_parallel_forward(const TensorParallel& tp, T* y, const T* x_full, const T* W,
                              const T* b, int N, int in, int out_local);
+// dW += dy^T x; db += colsum(dy) (db may be nullptr): a linear layer's weight gradient. The
+// backward functions below call it, unless their dW is nullptr: a split schedule (zb-h1)
+// computes the input gradient in B and calls this later, in W.
+template <typename T>
+void linear_weight_backward(const TensorParallel& tp, T* dW, T* db, const T* dy, const T* x,
+                            int N, int in, int out);
 // dW += dy^T x_full; db += colsum(dy); dx_full(N, in) = dy W (this rank's partial: the
-// caller's enter_column_parallel_backward sums it).
+// caller's enter_column_parallel_backward sums it). dW == nullptr: the input gradient only.
 template <typename T>
 void column_parallel_backward(const TensorParallel& tp, T* dx_full, T* dW, T* db, const T* dy,
                               const T* x_full, const T* W, int N, int in, int out_local);
@@ -99,7 +105,7 @@ void column_parallel_backward(const TensorParallel& tp, T* dx_full, T* dW, T* db
 template <typename T>
 void row_parallel_forward(const TensorParallel& tp, T* partial, const T* x_local, const T* W,
                           int N, int in_local, int out);
-// dW += dy_full^T x_local; dx_local = dy_full W.
+// dW += dy_full^T x_local; dx_local = dy_full W. dW == nullptr: the input gradient only.
 template <typename T>
 void row_parallel_backward(const TensorParallel& tp, T* dx_local, T* dW, const T* dy_full,
                            const T* x_local, const T* W, int N, int in_local, int out);

@@ -14,6 +14,8 @@
 //   backward  acquire(L+1)
 //             [unfused: grads(L+1) untied | acquire(0) grads(0) release(0) tied]
 //             grads(L+1) release(L+1) backward_done(L+1)      final norm
+//             [full recompute, at a group's last layer: acquire(j+1) release(j+1) for
+//              the group's layers j, in forward order: their forward again]
 //             acquire(l+1) grads(l+1) release(l+1) backward_done(l+1)   l = L-1..0
 //             grads(0) backward_done(0)                       the embedding's backward only
 //                                                             scatters: no params needed
@@ -21,24 +23,47 @@
 //
 // ZeRO-3 prefetch: after an acquisition made while the model held no other unit (a step of
 // the sweep; the tied embedding fetched inside the head is a side trip and moves nothing),
-// the units u+1..u+p going forward, u-1..u-p going backward, clipped to 1..U-1, are
-// gathered ahead unless already resident. Unit 0 is never prefetched: forward gathers it
+// the units u+1..u+p going forward, u-1..u-p going backward, clipped to 1..U-1 and to u's
+// chunk (parallel/buckets.h: a pipeline chunk's sweep ends at its edge), are gathered
+// ahead unless already resident. Unit 0 is never prefetched: forward gathers it
 // first anyway, and backward never acquires it (only the tied unfused head does, nested).
 //
-// defines: DpCall, microbatch_calls, prefetch_window
+// defines: DpCall, recompute_calls, microbatch_calls, prefetch_window
 #pragma once
 #include <vector>
+#include "parallel/buckets.h"  // chunk_of
 
 namespace paralab {
 
 struct DpCall {
-  enum Kind { ACQUIRE, RELEASE, GRADS, BACKWARD_DONE } kind;
+  // BEGIN_MICROBATCH: a list covering a whole pipeline step marks where each forward
+  // action starts (DataParallel::begin_microbatch); per-microbatch lists need none.
+  enum Kind { ACQUIRE, RELEASE, GRADS, BACKWARD_DONE, BEGIN_MICROBATCH } kind;
   int unit;
   bool forward;  // ACQUIRE: which way the model is going (decides what ZeRO-3 prefetches)
 };
 
+// recompute_group: per layer its full-recompute group (model/config.h, full_groups; -1 or
+// empty: none): backward acquires and releases a group's layers once more, in forward
+// order, before the group's last layer's backward (its forward again).
+// Full recompute at layer i of a run of layers (the backward is going down): at its
+// group's last layer, the group's layers' forward again: acquire, release each (units:
+// layer j is unit first_unit + j).
+inline void recompute_calls(std::vector<DpCall>& c, const std::vector<int>& group, int i,
+                            int first_unit) {
+  if (group.empty() || group[i] < 0) return;
+  if (i + 1 < (int)group.size() && group[i + 1] == group[i]) return;  // not the group's last
+  int i0 = i;
+  while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
+  for (int j = i0; j <= i; ++j) {
+    c.push_back({DpCall::ACQUIRE, first_unit + j, false});
+    c.push_back({DpCall::RELEASE, first_unit + j, false});
+  }
+}
+
 inline std::vector<DpCall> microbatch_calls(int num_layers, bool tied_embeddings,
-                                            bool fused_loss) {
+                                            bool fused_loss,
+                                            const std::vector<int>& recompute_group = {}) {
   const int L = num_layers, head = L + 1;
   std::vector<DpCall> c;
   auto acquire = [&](int u, bool fwd) { c.push_back({DpCall::ACQUIRE, u, fwd}); };
@@ -76,6 +101,7 @@ inline std::vector<DpCall> microbatch_calls(int num_layers, bool tied_embeddings
   release(head);
   done(head);
   for (int l = L - 1; l >= 0; --l) {
+    recompute_calls(c, recompute_group, l, 1);
     acquire(l + 1, false);
     grads(l + 1);
     release(l + 1);
@@ -87,12 +113,14 @@ inline std::vector<DpCall> microbatch_calls(int num_layers, bool tied_embeddings
 }
 
 // The units a sweep step at unit u prefetches, nearest first (before skipping resident
-// ones): u+1..u+p forward, u-1..u-p backward, inside 1..num_units-1.
-inline std::vector<int> prefetch_window(int u, bool forward, int num_units, int prefetch) {
+// ones): u+1..u+p forward, u-1..u-p backward, inside 1..num_units-1 and u's chunk.
+inline std::vector<int> prefetch_window(int u, bool forward, int num_units, int prefetch,
+                                        const std::vector<int>& unit_chunk = {}) {
   std::vector<int> w;
   for (int i = 1; i <= prefetch; ++i) {
     const int v = forward ? u + i : u - i;
     if (v < 1 || v > num_units - 1) break;
+    if (chunk_of(unit_chunk, v) != chunk_of(unit_chunk, u)) break;
     w.push_back(v);
   }
   return w;

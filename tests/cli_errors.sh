@@ -79,12 +79,26 @@ bad "first + last layers"     "must add up to --num-layers (8) with --pp 2" \
                                                         --plan --world-size 2 --pp 2 --layers 8 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3
 bad "first layers leave rest" "cannot split the remaining 5 of --num-layers (8) evenly" \
                                                         --plan --world-size 4 --pp 4 --layers 8 --decoder-first-pipeline-num-layers 3
-bad "schedule needs plan"     "--print-schedule only applies to --plan" --print-schedule
+bad "trace unwritable, train" "--trace: cannot write /nonexistent/dir/t.json" \
+                                                        --train-iters 1 --trace /nonexistent/dir/t.json
+bad "metrics unwritable"      "--metrics-jsonl: cannot write /nonexistent/dir/m.jsonl" \
+                                                        --train-iters 1 --metrics-jsonl /nonexistent/dir/m.jsonl
 bad "trace unwritable"        "--trace: cannot write /nonexistent/dir/t.json" \
                                                         --plan --world-size 2 --pp 2 --trace /nonexistent/dir/t.json
 bad "zero stage range"        "--zero-stage"            --zero-stage 4
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
+# Activation recompute (Megatron's constraints).
+bad "full needs a method"     "--recompute-granularity full needs --recompute-method" \
+                                                        --recompute-granularity full --recompute-num-layers 1
+bad "full needs layers"       "--recompute-granularity full needs --recompute-num-layers" \
+                                                        --recompute-granularity full --recompute-method block
+bad "selective takes none"    "--recompute-method (uniform) needs --recompute-granularity full, got selective" \
+                                                        --recompute-granularity selective --recompute-method uniform
+bad "unknown module"          "--recompute-modules: unknown module 'attn'" \
+                                                        --recompute-granularity selective --recompute-modules attn
+bad "recompute layers range"  "--recompute-num-layers (3) must be between 1 and the layers of a pipeline rank (2)" \
+                                                        --recompute-granularity full --recompute-method uniform --recompute-num-layers 3
 # Config files.
 bad "missing config"          "--config"                --config "$tmp/none.toml"
 bad "unknown config key"      "unknown key 'num-layerz'" --config "$tmp/typo.toml"

@@ -19,6 +19,8 @@ run "unit tests (gtest)" "$unit"
 run "command-line errors" bash tests/cli_errors.sh ./trainer
 run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh "$build/test_comm"
 run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
+run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
+run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
 run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
 for lesson in lessons/[0-9]*/; do
   run "lesson ${lesson#lessons/}" bash "${lesson}check.sh" ./trainer

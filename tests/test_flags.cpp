@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 #include "flags.h"
 
@@ -359,6 +360,10 @@ TEST(Flags, PipelineSchedules) {
   EXPECT_EQ(o.parallel.virtual_pipeline, 2);
   o = parse({"--pp", "2", "--pipeline-schedule", "zb-h1"}, 2);
   EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::ZB_H1);
+  // while training they show the measured timeline of the last step
+  o = parse({"--pp", "2", "--print-schedule", "--trace", "t.json"}, 2);
+  EXPECT_TRUE(o.print_schedule);
+  EXPECT_EQ(o.trace, "t.json");
   EXPECT_EQ(o.parallel.virtual_pipeline, 1);
   EXPECT_EQ(parse({}).parallel.pipeline_schedule, PipelineSchedule::ONE_F_ONE_B);
   o = parse({"--pp", "4", "--layers", "10", "--decoder-first-pipeline-num-layers", "1",
@@ -378,6 +383,12 @@ TEST(Flags, PipelineSchedules) {
        "--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size "
        "(12) / (--micro-batch-size (4) x data-parallel size (1)) = 3, to be a multiple of "
        "--pp (2)"},
+      {{"--pp", "2", "--tp", "2", "--sequence-parallel", "--pipeline-schedule", "zb-h1"}, 4,
+       "--pipeline-schedule zb-h1 does not train with --sequence-parallel (its W would "
+       "all-gather the layer inputs again); use 1f1b or interleaved"},
+      {{"--pp", "2", "--pipeline-schedule", "zb-h1", "--recompute-granularity", "selective"}, 2,
+       "--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
+       "the kept layer inputs); use 1f1b or interleaved"},
       {{"--pp", "2", "--layers", "4", "--vpp", "2", "--pipeline-schedule", "zb-h1"}, 2,
        "--pipeline-schedule zb-h1 takes no virtual stages, got 2 (use --pipeline-schedule "
        "interleaved)"},
@@ -401,15 +412,57 @@ TEST(Flags, PipelineSchedules) {
         "2"}, 2,
        "give --virtual-pipeline-model-parallel-size (2) or "
        "--num-layers-per-virtual-pipeline-stage (2), not both"},
-      {{"--print-schedule"}, 1, "--print-schedule only applies to --plan"},
-      {{"--trace", "t.json"}, 1,
-       "--trace t.json: only with --plan (it writes the simulated pipeline timeline)"},
   };
   for (const BadInput& c : cases) {
     std::string joined;
     for (const std::string& a : c.args) joined += a + " ";
     EXPECT_EQ(error_of(c.args, c.world), c.message) << "args: " << joined;
   }
+}
+
+// Recompute (Megatron's names and constraints): full needs a method and a layer count,
+// selective takes neither; modules default to core_attn; a TOML list works too.
+TEST(Flags, Recompute) {
+  Options o = parse({"--recompute-granularity", "full", "--recompute-method", "block",
+                     "--recompute-num-layers", "2", "--pp", "2", "--layers", "4"}, 2);
+  EXPECT_TRUE(o.model.recompute.full());
+  EXPECT_EQ(o.model.recompute.method, Recompute::Method::BLOCK);
+  EXPECT_EQ(o.model.recompute.num_layers, 2);
+  o = parse({"--recompute-granularity", "selective"});
+  EXPECT_TRUE(o.model.recompute.recompute_core_attn());
+  EXPECT_FALSE(o.model.recompute.mlp || o.model.recompute.norm);
+  o = parse({"--recompute-granularity", "selective", "--recompute-modules", "mlp", "layernorm"});
+  EXPECT_TRUE(o.model.recompute.mlp && o.model.recompute.norm && !o.model.recompute.core_attn);
+  TempFile cfg("recompute-granularity = \"selective\"\nrecompute-modules = [\"core_attn\", "
+               "\"norm\"]\n");
+  o = parse({"--config", cfg.path()});
+  EXPECT_TRUE(o.model.recompute.core_attn && o.model.recompute.norm && !o.model.recompute.mlp);
+  EXPECT_FALSE(parse({}).model.recompute.selective() || parse({}).model.recompute.full());
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--recompute-granularity", "full"},
+       "--recompute-granularity full needs --recompute-method uniform or block"},
+      {{"--recompute-granularity", "full", "--recompute-method", "uniform"},
+       "--recompute-granularity full needs --recompute-num-layers (1 to the layers of a "
+       "pipeline rank, 2)"},
+      {{"--recompute-granularity", "full", "--recompute-method", "block",
+        "--recompute-num-layers", "3"},
+       "--recompute-num-layers (3) must be between 1 and the layers of a pipeline rank (2)"},
+      {{"--recompute-granularity", "full", "--recompute-method", "uniform",
+        "--recompute-num-layers", "0"},
+       "--recompute-num-layers (0) must be between 1 and the layers of a pipeline rank (2)"},
+      {{"--recompute-granularity", "selective", "--recompute-method", "uniform"},
+       "--recompute-method (uniform) needs --recompute-granularity full, got selective"},
+      {{"--recompute-granularity", "selective", "--recompute-num-layers", "1"},
+       "--recompute-num-layers (1) needs --recompute-granularity full, got selective"},
+      {{"--recompute-num-layers", "1"},
+       "--recompute-num-layers (1) needs --recompute-granularity full"},
+      {{"--recompute-modules", "mlp"},
+       "--recompute-modules (mlp) needs --recompute-granularity selective"},
+      {{"--recompute-granularity", "selective", "--recompute-modules", "core_attn,moe"},
+       "--recompute-modules: unknown module 'moe' (choices: core_attn, mlp, norm)"},
+  };
+  for (const auto& [args, message] : bad) EXPECT_EQ(error_of(args), message);
 }
 
 TEST(Flags, ParseErrorsNameTheFlag) {

@@ -91,8 +91,10 @@ TEST(Plan, WorkspaceFollowsNotes) {
                              2 * 3 * a * S * S + N * h + 2 * N + 3 * N);
   EXPECT_EQ(make_plan(m, batch(3, 3), world(1, 0)).ranks[0].memory.workspace, fused);
   m.attention = AttentionImpl::FLASH;
-  m.fused_cross_entropy = false;  // xf becomes d(xf), same size; no S x S scratch
-  EXPECT_EQ(workspace_bytes(m, 3, 4), fused - 4 * 2 * 3 * a * S * S);
+  // xf becomes d(xf), same size; no S x S scratch. d(xf) lives in the head's backward only,
+  // the int32 tokens and targets (2N) in the forward only: the larger, d(xf), counts.
+  m.fused_cross_entropy = false;
+  EXPECT_EQ(workspace_bytes(m, 3, 4), fused - 4 * 2 * 3 * a * S * S - 4 * 2 * N);
 }
 
 // notes/model.md "--bf16": 2-byte activations and workspace except the fp32 norm

@@ -163,13 +163,14 @@ TEST(PlanTensorParallel, MemoryFollowsNotes) {
     EXPECT_EQ(mem.workspace, 4 * ws);
     EXPECT_EQ(mem.params, p.ranks[0].params * 4);
     // --no-fused-ce: xf (N_l h) saved; dxf (N h) in workspace instead of xf and, with sp,
-    // xf_local and dxf_full; all N rows of the local logits.
+    // xf_local and dxf_full; all N rows of the local logits. d(xf) lives in the head's
+    // backward only, the int32 tokens and targets in the forward only: the larger counts.
     m.fused_cross_entropy = false;
     const Plan u = make_plan(m, batch(B, B, true), grid(2, 1, sp));
     EXPECT_EQ(sum_bytes(u.head_activations), 4 * 2 * Nl + 2 * Nl * h);
     EXPECT_EQ(u.ranks[0].memory.logits, N * V_l * (4 + 2));
     EXPECT_EQ(u.ranks[0].memory.workspace,
-              2 * (ws - 4 * N - 2 * N - (sp ? Nl * h + N * h : 0)) + 4 * (4 * N) + 4 * 2 * N);
+              2 * (ws - 4 * N - 2 * N - (sp ? Nl * h + N * h : 0)) + 4 * (4 * N));
   }
   // Sequence parallelism at tp 1 is off, as in Megatron.
   EXPECT_FALSE(make_plan(m, batch(B, B), grid(1, 1, true)).sequence_parallel);

@@ -9,6 +9,8 @@
 #include "instrument/report.h"
 #include "instrument/timeline.h"
 #include "model/param_table.h"
+#include "parallel/buckets.h"
+#include "parallel/zero_schedule.h"
 #include "tests/test_plan_helpers.h"
 
 namespace paralab {
@@ -81,7 +83,13 @@ TEST(PlanPipeline, StagesByHand) {
   // Only the last stage runs the loss: one chunk of N rows x V fp32 logits.
   EXPECT_EQ(s0.memory.logits, 0);
   EXPECT_EQ(s1.memory.logits, N * V * 4);
-  EXPECT_EQ(s0.memory.workspace, workspace_bytes(gpt(4), 1, 4));
+  // Workspace: the common buffers; the forward's int32 tokens on stage 0, targets on stage
+  // 1; stage 0's receive buffer for the gradient coming back (N h fp32), none on the last.
+  const WorkspacePhases w = workspace_phases(gpt(4), 1, 4);
+  EXPECT_EQ(w.forward, 4 * N + 4 * N);
+  EXPECT_EQ(w.backward, 4 * N);  // the embedding's backward reads the tokens again
+  EXPECT_EQ(s0.memory.workspace, w.common + 4 * N + 4 * N * h);
+  EXPECT_EQ(s1.memory.workspace, w.common + 4 * N);
   EXPECT_EQ(s0.memory.comm_buffers, 4 + 4);  // the norm over pp, the loss over the world
 
   // Messages: N h fp32. Stage 0 sends 4 activations, stage 1 4 gradients, in 5 exchanges each:
@@ -146,6 +154,62 @@ TEST(PlanPipeline, InterleavedHoldsMegatronsCount) {
   // Every F crosses a boundary except the last stage's: 2 chunks x 4 microbatches each.
   EXPECT_EQ(s0.activations_sent, 8);
   EXPECT_EQ(s0.gradients_sent, 4);  // chunk b's B sends to rank 1's chunk a; chunk a's none
+}
+
+// model/param_table.h's stage slices, which the trainer and the plan both build from:
+// interleaved p 2, v 2 over 4 layers, gpt (tied).
+TEST(PlanPipeline, StageSlicesAndUnits) {
+  const ModelConfig m = gpt(4);
+  const StageSlice s0 = pipeline_stage_slice(m, 2, 2, 0), s1 = pipeline_stage_slice(m, 2, 2, 1);
+  EXPECT_EQ(s0.chunk_first_layer, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s1.chunk_first_layer, (std::vector<int>{1, 3}));
+  EXPECT_TRUE(s0.embedding && !s0.head && !s0.tied_copy);
+  EXPECT_TRUE(!s1.embedding && s1.head && s1.tied_copy);
+  // units: [embedding] layer 0 | layer 2 on rank 0; layer 1 | layer 3 [head + copy] on rank 1
+  EXPECT_EQ(stage_unit_chunk(s0), (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(stage_unit_chunk(s1), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(stage_units(m, 1, s1),
+            (std::vector<int64_t>{0, kLayerParams, 2 * kLayerParams, 2 * kLayerParams + 2 * h + V * h}));
+  const std::vector<ParamSpec> t1 = stage_param_table(m, 1, s1);
+  EXPECT_EQ(t1.front().name, "layers.1.norm1.weight");
+  EXPECT_EQ(t1.back().name, "embedding.word");  // the tied copy closes the head unit
+  // The whole model is one slice: param_units is its units.
+  EXPECT_EQ(stage_units(m, 1, whole_model(m)), param_units(m, 1));
+  // The buckets stay inside a chunk: with one big bucket, one per chunk.
+  const BucketLayout l = make_bucket_layout(stage_units(m, 1, s0), 0, 1, false,
+                                            stage_unit_chunk(s0));
+  ASSERT_EQ(l.buckets.size(), 2u);
+  EXPECT_EQ(l.buckets[0].unit_lo, 2);
+  EXPECT_EQ(l.buckets[1].unit_hi, 1);
+  EXPECT_EQ(prefetch_window(1, true, 3, 2, stage_unit_chunk(s0)), std::vector<int>{});
+}
+
+// ZeRO-2 under 1F1B, p 2, dp 2, gpt: the tied word embedding's buckets (stage 0's unit 0,
+// stage 1's head with the copy) are deferred: written every microbatch, reduced once, at
+// the step's end, after the embedding group summed them; the other buckets reduce in every
+// backward.
+TEST(PlanPipeline, ZeroTwoDefersTheTiedEmbedding) {
+  PlanOptions o;
+  o.ddp_bucket_size = 1;  // a bucket per unit
+  const Plan plan = make_plan(gpt(4), batch(1, 8), grid(2, 2, 1, 2), o);
+  const int64_t k = 4;  // microbatches per rank
+  for (const PipelineStagePlan& st : plan.pipeline.stages) {
+    const DataParallelPlan& d = st.data_parallel;
+    ASSERT_EQ(d.layout.buckets.size(), 3u);
+    EXPECT_EQ(d.sim.grad_reductions, 2 * k + 1) << "stage " << st.pp_rank;
+    const CommPlanEntry* rs = find_comm(st.comm, CommGroup::DP, CommOp::REDUCE_SCATTER);
+    ASSERT_TRUE(rs);
+    EXPECT_EQ(rs->calls, 2 * k + 1);
+    const CommPlanEntry* e = find_comm(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->payload_bytes, V * h * 4);
+  }
+  // The deferred bucket's buffer lives the whole step: stage 0's peak holds unit 0's
+  // (padded to dp) beside one layer's.
+  const DataParallelPlan& d0 = plan.pipeline.stages[0].data_parallel;
+  const int64_t embedding = d0.layout.buckets[d0.layout.bucket_of[0]].padded;
+  const int64_t layer = d0.layout.buckets[d0.layout.bucket_of[1]].padded;
+  EXPECT_EQ(d0.sim.grads_transient_peak, embedding + layer);
 }
 
 // Uneven stages, llama (untied: the head owns output.weight, no embedding group), tp + sp:

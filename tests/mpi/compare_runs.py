@@ -8,7 +8,8 @@ in the norm-wise relative sense ||a - b|| / ||b|| (elementwise comparisons of va
 are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: at every step
 the measured bytes of params, grads, master_params, optimizer_states and comm_buffers equal
 the predicted ones exactly, activations within 1%, and every communication row's calls and
-payload bytes equal the prediction exactly. Prints the worst of each; exit 1 on failure.
+payload bytes equal the prediction exactly, on rank 0 and (when the run gathered them) on
+every rank. Prints the worst of each; exit 1 on failure.
 """
 import json
 import math
@@ -50,22 +51,27 @@ EXACT = ("params", "grads", "master_params", "optimizer_states", "comm_buffers")
 
 
 def ledger_problems(path):
-    """Where a run's measured ledger or communication differs from its plan."""
+    """Where a run's measured ledger or communication differs from its plan: rank 0's, and
+    every rank's when the run gathered them ("ranks": a pipeline's stages differ)."""
     problems = []
     for r in records(path):
-        mem = r["memory"]
-        for cat in EXACT:
-            if mem[cat]["measured"] != mem[cat]["predicted"]:
-                problems.append(f"step {r['step']} {cat}: measured {mem[cat]['measured']}"
-                                f" predicted {mem[cat]['predicted']}")
-        act = mem["activations"]
-        if abs(act["measured"] - act["predicted"]) > 0.01 * act["predicted"]:
-            problems.append(f"step {r['step']} activations: {act['measured']} vs {act['predicted']}")
-        for c in r.get("comm", []):
-            for key in ("calls", "payload_bytes"):
-                if c[key]["measured"] != c[key]["predicted"]:
-                    problems.append(f"step {r['step']} {c['group']} {c['op']} {key}: measured"
-                                    f" {c[key]['measured']} predicted {c[key]['predicted']}")
+        views = [("", r)] + [(f"rank {x['rank']} ", x) for x in r.get("ranks", [])]
+        for who, v in views:
+            mem = v["memory"]
+            for cat in EXACT:
+                if mem[cat]["measured"] != mem[cat]["predicted"]:
+                    problems.append(f"step {r['step']} {who}{cat}: measured {mem[cat]['measured']}"
+                                    f" predicted {mem[cat]['predicted']}")
+            act = mem["activations"]
+            if abs(act["measured"] - act["predicted"]) > 0.01 * act["predicted"]:
+                problems.append(f"step {r['step']} {who}activations: {act['measured']} vs"
+                                f" {act['predicted']}")
+            for c in v.get("comm", []):
+                for key in ("calls", "payload_bytes"):
+                    if c[key]["measured"] != c[key]["predicted"]:
+                        problems.append(f"step {r['step']} {who}{c['group']} {c['op']} {key}:"
+                                        f" measured {c[key]['measured']} predicted"
+                                        f" {c[key]['predicted']}")
     return problems
 
 

@@ -7,6 +7,8 @@
 #   the plan's per-layer bytes, and
 #   the paper's closed form sbh(10 + 24/t + 5as/(ht)) (tp) or sbh(34/t + 5as/(ht)) (tp + sp)
 #   plus the norm statistics, which the paper does not count (fp32 mean and rstd).
+# With --recompute-granularity selective (core_attn) the closed form is the selective row,
+# 34sbh, sbh(10 + 24/t) or 34sbh/t: the 5as/h term is recomputed, not kept.
 # usage: tests/mpi/korthikanti.sh ./trainer
 set -uo pipefail
 trainer=${1:?usage: korthikanti.sh ./trainer}
@@ -17,10 +19,14 @@ model="--arch gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-
   --vocab-size 256 --attention naive --bf16 --hidden-dropout 0.1 --attention-dropout 0.1 \
   --micro-batch-size 2 --train-iters 1 --peak-tflops 1"
 passed=0; failed=0
-for case in "1" "2" "2 --sequence-parallel" "4" "4 --sequence-parallel"; do
+for case in "1" "2" "2 --sequence-parallel" "4" "4 --sequence-parallel" \
+            "1 --recompute-granularity selective" \
+            "2 --sequence-parallel --recompute-granularity selective"; do
   set -- $case
   t=$1; shift
-  name="tp$t${1:+-sp}"
+  name="tp$t"
+  [[ " $* " == *" --sequence-parallel "* ]] && name+="-sp"
+  [[ " $* " == *" selective "* ]] && name+="-selective"
   launch=("$trainer")
   [ "$t" -gt 1 ] && launch=(timeout 120 mpirun -np "$t" "$trainer")
   if ! "${launch[@]}" $model --tp "$t" "$@" --metrics-jsonl "$work/$name.jsonl" > "$work/$name.log" 2>&1 \

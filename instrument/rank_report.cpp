@@ -1,0 +1,150 @@
+// instrument/rank_report.cpp: see rank_report.h.
+#include "instrument/rank_report.h"
+#include <algorithm>
+#include "instrument/json.h"
+#include "instrument/report.h"
+#include "instrument/report_impl.h"
+#include "instrument/text.h"
+
+namespace paralab {
+
+double RankMetrics::bubble() const {
+  double busy = 0;
+  for (const ActionTiming& a : actions) busy += a.end - a.start;
+  return run_seconds > 0 ? (run_seconds - busy) / run_seconds : 0;
+}
+
+namespace {
+// The communication a rank is predicted to make: its pipeline stage's, or the whole plan's.
+const std::vector<CommPlanEntry>& rank_comm_plan(const Plan& plan, int rank) {
+  const int pp = plan.ranks.at(rank).pp_rank;
+  return plan.pipeline.stages.empty() ? plan.comm : plan.pipeline.stages.at(pp).comm;
+}
+}  // namespace
+
+std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& ranks) {
+  // The categories that differ between stages, then the total; predicted / measured MiB.
+  const Category cats[] = {Category::PARAMS, Category::GRADS, Category::OPTIMIZER_STATES,
+                           Category::ACTIVATIONS, Category::WORKSPACE};
+  std::string t = "memory per rank, MiB predicted / measured\n  rank  pp";
+  for (Category c : cats) t += strprintf("  %21s", kMemoryCategoryNames[(int)c]);
+  t += strprintf("  %21s\n", "total (peak)");
+  for (const RankMetrics& r : ranks) {
+    const RankPlan& rp = plan.ranks.at(r.rank);
+    t += strprintf("  %4d  %2d", r.rank, rp.pp_rank);
+    for (Category c : cats)
+      t += strprintf("  %10s/%10s", format_mib((double)rp.memory.at((int)c)).c_str(),
+                     format_mib((double)r.memory_bytes[(int)c]).c_str());
+    t += strprintf("  %10s/%10s\n", format_mib((double)rp.memory.total()).c_str(),
+                   format_mib((double)r.peak_memory_bytes).c_str());
+  }
+  return t;
+}
+
+void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>& ranks) {
+  j.key("ranks").begin_array();
+  for (const RankMetrics& r : ranks) {
+    const RankPlan& rp = plan.ranks.at(r.rank);
+    j.begin_object().field("rank", r.rank).field("pp_rank", rp.pp_rank);
+    j.field("tp_rank", rp.tp_rank).field("dp_rank", rp.dp_rank);
+    if (!r.actions.empty()) j.field("bubble", r.bubble());
+    j.field("hardware_flops", r.hardware_flops);
+    j.key("memory").begin_object();
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      j.key(kMemoryCategoryNames[c]).begin_object();
+      j.field("measured", r.memory_bytes[c]).field("predicted", rp.memory.at(c));
+      j.end_object();
+    }
+    j.key("total").begin_object();
+    j.field("measured", r.peak_memory_bytes).field("predicted", rp.memory.total());
+    j.end_object().end_object();
+    j.key("comm").begin_array();
+    for (const CommRow& row : comm_rows(rank_comm_plan(plan, r.rank), &r.comm)) {
+      const CommRecord& m = r.comm.get(row.g, row.op);
+      j.begin_object().field("group", group_name(row.g)).field("op", op_name(row.op));
+      j.key("calls").begin_object().field("predicted", row.pred ? (double)row.pred->calls : 0.0);
+      j.field("measured", (double)m.calls).end_object();
+      j.key("payload_bytes").begin_object();
+      j.field("predicted", row.pred ? (double)row.pred->payload_bytes : 0.0);
+      j.field("measured", (double)m.payload_bytes).end_object();
+      j.end_object();
+    }
+    j.end_array().end_object();
+  }
+  j.end_array();
+}
+
+Simulation measured_timeline(const Schedule& schedule,
+                             const std::vector<const RankMetrics*>& stages) {
+  Simulation sim;
+  const size_t p = stages.size();
+  sim.timing.resize(p);
+  sim.busy.assign(p, 0.0);
+  sim.idle.assign(p, 0.0);
+  double idle = 0, busy = 0;
+  for (size_t r = 0; r < p; ++r) {
+    for (const ActionTiming& a : stages[r]->actions) {
+      sim.timing[r].push_back({a.start * 1e3, a.end * 1e3});
+      sim.busy[r] += (a.end - a.start) * 1e3;
+    }
+    sim.step_time = std::max(sim.step_time, stages[r]->run_seconds * 1e3);
+  }
+  for (size_t r = 0; r < p; ++r) {
+    sim.idle[r] = sim.step_time - sim.busy[r];
+    idle += sim.idle[r];
+    busy += sim.busy[r];
+  }
+  sim.bubble = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
+  sim.bubble_vs_ideal = busy > 0 ? idle / busy : 0;
+  (void)schedule;
+  return sim;
+}
+
+ActionCosts measured_costs(const Schedule& schedule,
+                           const std::vector<const RankMetrics*>& stages) {
+  const int S = schedule.shape.model_stages();
+  std::vector<double> sum[3], count[3];
+  for (int t = 0; t < 3; ++t) sum[t].assign(S, 0.0), count[t].assign(S, 0.0);
+  for (size_t r = 0; r < stages.size(); ++r)
+    for (size_t k = 0; k < schedule.ranks[r].size() && k < stages[r]->actions.size(); ++k) {
+      const Action& a = schedule.ranks[r][k];
+      const int t = (int)a.type;
+      sum[t][a.stage] += (stages[r]->actions[k].end - stages[r]->actions[k].start) * 1e3;
+      count[t][a.stage] += 1;
+    }
+  ActionCosts c;
+  c.comm = 0;
+  auto mean = [&](int t, int s) { return count[t][s] > 0 ? sum[t][s] / count[t][s] : 0.0; };
+  for (int s = 0; s < S; ++s) {
+    c.stage_F.push_back(mean(0, s));
+    c.stage_B.push_back(mean(1, s));
+    c.stage_W.push_back(mean(2, s));
+  }
+  c.F = c.B = c.W = 0;
+  for (int s = 0; s < S; ++s) c.F += c.stage_F[s] / S, c.B += c.stage_B[s] / S, c.W += c.stage_W[s] / S;
+  return c;
+}
+
+void measured_trace(const Schedule& schedule, const Simulation& measured,
+                    const std::vector<const RankMetrics*>& stages, std::vector<TraceSpan>* spans,
+                    std::vector<TraceFlow>* flows) {
+  ActionCosts no_comm;
+  no_comm.comm = 0;
+  std::vector<TraceSpan> all;
+  schedule_trace(schedule, measured, no_comm, 1000.0, &all, flows);
+  for (TraceSpan& span : all)
+    if (span.lane == 0) spans->push_back(std::move(span));  // sends drawn as measured below
+  const std::vector<Exchange> none;
+  for (size_t r = 0; r < stages.size(); ++r) {
+    const std::vector<Exchange> ex = exchanges(schedule, (int)r);
+    for (size_t j = 0; j < stages[r]->exchanges.size() && j < ex.size(); ++j) {
+      if (ex[j].empty()) continue;
+      const ActionTiming& t = stages[r]->exchanges[j];
+      spans->push_back({(int)r, 1,
+                        strprintf("send %zu / recv %zu", ex[j].sends.size(), ex[j].recvs.size()),
+                        "send/recv", t.start * 1e6, (t.end - t.start) * 1e6});
+    }
+  }
+}
+
+}  // namespace paralab

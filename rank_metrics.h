@@ -1,0 +1,24 @@
+// rank_metrics.h: every rank's measurements of a step (instrument/rank_report.h,
+// RankMetrics), gathered to rank 0 for the report.
+//
+// One all-gather of raw bytes over the world, made after the step's communication record
+// was copied into RankMetrics::comm: it is the report's traffic, not the training's, and
+// is not counted in the step's communication.
+//
+// defines: gather_rank_metrics
+#pragma once
+#include <vector>
+#include "instrument/rank_report.h"
+#include "parallel/comm.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace paralab {
+
+// Collective over `world`; every rank passes its own, rank 0 gets everyone's in rank order
+// (the others an empty vector). `schedule` sizes the timing records; pp_rank_of[r]: world
+// rank r's pipeline stage.
+std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetrics& mine,
+                                             const Schedule& schedule,
+                                             const std::vector<int>& pp_rank_of);
+
+}  // namespace paralab

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Pipeline parallelism is equivalent to the single-rank run (DESIGN.md, "Correctness is
+# equivalence"): every schedule on 2 and 4 stages, with m = 1, p, 2p and an odd number of
+# microbatches, gives the losses, the final parameters and the last step's gradients (every
+# stage's, gathered by --save) of one rank training the same global batch, to 1e-5 relative
+# over 5 steps; and on every rank the ledger and the communication equal the plan
+# (compare_runs.py reads each rank from --metrics-jsonl's "ranks").
+#
+# usage: tests/mpi/pipeline.sh ./trainer [filter]   (filter: substring of a case name)
+set -uo pipefail
+trainer=${1:?usage: pipeline.sh ./trainer [filter]}
+filter=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OPENBLAS_NUM_THREADS=1
+passed=0; failed=0
+
+# 8 layers: 4 stages x 2 chunks each under interleaving. --adam-eps 1e-4: see equivalence.sh.
+gpt="--arch gpt --num-layers 8 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64"
+llama="--arch llama --num-layers 8 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 48 --seq-length 16 --vocab-size 64"
+common="--adam-eps 1e-4 --train-iters 5 --lr 1e-2 --min-lr 1e-3 --lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1"
+
+run() {  # name, ranks, flags...
+  local name=$1 np=$2; shift 2
+  if [ "$np" -eq 1 ]; then
+    "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" --save "$work/$name.bin" > "$work/$name.log" 2>&1
+  else
+    timeout 300 mpirun -np "$np" "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" \
+      --save "$work/$name.bin" > "$work/$name.log" 2>&1
+  fi
+}
+
+check() {  # name, reference name, ranks, flags...
+  local name=$1 ref=$2 np=$3; shift 3
+  case "$name" in *"$filter"*) ;; *) return ;; esac
+  if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" \
+       "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
+    passed=$((passed + 1)); echo "ok    $name: $result"
+  else
+    failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"
+  fi
+  result=""
+}
+
+# The reference: one rank, the same global batch in the same microbatches (gradients
+# accumulate in the same order; llama's first norm gradient changes by ~3e-5 between one
+# microbatch of 6 and three of 2 on one rank already).
+ref() {  # arch, global batch, micro batch: the reference's name
+  local name="$1-ref$2x$3"
+  [ -f "$work/$name.bin" ] || run "$name" 1 ${!1} $common --global-batch-size "$2" \
+    --micro-batch-size "$3" || { echo "reference run failed"; cat "$work/$name.log"; exit 1; }
+  echo "$name"
+}
+
+# every schedule, p 2 and 4, m = 1, p, 2p and 3 (interleaved needs m a multiple of p)
+for p in 2 4; do
+  for schedule in gpipe 1f1b interleaved zb-h1; do
+    for m in 1 "$p" $((2 * p)) 3; do  # 3: odd, above p = 2 and below p = 4
+      extra=""
+      [ "$schedule" = interleaved ] && { [ $((m % p)) -eq 0 ] || continue; extra="--vpp 2"; }
+      case $m in 3) gbs=6; mbs=2 ;; *) gbs=8; mbs=$((8 / m)) ;; esac
+      check "gpt-pp$p-$schedule-m$m" "$(ref gpt $gbs $mbs)" "$p" $gpt $common --pp "$p" \
+        --pipeline-schedule "$schedule" $extra --global-batch-size "$gbs" --micro-batch-size "$mbs"
+    done
+  done
+done
+# llama (untied embeddings, GQA) on the schedules that hold the most in flight
+for schedule in 1f1b interleaved zb-h1; do
+  extra=""; [ "$schedule" = interleaved ] && extra="--vpp 2"
+  check "llama-pp2-$schedule-m4" "$(ref llama 8 2)" 2 $llama $common --pp 2 \
+    --pipeline-schedule "$schedule" $extra --global-batch-size 8 --micro-batch-size 2
+done
+check "llama-pp4-1f1b-m3" "$(ref llama 6 2)" 4 $llama $common --pp 4 --global-batch-size 6 --micro-batch-size 2
+# uneven stages: 1 layer first, 3 last, the rest even
+check "gpt-pp4-uneven" "$(ref gpt 8 2)" 4 $gpt $common --pp 4 --decoder-first-pipeline-num-layers 1 \
+  --decoder-last-pipeline-num-layers 3 --global-batch-size 8 --micro-batch-size 2
+
+# with data parallelism and every ZeRO stage (gpt's tied embedding defers its buckets)
+for zero in 0 1 2 3; do
+  check "gpt-pp2-dp2-zero$zero" "$(ref gpt 8 1)" 4 $gpt $common --pp 2 --global-batch-size 8 \
+    --micro-batch-size 1 --zero-stage "$zero" --ddp-bucket-size 5000 --overlap-grad-reduce
+  check "llama-pp2-vpp2-dp2-zero$zero" "$(ref llama 8 1)" 4 $llama $common --pp 2 --vpp 2 \
+    --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 1 \
+    --zero-stage "$zero" --ddp-bucket-size 5000
+done
+# zb-h1's W declares the layers done: the buckets reduce after it
+for zero in 1 2 3; do
+  check "gpt-pp2-zb-h1-dp2-zero$zero" "$(ref gpt 8 1)" 4 $gpt $common --pp 2 \
+    --pipeline-schedule zb-h1 --global-batch-size 8 --micro-batch-size 1 --zero-stage "$zero" \
+    --ddp-bucket-size 5000 --overlap-grad-reduce
+done
+# selective recompute under a pipeline: bit-identical to the run without, as on one rank
+check "gpt-pp2-interleaved-selective" "$(ref gpt 8 2)" 2 $gpt $common --pp 2 --vpp 2 \
+  --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 2 \
+  --recompute-granularity selective --recompute-modules core_attn mlp norm
+# pp 2 x tp 2 x dp 2 on 8 ranks, ZeRO 1, with and without sequence parallelism
+for sp in "" "--sequence-parallel"; do
+  check "gpt-pp2-tp2-dp2-zero1${sp:+-sp}" "$(ref gpt 8 2)" 8 $gpt $common --pp 2 --tp 2 $sp \
+    --global-batch-size 8 --micro-batch-size 2 --zero-stage 1 --ddp-bucket-size 5000
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -10,45 +10,15 @@
 #include <utility>
 #include <vector>
 #include "flags.h"
+#include "tests/test_flags_helpers.h"
 
 namespace paralab {
 namespace {
 
-// Parses args as the trainer would, on a machine with `gpus` GPUs and `world` ranks.
-Options parse(std::vector<std::string> args, int world = 1, int gpus = 0) {
-  args.insert(args.begin(), "trainer");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  return parse_flags(static_cast<int>(argv.size()), argv.data(), world, gpus);
-}
-
-// The message of the InputError that parsing args throws ("" when it does not throw).
-std::string error_of(const std::vector<std::string>& args, int world = 1, int gpus = 0) {
-  try {
-    parse(args, world, gpus);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// A file under /tmp with the given text, removed at the end of the test.
-class TempFile {
- public:
-  explicit TempFile(const std::string& text, const std::string& suffix = ".toml") {
-    char name[] = "/tmp/paralab_test_XXXXXX";
-    int fd = mkstemp(name);
-    close(fd);
-    std::remove(name);
-    path_ = std::string(name) + suffix;
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using flags_test::BadInput;
+using flags_test::TempFile;
+using flags_test::error_of;
+using flags_test::parse;
 
 // Config presets live beside this file's folder; tests run from the repository root.
 std::string repo_path(const std::string& rel) {
@@ -271,13 +241,6 @@ TEST(Flags, HelpIsTheManual) {
   }
 }
 
-// Each bad input and the exact line it must produce.
-struct BadInput {
-  std::vector<std::string> args;
-  int world;
-  const char* message;
-};
-
 TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
   const std::vector<BadInput> cases = {
       {{"--hidden-size", "0"}, 1, "--hidden-size must be >= 1, got 0"},
@@ -348,123 +311,6 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
 }
 
 // Pipeline flags (issue 5): Megatron's names; virtual stages imply the interleaved schedule.
-TEST(Flags, PipelineSchedules) {
-  Options o = parse({"--plan", "--world-size", "4", "--pp", "4", "--layers", "8", "--vpp", "2",
-                     "--gbs", "16", "--print-schedule", "--trace", "/tmp/t.json"});
-  EXPECT_EQ(o.parallel.virtual_pipeline, 2);
-  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::INTERLEAVED);
-  EXPECT_TRUE(o.print_schedule);
-  EXPECT_EQ(o.trace, "/tmp/t.json");
-  o = parse({"--pp", "2", "--layers", "8", "--num-layers-per-virtual-pipeline-stage", "2",
-             "--gbs", "8"}, 2);
-  EXPECT_EQ(o.parallel.virtual_pipeline, 2);
-  o = parse({"--pp", "2", "--pipeline-schedule", "zb-h1"}, 2);
-  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::ZB_H1);
-  // while training they show the measured timeline of the last step
-  o = parse({"--pp", "2", "--print-schedule", "--trace", "t.json"}, 2);
-  EXPECT_TRUE(o.print_schedule);
-  EXPECT_EQ(o.trace, "t.json");
-  EXPECT_EQ(o.parallel.virtual_pipeline, 1);
-  EXPECT_EQ(parse({}).parallel.pipeline_schedule, PipelineSchedule::ONE_F_ONE_B);
-  o = parse({"--pp", "4", "--layers", "10", "--decoder-first-pipeline-num-layers", "1",
-             "--decoder-last-pipeline-num-layers", "3"}, 4);
-  EXPECT_EQ(o.parallel.first_stage_layers, 1);
-  EXPECT_EQ(o.parallel.last_stage_layers, 3);
-  EXPECT_NE(error_of({"--pipeline-schedule", "zb-h2"}).find("--pipeline-schedule"),
-            std::string::npos);
-
-  const std::vector<BadInput> cases = {
-      {{"--pp", "2", "--layers", "6", "--vpp", "2"}, 2,
-       "--num-layers (6) must be divisible by --pp (2) x virtual stages (2) = 4"},
-      {{"--pp", "2", "--layers", "6", "--num-layers-per-virtual-pipeline-stage", "2"}, 2,
-       "--num-layers (6) must be divisible by --pp (2) x "
-       "--num-layers-per-virtual-pipeline-stage (2) = 4"},
-      {{"--pp", "2", "--layers", "4", "--vpp", "2", "--mbs", "4", "--gbs", "12"}, 2,
-       "--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size "
-       "(12) / (--micro-batch-size (4) x data-parallel size (1)) = 3, to be a multiple of "
-       "--pp (2)"},
-      {{"--pp", "2", "--tp", "2", "--sequence-parallel", "--pipeline-schedule", "zb-h1"}, 4,
-       "--pipeline-schedule zb-h1 does not train with --sequence-parallel (its W would "
-       "all-gather the layer inputs again); use 1f1b or interleaved"},
-      {{"--pp", "2", "--pipeline-schedule", "zb-h1", "--recompute-granularity", "selective"}, 2,
-       "--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
-       "the kept layer inputs); use 1f1b or interleaved"},
-      {{"--pp", "2", "--layers", "4", "--vpp", "2", "--pipeline-schedule", "zb-h1"}, 2,
-       "--pipeline-schedule zb-h1 takes no virtual stages, got 2 (use --pipeline-schedule "
-       "interleaved)"},
-      {{"--pp", "2", "--layers", "4", "--pipeline-schedule", "interleaved"}, 2,
-       "--pipeline-schedule interleaved needs virtual stages: "
-       "--virtual-pipeline-model-parallel-size > 1 or --num-layers-per-virtual-pipeline-stage"},
-      {{"--pp", "2", "--layers", "8", "--decoder-first-pipeline-num-layers", "3",
-        "--decoder-last-pipeline-num-layers", "3"}, 2,
-       "--decoder-first-pipeline-num-layers (3) + --decoder-last-pipeline-num-layers (3) must "
-       "add up to --num-layers (8) with --pp 2"},
-      {{"--pp", "4", "--layers", "8", "--decoder-first-pipeline-num-layers", "3"}, 4,
-       "--decoder-first-pipeline-num-layers (3): the other 3 stage(s) of --pp 4 cannot split "
-       "the remaining 5 of --num-layers (8) evenly"},
-      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--decoder-last-pipeline-num-layers", "3"}, 2,
-       "virtual stages (2) must divide every stage's layers: "
-       "--decoder-last-pipeline-num-layers (3), the others 5"},
-      {{"--decoder-first-pipeline-num-layers", "1"}, 1,
-       "--decoder-first-pipeline-num-layers (1) needs --pp > 1"},
-      {{"--vpp", "2"}, 1, "--virtual-pipeline-model-parallel-size (2) needs --pp > 1"},
-      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--num-layers-per-virtual-pipeline-stage",
-        "2"}, 2,
-       "give --virtual-pipeline-model-parallel-size (2) or "
-       "--num-layers-per-virtual-pipeline-stage (2), not both"},
-  };
-  for (const BadInput& c : cases) {
-    std::string joined;
-    for (const std::string& a : c.args) joined += a + " ";
-    EXPECT_EQ(error_of(c.args, c.world), c.message) << "args: " << joined;
-  }
-}
-
-// Recompute (Megatron's names and constraints): full needs a method and a layer count,
-// selective takes neither; modules default to core_attn; a TOML list works too.
-TEST(Flags, Recompute) {
-  Options o = parse({"--recompute-granularity", "full", "--recompute-method", "block",
-                     "--recompute-num-layers", "2", "--pp", "2", "--layers", "4"}, 2);
-  EXPECT_TRUE(o.model.recompute.full());
-  EXPECT_EQ(o.model.recompute.method, Recompute::Method::BLOCK);
-  EXPECT_EQ(o.model.recompute.num_layers, 2);
-  o = parse({"--recompute-granularity", "selective"});
-  EXPECT_TRUE(o.model.recompute.recompute_core_attn());
-  EXPECT_FALSE(o.model.recompute.mlp || o.model.recompute.norm);
-  o = parse({"--recompute-granularity", "selective", "--recompute-modules", "mlp", "layernorm"});
-  EXPECT_TRUE(o.model.recompute.mlp && o.model.recompute.norm && !o.model.recompute.core_attn);
-  TempFile cfg("recompute-granularity = \"selective\"\nrecompute-modules = [\"core_attn\", "
-               "\"norm\"]\n");
-  o = parse({"--config", cfg.path()});
-  EXPECT_TRUE(o.model.recompute.core_attn && o.model.recompute.norm && !o.model.recompute.mlp);
-  EXPECT_FALSE(parse({}).model.recompute.selective() || parse({}).model.recompute.full());
-
-  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
-      {{"--recompute-granularity", "full"},
-       "--recompute-granularity full needs --recompute-method uniform or block"},
-      {{"--recompute-granularity", "full", "--recompute-method", "uniform"},
-       "--recompute-granularity full needs --recompute-num-layers (1 to the layers of a "
-       "pipeline rank, 2)"},
-      {{"--recompute-granularity", "full", "--recompute-method", "block",
-        "--recompute-num-layers", "3"},
-       "--recompute-num-layers (3) must be between 1 and the layers of a pipeline rank (2)"},
-      {{"--recompute-granularity", "full", "--recompute-method", "uniform",
-        "--recompute-num-layers", "0"},
-       "--recompute-num-layers (0) must be between 1 and the layers of a pipeline rank (2)"},
-      {{"--recompute-granularity", "selective", "--recompute-method", "uniform"},
-       "--recompute-method (uniform) needs --recompute-granularity full, got selective"},
-      {{"--recompute-granularity", "selective", "--recompute-num-layers", "1"},
-       "--recompute-num-layers (1) needs --recompute-granularity full, got selective"},
-      {{"--recompute-num-layers", "1"},
-       "--recompute-num-layers (1) needs --recompute-granularity full"},
-      {{"--recompute-modules", "mlp"},
-       "--recompute-modules (mlp) needs --recompute-granularity selective"},
-      {{"--recompute-granularity", "selective", "--recompute-modules", "core_attn,moe"},
-       "--recompute-modules: unknown module 'moe' (choices: core_attn, mlp, norm)"},
-  };
-  for (const auto& [args, message] : bad) EXPECT_EQ(error_of(args), message);
-}
-
 TEST(Flags, ParseErrorsNameTheFlag) {
   // CLI11's own messages: invalid numbers and choices, a missing value.
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {

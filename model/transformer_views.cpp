@@ -1,0 +1,71 @@
+// model/transformer_views.cpp: the Transformer's whole-model views on the host, for
+// initialisation checks, tests, golden files and --save: every parameter or gradient at full
+// shape (gathered over dp, tp and pp), and one local tensor by name.
+#include <algorithm>
+#include <stdexcept>
+#include "kernels/ops.h"
+#include "model/transformer.h"
+
+namespace paralab {
+
+std::vector<float> Transformer::gather_full(bool grads) {
+  const std::vector<float> local = grads ? dp_->gather_grads() : dp_->gather_params();
+  const int t = tp_.size();
+  std::vector<std::vector<float>> parts(t, local);
+  if (t > 1) {  // every rank's local vector: the same size on every tp rank
+    Buffer<float> all(device_, local.size() * t, Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(device_, all.data() + local.size() * tp_.rank(), local.data(),
+                              local.size() * sizeof(float));
+    tp_.tp->all_gather(all.data() + local.size() * tp_.rank(), all.data(), local.size());
+    for (int r = 0; r < t; ++r)
+      kernels::memcpy_to_host(device_, parts[r].data(), all.data() + local.size() * r,
+                              local.size() * sizeof(float));
+  }
+  // Each stage writes its own tensors into the full vector (zeros elsewhere) and a sum over
+  // pp assembles it: x + 0 is exact. The tied copy is the first stage's to write.
+  std::vector<size_t> full_offset(full_table_.size() + 1, 0);
+  for (size_t i = 0; i < full_table_.size(); ++i)
+    full_offset[i + 1] = full_offset[i] + full_table_[i].numel();
+  std::vector<float> out(full_offset.back(), 0.0f);
+  for (const TensorView& v : views_) {
+    if (slice_.tied_copy && v.spec->name == "embedding.word") continue;
+    size_t i = 0;
+    while (full_table_[i].name != v.spec->name) ++i;
+    std::vector<std::vector<float>> pieces(t);
+    for (int r = 0; r < t; ++r)
+      pieces[r].assign(parts[r].begin() + v.offset, parts[r].begin() + v.offset + v.numel);
+    const std::vector<float> full = unshard_tensor(full_table_[i], pieces);
+    std::copy(full.begin(), full.end(), out.begin() + full_offset[i]);
+  }
+  if (pp_ && pp_->size() > 1) {
+    Buffer<float> all(device_, out.size(), Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(device_, all.data(), out.data(), out.size() * sizeof(float));
+    pp_->all_reduce(all.data(), out.size());
+    kernels::memcpy_to_host(device_, out.data(), all.data(), out.size() * sizeof(float));
+  }
+  return out;
+}
+
+std::vector<float> Transformer::get_param(const std::string& name) {
+  const TensorView& v = view(name);
+  const std::vector<float> all = dp_->gather_params();
+  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
+}
+
+void Transformer::set_param(const std::string& name, const std::vector<float>& values) {
+  const TensorView& v = view(name);
+  if (values.size() != v.numel)
+    throw std::runtime_error(name + ": expected " + std::to_string(v.numel) + " values, got " +
+                             std::to_string(values.size()));
+  std::vector<float> all = dp_->gather_params();
+  std::copy(values.begin(), values.end(), all.begin() + v.offset);
+  dp_->load_params(all);
+}
+
+std::vector<float> Transformer::get_grad(const std::string& name) {
+  const TensorView& v = view(name);
+  const std::vector<float> all = dp_->gather_grads();
+  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
+}
+
+}  // namespace paralab

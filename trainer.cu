@@ -1,16 +1,21 @@
 // trainer.cu: main(). flags -> topology -> model -> optimizer -> steps -> report.
 //
 // One binary for every configuration: `./trainer` is a world of one rank; `mpirun -np N
-// ./trainer ...` launches N ranks (world = tp x cp x pp x dp, DESIGN.md). Each step:
-//   for each of the k = global batch / (micro batch x dp) microbatches:
-//     forward (loss, fused head backward) and backward, gradients accumulate;
+// ./trainer ...` launches N ranks (world = tp x cp x pp x dp, DESIGN.md). Each rank holds
+// one pipeline stage (the whole model without pipelining). Each step:
+//   the executor (parallel/pipeline_parallel) runs this rank's list of the schedule over
+//   the k = global batch / (micro batch x dp) microbatches: F and B of each (1F1B on one
+//   stage: forward with the fused head backward, then backward), activations and
+//   gradients sent between stages; gradients accumulate;
 //   (tensor parallelism splits every layer inside forward and backward:
 //    parallel/tensor_parallel)
+//   gpt's tied embedding: its two stages' gradients summed over the embedding group;
 //   data parallel: gradients summed over dp (parallel/data_parallel: DDP or ZeRO 1-3);
 //   global gradient norm, clipping, AdamW at the scheduled learning rate on the parameters
 //   this rank owns, then (ZeRO 1-2) the updated parameters all-gathered;
-//   the step line: measured numbers, and at step 1 / every --report-interval / the end the
-//   ledgers, measured beside instrument/plan's prediction.
+//   every rank's measurements gathered to rank 0 (rank_metrics); the step line: measured
+//   numbers, and at step 1 / every --report-interval / the end the ledgers, measured
+//   beside instrument/plan's prediction.
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -20,6 +20,7 @@ int64_t MemoryPlan::at(int category) const {
 }
 
 int64_t MemoryPlan::total() const {
+  if (total_full_recompute > 0) return total_full_recompute;
   int64_t s = 0;
   for (int i = 0; i < kNumMemoryCategories; ++i) s += at(i);
   return std::max(s - recompute, total_at_recompute);
@@ -444,6 +445,21 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.logits = logits_bytes(m, B, t.bf16, tp);
   mem.workspace = workspace_bytes(m, B, act, tp, sp);
   mem.total_at_recompute = total_at_recompute(plan, mem);
+  if (m.recompute.full()) {
+    // The total at each phase of the microbatch (model/transformer.cpp): the other
+    // categories at their peaks but the logits (alive in the head only) and the workspace's
+    // forward tokens and targets (backward: its d(xf) or the tokens again) as they are then.
+    const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+    int64_t others = 0;
+    for (int c = 0; c < kNumMemoryCategories; ++c) others += mem.at(c);
+    others -= mem.activations + mem.logits + mem.workspace + mem.recompute;
+    const int64_t head = others + w.common + w.forward + chunk.kept + mem.logits;  // loss
+    const int64_t layers_forward = others + w.common + w.forward + chunk.forward_peak;
+    const int64_t layers_backward = others + w.common + chunk.backward_peak;
+    const int64_t head_backward = others + w.common + w.backward + chunk.kept +
+                                  (m.fused_cross_entropy ? 0 : mem.logits);
+    mem.total_full_recompute = std::max({head, layers_forward, layers_backward, head_backward});
+  }
 
   // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
   // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the

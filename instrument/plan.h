@@ -92,9 +92,12 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   // The ledger's total while the recompute buffers peak, inside a layer, when the head's
   // tensors and the logits are not alive (plan_recompute.h); 0 without recompute.
   int64_t total_at_recompute = 0;
+  // Full recompute (one stage): the peak of the total, replayed by phase (plan.cpp); 0 else.
+  int64_t total_full_recompute = 0;
   int64_t at(int category) const;  // by ledger Category index
   // The peak of the total: the sum of the categories but recompute (all live at the end of
-  // forward), or total_at_recompute when larger.
+  // forward), or total_at_recompute when larger; with full recompute on one stage, the
+  // phase replay (its activations peak inside a backward, when the logits are gone).
   int64_t total() const;
 };
 

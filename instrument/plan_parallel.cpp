@@ -385,7 +385,19 @@ void plan_pipeline(Plan& plan) {
     mem.activations = peak_bytes;
     mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
     mem.comm_buffers = comm_buffer_bytes(m, t, par);
+    // --no-fused-ce keeps each microbatch's N V_l fp32 logits from its forward to its
+    // backward: as many as the last model stage holds at once (the bf16 copy of their
+    // gradient only inside one backward).
     mem.logits = st.head ? logits_bytes(m, B, t.bf16, tp) : 0;
+    if (st.head && !m.fused_cross_entropy) {
+      int alive = 0, most = 0;
+      for (const Action& a : pp.schedule.ranks[r]) {
+        if (a.stage != S - 1 || a.type == ActionType::W) continue;
+        alive += a.type == ActionType::F ? 1 : -1;
+        most = std::max(most, alive);
+      }
+      mem.logits += (int64_t)(most - 1) * local_sizes(m, B, tp).N * (plan.padded_vocab / tp) * 4;
+    }
     // the tokens (int32) on the first stage only, the targets on the last only; the output
     // gradient's receive buffer (model/transformer_state.h, grad_recv) on every stage but a
     // rank whose only chunk is the last model stage (no gradient comes back to it)

@@ -130,11 +130,6 @@ std::vector<int> Transformer::deferred_units(const ModelConfig& m, const StageSl
   return {(int)stage_units(m, 1, s).size() - 2};  // the head unit, with the copy
 }
 
-int Transformer::model_stage(int chunk) const {
-  const int p = pp_ ? pp_->size() : 1, r = pp_ ? pp_->rank() : 0;
-  return chunk * p + r;
-}
-
 Transformer::~Transformer() = default;
 
 const TensorView& Transformer::view(const std::string& name) const {
@@ -246,6 +241,7 @@ const void* Transformer::input_gradient() const {
 
 void Transformer::sync_tied_embedding() {
   if (deferred_units(config_, slice_).empty()) return;  // untied, or one stage holds both
+  if (!embedding_) throw std::logic_error("Transformer: a tied pipeline stage needs the embedding group");
   const TensorView& word = view("embedding.word");
   void* g = static_cast<char*>(dp_->grads(word.unit)) +
             word.unit_offset * (dp_->bf16() ? 2 : 4);
@@ -266,6 +262,9 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   f.dropout_seed = data.dropout_seed;
   f.grad_scale = data.grad_scale;
   s.ws.ensure(m, tp_, dev, B);
+  // a stage that gets gradients back (all but one holding only the last model stage) keeps
+  // their receive buffer from its first forward on, like the rest of the workspace
+  if (!(slice_.head && slice_.chunk_layers.size() == 1)) output_gradient_input(B);
   // tokens (model stage 0) and targets (the last) live on the device for the forward
   Buffer<int> tokens, targets;
   int valid = 0;

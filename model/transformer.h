@@ -86,7 +86,6 @@ class Transformer {
   void* output_gradient_input(int B);
   const void* input_gradient() const;
   const StageSlice& slice() const { return slice_; }
-  int model_stage(int chunk) const;  // c p + pp rank
   bool first_model_stage(int chunk) const { return slice_.embedding && chunk == 0; }
   bool last_model_stage(int chunk) const {
     return slice_.head && chunk == (int)slice_.chunk_layers.size() - 1;

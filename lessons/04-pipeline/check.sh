@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# lessons/04-pipeline/check.sh: asserts the numbers of lessons/04-pipeline/README.md.
+#   bash lessons/04-pipeline/check.sh [TRAINER]   (default: the repository's ./trainer)
+# Plans and trains lessons/04-pipeline/model.toml (3 steps) under gpipe, 1f1b, interleaved
+# (v 2) and zb-h1 at pp 2, and gpipe and 1f1b at pp 4 (mpirun -np 2 and 4), plus one rank
+# as the reference; checks the bubble, the microbatches held, the activation bytes and the
+# pp traffic of every rank against the closed forms, --plan --json and --metrics-jsonl, the
+# losses against one rank's, and the measured action order (--trace) against the plan's.
+source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
+command -v mpirun >/dev/null || give_up "mpirun not found (apt-get install mpich)"
+export OPENBLAS_NUM_THREADS=1
+config=(--config lessons/04-pipeline/model.toml)
+run() {  # name, ranks, flags...: --plan --json (+ simulated timeline and trace), then train
+  local name=$1 np=$2; shift 2
+  local launch=("$trainer"); [ "$np" -gt 1 ] && launch=(timeout 120 mpirun -np "$np" "$trainer")
+  { [ "$np" -eq 1 ] || "$trainer" "${config[@]}" "$@" --plan --json --world-size "$np" \
+      --print-schedule --trace "$work/$name.plan_trace.json" \
+      > "$work/$name.json" 2> "$work/$name.plan.txt"; } &&
+    "${launch[@]}" "${config[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" --print-schedule \
+      --trace "$work/$name.trace.json" > "$work/$name.log" 2>&1 ||
+    { echo "FAIL  run $name failed"; tail -3 "$work/$name.log"; echo "0 passed, 1 failed"; exit 1; }
+}
+run ref 1
+run p2_gpipe 2 --pp 2 --pipeline-schedule gpipe
+run p2_1f1b 2 --pp 2 --pipeline-schedule 1f1b
+run p2_interleaved 2 --pp 2 --pipeline-schedule interleaved --vpp 2
+run p2_zb 2 --pp 2 --pipeline-schedule zb-h1
+run p4_gpipe 4 --pp 4 --pipeline-schedule gpipe
+run p4_1f1b 4 --pp 4 --pipeline-schedule 1f1b
+python3 - "$work" <<'PY'
+import json, re, sys
+from fractions import Fraction as Fr
+work = sys.argv[1]
+passed = failed = 0
+def ok(name, good, shown):
+    global passed, failed
+    passed += good; failed += not good
+    print(f"{'ok  ' if good else 'FAIL'}  {name}: {shown}")
+def check(name, got, want):
+    ok(name, got == want, f"{got}" + ("" if got == want else f" (want {want})"))
+def check_frac(name, got, want):  # a fraction of simulated cost units, to 1e-9
+    ok(name, abs(got - float(want)) < 1e-9, f"{got:.6g} = {want}" +
+       ("" if abs(got - float(want)) < 1e-9 else " (differs)"))
+def load(name):
+    return (json.load(open(f"{work}/{name}.json")),
+            [json.loads(l) for l in open(f"{work}/{name}.jsonl")])
+def timeline(name):  # the simulated timeline's rank lines (stderr of --plan --json)
+    return [l.rstrip() for l in open(f"{work}/{name}.plan.txt") if l.startswith("rank ")]
+def compute_order(path):  # per rank, the compute lane's actions of a Chrome trace, in time order
+    ev = json.load(open(path))["traceEvents"]
+    ranks = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") == "compute":
+            ranks.setdefault(e["pid"], []).append((e["ts"], e["name"]))
+    return [[n for _, n in sorted(ranks[r])] for r in sorted(ranks)]
+
+L, h, a, S, b, V, G = 4, 64, 4, 32, 2, 256, 8
+N = b * S
+m = G // b                                # microbatches per step (dp 1)
+A = 64 * N * h + 16 * N + 4 * b * a * S   # one layer, one microbatch (fp32, flash)
+inp = 4 * N * h                           # a chunk's input: the received activation
+head = 4 * N * h + 8 * N                  # the last stage's final-norm output gradient + stats
+msg = 4 * N * h                           # one pp message
+check("A = 64Nh + 16N + 4baS per layer", A, 264192)
+check("4Nh + 2A: one microbatch on a 2-layer stage", inp + 2 * A, 544768)
+check("4Nh + 8N: the head's (last stage)", head, 16896)
+check("4Nh + A: one microbatch on a 1-layer chunk", inp + A, 280576)
+check("A: the plan's per-layer activations",
+      load("p2_1f1b")[0]["activations"]["per_layer_bytes"], A)
+
+# 1. gpipe and 1f1b
+for p in (2, 4):
+    Lr = L // p
+    for sched in ("gpipe", "1f1b"):
+        name = f"p{p}_{sched}"
+        pl = load(name)[0]["pipeline"]
+        check_frac(f"{name}: bubble simulated (p-1)/(m+p-1) of the step", pl["bubble_simulated"],
+                   Fr(p - 1, m + p - 1))
+        check_frac(f"{name}: bubble closed form", pl["bubble_closed_form"], Fr(p - 1, m + p - 1))
+        check_frac(f"{name}: bubble (p-1)/m of the ideal time", pl["bubble_vs_ideal_simulated"],
+                   Fr(p - 1, m))
+        held = [m if sched == "gpipe" else min(p - r, m) for r in range(p)]
+        check(f"{name}: held per rank ({'m' if sched == 'gpipe' else 'min(p-r, m)'})",
+              [s["held"] for s in pl["per_rank"]], held)
+        want = [held[r] * (inp + Lr * A + (head if r == p - 1 else 0)) for r in range(p)]
+        check(f"{name}: activations held x (4Nh + L_r A) (+ head)",
+              [s["activation_bytes"] for s in pl["per_rank"]], want)
+for sched in ("gpipe", "1f1b"):
+    pl = load(f"p2_{sched}")[0]["pipeline"]
+    check(f"p2_{sched}: idle, busy units per rank (p-1)(F+B+W), m(F+B+W)",
+          [(s["idle"], s["busy"]) for s in pl["per_rank"]], [(1 * 4, m * 4)] * 2)
+    check(f"p2_{sched}: messages act/grad per rank [m/0, 0/m]",
+          [(s["activations_sent"], s["gradients_sent"]) for s in pl["per_rank"]],
+          [(m, 0), (0, m)])
+check("p2_gpipe: timeline", timeline("p2_gpipe"), [
+    "rank 0: F0 F1 F2 F3 ............B0       B1       B2       B3         idle 20.0%",
+    "rank 1: ...F0 F1 F2 F3 B0       B1       B2       B3       .........  idle 20.0%"])
+check("p2_1f1b: timeline", timeline("p2_1f1b"), [
+    "rank 0: F0 F1 .........B0       F2 B1       F3 B2       ...B3         idle 20.0%",
+    "rank 1: ...F0 B0       F1 B1       F2 B2       F3 B3       .........  idle 20.0%"])
+
+# 2. interleaved, v 2
+p, v = 2, 2
+pl = load("p2_interleaved")[0]["pipeline"]
+check_frac("interleaved: bubble (p-1)/(vm) of the ideal time", pl["bubble_vs_ideal_simulated"],
+           Fr(p - 1, v * m))
+check_frac("interleaved: closed form", pl["bubble_vs_ideal_closed_form"], Fr(p - 1, v * m))
+check_frac("interleaved: bubble (p-1)/(vm+p-1) of the step", pl["bubble_simulated"],
+           Fr(p - 1, v * m + p - 1))
+held = [(p - r - 1) * 2 + (v - 1) * p + 1 for r in range(p)]
+check("interleaved: held (p-r-1)2 + (v-1)p + 1 pairs of L/(pv) layers",
+      [s["held"] for s in pl["per_rank"]], held)
+want = [held[r] * (inp + L // (p * v) * A) + (head if r == p - 1 else 0) for r in range(p)]
+check("interleaved: activations held x (4Nh + A) (+ head once)",
+      [s["activation_bytes"] for s in pl["per_rank"]], want)
+check("interleaved: idle chunk units per rank (p-1)(F+B+W)", [s["idle"] for s in pl["per_rank"]],
+      [(p - 1) * 4] * p)
+check("interleaved: busy chunk units per rank v m (F+B+W)", [s["busy"] for s in pl["per_rank"]],
+      [v * m * 4] * p)
+check("interleaved: timeline", timeline("p2_interleaved"), [
+    "rank 0: F0a F1a F0b F1b F2a ........B0b         F3a B1b         F2b B0a         F3b B1a         ....B2b         ....B3b         B2a         B3a           idle 11.1%",
+    "rank 1: ....F0a F1a F0b B0b         F1b B1b         F2a B0a         F3a B1a         F2b B2b         F3b B3b         B2a         B3a         ............  idle 11.1%"])
+check("interleaved: first layer of each chunk per rank",
+      [[c["first"] for c in s["layers"]] for s in pl["per_rank"]], [[0, 2], [1, 3]])
+check("interleaved: act/grad per rank", [(s["activations_sent"], s["gradients_sent"])
+      for s in pl["per_rank"]], [(2 * m, m), (m, 2 * m)])
+check("interleaved: messages sent per rank (2v-1)m",
+      [s["activations_sent"] + s["gradients_sent"] for s in pl["per_rank"]], [(2 * v - 1) * m] * p)
+
+# 3. zb-h1 beside 1f1b (F 1, B 2, W 1)
+zb, one = load("p2_zb")[0]["pipeline"], load("p2_1f1b")[0]["pipeline"]
+F, B, W = 1, 2, 1
+check("zb-h1: idle units per rank (p-1)(F+B-W)", [s["idle"] for s in zb["per_rank"]],
+      [(p - 1) * (F + B - W)] * p)
+check("1f1b: idle units per rank (p-1)(F+B+W)", [s["idle"] for s in one["per_rank"]],
+      [(p - 1) * (F + B + W)] * p)
+check_frac("zb-h1: bubble of the step", zb["bubble_simulated"],
+           Fr((p - 1) * (F + B - W), m * (F + B + W) + (p - 1) * (F + B - W)))
+check_frac("zb-h1: closed form", zb["bubble_closed_form"], Fr(1, 9))
+check_frac("zb-h1: bubble of the ideal time", zb["bubble_vs_ideal_simulated"], Fr(1, 8))
+check("zb-h1: held F..B min(p-r, m)", [s["held"] for s in zb["per_rank"]], [2, 1])
+check("zb-h1: held F..W", [s["held_until_w"] for s in zb["per_rank"]], [2, 2])
+Lr = L // p
+keep, dy = 4 * 16 * N * h, 4 * 9 * N * h  # per layer B -> W; B's first copy
+check("zb-h1: a layer keeps 16Nh x 4 from B to W", keep, 262144)
+check("zb-h1: a B copies 9Nh x 4 output gradients first", dy, 147456)
+check("step units: zb-h1 m(F+B+W) + (p-1)(F+B-W), 1f1b m(F+B+W) + (p-1)(F+B+W)",
+      [zb["step_time_units"], one["step_time_units"]], [16 + 2, 16 + 4])
+check("zb-h1: act/grad per rank [m/0, 0/m]", [(s["activations_sent"], s["gradients_sent"])
+      for s in zb["per_rank"]], [(m, 0), (0, m)])
+check("zb-h1: activations [2(4Nh + L_r A) + 36Nh, L_r 64Nh + 4Nh + L_r A + 36Nh]",
+      [s["activation_bytes"] for s in zb["per_rank"]],
+      [2 * (inp + Lr * A) + dy, Lr * keep + inp + Lr * A + dy])
+check("zb-h1: timeline", timeline("p2_zb"), [
+    "rank 0: F0 F1 ......B0    W0 F2 B1    W1 F3 B2    W2 B3    W3   idle 11.1%",
+    "rank 1: ...F0 B0    F1 B1    W0 F2 B2    W1 F3 B3    W2 W3 ...  idle 11.1%"])
+
+# 4. training: every rank measured == predicted; the wire
+def comm(rank, group, op):
+    return next(c for c in rank["comm"] if c["group"] == group and c["op"] == op)
+def p2p(name, key):  # per rank, the measured pp send/recv calls or payload_bytes, last step
+    return [int(comm(r, "pp", "send/recv")[key]["measured"]) for r in load(name)[1][-1]["ranks"]]
+for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1f1b"):
+    plan, steps = load(name)
+    pl = plan["pipeline"]
+    ranks = steps[-1]["ranks"]
+    check(f"{name}: activations measured per rank",
+          [r["memory"]["activations"]["measured"] for r in ranks],
+          [s["activation_bytes"] for s in pl["per_rank"]])
+    check(f"{name}: every category measured == predicted on every rank",
+          all(c["measured"] == c["predicted"] for r in ranks for k, c in r["memory"].items()
+              if k != "total"), True)
+    # the predicted total is the sum of the category peaks: an upper bound, met but by zb-h1
+    tot = [r["memory"]["total"] for r in ranks]
+    check(f"{name}: total measured {'<=' if name == 'p2_zb' else '=='} the sum of the peaks",
+          all(t["measured"] <= t["predicted"] if name == "p2_zb" else
+              t["measured"] == t["predicted"] for t in tot), True)
+    check(f"{name}: pp send/recv calls measured = the plan's exchanges", p2p(name, "calls"),
+          [s["exchanges"] for s in pl["per_rank"]])
+    check(f"{name}: pp send/recv payload = messages x N h 4", p2p(name, "payload_bytes"),
+          [(s["activations_sent"] + s["gradients_sent"]) * msg for s in pl["per_rank"]])
+    got, want = steps[0]["bubble_predicted"], pl["bubble_simulated"]
+    ok(f"{name}: step 1's (pred) = the plan's simulated bubble", abs(got - want) < 1e-9,
+       f"{got:.6g}" + ("" if abs(got - want) < 1e-9 else f" (want {want:.6g})"))
+_, steps = load("p2_1f1b")
+r0, r1 = steps[-1]["ranks"]
+check("p2_1f1b: stage 0 pp payload m N h 4", p2p("p2_1f1b", "payload_bytes")[0], m * N * h * 4)
+check("p2_1f1b: exchanges per rank", p2p("p2_1f1b", "calls"), [5, 5])
+check("p2_1f1b: embedding all-reduce V h 4 on both stages",
+      [int(comm(r, "embedding", "all-reduce")["payload_bytes"]["measured"]) for r in (r0, r1)],
+      [V * h * 4] * 2)
+check("p2_1f1b: embedding, pp, world all-reduce calls per rank",
+      [[int(comm(r, g, "all-reduce")["calls"]["measured"]) for g in ("embedding", "pp", "world")]
+       for r in (r0, r1)], [[1, 1, 1]] * 2)
+check("p2_1f1b: pp all-reduce (gradient norm) and world all-reduce (loss), bytes",
+      [[int(comm(r, g, "all-reduce")["payload_bytes"]["measured"]) for g in ("pp", "world")]
+       for r in (r0, r1)], [[4, 4]] * 2)
+for name, want in (("p2_gpipe", [7, 8]), ("p2_interleaved", [11, 11]), ("p2_zb", [5, 7]),
+                   ("p4_gpipe", [7, 9, 9, 8]), ("p4_1f1b", [7, 9, 9, 5])):
+    check(f"{name}: exchanges (send/recv calls) per rank", p2p(name, "calls"), want)
+check("p2_interleaved: pp payload per rank (2v-1) m N h 4", p2p("p2_interleaved", "payload_bytes"),
+      [(2 * v - 1) * m * msg] * 2)
+check("p4_1f1b: pp payload per rank [m, 2m, 2m, m] x N h 4", p2p("p4_1f1b", "payload_bytes"),
+      [k * m * msg for k in (1, 2, 2, 1)])
+
+# 5. equivalence: the same losses as one rank
+ref = [json.loads(l) for l in open(f"{work}/ref.jsonl")]
+for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1f1b"):
+    _, got = load(name)
+    worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(got, ref))
+    ok(f"{name}: {len(got)} losses equal one rank's", len(got) == len(ref) == 3 and worst <= 1e-6,
+       f"to {worst:.1e} (bound 1e-6)")
+
+# 6. the measured timeline runs the plan's lists
+for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1f1b"):
+    check(f"{name}: --trace's actions per rank in the plan's order",
+          compute_order(f"{work}/{name}.trace.json") ==
+          compute_order(f"{work}/{name}.plan_trace.json"), True)
+log = open(f"{work}/p2_1f1b.log").read()
+check("p2_1f1b: --print-schedule prints the measured timeline",
+      "timeline, measured (last step): 1f1b, p 2, m 4" in log, True)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY

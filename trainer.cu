@@ -170,11 +170,13 @@ int train(const Options& o, const World& w) {
   PipelineExecutor executor(plan.pipeline.schedule, pp_rank, &topo.pp(),
                             (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
                             o.train.bf16 ? DType::BF16 : DType::F32);
-  // Each world rank's pipeline stage, and the ranks of rank 0's pipeline in stage order.
-  std::vector<int> pp_rank_of(w.size), pipeline_ranks;
+  // Each world rank's pipeline stage and pipeline (its tp, cp, dp position), and the ranks
+  // of rank 0's pipeline in stage order.
+  std::vector<int> pp_rank_of(w.size), pipeline_of(w.size), pipeline_ranks;
   for (int r = 0; r < w.size; ++r) {
     const RankCoord c = topo.layout().coord_of(r);
     pp_rank_of[r] = c.pp;
+    pipeline_of[r] = c.tp + par.tensor_parallel * (c.cp + par.context_parallel * c.dp);
     if (c.tp == 0 && c.cp == 0 && c.dp == 0) pipeline_ranks.push_back(r);
   }
   ActionCosts costs = plan.pipeline.costs;  // the plan's units until a step was measured
@@ -258,6 +260,7 @@ int train(const Options& o, const World& w) {
         w.size > 1 ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of)
                    : std::vector<RankMetrics>{mine};
     if (!rank0) continue;
+    std::vector<RankMetrics> report_ranks = ranks;  // with their predicted bubble, below
     if (w.size > 1) {
       s.hardware_flops_all = 0;
       for (const RankMetrics& r : ranks) s.hardware_flops_all += r.hardware_flops;
@@ -266,10 +269,12 @@ int train(const Options& o, const World& w) {
     // previous step's measured costs (the plan's unit costs at step 1).
     std::vector<const RankMetrics*> pipeline;
     for (int r : pipeline_ranks) pipeline.push_back(&ranks[r]);
-    const Simulation measured = measured_timeline(plan.pipeline.schedule, pipeline);
+    const Simulation measured = measured_timeline(pipeline);
     if (pp > 1) {
+      const Simulation predicted = simulate(plan.pipeline.schedule, costs);
       s.bubble = measured.bubble;
-      s.bubble_predicted = simulate(plan.pipeline.schedule, costs).bubble;
+      s.bubble_predicted = predicted.bubble;
+      fill_bubbles(report_ranks, pipeline_of, pp_rank_of, predicted);
     }
     costs = measured_costs(plan.pipeline.schedule, pipeline);
     fill_rates(s, plan, peak);
@@ -281,7 +286,8 @@ int train(const Options& o, const World& w) {
     if (step == 1 || last || step % o.log_interval == 0)
       std::printf("%s\n", step_row(s).c_str());
     if (jsonl)
-      *jsonl << step_json(s, plan, w.rank, &step_comm, w.size > 1 ? &ranks : nullptr) << "\n"
+      *jsonl << step_json(s, plan, w.rank, &step_comm, w.size > 1 ? &report_ranks : nullptr)
+             << "\n"
              << std::flush;
     if (report) {
       std::printf("\n%s\n%s\n", memory_table(plan, w.rank, &s).c_str(),

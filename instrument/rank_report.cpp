@@ -1,6 +1,7 @@
 // instrument/rank_report.cpp: see rank_report.h.
 #include "instrument/rank_report.h"
 #include <algorithm>
+#include <map>
 #include "instrument/json.h"
 #include "instrument/report.h"
 #include "instrument/report_impl.h"
@@ -8,10 +9,23 @@
 
 namespace paralab {
 
-double RankMetrics::bubble() const {
+double RankMetrics::busy_seconds() const {
   double busy = 0;
   for (const ActionTiming& a : actions) busy += a.end - a.start;
-  return run_seconds > 0 ? (run_seconds - busy) / run_seconds : 0;
+  return busy;
+}
+
+void fill_bubbles(std::vector<RankMetrics>& ranks, const std::vector<int>& pipeline_of,
+                  const std::vector<int>& pp_rank_of, const Simulation& predicted) {
+  std::map<int, double> step;  // per pipeline: its longest run
+  for (const RankMetrics& r : ranks)
+    step[pipeline_of[r.rank]] = std::max(step[pipeline_of[r.rank]], r.run_seconds);
+  for (RankMetrics& r : ranks) {
+    const double t = step[pipeline_of[r.rank]];
+    r.bubble = t > 0 ? (t - r.busy_seconds()) / t : 0;
+    if (predicted.step_time > 0)
+      r.bubble_predicted = predicted.idle.at(pp_rank_of[r.rank]) / predicted.step_time;
+  }
 }
 
 namespace {
@@ -47,7 +61,8 @@ void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>&
     const RankPlan& rp = plan.ranks.at(r.rank);
     j.begin_object().field("rank", r.rank).field("pp_rank", rp.pp_rank);
     j.field("tp_rank", rp.tp_rank).field("dp_rank", rp.dp_rank);
-    if (!r.actions.empty()) j.field("bubble", r.bubble());
+    if (r.bubble >= 0) j.field("bubble", r.bubble);
+    if (r.bubble_predicted >= 0) j.field("bubble_predicted", r.bubble_predicted);
     j.field("hardware_flops", r.hardware_flops);
     j.key("memory").begin_object();
     for (int c = 0; c < kNumMemoryCategories; ++c) {
@@ -74,8 +89,7 @@ void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>&
   j.end_array();
 }
 
-Simulation measured_timeline(const Schedule& schedule,
-                             const std::vector<const RankMetrics*>& stages) {
+Simulation measured_timeline(const std::vector<const RankMetrics*>& stages) {
   Simulation sim;
   const size_t p = stages.size();
   sim.timing.resize(p);
@@ -96,7 +110,6 @@ Simulation measured_timeline(const Schedule& schedule,
   }
   sim.bubble = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
   sim.bubble_vs_ideal = busy > 0 ? idle / busy : 0;
-  (void)schedule;
   return sim;
 }
 

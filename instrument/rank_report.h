@@ -15,8 +15,8 @@
 // the run time of the pipeline; overall = sum of idle / (p x the longest run), as the
 // simulation defines it (parallel/pipeline_schedule.h).
 //
-// defines: RankMetrics, rank_memory_table, ranks_json, measured_timeline, measured_costs,
-//          measured_trace
+// defines: RankMetrics, rank_memory_table, ranks_json, measured_timeline, fill_bubbles,
+//          measured_costs, measured_trace
 #pragma once
 #include <array>
 #include <cstdint>
@@ -41,15 +41,22 @@ struct RankMetrics {
   // The pipeline executor's (parallel/pipeline_parallel.h), seconds from the rank's start.
   std::vector<ActionTiming> actions, exchanges;
   double run_seconds = 0;
-  double bubble() const;      // idle / run time
+  double busy_seconds() const;  // inside its actions
+  // Set on rank 0 by fill_bubbles (-1: none): its idle over its pipeline's step (the longest
+  // run of the ranks it exchanges with), and its stage's idle over the step in the schedule
+  // simulated with the measured costs.
+  double bubble = -1, bubble_predicted = -1;
 };
 
 std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& ranks);
 void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>& ranks);
 
 // stages: the ranks of one pipeline (one tp, dp position), in pp order.
-Simulation measured_timeline(const Schedule& schedule,
-                             const std::vector<const RankMetrics*>& stages);
+Simulation measured_timeline(const std::vector<const RankMetrics*>& stages);
+// Every rank's bubble, measured and predicted: pipeline_of[r] names world rank r's pipeline
+// (its tp, cp, dp position), pp_rank_of[r] its stage; predicted: the simulated schedule.
+void fill_bubbles(std::vector<RankMetrics>& ranks, const std::vector<int>& pipeline_of,
+                  const std::vector<int>& pp_rank_of, const Simulation& predicted);
 ActionCosts measured_costs(const Schedule& schedule,
                            const std::vector<const RankMetrics*>& stages);
 // The measured step as Chrome trace spans (instrument/timeline.h's writer): every action

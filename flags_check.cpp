@@ -240,11 +240,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
          ")");
   // zb-h1's W reads the inputs of the weight GEMMs as the layer kept them (model/layer.h,
-  // BackwardPart): sequence parallelism would all-gather them again, recompute drops them.
+  // BackwardPart): recompute drops them.
   if (p.pipeline_parallel > 1 && p.pipeline_schedule == PipelineSchedule::ZB_H1 && !o.plan) {
-    if (p.sequence_parallel)
-      fail("--pipeline-schedule zb-h1 does not train with --sequence-parallel (its W would "
-           "all-gather the layer inputs again); use 1f1b or interleaved");
     if (m.recompute.granularity != Recompute::Granularity::NONE)
       fail("--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
            "the kept layer inputs); use 1f1b or interleaved");

@@ -294,18 +294,22 @@ void plan_pipeline(Plan& plan) {
   const int64_t head_bytes = sum_bytes(plan.head_activations);
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
   // zb-h1 (model/layer.h, BackwardPart): from B to W a layer keeps its four linears' inputs
-  // (norm1.out, attn.ctx, norm2.out, mlp.act) and output gradients (N x qkv_l, h, fc1_l, h).
+  // (norm1.out, attn.ctx, norm2.out, mlp.act; with sp the norms' all-gathered N h copies
+  // instead of their N_l h rows) and output gradients (N x qkv_l, h, fc1_l, h).
   const bool split = splits_backward(pp.shape.kind);
-  // Inside a B the first layer it runs (the chunk's last) copies its four output gradients
-  // before it frees anything: the peak of a B is the bytes held before it + dy_bytes.
+
+  // dy_bytes: what a layer's B makes for W (the four output gradients' copies, with sp the
+  // gathered inputs) before it frees anything.
   int64_t w_bytes = 0, dy_bytes = 0;
   if (split) {
     const LocalSizes l = local_sizes(m, B, tp, plan.sequence_parallel);
+    const bool sp = plan.sequence_parallel;
     for (const ActivationTensor& x : plan.layer_activations)
-      if (x.name == "norm1.out" || x.name == "attn.ctx" || x.name == "norm2.out" ||
-          x.name == "mlp.act")
+      if (x.name == "attn.ctx" || x.name == "mlp.act" ||
+          (!sp && (x.name == "norm1.out" || x.name == "norm2.out")))
         w_bytes += x.bytes();
-    dy_bytes = l.N * (l.qkv + h + l.fc1 + h) * act;
+    const int64_t gathered = sp ? 2 * l.N * h * act : 0;  // made during B, like the copies
+    dy_bytes = l.N * (l.qkv + h + l.fc1 + h) * act + gathered;
     w_bytes += dy_bytes;
   }
 
@@ -363,9 +367,16 @@ void plan_pipeline(Plan& plan) {
       if (a.type == ActionType::B)
         peak_bytes = std::max(peak_bytes, held_bytes - chunk + cb.backward_peak);
       if (a.type == ActionType::F) held_bytes += chunk;
-      if (a.type == ActionType::B && split && st.chunk_layers[a.chunk] > 0)  // (the head's
-        peak_bytes = std::max(peak_bytes,  // backward frees its tensors before the layers')
-                              held_bytes + dy_bytes - (a.stage == S - 1 ? head_bytes : 0));
+      // A split B goes down its layers: the head's backward frees its tensors first; each
+      // layer makes its copies (dy_bytes) and then frees all but what W reads, a change of
+      // w_bytes - A per layer (positive with sp, where W keeps the gathered N h inputs): the
+      // peak is at the first layer or the last.
+      if (a.type == ActionType::B && split && st.chunk_layers[a.chunk] > 0) {
+        const int64_t change = w_bytes - plan.activation_bytes_per_layer;
+        const int64_t before_last = std::max<int64_t>(0, (st.chunk_layers[a.chunk] - 1) * change);
+        peak_bytes = std::max(peak_bytes, held_bytes - (a.stage == S - 1 ? head_bytes : 0) +
+                                              before_last + dy_bytes);
+      }
       if (a.type == ActionType::B) held_bytes -= chunk - w_part;
       if (a.type == ActionType::W) held_bytes -= w_part;
       peak_bytes = std::max(peak_bytes, held_bytes);

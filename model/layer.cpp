@@ -251,9 +251,11 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     keep.allocate(dev, n, Category::ACTIVATIONS);
     kernels::memcpy_device(dev, keep.data(), dy, n * sizeof(T));
   };
-  if (split && (tp.sequence_parallel || rc.selective() || rc.full()))
-    throw std::logic_error("layer_backward: a split backward needs no sequence parallelism "
-                           "and no recompute");
+  if (split && (rc.selective() || rc.full()))
+    throw std::logic_error("layer_backward: a split backward needs the kept inputs: no recompute");
+  // With sp a column-parallel input is all-gathered for its GEMMs: W keeps that gathered copy
+  // (N rows) instead of the rank's N_l rows, so it needs no second all-gather.
+  Buffer<T> qkv_in, fc1_in;
 
   // ---- MLP block: selective recompute first (norm2 from x_mid, then fc1 and the
   //      activation from norm2's output), the same kernels on the same inputs as forward
@@ -282,6 +284,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   // with sp the saved input is this rank's tokens only: gather it again for dW
   const T* u2 = u2_kept ? u2_kept
                         : tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
+  if (split && tp.sequence_parallel) defer(fc1_in, u2, (size_t)N * h);
   if (split) defer(a.d_fc1, ws.dfc1.data(), (size_t)N * m.fc1_size());
   column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
                            ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
@@ -307,6 +310,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   if (rc.recompute_norm())  // norm1 again, from the layer input
     norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
+  if (split && tp.sequence_parallel) defer(qkv_in, u, (size_t)N * h);
   if (split) defer(a.d_qkv, ws.qkv.data(), (size_t)N * m.qkv_size());
   column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.qkv_w, g.qkv_b,
                            ws.qkv.data(), u, w.qkv_w, N, h, m.qkv_size());
@@ -318,11 +322,12 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     a = LayerActivations<T>();  // release this microbatch's saved tensors
     return;
   }
-  // B of a split backward: keep the linears' inputs and output gradients for W
+  // B of a split backward: keep the linears' inputs (norm1_out and norm2_out: all N rows,
+  // the gathered copies, with sp) and output gradients for W
   LayerActivations<T> keep;
-  keep.norm1_out = std::move(a.norm1_out);
+  keep.norm1_out = tp.sequence_parallel ? std::move(qkv_in) : std::move(a.norm1_out);
   keep.ctx = std::move(a.ctx);
-  keep.norm2_out = std::move(a.norm2_out);
+  keep.norm2_out = tp.sequence_parallel ? std::move(fc1_in) : std::move(a.norm2_out);
   keep.act_out = std::move(a.act_out);
   keep.d_qkv = std::move(a.d_qkv);
   keep.d_proj = std::move(a.d_proj);
@@ -337,7 +342,7 @@ void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivat
   const TensorParallel& tp = c.tp;
   const int N = c.B * m.seq_length, h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
-  // without sequence parallelism every linear's input is the saved tensor itself
+  // every linear's input as B kept it: all N rows (with sp the gathered norm outputs)
   linear_weight_backward(tp, g.fc2_w, (T*)nullptr, a.d_fc2.data(), a.act_out.data(), N, m.ffn(), h);
   linear_weight_backward(tp, g.fc1_w, g.fc1_b, a.d_fc1.data(), a.norm2_out.data(), N, h,
                          m.fc1_size());

@@ -68,8 +68,9 @@ struct LayerActivations {
 // What a layer's backward computes: all of it, or a split schedule's two halves
 // (parallel/pipeline_schedule.h, zb-h1): INPUT_GRAD is B, the input gradient (and the
 // norms' and the row-parallel biases' gradients, vector work on tensors at hand); its
-// weight GEMMs are left for WEIGHT_GRAD, W (layer_weight_backward). Not with sequence
-// parallelism (W would all-gather the inputs again) or recompute (W reads the kept inputs).
+// weight GEMMs are left for WEIGHT_GRAD, W (layer_weight_backward). With sequence
+// parallelism B keeps the all-gathered qkv and fc1 inputs (N rows), so W communicates
+// nothing. Not with recompute (W reads the kept inputs).
 enum class BackwardPart { ALL, INPUT_GRAD };
 
 // Scratch shared by all layers of one microbatch; sizes in notes/model.md ("Workspace").

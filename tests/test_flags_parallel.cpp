@@ -49,9 +49,6 @@ TEST(Flags, PipelineSchedules) {
        "--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size "
        "(12) / (--micro-batch-size (4) x data-parallel size (1)) = 3, to be a multiple of "
        "--pp (2)"},
-      {{"--pp", "2", "--tp", "2", "--sequence-parallel", "--pipeline-schedule", "zb-h1"}, 4,
-       "--pipeline-schedule zb-h1 does not train with --sequence-parallel (its W would "
-       "all-gather the layer inputs again); use 1f1b or interleaved"},
       {{"--pp", "2", "--pipeline-schedule", "zb-h1", "--recompute-granularity", "selective"}, 2,
        "--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
        "the kept layer inputs); use 1f1b or interleaved"},

@@ -34,7 +34,7 @@ run() {  # name, ranks, flags...
 check() {  # name, reference name, ranks, flags...
   local name=$1 ref=$2 np=$3; shift 3
   case "$name" in *"$filter"*) ;; *) return ;; esac
-  if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" \
+  if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" --rtol "${RTOL:-1e-5}" \
        "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
     passed=$((passed + 1)); echo "ok    $name: $result"
   else
@@ -90,10 +90,21 @@ for zero in 1 2 3; do
     --pipeline-schedule zb-h1 --global-batch-size 8 --micro-batch-size 1 --zero-stage "$zero" \
     --ddp-bucket-size 5000 --overlap-grad-reduce
 done
+# --no-fused-ce: the last stage keeps every held microbatch's logits; --bf16 storage (its
+# messages are bf16; sums round in another order: bf16's bound)
+check "gpt-pp2-gpipe-unfused" "$(ref gpt 8 2)" 2 $gpt $common --pp 2 --pipeline-schedule gpipe \
+  --global-batch-size 8 --micro-batch-size 2 --no-fused-ce
+[ -f "$work/gpt-ref-bf16.bin" ] || run "gpt-ref-bf16" 1 $gpt $common --global-batch-size 8 \
+  --micro-batch-size 2 --bf16
+RTOL=2e-2 check "gpt-pp2-interleaved-bf16" "gpt-ref-bf16" 2 $gpt $common --pp 2 --vpp 2 \
+  --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 2 --bf16
 # selective recompute under a pipeline: bit-identical to the run without, as on one rank
 check "gpt-pp2-interleaved-selective" "$(ref gpt 8 2)" 2 $gpt $common --pp 2 --vpp 2 \
   --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 2 \
   --recompute-granularity selective --recompute-modules core_attn mlp norm
+# zb-h1 with tensor and sequence parallelism: W reads the all-gathered inputs B kept
+check "gpt-pp2-zb-h1-tp2-sp" "$(ref gpt 8 2)" 4 $gpt $common --pp 2 --tp 2 --sequence-parallel \
+  --pipeline-schedule zb-h1 --global-batch-size 8 --micro-batch-size 2
 # pp 2 x tp 2 x dp 2 on 8 ranks, ZeRO 1, with and without sequence parallelism
 for sp in "" "--sequence-parallel"; do
   check "gpt-pp2-tp2-dp2-zero1${sp:+-sp}" "$(ref gpt 8 2)" 8 $gpt $common --pp 2 --tp 2 $sp \

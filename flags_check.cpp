@@ -240,12 +240,11 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
          ")");
   // zb-h1's W reads the inputs of the weight GEMMs as the layer kept them (model/layer.h,
-  // BackwardPart): recompute drops them.
-  if (p.pipeline_parallel > 1 && p.pipeline_schedule == PipelineSchedule::ZB_H1 && !o.plan) {
-    if (m.recompute.granularity != Recompute::Granularity::NONE)
-      fail("--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
-           "the kept layer inputs); use 1f1b or interleaved");
-  }
+  // BackwardPart): selective mlp and norm drop fc1's activation and the norms' outputs.
+  if (p.pipeline_parallel > 1 && p.pipeline_schedule == PipelineSchedule::ZB_H1 && !o.plan &&
+      (m.recompute.recompute_mlp() || m.recompute.recompute_norm()))
+    fail("--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
+         "reads the outputs they drop); use core_attn, full recompute, or 1f1b");
   // Load-balanced ring attention gives each cp rank two of 2 cp chunks of a sequence.
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     fail("--seq-length (", m.seq_length, ") must be divisible by 2 x --cp (", cp, ") = ", 2 * cp);

@@ -335,7 +335,8 @@ void plan_pipeline(Plan& plan) {
       chunk_groups.push_back(m.recompute.full_groups(n));
       chunk_bytes.push_back(chunk_activations(
           chunk_groups.back(), s == 0 ? embedding_bytes : pp.message_bytes,
-          plan.activation_bytes_per_layer, layer_output_bytes(plan), s == S - 1 ? head_bytes : 0));
+          plan.activation_bytes_per_layer, layer_output_bytes(plan), s == S - 1 ? head_bytes : 0,
+          dy_bytes, w_bytes, split));
       st.chunk_activation_bytes.push_back(chunk_bytes.back().kept);
     }
     st.unit_begin = stage_units(m, tp, slice);
@@ -361,24 +362,16 @@ void plan_pipeline(Plan& plan) {
     int64_t held_bytes = 0, peak_bytes = 0;
     for (const Action& a : pp.schedule.ranks[r]) {
       const int64_t chunk = st.chunk_activation_bytes[a.chunk];
-      const int64_t w_part = split ? st.chunk_layers[a.chunk] * w_bytes : 0;
       const ChunkActivations& cb = chunk_bytes[a.chunk];
-      if (a.type == ActionType::F) peak_bytes = std::max(peak_bytes, held_bytes + cb.forward_peak);
-      if (a.type == ActionType::B)
+      if (a.type == ActionType::F) {
+        peak_bytes = std::max(peak_bytes, held_bytes + cb.forward_peak);
+        held_bytes += chunk;
+      } else if (a.type == ActionType::B) {
         peak_bytes = std::max(peak_bytes, held_bytes - chunk + cb.backward_peak);
-      if (a.type == ActionType::F) held_bytes += chunk;
-      // A split B goes down its layers: the head's backward frees its tensors first; each
-      // layer makes its copies (dy_bytes) and then frees all but what W reads, a change of
-      // w_bytes - A per layer (positive with sp, where W keeps the gathered N h inputs): the
-      // peak is at the first layer or the last.
-      if (a.type == ActionType::B && split && st.chunk_layers[a.chunk] > 0) {
-        const int64_t change = w_bytes - plan.activation_bytes_per_layer;
-        const int64_t before_last = std::max<int64_t>(0, (st.chunk_layers[a.chunk] - 1) * change);
-        peak_bytes = std::max(peak_bytes, held_bytes - (a.stage == S - 1 ? head_bytes : 0) +
-                                              before_last + dy_bytes);
+        held_bytes += cb.after_backward - chunk;
+      } else {
+        held_bytes -= cb.after_backward;  // W
       }
-      if (a.type == ActionType::B) held_bytes -= chunk - w_part;
-      if (a.type == ActionType::W) held_bytes -= w_part;
       peak_bytes = std::max(peak_bytes, held_bytes);
       for (const Message& msg : a.sends)
         ++(msg.kind == Message::ACTIVATION ? st.activations_sent : st.gradients_sent);

@@ -114,7 +114,8 @@ KorthikantiCheck korthikanti_check_recompute(const Plan& plan) {
 }
 
 ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int64_t layer,
-                                   int64_t out, int64_t head) {
+                                   int64_t out, int64_t head, int64_t w_copies, int64_t w_keep,
+                                   bool split) {
   const int n = (int)g.size();
   auto top = [&](int i) { return i + 1 == n || g[i + 1] != g[i]; };  // a group's last layer
   ChunkActivations c;
@@ -132,7 +133,8 @@ ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int
   c.forward_peak = std::max(peak, cur);
   c.kept = cur;
   // backward: the head first; at a group's last layer its forward again (the stored output
-  // is made anew in place), then every layer frees all of its tensors
+  // is made anew in place), then every layer frees all of its tensors (split: makes its
+  // copies for W first, and keeps w_keep)
   cur -= head;
   peak = c.kept;
   for (int i = n - 1; i >= 0; --i) {
@@ -140,9 +142,15 @@ ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int
       for (int j = i; j >= 0 && g[j] == g[i]; --j) cur += j == i ? layer - out : layer;
       peak = std::max(peak, cur);
     }
+    if (split) {
+      cur += w_copies;
+      peak = std::max(peak, cur);
+      cur += w_keep - w_copies;
+    }
     cur -= layer;
   }
   c.backward_peak = peak;
+  c.after_backward = split ? cur - input : 0;  // the input goes at the end of a split B
   return c;
 }
 

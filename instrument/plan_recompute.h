@@ -77,13 +77,17 @@ KorthikantiCheck korthikanti_check_recompute(const Plan& plan);
 // One (microbatch, chunk) of `groups.size()` layers (groups: Recompute::full_groups, all -1
 // without full recompute): input (its first layer's input, kept), layer (one layer's saved
 // tensors), out (a layer's output, N_l h), head (the head's, on the last model stage; 0
-// elsewhere). Bytes relative to what was alive before its forward.
+// elsewhere). A split backward (zb-h1's B, model/layer.h BackwardPart) makes w_copies bytes
+// per layer for W before it frees the layer's tensors but w_keep. Bytes relative to what
+// was alive before its forward.
 struct ChunkActivations {
-  int64_t kept = 0;           // from the end of its forward to its backward
-  int64_t forward_peak = 0;   // the most alive during its forward
-  int64_t backward_peak = 0;  // the most alive during its backward
+  int64_t kept = 0;            // from the end of its forward to its backward
+  int64_t forward_peak = 0;    // the most alive during its forward
+  int64_t backward_peak = 0;   // the most alive during its backward (B)
+  int64_t after_backward = 0;  // split: kept from B to W (every layer's w_keep)
 };
 ChunkActivations chunk_activations(const std::vector<int>& groups, int64_t input, int64_t layer,
-                                   int64_t out, int64_t head);
+                                   int64_t out, int64_t head, int64_t w_copies = 0,
+                                   int64_t w_keep = 0, bool split = false);
 
 }  // namespace paralab

@@ -251,8 +251,9 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     keep.allocate(dev, n, Category::ACTIVATIONS);
     kernels::memcpy_device(dev, keep.data(), dy, n * sizeof(T));
   };
-  if (split && (rc.selective() || rc.full()))
-    throw std::logic_error("layer_backward: a split backward needs the kept inputs: no recompute");
+  if (split && (rc.recompute_mlp() || rc.recompute_norm()))
+    throw std::logic_error("layer_backward: a split backward reads what selective mlp and "
+                           "norm recompute drop");
   // With sp a column-parallel input is all-gathered for its GEMMs: W keeps that gathered copy
   // (N rows) instead of the rank's N_l rows, so it needs no second all-gather.
   Buffer<T> qkv_in, fc1_in;

@@ -70,7 +70,8 @@ struct LayerActivations {
 // norms' and the row-parallel biases' gradients, vector work on tensors at hand); its
 // weight GEMMs are left for WEIGHT_GRAD, W (layer_weight_backward). With sequence
 // parallelism B keeps the all-gathered qkv and fc1 inputs (N rows), so W communicates
-// nothing. Not with recompute (W reads the kept inputs).
+// nothing. Not with selective mlp or norm recompute (W reads fc1's activation and the
+// norms' outputs, which those drop); full recompute makes them again before B.
 enum class BackwardPart { ALL, INPUT_GRAD };
 
 // Scratch shared by all layers of one microbatch; sizes in notes/model.md ("Workspace").

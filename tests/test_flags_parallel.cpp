@@ -49,9 +49,10 @@ TEST(Flags, PipelineSchedules) {
        "--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size "
        "(12) / (--micro-batch-size (4) x data-parallel size (1)) = 3, to be a multiple of "
        "--pp (2)"},
-      {{"--pp", "2", "--pipeline-schedule", "zb-h1", "--recompute-granularity", "selective"}, 2,
-       "--pipeline-schedule zb-h1 does not train with --recompute-granularity (its W reads "
-       "the kept layer inputs); use 1f1b or interleaved"},
+      {{"--pp", "2", "--pipeline-schedule", "zb-h1", "--recompute-granularity", "selective",
+        "--recompute-modules", "core_attn", "mlp"}, 2,
+       "--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
+       "reads the outputs they drop); use core_attn, full recompute, or 1f1b"},
       {{"--pp", "2", "--layers", "4", "--vpp", "2", "--pipeline-schedule", "zb-h1"}, 2,
        "--pipeline-schedule zb-h1 takes no virtual stages, got 2 (use --pipeline-schedule "
        "interleaved)"},

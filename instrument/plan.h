@@ -94,6 +94,8 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t total_at_recompute = 0;
   // Full recompute (one stage): the peak of the total, replayed by phase (plan.cpp); 0 else.
   int64_t total_full_recompute = 0;
+  // A pipeline stage: the peak of the total replayed over its actions (plan_parallel.cpp).
+  int64_t total_stage = 0;
   int64_t at(int category) const;  // by ledger Category index
   // The peak of the total: the sum of the categories but recompute (all live at the end of
   // forward), or total_at_recompute when larger; with full recompute on one stage, the

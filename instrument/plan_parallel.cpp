@@ -257,6 +257,59 @@ std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions,
   return c;
 }
 
+// The peak of a stage's total, replayed over its actions (model/transformer.cpp's order):
+// the model states and comm buffers at their peaks throughout; per phase of each action the
+// activations held then, the logits alive then and the workspace's transients:
+//   F, layers      held + the chunk's layers' peak, [selective recompute], the forward's
+//                  tokens (model stage 0) and targets (the last), older unfused logits
+//   F, head        held + the chunk kept, the loss's logits (fused: one chunk; unfused:
+//                  this microbatch's beside the older ones)
+//   B, head        unfused: held, d(xf) and the bf16 copy of the logits' gradient
+//   B, layers      held - kept + the chunk's backward peak, [selective recompute]
+//   B, embedding   the tokens again
+// Exact where the replay's order is the code's; ZeRO-2/3's transients stay at their peaks.
+int64_t stage_total_peak(const std::vector<Action>& actions,
+                         const std::vector<ChunkActivations>& chunks, const MemoryPlan& mem,
+                         int S, const ModelConfig& m, int B, bool bf16, int tp, bool sp, int act,
+                         int64_t grad_recv) {
+  const int64_t base = mem.params + mem.grads + mem.master_params + mem.optimizer_states +
+                       mem.comm_buffers;
+  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t N = l.N, common = w.common + grad_recv;
+  const int64_t unfused_logits = m.fused_cross_entropy ? 0 : N * l.vocab * 4;
+  const int64_t loss_logits = logits_bytes(m, B, bf16, tp);  // the loss's, while it runs
+  const int64_t dxf = m.fused_cross_entropy ? 0 : N * m.hidden_size * act;
+  int64_t held = 0, peak = 0, logits_held = 0;
+  for (const Action& a : actions) {
+    const ChunkActivations& c = chunks.at(a.chunk);
+    const bool first = a.stage == 0, last = a.stage == S - 1;
+    const int64_t tokens = first ? 4 * N : 0, targets = last ? 4 * N : 0;
+    if (a.type == ActionType::F) {
+      peak = std::max(peak, base + common + tokens + targets + held + c.layers_peak +
+                                mem.recompute + logits_held);
+      if (last)
+        peak = std::max(peak, base + common + tokens + targets + held + c.kept +
+                                  (m.fused_cross_entropy ? loss_logits
+                                                         : logits_held + unfused_logits));
+      held += c.kept;
+      if (last) logits_held += unfused_logits;
+    } else if (a.type == ActionType::B) {
+      if (last && !m.fused_cross_entropy)
+        peak = std::max(peak, base + common + dxf + held + logits_held +
+                                  (bf16 ? N * l.vocab * 2 : 0));
+      if (last) logits_held -= unfused_logits;
+      peak = std::max(peak, base + common + held - c.kept + c.backward_peak + mem.recompute +
+                                logits_held);
+      held += c.after_backward - c.kept;
+      if (first) peak = std::max(peak, base + common + tokens + held + logits_held);
+    } else {
+      held -= c.after_backward;
+    }
+  }
+  return peak;
+}
+
 void add_entry(std::vector<CommPlanEntry>& out, CommGroup g, CommOp op, int n, int64_t calls,
                int64_t payload) {
   if (calls > 0) out.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
@@ -408,8 +461,9 @@ void plan_pipeline(Plan& plan) {
     mem.workspace =
         workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding, st.head).peak() +
         (st.head && v == 1 ? 0 : pp.message_bytes);
-    // (an upper bound here: it assumes the head's tensors are not among the held ones)
-    mem.total_at_recompute = total_at_recompute(plan, mem);
+    mem.total_stage = stage_total_peak(pp.schedule.ranks[r], chunk_bytes, mem, S, m, B, t.bf16,
+                                       tp, plan.sequence_parallel, act,
+                                       st.head && v == 1 ? 0 : pp.message_bytes);
 
     // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
     // matmuls, the head's on the last stage, and the recomputed forwards of its layers.

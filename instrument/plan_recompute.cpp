@@ -129,6 +129,7 @@ ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int
     if (i > 0 && g[i - 1] == g[i]) cur -= layer;
     if (top(i)) cur -= layer - out;
   }
+  c.layers_peak = peak;
   cur += head;
   c.forward_peak = std::max(peak, cur);
   c.kept = cur;

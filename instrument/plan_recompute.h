@@ -83,6 +83,7 @@ KorthikantiCheck korthikanti_check_recompute(const Plan& plan);
 struct ChunkActivations {
   int64_t kept = 0;            // from the end of its forward to its backward
   int64_t forward_peak = 0;    // the most alive during its forward
+  int64_t layers_peak = 0;     // the same before the head (its loss) runs
   int64_t backward_peak = 0;   // the most alive during its backward (B)
   int64_t after_backward = 0;  // split: kept from B to W (every layer's w_keep)
 };

@@ -220,16 +220,18 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
              measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
   t += row("total (peak)", (double)rp.memory.total(),
            measured ? (double)measured->peak_memory_bytes : 0,
-           rp.memory.total_full_recompute > 0
+           rp.memory.total_stage > 0
+               ? "predicted: the largest total over this stage's actions, replayed (the "
+                 "categories do not peak together; ZeRO-3's gathers at their peak)"
+           : rp.memory.total_full_recompute > 0
                ? "predicted: the largest total of the microbatch's phases (the head's loss, "
                  "the layers' forward, the layers' backward with a group made again)"
            : rp.memory.recompute > 0
                ? "predicted: the larger of the category peaks but recompute (they coincide as "
                  "backward starts) and the total inside the last layer, when recompute peaks"
                : "predicted: sum of the category peaks, an upper bound (they coincide as "
-                 "backward starts, except ZeRO-3 gathers, --no-fused-ce's backward "
-                 "transients, and pipelines whose activations peak inside a backward: zb-h1, "
-                 "full recompute)");
+                 "backward starts, except ZeRO-3 gathers and --no-fused-ce's backward "
+                 "transients)");
   return t + korthikanti_line(plan) + recompute_line(plan);
 }
 

@@ -5,14 +5,7 @@
 # batch, to 1e-5 relative over 5 steps (fp32, CPU backend, MPI ranks).
 #
 # usage: tests/mpi/equivalence.sh ./trainer [filter]   (filter: substring of a case name)
-set -uo pipefail
-trainer=${1:?usage: equivalence.sh ./trainer [filter]}
-filter=${2:-}
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
+source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, check, finish
 
 # A small model of each family; 5 steps; the global batch is 8 sequences. --adam-eps 1e-4:
 # gpt's key biases have an exactly zero gradient (softmax is shift-invariant per query), so
@@ -22,28 +15,6 @@ passed=0; failed=0
 gpt="--arch gpt --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64"
 llama="--arch llama --num-layers 2 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 48 --seq-length 16 --vocab-size 64"
 common="--adam-eps 1e-4 --train-iters 5 --global-batch-size 8 --lr 1e-2 --min-lr 1e-3 --lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1"
-
-run() {  # name, ranks, flags...
-  local name=$1 np=$2; shift 2
-  if [ "$np" -eq 1 ]; then
-    "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" --save "$work/$name.bin" > "$work/$name.log" 2>&1
-  else
-    timeout 300 mpirun -np "$np" "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" \
-      --save "$work/$name.bin" > "$work/$name.log" 2>&1
-  fi
-}
-
-check() {  # name, reference name, ranks, flags...   (RTOL overrides 1e-5)
-  local name=$1 ref=$2 np=$3; shift 3
-  case "$name" in *"$filter"*) ;; *) return ;; esac
-  if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" --rtol "${RTOL:-1e-5}" \
-       "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
-    passed=$((passed + 1)); echo "ok    $name: $result"
-  else
-    failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"
-  fi
-  result=""
-}
 
 for arch in gpt llama; do
   model=${!arch}
@@ -98,5 +69,4 @@ for zero in 0 1 2 3; do
   RTOL=2e-2 check "llama-bf16-dp2-zero$zero" "llama-bf16-ref" 2 $llama $common --bf16 \
     --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
 done
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

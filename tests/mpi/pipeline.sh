@@ -7,41 +7,12 @@
 # (compare_runs.py reads each rank from --metrics-jsonl's "ranks").
 #
 # usage: tests/mpi/pipeline.sh ./trainer [filter]   (filter: substring of a case name)
-set -uo pipefail
-trainer=${1:?usage: pipeline.sh ./trainer [filter]}
-filter=${2:-}
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
+source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, check, finish
 
 # 8 layers: 4 stages x 2 chunks each under interleaving. --adam-eps 1e-4: see equivalence.sh.
 gpt="--arch gpt --num-layers 8 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64"
 llama="--arch llama --num-layers 8 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 48 --seq-length 16 --vocab-size 64"
 common="--adam-eps 1e-4 --train-iters 5 --lr 1e-2 --min-lr 1e-3 --lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1"
-
-run() {  # name, ranks, flags...
-  local name=$1 np=$2; shift 2
-  if [ "$np" -eq 1 ]; then
-    "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" --save "$work/$name.bin" > "$work/$name.log" 2>&1
-  else
-    timeout 300 mpirun -np "$np" "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" \
-      --save "$work/$name.bin" > "$work/$name.log" 2>&1
-  fi
-}
-
-check() {  # name, reference name, ranks, flags...
-  local name=$1 ref=$2 np=$3; shift 3
-  case "$name" in *"$filter"*) ;; *) return ;; esac
-  if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" --rtol "${RTOL:-1e-5}" \
-       "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
-    passed=$((passed + 1)); echo "ok    $name: $result"
-  else
-    failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"
-  fi
-  result=""
-}
 
 # The reference: one rank, the same global batch in the same microbatches (gradients
 # accumulate in the same order; llama's first norm gradient changes by ~3e-5 between one
@@ -110,5 +81,4 @@ for sp in "" "--sequence-parallel"; do
   check "gpt-pp2-tp2-dp2-zero1${sp:+-sp}" "$(ref gpt 8 2)" 8 $gpt $common --pp 2 --tp 2 $sp \
     --global-batch-size 8 --micro-batch-size 2 --zero-stage 1 --ddp-bucket-size 5000
 done
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

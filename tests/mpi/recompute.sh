@@ -7,25 +7,12 @@
 # recomputed forwards' collectives and ZeRO-3 gathers included.
 #
 # usage: tests/mpi/recompute.sh ./trainer [filter]   (filter: substring of a case name)
-set -uo pipefail
-trainer=${1:?usage: recompute.sh ./trainer [filter]}
-filter=${2:-}
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OPENBLAS_NUM_THREADS=1
-passed=0; failed=0
+source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, check, finish
 
 # gpt with both dropouts (the masks must come back the same), naive attention (selective
 # core_attn then drops the S x S probabilities); 4 layers: 2 per stage, 1 per chunk.
 gpt="--arch gpt --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 --hidden-dropout 0.1 --attention-dropout 0.1 --attention naive"
 common="--adam-eps 1e-4 --train-iters 4 --lr 1e-2 --min-lr 1e-3 --lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1 --global-batch-size 8"
-
-run() {  # name, ranks, flags...
-  local name=$1 np=$2; shift 2
-  timeout 300 mpirun -np "$np" "$trainer" "$@" --metrics-jsonl "$work/$name.jsonl" \
-    --save "$work/$name.bin" > "$work/$name.log" 2>&1
-}
 
 declare -A parallel=(
   [tp2-sp]="2 --tp 2 --sequence-parallel --micro-batch-size 4"
@@ -49,17 +36,9 @@ for par in tp2-sp pp2-1f1b pp2-interleaved dp2-zero3 pp2-zb-h1-tp2-sp; do
   run "$ref" "$np" $gpt $common $flags || { echo "FAIL  $ref: run failed"; tail -5 "$work/$ref.log"; failed=$((failed + 1)); continue; }
   for option in "${options[@]}"; do
     name="$par-${option%%:*}"
-    case "$name" in *"$filter"*) ;; *) continue ;; esac
     # zb-h1's W reads what selective mlp and norm drop (refused, one line)
     case "$name" in *zb-h1*selective-all) continue ;; esac
-    if run "$name" "$np" $gpt $common $flags ${option#*:} && result=$(python3 "$here/compare_runs.py" \
-         --rtol 0 "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
-      passed=$((passed + 1)); echo "ok    $name: $result"
-    else
-      failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"
-    fi
-    result=""
+    RTOL=0 check "$name" "$ref" "$np" $gpt $common $flags ${option#*:}
   done
 done
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -118,13 +118,25 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     return strprintf("zero %d: shard of %s elements, 1/%d", z,
                format_si((double)d.state_numel).c_str(), plan.dp);
   const ModelConfig& m = plan.model;
+  if (c == 4 && m.recompute.full())
+    return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
+                     "groups' outputs; backward makes one group again (%s MiB a layer)",
+                     piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
+                                       schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
+                                       rp.microbatches_held).c_str()
+                           : "",
+                     m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
+                     m.recompute.num_layers, format_mib(plan.activation_bytes_per_layer).c_str());
   if (piped && c == 4) {
     const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
     const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
                                                                     : " + head";
-    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)",
+    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)%s",
                schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
-               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head);
+               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head,
+               splits_backward(plan.pipeline.shape.kind)
+                   ? "; from B to W a layer keeps its linears' inputs and output gradients"
+                   : "");
   }
   if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
   switch (c) {

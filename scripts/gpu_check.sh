@@ -7,7 +7,9 @@
 #   3. training: the tiny model for 20 steps with --device cpu and --device cuda, for
 #      --arch gpt, --arch llama (and gpt with --attention naive, which runs the materialised
 #      softmax instead of flash); the 20 losses of the two devices must agree to a relative
-#      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|.
+#      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|;
+#   4. the same with 2 ranks on the one GPU (--comm mpi): pp 2 (1f1b, zb-h1, interleaved)
+#      and tp 2 + sp.
 #
 # Prints a summary table and exits non-zero when anything fails. When $OUT is set, the whole
 # log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
@@ -158,6 +160,35 @@ for variant in "gpt" "llama" "gpt --attention naive"; do
   fi
   verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
   TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
+  record "losses $name" "$result" "$verdict"
+done
+
+# ---- 4. several ranks on the one GPU: pipelines and tensor parallelism ----------------------
+# Two ranks share the GPU (cuda_select_device takes local rank modulo the GPUs) and talk
+# through MPI with their buffers staged through the host (--comm mpi: NCCL refuses two ranks
+# on one device): the pipeline executor, zb-h1's split and tp + sp on the CUDA kernels,
+# against the same run on the CPU.
+for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel"; do
+  name="2 ranks ${variant// --/ }"
+  name=${name//--/}
+  ok=1
+  for device in cpu cuda; do
+    file="$WORK/${device}_ranks_${#TABLE[@]}.jsonl"
+    rm -f "$file"
+    # shellcheck disable=SC2086
+    run "train $name $device" timeout 600 mpirun -np 2 ./trainer --config "$CONFIG" $variant \
+        --global-batch-size 8 --micro-batch-size 2 --train-iters "$ITERS" --device "$device" \
+        --comm mpi --metrics-jsonl "$file" || ok=0
+  done
+  if [[ $ok -eq 1 ]]; then
+    result=$(compare_losses "$WORK/cpu_ranks_${#TABLE[@]}.jsonl" "$WORK/cuda_ranks_${#TABLE[@]}.jsonl")
+    status=$?
+  else
+    result="trainer failed"
+    status=1
+  fi
+  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
+  TABLE+=("$(printf '%-14s %-36s %s' "${name:0:14}" "$result" "$verdict")")
   record "losses $name" "$result" "$verdict"
 done
 

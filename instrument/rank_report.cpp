@@ -63,7 +63,11 @@ void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>&
     j.field("tp_rank", rp.tp_rank).field("dp_rank", rp.dp_rank);
     if (r.bubble >= 0) j.field("bubble", r.bubble);
     if (r.bubble_predicted >= 0) j.field("bubble_predicted", r.bubble_predicted);
-    j.field("hardware_flops", r.hardware_flops);
+    j.key("hardware_flops").begin_object().field("measured", r.hardware_flops);
+    j.field("predicted", plan.pipeline.stages.empty()
+                             ? plan.flops.hardware_per_rank_step
+                             : plan.pipeline.stages.at(rp.pp_rank).hardware_flops);
+    j.end_object();
     j.key("memory").begin_object();
     for (int c = 0; c < kNumMemoryCategories; ++c) {
       j.key(kMemoryCategoryNames[c]).begin_object();

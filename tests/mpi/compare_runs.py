@@ -7,8 +7,9 @@ Losses must agree to rtol relative at every step; every parameter tensor must ag
 in the norm-wise relative sense ||a - b|| / ||b|| (elementwise comparisons of values that
 are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: at every step
 the measured bytes of every category but activations equal the predicted ones exactly,
-activations within 1%, and every communication row's calls and payload bytes equal the
-prediction exactly, on rank 0 and (when the run gathered them) on every rank. Prints the
+activations within 1%, every communication row's calls and payload bytes and (per rank)
+the kernels' FLOP count equal the prediction exactly, on rank 0 and (when the run gathered
+them) on every rank. Prints the
 worst of each; exit 1 on failure.
 """
 import json
@@ -63,6 +64,10 @@ def ledger_problems(path):
                 if mem[cat]["measured"] != mem[cat]["predicted"]:
                     problems.append(f"step {r['step']} {who}{cat}: measured {mem[cat]['measured']}"
                                     f" predicted {mem[cat]['predicted']}")
+            flops = v.get("hardware_flops")
+            if isinstance(flops, dict) and flops["measured"] != flops["predicted"]:
+                problems.append(f"step {r['step']} {who}hardware FLOPs: measured"
+                                f" {flops['measured']} predicted {flops['predicted']}")
             act = mem["activations"]
             if abs(act["measured"] - act["predicted"]) > 0.01 * act["predicted"]:
                 problems.append(f"step {r['step']} {who}activations: {act['measured']} vs"

@@ -168,7 +168,7 @@ StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, in
 namespace {
 // The unit of a full-table tensor in stage s (-1: not held), units as stage_units numbers
 // them; the tied copy is handled by the callers.
-int stage_unit_of(const ModelConfig& m, const StageSlice& s, const std::string& name) {
+int stage_unit_of(const StageSlice& s, const std::string& name) {
   const int first_layer_unit = s.embedding ? 1 : 0;
   if (name.compare(0, 10, "embedding.") == 0) return s.embedding ? 0 : -1;
   if (name.compare(0, 7, "layers.") == 0) {
@@ -184,7 +184,6 @@ int stage_unit_of(const ModelConfig& m, const StageSlice& s, const std::string& 
   if (!s.head) return -1;
   int layers = 0;
   for (int n : s.chunk_layers) layers += n;
-  (void)m;
   return first_layer_unit + layers;
 }
 }  // namespace
@@ -194,7 +193,7 @@ std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const Sta
   // Chunks hold increasing layers, so the table's order is already the flat order.
   std::vector<ParamSpec> t;
   for (const ParamSpec& p : all)
-    if (stage_unit_of(m, s, p.name) >= 0) t.push_back(p);
+    if (stage_unit_of(s, p.name) >= 0) t.push_back(p);
   if (s.tied_copy)
     for (const ParamSpec& p : all)
       if (p.name == "embedding.word") t.push_back(p);
@@ -208,7 +207,7 @@ std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice&
   std::vector<int64_t> begin(U + 1, 0);
   int64_t offset = 0;
   for (const ParamSpec& p : stage_param_table(m, tp, s)) {
-    int unit = stage_unit_of(m, s, p.name);
+    int unit = stage_unit_of(s, p.name);
     if (s.tied_copy && p.name == "embedding.word") unit = U - 1;  // the copy: in the head
     for (int u = unit + 1; u <= U; ++u) begin[u] = offset + p.numel();
     offset += p.numel();

@@ -25,16 +25,8 @@ done
 python3 - "$work" <<'EOF'
 import json, os, sys
 work = sys.argv[1]
-passed = failed = 0
-
-def check(what, got, want):
-    global passed, failed
-    if got == want:
-        passed += 1
-        print("ok    %s" % what if isinstance(got, list) else "ok    %s = %s" % (what, got))
-    else:
-        failed += 1
-        print("FAIL  %s: got %s, want %s" % (what, got, want))
+sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
+from checks import check, finish  # noqa: E402
 
 def plan(name):
     return json.load(open(os.path.join(work, "plan_%s.json" % name)))
@@ -127,6 +119,5 @@ for att in ("flash", "naive"):
     check("%s: activations the same fused or unfused (d(xf) or xf, both N h)" % att,
           measured(att, "unfused", "activations"), measured(att, "fused", "activations"))
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish()
 EOF

@@ -33,17 +33,8 @@ done
 python3 - "$work" <<'EOF'
 import json, os, sys
 work = sys.argv[1]
-passed = failed = 0
-
-def check(what, got, want, tol=0.0):
-    global passed, failed
-    good = got == want if tol == 0 else abs(got - want) <= tol * abs(want)
-    if good:
-        passed += 1
-        print("ok    %s" % what if isinstance(got, list) else "ok    %s = %s" % (what, got))
-    else:
-        failed += 1
-        print("FAIL  %s: got %s, want %s" % (what, got, want))
+sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
+from checks import check, finish  # noqa: E402
 
 def load(name):
     return json.load(open(os.path.join(work, name)))
@@ -131,6 +122,5 @@ for z in (1, 2, 3):
     check("stage %d: step-%d loss equals stage 0's (rel 1e-5)" % (z, last[z]["step"]),
           last[z]["loss"], last[0]["loss"], 1e-5)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+finish()
 EOF

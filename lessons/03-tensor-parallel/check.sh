@@ -24,14 +24,11 @@ run t2sp_nodrop 2 --tp 2 --sequence-parallel "${nodrop[@]}"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
-passed = failed = 0
-def check(name, got, want):
-    global passed, failed
-    ok = got == want
-    passed += ok; failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'}  {name}: {got}" + ("" if ok else f" (want {want})"))
+sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
+from checks import check, finish, record  # noqa: E402
+import checks  # noqa: E402
 def load(name):
-    return json.load(open(f"{work}/{name}.json")), [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+    return checks.load(work, name)
 L, h, a, S, b = 2, 64, 4, 32, 2
 N, sbh = b * S, S * b * h
 closed = {"t1": sbh * 34 + 5 * a * S * S * b,
@@ -73,9 +70,6 @@ for name in ("t2_nodrop", "t2sp_nodrop"):
     _, got = load(name)
     # bf16 storage: the tp ranks' partial sums round in another order than one rank's sums
     worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(got, ref))
-    passed += worst <= 1e-3; failed += worst > 1e-3
-    print(f"{'ok  ' if worst <= 1e-3 else 'FAIL'}  {name}: losses equal one rank's to {worst:.1e}"
-          " (bf16 bound 1e-3)")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+    record(name, worst <= 1e-3, f"losses equal one rank's to {worst:.1e} (bf16 bound 1e-3)")
+finish()
 PY

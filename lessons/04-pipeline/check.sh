@@ -31,19 +31,14 @@ python3 - "$work" <<'PY'
 import json, re, sys
 from fractions import Fraction as Fr
 work = sys.argv[1]
-passed = failed = 0
-def ok(name, good, shown):
-    global passed, failed
-    passed += good; failed += not good
-    print(f"{'ok  ' if good else 'FAIL'}  {name}: {shown}")
-def check(name, got, want):
-    ok(name, got == want, f"{got}" + ("" if got == want else f" (want {want})"))
+sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
+from checks import check, finish, record  # noqa: E402
+import checks  # noqa: E402
 def check_frac(name, got, want):  # a fraction of simulated cost units, to 1e-9
-    ok(name, abs(got - float(want)) < 1e-9, f"{got:.6g} = {want}" +
-       ("" if abs(got - float(want)) < 1e-9 else " (differs)"))
+    record(name, abs(got - float(want)) < 1e-9, f"{got:.6g} = {want}" +
+           ("" if abs(got - float(want)) < 1e-9 else " (differs)"))
 def load(name):
-    return (json.load(open(f"{work}/{name}.json")),
-            [json.loads(l) for l in open(f"{work}/{name}.jsonl")])
+    return checks.load(work, name)
 def timeline(name):  # the simulated timeline's rank lines (stderr of --plan --json)
     return [l.rstrip() for l in open(f"{work}/{name}.plan.txt") if l.startswith("rank ")]
 def compute_order(path):  # per rank, the compute lane's actions of a Chrome trace, in time order
@@ -179,7 +174,7 @@ for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1
     check(f"{name}: pp send/recv payload = messages x N h 4", p2p(name, "payload_bytes"),
           [(s["activations_sent"] + s["gradients_sent"]) * msg for s in pl["per_rank"]])
     got, want = steps[0]["bubble_predicted"], pl["bubble_simulated"]
-    ok(f"{name}: step 1's (pred) = the plan's simulated bubble", abs(got - want) < 1e-9,
+    record(f"{name}: step 1's (pred) = the plan's simulated bubble", abs(got - want) < 1e-9,
        f"{got:.6g}" + ("" if abs(got - want) < 1e-9 else f" (want {want:.6g})"))
 _, steps = load("p2_1f1b")
 r0, r1 = steps[-1]["ranks"]
@@ -207,7 +202,7 @@ ref = [json.loads(l) for l in open(f"{work}/ref.jsonl")]
 for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1f1b"):
     _, got = load(name)
     worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(got, ref))
-    ok(f"{name}: {len(got)} losses equal one rank's", len(got) == len(ref) == 3 and worst <= 1e-6,
+    record(f"{name}: {len(got)} losses equal one rank's", len(got) == len(ref) == 3 and worst <= 1e-6,
        f"to {worst:.1e} (bound 1e-6)")
 
 # 6. the measured timeline runs the plan's lists
@@ -218,6 +213,5 @@ for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1
 log = open(f"{work}/p2_1f1b.log").read()
 check("p2_1f1b: --print-schedule prints the measured timeline",
       "timeline, measured (last step): 1f1b, p 2, m 4" in log, True)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()
 PY

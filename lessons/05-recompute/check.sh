@@ -35,14 +35,11 @@ python3 - "$work" "$trainer" <<'PY'
 import json, re, subprocess, sys
 from fractions import Fraction
 work, trainer = sys.argv[1], sys.argv[2]
-passed = failed = 0
-def check(name, got, want):
-    global passed, failed
-    ok = got == want
-    passed += ok; failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'}  {name}: {got}" + ("" if ok else f" (want {want})"))
+sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
+from checks import check, finish, record  # noqa: E402
+import checks  # noqa: E402
 def load(name):
-    return json.load(open(f"{work}/{name}.json")), [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+    return checks.load(work, name)
 def per_layer_measured(name):  # the ledger's activations less the embedding's and head's
     plan, steps = load(name)
     act = plan["activations"]
@@ -152,9 +149,8 @@ for name in recompute:
                   for st in steps)
     worst = max(abs(st["hfu"] / st["mfu"] * st["flops"]["model_per_step"] / st["flops"]["hardware_per_step"] - 1)
                 for st in steps)
-    ok = counted and worst <= 1e-9
-    passed += ok; failed += not ok
-    print(f"{'ok  ' if ok else 'FAIL'}  {name}: FLOP counter == plan, HFU/MFU == hardware/model to {worst:.1e}")
+    record(name, counted and worst <= 1e-9,
+           f"FLOP counter == plan, HFU/MFU == hardware/model to {worst:.1e}")
 
 print("# 6. bit-identical")
 def losses(name):
@@ -208,6 +204,5 @@ m = load("u1_b26")[1][0]["memory"]["total"]
 check("u1 at b 26: measured 16 Psi + 26 (A + W)/b == plan <= budget",
       (m["measured"], m["measured"] == m["predicted"] <= budget),
       (states + 26 * sum(load("u1")[0]["memory"][0][k] for k in ("activations", "workspace")) // b, True))
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()
 PY

@@ -98,8 +98,6 @@ Simulation measured_timeline(const std::vector<const RankMetrics*>& stages) {
   const size_t p = stages.size();
   sim.timing.resize(p);
   sim.busy.assign(p, 0.0);
-  sim.idle.assign(p, 0.0);
-  double idle = 0, busy = 0;
   for (size_t r = 0; r < p; ++r) {
     for (const ActionTiming& a : stages[r]->actions) {
       sim.timing[r].push_back({a.start * 1e3, a.end * 1e3});
@@ -107,13 +105,7 @@ Simulation measured_timeline(const std::vector<const RankMetrics*>& stages) {
     }
     sim.step_time = std::max(sim.step_time, stages[r]->run_seconds * 1e3);
   }
-  for (size_t r = 0; r < p; ++r) {
-    sim.idle[r] = sim.step_time - sim.busy[r];
-    idle += sim.idle[r];
-    busy += sim.busy[r];
-  }
-  sim.bubble = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
-  sim.bubble_vs_ideal = busy > 0 ? idle / busy : 0;
+  summarize_idle(sim);
   return sim;
 }
 

@@ -367,7 +367,6 @@ Simulation simulate(const Schedule& s, const ActionCosts& costs) {
     }
 
   sim.busy.assign(p, 0.0);
-  sim.idle.assign(p, 0.0);
   sim.peak_held.assign(p, 0);
   sim.peak_held_until_w.assign(p, 0);
   for (int r = 0; r < p; ++r) {
@@ -384,15 +383,21 @@ Simulation simulate(const Schedule& s, const ActionCosts& costs) {
       sim.peak_held_until_w[r] = std::max(sim.peak_held_until_w[r], until_w);
     }
   }
+  summarize_idle(sim);
+  return sim;
+}
+
+void summarize_idle(Simulation& sim) {
+  const size_t p = sim.busy.size();
   double idle = 0, busy = 0;
-  for (int r = 0; r < p; ++r) {
+  sim.idle.assign(p, 0.0);
+  for (size_t r = 0; r < p; ++r) {
     sim.idle[r] = sim.step_time - sim.busy[r];
     idle += sim.idle[r];
     busy += sim.busy[r];
   }
-  sim.bubble = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
+  sim.bubble = sim.step_time > 0 ? idle / ((double)p * sim.step_time) : 0;
   sim.bubble_vs_ideal = busy > 0 ? idle / busy : 0;
-  return sim;
 }
 
 BubbleClosedForm bubble_closed_form(const PipelineShape& s, const ActionCosts& c) {

@@ -35,7 +35,7 @@
 // defines: PipelineSchedule, schedule_name, parse_schedule_name, PipelineShape,
 //          check_pipeline_shape, pipeline_stage_layers, ActionType, Message, Action,
 //          Schedule, make_schedule, check_schedule, Exchange, exchanges, check_exchanges,
-//          ActionCosts, ActionTiming, Simulation, simulate, BubbleClosedForm,
+//          ActionCosts, ActionTiming, Simulation, simulate, summarize_idle, BubbleClosedForm,
 //          bubble_closed_form, action_label
 #pragma once
 #include <string>
@@ -155,6 +155,10 @@ struct Simulation {
 // exist: F(i) of stage s after F(i) of s - 1; B(i) of s after F(i) of s and B(i) of s + 1;
 // W(i) after B(i). An action that can never run is a deadlock (reported, not thrown).
 Simulation simulate(const Schedule& s, const ActionCosts& costs = {});
+// From busy and step_time (each rank's time inside its actions, the longest run): idle per
+// rank, bubble and bubble_vs_ideal. simulate ends with it; so does a measured timeline
+// (instrument/rank_report.h).
+void summarize_idle(Simulation& sim);
 
 // The published bubble of the shape's schedule (header comment) for the costs' F, B, W.
 struct BubbleClosedForm {

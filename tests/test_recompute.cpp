@@ -22,6 +22,7 @@
 #include "model/param_table.h"       // defines: param_units
 #include "model/transformer.h"       // defines: Transformer
 #include "parallel/data_parallel.h"  // defines: DataParallel, DataParallelOptions
+#include "tests/test_plan_helpers.h"
 
 namespace paralab {
 namespace {
@@ -34,18 +35,14 @@ struct RecomputeCase {
   int microbatches = 1;
 };
 
+// 2 layers, h 32, a 4, s 16, V 64 (llama with GQA: the dropout streams per head), both
+// dropouts on: the masks must come back the same.
 ModelConfig small(Arch arch, AttentionImpl attention) {
-  ModelConfig m;
-  m.arch = arch;
-  m.num_layers = 2;
-  m.hidden_size = 32;
-  m.num_attention_heads = 4;
-  m.seq_length = 16;
-  m.vocab_size = 64;
+  ModelConfig m = arch == Arch::GPT ? plan_test::gpt(2, 32, 4, 16, 64)
+                                    : plan_test::llama(2, 32, 4, 2, 0, 16, 64);
   m.attention = attention;
   m.hidden_dropout = 0.1f;
   m.attention_dropout = 0.1f;
-  if (arch == Arch::LLAMA) m.num_query_groups = 2;  // GQA: the dropout streams per head
   return m;
 }
 

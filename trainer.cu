@@ -154,7 +154,7 @@ int train(const Options& o, const World& w) {
                                     par.first_stage_layers, par.last_stage_layers)
              : whole_model(o.model);
   dp_options.unit_chunk = stage_unit_chunk(slice);
-  dp_options.deferred_units = Transformer::deferred_units(o.model, slice);
+  dp_options.deferred_units = stage_deferred_units(o.model, slice);
   DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice), &topo.dp(),
                              dp_options, dev);
   const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
@@ -246,7 +246,12 @@ int train(const Options& o, const World& w) {
     s.gemm_seconds = kernels::gemm_seconds();
     if (w.size > 1) s.comm_bytes = step_comm_bytes(step_comm);
 
-    // Every rank's measurements to rank 0: the stages of a pipeline differ.
+    const bool last = step == o.train.train_iters;
+    const bool report = step == 1 || last ||
+                        (o.report_interval > 0 && step % o.report_interval == 0);
+    // Every rank's measurements to rank 0 when something reads them (the stages of a
+    // pipeline differ; --metrics-jsonl's ranks; a report step's FLOPs): one collective.
+    const bool gather = w.size > 1 && (pp > 1 || !o.metrics_jsonl.empty() || report);
     RankMetrics mine;
     mine.rank = w.rank;
     mine.memory_bytes = s.memory_bytes;
@@ -257,11 +262,11 @@ int train(const Options& o, const World& w) {
     mine.exchanges = timing.exchanges;
     mine.run_seconds = timing.run_seconds;
     const std::vector<RankMetrics> ranks =
-        w.size > 1 ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of)
-                   : std::vector<RankMetrics>{mine};
+        gather ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of)
+               : std::vector<RankMetrics>{mine};  // (then pp is 1: rank 0 is its pipeline)
     if (!rank0) continue;
     std::vector<RankMetrics> report_ranks = ranks;  // with their predicted bubble, below
-    if (w.size > 1) {
+    if (gather) {
       s.hardware_flops_all = 0;
       for (const RankMetrics& r : ranks) s.hardware_flops_all += r.hardware_flops;
     }
@@ -279,14 +284,11 @@ int train(const Options& o, const World& w) {
     costs = measured_costs(plan.pipeline.schedule, pipeline);
     fill_rates(s, plan, peak);
 
-    const bool last = step == o.train.train_iters;
-    const bool report = step == 1 || last ||
-                        (o.report_interval > 0 && step % o.report_interval == 0);
     if (step == 1) std::printf("%s\n", step_header(s).c_str());
     if (step == 1 || last || step % o.log_interval == 0)
       std::printf("%s\n", step_row(s).c_str());
     if (jsonl)
-      *jsonl << step_json(s, plan, w.rank, &step_comm, w.size > 1 ? &report_ranks : nullptr)
+      *jsonl << step_json(s, plan, w.rank, &step_comm, gather ? &report_ranks : nullptr)
              << "\n"
              << std::flush;
     if (report) {

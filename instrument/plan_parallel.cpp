@@ -398,16 +398,11 @@ void plan_pipeline(Plan& plan) {
     std::vector<std::vector<int>> chunk_units(v);
     for (int u = 0; u < (int)unit_chunk.size(); ++u) chunk_units[unit_chunk[u]].push_back(u);
     const int U = (int)unit_chunk.size();
-    // gpt's tied embedding: both stages' buckets with it reduce at the step's end
-    // (Transformer::deferred_units: the embedding unit on the first, the head on the last)
-    std::vector<int> deferred;
-    if (m.tied_embeddings() && slice.embedding != slice.head)
-      deferred.push_back(slice.embedding ? 0 : U - 1);
     st.data_parallel = data_parallel_plan(
         st.unit_begin,
         stage_step_calls(pp.schedule.ranks[r], chunk_units, slice.embedding ? 0 : -1,
                          slice.head ? U - 1 : -1, m.fused_cross_entropy, split, chunk_groups),
-        z, dp, plan.options, 1, unit_chunk, deferred);
+        z, dp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice));
     const DataParallelPlan& d = st.data_parallel;
 
     // The schedule: activations held at the peak (order-based), time, messages sent. A
@@ -460,10 +455,10 @@ void plan_pipeline(Plan& plan) {
     // rank whose only chunk is the last model stage (no gradient comes back to it)
     mem.workspace =
         workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding, st.head).peak() +
-        (st.head && v == 1 ? 0 : pp.message_bytes);
+        (receives_gradients(slice) ? pp.message_bytes : 0);
     mem.total_stage = stage_total_peak(pp.schedule.ranks[r], chunk_bytes, mem, S, m, B, t.bf16,
                                        tp, plan.sequence_parallel, act,
-                                       st.head && v == 1 ? 0 : pp.message_bytes);
+                                       receives_gradients(slice) ? pp.message_bytes : 0);
 
     // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
     // matmuls, the head's on the last stage, and the recomputed forwards of its layers.

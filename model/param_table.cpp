@@ -215,6 +215,12 @@ std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice&
   return begin;
 }
 
+std::vector<int> stage_deferred_units(const ModelConfig& m, const StageSlice& s) {
+  if (!m.tied_embeddings() || s.embedding == s.head) return {};
+  if (s.embedding) return {0};
+  return {(int)stage_unit_chunk(s).size() - 1};  // the head unit, with the copy
+}
+
 std::vector<int> stage_unit_chunk(const StageSlice& s) {
   std::vector<int> chunk;
   if (s.embedding) chunk.push_back(0);

@@ -88,6 +88,15 @@ StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, in
 std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s);
 std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s);
 std::vector<int> stage_unit_chunk(const StageSlice& s);
+// The units whose buckets data parallelism reduces only at the step's end: gpt's two copies
+// of the word embedding (the embedding unit on the first stage, the head unit on the last)
+// are summed over the embedding group first (DataParallelOptions::deferred_units).
+std::vector<int> stage_deferred_units(const ModelConfig& m, const StageSlice& s);
+// Whether the next stage's gradients come back to this stage: every stage but one that
+// holds only the last model stage (it keeps a receive buffer for them).
+inline bool receives_gradients(const StageSlice& s) {
+  return !(s.head && s.chunk_layers.size() == 1);
+}
 
 // Rank r's part of a full tensor (full.size() == numel of the full spec), and back: the
 // inverse gathers every rank's part (parts[r]) into the full tensor, dropping vocab padding.

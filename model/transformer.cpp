@@ -124,12 +124,6 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   else fp32_.reset(new State<float>);
 }
 
-std::vector<int> Transformer::deferred_units(const ModelConfig& m, const StageSlice& s) {
-  if (!m.tied_embeddings() || s.embedding == s.head) return {};
-  if (s.embedding) return {0};
-  return {(int)stage_units(m, 1, s).size() - 2};  // the head unit, with the copy
-}
-
 Transformer::~Transformer() = default;
 
 const TensorView& Transformer::view(const std::string& name) const {
@@ -240,7 +234,7 @@ const void* Transformer::input_gradient() const {
 }
 
 void Transformer::sync_tied_embedding() {
-  if (deferred_units(config_, slice_).empty()) return;  // untied, or one stage holds both
+  if (stage_deferred_units(config_, slice_).empty()) return;  // untied, or one stage has both
   if (!embedding_) throw std::logic_error("Transformer: a tied pipeline stage needs the embedding group");
   const TensorView& word = view("embedding.word");
   void* g = static_cast<char*>(dp_->grads(word.unit)) +
@@ -264,7 +258,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   s.ws.ensure(m, tp_, dev, B);
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
-  if (!(slice_.head && slice_.chunk_layers.size() == 1)) output_gradient_input(B);
+  if (receives_gradients(slice_)) output_gradient_input(B);
   // tokens (model stage 0) and targets (the last) live on the device for the forward
   Buffer<int> tokens, targets;
   int valid = 0;

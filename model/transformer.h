@@ -91,10 +91,9 @@ class Transformer {
     return slice_.head && chunk == (int)slice_.chunk_layers.size() - 1;
   }
   // gpt with pipelining: the first and last stage sum their word-embedding gradients over
-  // the embedding group (after the schedule, before data parallelism reduces them).
+  // the embedding group (after the schedule, before data parallelism reduces them; their
+  // buckets are model/param_table.h's stage_deferred_units).
   void sync_tied_embedding();
-  // The units DataParallel must reduce only at finish_gradients (sync_tied_embedding's).
-  static std::vector<int> deferred_units(const ModelConfig& m, const StageSlice& slice);
 
   const ModelConfig& config() const { return config_; }
   // This rank's slice: a/t heads, g/t groups, f/t ffn, Vp/t vocabulary rows (kv_channels d).

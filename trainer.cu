@@ -15,7 +15,7 @@
 //   this rank owns, then (ZeRO 1-2) the updated parameters all-gathered;
 //   every rank's measurements gathered to rank 0 (rank_metrics); the step line: measured
 //   numbers, and at step 1 / every --report-interval / the end the ledgers, measured
-//   beside instrument/plan's prediction.
+//   beside plan/'s prediction.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 #include "flags.h"
-#include "instrument/comm_stats.h"
-#include "instrument/ledger.h"
-#include "instrument/peak.h"
-#include "instrument/plan.h"
-#include "instrument/report.h"
-#include "instrument/text.h"
-#include "instrument/timeline.h"
+#include "measure/comm_stats.h"
+#include "measure/ledger.h"
+#include "measure/peak.h"
+#include "plan/plan.h"
+#include "report/report.h"
+#include "report/text.h"
+#include "report/timeline.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
 #include "model/data.h"
@@ -43,7 +43,7 @@
 #include "parallel/pipeline_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
-#include "rank_metrics.h"
+#include "report/rank_metrics.h"
 
 using namespace paralab;
 

@@ -8,7 +8,7 @@
 //
 // FLOPs are counted here, at launch, from the arguments alone (so both backends count the
 // same and the CUDA count needs no device round trip). Only matrix products are counted, one
-// multiply-add = 2 FLOPs (instrument/flops.h compares them with the plan):
+// multiply-add = 2 FLOPs (plan/flops.h compares them with the plan):
 //   gemm                      2 m n k
 //   gemm_strided_batched      2 m n k batch
 //   flash forward             2 products (Q K^T, P V) over the pairs the causal mask keeps:

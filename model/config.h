@@ -1,6 +1,6 @@
 // model/config.h: the configuration structs every part of paralab reads.
 //
-// Plain data, no behaviour beyond derived sizes: instrument/plan is pure arithmetic on
+// Plain data, no behaviour beyond derived sizes: plan/ is pure arithmetic on
 // these, the CLI (trainer.cu) fills them, the model allocates from them.
 #pragma once
 #include <cstdint>

@@ -34,7 +34,7 @@ using kernels::Device;
 // A module's tensors are saved activations, or, when the config recomputes the module
 // (model/config.h Recompute, selective), category recompute and alive only inside its block:
 // open_recomputed / close_recomputed bracket where they are made and used, in forward and
-// again in backward (instrument/plan_recompute.h predicts the same lifetimes).
+// again in backward (plan/recompute.h predicts the same lifetimes).
 enum class Module { NORM1, CORE_ATTN, NORM2, MLP };
 
 bool recomputed(const ModelConfig& m, Module mod) {

@@ -11,7 +11,7 @@
 // kernels are overloaded on T, so the code reads the same for both.
 #pragma once
 #include <cstdint>
-#include "instrument/ledger.h"
+#include "measure/ledger.h"
 #include "model/config.h"
 #include "parallel/tensor_parallel.h"
 
@@ -39,7 +39,7 @@ struct LayerGrads {
 // Saved for backward, one microbatch, one layer (notes/model.md lists each with its size).
 // With selective recompute (model/config.h Recompute) the recomputed modules' tensors are
 // not saved: they exist in category recompute only inside their block, in forward and again
-// in backward (model/layer.cpp, instrument/plan_recompute.h).
+// in backward (model/layer.cpp, plan/recompute.h).
 template <typename T>
 struct LayerActivations {
   Buffer<float> norm1_mean, norm1_rstd;  // (N) each; mean gpt only

@@ -7,7 +7,7 @@
 // (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
 // Construct it after the parameters are initialised: the master starts as their values.
 #pragma once
-#include "instrument/ledger.h"
+#include "measure/ledger.h"
 #include "model/config.h"
 #include "model/transformer.h"
 

@@ -1,7 +1,7 @@
 // model/param_table.h: the table of every parameter tensor (name, shape, weight decay).
 //
 // One source: the model carves its parameter and gradient buffers from this table in
-// order, instrument/plan counts parameters from it, and the golden files and checkpoints
+// order, plan/ counts parameters from it, and the golden files and checkpoints
 // name tensors by it. Pure arithmetic on ModelConfig: no kernels, no allocation.
 //
 // Names and shapes (h hidden, f ffn, V vocab, s seq, a heads, g groups, d = h/a), in table

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "instrument/ledger.h"
+#include "measure/ledger.h"
 #include "model/config.h"
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"

@@ -4,7 +4,7 @@
 // A call's life: Communicator::X_async records (calls, payload, bus) at once, asks the
 // backend to post it, and returns a handle; the first test() or wait() that sees it
 // complete records its time (post -> completion) and exposed time (posting + blocked in
-// wait()). Payload per operation is defined in instrument/comm_stats.h.
+// wait()). Payload per operation is defined in measure/comm_stats.h.
 #include "parallel/comm.h"
 #include <mpi.h>
 #include <sched.h>

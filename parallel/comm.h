@@ -15,7 +15,7 @@
 //        Each operation first waits (on the GPU) for the compute stream's earlier work
 //        (kernels::cuda::current_stream() unless the topology is given another).
 //
-// Every call is recorded in CommStats (instrument/comm_stats.h) under the group's name:
+// Every call is recorded in CommStats (measure/comm_stats.h) under the group's name:
 // calls, payload bytes, bus bytes, time, exposed time. Payload S is the collective's full
 // buffer per rank (reduce-scatter: its input; all-gather: its output; send/recv and
 // all-to-all: the bytes sent); bus = S x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter,
@@ -37,7 +37,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "instrument/comm_stats.h"
+#include "measure/comm_stats.h"
 #include "kernels/common.h"
 
 namespace paralab {

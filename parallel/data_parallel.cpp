@@ -1,7 +1,7 @@
 // parallel/data_parallel.cpp: DDP and ZeRO 1-3 (see data_parallel.h for the idea and the
 // bytes per step, buckets.h for the cut, zero_schedule.h for the order of the model's calls).
 //
-// The policies below are exactly what instrument/plan predicts, byte for byte: change one
+// The policies below are exactly what plan/ predicts, byte for byte: change one
 // and the plan's simulation (plan.cpp, simulate_zero_step) must change with it.
 //
 // This file: construction (the buffers, the owned segments), the model's side and the

@@ -24,7 +24,7 @@
 //   (ZeRO §7: 1.5x DDP). Stages >= 1 add one 4-byte all-reduce for the gradient norm.
 // The cut into units, buckets and slices is parallel/buckets.h; the model's calls in one
 // microbatch, as data, and the ZeRO-3 prefetch rule are parallel/zero_schedule.h
-// (instrument/plan replays them to predict the bytes this class allocates and sends).
+// (plan/ replays them to predict the bytes this class allocates and sends).
 //
 // How the model uses it (units: 0 embedding, 1..L layers, L+1 head):
 //   begin_microbatch(last) once per microbatch (a pipeline: before each action), then in
@@ -40,7 +40,7 @@
 #include <memory>
 #include <utility>
 #include <vector>
-#include "instrument/ledger.h"
+#include "measure/ledger.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 

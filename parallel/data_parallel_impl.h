@@ -28,7 +28,7 @@
 // Impl's methods are the steps the public calls are made of: storage addressing and the
 // typed work (accumulate, sum_squares, the host conversions), then per stage the posting
 // and completion of a bucket's reduction and of a unit's gather. Like data_parallel.cpp's
-// policies they are what instrument/plan predicts (simulate_zero_step): change one, change both.
+// policies they are what plan/ predicts (simulate_zero_step): change one, change both.
 //
 // defines: misuse, DataParallel::Impl
 #pragma once

@@ -22,7 +22,7 @@
 // Measured: every action's and every exchange's start and end (seconds from the step's
 // start); a rank's idle time is its run time minus the time inside its actions (waiting in
 // exchanges, the pipeline's bubble, and the transfers themselves); its bubble = idle / run
-// time, which the simulation predicts (instrument/plan) from per-action costs.
+// time, which the simulation predicts (plan/) from per-action costs.
 //
 // defines: PipelineStage, PipelineTiming, PipelineExecutor
 #pragma once

@@ -14,7 +14,7 @@
 // chunk to the next. Every message is one b s h tensor (N_l h under sequence parallelism).
 //
 // One list per rank drives everything: the executor runs it (posting exchanges() between
-// actions), simulate() predicts the bubble from per-action costs, instrument/timeline
+// actions), simulate() predicts the bubble from per-action costs, report/timeline
 // draws it. Schedules (p stages, m microbatches, v chunks):
 //   gpipe        all F, then all B (GPipe, Huang et al. 2019): every rank holds m.
 //   1f1b         warm-up p - r - 1 forwards, steady one F one B, cool-down B (PipeDream-
@@ -157,7 +157,7 @@ struct Simulation {
 Simulation simulate(const Schedule& s, const ActionCosts& costs = {});
 // From busy and step_time (each rank's time inside its actions, the longest run): idle per
 // rank, bubble and bubble_vs_ideal. simulate ends with it; so does a measured timeline
-// (instrument/rank_report.h).
+// (report/rank_report.h).
 void summarize_idle(Simulation& sim);
 
 // The published bubble of the shape's schedule (header comment) for the costs' F, B, W.

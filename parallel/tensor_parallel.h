@@ -43,7 +43,7 @@
 //          RowParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
 #pragma once
 #include <cstdint>
-#include "instrument/ledger.h"
+#include "measure/ledger.h"
 #include "kernels/common.h"
 #include "parallel/comm.h"
 

@@ -39,7 +39,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "instrument/comm_stats.h"  // CommGroup
+#include "measure/comm_stats.h"  // CommGroup
 #include "parallel/comm.h"          // Communicator, CommBackend
 
 namespace paralab {

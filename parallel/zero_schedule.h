@@ -1,5 +1,5 @@
 // parallel/zero_schedule.h: the calls the model makes on DataParallel in one microbatch,
-// written once as data, and the ZeRO-3 prefetch rule. Pure: instrument/plan simulates
+// written once as data, and the ZeRO-3 prefetch rule. Pure: plan/ simulates
 // this list to predict the stage-2/3 memory peaks and the ZeRO-3 all-gathers, and
 // tests/mpi/test_data_parallel replays it against the real DataParallel, so the model,
 // the plan and the tests agree on one sequence.

@@ -1,4 +1,4 @@
-// tests/test_ledger.cpp: the tagged allocator's measured peaks against instrument/plan.
+// tests/test_ledger.cpp: the tagged allocator's measured peaks against plan/.
 //
 // For a spread of single-rank configurations (both families, both attention kernels, fused
 // and unfused loss, dropout, GQA, one and two microbatches, fp32 and bf16) the test trains
@@ -20,8 +20,8 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "instrument/ledger.h"       // defines: Ledger, Category
-#include "instrument/plan.h"         // defines: make_plan, Plan
+#include "measure/ledger.h"       // defines: Ledger, Category
+#include "plan/plan.h"         // defines: make_plan, Plan
 #include "kernels/math.h"            // defines: mix64
 #include "kernels/ops.h"             // defines: flop_counter, reset_flop_counter
 #include "model/optimizer.h"         // defines: AdamW, learning_rate

@@ -2,14 +2,14 @@
 // pipeline_schedule.h) for every valid p <= 8, m <= 16, v <= 4: each action in its place,
 // sends matching receives in a deadlock-free order, the simulated bubble against the closed
 // forms of FORMULAS.md, the microbatches each stage holds; and the timeline writers
-// (instrument/timeline.h). The plan's pipeline stages are tested in test_plan_pipeline.cpp.
+// (report/timeline.h). The plan's pipeline stages are tested in test_plan_pipeline.cpp.
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
 #include <vector>
-#include "instrument/timeline.h"
+#include "report/timeline.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace paralab {

@@ -4,8 +4,8 @@
 // FLOP/s: test_plan_report.cpp. Tensor and sequence parallelism: test_plan_parallel.cpp.
 #include <gtest/gtest.h>
 #include <vector>
-#include "instrument/flops.h"  // defines: narayanan_model_flops, palm_flops_per_token
-#include "instrument/plan.h"  // defines: make_plan, Plan, korthikanti_*, workspace_bytes
+#include "plan/flops.h"  // defines: narayanan_model_flops, palm_flops_per_token
+#include "plan/plan.h"  // defines: make_plan, Plan, korthikanti_*, workspace_bytes
 #include "model/param_table.h"  // defines: parameter_count
 #include "tests/test_plan_helpers.h"  // defines: gpt, world, batch
 

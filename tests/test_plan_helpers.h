@@ -6,7 +6,7 @@
 //          plan_test::find_comm
 #pragma once
 #include <vector>
-#include "instrument/plan.h"  // defines: Plan, CommPlanEntry
+#include "plan/plan.h"  // defines: Plan, CommPlanEntry
 #include "model/config.h"     // defines: ModelConfig, ParallelConfig, TrainConfig
 
 namespace paralab {

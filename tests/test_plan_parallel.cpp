@@ -6,8 +6,8 @@
 #include <chrono>
 #include <string>
 #include <vector>
-#include "instrument/plan.h"
-#include "instrument/report.h"
+#include "plan/plan.h"
+#include "report/report.h"
 #include "model/param_table.h"
 #include "tests/test_plan_helpers.h"
 

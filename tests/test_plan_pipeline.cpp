@@ -1,13 +1,13 @@
-// tests/test_plan_pipeline.cpp: the plan under pipeline parallelism (instrument/plan.h,
+// tests/test_plan_pipeline.cpp: the plan under pipeline parallelism (plan/plan.h,
 // plan_pipeline), counted by hand for small models: the units, parameters, ZeRO shards and
 // activations of every stage, its messages and exchanges, and the report's pipeline keys.
 // The schedules themselves: test_pipeline_schedule.cpp.
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
-#include "instrument/plan.h"
-#include "instrument/report.h"
-#include "instrument/timeline.h"
+#include "plan/plan.h"
+#include "report/report.h"
+#include "report/timeline.h"
 #include "model/param_table.h"
 #include "parallel/buckets.h"
 #include "parallel/zero_schedule.h"

@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <string>
-#include "instrument/flops.h"           // narayanan_*, korthikanti_selective_hardware_flops
-#include "instrument/plan.h"            // make_plan, korthikanti_* closed forms
-#include "instrument/plan_recompute.h"  // recompute_buffers, korthikanti_check_recompute
+#include "plan/flops.h"           // narayanan_*, korthikanti_selective_hardware_flops
+#include "plan/plan.h"            // make_plan, korthikanti_* closed forms
+#include "plan/recompute.h"  // recompute_buffers, korthikanti_check_recompute
 #include "test_plan_helpers.h"          // gpt, llama, world, batch
 
 namespace paralab {

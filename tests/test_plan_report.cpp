@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "instrument/peak.h"  // defines: Peak, HardwareProfile, resolve_peak, ...
-#include "instrument/plan.h"  // defines: make_plan, Plan
-#include "instrument/report.h"  // defines: plan_json, step_json, the tables, format_*
+#include "measure/peak.h"  // defines: Peak, HardwareProfile, resolve_peak, ...
+#include "plan/plan.h"  // defines: make_plan, Plan
+#include "report/report.h"  // defines: plan_json, step_json, the tables, format_*
 #include "tests/test_plan_helpers.h"  // defines: gpt, world, batch
 
 namespace paralab {

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "instrument/flops.h"  // defines: narayanan_model_flops
-#include "instrument/plan.h"  // defines: make_plan, simulate_zero_step, zero_model_state_bytes
-#include "instrument/report.h"  // defines: plan_json
+#include "plan/flops.h"  // defines: narayanan_model_flops
+#include "plan/plan.h"  // defines: make_plan, simulate_zero_step, zero_model_state_bytes
+#include "report/report.h"  // defines: plan_json
 #include "model/param_table.h"  // defines: parameter_count, param_units
 #include "tests/test_plan_helpers.h"  // defines: gpt, world, batch
 

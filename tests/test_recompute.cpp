@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "instrument/ledger.h"       // defines: Ledger, Category
-#include "instrument/plan.h"         // defines: make_plan, Plan
+#include "measure/ledger.h"       // defines: Ledger, Category
+#include "plan/plan.h"         // defines: make_plan, Plan
 #include "kernels/math.h"            // defines: mix64
 #include "kernels/ops.h"             // defines: flop_counter, reset_flop_counter
 #include "model/optimizer.h"         // defines: AdamW, learning_rate

@@ -19,15 +19,15 @@
 //   - after the update on owned segments and after_optimizer_step(), gather_params() on
 //     every rank = the expected full parameters;
 //   - the Ledger's per-category peaks and the CommStats of the step (every group and
-//     operation) equal instrument/plan's prediction exactly.
+//     operation) equal plan/'s prediction exactly.
 // Every rank runs every case in the same order and checks use EXPECT, never ASSERT, so no
 // rank skips a collective; rank 0 prints GoogleTest's report, others only their failures.
 #include <gtest/gtest.h>
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "instrument/ledger.h"
-#include "instrument/plan.h"
+#include "measure/ledger.h"
+#include "plan/plan.h"
 #include "kernels/math.h"  // to_float, to_bf16: reading and writing bf16 buffers
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"

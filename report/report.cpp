@@ -1,13 +1,13 @@
-// instrument/report.cpp: see report.h. The text writers: the run header, the per-step line,
+// report/report.cpp: see report.h. The text writers: the run header, the per-step line,
 // the memory, FLOPs and communication tables, and `--plan`'s text; the JSON writers
 // (step_json, plan_json) are in report_json.cpp.
-#include "instrument/report.h"
-#include "instrument/text.h"  // strprintf
+#include "report/report.h"
+#include "report/text.h"  // strprintf
 #include <cstdio>
 #include <utility>
-#include "instrument/plan_recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
-#include "instrument/report_impl.h"  // CommRow, comm_rows
-#include "instrument/timeline.h"     // pipeline_text
+#include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
+#include "report/report_impl.h"  // CommRow, comm_rows
+#include "report/timeline.h"     // pipeline_text
 
 namespace paralab {
 

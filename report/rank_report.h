@@ -1,11 +1,11 @@
-// instrument/rank_report.h: the report's view of every rank (a pipeline's stages differ:
+// report/rank_report.h: the report's view of every rank (a pipeline's stages differ:
 // their layers, memory, messages and idle time), each measured beside its own prediction.
 //
 //   rank_memory_table  rank, pp stage, predicted and measured peak bytes per category
 //                      that differs between stages (params, grads, activations, total)
 //   ranks_json         --metrics-jsonl's "ranks": per rank its memory and communication,
 //                      measured and predicted, its measured bubble
-//   measured_timeline  the executor's action timings as a Simulation, so instrument/
+//   measured_timeline  the executor's action timings as a Simulation, so report/
 //                      timeline draws (--print-schedule) and traces (--trace) the measured
 //                      step like the simulated one
 //   measured_costs     mean F, B, W milliseconds per model stage: the simulation with
@@ -22,11 +22,11 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "instrument/comm_stats.h"
-#include "instrument/json.h"
-#include "instrument/ledger.h"
-#include "instrument/plan.h"
-#include "instrument/timeline.h"  // TraceSpan, TraceFlow
+#include "measure/comm_stats.h"
+#include "report/json.h"
+#include "measure/ledger.h"
+#include "plan/plan.h"
+#include "report/timeline.h"  // TraceSpan, TraceFlow
 #include "parallel/pipeline_schedule.h"
 
 namespace paralab {
@@ -59,7 +59,7 @@ void fill_bubbles(std::vector<RankMetrics>& ranks, const std::vector<int>& pipel
                   const std::vector<int>& pp_rank_of, const Simulation& predicted);
 ActionCosts measured_costs(const Schedule& schedule,
                            const std::vector<const RankMetrics*>& stages);
-// The measured step as Chrome trace spans (instrument/timeline.h's writer): every action
+// The measured step as Chrome trace spans (report/timeline.h's writer): every action
 // and idle gap on the compute lane, every exchange (one batched send/recv) on the
 // send/recv lane, flows from each send to its receiving action; microseconds.
 void measured_trace(const Schedule& schedule, const Simulation& measured,

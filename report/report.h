@@ -1,4 +1,4 @@
-// instrument/report.h: what the student reads. Every number printed twice where it can be:
+// report/report.h: what the student reads. Every number printed twice where it can be:
 // predicted (from the Plan) beside measured (a StepMetrics the trainer fills).
 //
 // Outputs (DESIGN.md, "Output"):
@@ -28,10 +28,10 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include "instrument/comm_stats.h"
-#include "instrument/peak.h"
-#include "instrument/plan.h"
-#include "instrument/rank_report.h"  // RankMetrics
+#include "measure/comm_stats.h"
+#include "measure/peak.h"
+#include "plan/plan.h"
+#include "report/rank_report.h"  // RankMetrics
 
 namespace paralab {
 

@@ -1,8 +1,8 @@
-// instrument/ledger.h: the one tagged allocator (DESIGN.md, "Memory: one allocator, tagged").
+// measure/ledger.h: the one tagged allocator (DESIGN.md, "Memory: one allocator, tagged").
 //
 // Every byte the trainer holds on its device goes through Ledger::allocate with a category;
 // the ledger keeps current and peak bytes per category and the peak of the total. The
-// memory table prints these "measured" numbers beside instrument/plan's predictions.
+// memory table prints these "measured" numbers beside plan/'s predictions.
 //
 // defines: Category, category_name, Ledger, Buffer (RAII handle to a tagged allocation)
 #pragma once

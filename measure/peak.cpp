@@ -1,5 +1,5 @@
-// instrument/peak.cpp: see peak.h.
-#include "instrument/peak.h"
+// measure/peak.cpp: see peak.h.
+#include "measure/peak.h"
 #include <algorithm>
 #include <cctype>
 #include <chrono>

@@ -1,5 +1,5 @@
-// instrument/comm_stats.cpp: see comm_stats.h.
-#include "instrument/comm_stats.h"
+// measure/comm_stats.cpp: see comm_stats.h.
+#include "measure/comm_stats.h"
 #include <cstdio>
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-// rank_metrics.h: every rank's measurements of a step (instrument/rank_report.h,
+// report/rank_metrics.h: every rank's measurements of a step (report/rank_report.h,
 // RankMetrics), gathered to rank 0 for the report.
 //
 // One all-gather of raw bytes over the world, made after the step's communication record
@@ -8,7 +8,7 @@
 // defines: gather_rank_metrics
 #pragma once
 #include <vector>
-#include "instrument/rank_report.h"
+#include "report/rank_report.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
 

@@ -1,5 +1,5 @@
-// rank_metrics.cpp: see rank_metrics.h.
-#include "rank_metrics.h"
+// report/rank_metrics.cpp: see rank_metrics.h.
+#include "report/rank_metrics.h"
 #include <algorithm>
 #include <cstring>
 #include "kernels/ops.h"

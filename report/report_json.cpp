@@ -1,13 +1,13 @@
-// instrument/report_json.cpp: the JSON writers of report.h: step_json (one line per step for
+// report/report_json.cpp: the JSON writers of report.h: step_json (one line per step for
 // --metrics-jsonl, every measured number beside its prediction) and plan_json (`trainer
 // --plan --json`). Keys are listed in report.h.
 #include <string>
 #include <vector>
-#include "instrument/json.h"         // JsonWriter
-#include "instrument/plan_recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
-#include "instrument/report.h"       // StepMetrics, step_json, plan_json
-#include "instrument/report_impl.h"  // CommRow, comm_rows
-#include "instrument/timeline.h"     // pipeline_json
+#include "report/json.h"         // JsonWriter
+#include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
+#include "report/report.h"       // StepMetrics, step_json, plan_json
+#include "report/report_impl.h"  // CommRow, comm_rows
+#include "report/timeline.h"     // pipeline_json
 
 namespace paralab {
 

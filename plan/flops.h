@@ -1,4 +1,4 @@
-// instrument/flops.h: model and hardware FLOPs of one training step, matmul by matmul.
+// plan/flops.h: model and hardware FLOPs of one training step, matmul by matmul.
 //
 // Only matrix products are counted (norms, activations, softmax, the optimizer are a few
 // FLOPs per element, negligible next to the O(h) per element of a GEMM, and every paper

@@ -1,4 +1,4 @@
-// instrument/json.h: a tiny JSON writer for --metrics-jsonl and `--plan --json`.
+// report/json.h: a tiny JSON writer for --metrics-jsonl and `--plan --json`.
 //
 // Streaming, no document tree: the report writes keys and values in order, and the writer
 // only tracks whether a comma is due. Compact (one line, for JSON lines) or indented.

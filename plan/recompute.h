@@ -1,4 +1,4 @@
-// instrument/plan_recompute.h: selective activation recompute in the plan (the options are
+// plan/recompute.h: selective activation recompute in the plan (the options are
 // model/config.h's Recompute; the layer that runs them is model/layer.cpp).
 //
 // Selective recompute keeps a layer's inputs and outputs but not the internals of the listed
@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "instrument/plan.h"  // defines: ActivationTensor, MemoryPlan, Plan, KorthikantiCheck
+#include "plan/plan.h"  // defines: ActivationTensor, MemoryPlan, Plan, KorthikantiCheck
 #include "model/config.h"
 
 namespace paralab {

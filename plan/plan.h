@@ -1,4 +1,4 @@
-// instrument/plan.h: the analytic model. From the configuration alone it predicts what
+// plan/plan.h: the analytic model. From the configuration alone it predicts what
 // every rank holds and computes; the report prints it beside what the run measured.
 //
 // Pure arithmetic on ModelConfig, TrainConfig, ParallelConfig (model/config.h) and the
@@ -49,8 +49,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "instrument/comm_stats.h"  // CommGroup, CommOp, bus_factor
-#include "instrument/flops.h"
+#include "measure/comm_stats.h"  // CommGroup, CommOp, bus_factor
+#include "plan/flops.h"
 #include "model/config.h"
 #include "parallel/buckets.h"        // BucketLayout, make_bucket_layout (pure arithmetic)
 #include "parallel/pipeline_schedule.h"  // Schedule, simulate (pure)
@@ -80,7 +80,7 @@ struct ActivationTensor {
   int64_t bytes() const { return elements * bytes_per_element; }
 };
 
-// The ledger's categories (instrument/ledger.h, Category), same order, same names; kept
+// The ledger's categories (measure/ledger.h, Category), same order, same names; kept
 // here as plain fields so the plan needs no ledger (which includes kernels/common.h).
 constexpr int kNumMemoryCategories = 9;
 extern const char* const kMemoryCategoryNames[kNumMemoryCategories];
@@ -120,7 +120,7 @@ struct CommPlanEntry {
   CommGroup group = CommGroup::DP;
   CommOp op = CommOp::ALL_REDUCE;
   int64_t calls = 0;
-  int64_t payload_bytes = 0;  // instrument/comm_stats.h's payload convention
+  int64_t payload_bytes = 0;  // measure/comm_stats.h's payload convention
   double bus_bytes = 0;       // payload x bus_factor(op, group size)
 };
 

@@ -1,5 +1,5 @@
-// instrument/ledger.cpp: see ledger.h.
-#include "instrument/ledger.h"
+// measure/ledger.cpp: see ledger.h.
+#include "measure/ledger.h"
 #include <algorithm>
 #include "kernels/ops.h"
 

@@ -1,8 +1,8 @@
-// instrument/comm_stats.h: the measured half of the communication ledger.
+// measure/comm_stats.h: the measured half of the communication ledger.
 //
 // Every collective or point-to-point call made through parallel/comm is recorded here, per
 // group (tp, cp, pp, dp, dp_cp, ep, edp, embedding, world) and per operation: calls,
-// payload bytes, bus bytes, total time and exposed time. instrument/plan predicts the same
+// payload bytes, bus bytes, total time and exposed time. plan/ predicts the same
 // payload and bus bytes; the report prints both and the tests hold them equal.
 //
 // Payload convention (bytes of the collective's full buffer, per rank):

@@ -1,6 +1,6 @@
-// instrument/timeline.cpp: see timeline.h.
-#include "instrument/timeline.h"
-#include "instrument/text.h"  // strprintf
+// report/timeline.cpp: see timeline.h.
+#include "report/timeline.h"
+#include "report/text.h"  // strprintf
 
 #include <algorithm>
 #include <cmath>

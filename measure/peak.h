@@ -1,4 +1,4 @@
-// instrument/peak.h: the peak FLOP/s of one rank, the denominator of MFU and HFU.
+// measure/peak.h: the peak FLOP/s of one rank, the denominator of MFU and HFU.
 //
 // Where it comes from, in order (the report always prints the source):
 //   1. --peak-tflops X                                   source "flag"
@@ -7,7 +7,7 @@
 //      bf16 training uses bf16_tflops; fp32 uses fp32_tflops (CUDA-core fp32) when the
 //      profile has it, else the bf16 figure with a note.  source "configs/hardware/<file>"
 //   3. a timed GEMM at start-up (the CPU backend): the caller passes the GEMM as a
-//      callable, so instrument/ does not depend on kernels/.   source "measured sgemm"
+//      callable, so measure/ needs no GEMM of its own.   source "measured sgemm"
 // A profile with confirmed = false (H20) says "unconfirmed" in the source: the number may
 // be wrong, and the output says so rather than print it as fact.
 //

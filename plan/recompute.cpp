@@ -1,5 +1,5 @@
-// instrument/plan_recompute.cpp: see plan_recompute.h.
-#include "instrument/plan_recompute.h"
+// plan/recompute.cpp: see plan_recompute.h.
+#include "plan/recompute.h"
 #include <algorithm>
 
 namespace paralab {

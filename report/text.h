@@ -1,4 +1,4 @@
-// instrument/text.h: printf into a std::string. The report's tables and the pipeline
+// report/text.h: printf into a std::string. The report's tables and the pipeline
 // timeline are column formats, which printf says best.
 //
 // defines: strprintf

@@ -1,11 +1,11 @@
-// instrument/rank_report.cpp: see rank_report.h.
-#include "instrument/rank_report.h"
+// report/rank_report.cpp: see rank_report.h.
+#include "report/rank_report.h"
 #include <algorithm>
 #include <map>
-#include "instrument/json.h"
-#include "instrument/report.h"
-#include "instrument/report_impl.h"
-#include "instrument/text.h"
+#include "report/json.h"
+#include "report/report.h"
+#include "report/report_impl.h"
+#include "report/text.h"
 
 namespace paralab {
 

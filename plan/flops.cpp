@@ -1,5 +1,5 @@
-// instrument/flops.cpp: see flops.h for the conventions.
-#include "instrument/flops.h"
+// plan/flops.cpp: see flops.h for the conventions.
+#include "plan/flops.h"
 #include <algorithm>
 #include "model/param_table.h"  // padded_vocab
 

@@ -1,4 +1,4 @@
-// instrument/timeline.h: where a pipeline's time goes, for the eye. A schedule's timeline in
+// report/timeline.h: where a pipeline's time goes, for the eye. A schedule's timeline in
 // the terminal (--print-schedule), the same as Chrome trace JSON (--trace; chrome://tracing
 // or ui.perfetto.dev), and the pipeline section of the plan (text and JSON).
 //
@@ -18,8 +18,8 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "instrument/json.h"
-#include "instrument/plan.h"
+#include "report/json.h"
+#include "plan/plan.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace paralab {

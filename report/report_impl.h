@@ -1,12 +1,12 @@
-// instrument/report_impl.h: what report.cpp (the text writers) and report_json.cpp (the JSON
+// report/report_impl.h: what report.cpp (the text writers) and report_json.cpp (the JSON
 // writers) share: the rows of the communication comparison, predicted beside measured. Not
 // for other files: report.h is the interface.
 //
 // defines: CommRow, comm_rows
 #pragma once
 #include <vector>
-#include "instrument/comm_stats.h"  // CommGroup, CommOp, CommStats
-#include "instrument/plan.h"        // CommPlanEntry
+#include "measure/comm_stats.h"  // CommGroup, CommOp, CommStats
+#include "plan/plan.h"        // CommPlanEntry
 
 namespace paralab {
 

@@ -1,0 +1,188 @@
+// plan/data_parallel.cpp: data parallelism and ZeRO predicted: the paper's model-state
+// formulas, the shard sizes, the replay of parallel/data_parallel.cpp's calls over a step
+// (what ZeRO-2/3 buffers are alive when), and the dp group's communication.
+#include <algorithm>
+#include <stdexcept>
+#include "plan/plan.h"
+
+namespace paralab {
+
+// ---- ZeRO ---------------------------------------------------------------------------
+int64_t zero_shard_numel(int64_t psi, int dp) { return (psi + dp - 1) / dp; }
+int64_t zero_padded_numel(int64_t psi, int dp) { return zero_shard_numel(psi, dp) * dp; }
+
+double zero_model_state_bytes(int stage, double psi, double N) {
+  const double K = 12;  // fp32 master 4 + Adam m 4 + v 4
+  switch (stage) {
+    case 0: return (2 + 2 + K) * psi;          // DDP: 16Ψ
+    case 1: return 4 * psi + K * psi / N;      // P_os: 4Ψ + 12Ψ/N
+    case 2: return 2 * psi + (2 + K) * psi / N;  // P_os+g: 2Ψ + 14Ψ/N
+    case 3: return (2 + 2 + K) * psi / N;      // P_os+g+p: 16Ψ/N
+    default: throw std::invalid_argument("zero stage must be 0..3");
+  }
+}
+
+// ---- data parallelism: replaying data_parallel.cpp -------------------------------------------
+ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<DpCall>& calls,
+                                      int z, bool overlap, int prefetch, int64_t microbatches,
+                                      const std::vector<int>& unit_chunk,
+                                      const std::vector<int>& deferred_units) {
+  ZeroStepSimulation r;
+  if (z < 2) return r;
+  const int U = (int)l.bucket_of.size(), nb = (int)l.buckets.size();
+  std::vector<bool> deferred(nb, false);
+  for (int u : deferred_units) deferred[l.bucket_of.at(u)] = true;
+  auto fail = [](const std::string& what) { throw std::invalid_argument("plan: " + what); };
+  // Stage 3 parameters: resident (gathered or in flight) units and their references.
+  std::vector<bool> resident(U, false);
+  std::vector<int> refs(U, 0);
+  int held = 0;
+  int64_t params_alive = 0;
+  auto gather = [&](int u) {
+    resident[u] = true;
+    const int64_t n = l.buckets[l.bucket_of[u]].padded;
+    params_alive += n;
+    r.params_transient_peak = std::max(r.params_transient_peak, params_alive);
+    ++r.gathers;
+    r.gathered_elements += n;
+  };
+  // Gradient bucket buffers: alive from their first grads() to their reduction's completion.
+  std::vector<bool> alive(nb, false), reduced(nb, false);
+  int in_flight = -1;
+  int64_t grads_alive = 0;
+  auto allocate = [&](int j) {
+    if (alive[j]) return;
+    alive[j] = true;
+    grads_alive += l.buckets[j].padded;
+    r.grads_transient_peak = std::max(r.grads_transient_peak, grads_alive);
+  };
+  auto complete = [&](int j) {
+    alive[j] = false;
+    grads_alive -= l.buckets[j].padded;
+    if (in_flight == j) in_flight = -1;
+  };
+  auto post = [&](int j) {
+    allocate(j);
+    reduced[j] = true;
+    ++r.grad_reductions;
+    r.grad_reduced_elements += l.buckets[j].padded;
+  };
+
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    std::fill(reduced.begin(), reduced.end(), false);
+    for (const DpCall& c : calls) {
+      if (c.kind == DpCall::BEGIN_MICROBATCH) {
+        std::fill(reduced.begin(), reduced.end(), false);
+        continue;
+      }
+      const int u = c.unit, j = l.bucket_of.at(u);
+      switch (c.kind) {
+        case DpCall::ACQUIRE: {
+          if (z < 3) break;
+          const bool sweep_step = held == 0;
+          if (!resident[u]) gather(u);
+          ++refs[u];
+          ++held;
+          if (sweep_step)
+            for (int v : prefetch_window(u, c.forward, U, prefetch, unit_chunk))
+              if (!resident[v]) gather(v);
+          break;
+        }
+        case DpCall::RELEASE:
+          if (z < 3) break;
+          if (refs[u] == 0) fail("release without acquire of unit " + std::to_string(u));
+          --held;
+          if (--refs[u] == 0) {
+            resident[u] = false;
+            params_alive -= l.buckets[j].padded;
+          }
+          break;
+        case DpCall::GRADS:
+          if (reduced[j]) fail("grads of unit " + std::to_string(u) + " after its reduction");
+          allocate(j);
+          break;
+        case DpCall::BEGIN_MICROBATCH:
+          break;
+        case DpCall::BACKWARD_DONE:
+          if (l.buckets[j].unit_lo != u) break;
+          if (deferred[j]) {  // reduced at finish; the chunk's sweep still ends here
+            if (overlap && in_flight >= 0 && u == chunk_first_unit(unit_chunk, u))
+              complete(in_flight);
+            break;
+          }
+          if (!overlap) {
+            post(j);
+            complete(j);
+          } else {
+            if (in_flight >= 0) complete(in_flight);
+            post(j);
+            in_flight = j;
+            if (u == chunk_first_unit(unit_chunk, u)) complete(j);
+          }
+          break;
+      }
+    }
+    if (held) fail("a microbatch ends with parameters still acquired");
+  }
+  // finish_gradients completes the reduction in flight, then reduces what was written but
+  // never declared done (or deferred).
+  if (in_flight >= 0) complete(in_flight);
+  for (int j = 0; j < nb; ++j)
+    if (alive[j]) {
+      post(j);
+      complete(j);
+    }
+  return r;
+}
+
+// ---- data parallelism of one flat vector -----------------------------------------------------
+DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
+                                    std::vector<DpCall> calls, int z, int dp,
+                                    const PlanOptions& o, int64_t microbatches,
+                                    const std::vector<int>& unit_chunk,
+                                    const std::vector<int>& deferred_units) {
+  DataParallelPlan d;
+  const int64_t psi = unit_begin.back();
+  d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3, unit_chunk);
+  d.microbatch = std::move(calls);
+  d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
+                             o.zero3_prefetch_layers, microbatches, unit_chunk, deferred_units);
+  const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
+  d.state_numel = z == 0 ? psi : shard;
+  d.params_resident = z == 3 ? shard : full;
+  d.grads_resident = z >= 2 ? shard : full;
+  return d;
+}
+
+std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,
+                                              int grad_b, int param_b) {
+  std::vector<CommPlanEntry> out;
+  auto add = [&](CommOp op, int64_t calls, int64_t payload) {
+    if (calls > 0)
+      out.push_back({CommGroup::DP, op, calls, payload, bus_factor(op, dp) * (double)payload});
+  };
+  if (dp == 1) return out;
+  const BucketLayout& l = d.layout;
+  const int64_t nb = (int64_t)l.buckets.size();
+  switch (z) {
+    case 0:
+      add(CommOp::ALL_REDUCE, nb, l.total * grad_b);
+      break;
+    case 1:
+      add(CommOp::REDUCE_SCATTER, nb, l.padded_total * grad_b);
+      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      break;
+    case 2:  // nb k without pipelining; a pipeline's accumulated or deferred buckets fewer
+      add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
+      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      break;
+    case 3:
+      add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
+      add(CommOp::ALL_GATHER, d.sim.gathers, d.sim.gathered_elements * param_b);
+      break;
+  }
+  if (z >= 1) add(CommOp::ALL_REDUCE, 1, 4);  // the gradient norm
+  return out;
+}
+
+}  // namespace paralab

@@ -1,0 +1,281 @@
+// plan/memory.cpp: the bytes of each memory category a rank holds: the categories, the
+// local sizes under tensor parallelism, every activation tensor of notes/model.md's list, the
+// logits, the workspace and the communication buffers (plan.h has the byte conventions).
+// Korthikanti et al.'s closed forms, which the plan is held to, are here too.
+#include <algorithm>
+#include <stdexcept>
+#include "model/param_table.h"
+#include "plan/plan.h"
+#include "plan/recompute.h"  // recompute_module_of, is_recomputed
+
+namespace paralab {
+
+const char* const kMemoryCategoryNames[kNumMemoryCategories] = {
+    "params", "grads", "master_params", "optimizer_states", "activations",
+    "recompute", "comm_buffers", "logits", "workspace"};
+
+int64_t MemoryPlan::at(int category) const {
+  const int64_t v[kNumMemoryCategories] = {params, grads, master_params, optimizer_states,
+                                           activations, recompute, comm_buffers, logits,
+                                           workspace};
+  return v[category];
+}
+
+int64_t MemoryPlan::total() const {
+  if (total_stage > 0) return total_stage;
+  if (total_full_recompute > 0) return total_full_recompute;
+  int64_t s = 0;
+  for (int i = 0; i < kNumMemoryCategories; ++i) s += at(i);
+  return std::max(s - recompute, total_at_recompute);
+}
+
+LocalSizes local_sizes(const ModelConfig& m, int B, int tp, bool sp) {
+  LocalSizes l;
+  l.N = (int64_t)B * m.seq_length;
+  l.N_l = sp ? l.N / tp : l.N;
+  l.heads = m.num_attention_heads / tp;
+  l.groups = m.groups() / tp;
+  l.head_dim = m.head_dim();
+  l.ffn = m.ffn() / tp;
+  l.fc1 = m.fc1_size() / tp;
+  l.qkv = (l.heads + 2 * l.groups) * l.head_dim;
+  l.vocab = padded_vocab(m, tp) / tp;
+  return l;
+}
+
+// ---- activations ----------------------------------------------------------------------
+// Each line is one tensor of notes/model.md's list; N = B S tokens, N_l those a rank holds
+// between the blocks, a_l g_l f_l its heads, groups and ffn columns (LocalSizes).
+// Korthikanti's Table 2 names (in brackets) show where his sbh(34 + 5as/h) comes from, at
+// 2-byte activations: attention 11sbh + 5as^2b, MLP 19sbh, norm inputs 4sbh; under tp the
+// bracketed terms marked /t shrink with the heads and columns: 24sbh/t + 5as^2b/t, and
+// with sp the other 10sbh hold N/t tokens too. act_bytes is the storage type's (4, or 2
+// with --bf16); norm statistics and the log-sum-exp are fp32 in both.
+std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
+                                                       int act_bytes, int mask_bytes, int tp,
+                                                       bool sp) {
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t a = l.heads, g = l.groups, d = l.head_dim;
+  const int64_t stats = m.is_gpt() ? 2 * Nl : Nl;  // LayerNorm mean + rstd; RMSNorm rstd
+  // The model keeps a mask whenever a rate is > 0 (model/layer.cpp); llama's stay 0 by default.
+  const bool attn_drop = m.attention_dropout > 0;
+  const bool hidden_drop = m.hidden_dropout > 0;
+  std::vector<ActivationTensor> t;
+  auto add = [&](const char* name, int64_t elements, int bytes, bool stat = false) {
+    t.push_back({name, elements, bytes, stat});
+  };
+  // The norm1 input is the previous layer's output (or x0): counted there.   [LN1 input 2sbh]
+  add("norm1.stats", stats, 4, true);
+  add("norm1.out", Nl * h, act_bytes);                          // u   [QKV input 2sbh]
+  add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh/t]
+  add("attn.k", N * g * d, act_bytes);                          // k
+  add("attn.v", N * g * d, act_bytes);                          // v   [V 2sbh/t]
+  if (m.attention == AttentionImpl::NAIVE) {
+    add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b/t]
+    if (attn_drop) {
+      add("attn.probs_dropout_mask", B * a * S * S, mask_bytes);  //   [mask as^2b/t]
+      add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b/t]
+    }
+  } else {
+    add("attn.lse", B * a * S, 4);                              // log-sum-exp per query row
+  }
+  add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh/t]
+  if (hidden_drop) add("attn.proj_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
+  add("resid1", Nl * h, act_bytes);                             // x   [LN2 input 2sbh]
+  add("norm2.stats", stats, 4, true);
+  add("norm2.out", Nl * h, act_bytes);                          // u2  [fc1 input 2sbh]
+  add("mlp.fc1_out", N * l.fc1, act_bytes);                     // z   [GeLU input 8sbh/t]
+  add("mlp.act", N * l.ffn, act_bytes);                         // m   [fc2 input 8sbh/t]
+  if (hidden_drop) add("mlp.fc2_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
+  add("out", Nl * h, act_bytes);                                // x, the next norm1 input
+  // Selective recompute keeps none of its modules' tensors (plan_recompute.h).
+  t.erase(std::remove_if(t.begin(), t.end(),
+                         [&](const ActivationTensor& x) {
+                           return is_recomputed(m, recompute_module_of(x.name));
+                         }),
+          t.end());
+  return t;
+}
+
+std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
+                                                           int act_bytes, int tp, bool sp) {
+  const int64_t Nl = local_sizes(m, B, tp, sp).N_l;
+  return {{"embedding.out", Nl * m.hidden_size, act_bytes, false}};  // x0, layer 0's norm1 input
+}
+
+std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int B,
+                                                      int act_bytes, int tp, bool sp) {
+  const int64_t Nl = local_sizes(m, B, tp, sp).N_l, h = m.hidden_size;
+  std::vector<ActivationTensor> t;
+  t.push_back({"final_norm.stats", m.is_gpt() ? 2 * Nl : Nl, 4, true});  // fp32 in both
+  // Fused: d(xf), since the fused loss already ran the head's backward (reduced over tp,
+  // this rank's N_l tokens of it). Unfused: xf, which the head's backward reads.
+  if (m.fused_cross_entropy)
+    t.push_back({"final_norm.out_grad", Nl * h, act_bytes, false});
+  else
+    t.push_back({"final_norm.out", Nl * h, act_bytes, false});
+  return t;
+}
+
+int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics) {
+  int64_t s = 0;
+  for (const auto& t : ts)
+    if (include_norm_statistics || !t.norm_statistic) s += t.bytes();
+  return s;
+}
+
+int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp) {
+  const LocalSizes l = local_sizes(m, B, tp);
+  const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(l.N, m.cross_entropy_chunk)
+                                             : l.N;
+  // fp32 logits (4 bytes) in both precisions; with bf16 their gradient is also rounded into
+  // a bf16 copy (2 bytes) for the head GEMMs while the fp32 ones live (notes/model.md).
+  // Under tp only the rank's V_l columns exist, the padded ones included.
+  return rows * l.vocab * (bf16 ? 4 + 2 : 4);
+}
+
+// ---- workspace (notes/model.md, "Workspace"; model/layer.h Workspace) ---------------------
+// Scratch allocated once per microbatch size and reused by every layer, in the storage
+// type (act_bytes: 4, or 2 with --bf16) except the fp32 per-token losses, plus what one
+// microbatch holds while in flight (int32 tokens and targets). Under tp the local sizes of
+// notes/model.md's "Tensor parallelism" section.
+std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
+                                                int tp, bool sp) {
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t a = l.heads, g = l.groups, d = l.head_dim;
+  std::vector<ActivationTensor> t;
+  auto add = [&](const char* name, int64_t elements, int bytes = 0) {
+    t.push_back({name, elements, bytes ? bytes : act_bytes, false});
+  };
+  add("dres", Nl * h);                   // gradient of the residual stream
+  add("tmp_h", N * h);                   // proj / fc2 outputs (partial sums under tp)
+  if (sp) {
+    add("tmp_l", Nl * h);                // a row-parallel output, reduce-scattered
+    add("gathered", N * h);              // a column-parallel input or output gradient, gathered
+  }
+  add("qkv", N * l.qkv);                 // forward qkv, backward dqkv
+  add("o_heads", N * a * d);
+  add("dctx", N * a * d);
+  add("do_heads", N * a * d);
+  add("dq", N * a * d);
+  add("dk", N * g * d);
+  add("dv", N * g * d);
+  add("dact", N * l.ffn);
+  add("dfc1", N * l.fc1);
+  add("losses", N, 4);                   // per-token loss, fp32
+  // The loss's row max, sum of exponentials and target logit per row of a chunk
+  // (parallel/tensor_parallel.h: the same three-pass loss at every tp, one rank included).
+  add("loss_scratch", 3 * std::min<int64_t>(N, m.cross_entropy_chunk), 4);
+  if (m.attention == AttentionImpl::NAIVE) {
+    add("scores", B * a * S * S);
+    add("dprobs", B * a * S * S);
+  }
+  if (m.fused_cross_entropy) {
+    add("xf", N * h);                    // final-norm output (gathered with sp), read by the loss
+    if (sp) {
+      add("xf_local", Nl * h);           // the final norm's own N_l tokens
+      add("dxf_full", N * h);            // the head's partial input gradient, before its RS
+    }
+  } else {
+    add("dxf", N * h);                   // backward only, while the N V_l logits are still held
+  }
+  add("tokens", N, 4);                   // int32, during the forward (and embedding backward)
+  add("targets", N, 4);                  // int32, during the forward
+  return t;
+}
+
+WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp, bool sp,
+                                 bool embedding, bool head) {
+  WorkspacePhases w;
+  int64_t tokens = 0, targets = 0, dxf = 0;
+  for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp)) {
+    if (t.name == "tokens") tokens = embedding ? t.bytes() : 0;
+    else if (t.name == "targets") targets = head ? t.bytes() : 0;
+    else if (t.name == "dxf") dxf = head ? t.bytes() : 0;
+    else w.common += t.bytes();
+  }
+  w.forward = tokens + targets;          // model/transformer.cpp, forward_as
+  w.backward = std::max(dxf, tokens);    // the head's backward, then the embedding's
+  return w;
+}
+
+int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool sp) {
+  return workspace_phases(m, B, act_bytes, tp, sp).peak();
+}
+
+// fp32 scalars that collectives reduce on the device (notes/model.md): the gradient norm's
+// over dp (ZeRO >= 1) and over tp, and the trainer's loss average over the world.
+int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const ParallelConfig& p) {
+  int64_t bytes = 0;
+  if (p.zero_stage >= 1 && p.data_parallel() > 1) bytes += 4;
+  if (p.tensor_parallel > 1) bytes += 4;
+  if (p.pipeline_parallel > 1) bytes += 4;
+  if (p.world_size > 1) bytes += 4;
+  return bytes;
+}
+
+// ---- Korthikanti Table 2 -------------------------------------------------------------
+// Multiplied out, sbh(10 + 24/t + 5as/(ht)) = 10sbh + 24sbh/t + 5as^2b/t: every term is an
+// integer product divided once, so the double is exact whenever the bytes are whole.
+double korthikanti_layer_bytes(double s, double b, double h, double a) {
+  return 34 * s * b * h + 5 * a * s * s * b;
+}
+double korthikanti_tp_bytes(double s, double b, double h, double a, double t) {
+  return 10 * s * b * h + 24 * s * b * h / t + 5 * a * s * s * b / t;
+}
+double korthikanti_tp_sp_bytes(double s, double b, double h, double a, double t) {
+  return 34 * s * b * h / t + 5 * a * s * s * b / t;
+}
+double korthikanti_tp_selective_bytes(double s, double b, double h, double t) {
+  return 10 * s * b * h + 24 * s * b * h / t;
+}
+double korthikanti_tp_sp_selective_bytes(double s, double b, double h, double t) {
+  return 34 * s * b * h / t;
+}
+double korthikanti_full_recompute_bytes(double s, double b, double h) { return 2 * s * b * h; }
+
+KorthikantiCheck korthikanti_check(const Plan& plan) {
+  const ModelConfig& m = plan.model;
+  const double s = m.seq_length, b = plan.train.micro_batch_size, h = m.hidden_size,
+               a = m.num_attention_heads, t = plan.tp;
+  const bool sp = plan.sequence_parallel, naive = m.attention == AttentionImpl::NAIVE;
+  KorthikantiCheck c;
+  c.plan_bytes = sum_bytes(plan.layer_activations, false);
+  c.norm_statistics_bytes = sum_bytes(plan.layer_activations) - c.plan_bytes;
+  // Table 2's rows; flash keeps no a s s tensor, which leaves the selective-recompute rows.
+  if (naive) {
+    c.closed_form_bytes = sp ? korthikanti_tp_sp_bytes(s, b, h, a, t)
+                             : korthikanti_tp_bytes(s, b, h, a, t);
+    c.formula = plan.tp == 1 ? "sbh(34 + 5as/h)"
+                : sp         ? "sbh(34/t + 5as/(ht))"
+                             : "sbh(10 + 24/t + 5as/(ht))";
+  } else {
+    c.closed_form_bytes = sp ? korthikanti_tp_sp_selective_bytes(s, b, h, t)
+                             : korthikanti_tp_selective_bytes(s, b, h, t);
+    c.formula = plan.tp == 1 ? "34sbh" : sp ? "34sbh/t" : "sbh(10 + 24/t)";
+  }
+  auto differs = [&](bool cond, std::string what) {
+    if (cond) c.differences.push_back(std::move(what));
+  };
+  char buf[160];
+  differs(!m.is_gpt(), "llama: RMSNorm, SwiGLU fc1 of 2f, no dropout (the paper's layer is GPT)");
+  std::snprintf(buf, sizeof buf, "ffn %d, not 4h = %d", m.ffn(), 4 * m.hidden_size);
+  differs(m.ffn() != 4 * m.hidden_size, buf);
+  std::snprintf(buf, sizeof buf, "GQA: %d query groups for %d heads (k, v smaller)", m.groups(),
+                m.num_attention_heads);
+  differs(m.groups() != m.num_attention_heads, buf);
+  differs(m.head_dim() * m.num_attention_heads != m.hidden_size, "head dim x heads != h");
+  differs(!plan.train.bf16, "fp32: 4-byte activations (the paper's are 16-bit)");
+  std::snprintf(buf, sizeof buf, "%d-byte dropout masks (the paper's are 1 byte)",
+                plan.options.mask_bytes);
+  differs(plan.options.mask_bytes != 1, buf);
+  differs(m.hidden_dropout <= 0, "no hidden dropout: no masks after proj and fc2");
+  differs(naive && m.attention_dropout <= 0,
+          "no attention dropout: no mask nor dropped P (3as/(ht) of the 5as/(ht))");
+  differs(!naive, "flash attention: no 5as/(ht) term; an fp32 log-sum-exp of 4bas/t instead");
+  return c;
+}
+
+}  // namespace paralab

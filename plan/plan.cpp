@@ -1,0 +1,163 @@
+// plan/plan.cpp: make_plan, the whole prediction for one configuration, from the concerns
+// beside it: memory.cpp (bytes per category), data_parallel.cpp (ZeRO), tensor_parallel.cpp,
+// pipeline.cpp, recompute.cpp and flops.cpp. plan.h has the byte conventions.
+#include "plan/plan.h"
+#include <algorithm>
+#include <stdexcept>
+#include "model/param_table.h"
+#include "plan/recompute.h"  // selective recompute: what a layer no longer keeps
+
+namespace paralab {
+
+int64_t layer_output_bytes(const Plan& plan) {
+  for (const ActivationTensor& t : plan.layer_activations)
+    if (t.name == "out") return t.bytes();
+  return 0;
+}
+
+// ---- the plan -------------------------------------------------------------------------
+static void check(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("plan: " + what);
+}
+
+Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
+               const PlanOptions& o) {
+  check(p.world_size >= 1, "world size must be >= 1");
+  check(p.context_parallel == 1 && p.expert_parallel == 1,
+        "context and expert parallelism are not modelled yet (sizes must be 1)");
+  check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
+  check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
+  check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
+  const int tp = p.tensor_parallel;
+  const int pp = p.pipeline_parallel;
+  check(tp >= 1 && pp >= 1 && p.world_size % (tp * pp) == 0,
+        "tensor parallel " + std::to_string(tp) + " x pipeline parallel " + std::to_string(pp) +
+            " must divide world size " + std::to_string(p.world_size));
+  check(m.num_attention_heads % tp == 0 && m.groups() % tp == 0 && m.ffn() % tp == 0,
+        "tensor parallel " + std::to_string(tp) + " must divide heads " +
+            std::to_string(m.num_attention_heads) + ", query groups " +
+            std::to_string(m.groups()) + " and ffn " + std::to_string(m.ffn()));
+  // Megatron turns sequence parallelism off at tp 1 (the trainer warns); so does the plan.
+  const bool sp = p.sequence_parallel && tp > 1;
+  const int B = t.micro_batch_size;
+  check(!sp || (int64_t)B * m.seq_length % tp == 0,
+        "sequence parallelism splits N = micro batch x seq = " +
+            std::to_string((int64_t)B * m.seq_length) + " tokens over tensor parallel " +
+            std::to_string(tp) + ": not divisible");
+  Plan plan;
+  plan.model = m;
+  plan.train = t;
+  plan.parallel = p;
+  plan.options = o;
+  plan.dp = p.data_parallel();
+  plan.tp = tp;
+  plan.sequence_parallel = sp;
+  plan.padded_vocab = padded_vocab(m, tp);
+  const int dp = plan.dp;
+  plan.global_batch = t.global_batch_size > 0 ? t.global_batch_size : (int64_t)B * dp;
+  check(plan.global_batch % ((int64_t)B * dp) == 0,
+        "global batch " + std::to_string(plan.global_batch) +
+            " not divisible by micro batch x dp = " + std::to_string((int64_t)B * dp));
+  plan.microbatches_per_rank = plan.global_batch / ((int64_t)B * dp);
+  plan.tokens_per_step = plan.global_batch * m.seq_length;
+  plan.params_total = parameter_count(m);
+
+  const int act = storage_bytes(t);
+  plan.embedding_activations = embedding_activation_tensors(m, B, act, tp, sp);
+  plan.layer_activations = layer_activation_tensors(m, B, act, o.mask_bytes, tp, sp);
+  plan.head_activations = head_activation_tensors(m, B, act, tp, sp);
+  plan.activation_bytes_per_layer = sum_bytes(plan.layer_activations);
+  plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) +
+                                         m.num_layers * plan.activation_bytes_per_layer +
+                                         sum_bytes(plan.head_activations);
+
+  // Full recompute's block method recomputes min(n, l_c) layers of each model chunk c.
+  const std::vector<int> chunk_layers =
+      m.recompute.full() ? pipeline_stage_layers(m.num_layers, pp, p.virtual_pipeline,
+                                                 p.first_stage_layers, p.last_stage_layers)
+                         : std::vector<int>{};
+  plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
+                          o.attention_flops, tp, chunk_layers);
+
+  // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
+  // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
+  // included), times bytes per element of each category.
+  const std::vector<int64_t> units = param_units(m, tp);
+  const int64_t psi = units.back();
+  const int z = p.zero_stage;
+  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  plan.data_parallel = data_parallel_plan(
+      units,
+      microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
+                       m.recompute.full_groups(m.num_layers)),
+      z, dp, o, plan.microbatches_per_rank);
+  const DataParallelPlan& d = plan.data_parallel;
+  plan.zero_shard = d.state_numel;
+
+  MemoryPlan mem;
+  const int64_t params_stored = d.params_resident;
+  mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
+  mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
+  mem.master_params = d.state_numel * master_b;
+  mem.optimizer_states = d.state_numel * optim_b;
+  // Without pipelining each microbatch's backward frees its activations before the next
+  // forward, so one microbatch is held at the peak (with full recompute: its stored group
+  // inputs, and one group made again in backward; plan_recompute.h).
+  const int held = 1;
+  const ChunkActivations chunk = chunk_activations(
+      m.recompute.full_groups(m.num_layers), sum_bytes(plan.embedding_activations),
+      plan.activation_bytes_per_layer, layer_output_bytes(plan), sum_bytes(plan.head_activations));
+  mem.activations = std::max(chunk.forward_peak, chunk.backward_peak);
+  mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
+  mem.comm_buffers = comm_buffer_bytes(m, t, p);
+  mem.logits = logits_bytes(m, B, t.bf16, tp);
+  mem.workspace = workspace_bytes(m, B, act, tp, sp);
+  mem.total_at_recompute = total_at_recompute(plan, mem);
+  if (m.recompute.full()) {
+    // The total at each phase of the microbatch (model/transformer.cpp): the other
+    // categories at their peaks but the logits (alive in the head only) and the workspace's
+    // forward tokens and targets (backward: its d(xf) or the tokens again) as they are then.
+    const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+    int64_t others = 0;
+    for (int c = 0; c < kNumMemoryCategories; ++c) others += mem.at(c);
+    others -= mem.activations + mem.logits + mem.workspace + mem.recompute;
+    const int64_t head = others + w.common + w.forward + chunk.kept + mem.logits;  // loss
+    const int64_t layers_forward = others + w.common + w.forward + chunk.forward_peak;
+    const int64_t layers_backward = others + w.common + chunk.backward_peak;
+    const int64_t head_backward = others + w.common + w.backward + chunk.kept +
+                                  (m.fused_cross_entropy ? 0 : mem.logits);
+    mem.total_full_recompute = std::max({head, layers_forward, layers_backward, head_backward});
+  }
+
+  // Communication per step (plan.h, Plan::comm). Payload bytes per element: the storage
+  // type's for parameters and gradients (param_b, grad_b: 4, or 2 with --bf16), 4 for the
+  // norm and loss scalars (fp32 in both).
+  plan.comm = tensor_parallel_comm(m, B, tp, sp, act, plan.microbatches_per_rank, p.zero_stage);
+  for (const CommPlanEntry& e :
+       data_parallel_comm(d, z, dp, grad_b, param_b))
+    plan.comm.push_back(e);
+  if (p.world_size > 1)
+    plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,
+                         bus_factor(CommOp::ALL_REDUCE, p.world_size) * 4});
+
+  // Rank order tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank +
+  // dp pp_rank)). The ranks of a tp group hold the same shapes (local_param_table pads the
+  // vocabulary so that even the last one does), and dp replicas the same bytes: one
+  // MemoryPlan serves every rank.
+  plan.ranks.resize(p.world_size);
+  for (int r = 0; r < p.world_size; ++r) {
+    RankPlan& rp = plan.ranks[r];
+    rp.rank = r;
+    rp.tp_rank = r % tp;
+    rp.dp_rank = (r / (tp * p.context_parallel)) % dp;
+    rp.pp_rank = r / (tp * p.context_parallel * dp);
+    rp.params = psi;
+    rp.params_stored = params_stored;
+    rp.microbatches_held = held;
+    rp.memory = mem;
+  }
+  plan_pipeline(plan);
+  return plan;
+}
+
+}  // namespace paralab

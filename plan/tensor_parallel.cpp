@@ -1,0 +1,83 @@
+// plan/tensor_parallel.cpp: the tensor-parallel group's communication of one step
+// (notes/model.md, "Tensor parallelism", is the spec; parallel/tensor_parallel.h the method).
+#include <algorithm>
+#include "model/param_table.h"  // ParamSpec
+#include "plan/plan.h"
+
+namespace paralab {
+
+// ---- tensor parallelism: communication ------------------------------------------------
+std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
+                                                int e, int64_t microbatches, int zero_stage,
+                                                const ModelSlice& slice) {
+  std::vector<CommPlanEntry> out;
+  if (tp == 1) return out;
+  const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length, Nh = N * m.hidden_size;
+  const int64_t Ls = slice.layers < 0 ? L : slice.layers;
+  const int64_t ends = (slice.embedding ? 1 : 0) + (slice.head ? 1 : 0);
+  // Full recompute runs a recomputed layer's forward again, with its collectives.
+  int64_t R = slice.recomputed;
+  if (R < 0) {
+    R = 0;
+    for (int g : m.recompute.full_groups(m.num_layers)) R += g >= 0;
+  }
+  // Vocabulary-parallel loss: per chunk of c rows an all-reduce MAX of c floats and a SUM
+  // of 2c (sum of exponentials, target logit), fp32; the chunks cover the N rows once.
+  const int64_t rows = std::min<int64_t>(N, m.cross_entropy_chunk);
+  const int64_t chunks = (N + rows - 1) / rows;
+  int64_t ar_calls = slice.head ? 2 * chunks : 0, ar_bytes = slice.head ? 4 * N + 4 * 2 * N : 0;
+  int64_t rs_calls = 0, rs_bytes = 0, ag_calls = 0, ag_bytes = 0;
+  int64_t replicated_calls = 0, replicated_bytes = 0;
+  if (!sp) {
+    // g after proj and fc2 (forward), f before qkv and fc1 (backward); the embedding's g;
+    // the head's input gradient d(xf), reduced once the loss has run.
+    ar_calls += 4 * Ls + 2 * R + ends;
+    ar_bytes += (4 * Ls + 2 * R + ends) * Nh * e;
+  } else {
+    // Per layer: forward gathers before qkv and fc1, scatters after proj and fc2; backward
+    // gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs, and
+    // scatters qkv's and fc1's input gradients. The embedding scatters x0 and gathers
+    // d(x0); the head gathers xf and scatters d(xf).
+    ag_calls = 6 * Ls + 2 * R + ends;
+    ag_bytes = ag_calls * Nh * e;
+    rs_calls = 4 * Ls + 2 * R + ends;
+    rs_bytes = rs_calls * Nh * e;
+    // Replicated parameters saw only the rank's tokens: one all-reduce of their gradients
+    // per unit that has any (each layer; gpt's position embedding; the final norm), sized
+    // from the parameter table (gpt 6h per layer, llama 2h; S h; gpt 2h, llama h). Under
+    // ZeRO 0-1 the gradient buffer accumulates over the microbatches, so this happens once,
+    // on the step's last; ZeRO 2-3 hand a unit's gradients over every microbatch.
+    std::vector<int64_t> replicated(L + 2, 0);
+    for (const ParamSpec& p : param_table(m)) {
+      if (p.split != TpSplit::REPLICATED) continue;
+      int unit = (int)L + 1;
+      if (p.name.compare(0, 10, "embedding.") == 0) unit = 0;
+      else if (p.name.compare(0, 7, "layers.") == 0) unit = 1 + std::stoi(p.name.substr(7));
+      replicated[unit] += p.numel();
+    }
+    // The slice's units: every layer holds the same replicated tensors.
+    auto add_unit = [&](int64_t n, int64_t times) {
+      if (n > 0) {
+        replicated_calls += times;
+        replicated_bytes += times * n * e;
+      }
+    };
+    if (slice.embedding) add_unit(replicated[0], 1);
+    if (L > 0) add_unit(replicated[1], Ls);
+    if (slice.head) add_unit(replicated[L + 1], 1);
+  }
+  auto add = [&](CommOp op, int64_t calls, int64_t payload) {
+    if (calls > 0)
+      out.push_back({CommGroup::TP, op, calls, payload, bus_factor(op, tp) * (double)payload});
+  };
+  // Per step: every microbatch, plus the gradient norm's one fp32 (replicated parameters
+  // counted on tp rank 0 only).
+  const int64_t replicated_times = zero_stage >= 2 ? microbatches : 1;
+  add(CommOp::ALL_REDUCE, ar_calls * microbatches + replicated_calls * replicated_times + 1,
+      ar_bytes * microbatches + replicated_bytes * replicated_times + 4);
+  add(CommOp::REDUCE_SCATTER, rs_calls * microbatches, rs_bytes * microbatches);
+  add(CommOp::ALL_GATHER, ag_calls * microbatches, ag_bytes * microbatches);
+  return out;
+}
+
+}  // namespace paralab

@@ -2,10 +2,16 @@
 # and CPU backends in one binary, sm_80 + sm_90); `make CPU_ONLY=1` builds with g++ alone.
 # Both builds treat warnings as errors.
 #
-#   make            build ./trainer
-#   make run        set-up, build, train the default demo model
-#   make test       set-up, build, run every test (unit, golden, MPI)
-#   make plan       print the plan of the default model
+#   make            set-up, build ./trainer
+#   make run        set-up, build, train the demo model
+#   make test       set-up, build, run every test (tests/run_all.sh)
+#   make unit-test  the GoogleTest binary alone;  make mpi-test  the MPI suites alone
+#   make plan       print the plan of the demo model
+#   make lint       the include order of the layers (tests/check_layout.sh)
+#
+# The public targets run scripts/setup.sh first and then build in a second make: the
+# compiler flags come from pkg-config, which can only answer once setup.sh has installed
+# MPICH and OpenBLAS, so they must not be asked while this make reads the file.
 
 NVCC := $(shell command -v nvcc 2>/dev/null)
 ifeq ($(NVCC),)
@@ -14,31 +20,34 @@ endif
 CPU_ONLY ?= 0
 
 CXX := g++
-MPI_CFLAGS := $(shell pkg-config --cflags mpich 2>/dev/null)
-MPI_LIBS := $(shell pkg-config --libs mpich 2>/dev/null)
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
+# Recursively expanded (=): asked when a recipe needs them, after setup.sh has run.
+MPI_CFLAGS = $(shell pkg-config --cflags mpich 2>/dev/null)
+MPI_LIBS = $(shell pkg-config --libs mpich 2>/dev/null)
+BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null)
 WARN := -Wall -Wextra -Werror
-CXXFLAGS := -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP
-LDLIBS := $(MPI_LIBS) $(BLAS_LIBS) -lpthread
+CXXFLAGS = -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP $(FLAVOUR_FLAGS)
+LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 
-HOST_SRCS := $(wildcard kernels/*.cpp kernels/cpu/*.cpp model/*.cpp parallel/*.cpp \
-                        instrument/*.cpp) flags.cpp flags_check.cpp rank_metrics.cpp
+# The folders in their dependency order (notes/design.md): each includes only from those
+# before it; tests/check_layout.sh (make lint) holds it.
+LAYERS := kernels measure parallel model plan report
+HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)
   BUILD := build/cpu
-  CXXFLAGS += -DPARALAB_CPU_ONLY
+  FLAVOUR_FLAGS := -DPARALAB_CPU_ONLY
   CUDA_SRCS :=
   CUDA_LIBS :=
 else
   BUILD := build/cuda
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
-  NVCCFLAGS := -std=c++17 -O2 -I. $(MPI_CFLAGS) -gencode arch=compute_80,code=sm_80 \
-               -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
-               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
-  CXXFLAGS += -I$(CUDA_HOME)/include
+  NVCCFLAGS = -std=c++17 -O2 -I. $(MPI_CFLAGS) -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
+              -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+  FLAVOUR_FLAGS := -I$(CUDA_HOME)/include
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl
 endif
 
@@ -46,9 +55,57 @@ HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(HOST_SRCS))
 CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRCS))
 TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
+# What `make` builds, under $(BUILD); ./trainer and build/<test> are links to the build
+# made last, so the commands in the README work whichever build it was.
+TEST_BINS := unit_tests test_comm test_data_parallel
+SUBMAKE := $(MAKE) --no-print-directory
 
-.PHONY: all run test unit-test mpi-test plan clean setup lint
-all: trainer
+.PHONY: all run test unit-test mpi-test plan clean setup lint binaries packages FORCE
+all: setup
+	@$(SUBMAKE) trainer
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	@$(SUBMAKE) trainer
+	./trainer --config configs/models/tiny.toml
+
+plan: setup
+	@$(SUBMAKE) trainer
+	./trainer --config configs/models/tiny.toml --plan
+
+test: setup
+	@$(SUBMAKE) binaries
+	bash tests/run_all.sh
+
+unit-test: setup
+	@$(SUBMAKE) binaries
+	OPENBLAS_NUM_THREADS=1 build/unit_tests
+
+mpi-test: setup
+	@$(SUBMAKE) binaries
+	bash tests/run_all.sh --mpi-only
+
+lint:
+	bash tests/check_layout.sh
+
+binaries: trainer $(addprefix build/,$(TEST_BINS))
+
+# The link, remade on every make so that it always names this build's binary.
+trainer: $(BUILD)/trainer FORCE
+	@ln -sfn $(BUILD)/trainer trainer
+
+$(addprefix build/,$(TEST_BINS)): build/%: $(BUILD)/% FORCE
+	@ln -sfn $(patsubst build/%,%,$(BUILD))/$* $@
+
+FORCE:
+
+# A direct `make trainer` on a machine without the packages says what to do, once.
+$(BUILD)/trainer.o $(LIB_OBJS) $(TEST_OBJS): | packages
+packages:
+	@pkg-config --exists mpich openblas || { echo "make: MPICH or OpenBLAS not found by" \
+	  "pkg-config: run 'make' (it runs scripts/setup.sh) or 'bash scripts/setup.sh'" >&2; exit 2; }
 
 # trainer.cu holds main() and no device code: nvcc compiles it in the CUDA build, g++ in the
 # CPU-only build.
@@ -62,7 +119,7 @@ $(BUILD)/trainer.o: trainer.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 endif
 
-trainer: $(BUILD)/trainer.o $(LIB_OBJS)
+$(BUILD)/trainer: $(BUILD)/trainer.o $(LIB_OBJS)
 	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/%.o: %.cpp
@@ -93,19 +150,7 @@ $(BUILD)/test_comm: $(BUILD)/tests/mpi/test_comm.o $(LIB_OBJS)
 $(BUILD)/test_data_parallel: $(BUILD)/tests/mpi/test_data_parallel.o $(LIB_OBJS)
 	$(CXX) -o $@ $^ -lgtest $(LDLIBS) $(CUDA_LIBS)
 
-setup:
-	@bash scripts/setup.sh
-
-run: setup trainer
-	./trainer --config configs/models/tiny.toml
-
-plan: trainer
-	./trainer --config configs/models/tiny.toml --plan
-
-test: setup trainer $(BUILD)/unit_tests $(BUILD)/test_comm $(BUILD)/test_data_parallel
-	bash tests/run_all.sh $(BUILD)/unit_tests
-
 clean:
 	rm -rf build trainer
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
-# command-line error checks, the multi-rank MPI tests (communication, data parallelism,
-# equivalence with the single-rank run, Korthikanti's formulas measured) and every lesson's
-# check. Usage: tests/run_all.sh BUILD_DIR/unit_tests
+# layering of the includes, the command-line error checks, the multi-rank MPI tests
+# (communication, data parallelism, equivalence with the single-rank run, Korthikanti's
+# formulas measured) and every lesson's check. Takes the binaries `make binaries` links:
+# ./trainer and build/{unit_tests,test_comm,test_data_parallel}, whichever build they are.
+#
+#   bash tests/run_all.sh              everything (make test)
+#   bash tests/run_all.sh --mpi-only   the MPI suites (make mpi-test)
+#   bash tests/run_all.sh --quick      one suite of each kind (the fresh-root CI check)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-unit=${1:?usage: tests/run_all.sh path/to/unit_tests}
-build=$(dirname "$unit")
+mode=${1:-all}
+case $mode in all|--mpi-only|--quick) ;; *) echo "usage: tests/run_all.sh [--mpi-only|--quick]" >&2; exit 2 ;; esac
 passed=0; failed=0
 run() {  # name, command...
   local name=$1; shift
@@ -15,15 +20,25 @@ run() {  # name, command...
   else failed=$((failed + 1)); echo "[suite FAIL] $name ($((SECONDS - start)) s)"; fi
 }
 export OPENBLAS_NUM_THREADS=1
-run "unit tests (gtest)" "$unit"
-run "command-line errors" bash tests/cli_errors.sh ./trainer
-run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh "$build/test_comm"
-run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
-run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
-run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
-run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
-for lesson in lessons/[0-9]*/; do
-  run "lesson ${lesson#lessons/}" bash "${lesson}check.sh" ./trainer
-done
+if [ "$mode" = all ] || [ "$mode" = --quick ]; then
+  run "unit tests (gtest)" build/unit_tests
+  run "layering of the includes" bash tests/check_layout.sh
+  run "command-line errors" bash tests/cli_errors.sh ./trainer
+fi
+run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
+if [ "$mode" = --quick ]; then
+  run "equivalence (dp and tp subset)" bash tests/mpi/equivalence.sh ./trainer 'dp2-zero1'
+  run "lesson 01-memory" bash lessons/01-memory/check.sh ./trainer
+else
+  run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
+  run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
+  run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
+  run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
+fi
+if [ "$mode" = all ]; then
+  for lesson in lessons/[0-9]*/; do
+    run "lesson ${lesson#lessons/}" bash "${lesson}check.sh" ./trainer
+  done
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -36,12 +36,12 @@ HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.c
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)
-  BUILD := build/cpu
+  BUILD ?= build/cpu
   FLAVOUR_FLAGS := -DPARALAB_CPU_ONLY
   CUDA_SRCS :=
   CUDA_LIBS :=
 else
-  BUILD := build/cuda
+  BUILD ?= build/cuda
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
   NVCCFLAGS = -std=c++17 -O2 -I. $(MPI_CFLAGS) -gencode arch=compute_80,code=sm_80 \

@@ -35,6 +35,8 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 echo "setup.sh: installing ${missing[*]}"
+start=$SECONDS
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 "${install[@]}"
+echo "setup.sh: installed ${#missing[@]} packages (and their dependencies) in $((SECONDS - start)) s"

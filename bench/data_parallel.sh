@@ -31,7 +31,7 @@ warmup=${WARMUP:-2}
 repeats=${REPEATS:-3}
 dps=${DPS:-1 2 4}
 stages=${STAGES:-0 1 2 3}
-[ -x "$trainer" ] || { echo "no trainer at $trainer (make CPU_ONLY=1 trainer)"; exit 2; }
+[ -x "$trainer" ] || { echo "no trainer at $trainer (run make)"; exit 2; }
 command -v mpirun >/dev/null || { echo "mpirun not found (apt-get install mpich)"; exit 2; }
 [ "$warmup" -lt "$steps" ] || { echo "WARMUP ($warmup) must be < STEPS ($steps)"; exit 2; }
 
@@ -76,7 +76,7 @@ warmup = int(sys.argv[1])
 best = {}  # (dp, stage, overlap) -> the row of its fastest repeat
 for line in sys.stdin:
     dp, z, overlap, path = line.split()
-    steps = [json.loads(l) for l in open(path) if l.strip()][warmup:]
+    steps = [r for r in (json.loads(l) for l in open(path) if l.strip()) if r.get("type") == "step"][warmup:]
     def median(f):
         return statistics.median(f(s) for s in steps)
     def dp_sum(s, key):

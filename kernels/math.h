@@ -1,5 +1,5 @@
 // kernels/math.h: the per-element and per-row arithmetic that every CUDA kernel shares
-// with its CPU twin (DESIGN.md, "Two backends, one code path").
+// with its CPU twin (notes/design.md, "Two backends, one code path").
 //
 // defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad, silu, silu_grad,
 //          rope_inv_freq, counter_uniform (dropout RNG), adamw_step

@@ -2,7 +2,7 @@
 //
 // CPU twin of every bf16 op: widen the bf16 inputs to fp32 (exact), run the fp32 CPU twin,
 // round the outputs back to bf16 (nearest even). So a bf16 run computes exactly what the
-// fp32 code computes, on inputs and outputs rounded to bf16: "storage only" (DESIGN.md).
+// fp32 code computes, on inputs and outputs rounded to bf16: "storage only" (notes/design.md).
 // Ops that accumulate (dw += ...) widen their output first so the fp32 twin adds into it.
 // The fp32 scratch of the widening lives on the host only while the op runs; it is the CPU
 // twin's working memory, like cuBLAS's workspace, and not a tensor the ledger tracks.

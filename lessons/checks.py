@@ -28,7 +28,8 @@ def load(work, name):
     with open(f"{work}/{name}.json") as f:
         plan = json.load(f)
     with open(f"{work}/{name}.jsonl") as f:
-        return plan, [json.loads(line) for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+        return plan, [r for r in rows if r.get("type", "step") == "step"]  # not the summary
 
 
 def finish():

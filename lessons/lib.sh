@@ -8,7 +8,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 trainer=${1:-$root/trainer}
 case $trainer in /*) ;; *) trainer="$PWD/$trainer" ;; esac
 give_up() { echo "$1"; echo "0 passed, 1 failed"; exit 1; }
-[ -x "$trainer" ] || give_up "no trainer at $trainer (make CPU_ONLY=1 trainer)"
+[ -x "$trainer" ] || give_up "no trainer at $trainer (run make)"
 cd "$root"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

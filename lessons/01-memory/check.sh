@@ -32,7 +32,8 @@ def plan(name):
     return json.load(open(os.path.join(work, "plan_%s.json" % name)))
 
 def run(name):
-    return [json.loads(l) for l in open(os.path.join(work, "run_%s.jsonl" % name)) if l.strip()]
+    rows = [json.loads(l) for l in open(os.path.join(work, "run_%s.jsonl" % name)) if l.strip()]
+    return [r for r in rows if r.get("type") == "step"]  # the last line is the run's summary
 
 # The lesson's configuration, read back from the plan so the formulas use what ran.
 m = plan("flash")["model"]

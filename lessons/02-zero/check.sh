@@ -92,7 +92,8 @@ check("gbs 512, dp 4, stage 2: %d microbatches reduce-scatter k x 4 Psi bytes" %
       sum(c["payload_bytes"] for c in rs), k * 4 * psi)
 
 print("part 2: lessons/02-zero/model.toml, mpirun -np 2, 2 steps per stage")
-runs = {z: [json.loads(l) for l in open(os.path.join(work, "run_z%d.jsonl" % z)) if l.strip()]
+runs = {z: [r for r in (json.loads(l) for l in open(os.path.join(work, "run_z%d.jsonl" % z))
+                         if l.strip()) if r.get("type") == "step"]  # not the summary line
         for z in range(4)}
 for z, steps in runs.items():
     bad = []

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 
 #include "flags_impl.h"  // defines: RawFlags, resolve_and_check (flags_check.cpp)
@@ -16,7 +17,7 @@ namespace paralab {
 
 namespace {
 
-constexpr size_t kHelpColumn = 44, kHelpWidth = 100;  // where help text starts and ends
+constexpr size_t kHelpColumn = 46, kHelpWidth = 100;  // where help text starts and ends
 
 // Help text wrapped to `width` columns; CLI11 indents the lines after a newline.
 std::string wrap(const std::string& text, size_t width) {
@@ -40,6 +41,14 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
+CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
+                        const std::string& help) {
+  return app.add_flag(names, value, help)->default_function([&value] {
+    return std::string(value ? "true" : "false");
+  });
+}
+
 void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   ModelConfig& m = o.model;
   TrainConfig& t = o.train;
@@ -54,7 +63,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--arch", raw.arch,
                  "gpt: LayerNorm, learned positions, GeLU MLP, biases, tied embeddings; "
                  "llama: RMSNorm, RoPE, SwiGLU MLP, no biases, untied output layer")
-      ->check(CLI::IsMember({"gpt", "llama"}))->capture_default_str()->group(kModel);
+      ->check(one_of({"gpt", "llama"}))->capture_default_str()->group(kModel);
   app.add_option("--num-layers,--layers", m.num_layers,
                  "transformer layers L; --pp must divide it")
       ->capture_default_str()->group(kModel);
@@ -90,10 +99,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--attention", raw.attention,
                  "flash: tiled online softmax, saves only the log-sum-exp (B a s floats); "
                  "naive: materialises and saves the B a s s probabilities")
-      ->check(CLI::IsMember({"flash", "naive"}))->capture_default_str()->group(kModel);
-  app.add_flag("--fused-ce,!--no-fused-ce", m.fused_cross_entropy,
-               "fused, chunked softmax cross-entropy that never holds the full (B s, V) "
-               "logits (the default); --no-fused-ce materialises them (category logits)")
+      ->check(one_of({"flash", "naive"}))->capture_default_str()->group(kModel);
+  add_switch(app, "--fused-ce,!--no-fused-ce", m.fused_cross_entropy,
+             "materialise the full (B s, V) logits for the loss (ledger category logits) "
+             "instead of the default fused, chunked softmax cross-entropy that never holds "
+             "them; in a --config file no-fused-ce = true (or fused-ce = false)")
       ->group(kModel);
 
   // ---- training ----
@@ -106,7 +116,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
       ->capture_default_str()->group(kTrain);
   app.add_option("--train-iters,--iters", t.train_iters, "optimizer steps to run")
       ->capture_default_str()->group(kTrain);
-  app.add_option("--lr", t.lr, "peak learning rate, reached after the warmup; >= --min-lr")
+  app.add_option("--lr", t.lr, "peak learning rate, reached after the warmup; > 0 and >= --min-lr")
       ->capture_default_str()->group(kTrain);
   app.add_option("--min-lr", t.min_lr,
                  "learning rate at the end of the decay and after it; in [0, --lr]")
@@ -120,7 +130,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--lr-decay-style", raw.lr_decay_style,
                  "shape of the decay after the warmup: constant (stay at --lr), linear, "
                  "cosine")
-      ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()
+      ->check(one_of({"constant", "linear", "cosine"}))->capture_default_str()
       ->group(kTrain);
   app.add_option("--weight-decay,--wd", t.weight_decay,
                  "AdamW decoupled weight decay, applied to 2-D weights only; >= 0")
@@ -136,11 +146,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
       ->capture_default_str()->group(kTrain);
   app.add_option("--seed", t.seed,
                  "seeds the initial weights, the dropout masks, the synthetic corpus and "
-                 "the order of the samples")
-      ->capture_default_str()->group(kTrain);
-  app.add_flag("--bf16", t.bf16,
-               "bf16 parameters, gradients and activations with fp32 master weights and "
-               "Adam moments (on CPU bf16 is storage only); default fp32")
+                 "the order of the samples; an integer from 0 to 2^64 - 1")
+      ->check(seed_range())->capture_default_str()->group(kTrain);
+  add_switch(app, "--bf16", t.bf16,
+             "bf16 parameters, gradients and activations with fp32 master weights and "
+             "Adam moments (on CPU bf16 is storage only); default fp32")
       ->group(kTrain);
 
   // ---- activation recompute (Megatron's names; model/config.h Recompute) ----
@@ -149,13 +159,13 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "keeps only its input; needs --recompute-method and --recompute-num-layers) or "
                  "selective (every layer drops the internals of --recompute-modules; takes "
                  "neither); default none")
-      ->check(CLI::IsMember({"full", "selective"}))->group(kTrain);
+      ->check(one_of({"full", "selective"}))->group(kTrain);
   app.add_option("--recompute-method", raw.recompute_method,
                  "full only: uniform (the layers of each pipeline stage in groups of "
                  "--recompute-num-layers, each keeping its input; the last group may be "
                  "partial) or block (the first --recompute-num-layers layers of each stage are "
                  "recomputed, the others keep their activations)")
-      ->check(CLI::IsMember({"uniform", "block"}))->group(kTrain);
+      ->check(one_of({"uniform", "block"}))->group(kTrain);
   app.add_option("--recompute-num-layers", raw.recompute_num_layers,
                  "full only: the group size (uniform) or the recomputed layers per stage "
                  "(block); between 1 and the layers of a pipeline rank")
@@ -167,17 +177,17 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "outputs and statistics; Megatron's name layernorm also works); space- or "
                  "comma-separated; default core_attn")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->delimiter(',')
-      ->type_name("MODULE ...")->group(kTrain);
+      ->type_name("MODULE")->group(kTrain);
 
   // ---- parallelism ----
   app.add_option("--tensor-model-parallel-size,--tp", p.tensor_parallel,
                  "tensor parallel ranks: split every layer's matmuls; must divide the heads, "
                  "the query groups and the ffn size")
       ->capture_default_str()->group(kParallel);
-  app.add_flag("--sequence-parallel", p.sequence_parallel,
-               "with --tp > 1: split the tokens of the norm, dropout and residual regions over "
-               "the tp ranks (all-gather / reduce-scatter instead of all-reduce); needs --tp "
-               "to divide --seq-length; ignored with a warning at --tp 1")
+  add_switch(app, "--sequence-parallel", p.sequence_parallel,
+             "with --tp > 1: split the tokens of the norm, dropout and residual regions over "
+             "the tp ranks (all-gather / reduce-scatter instead of all-reduce); needs --tp "
+             "to divide --seq-length; ignored with a warning at --tp 1")
       ->group(kParallel);
   app.add_option("--pipeline-model-parallel-size,--pp", p.pipeline_parallel,
                  "pipeline stages: split the layers; must divide --num-layers, unless "
@@ -190,7 +200,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "bubble / v; needs the microbatches a multiple of --pp), zb-h1 (zero bubble: "
                  "weight gradients deferred into the cool-down; 1f1b's memory). Default 1f1b, "
                  "or interleaved when virtual stages are given")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))->group(kParallel);
+      ->check(one_of({"gpipe", "1f1b", "interleaved", "zb-h1"}))->group(kParallel);
   app.add_option("--virtual-pipeline-model-parallel-size,--vpp", raw.virtual_pipeline,
                  "model chunks v per pipeline rank (interleaved): chunk c of rank r is stage "
                  "c x pp + r; v must divide each rank's layers")
@@ -207,26 +217,26 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "0: the even split")
       ->capture_default_str()->group(kParallel);
   app.add_option("--context-parallel-size,--cp", p.context_parallel,
-                 "context parallel ranks: split every sequence (ring attention); 2 x cp must "
-                 "divide --seq-length")
+                 "context parallel ranks (ring attention over the sequence): not built yet, "
+                 "must be 1")
       ->capture_default_str()->group(kParallel);
   app.add_option("--expert-model-parallel-size,--ep", p.expert_parallel,
-                 "expert parallel ranks, carved from dp x cp; must divide dp x cp")
+                 "expert parallel ranks (mixture of experts): not built yet, must be 1")
       ->capture_default_str()->group(kParallel);
   app.add_option("--zero-stage,--zero", p.zero_stage,
                  "ZeRO stage over the data-parallel group: 0 replicate everything, 1 shard "
                  "optimizer states and master weights, 2 also gradients, 3 also parameters")
       ->capture_default_str()->group(kParallel);
-  app.add_flag("--use-distributed-optimizer", raw.use_distributed_optimizer,
-               "Megatron's name for ZeRO stage 1 (raises --zero-stage to at least 1)")
+  add_switch(app, "--use-distributed-optimizer", raw.use_distributed_optimizer,
+             "Megatron's name for ZeRO stage 1 (raises --zero-stage to at least 1)")
       ->group(kParallel);
-  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce,
-               "start each gradient bucket's reduction as soon as backward has produced it, "
-               "overlapping communication with the rest of backward")
+  add_switch(app, "--overlap-grad-reduce", o.overlap_grad_reduce,
+             "start each gradient bucket's reduction as soon as backward has produced it, "
+             "overlapping communication with the rest of backward")
       ->group(kParallel);
-  app.add_flag("--overlap-param-gather", o.overlap_param_gather,
-               "all-gather the updated parameter shards during the next forward; needs the "
-               "distributed optimizer (--zero-stage >= 1)")
+  add_switch(app, "--overlap-param-gather", o.overlap_param_gather,
+             "all-gather the updated parameter shards during the next forward; needs the "
+             "distributed optimizer (--zero-stage >= 1)")
       ->group(kParallel);
   app.add_option("--ddp-bucket-size", o.ddp_bucket_size,
                  "gradient elements per communication bucket; smaller buckets start "
@@ -239,29 +249,30 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   // ---- run, data, backends ----
   app.add_option("--device", raw.device,
                  "compute backend; default cuda when a GPU is visible, else cpu")
-      ->check(CLI::IsMember({"cuda", "cpu"}))->group(kRun);
+      ->check(one_of({"cuda", "cpu"}))->group(kRun);
   app.add_option("--comm", raw.comm,
                  "communication backend; default nccl with --device cuda, mpi with cpu; "
                  "nccl needs --device cuda")
-      ->check(CLI::IsMember({"nccl", "mpi"}))->group(kRun);
+      ->check(one_of({"nccl", "mpi"}))->group(kRun);
   app.add_option("--data-path", o.data_path,
                  "training tokens: an llm.c token file (.bin, uint16 tokens) or plain text "
                  "(one token per byte); without it, a synthetic corpus made from --seed")
-      ->group(kRun);
+      ->type_name("FILE")->group(kRun);
 
   // ---- report, plan ----
-  app.add_flag("--plan", o.plan,
-               "print the predicted memory and FLOPs for this configuration and exit, "
-               "allocating nothing")
+  add_switch(app, "--plan", o.plan,
+             "print the predicted memory, FLOPs, communication and pipeline bubble of "
+             "this configuration and exit, allocating nothing; --world-size N plans for N "
+             "ranks")
       ->group(kReport);
-  app.add_flag("--json", o.json, "with --plan: print the plan as JSON")->group(kReport);
+  add_switch(app, "--json", o.json, "with --plan: print the plan as JSON")->group(kReport);
   app.add_option("--world-size", raw.world_size,
-                 "with --plan: plan for this many ranks without launching them (a run's "
+                 "with --plan: plan for this many ranks (>= 1) without launching them (a run's "
                  "world size is the number of ranks mpirun starts)")
       ->group(kReport);
-  app.add_flag("--print-schedule", o.print_schedule,
-               "each pipeline rank's timeline, to scale, idle as dots: simulated with --plan "
-               "(on stderr with --json), else the last step's as measured")
+  add_switch(app, "--print-schedule", o.print_schedule,
+             "each pipeline rank's timeline, to scale, idle as dots: simulated with --plan "
+             "(on stderr with --json), else the last step's as measured")
       ->group(kReport);
   app.add_option("--trace", o.trace,
                  "write the pipeline timeline as Chrome trace JSON, one process per rank "
@@ -270,26 +281,42 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--metrics-jsonl", o.metrics_jsonl,
                  "write one JSON object per step, with every reported field, to this file "
                  "(replacing it)")
-      ->group(kReport);
+      ->type_name("FILE")->group(kReport);
   app.add_option("--save", o.save,
-                 "at the end, write every parameter at full shape to this tensor file "
-                 "(model/tensor_file.h; gathered over data-parallel ranks)")
-      ->group(kReport);
+                 "at the end, write every parameter and, as grad.<name>, the last step's "
+                 "summed gradient, at full shape (gathered over dp and tp), to this tensor "
+                 "file (model/tensor_file.h)")
+      ->type_name("FILE")->group(kReport);
   app.add_option("--report-interval", o.report_interval,
                  "print the full ledger tables every N steps (always at step 1 and at the "
                  "end); 0: only then")
       ->capture_default_str()->group(kReport);
-  app.add_option("--log-interval", o.log_interval, "print the per-step line every N steps")
+  app.add_option("--log-interval", o.log_interval,
+                 "print the step line every N steps (and at step 1 and the last); its loss "
+                 "is the mean over the steps since the previous line")
       ->capture_default_str()->group(kReport);
+  app.add_option("--eval-interval", o.eval_interval,
+                 "validation loss every N steps and after the last one, forward only, on a "
+                 "held-out split (synthetic: a continuation of the corpus; --data-path: the "
+                 "file's last 10%); 0: no evaluation")
+      ->capture_default_str()->group(kTrain);
+  app.add_option("--eval-iters", o.eval_iters,
+                 "validation batches per evaluation, each of --global-batch-size samples; "
+                 "the same batches every time; >= 1")
+      ->capture_default_str()->group(kTrain);
   app.add_option("--peak-tflops", o.peak_tflops,
                  "peak TFLOP/s of one rank for MFU/HFU; 0: the GPU's entry in "
-                 "configs/hardware/, or a timed GEMM on CPU")
+                 "configs/hardware/, or on CPU the best of 5 timed GEMMs at start-up, which "
+                 "varies between runs: give it to compare MFU across runs")
       ->capture_default_str()->group(kReport);
   app.add_option("--attention-flops", raw.attention_flops,
                  "count attention FLOPs as full (s x s, Korthikanti/PaLM; compare with "
                  "papers) or causal (half); model FLOPs and MFU use it")
-      ->check(CLI::IsMember({"full", "causal"}))->capture_default_str()->group(kReport);
-  app.add_flag("--verbose,-v", o.verbose, "print the rank grid and the resolved options")
+      ->check(one_of({"full", "causal"}))->capture_default_str()->group(kReport);
+  add_switch(app, "--verbose,-v", o.verbose,
+             "print every flag's final value and where it came from (default, a --config "
+             "file's line, the command line) before the run or the plan, and the rank grid "
+             "when training; rank 0 only")
       ->group(kReport);
 }
 
@@ -310,45 +337,84 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   RawFlags raw;
   o.launched_world_size = launched_world_size;
 
-  CLI::App app{
-      "paralab trainer: trains a GPT- or Llama-style transformer with every parallel "
-      "dimension behind a flag, and prints where memory, bytes and time went.\n"
-      "Launch N ranks with `mpirun -np N ./trainer ...`; world = tp x cp x pp x dp.",
-      "trainer"};
+  CLI::App app{wrap("paralab trainer: trains a GPT- or Llama-style transformer with every "
+                    "parallel dimension behind a flag, and prints where memory, bytes and time "
+                    "went.", kHelpWidth) +
+                   "\nLaunch N ranks with `mpirun -np N ./trainer ...`; world = tp x cp x pp x dp.",
+               "trainer"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.get_formatter()->column_width(kHelpColumn);
+  auto manual = std::make_shared<ManualFormatter>();
+  manual->column_width(kHelpColumn);
+  app.formatter(manual);
   app.allow_config_extras(CLI::config_extras_mode::error);
   add_flags(app, o, raw);
   // Several --config files are all read; a later file overrides an earlier one.
-  app.set_config("--config", "", "TOML file of flags (long names without dashes); "
-                 "command-line flags override it, a later --config overrides an earlier one")
+  app.set_config("--config", "", "TOML file of flags: key = value lines, the keys the long "
+                 "flag names without dashes (num-layers = 4); command-line flags override it, "
+                 "a later --config overrides an earlier one")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->type_name("FILE")->group("Run, data and backends");
+  // Made again last, so that it is listed in a group of the manual rather than alone atop it.
+  app.set_help_flag("-h,--help", "print this manual and exit")->group("Run, data and backends");
   for (CLI::Option* opt : app.get_options())
     opt->description(wrap(opt->get_description(), kHelpWidth - kHelpColumn));
 
+  // The --config files are read as TOML here, after CLI11 has read them its lenient way:
+  // their syntax and type errors (file, line) come before CLI11's (a mangled value), and
+  // CLI11's errors about a value from a file name its line.
+  std::vector<ConfigEntry> config;
+  auto config_files = [&]() {
+    std::vector<std::string> files;
+    for (const std::string& f : app.get_config_ptr()->results())
+      if (!f.empty()) files.push_back(f);
+    return files;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     throw HelpRequested(app.help());
   } catch (const CLI::CallForAllHelp&) {
     throw HelpRequested(app.help("", CLI::AppFormatMode::All));
-  } catch (const CLI::ExtrasError&) {
-    std::string extras;
-    for (const std::string& s : app.remaining()) extras += (extras.empty() ? "" : " ") + s;
-    throw FlagError("unknown flag or argument: " + extras + " (--help lists the flags)");
-  } catch (const CLI::ConfigError& e) {
-    throw FlagError(one_line(config_error_message(e.what())));
-  } catch (const CLI::FileError& e) {
-    throw FlagError(one_line(std::string("--config: ") + e.what()));
   } catch (const CLI::ParseError& e) {
-    throw FlagError(one_line(e.what()));
+    config = check_config_files(app, config_files());
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      std::string extras;
+      for (const std::string& s : app.remaining()) extras += (extras.empty() ? "" : " ") + s;
+      throw FlagError("unknown flag or argument: " + extras + " (--help lists the flags)");
+    }
+    if (dynamic_cast<const CLI::ConfigError*>(&e))
+      throw FlagError(one_line(config_error_message(e.what())));
+    if (dynamic_cast<const CLI::FileError*>(&e))
+      throw FlagError(one_line(std::string("--config: ") + e.what()));
+    throw FlagError(cli11_error_message(app, e, argc, argv, config));
   }
+  o.config_files = config_files();
+  config = check_config_files(app, o.config_files);
   raw.recompute_num_layers_given = app.count("--recompute-num-layers") > 0;
-  if (CLI::Option* c = app.get_config_ptr())
-    for (const std::string& f : c->as<std::vector<std::string>>())
-      if (!f.empty()) o.config_files.push_back(f);
+  raw.world_size_given = app.count("--world-size") > 0;
+  auto typed = [&](const char* flag) {
+    return typed_on_command_line(*app.get_option(flag), argc, argv);
+  };
+  raw.warmup_on_command_line = typed("--lr-warmup-iters");
+  raw.train_iters_on_command_line = typed("--train-iters");
+  raw.decay_iters_on_command_line = typed("--lr-decay-iters");
+  // --verbose compares each value as parsed with the one resolve_and_check leaves.
+  std::vector<std::string> given;
+  if (o.verbose)
+    for (CLI::Option* opt : app.get_options())
+      given.push_back(opt->capture_default_str()->get_default_str());
   resolve_and_check(o, raw, visible_gpus);
+  if (o.verbose) {
+    // The defaults resolve_and_check derived into Options, shown under their flags.
+    raw.device = o.device == kernels::Device::CUDA ? "cuda" : "cpu";
+    raw.comm = comm_name(o.comm);
+    raw.pipeline_schedule = schedule_name(o.parallel.pipeline_schedule);
+    raw.virtual_pipeline = o.parallel.virtual_pipeline;
+    raw.world_size = o.parallel.world_size;
+    const Recompute& r = o.model.recompute;
+    if (r.selective() && raw.recompute_modules.empty()) raw.recompute_modules = {"core_attn"};
+    o.resolved_options = resolved_options_text(app, argc, argv, config, given);
+  }
   return o;
 }
 

@@ -12,7 +12,7 @@
 // and parse_flags_or_exit prints it as `paralab: error: ...` and exits with status 2.
 //
 // defines: Comm, Options, FlagError, HelpRequested, parse_flags, parse_flags_or_exit,
-//          exit_on_input_error, exit_with_help
+//          exit_on_input_error, exit_with_help, print_resolved_options
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -66,13 +66,16 @@ struct Options {
   std::string metrics_jsonl;            // one JSON object per step; empty: off
   std::string save;                     // final parameters as a tensor file; empty: off
   int report_interval = 0;              // full ledger tables every N steps; 0: first and last only
-  int log_interval = 1;                 // per-step line every N steps
+  int log_interval = 1;                 // step line every N steps; its loss: the mean since the last
+  int eval_interval = 0;                // validation loss every N steps and at the end; 0: off
+  int eval_iters = 10;                  // validation batches (of the global batch) per evaluation
   double peak_tflops = 0.0;             // per rank; 0: configs/hardware/ or a timed GEMM
   AttentionFlops attention_flops = AttentionFlops::FULL;
   bool verbose = false;
 
   std::vector<std::string> config_files;  // as given, in order
   std::vector<std::string> warnings;      // adjustments the trainer prints (rank 0)
+  std::string resolved_options;           // with --verbose: every flag's value and source
 };
 
 // A flag or config value the user can fix; the message is one line, without "error:".
@@ -108,6 +111,10 @@ inline Options parse_flags(int argc, const char* const* argv, int launched_world
 // Prints the manual on stdout (rank 0 only), runs before_exit(0) and exits with status 0.
 [[noreturn]] void exit_with_help(const HelpRequested& h, int rank = 0,
                                  const std::function<void(int)>& before_exit = {});
+// --verbose: prints the resolved options (every flag's final value and where it came from:
+// default, a --config file's line, the command line) on rank 0, on stdout (stderr with
+// --plan --json); nothing without --verbose.
+void print_resolved_options(const Options& o, int rank = 0);
 
 // The trainer's entry point: the Options, or one of the exits above.
 inline Options parse_flags_or_exit(int argc, const char* const* argv, int launched_world_size,

@@ -130,6 +130,13 @@ TEST(Flags, RepeatedFlagTakesTheLastValue) {
   EXPECT_FLOAT_EQ(o.train.lr, 0.25f);
   EXPECT_EQ(o.model.num_layers, 4);
   EXPECT_EQ(o.model.arch, Arch::GPT);
+  // Only the last value counts, and is the one a message names.
+  EXPECT_EQ(parse({"--arch", "bert", "--arch", "gpt"}).model.arch, Arch::GPT);
+  EXPECT_EQ(parse({"--train-iters", "abc", "--train-iters", "20"}).train.train_iters, 20);
+  EXPECT_EQ(error_of({"--train-iters", "20", "--train-iters", "abc"}),
+            "--train-iters must be an integer, got abc");
+  EXPECT_EQ(error_of({"--arch", "gpt", "--arch", "bert"}),
+            "--arch must be one of gpt, llama, got bert");
 }
 
 TEST(Flags, TomlConfigLoadsEveryKind) {
@@ -187,13 +194,18 @@ TEST(Flags, LaterConfigFileOverridesEarlier) {
 TEST(Flags, ConfigProblems) {
   TempFile typo("num-layerz = 4\n");
   EXPECT_EQ(error_of({"--config", typo.path()}),
-            "--config: unknown key 'num-layerz' (keys are long flag names without the dashes, "
-            "e.g. num-layers = 4)");
+            "--config " + typo.path() + ":1: unknown key 'num-layerz' (keys are long flag names "
+            "without the dashes, e.g. num-layers = 4)");
   TempFile bad_value("hidden-size = \"wide\"\n");
-  EXPECT_NE(error_of({"--config", bad_value.path()}).find("--hidden-size"), std::string::npos);
-  TempFile bad_choice("arch = \"bert\"\n");
-  EXPECT_NE(error_of({"--config", bad_choice.path()}).find("--arch"), std::string::npos);
-  EXPECT_NE(error_of({"--config", "/nonexistent/x.toml"}).find("--config"), std::string::npos);
+  EXPECT_EQ(error_of({"--config", bad_value.path()}),
+            "--config " + bad_value.path() + ":1: hidden-size must be an integer, got \"wide\"");
+  TempFile bad_choice("# model\narch = \"bert\"\n");
+  EXPECT_EQ(error_of({"--config", bad_choice.path()}),
+            "--config " + bad_choice.path() + ":2: --arch must be one of gpt, llama, got bert");
+  // the command line wins over the file: its value is the one checked
+  EXPECT_EQ(error_of({"--config", bad_choice.path(), "--arch", "llama"}), "");
+  EXPECT_EQ(error_of({"--config", "/nonexistent/x.toml"}),
+            "--config /nonexistent/x.toml: no such file");
   // A file's values are checked like the command line's.
   TempFile inconsistent("num-attention-heads = 6\n");
   EXPECT_EQ(error_of({"--config", inconsistent.path()}),
@@ -263,8 +275,12 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
       {{"--tp", "8"}, 8, "--tp (8) must divide --num-attention-heads (4)"},
       {{"--tp", "4", "--query-groups", "2"}, 4, "--tp (4) must divide --num-query-groups (2)"},
       {{"--pp", "4", "--layers", "6"}, 4, "--pp (4) must divide --num-layers (6)"},
-      {{"--cp", "2", "--seq", "30"}, 2, "--seq-length (30) must be divisible by 2 x --cp (2) = 4"},
-      {{"--ep", "4"}, 2, "--ep (4) must divide data-parallel x --cp (2 x 1 = 2)"},
+      {{"--cp", "2"}, 2,
+       "--context-parallel-size 2: context parallelism is not built yet (sizes must be 1); "
+       "data, tensor, sequence and pipeline parallelism train and plan"},
+      {{"--plan", "--world-size", "4", "--ep", "2"}, 1,
+       "--expert-model-parallel-size 2: expert parallelism is not built yet (sizes must be 1); "
+       "data, tensor, sequence and pipeline parallelism train and plan"},
       {{"--mbs", "4", "--gbs", "10"}, 1,
        "--global-batch-size (10) must be divisible by --micro-batch-size (4) x data-parallel "
        "size (1) = 4"},
@@ -278,6 +294,24 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
        "--use-distributed-optimizer), got --zero-stage 0"},
       {{"--lr", "0.001", "--min-lr", "0.01"}, 1, "--lr (0.001) must be >= --min-lr (0.01)"},
       {{"--min-lr", "-1", "--lr", "-1"}, 1, "--min-lr must be >= 0, got -1"},
+      {{"--lr", "-1"}, 1, "--lr must be > 0, got -1"},
+      {{"--lr", "0", "--min-lr", "0"}, 1, "--lr must be > 0, got 0"},
+      {{"--lr", "nan"}, 1, "--lr must be > 0, got nan"},
+      {{"--lr", "inf"}, 1, "--lr must be a finite number, got inf"},
+      {{"--clip-grad", "nan"}, 1, "--clip-grad must be >= 0, got nan"},
+      {{"--weight-decay", "inf"}, 1, "--weight-decay must be a finite number, got inf"},
+      {{"--adam-beta1", "-0.1"}, 1, "--adam-beta1 must be in [0, 1), got -0.1"},
+      {{"--adam-eps", "inf"}, 1, "--adam-eps must be a finite number, got inf"},
+      {{"--peak-tflops", "-1"}, 1, "--peak-tflops must be >= 0, got -1"},
+      {{"--seed", "-1"}, 1, "--seed must be an integer from 0 to 18446744073709551615, got -1"},
+      {{"--seed", "18446744073709551616"}, 1,
+       "--seed must be an integer from 0 to 18446744073709551615, got 18446744073709551616"},
+      {{"--hidden-size", "abc"}, 1, "--hidden-size must be an integer, got abc"},
+      {{"--num-layers", "9999999999"}, 1, "--num-layers is out of range, got 9999999999"},
+      {{"--lr", "fast"}, 1, "--lr must be a number, got fast"},
+      {{"--seq-length"}, 1, "--seq-length needs a value (an integer)"},
+      {{"--bf16=maybe"}, 1, "--bf16 is a switch: give it alone (or =true / =false), got maybe"},
+      {{"--device", "tpu"}, 1, "--device must be one of cuda, cpu, got tpu"},
       {{"--lr-warmup-iters", "300", "--train-iters", "200"}, 1,
        "--lr-warmup-iters (300) must be <= --lr-decay-iters (defaults to --train-iters, 200)"},
       {{"--lr-warmup-iters", "50", "--lr-decay-iters", "40"}, 1,
@@ -292,6 +326,18 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
       {{"--plan", "--world-size", "6", "--tp", "4"}, 1,
        "--world-size (6) must be divisible by --tp (4) x --cp (1) x --pp (1) = 4"},
       {{"--json"}, 1, "--json only applies to --plan"},
+      {{"--world-size", "0"}, 1,
+       "--world-size (0) is only for --plan; a run's world size is the number of ranks mpirun "
+       "starts"},
+      {{"--plan", "--world-size", "0"}, 1, "--world-size must be >= 1, got 0"},
+      {{"--plan", "--pp", "2"}, 1,
+       "launched world size (1) must be divisible by --tp (1) x --cp (1) x --pp (2) = 2; to "
+       "plan for more ranks than were launched, add --world-size N (a multiple of 2)"},
+      {{"--plan", "--trace", "/nonexistent/dir/t.json"}, 1,
+       "--trace: cannot write /nonexistent/dir/t.json: no such directory /nonexistent/dir"},
+      {{"--metrics-jsonl", "/nonexistent/m.jsonl"}, 1,
+       "--metrics-jsonl: cannot write /nonexistent/m.jsonl: no such directory /nonexistent"},
+      {{"--plan", "--save", "/tmp"}, 1, "--save: cannot write /tmp: it is a directory"},
       {{"--device", "cuda"}, 1, "--device cuda, but no GPU is visible (use --device cpu)"},
       {{"--comm", "nccl"}, 1,
        "--comm nccl needs --device cuda (use --comm mpi on the CPU backend)"},

@@ -53,6 +53,11 @@ TEST(Flags, PipelineSchedules) {
         "--recompute-modules", "core_attn", "mlp"}, 2,
        "--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
        "reads the outputs they drop); use core_attn, full recompute, or 1f1b"},
+      // --plan refuses it too: one validation for the plan and the run
+      {{"--plan", "--world-size", "2", "--pp", "2", "--pipeline-schedule", "zb-h1",
+        "--recompute-granularity", "selective", "--recompute-modules", "mlp"}, 1,
+       "--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
+       "reads the outputs they drop); use core_attn, full recompute, or 1f1b"},
       {{"--pp", "2", "--layers", "4", "--vpp", "2", "--pipeline-schedule", "zb-h1"}, 2,
        "--pipeline-schedule zb-h1 takes no virtual stages, got 2 (use --pipeline-schedule "
        "interleaved)"},

@@ -22,12 +22,36 @@ double zero_model_state_bytes(int stage, double psi, double N) {
   }
 }
 
+double zero_resident_bytes(int stage, double psi, double N, int pb, int gb, int mb, int ob) {
+  const double all = pb + gb + mb + ob;
+  switch (stage) {
+    case 0: return all * psi;
+    case 1: return (pb + gb) * psi + (mb + ob) * psi / N;
+    case 2: return pb * psi + (gb + mb + ob) * psi / N;
+    case 3: return all * psi / N;
+    default: throw std::invalid_argument("zero stage must be 0..3");
+  }
+}
+
+std::string zero_resident_formula(int stage, int pb, int gb, int mb, int ob) {
+  const int all = pb + gb + mb + ob;
+  switch (stage) {
+    case 0: return std::to_string(all) + "Ψ";
+    case 1: return std::to_string(pb + gb) + "Ψ + " + std::to_string(mb + ob) + "Ψ/N";
+    case 2: return std::to_string(pb) + "Ψ + " + std::to_string(gb + mb + ob) + "Ψ/N";
+    case 3: return std::to_string(all) + "Ψ/N";
+    default: throw std::invalid_argument("zero stage must be 0..3");
+  }
+}
+
 // ---- data parallelism: replaying data_parallel.cpp -------------------------------------------
 ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<DpCall>& calls,
                                       int z, bool overlap, int prefetch, int64_t microbatches,
                                       const std::vector<int>& unit_chunk,
-                                      const std::vector<int>& deferred_units) {
+                                      const std::vector<int>& deferred_units,
+                                      std::vector<std::array<int64_t, 2>>* trace) {
   ZeroStepSimulation r;
+  if (trace) trace->clear();
   if (z < 2) return r;
   const int U = (int)l.bucket_of.size(), nb = (int)l.buckets.size();
   std::vector<bool> deferred(nb, false);
@@ -73,6 +97,7 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
     for (const DpCall& c : calls) {
       if (c.kind == DpCall::BEGIN_MICROBATCH) {
         std::fill(reduced.begin(), reduced.end(), false);
+        if (trace) trace->push_back({params_alive, grads_alive});
         continue;
       }
       const int u = c.unit, j = l.bucket_of.at(u);
@@ -121,6 +146,7 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
           }
           break;
       }
+      if (trace) trace->push_back({params_alive, grads_alive});
     }
     if (held) fail("a microbatch ends with parameters still acquired");
   }

@@ -70,6 +70,9 @@ struct FlopsPlan {
   int64_t microbatches_per_rank = 0;
   double model_per_step = 0;            // global, all ranks: the whole model, unpadded
   double hardware_per_step = 0;         // global, recompute included
+  // One rank's step (its tp share, k microbatches): the whole layer stack here; with
+  // pipelining plan_pipeline replaces both by stage 0's (rank 0's), PipelineStagePlan has
+  // every stage's. The matmul rows above stay the whole stack's.
   double model_per_rank_step = 0;
   double hardware_per_rank_step = 0;
 };
@@ -87,7 +90,7 @@ int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& sta
 
 const char* attention_flops_name(AttentionFlops c);
 
-// ---- published closed forms (FORMULAS.md, "FLOPs") -------------------------------
+// ---- published closed forms (notes/formulas.md, "FLOPs") -------------------------
 // Narayanan et al. SC21 eq. 3: model FLOPs of one iteration of global batch B,
 // 72 B L s h^2 (1 + s/(6h) + V/(12hL)). Assumes GPT: f = 4h, no GQA, tied head, full
 // attention; leaves out biases and norms (not matmuls).

@@ -22,6 +22,7 @@ int64_t MemoryPlan::at(int category) const {
 }
 
 int64_t MemoryPlan::total() const {
+  if (total_replayed > 0) return total_replayed;
   if (total_stage > 0) return total_stage;
   if (total_full_recompute > 0) return total_full_recompute;
   int64_t s = 0;

@@ -143,6 +143,8 @@ void plan_pipeline(Plan& plan) {
   pp.stage_layers = pipeline_stage_layers(m.num_layers, p, v, par.first_stage_layers,
                                           par.last_stage_layers);
   pp.schedule = make_schedule(pp.shape);
+  // plan.h, PipelinePlan::costs: a B that also makes the weight gradient costs 3 units
+  if (!splits_backward(pp.shape.kind)) pp.costs.B = 3, pp.costs.W = 0;
   pp.sim = simulate(pp.schedule, pp.costs);
   pp.closed_form = bubble_closed_form(pp.shape, pp.costs);
   const int B = t.micro_batch_size, tp = plan.tp, act = storage_bytes(t), z = par.zero_stage;
@@ -246,6 +248,8 @@ void plan_pipeline(Plan& plan) {
     mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
     mem.master_params = d.state_numel * master_b;
     mem.optimizer_states = d.state_numel * optim_b;
+    mem.resident_params = d.params_resident * param_b;
+    mem.resident_grads = d.grads_resident * grad_b;
     mem.activations = peak_bytes;
     mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
     mem.comm_buffers = comm_buffer_bytes(m, t, par);
@@ -271,13 +275,26 @@ void plan_pipeline(Plan& plan) {
     mem.total_stage = stage_total_peak(pp.schedule.ranks[r], chunk_bytes, mem, S, m, B, t.bf16,
                                        tp, plan.sequence_parallel, act,
                                        receives_gradients(slice) ? pp.message_bytes : 0);
+    // ZeRO-2/3: each compute beside the buffers alive then, not at their peak (plan/total.cpp)
+    // (ZeRO 0-1: the same walk, equal to total_stage; total() takes this where it is made)
+    if (!split && m.recompute.granularity == Recompute::Granularity::NONE) {
+      std::vector<int64_t> input, kept;
+      for (int c = 0; c < v; ++c) {
+        input.push_back(c * p + r == 0 ? embedding_bytes : pp.message_bytes);
+        kept.push_back(chunk_bytes[c].kept);
+      }
+      mem.total_replayed = replayed_stage_total(
+          plan, mem, d, pp.schedule.ranks[r], input, kept, unit_chunk,
+          stage_deferred_units(m, slice), slice.embedding ? 0 : -1, slice.head ? U - 1 : -1,
+          receives_gradients(slice) ? pp.message_bytes : 0);
+    }
 
     // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
     // matmuls, the head's on the last stage, and the recomputed forwards of its layers.
     const FlopsPlan& f = plan.flops;
-    double head_flops = 0;
+    double head_flops = 0, head_model = 0;
     for (const MatmulFlops& mm : f.matmuls)
-      if (!mm.per_layer) head_flops += mm.hardware;
+      if (!mm.per_layer) head_flops += mm.hardware, head_model += mm.model;
     const Recompute& rc = m.recompute;
     int64_t recomputed = 0;
     for (int n : st.chunk_layers)
@@ -290,6 +307,9 @@ void plan_pipeline(Plan& plan) {
     st.hardware_flops =
         ((f.hardware_per_microbatch - head_flops) * layers / m.num_layers +
          (st.head ? head_flops : 0) + per_recomputed * (double)recomputed) * (double)k;
+    // Model FLOPs the same way, without recompute (MFU never counts it).
+    st.model_flops = ((f.model_per_microbatch - head_model) * layers / m.num_layers +
+                      (st.head ? head_model : 0)) * (double)k;
 
     // Communication per step (plan.h, plan_pipeline): tp, pp, dp, embedding, world.
     int full_recomputed = 0;
@@ -319,6 +339,7 @@ void plan_pipeline(Plan& plan) {
     rp.memory = st.memory;
   }
   plan.flops.hardware_per_rank_step = pp.stages[0].hardware_flops;
+  plan.flops.model_per_rank_step = pp.stages[0].model_flops;
   plan.data_parallel = pp.stages[0].data_parallel;
   plan.zero_shard = plan.data_parallel.state_numel;
   plan.comm = pp.stages[0].comm;

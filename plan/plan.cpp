@@ -100,6 +100,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
   mem.master_params = d.state_numel * master_b;
   mem.optimizer_states = d.state_numel * optim_b;
+  mem.resident_params = d.params_resident * param_b;
+  mem.resident_grads = d.grads_resident * grad_b;
   // Without pipelining each microbatch's backward frees its activations before the next
   // forward, so one microbatch is held at the peak (with full recompute: its stored group
   // inputs, and one group made again in backward; plan_recompute.h).
@@ -113,6 +115,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.logits = logits_bytes(m, B, t.bf16, tp);
   mem.workspace = workspace_bytes(m, B, act, tp, sp);
   mem.total_at_recompute = total_at_recompute(plan, mem);
+  // ZeRO-2/3's transients: the sum of the peaks would hold them beside the loss's logits
+  if (z >= 2 && !m.recompute.full()) mem.total_replayed = replayed_total(plan, mem, d);
   if (m.recompute.full()) {
     // The total at each phase of the microbatch (model/transformer.cpp): the other
     // categories at their peaks but the logits (alive in the head only) and the workspace's

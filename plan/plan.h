@@ -10,7 +10,7 @@
 //     master copy), Adam m and v 4 + 4 = 8.                      16 bytes/param
 //   --bf16: params 2, grads 2, fp32 master 4, Adam 8: ZeRO's 2 + 2 + K with K = 12.
 //                                                                 16 bytes/param
-// (Megatron's fp32-gradient convention, 18 bytes/param, is not ours: FORMULAS.md.)
+// (Megatron's fp32-gradient convention, 18 bytes/param, is not ours: notes/formulas.md.)
 // ZeRO stage z over N_d data-parallel ranks, in parallel/data_parallel's exact sizes: the
 // flat vector is cut into buckets of whole units (parallel/buckets.h, --ddp-bucket-size;
 // one unit per bucket at z = 3), each padded to N_d * slice, slice = ceil(n_j / N_d); the
@@ -46,6 +46,7 @@
 //          tensor_parallel_comm, workspace_bytes, ModelSlice, PipelineStagePlan,
 //          PipelinePlan, plan_pipeline, data_parallel_plan, data_parallel_comm
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,10 +97,29 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t total_full_recompute = 0;
   // A pipeline stage: the peak of the total replayed over its actions (plan_parallel.cpp).
   int64_t total_stage = 0;
+  // ZeRO-2/3 on one stage (no full recompute), or on a pipeline stage (no split backward,
+  // no recompute): the peak of the total replayed call by call with the bucket and gather
+  // buffers alive then (plan/total.cpp, replayed_total, replayed_stage_total); 0 else.
+  int64_t total_replayed = 0;
+  // Held between steps (after the optimizer step), what the ZeRO paper tabulates per rank:
+  // the params buffer and the grads buffer or shard without ZeRO-2/3's transient bucket and
+  // gather buffers (DataParallelPlan::params_resident, grads_resident x bytes); master and
+  // Adam states never change size, so theirs are the fields above. In bf16 (2 + 2 + 12) the
+  // four sum to the paper's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N for ZeRO 0..3 with Ψ
+  // replaced by P = Σ_j N ceil(n_j / N) at stages >= 1 (each bucket j of n_j elements padded
+  // to a multiple of N; S = P/N): padding adds (P - Ψ) x (4 + 12/N), (2 + 14/N), 16/N bytes.
+  int64_t resident_params = 0, resident_grads = 0;
+  int64_t resident_total() const {
+    return resident_params + resident_grads + master_params + optimizer_states;
+  }
   int64_t at(int category) const;  // by ledger Category index
   // The peak of the total: the sum of the categories but recompute (all live at the end of
   // forward), or total_at_recompute when larger; with full recompute on one stage, the
-  // phase replay (its activations peak inside a backward, when the logits are gone).
+  // phase replay (its activations peak inside a backward, when the logits are gone); with
+  // ZeRO-2/3 total_replayed where it is made; else a stage's total_stage. Exact (the
+  // ledger's peak to the byte) but where a replay holds a transient at its peak, an upper
+  // bound: ZeRO-2/3's buffers in total_stage (zb-h1, recompute) and total_full_recompute,
+  // and selective recompute's in total_stage (report_impl.h, total_is_exact).
   int64_t total() const;
 };
 
@@ -142,12 +162,15 @@ struct ZeroStepSimulation {
 // sequence data_parallel would reject.
 // A pipeline stage passes its whole step as one list (microbatches = 1, BEGIN_MICROBATCH
 // before each action), the chunk of each unit and the deferred units (DataParallelOptions).
+// trace (optional): after each call of the step (microbatches x calls), the elements of the
+// gathered units and of the bucket buffers alive then: {params, grads} (zero_stage >= 2).
 ZeroStepSimulation simulate_zero_step(const BucketLayout& layout,
                                       const std::vector<DpCall>& microbatch, int zero_stage,
                                       bool overlap_grad_reduce, int prefetch,
                                       int64_t microbatches,
                                       const std::vector<int>& unit_chunk = {},
-                                      const std::vector<int>& deferred_units = {});
+                                      const std::vector<int>& deferred_units = {},
+                                      std::vector<std::array<int64_t, 2>>* trace = nullptr);
 
 // The data-parallel part of the plan (identical on every dp rank).
 struct DataParallelPlan {
@@ -174,6 +197,8 @@ struct PipelineStagePlan {
   double busy = 0, idle = 0;        // simulated, in cost units
   int64_t activations_sent = 0, gradients_sent = 0;  // messages per step
   double hardware_flops = 0;        // per step on each of its ranks, recompute included
+  double model_flops = 0;           // per step on each of its ranks: its layers' (and head's)
+                                    // share of the model FLOPs; the stages sum to the model's
   MemoryPlan memory;
   std::vector<CommPlanEntry> comm;  // per step on each of its ranks
 };
@@ -181,7 +206,11 @@ struct PipelineStagePlan {
 struct PipelinePlan {
   PipelineShape shape;            // schedule, p, m, v
   std::vector<int> stage_layers;  // per model stage (pipeline_stage_layers)
-  ActionCosts costs;              // F 1, B 2, W 1 (issue 5's default units)
+  // Unit costs, one convention for every schedule (ActionCosts: a B action costs B, plus W
+  // when the schedule does not split): split (zb-h1) F 1, B 2 (input gradient), W 1 (weight
+  // gradient); not split F 1, B 3 (= B + W: one action makes both), W 0. The measured costs
+  // (rank_report.h, measured_costs) follow the same convention: no W action, W 0.
+  ActionCosts costs;
   Schedule schedule;
   Simulation sim;                 // zero communication time
   BubbleClosedForm closed_form;
@@ -225,9 +254,25 @@ struct Plan {
   std::vector<RankPlan> ranks;  // one per rank of parallel.world_size
   // The schedule and its simulation for every plan (p = 1: F, B per microbatch); the stages
   // are filled with pp > 1 only, and then data_parallel, zero_shard and
-  // flops.hardware_per_rank_step are stage 0's.
+  // flops.model_per_rank_step, flops.hardware_per_rank_step are stage 0's (rank 0's).
   PipelinePlan pipeline;
 };
+
+// ZeRO-2/3 without pipelining or full recompute: the peak of the ledger's total, each compute
+// of the step beside the transient buffers alive then (plan/total.cpp). mem: the rank's
+// categories, filled; d: the plan's data parallelism (its layout and microbatch calls).
+int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d);
+// The same over a pipeline stage's actions (d: the stage's, its calls made by the executor's
+// list), for schedules that do not split the backward, without recompute: chunk c's input
+// (x0 or the received activation) and what its forward keeps, the stage's unit chunks and
+// deferred units, its embedding and head units (-1: none), the gradient receive buffer.
+int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
+                             const std::vector<Action>& actions,
+                             const std::vector<int64_t>& chunk_input,
+                             const std::vector<int64_t>& chunk_kept,
+                             const std::vector<int>& unit_chunk,
+                             const std::vector<int>& deferred_units, int embedding_unit,
+                             int head_unit, int64_t grad_recv);
 
 // One layer's output (N_l h): what a full-recompute group keeps (plan_recompute.h).
 int64_t layer_output_bytes(const Plan& plan);
@@ -277,9 +322,15 @@ int64_t zero_padded_numel(int64_t psi, int dp);
 // The ZeRO paper's closed forms (§3.1, mixed precision, K = 12): model-state bytes per
 // rank for stage 0 (DDP) .. 3: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
 double zero_model_state_bytes(int stage, double psi, double N);
+// The same for any bytes per element (params pb, grads gb, master mb, Adam ob): stage 0
+// (pb + gb + mb + ob)Ψ, 1 (pb + gb)Ψ + (mb + ob)Ψ/N, 2 pbΨ + (gb + mb + ob)Ψ/N, 3 (pb + gb + mb
+// + ob)Ψ/N; bf16's 2, 2, 4, 8 is the paper's. Evaluated at Ψ = P (the padded buckets' sum,
+// at stages >= 1) it is MemoryPlan::resident_total() to the byte. formula: e.g. "2Ψ + 14Ψ/N".
+double zero_resident_bytes(int stage, double psi, double N, int pb, int gb, int mb, int ob);
+std::string zero_resident_formula(int stage, int pb, int gb, int mb, int ob);
 
 // ---- Korthikanti et al. 2022 Table 2: activation bytes of one layer -----------------
-// GPT-3 layer, dropout masks, naive attention, 16-bit activations (FORMULAS.md).
+// GPT-3 layer, dropout masks, naive attention, 16-bit activations (notes/formulas.md).
 // sbh(34 + 5as/h): no parallelism
 double korthikanti_layer_bytes(double s, double b, double h, double a);
 // sbh(10 + 24/t + 5as/(ht)): tensor parallel t

@@ -23,7 +23,8 @@
 // comm buffers and common workspace at their peaks + the embedding's and the layers'
 // activations + the larger of: the forward's recompute buffers with the int32 tokens and
 // targets (workspace_phases' forward), or the backward's (fc1_in included) without them.
-// Exact with one microbatch in flight and no ZeRO-2/3 transients (there: an upper bound).
+// Exact with one microbatch in flight and no ZeRO-2/3 transients; with them on one stage
+// plan/total.cpp replays each compute beside the buffers alive then (replayed_total).
 //
 // Full recompute (--recompute-granularity full, Recompute::full_groups): a group of layers
 // keeps only its output (the next group's input) from forward to backward, and backward

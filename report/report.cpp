@@ -1,11 +1,12 @@
 // report/report.cpp: see report.h. The text writers: the run header, the per-step line,
-// the memory, FLOPs and communication tables, and `--plan`'s text; the JSON writers
+// the FLOPs and communication tables, and `--plan`'s text (the memory table:
+// report_memory.cpp); the JSON writers
 // (step_json, plan_json) are in report_json.cpp.
 #include "report/report.h"
 #include "report/text.h"  // strprintf
+#include <algorithm>
 #include <cstdio>
 #include <utility>
-#include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/timeline.h"     // pipeline_text
 
@@ -22,6 +23,14 @@ std::string format_si(double v, int decimals) {
   int i = 0;
   while (std::fabs(v) >= 1000 && i < 8) { v /= 1000; ++i; }
   return strprintf("%.*f%s", decimals, v, suffix[i]);
+}
+
+std::string format_duration(double t) {
+  if (!(t >= 0) || !std::isfinite(t)) return "n/a";
+  if (t < 59.95) return strprintf("%.1fs", t);
+  const long s = std::lround(t);
+  if (s < 3600) return strprintf("%ld:%02ld", s / 60, s % 60);
+  return strprintf("%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
 }
 
 static std::string percent(double fraction) {
@@ -59,18 +68,23 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
 
 // ---- per-step line -----------------------------------------------------------------------
 std::string step_header(const StepMetrics& s) {
-  std::string h = strprintf("%6s %9s %9s %8s %9s %8s %7s %7s %9s", "step", "loss", "lr", "gnorm",
-                      "ms", "tok/s", "MFU", "HFU", "mem(MiB)");
+  std::string h = strprintf("%6s %9s %9s %8s %9s %8s %7s %7s %9s %8s %8s", "step",
+                            s.log_interval > 1 ? "mean loss" : "loss", "lr", "gnorm", "ms",
+                            "tok/s", "MFU", "HFU", "mem(MiB)", "elapsed", "ETA");
   if (s.comm_bytes >= 0) h += strprintf(" %10s", "comm(MiB)");
   if (s.bubble >= 0) h += strprintf("  %s", "bubble");
   return h;
 }
 
 std::string step_row(const StepMetrics& s) {
-  std::string r = strprintf("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s", s.step, s.loss, s.lr,
-                      s.grad_norm, s.step_seconds * 1e3,
-                      format_si(s.tokens_per_second, 1).c_str(), percent(s.mfu).c_str(),
-                      percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str());
+  // the logged loss: the mean since the previous line (the step's own without one)
+  const double loss = s.loss_steps > 0 ? s.loss_mean : s.loss;
+  std::string r = strprintf("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s %8s %8s", s.step, loss,
+                            s.lr, s.grad_norm, s.step_seconds * 1e3,
+                            format_si(s.tokens_per_second, 1).c_str(), percent(s.mfu).c_str(),
+                            percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str(),
+                            format_duration(s.elapsed_seconds).c_str(),
+                            format_duration(s.eta_seconds).c_str());
   if (s.comm_bytes >= 0) r += strprintf(" %10s", format_mib(s.comm_bytes).c_str());
   if (s.bubble >= 0) {
     r += "  " + percent(s.bubble);
@@ -79,205 +93,70 @@ std::string step_row(const StepMetrics& s) {
   return r;
 }
 
-// ---- memory ledger -----------------------------------------------------------------------
-// Megatron pads the vocabulary to a multiple of tp; the rank's table holds the zero rows.
-static std::string vocab_padding_note(const Plan& plan) {
-  if (plan.padded_vocab == plan.model.vocab_size) return "";
-  return strprintf("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
-             (long long)plan.padded_vocab, plan.tp);
-}
-
-// Why a category holds what it holds, in a few words beside its row.
-static std::string category_note(const Plan& plan, const RankPlan& rp, int c);
-static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
-  std::string note = category_note(plan, rp, c);
-  if (c == 0 && !vocab_padding_note(plan).empty())
-    note += (note.empty() ? "" : "; ") + vocab_padding_note(plan);
-  return note;
-}
-
-static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
-  const int z = plan.parallel.zero_stage;
-  const bool piped = !plan.pipeline.stages.empty();
-  const DataParallelPlan& d =
-      piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
-  const int nb = (int)d.layout.buckets.size();
-  if (c == 0 && z >= 3)
-    return strprintf("zero 3: shard of %s + gathered units, at most %s elements",
-               format_si((double)d.params_resident).c_str(),
-               format_si((double)d.sim.params_transient_peak).c_str());
-  if (c == 1 && z >= 2)
-    return strprintf("zero %d: shard of %s + bucket buffers, at most %s elements", z,
-               format_si((double)d.grads_resident).c_str(),
-               format_si((double)d.sim.grads_transient_peak).c_str());
-  if ((c == 0 || c == 1) && z >= 1 && d.layout.padded_total > d.layout.total)
-    return strprintf("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
-               (long long)(d.layout.padded_total - d.layout.total));
-  if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
-  if ((c == 2 || c == 3) && z >= 1)
-    return strprintf("zero %d: shard of %s elements, 1/%d", z,
-               format_si((double)d.state_numel).c_str(), plan.dp);
-  const ModelConfig& m = plan.model;
-  if (c == 4 && m.recompute.full())
-    return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
-                     "groups' outputs; backward makes one group again (%s MiB a layer)",
-                     piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
-                                       schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
-                                       rp.microbatches_held).c_str()
-                           : "",
-                     m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
-                     m.recompute.num_layers, format_mib(plan.activation_bytes_per_layer).c_str());
-  if (piped && c == 4) {
-    const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
-    const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
-                                                                    : " + head";
-    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)%s",
-               schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
-               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head,
-               splits_backward(plan.pipeline.shape.kind)
-                   ? "; from B to W a layer keeps its linears' inputs and output gradients"
-                   : "");
-  }
-  if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
-  switch (c) {
-    case 4: return strprintf("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
-                       rp.microbatches_held, m.num_layers,
-                       format_mib(plan.activation_bytes_per_layer).c_str(),
-                       plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
-    case 5:
-      if (rp.memory.recompute)
-        return "selective: one layer's recomputed internals, alive inside its block only";
-      break;
-    case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
-    case 7: {
-      const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
-      const std::string cols =
-          plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
-      return m.fused_cross_entropy
-                 ? strprintf("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
-                       cols.c_str(), what)
-                 : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
-    }
-    default: break;
-  }
-  return "";
-}
-
-// Selective recompute: what a layer no longer keeps, and why core_attn buys little with
-// flash attention (its only S-sized tensor is the log-sum-exp).
-std::string recompute_line(const Plan& plan) {
-  const ModelConfig& m = plan.model;
-  const Recompute& r = m.recompute;
-  if (!r.selective()) return "";
-  const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train);
-  const int64_t saved = selective_saved_bytes_per_layer(m, B, act, plan.options.mask_bytes,
-                                                        plan.tp, plan.sequence_parallel);
-  std::string modules;
-  for (auto [on, name] : {std::pair<bool, const char*>{r.core_attn, "core_attn"},
-                          {r.mlp, "mlp"}, {r.norm, "norm"}})
-    if (on) modules += (modules.empty() ? "" : ", ") + std::string(name);
-  std::string t = strprintf("  selective recompute (%s): a layer keeps %s MiB, %lld B less; "
-                            "recompute holds one layer's internals, max(norm1, core, norm2 + "
-                            "mlp)\n", modules.c_str(),
-                            format_mib((double)plan.activation_bytes_per_layer).c_str(),
-                            (long long)saved);
-  if (r.core_attn && m.attention == AttentionImpl::FLASH) {
-    ModelConfig core_only = m;
-    core_only.recompute.mlp = core_only.recompute.norm = false;
-    t += strprintf("  flash attention keeps no S x S tensor: core_attn saves only its fp32 "
-                   "log-sum-exp, 4 B (a/t) S = %lld B per layer, for a rerun of the flash "
-                   "forward: little\n",
-                   (long long)selective_saved_bytes_per_layer(core_only, B, act,
-                                                              plan.options.mask_bytes, plan.tp,
-                                                              plan.sequence_parallel));
-  }
-  return t;
-}
-
-std::string korthikanti_line(const Plan& plan) {
-  const KorthikantiCheck k = korthikanti_check_recompute(plan);
-  std::string t = strprintf("  activations per layer: plan %s MiB, Korthikanti %s %s MiB (+ norm "
-                      "statistics %s MiB)",
-                      format_mib((double)k.plan_bytes).c_str(), k.formula.c_str(),
-                      format_mib(k.closed_form_bytes).c_str(),
-                      format_mib((double)k.norm_statistics_bytes).c_str());
-  if (k.applicable())
-    return t + ((double)k.plan_bytes == k.closed_form_bytes ? ": equal\n"
-                                                            : ": DIFFER (a plan bug)\n");
-  t += strprintf(": plan - closed form = %+lld B; assumptions differ:\n",
-           (long long)((double)k.plan_bytes - k.closed_form_bytes));
-  for (const std::string& d : k.differences) t += "    " + d + "\n";
-  return t;
-}
-
-std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
-  const RankPlan& rp = plan.ranks.at(rank);
-  std::string t = strprintf("memory, rank %d (MiB)      predicted", rank);
-  if (measured) t += strprintf(" %10s %10s %8s", "measured", "diff", "diff%");
-  t += "\n";
-  auto row = [&](const char* name, double pred, double meas, const std::string& note) {
-    std::string r = strprintf("  %-22s %10s", name, format_mib(pred).c_str());
-    if (measured) {
-      const double diff = meas - pred;
-      const std::string pct = pred > 0 ? strprintf("%+.1f%%", 100 * diff / pred)
-                                       : (meas == 0 ? std::string("0") : std::string("n/a"));
-      r += strprintf(" %10s %10s %8s", format_mib(meas).c_str(), format_mib(diff).c_str(),
-               pct.c_str());
-    }
-    if (!note.empty()) r += "   " + note;
-    return r + "\n";
-  };
-  for (int c = 0; c < kNumMemoryCategories; ++c)
-    t += row(kMemoryCategoryNames[c], (double)rp.memory.at(c),
-             measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
-  t += row("total (peak)", (double)rp.memory.total(),
-           measured ? (double)measured->peak_memory_bytes : 0,
-           rp.memory.total_stage > 0
-               ? "predicted: the largest total over this stage's actions, replayed (the "
-                 "categories do not peak together; ZeRO-3's gathers at their peak)"
-           : rp.memory.total_full_recompute > 0
-               ? "predicted: the largest total of the microbatch's phases (the head's loss, "
-                 "the layers' forward, the layers' backward with a group made again)"
-           : rp.memory.recompute > 0
-               ? "predicted: the larger of the category peaks but recompute (they coincide as "
-                 "backward starts) and the total inside the last layer, when recompute peaks"
-               : "predicted: sum of the category peaks, an upper bound (they coincide as "
-                 "backward starts, except ZeRO-3 gathers and --no-fused-ce's backward "
-                 "transients)");
-  return t + korthikanti_line(plan) + recompute_line(plan);
-}
-
 // ---- FLOPs breakdown -----------------------------------------------------------------------
+// Every row is one scope in both columns, named in its label: the matmul and recompute rows
+// and the "whole model" total are the whole layer stack and head on one tp rank (its 1/t of
+// every matmul), k microbatches; with pipelining each stage's row is what each of its ranks
+// runs (PipelineStagePlan::model_flops, hardware_flops), and the stages sum to the total.
 std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured) {
   const FlopsPlan& f = plan.flops;
   const double k = (double)f.microbatches_per_rank;
+  const bool piped = !plan.pipeline.stages.empty();
   std::string t = strprintf("FLOPs per step, rank %d: %lld microbatch(es); model counts %s attention, "
                       "hardware counts %s attention as run\n",
                       rank, (long long)f.microbatches_per_rank, attention_flops_name(f.convention),
                       f.attention == AttentionImpl::NAIVE ? "naive (full S x S)"
                                                           : "flash (causal S(S+1)/2)");
-  if (f.tensor_parallel > 1)
-    t += strprintf("  tp %d: this rank's 1/t of every matmul (head over V_l = %lld vocabulary rows, "
-             "padding included); the step's model FLOPs count the whole model\n",
-             f.tensor_parallel, (long long)(plan.padded_vocab / f.tensor_parallel));
+  t += strprintf("  rows: the whole model (%d layers and the head)%s, %lld microbatch(es)%s\n",
+                 plan.model.num_layers,
+                 f.tensor_parallel > 1
+                     ? strprintf(" on one tp rank: its 1/%d of every matmul (head over V_l = "
+                                 "%lld vocabulary rows, padding included)",
+                                 f.tensor_parallel,
+                                 (long long)(plan.padded_vocab / f.tensor_parallel)).c_str()
+                     : "",
+                 (long long)f.microbatches_per_rank,
+                 piped ? "; each pipeline stage runs its own layers' share (rows below)" : "");
   t += strprintf("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
            "model", "hardware");
-  for (const auto& mm : f.matmuls)
+  double model_whole = 0, hardware_whole = 0;
+  for (const auto& mm : f.matmuls) {
     t += strprintf("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
              (mm.formula + (mm.per_layer ? " x L" : "")).c_str(),
              format_si(mm.model * k).c_str(), format_si(mm.hardware * k).c_str());
+    model_whole += mm.model * k;
+    hardware_whole += mm.hardware * k;
+  }
   // Recompute: hardware only (MFU never counts it); its per-layer formula after the numbers.
   std::string rc = strprintf("  %-7s %-9s %-20s %12s %12s", "recompute", "", "",
                              format_si(0).c_str(), format_si(f.recompute_per_microbatch * k).c_str());
   if (!f.recompute_formula.empty())
     rc += strprintf("   %s x %lld layers", f.recompute_formula.c_str(), (long long)f.recomputed_layers);
   t += rc + "\n";
-  t += strprintf("  %-38s %12s %12s\n", "total (backward = 2 x forward)",
-           format_si(f.model_per_rank_step).c_str(), format_si(f.hardware_per_rank_step).c_str());
+  hardware_whole += f.recompute_per_microbatch * k;
+  t += strprintf("  %-38s %12s %12s\n",
+                 piped ? "total, whole model (the stages' sum)"
+                       : "total, rank = whole model (bwd = 2 fwd)",
+                 format_si(model_whole).c_str(), format_si(hardware_whole).c_str());
+  for (const PipelineStagePlan& st : plan.pipeline.stages) {
+    int layers = 0;
+    for (int n : st.chunk_layers) layers += n;
+    const std::string who = strprintf("stage %d: %d layer%s%s%s", st.pp_rank, layers,
+                                      layers == 1 ? "" : "s", st.embedding ? " + embedding" : "",
+                                      st.head ? " + head" : "");
+    t += strprintf("  %-38s %12s %12s%s\n", who.c_str(), format_si(st.model_flops).c_str(),
+                   format_si(st.hardware_flops).c_str(),
+                   plan.ranks.at(rank).pp_rank == st.pp_rank
+                       ? strprintf("   <- rank %d, each rank of its stage", rank).c_str()
+                       : "");
+  }
   if (measured && measured->hardware_flops >= 0) {
-    const double pred = f.hardware_per_rank_step, meas = measured->hardware_flops;
-    t += strprintf("  hardware measured %s vs predicted %s (%+.2f%%)\n", format_si(meas).c_str(),
-             format_si(pred).c_str(), pred > 0 ? 100 * (meas - pred) / pred : 0.0);
+    const double pred = piped ? plan.pipeline.stages.at(plan.ranks.at(rank).pp_rank).hardware_flops
+                              : f.hardware_per_rank_step;
+    const double meas = measured->hardware_flops;
+    t += strprintf("  hardware, rank %d: measured %s vs predicted %s (%+.2f%%)\n", rank,
+                   format_si(meas).c_str(), format_si(pred).c_str(),
+                   pred > 0 ? 100 * (meas - pred) / pred : 0.0);
   }
   return t;
 }
@@ -296,6 +175,11 @@ std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
         if (!known && measured->get(CommGroup(g), CommOp(op)).calls)
           rows.push_back({CommGroup(g), CommOp(op), nullptr});
       }
+  // One order for every communication table: CommStats's (group, then operation, in enum
+  // order), the order of the measured time table (CommStats::table) too.
+  std::stable_sort(rows.begin(), rows.end(), [](const CommRow& a, const CommRow& b) {
+    return std::make_pair((int)a.g, (int)a.op) < std::make_pair((int)b.g, (int)b.op);
+  });
   return rows;
 }
 
@@ -309,7 +193,8 @@ static std::string comm_table_of(const std::vector<CommPlanEntry>& comm, const s
     t += strprintf("  %-9s %-15s %8s %12s %12s\n", "group", "operation", "calls", "payload MiB",
              "bus MiB");
   } else {
-    t = "communication per step, per rank       calls          payload MiB            bus MiB\n";
+    t = "communication per step, per rank       calls          payload MiB            bus MiB"
+        "   (time: measured only, the time table below; no time model yet)\n";
     t += strprintf("  %-9s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
              "meas", "pred", "meas", "pred", "meas");
   }
@@ -369,7 +254,7 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
   const int step = alike ? per_stage : 1;
   for (int r = 0; r < (int)plan.ranks.size(); r += step) {
     std::string table = memory_table(plan, r, nullptr);
-    const size_t korthikanti = table.find("  activations per layer: plan");
+    const size_t korthikanti = table.find("  activations per layer: ");
     if (r > 0 && korthikanti != std::string::npos) table.erase(korthikanti);  // said once
     t += table;
     if (alike && per_stage > 1 && per_stage == (int)plan.ranks.size())
@@ -386,9 +271,8 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
   for (size_t st = 1; st < plan.pipeline.stages.size(); ++st)
     t += comm_table_of(plan.pipeline.stages[st].comm, strprintf("each rank of stage %zu", st), nullptr);
   t += "\n" + flops_table(plan, 0, nullptr);
-  if (!plan.pipeline.stages.empty())
-    t += "  pp: the table counts every layer and the head; a stage runs its own layers' share\n";
-  t += strprintf("  per step, all ranks: model %s, hardware %s\n",
+  t += strprintf("  per step, all ranks (every microbatch, every tp rank): model %s (the whole "
+                 "model, true vocabulary), hardware %s\n",
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
   return t;

@@ -1,16 +1,20 @@
 // report/report.h: what the student reads. Every number printed twice where it can be:
 // predicted (from the Plan) beside measured (a StepMetrics the trainer fills).
 //
-// Outputs (DESIGN.md, "Output"):
+// Outputs (notes/design.md, "Outputs"):
 //   run_header         one line: model, world, zero stage, precision, peak and its source
 //   step_header/row    the per-step line, aligned columns
-//   memory_table       category, predicted MiB, measured MiB, diff (MiB and %), then the
-//                      Korthikanti line (korthikanti_line) and, with selective recompute,
-//                      what a layer no longer keeps (recompute_line)
+//   memory_table       category, predicted MiB, measured MiB, diff (MiB and %), the total
+//                      (peak) and whether it is exact, what is held between steps (resident
+//                      model states), then the Korthikanti line (korthikanti_line) and, with
+//                      selective recompute, what a layer no longer keeps (recompute_line)
+//                      (report_memory.cpp)
 //   flops_table        per matmul: model FLOPs and hardware FLOPs, recompute as its own row
-//                      (hardware only); measured vs predicted total
+//                      (hardware only), the whole model's total, with pp each stage's row
+//                      (one scope per row); measured vs predicted for the rank
 //   comm_table         per group and operation: calls, payload, bus bytes, predicted beside
-//                      measured (a step's CommStats)
+//                      measured (a step's CommStats); times are measured only (no time model
+//                      yet): CommStats::table prints them, in the same row order
 //   step_json          one object per step for --metrics-jsonl
 //   plan_text / plan_json   `trainer --plan` and `trainer --plan --json`
 // Formulas behind the rates:
@@ -43,6 +47,10 @@ struct StepMetrics {
   // Ledger peaks this step (Ledger::reset_peaks at step start), in ledger Category order.
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};
   int64_t peak_memory_bytes = 0;  // Ledger::peak_total(): at most the sum of the above
+  // The ledger's current bytes after the optimizer step (what is held between steps), in
+  // Category order; resident_measured says the trainer filled them.
+  std::array<int64_t, kNumMemoryCategories> resident_bytes{};
+  bool resident_measured = false;
   double hardware_flops = -1;     // this rank's kernel FLOP counter over the step
   double hardware_flops_all = -1; // summed over every rank (pipeline stages differ)
   double gemm_seconds = -1;       // wall time inside the GEMMs (CPU backend; -1: unknown)
@@ -51,23 +59,34 @@ struct StepMetrics {
   // Derived by fill_rates.
   double tokens_per_second = 0;
   double mfu = NAN, hfu = NAN;  // fractions; NaN when the peak is unknown
+  // The step line (the trainer fills them). Its loss column is Megatron's logged loss: the
+  // mean of `loss` over the loss_steps steps since the previous line (this one included);
+  // --metrics-jsonl keeps each step's own loss. log_interval labels the column.
+  double loss_mean = NAN;
+  int loss_steps = 0, log_interval = 1;
+  double elapsed_seconds = -1;  // since training started: steps, evaluations, printing
+  double eta_seconds = -1;      // elapsed / step x (train_iters - step)
+  double valid_loss = NAN;      // --eval-interval: the validation loss after this step
 };
 
 void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak);
 
 std::string format_mib(double bytes);                   // "118.40"
 std::string format_si(double value, int decimals = 2);  // "12.40k", "3.15P"
+std::string format_duration(double seconds);           // "42.3s", "7:05", "1:02:09"
 
 std::string run_header(const Plan& plan, const std::string& device, const Peak* peak);
 // The header's columns follow what `s` carries (comm, bubble), so print the header from
-// the first step's metrics and every row from its own.
+// the first step's metrics and every row from its own. Columns: step, loss (mean since the
+// last line), lr, gnorm, ms, tok/s, MFU, HFU, mem(MiB), elapsed, ETA[, comm(MiB)][, bubble].
 std::string step_header(const StepMetrics& s);
 std::string step_row(const StepMetrics& s);
 
 // measured == nullptr: the predicted column only (`--plan`).
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured);
-// "activations per layer: plan X MiB, Korthikanti sbh(...) Y MiB (+ norm statistics Z MiB)",
-// then ": equal" when the run makes the paper's assumptions, else the difference in bytes
+// "activations per layer: X MiB (norm statistics Z MiB included)" (X:
+// Plan::activation_bytes_per_layer, the one per-layer figure everywhere), then "Korthikanti
+// sbh(...) = Y MiB counts no norm statistics: plan - statistics = X - Z MiB", ": equal" when the run makes the paper's assumptions, else the difference in bytes
 // and one line per assumption that differs (korthikanti_check_recompute,
 // plan_recompute.h: Table 2's selective row under selective core_attn).
 std::string korthikanti_line(const Plan& plan);
@@ -81,7 +100,9 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
 // from the prediction says by how many bytes.
 std::string comm_table(const Plan& plan, const CommStats* measured);
 
-// One line; with measured_comm, a "comm" list of predicted and measured per group and op;
+// One line; memory.total {measured, predicted, exact} (exact false: the prediction is an
+// upper bound, report_impl.h total_is_exact); "resident" {category: {measured, predicted},
+// total} when the trainer filled resident_bytes; with measured_comm, a "comm" list of predicted and measured per group and op;
 // with ranks (rank 0 of a multi-rank run), "ranks": every rank's (rank_report.h).
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
                       const CommStats* measured_comm = nullptr,
@@ -89,12 +110,17 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
 std::string plan_text(const Plan& plan, const Peak* peak);
 // Keys: model, parallel (sizes, sequence_parallel), batch,
 // params {total, per_rank, per_rank_stored, zero_shard, vocab_size, padded_vocab},
-// memory [per rank: rank, tp_rank, dp_rank, param_count(_stored), every category, total],
+// memory [per rank: rank, tp_rank, dp_rank, param_count(_stored), every category's peak,
+//         total (peak), resident {params, grads, master_params, optimizer_states, total}
+//         (held between steps)],
 // activations {per layer and microbatch, tensor lists, korthikanti {formula,
-// closed_form_bytes, plan_bytes, norm_statistics_bytes, applicable, differences}},
+// closed_form_bytes, layer_bytes (= per_layer_bytes, norm statistics included), plan_bytes
+// (layer_bytes - norm_statistics_bytes: what the closed form counts), norm_statistics_bytes,
+// applicable, differences}},
 // flops {convention, model_per_step, hardware_per_step, ...},
 // data_parallel {buckets, padded_total, shard_numel, state_numel, params/grads_transient_peak},
-// comm [per step: {group, op, calls, payload_bytes, bus_bytes}], peak (when given).
+// comm [per step: {group, op, calls, payload_bytes, bus_bytes}, in the tables' order: group,
+// then operation], peak (when given).
 std::string plan_json(const Plan& plan, const Peak* peak, bool pretty = true);
 
 }  // namespace paralab

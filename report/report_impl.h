@@ -1,9 +1,11 @@
-// report/report_impl.h: what report.cpp (the text writers) and report_json.cpp (the JSON
-// writers) share: the rows of the communication comparison, predicted beside measured. Not
-// for other files: report.h is the interface.
+// report/report_impl.h: what report.cpp (the text writers), report_memory.cpp (the memory
+// table) and report_json.cpp (the JSON writers) share: the rows of the communication
+// comparison, predicted beside measured, whether the predicted total is exact, the
+// vocabulary padding note. Not for other files: report.h is the interface.
 //
-// defines: CommRow, comm_rows
+// defines: CommRow, comm_rows, total_is_exact, vocab_padding_note
 #pragma once
+#include <string>
 #include <vector>
 #include "measure/comm_stats.h"  // CommGroup, CommOp, CommStats
 #include "plan/plan.h"        // CommPlanEntry
@@ -16,9 +18,19 @@ struct CommRow {
   CommOp op;
   const CommPlanEntry* pred;
 };
-// The plan's entries in order, then every (group, operation) that `measured` (when given)
-// recorded calls of without a prediction (report.cpp).
+// The plan's entries and every (group, operation) that `measured` (when given) recorded
+// calls of without a prediction, in CommStats's order: group, then operation, by enum
+// (the measured time table's order, CommStats::table) (report.cpp).
 std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
                                const CommStats* measured);
+
+// Whether MemoryPlan::total() is the ledger's peak to the byte: it is but where a replay
+// holds transients at their peak (an upper bound): ZeRO-2/3's buffers under pipelining or
+// full recompute, selective recompute's under pipelining (report.cpp; the memory table's
+// note says which).
+bool total_is_exact(const Plan& plan, const MemoryPlan& m);
+
+// "vocab V padded to Vp for tp t", or "" when tp divides V (report_memory.cpp).
+std::string vocab_padding_note(const Plan& plan);
 
 }  // namespace paralab

@@ -1,12 +1,14 @@
 // report/report_json.cpp: the JSON writers of report.h: step_json (one line per step for
 // --metrics-jsonl, every measured number beside its prediction) and plan_json (`trainer
 // --plan --json`). Keys are listed in report.h.
+#include <cmath>
 #include <string>
 #include <vector>
 #include "report/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
 #include "report/report_impl.h"  // CommRow, comm_rows
+#include "report/summary.h"      // perplexity
 #include "report/timeline.h"     // pipeline_json
 
 namespace paralab {
@@ -16,12 +18,27 @@ static void memory_object(JsonWriter& j, const MemoryPlan& m) {
   j.field("total", m.total());
 }
 
+// Held between steps (MemoryPlan::resident_*): the model states without ZeRO-2/3's
+// transient buffers, what the ZeRO paper tabulates per rank.
+static void resident_object(JsonWriter& j, const MemoryPlan& m) {
+  j.key("resident").begin_object();
+  j.field("params", m.resident_params).field("grads", m.resident_grads);
+  j.field("master_params", m.master_params).field("optimizer_states", m.optimizer_states);
+  j.field("total", m.resident_total()).end_object();
+}
+
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
                       const CommStats* measured_comm, const std::vector<RankMetrics>* ranks) {
   const RankPlan& rp = plan.ranks.at(rank);
   JsonWriter j;
   j.begin_object();
-  j.field("step", s.step).field("rank", rank).field("loss", s.loss).field("lr", s.lr);
+  // "type": step records; the run's last line is {"type": "summary"} (report/summary.h)
+  j.field("type", "step").field("step", s.step).field("rank", rank).field("loss", s.loss);
+  j.field("lr", s.lr);
+  if (s.loss_steps > 0) j.field("loss_mean", s.loss_mean).field("loss_mean_steps", s.loss_steps);
+  if (std::isfinite(s.valid_loss))
+    j.field("validation_loss", s.valid_loss).field("validation_ppl", perplexity(s.valid_loss));
+  if (s.elapsed_seconds >= 0) j.field("elapsed_s", s.elapsed_seconds);
   j.field("grad_norm", s.grad_norm).field("step_ms", s.step_seconds * 1e3);
   if (s.gemm_seconds >= 0) j.field("gemm_ms", s.gemm_seconds * 1e3);
   j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
@@ -37,7 +54,22 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   }
   j.key("total").begin_object();
   j.field("measured", s.peak_memory_bytes).field("predicted", rp.memory.total());
+  j.field("exact", total_is_exact(plan, rp.memory));  // else an upper bound (report_impl.h)
   j.end_object().end_object();
+  if (s.resident_measured) {  // the ledger after the optimizer step (resident_object)
+    const MemoryPlan& m = rp.memory;
+    const int64_t pred[4] = {m.resident_params, m.resident_grads, m.master_params,
+                             m.optimizer_states};
+    int64_t meas_total = 0;
+    j.key("resident").begin_object();
+    for (int c = 0; c < 4; ++c) {
+      j.key(kMemoryCategoryNames[c]).begin_object();
+      j.field("measured", s.resident_bytes[c]).field("predicted", pred[c]).end_object();
+      meas_total += s.resident_bytes[c];
+    }
+    j.key("total").begin_object().field("measured", meas_total);
+    j.field("predicted", m.resident_total()).end_object().end_object();
+  }
   j.key("flops").begin_object();
   j.field("convention", attention_flops_name(plan.flops.convention));
   j.field("model_per_step", plan.flops.model_per_step);
@@ -129,6 +161,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
     j.field("param_count", rp.params).field("param_count_stored", rp.params_stored);
     j.field("microbatches_held", rp.microbatches_held);
     memory_object(j, rp.memory);
+    resident_object(j, rp.memory);
     j.end_object();
   }
   j.end_array();
@@ -145,6 +178,9 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   const KorthikantiCheck k = korthikanti_check_recompute(plan);
   j.key("korthikanti").begin_object();
   j.field("formula", k.formula).field("closed_form_bytes", k.closed_form_bytes);
+  // layer_bytes = per_layer_bytes (statistics included); plan_bytes = layer_bytes -
+  // norm_statistics_bytes, the figure Table 2's closed form counts
+  j.field("layer_bytes", k.plan_bytes + k.norm_statistics_bytes);
   j.field("plan_bytes", k.plan_bytes).field("norm_statistics_bytes", k.norm_statistics_bytes);
   j.field("applicable", k.applicable()).key("differences").begin_array();
   for (const std::string& d : k.differences) j.value(d);
@@ -177,7 +213,8 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.field("params_transient_peak", d.sim.params_transient_peak);
   j.field("grads_transient_peak", d.sim.grads_transient_peak).end_object();
   j.key("comm").begin_array();
-  for (const CommPlanEntry& e : plan.comm) {
+  for (const CommRow& r : comm_rows(plan.comm, nullptr)) {  // the tables' order
+    const CommPlanEntry& e = *r.pred;
     j.begin_object().field("group", group_name(e.group)).field("op", op_name(e.op));
     j.field("calls", e.calls).field("payload_bytes", e.payload_bytes);
     j.field("bus_bytes", e.bus_bytes).end_object();

@@ -1,5 +1,5 @@
 // tests/test_plan.cpp: the analytic model against the published closed forms it must
-// reproduce (FORMULAS.md): parameters, activations, workspace and FLOPs.
+// reproduce (notes/formulas.md): parameters, activations, workspace and FLOPs.
 // The ZeRO byte conventions rank by rank: test_plan_zero.cpp; the report writers and the peak
 // FLOP/s: test_plan_report.cpp. Tensor and sequence parallelism: test_plan_parallel.cpp.
 #include <gtest/gtest.h>

@@ -7,6 +7,7 @@
 #include <vector>
 #include "plan/plan.h"
 #include "report/report.h"
+#include "report/text.h"  // strprintf
 #include "report/timeline.h"
 #include "model/param_table.h"
 #include "parallel/buckets.h"
@@ -267,6 +268,93 @@ TEST(PlanPipeline, ReportKeys) {
                 .find("rank 0: F0 B0       F1 B1"),
             std::string("timeline, simulated: 1f1b, p 1, m 4; F 1, B 3 (input + weight "
                         "gradient) cost units, 1 unit = 3 columns; '.' idle\n").size());
+}
+
+// The peak of a stage's total under ZeRO-2/3 (plan/total.cpp, replayed_stage_total): each
+// compute beside the buffers alive then. Without transients (ZeRO 0-1) the walk is
+// stage_total_peak's replay, term for term, for every schedule it covers (no split backward,
+// no recompute), both losses, both precisions, tp; with them it is below the replay that
+// holds them at their peak (tests/mpi/pipeline.sh holds it to the ledger on every rank).
+TEST(PlanPipeline, ZeroTransientsReplayedPerCompute) {
+  for (PipelineSchedule kind :
+       {PipelineSchedule::GPIPE, PipelineSchedule::ONE_F_ONE_B, PipelineSchedule::INTERLEAVED})
+    for (bool fused : {true, false})
+      for (bool bf16 : {false, true})
+        for (int tp : {1, 2})
+          for (int z = 0; z <= 3; ++z) {
+            ModelConfig m = gpt(4);
+            m.fused_cross_entropy = fused;
+            ParallelConfig par = grid(2, 2, tp, z);
+            par.pipeline_schedule = kind;
+            par.virtual_pipeline = kind == PipelineSchedule::INTERLEAVED ? 2 : 1;
+            PlanOptions o;
+            o.ddp_bucket_size = 5000;
+            const Plan plan = make_plan(m, batch(1, 8, bf16), par, o);
+            SCOPED_TRACE(std::string(schedule_name(kind)) + " fused " + std::to_string(fused) +
+                         " bf16 " + std::to_string(bf16) + " tp " + std::to_string(tp) +
+                         " stage " + std::to_string(z));
+            for (const PipelineStagePlan& st : plan.pipeline.stages) {
+              const MemoryPlan& mem = st.memory;
+              ASSERT_GT(mem.total_replayed, 0);
+              EXPECT_EQ(mem.total(), mem.total_replayed);
+              if (z < 2) {
+                EXPECT_EQ(mem.total_replayed, mem.total_stage);
+              } else {
+                EXPECT_LE(mem.total_replayed, mem.total_stage);
+              }
+            }
+          }
+  // zb-h1 (split backward) and recompute keep stage_total_peak: an upper bound at ZeRO-2/3
+  ParallelConfig zb = grid(2, 2, 1, 2);
+  zb.pipeline_schedule = PipelineSchedule::ZB_H1;
+  EXPECT_EQ(make_plan(gpt(4), batch(1, 8), zb).pipeline.stages[0].memory.total_replayed, 0);
+}
+
+// One convention for the unit costs (plan.h, PipelinePlan::costs): a B that also makes the
+// weight gradient costs 3 (W 0); split into B and W, 2 and 1. JSON and text agree.
+TEST(PlanPipeline, CostsOneConvention) {
+  const Plan one = make_plan(gpt(4), batch(1, 4), grid(2, 1));
+  EXPECT_EQ(one.pipeline.costs.B, 3);
+  EXPECT_EQ(one.pipeline.costs.W, 0);
+  EXPECT_NE(plan_json(one, nullptr, false).find("\"F\":1,\"B\":3,\"W\":0,\"split_backward\":false"),
+            std::string::npos);
+  ParallelConfig zb = grid(2, 1);
+  zb.pipeline_schedule = PipelineSchedule::ZB_H1;
+  const Plan split = make_plan(gpt(4), batch(1, 4), zb);
+  EXPECT_EQ(split.pipeline.costs.B, 2);
+  EXPECT_EQ(split.pipeline.costs.W, 1);
+  EXPECT_NE(plan_json(split, nullptr, false).find("\"F\":1,\"B\":2,\"W\":1,\"split_backward\":true"),
+            std::string::npos);
+  // the same step time as before the convention: F 1 + B 3 per microbatch on one stage
+  EXPECT_EQ(one.pipeline.sim.step_time, (4 + 2 - 1) * 4.0);
+}
+
+// The FLOPs table at pp 2: the matmul rows and the total are the whole model; each stage's
+// row is what its ranks run, model and hardware alike, and the stages sum to the total.
+TEST(PlanPipeline, FlopsTableOneScopePerRow) {
+  ModelConfig m = gpt(4);
+  m.recompute.granularity = Recompute::Granularity::SELECTIVE;
+  m.recompute.core_attn = true;
+  const Plan plan = make_plan(m, batch(1, 4), grid(2, 1));
+  const Plan whole = make_plan(m, batch(1, 4), grid(1, 1));
+  const PipelinePlan& pp = plan.pipeline;
+  double model = 0, hardware = 0;
+  for (const PipelineStagePlan& st : pp.stages) model += st.model_flops, hardware += st.hardware_flops;
+  EXPECT_DOUBLE_EQ(model, whole.flops.model_per_rank_step);
+  EXPECT_DOUBLE_EQ(hardware, whole.flops.hardware_per_rank_step);
+  // rank 0's per-rank numbers are stage 0's, both of them
+  EXPECT_DOUBLE_EQ(plan.flops.model_per_rank_step, pp.stages[0].model_flops);
+  EXPECT_DOUBLE_EQ(plan.flops.hardware_per_rank_step, pp.stages[0].hardware_flops);
+  EXPECT_LT(pp.stages[0].model_flops, pp.stages[1].model_flops);  // the head on stage 1
+  const std::string t = flops_table(plan, 2 - 1, nullptr);
+  for (const std::string& line :
+       {strprintf("%-38s %12s %12s", "total, whole model (the stages' sum)",
+                  format_si(model).c_str(), format_si(hardware).c_str()),
+        strprintf("%-38s %12s %12s\n", "stage 0: 2 layers + embedding",
+                  format_si(pp.stages[0].model_flops).c_str(),
+                  format_si(pp.stages[0].hardware_flops).c_str()),
+        std::string("   <- rank 1, each rank of its stage\n")})
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
 }
 
 }  // namespace

@@ -2,13 +2,15 @@
 // memory, FLOPs and communication tables) and the peak FLOP/s a rank is measured against
 // (hardware profiles, their resolution, the timed sgemm on CPU).
 #include <gtest/gtest.h>
+#include <sstream>
 #include <cblas.h>
 #include <stdexcept>
 #include <string>
 #include <vector>
 #include "measure/peak.h"  // defines: Peak, HardwareProfile, resolve_peak, ...
 #include "plan/plan.h"  // defines: make_plan, Plan
-#include "report/report.h"  // defines: plan_json, step_json, the tables, format_*
+#include "report/report.h"
+#include "report/text.h"  // strprintf  // defines: plan_json, step_json, the tables, format_*
 #include "tests/test_plan_helpers.h"  // defines: gpt, world, batch
 
 namespace paralab {
@@ -24,7 +26,9 @@ TEST(Report, PlanJsonHasRequiredKeys) {
                           "{\"rank\":1", "\"flops\":{\"convention\":\"full\"",
                           "\"model_per_step\":", "\"hardware_per_step\":", "\"total\":",
                           "\"optimizer_states\":", "\"comm_buffers\":", "\"peak\":",
-                          "\"comm\":[{\"group\":\"dp\",\"op\":\"reduce-scatter\",\"calls\":1,",
+                          // the communication tables' order: group, then operation
+                          "\"comm\":[{\"group\":\"dp\",\"op\":\"all-reduce\",\"calls\":1,",
+                          "},{\"group\":\"dp\",\"op\":\"reduce-scatter\",\"calls\":1,",
                           "\"data_parallel\":{\"buckets\":1,"})
     EXPECT_NE(j.find(key), std::string::npos) << key;
   // Balanced outside strings: the writer closed what it opened.
@@ -61,7 +65,25 @@ TEST(Report, StepLineJsonAndTables) {
   for (const char* key : {"\"loss\":", "\"mfu\":", "\"hfu\":", "\"activations\":{\"measured\":",
                           "\"comm_bytes\":", "\"hardware_per_rank_measured\":"})
     EXPECT_NE(j.find(key), std::string::npos) << key;
+  // what is held between steps, measured (the ledger after the optimizer step) beside the
+  // plan's resident model states; one byte more in grads shows in its row and the total
+  const MemoryPlan& r = p.ranks[0].memory;
+  s.resident_bytes = {r.resident_params, r.resident_grads + 1, r.master_params,
+                      r.optimizer_states, 0, 0, 0, 0, 0};
+  s.resident_measured = true;
+  const std::string sj = step_json(s, p, 0);
+  EXPECT_NE(sj.find("\"resident\":{\"params\":{\"measured\":" + std::to_string(r.resident_params) +
+                    ",\"predicted\":" + std::to_string(r.resident_params) + "}"),
+            std::string::npos) << sj;
+  EXPECT_NE(sj.find("\"total\":{\"measured\":" + std::to_string(r.resident_total() + 1) +
+                    ",\"predicted\":" + std::to_string(r.resident_total()) + "}"),
+            std::string::npos) << sj;
+  EXPECT_NE(sj.find("\"exact\":true"), std::string::npos) << sj;
   const std::string mt = memory_table(p, 0, &s);
+  EXPECT_NE(mt.find("held between steps (after the optimizer step)"), std::string::npos) << mt;
+  EXPECT_NE(mt.find(strprintf("  %-22s %10s %10s", "  grads", format_mib(r.resident_grads).c_str(),
+                              format_mib(r.resident_grads + 1).c_str())),
+            std::string::npos) << mt;
   EXPECT_NE(mt.find("optimizer_states"), std::string::npos);
   EXPECT_NE(mt.find("+0.0%"), std::string::npos);
   EXPECT_NE(flops_table(p, 0, &s).find("(+0.00%)"), std::string::npos);
@@ -79,6 +101,23 @@ TEST(Report, StepLineJsonAndTables) {
   measured.record_call(CommGroup::TP, CommOp::ALL_GATHER, 8, 2);
   ct = comm_table(p, &measured);
   EXPECT_NE(ct.find("payload diff +8 B"), std::string::npos) << ct;
+  // One order for the bytes table and the measured time table (CommStats::table): the
+  // (group, operation) pairs of their rows, read back, are the same sequence.
+  auto pairs = [](const std::string& table) {
+    std::vector<std::string> out;
+    std::istringstream in(table);
+    std::string line;
+    std::getline(in, line);  // title
+    while (std::getline(in, line)) {
+      std::istringstream w(line);
+      std::string g, op;
+      w >> g >> op;
+      if (g != "group" && g != "total" && !op.empty()) out.push_back(g + " " + op);
+    }
+    return out;
+  };
+  EXPECT_EQ(pairs(ct), pairs(measured.table("communication time, rank 0"))) << ct;
+  EXPECT_NE(ct.find("time: measured only"), std::string::npos) << ct;
   EXPECT_NE(ct.find("tp        all-gather"), std::string::npos) << ct;
   EXPECT_EQ(format_mib(1.5 * 1024 * 1024), "1.50");
   EXPECT_EQ(format_si(1.234e15), "1.23P");
@@ -129,8 +168,16 @@ TEST(Peak, MeasuredSgemmOnCpu) {
   const Peak p = resolve_peak(0, "", false, "configs/hardware",
                               [&] { return measure_peak_tflops(gemm, 2.0 * n * n * n, 0.01); });
   EXPECT_GT(p.tflops, 0);
-  EXPECT_EQ(p.source, "measured sgemm");
-  EXPECT_NE(describe_peak(p).find("TFLOP/s/rank (measured sgemm)"), std::string::npos);
+  EXPECT_EQ(p.source, "measured sgemm, best of 5 trials of 40 ms");
+  EXPECT_NE(describe_peak(p).find("TFLOP/s/rank (measured sgemm"), std::string::npos);
+  // the header says how to make MFU comparable between runs
+  EXPECT_NE(describe_peak(p).find("pass --peak-tflops"), std::string::npos);
+  EXPECT_EQ(describe_peak(Peak{989, "flag"}), "989.00 TFLOP/s/rank (flag)");
+  // the best of the trials counts: no trial is faster than it
+  double worst = 0;
+  const double best = measure_peak_tflops(gemm, 2.0 * n * n * n, 0.002, 3, &worst);
+  EXPECT_GT(worst, 0);
+  EXPECT_LE(worst, best);
 }
 
 }  // namespace

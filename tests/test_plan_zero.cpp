@@ -3,6 +3,7 @@
 // checked by hand (zero_schedule.h, simulate_zero_step), the bytes on the dp group per step,
 // and a gpt3-175b plan on 1024 ranks.
 #include <gtest/gtest.h>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "plan/plan.h"  // defines: make_plan, simulate_zero_step, zero_model_state_bytes
 #include "report/report.h"  // defines: plan_json
 #include "model/param_table.h"  // defines: parameter_count, param_units
+#include "tests/test_flags_helpers.h"  // defines: flags_test::parse
 #include "tests/test_plan_helpers.h"  // defines: gpt, world, batch
 
 namespace paralab {
@@ -107,6 +109,131 @@ TEST(Plan, PerRankModelStatesEveryStage) {
   const Plan p3 = make_plan(m, batch(1, 4), world(4, 3));
   EXPECT_EQ(p3.data_parallel.sim.params_transient_peak, 144 + 512);
   EXPECT_EQ(p3.ranks[0].memory.params, (167 + 144 + 512) * 4);
+}
+
+// What a rank holds between steps (MemoryPlan::resident_*, "resident" in --plan --json):
+// in bf16 exactly the ZeRO paper's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N with Ψ replaced by
+// P, the padded buckets' sum (stages >= 1); padding adds (P - Ψ) x (0, 4 + 12/N, 2 + 14/N,
+// 16/N) bytes. Ψ = 666 is not divisible by 4 (padding), 16 x 666 is (no padding at dp 2).
+TEST(Plan, ResidentModelStatesAreTheZeroPaperClosedForms) {
+  const ModelConfig m = gpt(1, 6, 2, 8, 16);
+  const int64_t psi = parameter_count(m);
+  for (int64_t bucket : {int64_t(40000000), int64_t(200)})
+    for (int dp : {1, 2, 4})
+      for (int z = 0; z <= 3; ++z) {
+        PlanOptions o;
+        o.ddp_bucket_size = bucket;
+        const Plan p = make_plan(m, batch(1, dp, true), world(dp, z), o);
+        SCOPED_TRACE("bucket " + std::to_string(bucket) + " dp " + std::to_string(dp) +
+                     " stage " + std::to_string(z));
+        const MemoryPlan& r = p.ranks.at(0).memory;
+        const int64_t P = z == 0 ? psi : p.data_parallel.layout.padded_total;
+        EXPECT_EQ((double)r.resident_total(), zero_model_state_bytes(z, (double)P, dp));
+        EXPECT_EQ((double)r.resident_total(), zero_resident_bytes(z, (double)P, dp, 2, 2, 4, 8));
+        const double per_padding[] = {0, 4 + 12.0 / dp, 2 + 14.0 / dp, 16.0 / dp};
+        EXPECT_NEAR(r.resident_total() - zero_model_state_bytes(z, (double)psi, dp),
+                    (double)(P - psi) * per_padding[z], 1e-9);
+        EXPECT_LT(P - psi, (int64_t)dp * (int64_t)p.data_parallel.layout.buckets.size());
+        // resident <= peak: ZeRO-2/3's buffers are transients on top
+        EXPECT_EQ(r.resident_params == r.params, z < 3);
+        EXPECT_EQ(r.resident_grads == r.grads, z < 2);
+        if (dp == 4 && z >= 1) {
+          EXPECT_GT(P, psi);  // 666 = 4 x 166.5
+        }
+      }
+  // fp32 (4 + 4 + 0 + 8): the same shape, 8Ψ + 8Ψ/N at stage 1.
+  const Plan f = make_plan(m, batch(1, 2), world(2, 1));
+  EXPECT_EQ((double)f.ranks[0].memory.resident_total(), zero_resident_bytes(1, psi, 2, 4, 4, 0, 8));
+  EXPECT_EQ(zero_resident_formula(2, 2, 2, 4, 8), "2Ψ + 14Ψ/N");
+  // Printed: --plan --json per rank, and rows in the memory table.
+  const Plan p = make_plan(m, batch(1, 4, true), world(4, 2));
+  const MemoryPlan& r = p.ranks[3].memory;
+  const std::string j = plan_json(p, nullptr, false);
+  const std::string want = "\"resident\":{\"params\":" + std::to_string(r.resident_params) +
+                           ",\"grads\":" + std::to_string(r.resident_grads) +
+                           ",\"master_params\":" + std::to_string(r.master_params) +
+                           ",\"optimizer_states\":" + std::to_string(r.optimizer_states) +
+                           ",\"total\":" + std::to_string(r.resident_total()) + "}";
+  EXPECT_NE(j.find(want), std::string::npos) << j.substr(0, 2000);
+  const std::string t = memory_table(p, 3, nullptr);
+  EXPECT_NE(t.find("held between steps"), std::string::npos) << t;
+  EXPECT_NE(t.find("ZeRO 2 (2 + 2 + 12, the paper's): 2Ψ + 14Ψ/N"), std::string::npos) << t;
+  EXPECT_NE(t.find("bucket padding P - Ψ = 2 elements"), std::string::npos) << t;
+}
+
+// The preset: `--config configs/models/llama-7b.toml --plan --world-size 4 --bf16
+// --zero-stage z`, Ψ = 6.74B, the default 40M-element buckets.
+TEST(Plan, ResidentModelStatesLlama7bPreset) {
+  if (!std::ifstream("configs/models/llama-7b.toml"))
+    GTEST_SKIP() << "run from the repository root to read configs/models";
+  for (int z = 0; z <= 3; ++z) {
+    const Options o = flags_test::parse({"--config", "configs/models/llama-7b.toml", "--plan",
+                                         "--world-size", "4", "--bf16", "--zero-stage",
+                                         std::to_string(z)});
+    PlanOptions po;
+    po.ddp_bucket_size = o.ddp_bucket_size;
+    const Plan p = make_plan(o.model, o.train, o.parallel, po);
+    SCOPED_TRACE("stage " + std::to_string(z));
+    const int64_t psi = p.params_total;
+    ASSERT_EQ(psi, 6738415616);  // Touvron et al.: 6.74B
+    const int64_t P = z == 0 ? psi : p.data_parallel.layout.padded_total;
+    const int64_t buckets = (int64_t)p.data_parallel.layout.buckets.size();
+    EXPECT_LT(P - psi, 4 * buckets);
+    for (const RankPlan& rp : p.ranks)
+      EXPECT_EQ((double)rp.memory.resident_total(), zero_model_state_bytes(z, (double)P, 4));
+    // 4 divides every unit and bucket of llama-7b (h, f, V are multiples of 4): no padding,
+    // the paper's 16Ψ = 100.41 GiB, 4Ψ + 3Ψ = 43.93, 2Ψ + 3.5Ψ = 34.52, 4Ψ = 25.10 GiB
+    EXPECT_EQ(P, psi);
+    const double paper = zero_model_state_bytes(z, (double)psi, 4);
+    EXPECT_EQ((double)p.ranks[0].memory.resident_total(), paper);
+    const double gib[] = {100.41, 43.93, 34.52, 25.10};
+    EXPECT_NEAR(paper / (1 << 30), gib[z], 0.005);
+  }
+}
+
+// The peak of the total under ZeRO-2/3 (plan/total.cpp): each compute beside the buffers
+// alive then. Lesson 02's model (gpt, 8 layers of 198272, buckets of >= 150000: one layer
+// each, the embedding alone), dp 2, ZeRO-2: the largest buckets, the embedding's (written by
+// the fused loss in forward) and {layer 7, head}, are both alive in the head's backward,
+// after the loss's logits chunk and the forward's int32 tokens and targets are freed. The
+// sum of the category peaks counted them all at once (54.57 MiB; measured and replayed
+// 54.07 MiB, tests/mpi/equivalence.sh and lessons/02-zero hold the measured one).
+TEST(Plan, ZeroTwoTotalReplayedNotSummed) {
+  const ModelConfig m = gpt(8, 128, 4, 64, 256);
+  PlanOptions o;
+  o.ddp_bucket_size = 150000;
+  const Plan p = make_plan(m, batch(8, 16), world(2, 2), o);
+  const MemoryPlan& r = p.ranks[0].memory;
+  int64_t sum = 0;
+  for (int c = 0; c < kNumMemoryCategories; ++c) sum += r.at(c);
+  const int64_t N = 8 * 64, tokens_targets = 2 * 4 * N;
+  EXPECT_EQ(r.logits, N * 256 * 4);  // fused: one chunk of min(N, 1024) rows, fp32
+  EXPECT_GT(r.total_replayed, 0);
+  EXPECT_EQ(r.total(), sum - r.logits - tokens_targets);
+  EXPECT_EQ(r.total(), 56696840);
+  // without transients (ZeRO 0-1) the replay is the validated total, term for term: fused
+  // and unfused, both families, bf16, selective recompute, tp + sp
+  for (bool fused : {true, false})
+    for (bool bf16 : {false, true})
+      for (int variant = 0; variant < 4; ++variant)
+        for (int z : {0, 1}) {
+          ModelConfig v = variant == 1 ? plan_test::llama(2, 64, 4, 2, 96, 32, 256)
+                                       : gpt(2, 64, 4, 32, 256);
+          v.fused_cross_entropy = fused;
+          v.cross_entropy_chunk = 48;
+          if (variant == 2) {
+            v.recompute.granularity = Recompute::Granularity::SELECTIVE;
+            v.recompute.core_attn = v.recompute.mlp = v.recompute.norm = true;
+          }
+          ParallelConfig par = world(2, z);
+          if (variant == 3) par.world_size = 4, par.tensor_parallel = 2, par.sequence_parallel = true;
+          const Plan q = make_plan(v, batch(2, 4, bf16), par);
+          SCOPED_TRACE("fused " + std::to_string(fused) + " bf16 " + std::to_string(bf16) +
+                       " variant " + std::to_string(variant) + " stage " + std::to_string(z));
+          const MemoryPlan& mem = q.ranks[0].memory;
+          EXPECT_EQ(mem.total_replayed, 0);
+          EXPECT_EQ(replayed_total(q, mem, q.data_parallel), mem.total());
+        }
 }
 
 // ---- the model's calls, replayed: small layouts checked by hand --------------------------

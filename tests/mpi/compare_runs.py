@@ -3,14 +3,16 @@
 
 usage: compare_runs.py REF.jsonl REF.bin RUN.jsonl RUN.bin [--rtol 1e-5]
 
-Losses must agree to rtol relative at every step; every parameter tensor must agree to rtol
+Losses must agree to rtol relative at every step, and so must the validation losses
+(--eval-interval: "validation_loss" on the steps that evaluated, the same steps in both); every parameter tensor must agree to rtol
 in the norm-wise relative sense ||a - b|| / ||b|| (elementwise comparisons of values that
 are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: at every step
 the measured bytes of every category but activations equal the predicted ones exactly,
-activations within 1%, every communication row's calls and payload bytes and (per rank)
-the kernels' FLOP count equal the prediction exactly, on rank 0 and (when the run gathered
-them) on every rank. Prints the
-worst of each; exit 1 on failure.
+activations within 1%, the peak of the total exactly (at most where the plan marks it an
+upper bound: "exact": false), what is held between steps ("resident", rank 0) exactly, and
+every communication row's calls and payload bytes and (per rank) the kernels' FLOP count
+equal the prediction exactly, on rank 0 and (when the run gathered them) on every rank.
+Prints the worst of each; exit 1 on failure.
 """
 import json
 import math
@@ -44,8 +46,10 @@ def read_tensor_file(path):
 
 
 def records(path):
+    """The step records (the run's last line is {"type": "summary"})."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r.get("type", "step") == "step"]
 
 
 EXACT = ("params", "grads", "master_params", "optimizer_states", "recompute", "comm_buffers",
@@ -68,6 +72,20 @@ def ledger_problems(path):
             if isinstance(flops, dict) and flops["measured"] != flops["predicted"]:
                 problems.append(f"step {r['step']} {who}hardware FLOPs: measured"
                                 f" {flops['measured']} predicted {flops['predicted']}")
+            # held between steps (the ledger after the optimizer step): rank 0's record
+            for cat, rec in v.get("resident", {}).items():
+                if rec["measured"] != rec["predicted"]:
+                    problems.append(f"step {r['step']} {who}resident {cat}: measured"
+                                    f" {rec['measured']} predicted {rec['predicted']}")
+            # the peak of the total: to the byte where the plan says it is exact (the
+            # record's "exact", which its ranks share), else an upper bound
+            tot = mem["total"]
+            exact = r["memory"]["total"].get("exact", True)
+            if (tot["measured"] != tot["predicted"] if exact
+                    else tot["measured"] > tot["predicted"]):
+                problems.append(f"step {r['step']} {who}total (peak): measured {tot['measured']}"
+                                f" predicted {tot['predicted']}"
+                                f"{'' if exact else ' (an upper bound)'}")
             act = mem["activations"]
             if abs(act["measured"] - act["predicted"]) > 0.01 * act["predicted"]:
                 problems.append(f"step {r['step']} {who}activations: {act['measured']} vs"
@@ -102,6 +120,14 @@ def main():
         return 1
     worst_loss = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
     ok &= worst_loss <= rtol
+    va = [(r["step"], r["validation_loss"]) for r in records(run_jsonl) if "validation_loss" in r]
+    vb = [(r["step"], r["validation_loss"]) for r in records(ref_jsonl) if "validation_loss" in r]
+    if [s for s, _ in va] != [s for s, _ in vb]:
+        print(f"validation steps differ: {[s for s, _ in va]} vs {[s for s, _ in vb]}")
+        return 1
+    worst_valid = max((abs(x - y) / max(abs(y), 1e-30) for (_, x), (_, y) in zip(va, vb)),
+                      default=0.0)
+    ok &= worst_valid <= rtol
     ref, run = read_tensor_file(ref_bin), read_tensor_file(run_bin)
     if ref.keys() != run.keys():
         print("parameter names differ")
@@ -115,7 +141,8 @@ def main():
         if rel > worst_param:
             worst_param, worst_name = rel, name
     ok &= worst_param <= rtol
-    print(f"loss max rel {worst_loss:.2e}, params max rel {worst_param:.2e} ({worst_name})"
+    valid = f", validation loss max rel {worst_valid:.2e} ({len(va)})" if va else ""
+    print(f"loss max rel {worst_loss:.2e}{valid}, params max rel {worst_param:.2e} ({worst_name})"
           f" {'ok' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -1,0 +1,217 @@
+// plan/total.cpp: the peak of the ledger's total on one stage (no pipelining) under ZeRO-2/3,
+// replayed call by call. ZeRO-2/3's bucket gradient buffers and gathered units are
+// transients: the sum of the category peaks holds them at their peak while the activations,
+// the logits and the forward's tokens and targets are at theirs, but they do not coincide
+// (ZeRO-2's largest buckets are alive in backward, after the loss's logits are gone). Here
+// each compute of the microbatch (model/transformer.cpp, model/head.cpp) is paired with the
+// buffers alive while it runs, from simulate_zero_step's trace of the same calls
+// (parallel/zero_schedule.h, microbatch_calls): a buffer is allocated by the ACQUIRE or
+// GRADS before a compute and freed by the RELEASE or BACKWARD_DONE after it, so the total
+// peaks at one of these computes:
+//   F embedding    common + tokens + targets + x0                       after ACQUIRE(0)
+//   F layer l      common + tokens + targets + x0 + (l+1) layer + r_f   after ACQUIRE(l+1)
+//   F head (loss)  common + tokens + targets + x0 + L layer + head + logits (fused: one
+//                  chunk; unfused: N V_l fp32)                          before its RELEASE
+//   B head         unfused, output weight: + N V_l fp32 logits, their bf16 copy, d(xf)
+//                  final norm: x0 + L layer + head (unfused: xf freed, d(xf) alive)
+//   B layer l      common + x0 + (l+1) layer + r_b                      after GRADS(l+1)
+//   B embedding    common + tokens + x0                                 after GRADS(0)
+// plus the model states held all step (resident params and grads, master, Adam) and the
+// comm buffers. r_f, r_b: selective recompute's buffers in a layer's forward and backward
+// (plan/recompute.h). Each term is the one MemoryPlan's categories and total_at_recompute
+// count, so without transients (ZeRO 0-1) the replay equals MemoryPlan::total().
+#include <algorithm>
+#include "plan/plan.h"
+#include "plan/recompute.h"  // recompute_buffers
+
+namespace paralab {
+
+int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d) {
+  const ModelConfig& m = plan.model;
+  const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
+  const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16;
+  std::vector<std::array<int64_t, 2>> trace;
+  simulate_zero_step(d.layout, d.microbatch, plan.parallel.zero_stage,
+                     plan.options.overlap_grad_reduce, plan.options.zero3_prefetch_layers,
+                     plan.microbatches_per_rank, {}, {}, &trace);
+  const size_t n = d.microbatch.size();
+  // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
+  // MemoryPlan::total(), which tests/test_plan_zero.cpp holds)
+  if (trace.empty()) trace.assign((size_t)plan.microbatches_per_rank * n, {0, 0});
+  const int64_t base = mem.resident_params + mem.resident_grads + mem.master_params +
+                       mem.optimizer_states + mem.comm_buffers;
+  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t x0 = sum_bytes(plan.embedding_activations), layer = plan.activation_bytes_per_layer;
+  const int64_t head = sum_bytes(plan.head_activations);
+  int64_t head_out = 0;  // --no-fused-ce's xf, freed with the logits in the head's backward
+  for (const ActivationTensor& t : plan.head_activations)
+    if (t.name == "final_norm.out") head_out = t.bytes();
+  const RecomputeBuffers r = recompute_buffers(m, B, act, plan.options.mask_bytes, tp, sp);
+  const int64_t r_f = mem.recompute ? r.forward_peak() : 0, r_b = mem.recompute ? r.peak() : 0;
+  const int64_t tokens = 4 * l.N;  // int32, the embedding's backward
+  const int64_t unfused_logits = l.N * l.vocab * 4, bf16_copy = bf16 ? l.N * l.vocab * 2 : 0;
+  const int64_t dxf = (int64_t)l.N * m.hidden_size * act;
+  const int64_t loss_logits = m.fused_cross_entropy ? logits_bytes(m, B, bf16, tp) : unfused_logits;
+  const int L = m.num_layers, head_unit = L + 1;
+  const int pb = act, gb = act;  // parameters and gradients in the storage type
+
+  int64_t peak = 0;
+  // The walk: state per microbatch (forward or backward, inside the head, GRADS of the head
+  // seen in its backward).
+  for (size_t mb = 0; mb * n < trace.size(); ++mb) {
+    bool forward = true, in_head = false;
+    int head_grads = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const DpCall& c = d.microbatch[i];
+      const size_t at = mb * n + i;
+      auto probe = [&](size_t k, int64_t other) {
+        peak = std::max(peak, base + other + trace[k][0] * pb + trace[k][1] * gb);
+      };
+      const int u = c.unit;
+      if (forward) {
+        if (c.kind == DpCall::ACQUIRE && !c.forward) {
+          forward = false;  // the head's backward begins
+        } else if (c.kind == DpCall::ACQUIRE && u == head_unit) {
+          in_head = true;
+        } else if (c.kind == DpCall::ACQUIRE && !in_head && u == 0) {
+          probe(at, w.common + w.forward + x0);
+        } else if (c.kind == DpCall::ACQUIRE && !in_head) {
+          probe(at, w.common + w.forward + x0 + u * layer + r_f);
+        } else if (c.kind == DpCall::RELEASE && in_head) {
+          probe(at - 1, w.common + w.forward + x0 + L * layer + head + loss_logits);
+          in_head = false;
+        }
+        if (forward) continue;
+        in_head = true;
+        continue;
+      }
+      if (c.kind == DpCall::GRADS && in_head) {
+        const bool output_weight = !m.fused_cross_entropy && head_grads == 0;
+        ++head_grads;
+        if (output_weight)
+          probe(at, w.common + x0 + L * layer + head + unfused_logits + bf16_copy + dxf);
+        else
+          probe(at, w.common + x0 + L * layer +
+                        (m.fused_cross_entropy ? head : head - head_out + dxf));
+      } else if (c.kind == DpCall::BACKWARD_DONE && u == head_unit) {
+        in_head = false;
+      } else if (c.kind == DpCall::GRADS && u >= 1 && u <= L) {
+        probe(at, w.common + x0 + u * layer + r_b);
+      } else if (c.kind == DpCall::GRADS && u == 0 && !in_head) {
+        probe(at, w.common + tokens + x0);
+      }
+    }
+  }
+  return peak;
+}
+
+// ---- a pipeline stage ----------------------------------------------------------------------
+// The same pairing over a stage's step (plan_pipeline's stage_step_calls: BEGIN_MICROBATCH
+// before each action, then its units), for schedules that do not split the backward and
+// without recompute (elsewhere stage_total_peak holds the transients at their peak). Per
+// action on chunk c (input in_c: x0 or the received activation; n layers; kept_c its
+// forward's whole keep) with H held before it, the other bytes at each compute:
+//   F  embedding  common + tokens + targets + H + logits held + x0
+//      layer i    common + tokens + targets + H + logits held + in_c + (i+1) layer
+//      head       common + tokens + targets + H + kept_c + the loss's logits (unfused: the
+//                 held ones beside this microbatch's)
+//   B  head       unfused output weight: common + H + logits held + bf16 copy + d(xf);
+//                 final norm: common + H + logits held (unfused: - xf + d(xf))
+//      layer i    common + H - kept_c + in_c + (i+1) layer + logits held
+//      embedding  common + tokens + H - kept_c + x0
+// tokens on model stage 0, targets on the last; common includes the gradient receive buffer.
+int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
+                             const std::vector<Action>& actions,
+                             const std::vector<int64_t>& chunk_input,
+                             const std::vector<int64_t>& chunk_kept,
+                             const std::vector<int>& unit_chunk,
+                             const std::vector<int>& deferred_units, int embedding_unit,
+                             int head_unit, int64_t grad_recv) {
+  const ModelConfig& m = plan.model;
+  const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
+  const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16, fused = m.fused_cross_entropy;
+  std::vector<std::array<int64_t, 2>> trace;
+  simulate_zero_step(d.layout, d.microbatch, plan.parallel.zero_stage,
+                     plan.options.overlap_grad_reduce, plan.options.zero3_prefetch_layers, 1,
+                     unit_chunk, deferred_units, &trace);
+  // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
+  // stage_total_peak then, which tests/test_plan_pipeline.cpp holds)
+  if (trace.empty()) trace.assign(d.microbatch.size(), {0, 0});
+  const int64_t base = mem.resident_params + mem.resident_grads + mem.master_params +
+                       mem.optimizer_states + mem.comm_buffers;
+  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+  const LocalSizes l = local_sizes(m, B, tp, sp);
+  const int64_t common = w.common + grad_recv, layer = plan.activation_bytes_per_layer;
+  const int64_t x0 = sum_bytes(plan.embedding_activations);
+  int64_t head_out = 0;
+  for (const ActivationTensor& t : plan.head_activations)
+    if (t.name == "final_norm.out") head_out = t.bytes();
+  const int64_t unfused_logits = fused ? 0 : l.N * l.vocab * 4;
+  const int64_t bf16_copy = bf16 ? l.N * l.vocab * 2 : 0;
+  const int64_t dxf = fused ? 0 : (int64_t)l.N * m.hidden_size * act;
+  const int64_t loss_logits = logits_bytes(m, B, bf16, tp);
+  const int S = plan.pipeline.shape.model_stages();
+  const int pb = act, gb = act;
+
+  int64_t peak = 0, held = 0, logits_held = 0;
+  int k = -1, layers_seen = 0, head_grads = 0, n_layers = 0;
+  bool first = false, last = false;
+  ActionType type = ActionType::F;
+  int chunk = 0;
+  for (size_t i = 0; i < d.microbatch.size(); ++i) {
+    const DpCall& c = d.microbatch[i];
+    auto probe = [&](size_t at, int64_t other) {
+      peak = std::max(peak, base + other + trace[at][0] * pb + trace[at][1] * gb);
+    };
+    if (c.kind == DpCall::BEGIN_MICROBATCH) {
+      // the previous action's end: what it keeps
+      if (k >= 0 && type == ActionType::F) {
+        held += chunk_kept[chunk];
+        if (last) logits_held += unfused_logits;
+      } else if (k >= 0 && type == ActionType::B) {
+        held -= chunk_kept[chunk];
+      }
+      const Action& a = actions.at(++k);
+      type = a.type;
+      chunk = a.chunk;
+      first = a.stage == 0;
+      last = a.stage == S - 1;
+      layers_seen = head_grads = 0;
+      n_layers = 0;
+      for (int u = 0; u < (int)unit_chunk.size(); ++u)
+        n_layers += unit_chunk[u] == chunk && u != embedding_unit && u != head_unit;
+      continue;
+    }
+    const int u = c.unit;
+    const int64_t tokens = first ? 4 * l.N : 0, targets = last ? 4 * l.N : 0;
+    const int64_t in = chunk_input[chunk];
+    if (type == ActionType::F) {
+      if (c.kind == DpCall::ACQUIRE && u == embedding_unit) {
+        probe(i, common + tokens + targets + held + logits_held + x0);
+      } else if (c.kind == DpCall::ACQUIRE && u != head_unit) {
+        probe(i, common + tokens + targets + held + logits_held + in + ++layers_seen * layer);
+      } else if (c.kind == DpCall::RELEASE && u == head_unit) {
+        probe(i - 1, common + tokens + targets + held + chunk_kept[chunk] +
+                         (fused ? loss_logits : logits_held + unfused_logits));
+      }
+    } else if (type == ActionType::B) {
+      if (c.kind == DpCall::GRADS && u == head_unit) {
+        if (!fused && head_grads++ == 0) {
+          probe(i, common + held + logits_held + bf16_copy + dxf);
+          logits_held -= unfused_logits;
+        } else {
+          probe(i, common + held + logits_held + (fused ? 0 : dxf - head_out));
+        }
+      } else if (c.kind == DpCall::GRADS && u == embedding_unit) {
+        probe(i, common + tokens + held - chunk_kept[chunk] + x0);
+      } else if (c.kind == DpCall::GRADS) {
+        const int64_t alive = n_layers - layers_seen++;  // layers 0..i of the chunk
+        probe(i, common + held - chunk_kept[chunk] + in + alive * layer + logits_held);
+      }
+    }
+  }
+  return peak;
+}
+
+}  // namespace paralab

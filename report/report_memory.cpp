@@ -1,0 +1,257 @@
+// report/report_memory.cpp: the memory table of report.h (memory_table) and the lines under
+// it: every category predicted beside measured with why it holds what it holds, the total
+// (peak) with how it was found and whether it is exact, what the rank holds between steps
+// (the ZeRO paper's model states), the per-layer activations beside Korthikanti's closed
+// form, and what selective recompute saves. Split from report.cpp (the other writers).
+#include <utility>
+#include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
+#include "report/report.h"
+#include "report/report_impl.h"  // total_is_exact, vocab_padding_note
+#include "report/text.h"         // strprintf
+
+namespace paralab {
+
+// ---- memory ledger -----------------------------------------------------------------------
+// Megatron pads the vocabulary to a multiple of tp; the rank's table holds the zero rows.
+std::string vocab_padding_note(const Plan& plan) {
+  if (plan.padded_vocab == plan.model.vocab_size) return "";
+  return strprintf("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
+             (long long)plan.padded_vocab, plan.tp);
+}
+
+// Why a category holds what it holds, in a few words beside its row.
+static std::string category_note(const Plan& plan, const RankPlan& rp, int c);
+static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
+  std::string note = category_note(plan, rp, c);
+  if (c == 0 && !vocab_padding_note(plan).empty())
+    note += (note.empty() ? "" : "; ") + vocab_padding_note(plan);
+  return note;
+}
+
+static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
+  const int z = plan.parallel.zero_stage;
+  const bool piped = !plan.pipeline.stages.empty();
+  const DataParallelPlan& d =
+      piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
+  const int nb = (int)d.layout.buckets.size();
+  if (c == 0 && z >= 3)
+    return strprintf("zero 3: shard of %s + gathered units, at most %s elements",
+               format_si((double)d.params_resident).c_str(),
+               format_si((double)d.sim.params_transient_peak).c_str());
+  if (c == 1 && z >= 2)
+    return strprintf("zero %d: shard of %s + bucket buffers, at most %s elements", z,
+               format_si((double)d.grads_resident).c_str(),
+               format_si((double)d.sim.grads_transient_peak).c_str());
+  if ((c == 0 || c == 1) && z >= 1 && d.layout.padded_total > d.layout.total)
+    return strprintf("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
+               (long long)(d.layout.padded_total - d.layout.total));
+  if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
+  if ((c == 2 || c == 3) && z >= 1)
+    return strprintf("zero %d: shard of %s elements, 1/%d", z,
+               format_si((double)d.state_numel).c_str(), plan.dp);
+  const ModelConfig& m = plan.model;
+  if (c == 4 && m.recompute.full())
+    return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
+                     "groups' outputs; backward makes one group again (%s MiB a layer)",
+                     piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
+                                       schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
+                                       rp.microbatches_held).c_str()
+                           : "",
+                     m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
+                     m.recompute.num_layers, format_mib(plan.activation_bytes_per_layer).c_str());
+  if (piped && c == 4) {
+    const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
+    const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
+                                                                    : " + head";
+    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)%s",
+               schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
+               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head,
+               splits_backward(plan.pipeline.shape.kind)
+                   ? "; from B to W a layer keeps its linears' inputs and output gradients"
+                   : "");
+  }
+  if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
+  switch (c) {
+    case 4: return strprintf("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
+                       rp.microbatches_held, m.num_layers,
+                       format_mib(plan.activation_bytes_per_layer).c_str(),
+                       plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
+    case 5:
+      if (rp.memory.recompute)
+        return "selective: one layer's recomputed internals, alive inside its block only";
+      break;
+    case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
+    case 7: {
+      const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
+      const std::string cols =
+          plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
+      return m.fused_cross_entropy
+                 ? strprintf("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
+                       cols.c_str(), what)
+                 : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
+    }
+    default: break;
+  }
+  return "";
+}
+
+// Selective recompute: what a layer no longer keeps, and why core_attn buys little with
+// flash attention (its only S-sized tensor is the log-sum-exp).
+std::string recompute_line(const Plan& plan) {
+  const ModelConfig& m = plan.model;
+  const Recompute& r = m.recompute;
+  if (!r.selective()) return "";
+  const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train);
+  const int64_t saved = selective_saved_bytes_per_layer(m, B, act, plan.options.mask_bytes,
+                                                        plan.tp, plan.sequence_parallel);
+  std::string modules;
+  for (auto [on, name] : {std::pair<bool, const char*>{r.core_attn, "core_attn"},
+                          {r.mlp, "mlp"}, {r.norm, "norm"}})
+    if (on) modules += (modules.empty() ? "" : ", ") + std::string(name);
+  std::string t = strprintf("  selective recompute (%s): a layer keeps %s MiB, %lld B less; "
+                            "recompute holds one layer's internals, max(norm1, core, norm2 + "
+                            "mlp)\n", modules.c_str(),
+                            format_mib((double)plan.activation_bytes_per_layer).c_str(),
+                            (long long)saved);
+  if (r.core_attn && m.attention == AttentionImpl::FLASH) {
+    ModelConfig core_only = m;
+    core_only.recompute.mlp = core_only.recompute.norm = false;
+    t += strprintf("  flash attention keeps no S x S tensor: core_attn saves only its fp32 "
+                   "log-sum-exp, 4 B (a/t) S = %lld B per layer, for a rerun of the flash "
+                   "forward: little\n",
+                   (long long)selective_saved_bytes_per_layer(core_only, B, act,
+                                                              plan.options.mask_bytes, plan.tp,
+                                                              plan.sequence_parallel));
+  }
+  return t;
+}
+
+// One figure per layer everywhere (the memory table's notes, --plan's tensor list, the
+// recompute line): every saved tensor, the fp32 norm statistics included. Korthikanti's
+// Table 2 counts no norm statistics, so the comparison takes them out explicitly:
+// plan - statistics vs the closed form.
+std::string korthikanti_line(const Plan& plan) {
+  const KorthikantiCheck k = korthikanti_check_recompute(plan);
+  const int64_t layer = k.plan_bytes + k.norm_statistics_bytes;
+  std::string t = strprintf("  activations per layer: %s MiB (norm statistics %s MiB included)\n",
+                            format_mib((double)layer).c_str(),
+                            format_mib((double)k.norm_statistics_bytes).c_str());
+  t += strprintf("  Korthikanti %s = %s MiB counts no norm statistics: plan - statistics = %s MiB",
+                 k.formula.c_str(), format_mib(k.closed_form_bytes).c_str(),
+                 format_mib((double)k.plan_bytes).c_str());
+  if (k.applicable())
+    return t + ((double)k.plan_bytes == k.closed_form_bytes ? ": equal\n"
+                                                            : ": DIFFER (a plan bug)\n");
+  t += strprintf("; plan - statistics - closed form = %+lld B; assumptions differ:\n",
+                 (long long)((double)k.plan_bytes - k.closed_form_bytes));
+  for (const std::string& d : k.differences) t += "    " + d + "\n";
+  return t;
+}
+
+// How the predicted total (peak) was found, and whether it is exact. The categories do not
+// all peak at once: the total is a replay of when each is alive (MemoryPlan::total). Exact
+// but where a replay holds a transient at its peak beside the rest, an upper bound: ZeRO-2/3's
+// bucket and gather buffers under pipelining or full recompute, and selective recompute's
+// buffers under pipelining (tests/mpi/compare_runs.py holds both: == or <=).
+bool total_is_exact(const Plan& plan, const MemoryPlan& m) {
+  const bool transients_at_peak = plan.parallel.zero_stage >= 2 && m.total_replayed == 0 &&
+                                  (m.total_stage > 0 || m.total_full_recompute > 0);
+  // a stage's replay adds selective recompute's buffers at their peak to each action's phase
+  const bool recompute_at_peak = m.total_stage > 0 && m.recompute > 0;
+  return !transients_at_peak && !recompute_at_peak;
+}
+
+static std::string total_note(const Plan& plan, const RankPlan& rp) {
+  const MemoryPlan& m = rp.memory;
+  const int z = plan.parallel.zero_stage;
+  const bool transients =
+      z >= 2 && m.total_replayed == 0 && (m.total_stage > 0 || m.total_full_recompute > 0);
+  const std::string bound =
+      total_is_exact(plan, m) ? std::string("; exact")
+      : transients ? strprintf("; ZeRO-%d's transient buffers held at their peak: an upper bound", z)
+                   : std::string("; selective recompute's buffers at their peak in every "
+                                 "action: an upper bound");
+  if (m.total_replayed > 0 && m.total_stage > 0 && z >= 2)
+    return strprintf("predicted: this stage's actions replayed call by call, each compute "
+                     "beside the ZeRO-%d buffers alive then; exact", z);
+  if (m.total_stage > 0)
+    return "predicted: the largest total over this stage's actions, replayed" + bound;
+  if (m.total_full_recompute > 0)
+    return "predicted: the largest total of the microbatch's phases (the loss, the layers' "
+           "forward, their backward with a group made again)" + bound;
+  if (m.total_replayed > 0)
+    return strprintf("predicted: each compute of the step beside the ZeRO-%d buffers alive then, "
+                     "replayed call by call; exact", z);
+  if (m.recompute > 0)
+    return "predicted: the larger of the category peaks but recompute (they coincide as "
+           "backward starts) and the total inside the last layer, when recompute peaks; exact";
+  return plan.model.fused_cross_entropy
+             ? "predicted: the sum of the category peaks, which coincide in the loss; exact"
+             : "predicted: the sum of the category peaks, which coincide in the head's "
+               "backward; exact";
+}
+
+// What the rank holds between steps (after the optimizer step): the model states without
+// ZeRO-2/3's transient buffers, the ZeRO paper's per-rank bytes (MemoryPlan::resident_*),
+// measured as the ledger's current bytes then. The total's note: the closed form at Ψ (the
+// rank's local vector) and what bucket padding adds (P - Ψ elements, plan.h).
+template <typename Row>
+static std::string resident_rows(const Plan& plan, const RankPlan& rp,
+                                 const StepMetrics* measured, const Row& row) {
+  const MemoryPlan& m = rp.memory;
+  const bool meas = measured && measured->resident_measured;
+  auto got = [&](int c) { return meas ? (double)measured->resident_bytes[c] : 0.0; };
+  std::string t = "  held between steps (after the optimizer step): model states\n";
+  const int64_t pred[4] = {m.resident_params, m.resident_grads, m.master_params,
+                           m.optimizer_states};
+  double total_meas = 0;
+  for (int c = 0; c < 4; ++c) {
+    t += row((std::string("  ") + kMemoryCategoryNames[c]).c_str(), (double)pred[c], got(c),
+             "");
+    total_meas += got(c);
+  }
+  const int z = plan.parallel.zero_stage, pb = storage_bytes(plan.train);
+  const int mb = plan.train.bf16 ? 4 : 0, ob = 8;
+  const bool piped = !plan.pipeline.stages.empty();
+  const DataParallelPlan& d =
+      piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
+  const int64_t psi = rp.params, padded = z == 0 ? psi : d.layout.padded_total;
+  const double closed = zero_resident_bytes(z, (double)psi, plan.dp, pb, pb, mb, ob);
+  std::string note = strprintf("ZeRO %d%s: %s = %s MiB at Ψ %lld, N %d", z,
+                               plan.train.bf16 ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
+                               zero_resident_formula(z, pb, pb, mb, ob).c_str(),
+                               format_mib(closed).c_str(), (long long)psi, plan.dp);
+  if (padded > psi)
+    note += strprintf("; bucket padding P - Ψ = %lld elements adds %+.0f B", (long long)(padded - psi),
+                      (double)m.resident_total() - closed);
+  t += row("  total", (double)m.resident_total(), total_meas, note);
+  return t;
+}
+
+std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
+  const RankPlan& rp = plan.ranks.at(rank);
+  std::string t = strprintf("memory, rank %d (MiB)      predicted", rank);
+  if (measured) t += strprintf(" %10s %10s %8s", "measured", "diff", "diff%");
+  t += "\n";
+  auto row = [&](const char* name, double pred, double meas, const std::string& note) {
+    std::string r = strprintf("  %-22s %10s", name, format_mib(pred).c_str());
+    if (measured) {
+      const double diff = meas - pred;
+      const std::string pct = pred > 0 ? strprintf("%+.1f%%", 100 * diff / pred)
+                                       : (meas == 0 ? std::string("0") : std::string("n/a"));
+      r += strprintf(" %10s %10s %8s", format_mib(meas).c_str(), format_mib(diff).c_str(),
+               pct.c_str());
+    }
+    if (!note.empty()) r += "   " + note;
+    return r + "\n";
+  };
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    t += row(kMemoryCategoryNames[c], (double)rp.memory.at(c),
+             measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
+  t += row("total (peak)", (double)rp.memory.total(),
+           measured ? (double)measured->peak_memory_bytes : 0, total_note(plan, rp));
+  t += resident_rows(plan, rp, measured, row);
+  return t + korthikanti_line(plan) + recompute_line(plan);
+}
+
+}  // namespace paralab

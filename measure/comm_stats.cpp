@@ -83,7 +83,20 @@ CommRecord CommStats::total() const {
   return t;
 }
 
-void CommStats::reset() { rec_.fill(CommRecord{}); }
+void CommStats::record_event(const CommEvent& e) {
+  if (events_.size() >= kMaxEvents) {
+    ++events_dropped_;
+    return;
+  }
+  if (events_.capacity() == 0) events_.reserve(256);
+  events_.push_back(e);
+}
+
+void CommStats::reset() {
+  rec_.fill(CommRecord{});
+  events_.clear();  // keeps its capacity: no allocation in the next step's calls
+  events_dropped_ = 0;
+}
 
 void CommStats::add(const CommStats& o) {
   for (size_t i = 0; i < rec_.size(); ++i) rec_[i].add(o.rec_[i]);

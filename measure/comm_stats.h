@@ -22,8 +22,11 @@
 // the transfer: an asynchronous call completes at the latest when it is waited for);
 // "exposed" is the time the calling rank spent inside the communication layer itself,
 // posting (staging copies included) and blocked in wait(): the part no compute hid.
+// Events: besides the sums, each call's own interval (posted, completion observed) on the
+// steady clock, the first kMaxEvents of a step, for --trace's comm lane (report/).
 //
-// defines: CommGroup, CommOp, group_name, op_name, bus_factor, CommRecord, CommStats
+// defines: CommGroup, CommOp, group_name, op_name, bus_factor, CommRecord, CommEvent,
+//          CommStats
 #pragma once
 #include <array>
 #include <cstdint>
@@ -62,6 +65,14 @@ struct CommRecord {
   void add(const CommRecord& o);
 };
 
+// One call: posted at start_s, its completion observed at end_s; seconds on the steady
+// clock (CLOCK_MONOTONIC, which the processes of one node share).
+struct CommEvent {
+  CommGroup group = CommGroup::WORLD;
+  CommOp op = CommOp::ALL_REDUCE;
+  double start_s = 0, end_s = 0;
+};
+
 class CommStats {
  public:
   // The process-wide record that parallel/comm writes into.
@@ -71,11 +82,17 @@ class CommStats {
   void record_call(CommGroup g, CommOp op, uint64_t payload_bytes, int n);
   // A call completed: its total and exposed seconds.
   void record_time(CommGroup g, CommOp op, double time_s, double exposed_s);
+  // A call's interval, for the trace. Bounded: a step keeps its first kMaxEvents (a push
+  // into reserved space, cheap beside any call) and counts the rest in events_dropped().
+  void record_event(const CommEvent& e);
+  const std::vector<CommEvent>& events() const { return events_; }
+  uint64_t events_dropped() const { return events_dropped_; }
+  static constexpr size_t kMaxEvents = 4096;
 
   const CommRecord& get(CommGroup g, CommOp op) const;
   CommRecord total() const;  // summed over every group and operation
-  void reset();              // start a new step
-  void add(const CommStats& o);  // accumulate (e.g. a run total from per-step records)
+  void reset();              // start a new step (the events too)
+  void add(const CommStats& o);  // accumulate the sums (e.g. a run total), not the events
 
   // Fixed-length flat form (kNumCommGroups * kNumCommOps * 5 doubles, group-major) for
   // gathering every rank's record to rank 0. Bytes stay exact up to 2^53.
@@ -92,6 +109,8 @@ class CommStats {
 
  private:
   std::array<CommRecord, size_t(kNumCommGroups) * kNumCommOps> rec_{};
+  std::vector<CommEvent> events_;
+  uint64_t events_dropped_ = 0;
   CommRecord& at(CommGroup g, CommOp op) {
     return rec_[static_cast<int>(g) * kNumCommOps + static_cast<int>(op)];
   }

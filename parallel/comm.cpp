@@ -23,6 +23,10 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+// The steady clock as seconds, the timebase of CommEvent and of the pipeline's timings.
+double steady_seconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
 }  // namespace
 
 namespace detail {
@@ -39,7 +43,10 @@ struct OpState {
   void finish(double blocked_s) {
     done = true;
     op.reset();  // frees staging buffers and events
-    CommStats::instance().record_time(group, kind, seconds_since(posted), post_s + blocked_s);
+    const Clock::time_point now = Clock::now();
+    const double time_s = std::chrono::duration<double>(now - posted).count();
+    CommStats::instance().record_time(group, kind, time_s, post_s + blocked_s);
+    CommStats::instance().record_event({group, kind, steady_seconds(posted), steady_seconds(now)});
   }
 };
 

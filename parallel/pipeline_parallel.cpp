@@ -33,6 +33,7 @@ PipelineTiming PipelineExecutor::run(PipelineStage& stage) {
   t.actions.resize(acts.size());
   t.exchanges.resize(exchanges_.size());
   const double t0 = now_seconds();
+  t.start_seconds = t0;
 
   // Exchange j: the sends of the slot before it (their buffers are still the stage's) and
   // the receives of the slot after it, as one batched call; matching is by posting order

@@ -17,12 +17,13 @@
 // Each message is one (N_l, h) tensor: N = b s tokens (N/t under sequence parallelism).
 //
 // The executor never sees the model: it drives a PipelineStage (model/pipeline_stage.h
-// implements it on the Transformer), so parallel/ does not include model/ (DESIGN.md).
+// implements it on the Transformer), so parallel/ does not include model/ (notes/design.md).
 //
-// Measured: every action's and every exchange's start and end (seconds from the step's
-// start); a rank's idle time is its run time minus the time inside its actions (waiting in
-// exchanges, the pipeline's bubble, and the transfers themselves); its bubble = idle / run
-// time, which the simulation predicts (plan/) from per-action costs.
+// Measured: every action's and every exchange's start and end, in seconds from the run's
+// start (itself kept on the steady clock, so the trace can line the ranks up); a rank's
+// idle time is its run time minus the time inside its actions (waiting in exchanges, the
+// pipeline's bubble, and the transfers themselves); its bubble = idle / run time, which
+// the simulation predicts (plan/) from per-action costs.
 //
 // defines: PipelineStage, PipelineTiming, PipelineExecutor
 #pragma once
@@ -54,6 +55,7 @@ struct PipelineTiming {
   std::vector<ActionTiming> actions;    // per action of the rank's list (seconds)
   std::vector<ActionTiming> exchanges;  // per exchange of exchanges() (empty ones: 0, 0)
   double run_seconds = 0;               // from the first exchange to the last one's end
+  double start_seconds = 0;             // the run's start on the steady clock (CommEvent's)
   double busy() const;                  // sum of the actions' durations
   double idle() const { return run_seconds - busy(); }
   double bubble() const { return run_seconds > 0 ? idle() / run_seconds : 0; }

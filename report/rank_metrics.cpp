@@ -1,22 +1,77 @@
 // report/rank_metrics.cpp: see rank_metrics.h.
 #include "report/rank_metrics.h"
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include "kernels/ops.h"
 
 namespace paralab {
 
 namespace {
-// Doubles per rank: memory, peak, flops, run seconds, the actions' and exchanges' start and
-// end, the communication record.
+// Doubles per rank: memory, peak, flops, run seconds, start seconds, event count, events
+// dropped, the actions' and exchanges' start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
-  return kNumMemoryCategories + 3 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+  return kNumMemoryCategories + 6 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+}
+
+double steady_now() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// All ranks' blocks of `per_rank` doubles, every rank's in rank order (raw bytes: one
+// all-gather of the report's own, after the step's record was taken).
+std::vector<double> all_gather_doubles(Communicator& world, const std::vector<double>& mine) {
+  const kernels::Device dev = world.device();
+  const size_t bytes = mine.size() * sizeof(double);
+  Buffer<char> all(dev, bytes * world.size(), Category::COMM_BUFFERS);
+  kernels::memcpy_from_host(dev, all.data() + bytes * world.rank(), mine.data(), bytes);
+  world.all_gather(all.data() + bytes * world.rank(), all.data(), bytes, DType::U8);
+  std::vector<double> host(mine.size() * world.size());
+  kernels::memcpy_to_host(dev, host.data(), all.data(), bytes * world.size());
+  return host;
+}
+
+// On rank 0: every rank's steady clock minus rank 0's (rank_metrics.h). Rank 0 sends to
+// rank r, which answers with its clock as it got the message; the answer's midpoint is
+// the instant rank r read it, to half the round trip.
+std::vector<double> clock_offsets(Communicator& world) {
+  const int n = world.size(), me = world.rank();
+  std::vector<double> offset(n, 0.0);
+  const char* force = std::getenv("PARALAB_CLOCK_PINGPONG");
+  if (paralab::world().local_size >= n && !(force && *force == '1')) return offset;
+  constexpr int kRounds = 5;
+  const kernels::Device dev = world.device();
+  Buffer<char> buf(dev, sizeof(double), Category::COMM_BUFFERS);
+  for (int r = 1; r < n; ++r) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < kRounds && (me == 0 || me == r); ++k) {
+      if (me == 0) {
+        const double sent = steady_now();
+        world.send_recv({P2POp::send(buf.data(), sizeof(double), r, DType::U8)});
+        world.send_recv({P2POp::recv(buf.data(), sizeof(double), r, DType::U8)});
+        const double back = steady_now();
+        double remote = 0;
+        kernels::memcpy_to_host(dev, &remote, buf.data(), sizeof remote);
+        if (back - sent < best) best = back - sent, offset[r] = remote - (sent + back) / 2;
+      } else {
+        world.send_recv({P2POp::recv(buf.data(), sizeof(double), 0, DType::U8)});
+        const double now = steady_now();
+        kernels::memcpy_from_host(dev, buf.data(), &now, sizeof now);
+        world.send_recv({P2POp::send(buf.data(), sizeof(double), 0, DType::U8)});
+      }
+    }
+  }
+  return offset;
 }
 }  // namespace
 
 std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetrics& mine,
                                              const Schedule& schedule,
-                                             const std::vector<int>& pp_rank_of) {
+                                             const std::vector<int>& pp_rank_of,
+                                             bool with_trace) {
   size_t actions = 0, exchanges_max = 0;
   for (size_t r = 0; r < schedule.ranks.size(); ++r) {
     actions = std::max(actions, schedule.ranks[r].size());
@@ -29,6 +84,9 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   v[at++] = (double)mine.peak_memory_bytes;
   v[at++] = mine.hardware_flops;
   v[at++] = mine.run_seconds;
+  v[at++] = mine.start_seconds;
+  v[at++] = (double)mine.comm.events().size();
+  v[at++] = (double)mine.comm.events_dropped();
   for (size_t k = 0; k < actions; ++k) {
     if (k < mine.actions.size()) {
       v[at] = mine.actions[k].start;
@@ -46,15 +104,25 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   const std::vector<double> comm = mine.comm.to_vector();
   std::copy(comm.begin(), comm.end(), v.begin() + at);
 
-  const kernels::Device dev = world.device();
   const int size = world.size();
-  const size_t bytes = n * sizeof(double);
-  Buffer<char> all(dev, bytes * size, Category::COMM_BUFFERS);
-  kernels::memcpy_from_host(dev, all.data() + bytes * world.rank(), v.data(), bytes);
-  world.all_gather(all.data() + bytes * world.rank(), all.data(), bytes, DType::U8);
+  const std::vector<double> host = all_gather_doubles(world, v);
+  // The trace's extra: the events, padded to the longest list (every rank read the counts).
+  constexpr size_t kEventDoubles = 4;  // group, op, start, end
+  size_t most_events = 0;
+  std::vector<double> events, offsets;
+  if (with_trace) {
+    const size_t count_at = kNumMemoryCategories + 4;
+    for (int r = 0; r < size; ++r) most_events = std::max(most_events, (size_t)host[n * r + count_at]);
+    std::vector<double> e(std::max<size_t>(1, most_events * kEventDoubles), 0.0);
+    for (size_t k = 0; k < mine.comm.events().size(); ++k) {
+      const CommEvent& c = mine.comm.events()[k];
+      e[k * 4] = (double)(int)c.group, e[k * 4 + 1] = (double)(int)c.op;
+      e[k * 4 + 2] = c.start_s, e[k * 4 + 3] = c.end_s;
+    }
+    events = all_gather_doubles(world, e);
+    offsets = clock_offsets(world);
+  }
   if (world.rank() != 0) return {};
-  std::vector<double> host(n * size);
-  kernels::memcpy_to_host(dev, host.data(), all.data(), bytes * size);
 
   std::vector<RankMetrics> out(size);
   for (int r = 0; r < size; ++r) {
@@ -66,6 +134,17 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
     m.peak_memory_bytes = (int64_t)x[i++];
     m.hardware_flops = x[i++];
     m.run_seconds = x[i++];
+    m.start_seconds = x[i++];
+    const size_t n_events = (size_t)x[i++];
+    m.comm_events_dropped = (uint64_t)x[i++];
+    if (with_trace) {
+      const size_t stride = events.size() / size;
+      for (size_t k = 0; k < n_events; ++k) {
+        const double* e = events.data() + stride * r + k * kEventDoubles;
+        m.comm_events.push_back({CommGroup((int)e[0]), CommOp((int)e[1]), e[2], e[3]});
+      }
+      m.clock_offset_seconds = offsets[r];
+    }
     const int pp = pp_rank_of.at(r);
     m.actions.resize(schedule.ranks[pp].size());
     for (size_t k = 0; k < actions; ++k, i += 2)

@@ -5,6 +5,12 @@
 // was copied into RankMetrics::comm: it is the report's traffic, not the training's, and
 // is not counted in the step's communication.
 //
+// With with_trace (the step --trace draws), two more collectives: every rank's communication
+// events (measure/comm_stats.h, CommEvent) and rank 0's estimate of each rank's clock offset.
+// The ranks of one node read one CLOCK_MONOTONIC: offset 0. Across nodes: ping-pongs with
+// rank 0, offset = t_remote - (t_sent + t_back) / 2 of the fastest of a few round trips
+// (error under half its round trip); PARALAB_CLOCK_PINGPONG=1 forces them on one node.
+//
 // defines: gather_rank_metrics
 #pragma once
 #include <vector>
@@ -19,6 +25,7 @@ namespace paralab {
 // rank r's pipeline stage.
 std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetrics& mine,
                                              const Schedule& schedule,
-                                             const std::vector<int>& pp_rank_of);
+                                             const std::vector<int>& pp_rank_of,
+                                             bool with_trace = false);
 
 }  // namespace paralab

@@ -37,20 +37,30 @@ const std::vector<CommPlanEntry>& rank_comm_plan(const Plan& plan, int rank) {
 }  // namespace
 
 std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& ranks) {
-  // The categories that differ between stages, then the total; predicted / measured MiB.
-  const Category cats[] = {Category::PARAMS, Category::GRADS, Category::OPTIMIZER_STATES,
-                           Category::ACTIVATIONS, Category::WORKSPACE};
-  std::string t = "memory per rank, MiB predicted / measured\n  rank  pp";
-  for (Category c : cats) t += strprintf("  %21s", kMemoryCategoryNames[(int)c]);
-  t += strprintf("  %21s\n", "total (peak)");
+  // Every ledger category, a predicted row and a measured row per rank: the ranks differ
+  // (stages, ZeRO shards, the tp slices of the vocabulary) and a difference shows as two
+  // numbers one above the other.
+  static const char* const kShort[kNumMemoryCategories] = {
+      "params", "grads", "master", "optim", "activ", "recomp", "comm_buf", "logits", "workspace"};
+  std::string t =
+      "memory per rank (MiB): each category is its own peak in the step; total is the peak of "
+      "their sum\n  (not the sum of the peaks: the categories do not all peak at once)\n"
+      "  master = master_params, optim = optimizer_states, activ = activations, recomp = "
+      "recompute, comm_buf = comm_buffers\n";
+  t += strprintf("  %4s %2s %2s %2s %-4s", "rank", "pp", "tp", "dp", "");
+  for (int c = 0; c < kNumMemoryCategories; ++c) t += strprintf(" %9s", kShort[c]);
+  t += strprintf(" %9s\n", "total");
   for (const RankMetrics& r : ranks) {
     const RankPlan& rp = plan.ranks.at(r.rank);
-    t += strprintf("  %4d  %2d", r.rank, rp.pp_rank);
-    for (Category c : cats)
-      t += strprintf("  %10s/%10s", format_mib((double)rp.memory.at((int)c)).c_str(),
-                     format_mib((double)r.memory_bytes[(int)c]).c_str());
-    t += strprintf("  %10s/%10s\n", format_mib((double)rp.memory.total()).c_str(),
-                   format_mib((double)r.peak_memory_bytes).c_str());
+    std::string pred = strprintf("  %4d %2d %2d %2d %-4s", r.rank, rp.pp_rank, rp.tp_rank,
+                                 rp.dp_rank, "pred");
+    std::string meas = strprintf("  %4s %2s %2s %2s %-4s", "", "", "", "", "meas");
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      pred += strprintf(" %9s", format_mib((double)rp.memory.at(c)).c_str());
+      meas += strprintf(" %9s", format_mib((double)r.memory_bytes[c]).c_str());
+    }
+    t += pred + strprintf(" %9s\n", format_mib((double)rp.memory.total()).c_str());
+    t += meas + strprintf(" %9s\n", format_mib((double)r.peak_memory_bytes).c_str());
   }
   return t;
 }
@@ -132,28 +142,6 @@ ActionCosts measured_costs(const Schedule& schedule,
   c.F = c.B = c.W = 0;
   for (int s = 0; s < S; ++s) c.F += c.stage_F[s] / S, c.B += c.stage_B[s] / S, c.W += c.stage_W[s] / S;
   return c;
-}
-
-void measured_trace(const Schedule& schedule, const Simulation& measured,
-                    const std::vector<const RankMetrics*>& stages, std::vector<TraceSpan>* spans,
-                    std::vector<TraceFlow>* flows) {
-  ActionCosts no_comm;
-  no_comm.comm = 0;
-  std::vector<TraceSpan> all;
-  schedule_trace(schedule, measured, no_comm, 1000.0, &all, flows);
-  for (TraceSpan& span : all)
-    if (span.lane == 0) spans->push_back(std::move(span));  // sends drawn as measured below
-  const std::vector<Exchange> none;
-  for (size_t r = 0; r < stages.size(); ++r) {
-    const std::vector<Exchange> ex = exchanges(schedule, (int)r);
-    for (size_t j = 0; j < stages[r]->exchanges.size() && j < ex.size(); ++j) {
-      if (ex[j].empty()) continue;
-      const ActionTiming& t = stages[r]->exchanges[j];
-      spans->push_back({(int)r, 1,
-                        strprintf("send %zu / recv %zu", ex[j].sends.size(), ex[j].recvs.size()),
-                        "send/recv", t.start * 1e6, (t.end - t.start) * 1e6});
-    }
-  }
 }
 
 }  // namespace paralab

@@ -32,38 +32,47 @@ std::string costs_text(const ActionCosts& c, bool split) {
 
 // ---- Chrome trace ----------------------------------------------------------------------------
 std::string chrome_trace_json(const std::vector<TraceSpan>& spans,
-                              const std::vector<TraceFlow>& flows, const std::string& title) {
+                              const std::vector<TraceFlow>& flows, const std::string& title,
+                              const std::vector<TraceProcess>& processes) {
+  std::vector<TraceProcess> procs = processes;
+  if (procs.empty()) {
+    std::set<int> ranks;
+    for (const TraceSpan& s : spans) ranks.insert(s.rank);
+    for (int r : ranks) procs.push_back({r, "rank " + std::to_string(r), {"compute", "send/recv"}});
+  }
   JsonWriter j;
   j.begin_object().key("traceEvents").begin_array();
-  std::set<int> ranks;
-  for (const TraceSpan& s : spans) ranks.insert(s.rank);
-  // Metadata: one process per rank, sorted by rank, with its two named lanes.
-  for (int r : ranks) {
-    j.begin_object().field("name", "process_name").field("ph", "M").field("pid", r);
-    j.key("args").begin_object().field("name", "rank " + std::to_string(r)).end_object();
+  // Metadata: one process per rank, sorted by rank, with its named lanes.
+  for (const TraceProcess& p : procs) {
+    j.begin_object().field("name", "process_name").field("ph", "M").field("pid", p.rank);
+    j.key("args").begin_object().field("name", p.name).end_object();
     j.end_object();
-    j.begin_object().field("name", "process_sort_index").field("ph", "M").field("pid", r);
-    j.key("args").begin_object().field("sort_index", r).end_object().end_object();
-    for (int lane = 0; lane < 2; ++lane) {
-      j.begin_object().field("name", "thread_name").field("ph", "M").field("pid", r);
-      j.field("tid", lane).key("args").begin_object();
-      j.field("name", lane == 0 ? "compute" : "send/recv").end_object().end_object();
+    j.begin_object().field("name", "process_sort_index").field("ph", "M").field("pid", p.rank);
+    j.key("args").begin_object().field("sort_index", p.rank).end_object().end_object();
+    for (size_t lane = 0; lane < p.lanes.size(); ++lane) {
+      j.begin_object().field("name", "thread_name").field("ph", "M").field("pid", p.rank);
+      j.field("tid", (int)lane).key("args").begin_object();
+      j.field("name", p.lanes[lane]).end_object().end_object();
     }
   }
+  // To the nanosecond: the clocks resolve no finer, and 17 digits only bloat the file.
+  auto ns = [](double us) { return std::round(us * 1e3) / 1e3; };
   for (const TraceSpan& s : spans) {
+    const double start = ns(s.start_us), dur = ns(s.start_us + s.dur_us) - start;
+    if (!(dur > 0)) continue;
     j.begin_object().field("name", s.name).field("cat", s.category).field("ph", "X");
-    j.field("ts", s.start_us).field("dur", s.dur_us).field("pid", s.rank).field("tid", s.lane);
+    j.field("ts", start).field("dur", dur).field("pid", s.rank).field("tid", s.lane);
     j.end_object();
   }
   // A flow starts inside the sending slice and binds ("bp": "e") to the receiving one.
   for (size_t i = 0; i < flows.size(); ++i) {
     const TraceFlow& f = flows[i];
     j.begin_object().field("name", f.name).field("cat", "p2p").field("ph", "s");
-    j.field("id", (int64_t)i).field("pid", f.from_rank).field("tid", 0).field("ts", f.from_us);
-    j.end_object();
+    j.field("id", (int64_t)i).field("pid", f.from_rank).field("tid", f.from_lane);
+    j.field("ts", ns(f.from_us)).end_object();
     j.begin_object().field("name", f.name).field("cat", "p2p").field("ph", "f").field("bp", "e");
-    j.field("id", (int64_t)i).field("pid", f.to_rank).field("tid", 0).field("ts", f.to_us);
-    j.end_object();
+    j.field("id", (int64_t)i).field("pid", f.to_rank).field("tid", f.to_lane);
+    j.field("ts", ns(f.to_us)).end_object();
   }
   j.end_array().field("displayTimeUnit", "ms");
   j.key("otherData").begin_object().field("title", title).end_object();
@@ -72,9 +81,10 @@ std::string chrome_trace_json(const std::vector<TraceSpan>& spans,
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<TraceSpan>& spans,
-                        const std::vector<TraceFlow>& flows, const std::string& title) {
+                        const std::vector<TraceFlow>& flows, const std::string& title,
+                        const std::vector<TraceProcess>& processes) {
   std::ofstream f(path);
-  f << chrome_trace_json(spans, flows, title);
+  f << chrome_trace_json(spans, flows, title, processes);
   if (!f) throw std::runtime_error("--trace: cannot write " + path);
 }
 
@@ -115,7 +125,7 @@ void schedule_trace(const Schedule& s, const Simulation& sim, const ActionCosts&
 
 // ---- terminal ------------------------------------------------------------------------------
 std::string render_timeline(const Schedule& s, const Simulation& sim, const ActionCosts& costs,
-                            int max_columns, bool measured) {
+                            int max_columns, bool measured, const std::vector<int>& rank_labels) {
   const PipelineShape& sh = s.shape;
   if (sim.deadlock) return "timeline: the schedule deadlocks (" + sim.blocked + ")\n";
   // Columns per unit: enough for every label and a space, unless the step would not fit.
@@ -135,15 +145,18 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
   auto col = [&](double t) { return (int)std::lround(t * per_unit); };
   const int width = col(sim.step_time);
 
-  // measured: ms, the mean per action; simulated: the plan's cost units
+  // measured: the time axis is ms and the costs the mean ms per action; simulated: both are
+  // the plan's cost units. One statement of the scale, in the axis' unit.
+  const char* unit = measured ? "ms" : "unit";
+  const std::string scale =
+      per_unit >= 1 ? strprintf("1 %s = %g column%s", unit, per_unit, per_unit == 1 ? "" : "s")
+                    : strprintf("1 column = %.3g %s%s", 1 / per_unit, unit, measured ? "" : "s");
   std::string out = strprintf("timeline, %s: %s, p %d, m %d%s; %s %s, %s; '.' idle\n",
                         measured ? "measured (last step)" : "simulated",
                         schedule_name(sh.kind), sh.p, sh.m,
                         sh.v > 1 ? strprintf(", v %d", sh.v).c_str() : "",
                         costs_text(costs, splits_backward(sh.kind)).c_str(),
-                        measured ? "ms on average (1 unit = 1 ms)" : "cost units",
-                        per_unit >= 1 ? strprintf("1 unit = %g columns", per_unit).c_str()
-                                      : strprintf("1 column = %.3g units", 1 / per_unit).c_str());
+                        measured ? "ms (mean per action)" : "cost units", scale.c_str());
   if (sh.v > 1)
     out += "  chunk letters a, b, ...: model chunk 0, 1, ... (model stage = chunk x p + rank)\n";
   std::vector<std::string> lines;
@@ -160,13 +173,17 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
     }
     lines.push_back(line);
   }
-  const int digits = (int)std::to_string(sh.p - 1).size();
+  auto label = [&](size_t r) { return r < rank_labels.size() ? rank_labels[r] : (int)r; };
+  int digits = 1;
+  for (size_t r = 0; r < lines.size(); ++r)
+    digits = std::max(digits, (int)std::to_string(label(r)).size());
   for (int b = 0; b < width; b += max_columns) {
     const bool last = b + max_columns >= width;
     if (width > max_columns)
-      out += strprintf("  units %g to %g\n", b / per_unit, std::min(width, b + max_columns) / per_unit);
+      out += strprintf("  %s %g to %g\n", measured ? "ms" : "units", b / per_unit,
+                       std::min(width, b + max_columns) / per_unit);
     for (size_t r = 0; r < lines.size(); ++r) {
-      out += strprintf("rank %*zu: %s", digits, r, lines[r].substr(b, max_columns).c_str());
+      out += strprintf("rank %*d: %s", digits, label(r), lines[r].substr(b, max_columns).c_str());
       const double idle = sim.step_time > 0 ? 100 * sim.idle[r] / sim.step_time : 0.0;
       out += last ? strprintf("  idle %.1f%%\n", idle) : "\n";
     }

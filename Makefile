@@ -32,7 +32,8 @@ LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 # The folders in their dependency order (notes/design.md): each includes only from those
 # before it; tests/check_layout.sh (make lint) holds it.
 LAYERS := kernels measure parallel model plan report
-HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp
+HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp \
+             flags_toml.cpp flags_messages.cpp
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)
@@ -62,29 +63,29 @@ SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: all run test unit-test mpi-test plan clean setup lint binaries packages FORCE
 all: setup
-	@$(SUBMAKE) trainer
+	+@$(SUBMAKE) trainer
 
 setup:
 	@bash scripts/setup.sh
 
 run: setup
-	@$(SUBMAKE) trainer
+	+@$(SUBMAKE) trainer
 	./trainer --config configs/models/tiny.toml
 
 plan: setup
-	@$(SUBMAKE) trainer
+	+@$(SUBMAKE) trainer
 	./trainer --config configs/models/tiny.toml --plan
 
 test: setup
-	@$(SUBMAKE) binaries
+	+@$(SUBMAKE) binaries
 	bash tests/run_all.sh
 
 unit-test: setup
-	@$(SUBMAKE) binaries
+	+@$(SUBMAKE) binaries
 	OPENBLAS_NUM_THREADS=1 build/unit_tests
 
 mpi-test: setup
-	@$(SUBMAKE) binaries
+	+@$(SUBMAKE) binaries
 	bash tests/run_all.sh --mpi-only
 
 lint:

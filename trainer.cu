@@ -1,7 +1,7 @@
 // trainer.cu: main(). flags -> topology -> model -> optimizer -> steps -> report.
 //
 // One binary for every configuration: `./trainer` is a world of one rank; `mpirun -np N
-// ./trainer ...` launches N ranks (world = tp x cp x pp x dp, DESIGN.md). Each rank holds
+// ./trainer ...` launches N ranks (world = tp x cp x pp x dp, notes/design.md). Each rank holds
 // one pipeline stage (the whole model without pipelining). Each step:
 //   the executor (parallel/pipeline_parallel) runs this rank's list of the schedule over
 //   the k = global batch / (micro batch x dp) microbatches: F and B of each (1F1B on one
@@ -13,9 +13,12 @@
 //   data parallel: gradients summed over dp (parallel/data_parallel: DDP or ZeRO 1-3);
 //   global gradient norm, clipping, AdamW at the scheduled learning rate on the parameters
 //   this rank owns, then (ZeRO 1-2) the updated parameters all-gathered;
-//   every rank's measurements gathered to rank 0 (rank_metrics); the step line: measured
-//   numbers, and at step 1 / every --report-interval / the end the ledgers, measured
-//   beside plan/'s prediction.
+//   every rank's measurements gathered to rank 0 (rank_metrics); every --eval-interval
+//   steps and after the last, the validation loss (model/evaluate.h), outside the step's
+//   measurements; the step line: measured numbers, and at step 1 / every
+//   --report-interval / the end the ledgers, measured beside plan/'s prediction.
+// At the end: the run's summary (report/summary.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -34,6 +37,7 @@
 #include "kernels/math.h"
 #include "kernels/ops.h"
 #include "model/data.h"
+#include "model/evaluate.h"
 #include "model/optimizer.h"
 #include "model/pipeline_stage.h"
 #include "model/tensor_file.h"
@@ -44,6 +48,7 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
 #include "report/rank_metrics.h"
+#include "report/summary.h"
 
 using namespace paralab;
 
@@ -67,7 +72,7 @@ Peak find_peak(const Options& o) {
                     c.data(), n);
       kernels::synchronize(o.device);
     };
-    return measure_peak_tflops(gemm, 2.0 * n * n * n);
+    return measure_peak_tflops(gemm, 2.0 * n * n * n);  // best of kPeakTrials
   };
   return resolve_peak(o.peak_tflops, gpu, o.train.bf16, "configs/hardware", measure);
 }
@@ -79,6 +84,20 @@ double step_comm_bytes(const CommStats& step) {
     for (int op = 0; op < kNumCommOps; ++op)
       total += step.get(CommGroup(g), CommOp(op)).payload_bytes;
   return total;
+}
+
+// Every rank's pair of int64 (world rank order) on every rank: one all-gather of raw bytes.
+std::vector<int64_t> gather_pairs(Communicator& world, kernels::Device dev,
+                                  std::vector<int64_t> pair) {
+  if (world.size() == 1) return pair;
+  const size_t bytes = sizeof(int64_t) * 2;
+  Buffer<uint8_t> mine(dev, bytes, Category::COMM_BUFFERS);
+  Buffer<uint8_t> all(dev, bytes * world.size(), Category::COMM_BUFFERS);
+  kernels::memcpy_from_host(dev, mine.data(), pair.data(), bytes);
+  world.all_gather(mine.data(), all.data(), bytes, DType::U8);
+  std::vector<int64_t> out(2 * world.size());
+  kernels::memcpy_to_host(dev, out.data(), all.data(), bytes * world.size());
+  return out;
 }
 
 // The plan's view of the run flags that are not in the configuration structs.
@@ -111,18 +130,6 @@ void save_parameters(Transformer& model, const std::string& path, bool rank0) {
     offset += n;
   }
   write_tensor_file(path, tensors);
-}
-
-// What this build can plan but not train yet: one line naming the flag, exit 2.
-void check_trainable(const Options& o) {
-  const ParallelConfig& p = o.parallel;
-  auto refuse = [](const std::string& flag, int value) {
-    throw FlagError(flag + " " + std::to_string(value) +
-                    ": this build trains data and tensor parallelism only; use --plan to "
-                    "predict this configuration");
-  };
-  if (p.context_parallel > 1) refuse("--context-parallel-size", p.context_parallel);
-  if (p.expert_parallel > 1) refuse("--expert-model-parallel-size", p.expert_parallel);
 }
 
 int train(const Options& o, const World& w) {
@@ -170,6 +177,13 @@ int train(const Options& o, const World& w) {
   PipelineExecutor executor(plan.pipeline.schedule, pp_rank, &topo.pp(),
                             (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
                             o.train.bf16 ? DType::BF16 : DType::F32);
+  // --eval-interval: the forward-only pass over the held-out split, through the same stages
+  std::unique_ptr<Evaluator> evaluator;
+  if (o.eval_interval > 0)
+    evaluator.reset(new Evaluator(model, data, plan.pipeline.schedule, pp_rank, &topo.pp(),
+                                  &topo.world(),
+                                  (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
+                                  o.train.bf16 ? DType::BF16 : DType::F32, B, dp_rank));
   // Each world rank's pipeline stage and pipeline (its tp, cp, dp position), and the ranks
   // of rank 0's pipeline in stage order.
   std::vector<int> pp_rank_of(w.size), pipeline_of(w.size), pipeline_ranks;
@@ -196,6 +210,13 @@ int train(const Options& o, const World& w) {
     std::printf("data: %s\n", data.describe().c_str());
   }
 
+  // The run: the step line's mean loss since the previous line, and the summary's totals
+  // (rank 0); this rank's largest ledger totals of a step and of an evaluation.
+  LogAverage logged_loss;
+  RunSummary run;
+  int64_t my_peak = 0, my_eval_peak = -1;
+  kernels::synchronize(dev);
+  const double train_start = now_seconds();
   for (int step = 1; step <= o.train.train_iters; ++step) {
     Ledger::instance().reset_peaks();
     kernels::reset_flop_counter();
@@ -213,7 +234,7 @@ int train(const Options& o, const World& w) {
       const uint64_t seed = kernels::mix64(
           o.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank * k + micro));
       return Transformer::Microbatch{tokens[micro].data(), targets[micro].data(), B,
-                                     1.0f / (k * dp), seed};
+                                     1.0f / (k * dp), seed, false};
     });
     const PipelineTiming timing = executor.run(stage);
     model.sync_tied_embedding();
@@ -242,6 +263,11 @@ int train(const Options& o, const World& w) {
     for (int c = 0; c < kNumCategories; ++c)
       s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
     s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
+    // [plan helper] what is held between steps (after the optimizer step): the ledger now,
+    // beside MemoryPlan's resident model states (the memory table's "held between steps")
+    for (int c = 0; c < kNumCategories; ++c)
+      s.resident_bytes[c] = (int64_t)Ledger::instance().current(Category(c));
+    s.resident_measured = true;
     s.hardware_flops = kernels::flop_counter();
     s.gemm_seconds = kernels::gemm_seconds();
     if (w.size > 1) s.comm_bytes = step_comm_bytes(step_comm);
@@ -261,9 +287,21 @@ int train(const Options& o, const World& w) {
     mine.actions = timing.actions;
     mine.exchanges = timing.exchanges;
     mine.run_seconds = timing.run_seconds;
+    mine.start_seconds = timing.start_seconds;
+    mine.comm_events = step_comm.events();  // --trace's comm lane (gathered below)
     const std::vector<RankMetrics> ranks =
-        gather ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of)
+        gather ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of,
+                                     last && !o.trace.empty())
                : std::vector<RankMetrics>{mine};  // (then pp is 1: rank 0 is its pipeline)
+    my_peak = std::max(my_peak, s.peak_memory_bytes);
+    // Validation (every rank): after the step's measurements were read, so its memory,
+    // FLOPs and communication are not the step's (the next step resets them all).
+    const bool evaluate = evaluator && (step % o.eval_interval == 0 || last);
+    EvalResult eval;
+    if (evaluate) {
+      eval = evaluator->run(o.eval_iters);
+      my_eval_peak = std::max(my_eval_peak, eval.peak_memory_bytes);
+    }
     if (!rank0) continue;
     std::vector<RankMetrics> report_ranks = ranks;  // with their predicted bubble, below
     if (gather) {
@@ -284,9 +322,31 @@ int train(const Options& o, const World& w) {
     costs = measured_costs(plan.pipeline.schedule, pipeline);
     fill_rates(s, plan, peak);
 
+    // The step line: the loss averaged since the previous line (Megatron's logged loss),
+    // elapsed wall time and ETA = elapsed / steps done x steps left.
+    const bool line = step == 1 || last || step % o.log_interval == 0;
+    logged_loss.add(loss);
+    s.log_interval = o.log_interval;
+    s.elapsed_seconds = now_seconds() - train_start;
+    s.eta_seconds = s.elapsed_seconds / step * (o.train.train_iters - step);
+    if (line) {
+      s.loss_mean = logged_loss.mean();
+      s.loss_steps = logged_loss.count();
+      run.final_train_loss = s.loss_mean;
+      run.final_train_first = step - s.loss_steps + 1;
+      logged_loss.reset();
+    }
+    run.add_step((double)plan.tokens_per_step, seconds, s.mfu, s.hfu);
+    if (evaluate) {
+      s.valid_loss = eval.loss;
+      run.add_eval(step, eval.loss, eval.seconds, o.eval_iters);
+    }
+
     if (step == 1) std::printf("%s\n", step_header(s).c_str());
-    if (step == 1 || last || step % o.log_interval == 0)
-      std::printf("%s\n", step_row(s).c_str());
+    if (line) std::printf("%s\n", step_row(s).c_str());
+    if (evaluate)
+      std::printf("%s\n", validation_line(step, last, eval.loss, o.eval_iters,
+                                          (int)plan.global_batch, eval.seconds).c_str());
     if (jsonl)
       *jsonl << step_json(s, plan, w.rank, &step_comm, gather ? &report_ranks : nullptr)
              << "\n"
@@ -294,7 +354,7 @@ int train(const Options& o, const World& w) {
     if (report) {
       std::printf("\n%s\n%s\n", memory_table(plan, w.rank, &s).c_str(),
                   flops_table(plan, w.rank, &s).c_str());
-      if (pp > 1) std::printf("%s\n", rank_memory_table(plan, ranks).c_str());
+      if (w.size > 1) std::printf("%s\n", rank_memory_table(plan, ranks).c_str());
       if (w.size > 1)
         std::printf("%s\n%s\n", comm_table(plan, &step_comm).c_str(),
                     step_comm.table("communication time, rank 0").c_str());
@@ -302,19 +362,35 @@ int train(const Options& o, const World& w) {
     }
     // The last step's pipeline as measured: the terminal timeline and the Chrome trace.
     if (last && o.print_schedule)
-      std::printf("%s", render_timeline(plan.pipeline.schedule, measured, costs, 160, true).c_str());
+      std::printf("%s", measured_timelines(plan, ranks, pipeline_of).c_str());
     if (last && !o.trace.empty()) {
       std::vector<TraceSpan> spans;
       std::vector<TraceFlow> flows;
-      measured_trace(plan.pipeline.schedule, measured, pipeline, &spans, &flows);
+      std::vector<TraceProcess> processes;
+      measured_trace(plan, ranks, pipeline_of, &processes, &spans, &flows);
       write_chrome_trace(o.trace, spans, flows,
-                         strprintf("paralab: measured %s schedule, step %d, pipeline of rank 0",
-                                   schedule_name(plan.pipeline.shape.kind), step));
+                         strprintf("paralab: measured %s schedule, step %d, every rank",
+                                   schedule_name(plan.pipeline.shape.kind), step),
+                         processes);
       std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o.trace.c_str());
     }
     std::fflush(stdout);
   }
   data_parallel.drain();
+  // The summary: every rank's largest step and evaluation totals, to rank 0 (one gather).
+  const std::vector<int64_t> peaks = gather_pairs(topo.world(), dev, {my_peak, my_eval_peak});
+  if (rank0) {
+    run.wall_seconds = now_seconds() - train_start;
+    for (int r = 0; r < (int)peaks.size() / 2; ++r) {
+      if (peaks[2 * r] > run.peak_memory_bytes)
+        run.peak_memory_bytes = peaks[2 * r], run.peak_memory_rank = r;
+      if (peaks[2 * r + 1] > run.eval_peak_memory_bytes)
+        run.eval_peak_memory_bytes = peaks[2 * r + 1], run.eval_peak_memory_rank = r;
+    }
+    std::printf("\n%s", summary_text(run).c_str());
+    if (jsonl) *jsonl << summary_json(run) << "\n" << std::flush;
+    std::fflush(stdout);
+  }
   if (!o.save.empty()) save_parameters(model, o.save, rank0);
   return 0;
 }
@@ -326,12 +402,13 @@ int main(int argc, char** argv) {
   int code = run_main([&]() -> int {
     const Options o = parse_flags_or_exit(argc, argv, w.size, w.rank,
                                           [](int) { finalize_world(); });
+    print_resolved_options(o, w.rank);  // --verbose, before the plan or the run
     if (o.plan) {
       Plan plan;
       try {
         plan = make_plan(o.model, o.train, o.parallel, plan_options(o));
       } catch (const std::invalid_argument& e) {
-        exit_on_input_error(FlagError(std::string("--plan: ") + e.what()), w.rank,
+        exit_on_input_error(FlagError(e.what()), w.rank,
                             [](int) { finalize_world(); });
       }
       if (w.rank == 0) {
@@ -360,17 +437,6 @@ int main(int argc, char** argv) {
         }
       }
       return 0;
-    }
-    try {
-      check_trainable(o);
-      // Rank 0 writes the output files, every rank must stop when it cannot: each checks
-      // (appending creates a missing file and keeps an existing one until rank 0 writes it).
-      for (const auto& [flag, path] : {std::make_pair("--metrics-jsonl", o.metrics_jsonl),
-                                       std::make_pair("--trace", o.trace)})
-        if (!path.empty() && !std::ofstream(path, std::ios::app))
-          throw FlagError(std::string(flag) + ": cannot write " + path);
-    } catch (const InputError& e) {
-      exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
     }
     return train(o, w);
   });

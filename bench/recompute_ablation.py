@@ -50,7 +50,7 @@ def train(trainer, flags, steps):
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
                        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
         with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()][-1]
+            return [r for r in map(json.loads, filter(str.strip, f)) if r.get("type") == "step"][-1]
 
 
 def planned_total(trainer, flags, mbs):

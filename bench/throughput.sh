@@ -66,7 +66,7 @@ import json, statistics, sys
 best = {}  # config -> the row of its fastest repeat
 for line in sys.stdin:
     cfg, path = line.split()
-    steps = [json.loads(l) for l in open(path) if l.strip()][1:]
+    steps = [r for r in (json.loads(l) for l in open(path) if l.strip()) if r.get("type") == "step"][1:]
     def median(key):
         values = [s[key] for s in steps if s.get(key) is not None and s[key] >= 0]
         return statistics.median(values) if len(values) == len(steps) else None

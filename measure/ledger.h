@@ -1,4 +1,5 @@
-// measure/ledger.h: the one tagged allocator (DESIGN.md, "Memory: one allocator, tagged").
+// measure/ledger.h: the one tagged allocator (notes/design.md, "Memory: one allocator,
+// tagged").
 //
 // Every byte the trainer holds on its device goes through Ledger::allocate with a category;
 // the ledger keeps current and peak bytes per category and the peak of the total. The

@@ -128,18 +128,25 @@ const HardwareProfile* match_hardware_profile(const std::vector<HardwareProfile>
 }
 
 double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_call,
-                           double min_seconds) {
+                           double trial_seconds, int trials, double* worst) {
   using clock = std::chrono::steady_clock;
   gemm();  // warm-up: thread pool start, page faults, caches
-  double best = 1e300, spent = 0;
-  for (int calls = 0; calls < 3 || spent < min_seconds; ++calls) {
+  double best = 0, slowest = 1e300;
+  for (int t = 0; t < std::max(1, trials); ++t) {
     const auto t0 = clock::now();
-    gemm();
-    const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    best = std::min(best, s);
-    spent += s;
+    double spent = 0;
+    int calls = 0;
+    while (calls == 0 || spent < trial_seconds) {
+      gemm();
+      ++calls;
+      spent = std::chrono::duration<double>(clock::now() - t0).count();
+    }
+    const double rate = flops_per_call * calls / spent / 1e12;
+    best = std::max(best, rate);
+    slowest = std::min(slowest, rate);
   }
-  return flops_per_call / best / 1e12;
+  if (worst) *worst = slowest;
+  return best;
 }
 
 Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
@@ -163,7 +170,10 @@ Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
     why_not = "no profile in " + hardware_dir + " matches '" + gpu_name + "'";
   }
   if (measure) {
-    Peak peak{measure(), "measured sgemm"};
+    char how[64];
+    std::snprintf(how, sizeof how, "measured sgemm, best of %d trials of %.0f ms", kPeakTrials,
+                  kPeakTrialSeconds * 1e3);
+    Peak peak{measure(), how};
     if (!why_not.empty()) peak.source += "; " + why_not;
     return peak;
   }
@@ -172,9 +182,18 @@ Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
 
 std::string describe_peak(const Peak& p) {
   if (p.tflops <= 0) return "unknown (" + p.source + ")";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f TFLOP/s/rank", p.tflops);
-  return std::string(buf) + " (" + p.source + ")";
+  char buf[160];
+  // CPU peaks are small: three significant digits, not two decimals
+  std::snprintf(buf, sizeof buf, p.tflops < 10 ? "%.3g TFLOP/s/rank" : "%.2f TFLOP/s/rank",
+                p.tflops);
+  std::string s = std::string(buf) + " (" + p.source;
+  if (p.source.rfind("measured", 0) == 0) {
+    std::snprintf(buf, sizeof buf,
+                  "; it varies between runs: pass --peak-tflops %.3g to compare MFU across runs",
+                  p.tflops);
+    s += buf;
+  }
+  return s + ")";
 }
 
 }  // namespace paralab

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 // defines: mix64 (the counter hash that places samples and draws the synthetic corpus)
@@ -19,7 +20,7 @@ namespace {
 
 // Hash streams, so that the corpus and the sample order never reuse each other's draws.
 enum : uint64_t { kCycleStream = 1, kDegreeStream, kSuccessorStream, kFavourStream,
-                  kChoiceStream, kStartStream, kOffsetStream };
+                  kChoiceStream, kStartStream, kOffsetStream, kValidOffsetStream };
 
 uint64_t draw(uint64_t seed, uint64_t stream, uint64_t index) {
   return kernels::mix64(seed ^ kernels::mix64(stream ^ kernels::mix64(index)));
@@ -148,6 +149,22 @@ void check_data_file(const std::string& path, int vocab_size, int seq_length) {
   inspect(path, f.data, f.bytes, vocab_size, seq_length);
 }
 
+size_t validation_tokens(size_t n, int seq_length) {
+  const size_t window = static_cast<size_t>(seq_length) + 1;
+  const size_t tail = std::max(static_cast<size_t>(std::ceil(n * kValidFraction)), window);
+  return n >= tail + window ? tail : 0;  // training keeps at least one window
+}
+
+void check_validation_split(const std::string& path, int vocab_size, int seq_length) {
+  MappedFile f(path);
+  const size_t n = inspect(path, f.data, f.bytes, vocab_size, seq_length).num_tokens;
+  if (validation_tokens(n, seq_length) == 0)
+    throw DataError(fail_prefix(path) + "holds " + std::to_string(n) +
+                    " tokens, too few for --eval-interval's validation split (training and "
+                    "validation need --seq-length + 1 each: " +
+                    std::to_string(2 * (static_cast<size_t>(seq_length) + 1)) + ")");
+}
+
 std::vector<int32_t> synthetic_corpus(uint64_t seed, int vocab_size, size_t n_tokens) {
   const uint64_t V = static_cast<uint64_t>(vocab_size);
   // A random cyclic order of the vocabulary (Fisher-Yates); successor 0 of cycle[i] is
@@ -195,15 +212,19 @@ DataLoader::DataLoader(const std::string& data_path, const ModelConfig& model,
     // 1M tokens is ~4000 distinct 256-token windows per token of context: plenty for the
     // demo; longer sequences get at least 16 non-overlapping windows.
     size_t n = std::max<size_t>(size_t(1) << 20, 16 * (static_cast<size_t>(seq_length_) + 1));
-    synthetic_ = synthetic_corpus(seed_, model.vocab_size, n);
+    // the validation region continues the same chain past the training corpus (its first n
+    // tokens are synthetic_corpus(seed, V, n) exactly), T/8: >= 2 windows as T >= 16 windows
+    synthetic_ = synthetic_corpus(seed_, model.vocab_size, n + n / 8);
     source_ = DataSource::SYNTHETIC;
-    num_tokens_ = n;
+    train_tokens_ = n;
+    num_tokens_ = n + n / 8;
     return;
   }
   MappedFile f(data_path);
   FileLayout layout = inspect(data_path, f.data, f.bytes, model.vocab_size, seq_length_);
   source_ = layout.source;
   num_tokens_ = layout.num_tokens;
+  train_tokens_ = num_tokens_ - validation_tokens(num_tokens_, seq_length_);
   map_bytes_ = f.bytes;
   map_ = f.release();
   // Tokens start at a 1024-byte offset of a page-aligned mapping: uint16 reads are aligned.
@@ -233,28 +254,52 @@ uint64_t DataLoader::sample_index(int step, int micro, int dp_rank, int row) con
 
 size_t DataLoader::sample_offset(uint64_t sample) const {
   // A window is S+1 tokens (inputs and the one-later targets): starts 0 .. n-S-1.
-  const uint64_t starts = num_tokens_ - static_cast<uint64_t>(seq_length_);
+  const uint64_t starts = train_tokens_ - static_cast<uint64_t>(seq_length_);
   return static_cast<size_t>(draw(seed_, kOffsetStream, sample) % starts);
 }
 
+size_t DataLoader::valid_sample_offset(uint64_t sample) const {
+  if (valid_tokens() == 0) throw std::logic_error("DataLoader: no validation split");
+  const uint64_t starts = valid_tokens() - static_cast<uint64_t>(seq_length_);
+  return train_tokens_ + static_cast<size_t>(draw(seed_, kValidOffsetStream, sample) % starts);
+}
+
+namespace {
+void copy_window(const DataLoader& d, size_t start, size_t S, int* x, int* y) {
+  for (size_t s = 0; s < S; ++s) {
+    x[s] = d.token(start + s);
+    y[s] = d.token(start + s + 1);
+  }
+}
+}  // namespace
+
 void DataLoader::microbatch(int step, int micro, int dp_rank, int* tokens, int* targets) const {
   const size_t S = static_cast<size_t>(seq_length_);
-  for (int row = 0; row < micro_batch_; ++row) {
-    size_t start = sample_offset(sample_index(step, micro, dp_rank, row));
-    int* x = tokens + row * S;
-    int* y = targets + row * S;
-    for (size_t s = 0; s < S; ++s) {
-      x[s] = token(start + s);
-      y[s] = token(start + s + 1);
-    }
-  }
+  for (int row = 0; row < micro_batch_; ++row)
+    copy_window(*this, sample_offset(sample_index(step, micro, dp_rank, row)), S,
+                tokens + row * S, targets + row * S);
+}
+
+void DataLoader::valid_microbatch(int batch, int micro, int dp_rank, int* tokens,
+                                  int* targets) const {
+  const size_t S = static_cast<size_t>(seq_length_);
+  for (int row = 0; row < micro_batch_; ++row)  // batch j's samples: "step" j + 1's indices
+    copy_window(*this, valid_sample_offset(sample_index(batch + 1, micro, dp_rank, row)), S,
+                tokens + row * S, targets + row * S);
 }
 
 std::string DataLoader::describe() const {
   std::string what = source_ == DataSource::SYNTHETIC
                          ? std::string("synthetic order-2 Markov corpus")
                          : std::string(data_source_name(source_)) + " " + path_;
-  return what + " (" + human_count(num_tokens_) + " tokens)";
+  if (valid_tokens() == 0)
+    return what + " (" + human_count(num_tokens_) + " tokens; too short for a validation split)";
+  if (source_ == DataSource::SYNTHETIC)
+    return what + " (" + human_count(train_tokens_) + " tokens; validation: the next " +
+           human_count(valid_tokens()) + ")";
+  return what + " (" + human_count(num_tokens_) + " tokens: training " +
+         human_count(train_tokens_) + ", validation the last " + human_count(valid_tokens()) +
+         ")";
 }
 
 }  // namespace paralab

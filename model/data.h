@@ -11,6 +11,20 @@
 //
 // so dp rank r's microbatch m is the single-rank run's microbatch r (G/dp)/B + m.
 //
+// Validation (--eval-interval) reads a held-out region that training never touches: the
+// token stream is [0, T) for training and [T, T + V_n) for validation, and every window
+// (S + 1 tokens: inputs and the one-later targets) lies inside its own region, so no
+// token of a validation window is ever trained on. Validation batch j (0-based, < --eval-
+// iters) holds the samples j G .. j G + G - 1, sliced over dp like a training step, each
+// starting at T + hash(seed, n) mod (V_n - S) on its own hash stream: every evaluation
+// reads the same K batches (a fixed validation set, so the curve compares like with like).
+//  - synthetic: the chain is generated V_n = T/8 tokens further than the training corpus
+//    (T is unchanged, so enabling evaluation never changes what training reads);
+//  - a --data-path file of n tokens: the last V_n = max(ceil(n x kValidFraction), S + 1)
+//    tokens (Megatron's --split idea), whether or not evaluation runs; a file too short
+//    to leave S + 1 tokens on each side is not split (T = n, and --eval-interval refuses
+//    it: check_validation_split).
+//
 // Three sources:
 //  - synthetic (no --data-path): a corpus generated in process from the seed, with enough
 //    structure for a small model's loss to fall far below ln(V) (see synthetic_corpus);
@@ -19,7 +33,8 @@
 //  - plain text: every byte is a token (vocab 256).
 // Files are memory-mapped read-only, so the ranks of one node share one copy.
 //
-// defines: InputError, DataError, DataSource, DataLoader, check_data_file, synthetic_corpus
+// defines: InputError, DataError, DataSource, DataLoader, check_data_file, synthetic_corpus,
+//          kValidFraction, validation_tokens, check_validation_split
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +69,14 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 // errors.
 void check_data_file(const std::string& path, int vocab_size, int seq_length);
 
+// The fraction of a --data-path file held out for validation (its tail).
+constexpr double kValidFraction = 0.1;
+// Tokens of a file of n tokens held out for validation: max(ceil(n kValidFraction), S + 1),
+// or 0 when the rest would be shorter than one window (n < 2 (S + 1)).
+size_t validation_tokens(size_t n, int seq_length);
+// --eval-interval with --data-path: throws DataError when the file is too short to split.
+void check_validation_split(const std::string& path, int vocab_size, int seq_length);
+
 // The synthetic corpus: n tokens of a sparse order-2 Markov chain over [0, V).
 //  - every token b has n_b in {2, 3, 4} successors; successor 0 follows a random cyclic
 //    order of the whole vocabulary (so the chain visits every token), the others are random;
@@ -82,11 +105,20 @@ class DataLoader {
   int grad_accum_steps() const { return global_batch_ / (micro_batch_ * data_parallel_); }
   // The index of the sample in row `row` of that microbatch (formula at the top).
   uint64_t sample_index(int step, int micro, int dp_rank, int row) const;
-  // Where sample n starts in the token stream: hash(seed, n) mod (num_tokens - S).
+  // Where sample n starts in the token stream: hash(seed, n) mod (train_tokens - S).
   size_t sample_offset(uint64_t sample) const;
 
+  // Validation batch `batch` (0-based, < --eval-iters), microbatch `micro`, dp rank
+  // `dp_rank`: the held-out region's samples, laid out like microbatch() (top of file).
+  void valid_microbatch(int batch, int micro, int dp_rank, int* tokens, int* targets) const;
+  // Where validation sample n starts: valid_begin + hash'(seed, n) mod (valid_tokens - S).
+  size_t valid_sample_offset(uint64_t sample) const;
+
   DataSource source() const { return source_; }
-  size_t num_tokens() const { return num_tokens_; }
+  size_t num_tokens() const { return num_tokens_; }      // both regions
+  size_t train_tokens() const { return train_tokens_; }  // [0, train_tokens)
+  size_t valid_begin() const { return train_tokens_; }   // [valid_begin, num_tokens)
+  size_t valid_tokens() const { return num_tokens_ - train_tokens_; }  // 0: no split
   int32_t token(size_t i) const;
   // One line for the run header, e.g. "llm.c tokens data/tiny.bin (338.0k tokens)".
   std::string describe() const;
@@ -96,7 +128,7 @@ class DataLoader {
   std::string path_;
   int seq_length_, micro_batch_, global_batch_, data_parallel_;
   uint64_t seed_;
-  size_t num_tokens_ = 0;
+  size_t num_tokens_ = 0, train_tokens_ = 0;
   std::vector<int32_t> synthetic_;   // SYNTHETIC
   const uint8_t* map_ = nullptr;     // LLMC, TEXT: the whole file, mapped read-only
   size_t map_bytes_ = 0;

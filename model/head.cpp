@@ -69,10 +69,12 @@ float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int val
                head.unit_offset;
   const int chunk = std::min(N, std::max(1, m.cross_entropy_chunk));
   if (m.fused_cross_entropy) {
-    T* dW = static_cast<T*>(dp.grads(head.unit)) + head.unit_offset;
+    // evaluation (forward_only): the loss of each chunk only; no gradient is made or written
+    const bool grad = !f.forward_only;
+    T* dW = grad ? static_cast<T*>(dp.grads(head.unit)) + head.unit_offset : nullptr;
     // this rank's partial d(xf) over all N tokens, summed over tp below
     T* dxf_full = ws.dxf_full.data();
-    if (!tp_.sequence_parallel) {  // reduced in place: it is the saved d(xf) itself
+    if (grad && !tp_.sequence_parallel) {  // reduced in place: it is the saved d(xf) itself
       f.dxf.allocate(dev, (size_t)N * h, act);
       dxf_full = f.dxf.data();
     }
@@ -88,6 +90,7 @@ float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int val
       vocab_parallel_cross_entropy(tp_, ws.losses.data() + t0, logits.data(),
                                    f.targets.data() + t0, ws.loss_scratch.data(), n, V, cols,
                                    ce_scale);
+      if (!grad) continue;
       // d(xf) = dlogits W;  dW += dlogits^T xf
       const T* dlogits =
           loss_gradient_as<T>(dev, logits.data(), (size_t)chunk * V, dlogits_scratch);
@@ -97,8 +100,8 @@ float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int val
                     1.0f, dW, h);
     }
     // the output layer's input gradient: summed over tp (f's backward, g-bar's with sp)
-    if (tp_.sequence_parallel) f.dxf.allocate(dev, (size_t)Nl * h, act);
-    tp_.enter_column_parallel_backward(dxf_full, f.dxf.data(), N, h);
+    if (grad && tp_.sequence_parallel) f.dxf.allocate(dev, (size_t)Nl * h, act);
+    if (grad) tp_.enter_column_parallel_backward(dxf_full, f.dxf.data(), N, h);
   } else {
     f.logits.allocate(dev, (size_t)N * V, Category::LOGITS);
     kernels::gemm(dev, false, true, N, V, h, 1.0f, xf_full, h, W, h, 0.0f, f.logits.data(), V);

@@ -183,6 +183,11 @@ void Transformer::backward_weight(int microbatch, int chunk) {
   else backward_weight_as(*fp32_, microbatch, chunk);
 }
 
+void Transformer::discard(int microbatch, int chunk) {
+  if (bf16_) bf16_->in_flight.erase({microbatch, chunk});
+  else fp32_->in_flight.erase({microbatch, chunk});
+}
+
 // ---- pipeline buffers ---------------------------------------------------------------------
 template <typename T>
 Transformer::InFlight<T>& Transformer::in_flight(State<T>& s, int microbatch, int chunk,
@@ -255,6 +260,11 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   f.B = B;
   f.dropout_seed = data.dropout_seed;
   f.grad_scale = data.grad_scale;
+  f.forward_only = data.forward_only;
+  // evaluation runs the layers without dropout (eval mode); the workspace keeps m's sizes
+  ModelConfig eval_mode = m;
+  eval_mode.hidden_dropout = eval_mode.attention_dropout = 0.0f;
+  const ModelConfig& lm = data.forward_only ? eval_mode : m;
   s.ws.ensure(m, tp_, dev, B);
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
@@ -265,7 +275,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   if (first) {
     tokens.allocate(dev, N, Category::WORKSPACE);
     kernels::memcpy_from_host(dev, tokens.data(), data.tokens, N * sizeof(int));
-    f.host_tokens.assign(data.tokens, data.tokens + N);  // the embedding's backward
+    if (!data.forward_only) f.host_tokens.assign(data.tokens, data.tokens + N);  // its backward
   }
   if (last) {
     targets.allocate(dev, N, Category::WORKSPACE);
@@ -301,11 +311,12 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
+    LayerContext c{lm, tp_, dev, l, B, f.dropout_seed};
     const void* P = dp.acquire_params(u, true);
     layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, f.acts[i], s.ws);
     dp.release_params(u);
     x = f.acts[i].out.data();
+    if (data.forward_only && i > 0) f.acts[i - 1] = LayerActivations<T>();  // read: no backward
     if (group[i] < 0) continue;
     if (i > 0 && group[i - 1] == group[i]) f.acts[i - 1] = LayerActivations<T>();
     if (i + 1 == n || group[i + 1] != group[i]) {

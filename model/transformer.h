@@ -59,6 +59,11 @@ class Transformer {
     int B = 0;
     float grad_scale = 1.0f;
     uint64_t dropout_seed = 0;
+    // Evaluation: no dropout, the head computes the loss only (no logits gradient, no
+    // weight gradient: the fused loss's backward half is skipped), a layer's activations
+    // are dropped once the next layer has read them, and nothing waits for a backward:
+    // discard(i, c) ends the pair once its output has been sent.
+    bool forward_only = false;
   };
   // Forward of microbatch i on chunk c (after data_parallel().begin_microbatch): the
   // embedding on model stage 0 (else the input arrived in activation_input(i, c)), the
@@ -73,10 +78,12 @@ class Transformer {
   // backward_weight(i, c), W, which also declares every unit's gradients done.
   void backward(int microbatch, int chunk, bool split = false);
   void backward_weight(int microbatch, int chunk);
+  // Releases what a forward_only forward of (i, c) kept (its output, for the next stage).
+  void discard(int microbatch, int chunk);
   // The whole model on one rank: forward(0, 0, ...) and backward(0, 0).
   float forward(const int* tokens, const int* targets, int B, float grad_scale,
                 uint64_t dropout_seed) {
-    return forward(0, 0, Microbatch{tokens, targets, B, grad_scale, dropout_seed});
+    return forward(0, 0, Microbatch{tokens, targets, B, grad_scale, dropout_seed, false});
   }
   void backward() { backward(0, 0); }
 

@@ -31,6 +31,7 @@ struct Transformer::InFlight {
   float grad_scale = 1.0f;
   bool forward_done = false;
   bool weight_pending = false;   // split backward: B done, W not yet
+  bool forward_only = false;     // evaluation (Microbatch::forward_only): the loss only
 };
 
 // Everything of one storage type: the pairs in flight and the scratch they share.

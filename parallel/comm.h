@@ -217,7 +217,7 @@ World init_world(int& argc, char**& argv);
 void finalize_world();
 const World& world();
 
-// An error that carries its exit code (2: bad input, as DESIGN.md asks).
+// An error that carries its exit code (2: bad input, notes/design.md).
 struct FatalError : std::runtime_error {
   int code;
   explicit FatalError(const std::string& msg, int code_ = 1)

@@ -226,6 +226,17 @@ std::string check_schedule(const Schedule& s) {
   return "";
 }
 
+Schedule forward_only_schedule(const Schedule& s) {
+  Schedule f{s.shape, std::vector<std::vector<Action>>(s.ranks.size())};
+  for (size_t r = 0; r < s.ranks.size(); ++r)
+    for (const Action& a : s.ranks[r])
+      if (a.type == ActionType::F) {
+        f.ranks[r].push_back(a);
+        f.ranks[r].back().slot = (int)f.ranks[r].size() - 1;
+      }
+  return f;
+}
+
 std::vector<Exchange> exchanges(const Schedule& s, int rank) {
   // In list order, an action whose slot differs from the one before it opens a new slot;
   // while slot j is open, ex holds j + 2 exchanges: the one before it and the one after.

@@ -1,5 +1,5 @@
-// parallel/pipeline_schedule.h: pipeline schedules as data (DESIGN.md, "Pipeline schedules
-// are data"), their simulation, and the closed forms of their bubble.
+// parallel/pipeline_schedule.h: pipeline schedules as data (notes/design.md, "Pipeline
+// schedules are data"), their simulation, and the closed forms of their bubble.
 //
 // Pipeline parallelism cuts the layers into p stages, one per pp rank, and the step's batch
 // into m microbatches. Each rank runs, in a fixed order, actions on its model chunks:
@@ -26,7 +26,7 @@
 //                Parallelism", §3.1): rank r runs at slot x the tuple F_x, B_{x-(p-1-r)},
 //                W_{x-(p-1)}: W lags B by r microbatches and fills the cool-down; it holds
 //                min(p - r, m) microbatches between F and B, as 1F1B.
-// Bubble (FORMULAS.md; idle time of a rank with zero communication time):
+// Bubble (notes/formulas.md; idle time of a rank with zero communication time):
 //   gpipe, 1f1b: (p-1)/(m+p-1) of the step, (p-1)/m of the ideal time m(T_F + T_B)
 //   interleaved: (p-1)/(v m) of the ideal time
 //   zb-h1: (p-1)(T_F + T_B - T_W) per rank, against 1f1b's (p-1)(T_F + T_B + T_W)
@@ -34,7 +34,8 @@
 //
 // defines: PipelineSchedule, schedule_name, parse_schedule_name, PipelineShape,
 //          check_pipeline_shape, pipeline_stage_layers, ActionType, Message, Action,
-//          Schedule, make_schedule, check_schedule, Exchange, exchanges, check_exchanges,
+//          Schedule, make_schedule, check_schedule, forward_only_schedule, Exchange,
+//          exchanges, check_exchanges,
 //          ActionCosts, ActionTiming, Simulation, simulate, summarize_idle, BubbleClosedForm,
 //          bubble_closed_form, action_label
 #pragma once
@@ -121,6 +122,12 @@ std::vector<Exchange> exchanges(const Schedule& s, int rank);
 // complete when every transfer is a rendezvous (a send finishes only when its receive is
 // posted, and an exchange only when all its transfers did): no deadlock. Else what hangs.
 std::string check_exchanges(const Schedule& s);
+
+// Evaluation's forward-only schedule: each rank's F actions of `s`, in its order, one a
+// slot (their activation messages unchanged). It is every F of the training schedule with
+// the B and W taken out, so F(i) of stage s still follows F(i) of s - 1 on every rank;
+// check_exchanges proves it runs (tests/test_pipeline_schedule.cpp, every shape).
+Schedule forward_only_schedule(const Schedule& s);
 
 // Per-action cost in arbitrary units (the plan: F = 1, B = 2, W = 1; the executor: the
 // measured averages). Non-split schedules charge B + W for their B (the whole backward).

@@ -12,7 +12,7 @@ std::string grid_flags(const GridSpec& s) {
          std::to_string(s.pp) + " --ep " + std::to_string(s.ep) + ", world size " +
          std::to_string(s.world);
 }
-// A bad grid is bad input: exit code 2 (DESIGN.md).
+// A bad grid is bad input: exit code 2 (notes/design.md).
 RankLayout checked_layout(const GridSpec& spec) {
   try {
     return RankLayout(spec);

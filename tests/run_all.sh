@@ -33,7 +33,9 @@ else
   run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
   run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
   run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
+  run "validation loss equals the single-rank run" bash tests/mpi/eval.sh ./trainer
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
+  run "every rank in --trace, memory per rank" bash tests/mpi/trace.sh ./trainer
 fi
 if [ "$mode" = all ]; then
   for lesson in lessons/[0-9]*/; do

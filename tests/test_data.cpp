@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -296,6 +297,104 @@ TEST(Data, ErrorsAreInputErrors) {
     FAIL();
   } catch (const InputError&) {
     SUCCEED();
+  }
+}
+
+}  // namespace
+}  // namespace paralab
+
+namespace paralab {
+namespace {
+
+// The held-out split (model/data.h): every training window [start, start + S] lies in
+// [0, train_tokens) and every validation window in [valid_begin, num_tokens), so no token a
+// validation sample reads is ever trained on. Checked over many samples of both streams.
+void expect_disjoint_windows(const DataLoader& d, int S, uint64_t samples) {
+  ASSERT_GT(d.valid_tokens(), 0u);
+  EXPECT_EQ(d.valid_begin(), d.train_tokens());
+  EXPECT_EQ(d.train_tokens() + d.valid_tokens(), d.num_tokens());
+  size_t train_last = 0, valid_first = d.num_tokens(), valid_last = 0;
+  for (uint64_t n = 0; n < samples; ++n) {
+    train_last = std::max(train_last, d.sample_offset(n) + S);  // the window's last token
+    valid_first = std::min(valid_first, d.valid_sample_offset(n));
+    valid_last = std::max(valid_last, d.valid_sample_offset(n) + S);
+  }
+  EXPECT_LT(train_last, d.valid_begin());
+  EXPECT_GE(valid_first, d.valid_begin());
+  EXPECT_LT(valid_last, d.num_tokens());
+}
+
+TEST(Data, ValidationSplitIsHeldOut) {
+  const int S = 16, B = 4, G = 8;
+  DataLoader d("", model(S, 256), train(B, G), 1);
+  expect_disjoint_windows(d, S, 200000);
+  // The training corpus is what it was without a split (the chain continues past it), so
+  // enabling evaluation changes nothing training reads.
+  EXPECT_EQ(d.train_tokens(), size_t(1) << 20);
+  EXPECT_EQ(d.valid_tokens(), d.train_tokens() / 8);
+  const std::vector<int32_t> corpus = synthetic_corpus(1234, 256, d.train_tokens());
+  for (size_t i = d.train_tokens() - 1000; i < d.train_tokens(); ++i)
+    ASSERT_EQ(d.token(i), corpus[i]);
+  // A validation microbatch reads the windows valid_sample_offset names.
+  Batch v{std::vector<int>(B * S), std::vector<int>(B * S)};
+  d.valid_microbatch(2, 1, 0, v.tokens.data(), v.targets.data());
+  for (int row = 0; row < B; ++row) {
+    const size_t start = d.valid_sample_offset(d.sample_index(3, 1, 0, row));
+    EXPECT_EQ(v.tokens[row * S], d.token(start));
+    EXPECT_EQ(v.targets[row * S + S - 1], d.token(start + S));
+  }
+  EXPECT_FALSE(v == get(d, B, S, 3, 1, 0));
+}
+
+// dp rank r's validation microbatch m is the single rank's microbatch r (G/dp)/B + m, as in
+// training: every layout evaluates the same samples.
+TEST(Data, ValidationBatchesSliceLikeTraining) {
+  const int B = 2, S = 16, G = 16;
+  DataLoader single("", model(S, 256), train(B, G), 1);
+  auto valid = [&](const DataLoader& d, int j, int m, int r) {
+    Batch b{std::vector<int>(B * S), std::vector<int>(B * S)};
+    d.valid_microbatch(j, m, r, b.tokens.data(), b.targets.data());
+    return b;
+  };
+  for (int dp : {2, 4, 8}) {
+    DataLoader sliced("", model(S, 256), train(B, G), dp);
+    for (int j : {0, 3})
+      for (int r = 0; r < dp; ++r)
+        for (int m = 0; m < sliced.grad_accum_steps(); ++m)
+          EXPECT_TRUE(valid(sliced, j, m, r) == valid(single, j, r * (G / dp) / B + m, 0))
+              << "dp " << dp << " batch " << j << " rank " << r << " micro " << m;
+  }
+  EXPECT_FALSE(valid(single, 0, 0, 0) == valid(single, 1, 0, 0));
+}
+
+TEST(Data, FileValidationIsItsTail) {
+  // max(ceil(n / 10), S + 1) tokens, or none when the rest would not hold one window
+  EXPECT_EQ(validation_tokens(1000, 16), 100u);
+  EXPECT_EQ(validation_tokens(100, 16), 17u);
+  EXPECT_EQ(validation_tokens(34, 16), 17u);
+  EXPECT_EQ(validation_tokens(33, 16), 0u);
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7) % 300);
+  std::vector<uint8_t> bytes = llmc_bytes(tokens);
+  TempFile f(".bin", bytes.data(), bytes.size());
+  DataLoader d(f.path(), model(16, 300), train(2, 2), 1);
+  EXPECT_EQ(d.train_tokens(), 900u);
+  EXPECT_EQ(d.valid_tokens(), 100u);
+  expect_disjoint_windows(d, 16, 20000);
+  EXPECT_NO_THROW(check_validation_split(f.path(), 300, 16));
+  EXPECT_NE(d.describe().find("validation the last 100"), std::string::npos) << d.describe();
+  // too short to split: training keeps the whole file, and --eval-interval refuses it
+  TempFile text(std::string(33, 'a'));
+  DataLoader t(text.path(), model(16, 256), train(1, 1), 1);
+  EXPECT_EQ(t.train_tokens(), 33u);
+  EXPECT_EQ(t.valid_tokens(), 0u);
+  try {
+    check_validation_split(text.path(), 256, 16);
+    ADD_FAILURE() << "a 33-token file was split";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--data-path " + text.path() + ": holds 33 tokens, too few for --eval-interval's "
+              "validation split (training and validation need --seq-length + 1 each: 34)");
   }
 }
 

@@ -1,7 +1,7 @@
 // tests/test_pipeline_schedule.cpp: the pipeline schedules as data (parallel/
 // pipeline_schedule.h) for every valid p <= 8, m <= 16, v <= 4: each action in its place,
 // sends matching receives in a deadlock-free order, the simulated bubble against the closed
-// forms of FORMULAS.md, the microbatches each stage holds; and the timeline writers
+// forms of notes/formulas.md, the microbatches each stage holds; and the timeline writers
 // (report/timeline.h). The plan's pipeline stages are tested in test_plan_pipeline.cpp.
 #include <gtest/gtest.h>
 #include <algorithm>
@@ -241,6 +241,36 @@ TEST(PipelineSchedule, DeadlockIsDetected) {
   EXPECT_EQ(check_exchanges(s),
             "rank 0 -> 1, transfer 0: sent activation of microbatch 0, stage 0 -> 1, received "
             "activation of microbatch 1, stage 0 -> 1");
+}
+
+// Evaluation's forward-only schedule (model/evaluate.h) on every valid shape: each rank
+// runs every F of its chunks once, one a slot, in the training order, and the blocking
+// exchanges complete: the forward-only pass cannot deadlock.
+TEST(PipelineSchedule, ForwardOnlyScheduleRunsEveryShape) {
+  for (PipelineSchedule kind : kKinds)
+    for (const PipelineShape& sh : valid_shapes(kind)) {
+      SCOPED_TRACE(name(sh));
+      const Schedule train = make_schedule(sh);
+      const Schedule f = forward_only_schedule(train);
+      ASSERT_EQ(f.ranks.size(), train.ranks.size());
+      for (int r = 0; r < sh.p; ++r) {
+        ASSERT_EQ((int)f.ranks[r].size(), sh.m * sh.v);
+        std::vector<std::pair<int, int>> order, train_order;
+        for (int k = 0; k < (int)f.ranks[r].size(); ++k) {
+          const Action& a = f.ranks[r][k];
+          EXPECT_EQ(a.type, ActionType::F);
+          EXPECT_EQ(a.slot, k);
+          EXPECT_TRUE(a.sends.empty() || a.sends[0].kind == Message::ACTIVATION);
+          order.push_back({a.microbatch, a.chunk});
+        }
+        for (const Action& a : train.ranks[r])
+          if (a.type == ActionType::F) train_order.push_back({a.microbatch, a.chunk});
+        EXPECT_EQ(order, train_order);
+      }
+      EXPECT_EQ(check_exchanges(f), "");
+      const Simulation sim = simulate(f);
+      EXPECT_FALSE(sim.deadlock) << sim.blocked;
+    }
 }
 
 TEST(PipelineSchedule, StageLayers) {

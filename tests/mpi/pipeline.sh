@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallelism is equivalent to the single-rank run (DESIGN.md, "Correctness is
+# Pipeline parallelism is equivalent to the single-rank run (notes/design.md, "Correctness is
 # equivalence"): every schedule on 2 and 4 stages, with m = 1, p, 2p and an odd number of
 # microbatches, gives the losses, the final parameters and the last step's gradients (every
 # stage's, gathered by --save) of one rank training the same global batch, to 1e-5 relative

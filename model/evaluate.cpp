@@ -1,0 +1,60 @@
+// model/evaluate.cpp: the validation loss (model/evaluate.h).
+#include "model/evaluate.h"
+#include <chrono>
+#include "kernels/ops.h"
+#include "model/pipeline_stage.h"
+
+namespace paralab {
+
+Evaluator::Evaluator(Transformer& model, const DataLoader& data, const Schedule& train_schedule,
+                     int pp_rank, Communicator* pp, Communicator* world,
+                     size_t message_elements, DType type, int micro_batch_size, int dp_rank)
+    : model_(model),
+      data_(data),
+      executor_(forward_only_schedule(train_schedule), pp_rank, pp, message_elements, type),
+      world_(world),
+      B_(micro_batch_size),
+      dp_rank_(dp_rank),
+      k_(data.grad_accum_steps()) {
+  const size_t N = (size_t)B_ * model.config().seq_length;
+  tokens_.assign(k_, std::vector<int>(N));
+  targets_.assign(k_, std::vector<int>(N));
+}
+
+EvalResult Evaluator::run(int eval_iters) {
+  using clock = std::chrono::steady_clock;
+  const kernels::Device dev = model_.device();
+  kernels::synchronize(dev);
+  const auto t0 = clock::now();
+  Ledger::instance().reset_peaks();
+  double loss_sum = 0;  // this rank's microbatch means (0 off the last stage)
+  for (int j = 0; j < eval_iters; ++j) {
+    for (int micro = 0; micro < k_; ++micro)
+      data_.valid_microbatch(j, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
+    EvalStage stage(model_, B_, [&](int micro) {
+      return Transformer::Microbatch{tokens_[micro].data(), targets_[micro].data(), B_, 1.0f, 0, true};
+    });
+    executor_.run(stage);
+    stage.finish();
+    loss_sum += stage.loss_sum();
+  }
+  // as the training loss (trainer.cu): sum over the world of each rank's mean, which counts
+  // each dp rank's tp times; only the last stage's ranks hold a loss
+  float loss = (float)(loss_sum / ((double)k_ * eval_iters));
+  const int pp = model_.pipeline_group() ? model_.pipeline_group()->size() : 1;
+  if (world_ && world_->size() > 1) {
+    Buffer<float> scalar(dev, 1, Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(dev, scalar.data(), &loss, sizeof loss);
+    world_->all_reduce(scalar.data(), 1);
+    kernels::memcpy_to_host(dev, &loss, scalar.data(), sizeof loss);
+    loss /= (float)(world_->size() / pp);
+  }
+  kernels::synchronize(dev);
+  EvalResult r;
+  r.loss = loss;
+  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  r.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
+  return r;
+}
+
+}  // namespace paralab

@@ -180,6 +180,17 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
   return d;
 }
 
+void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t) {
+  const int act = storage_bytes(t);
+  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
+  mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
+  mem.master_params = d.state_numel * master_b;
+  mem.optimizer_states = d.state_numel * optim_b;
+  mem.resident_params = d.params_resident * param_b;
+  mem.resident_grads = d.grads_resident * grad_b;
+}
+
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,
                                               int grad_b, int param_b) {
   std::vector<CommPlanEntry> out;

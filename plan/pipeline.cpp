@@ -159,7 +159,7 @@ void plan_pipeline(Plan& plan) {
   // the others (N_l h each); the head's tensors on the last model stage.
   const int64_t embedding_bytes = sum_bytes(plan.embedding_activations);
   const int64_t head_bytes = sum_bytes(plan.head_activations);
-  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  const int param_b = act, grad_b = act;  // params and grads in the storage type
   // zb-h1 (model/layer.h, BackwardPart): from B to W a layer keeps its four linears' inputs
   // (norm1.out, attn.ctx, norm2.out, mlp.act; with sp the norms' all-gathered N h copies
   // instead of their N_l h rows) and output gradients (N x qkv_l, h, fc1_l, h).
@@ -244,12 +244,7 @@ void plan_pipeline(Plan& plan) {
     st.idle = pp.sim.idle[r];
 
     MemoryPlan& mem = st.memory;
-    mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
-    mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
-    mem.master_params = d.state_numel * master_b;
-    mem.optimizer_states = d.state_numel * optim_b;
-    mem.resident_params = d.params_resident * param_b;
-    mem.resident_grads = d.grads_resident * grad_b;
+    fill_model_states(mem, d, t);
     mem.activations = peak_bytes;
     mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
     mem.comm_buffers = comm_buffer_bytes(m, t, par);

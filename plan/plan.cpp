@@ -85,7 +85,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   const std::vector<int64_t> units = param_units(m, tp);
   const int64_t psi = units.back();
   const int z = p.zero_stage;
-  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  const int param_b = act, grad_b = act;  // params and grads in the storage type
   plan.data_parallel = data_parallel_plan(
       units,
       microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
@@ -96,12 +96,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
 
   MemoryPlan mem;
   const int64_t params_stored = d.params_resident;
-  mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
-  mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
-  mem.master_params = d.state_numel * master_b;
-  mem.optimizer_states = d.state_numel * optim_b;
-  mem.resident_params = d.params_resident * param_b;
-  mem.resident_grads = d.grads_resident * grad_b;
+  fill_model_states(mem, d, t);
   // Without pipelining each microbatch's backward frees its activations before the next
   // forward, so one microbatch is held at the peak (with full recompute: its stored group
   // inputs, and one group made again in backward; plan_recompute.h).

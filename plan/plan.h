@@ -393,6 +393,11 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
                                     const PlanOptions& o, int64_t microbatches,
                                     const std::vector<int>& unit_chunk = {},
                                     const std::vector<int>& deferred_units = {});
+// The model-state categories of a rank from its data-parallel plan, in bytes: params and grads
+// at their peak (resident + ZeRO-2/3's transient buffers) and at rest, master weights and Adam
+// moments on the owned shard. Bytes per element: storage type (4, or 2 with --bf16) for
+// params and grads, 4 for bf16's fp32 master (0 in fp32: the params are the master), 8 for m, v.
+void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t);
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zero_stage, int dp,
                                               int grad_bytes,
                                               int param_bytes);

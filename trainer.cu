@@ -263,7 +263,7 @@ int train(const Options& o, const World& w) {
     for (int c = 0; c < kNumCategories; ++c)
       s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
     s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
-    // [plan helper] what is held between steps (after the optimizer step): the ledger now,
+    // What is held between steps (after the optimizer step): the ledger now,
     // beside MemoryPlan's resident model states (the memory table's "held between steps")
     for (int c = 0; c < kNumCategories; ++c)
       s.resident_bytes[c] = (int64_t)Ledger::instance().current(Category(c));
@@ -357,7 +357,7 @@ int train(const Options& o, const World& w) {
       if (w.size > 1) std::printf("%s\n", rank_memory_table(plan, ranks).c_str());
       if (w.size > 1)
         std::printf("%s\n%s\n", comm_table(plan, &step_comm).c_str(),
-                    step_comm.table("communication time, rank 0").c_str());
+                    step_comm.table("communication time (measured only), rank 0").c_str());
       if (!last) std::printf("%s\n", step_header(s).c_str());
     }
     // The last step's pipeline as measured: the terminal timeline and the Chrome trace.

@@ -288,6 +288,7 @@ int train(const Options& o, const World& w) {
     mine.exchanges = timing.exchanges;
     mine.run_seconds = timing.run_seconds;
     mine.start_seconds = timing.start_seconds;
+    for (int c = 0; c < 4; ++c) mine.resident_bytes[c] = s.resident_bytes[c];
     mine.comm_events = step_comm.events();  // --trace's comm lane (gathered below)
     const std::vector<RankMetrics> ranks =
         gather ? gather_rank_metrics(topo.world(), mine, plan.pipeline.schedule, pp_rank_of,

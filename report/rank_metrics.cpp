@@ -10,10 +10,10 @@
 namespace paralab {
 
 namespace {
-// Doubles per rank: memory, peak, flops, run seconds, start seconds, event count, events
+// Doubles per rank: memory, peak, resident (4), flops, run seconds, start seconds, event count, events
 // dropped, the actions' and exchanges' start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
-  return kNumMemoryCategories + 6 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+  return kNumMemoryCategories + 10 + 2 * (actions + exchanges) + CommStats::kVectorSize;
 }
 
 double steady_now() {
@@ -82,6 +82,7 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   size_t at = 0;
   for (int c = 0; c < kNumMemoryCategories; ++c) v[at++] = (double)mine.memory_bytes[c];
   v[at++] = (double)mine.peak_memory_bytes;
+  for (int64_t b : mine.resident_bytes) v[at++] = (double)b;
   v[at++] = mine.hardware_flops;
   v[at++] = mine.run_seconds;
   v[at++] = mine.start_seconds;
@@ -111,7 +112,7 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   size_t most_events = 0;
   std::vector<double> events, offsets;
   if (with_trace) {
-    const size_t count_at = kNumMemoryCategories + 4;
+    const size_t count_at = kNumMemoryCategories + 8;  // after memory, peak, resident, ...
     for (int r = 0; r < size; ++r) most_events = std::max(most_events, (size_t)host[n * r + count_at]);
     std::vector<double> e(std::max<size_t>(1, most_events * kEventDoubles), 0.0);
     for (size_t k = 0; k < mine.comm.events().size(); ++k) {
@@ -132,6 +133,7 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
     size_t i = 0;
     for (int c = 0; c < kNumMemoryCategories; ++c) m.memory_bytes[c] = (int64_t)x[i++];
     m.peak_memory_bytes = (int64_t)x[i++];
+    for (int64_t& b : m.resident_bytes) b = (int64_t)x[i++];
     m.hardware_flops = x[i++];
     m.run_seconds = x[i++];
     m.start_seconds = x[i++];

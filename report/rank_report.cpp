@@ -87,6 +87,7 @@ void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>&
     j.key("total").begin_object();
     j.field("measured", r.peak_memory_bytes).field("predicted", rp.memory.total());
     j.end_object().end_object();
+    resident_json(j, rp.memory, r.resident_bytes.data());
     j.key("comm").begin_array();
     for (const CommRow& row : comm_rows(rank_comm_plan(plan, r.rank), &r.comm)) {
       const CommRecord& m = r.comm.get(row.g, row.op);

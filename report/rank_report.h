@@ -38,6 +38,8 @@ struct RankMetrics {
   int rank = 0;
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};  // ledger peaks of the step
   int64_t peak_memory_bytes = 0;
+  // The ledger after the optimizer step: params, grads, master_params, optimizer_states.
+  std::array<int64_t, 4> resident_bytes{};
   double hardware_flops = 0;  // the kernels' FLOP counter
   CommStats comm;             // the step's record
   // The pipeline executor's (parallel/pipeline_parallel.h), seconds from the rank's start.

@@ -3,12 +3,13 @@
 // comparison, predicted beside measured, whether the predicted total is exact, the
 // vocabulary padding note. Not for other files: report.h is the interface.
 //
-// defines: CommRow, comm_rows, total_is_exact, vocab_padding_note
+// defines: CommRow, comm_rows, total_is_exact, vocab_padding_note, resident_json
 #pragma once
 #include <string>
 #include <vector>
 #include "measure/comm_stats.h"  // CommGroup, CommOp, CommStats
 #include "plan/plan.h"        // CommPlanEntry
+#include "report/json.h"      // JsonWriter
 
 namespace paralab {
 
@@ -29,6 +30,12 @@ std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
 // full recompute, selective recompute's under pipelining (report.cpp; the memory table's
 // note says which).
 bool total_is_exact(const Plan& plan, const MemoryPlan& m);
+
+// "resident": what a rank holds between steps (after the optimizer step), per model-state
+// category (params, grads, master_params, optimizer_states: the ledger's first four) and in
+// total, measured[c] beside MemoryPlan's resident bytes (report_json.cpp; the step record
+// and every rank's in "ranks").
+void resident_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured);
 
 // "vocab V padded to Vp for tp t", or "" when tp divides V (report_memory.cpp).
 std::string vocab_padding_note(const Plan& plan);

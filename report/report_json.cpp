@@ -20,6 +20,20 @@ static void memory_object(JsonWriter& j, const MemoryPlan& m) {
 
 // Held between steps (MemoryPlan::resident_*): the model states without ZeRO-2/3's
 // transient buffers, what the ZeRO paper tabulates per rank.
+void resident_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured) {
+  const int64_t pred[4] = {m.resident_params, m.resident_grads, m.master_params,
+                           m.optimizer_states};
+  int64_t meas_total = 0;
+  j.key("resident").begin_object();
+  for (int c = 0; c < 4; ++c) {
+    j.key(kMemoryCategoryNames[c]).begin_object();
+    j.field("measured", measured[c]).field("predicted", pred[c]).end_object();
+    meas_total += measured[c];
+  }
+  j.key("total").begin_object().field("measured", meas_total);
+  j.field("predicted", m.resident_total()).end_object().end_object();
+}
+
 static void resident_object(JsonWriter& j, const MemoryPlan& m) {
   j.key("resident").begin_object();
   j.field("params", m.resident_params).field("grads", m.resident_grads);
@@ -56,20 +70,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   j.field("measured", s.peak_memory_bytes).field("predicted", rp.memory.total());
   j.field("exact", total_is_exact(plan, rp.memory));  // else an upper bound (report_impl.h)
   j.end_object().end_object();
-  if (s.resident_measured) {  // the ledger after the optimizer step (resident_object)
-    const MemoryPlan& m = rp.memory;
-    const int64_t pred[4] = {m.resident_params, m.resident_grads, m.master_params,
-                             m.optimizer_states};
-    int64_t meas_total = 0;
-    j.key("resident").begin_object();
-    for (int c = 0; c < 4; ++c) {
-      j.key(kMemoryCategoryNames[c]).begin_object();
-      j.field("measured", s.resident_bytes[c]).field("predicted", pred[c]).end_object();
-      meas_total += s.resident_bytes[c];
-    }
-    j.key("total").begin_object().field("measured", meas_total);
-    j.field("predicted", m.resident_total()).end_object().end_object();
-  }
+  if (s.resident_measured) resident_json(j, rp.memory, s.resident_bytes.data());
   j.key("flops").begin_object();
   j.field("convention", attention_flops_name(plan.flops.convention));
   j.field("model_per_step", plan.flops.model_per_step);

@@ -86,20 +86,6 @@ double step_comm_bytes(const CommStats& step) {
   return total;
 }
 
-// Every rank's pair of int64 (world rank order) on every rank: one all-gather of raw bytes.
-std::vector<int64_t> gather_pairs(Communicator& world, kernels::Device dev,
-                                  std::vector<int64_t> pair) {
-  if (world.size() == 1) return pair;
-  const size_t bytes = sizeof(int64_t) * 2;
-  Buffer<uint8_t> mine(dev, bytes, Category::COMM_BUFFERS);
-  Buffer<uint8_t> all(dev, bytes * world.size(), Category::COMM_BUFFERS);
-  kernels::memcpy_from_host(dev, mine.data(), pair.data(), bytes);
-  world.all_gather(mine.data(), all.data(), bytes, DType::U8);
-  std::vector<int64_t> out(2 * world.size());
-  kernels::memcpy_to_host(dev, out.data(), all.data(), bytes * world.size());
-  return out;
-}
-
 // The plan's view of the run flags that are not in the configuration structs.
 PlanOptions plan_options(const Options& o) {
   PlanOptions p;
@@ -240,16 +226,8 @@ int train(const Options& o, const World& w) {
     model.sync_tied_embedding();
     const float lr = learning_rate(o.train, step);
     const float grad_norm = optimizer.step(lr);
-    // the reported loss: mean over the global batch (every microbatch of every dp rank).
-    // Only the last stage computes it, and its tp ranks hold the same value, so the sum
-    // over the world counts each dp rank's mean tp times.
-    float loss = (float)(stage.loss_sum() / k);
-    if (w.size > 1) {
-      kernels::memcpy_from_host(dev, loss_scalar.data(), &loss, sizeof loss);
-      topo.world().all_reduce(loss_scalar.data(), 1);
-      kernels::memcpy_to_host(dev, &loss, loss_scalar.data(), sizeof loss);
-      loss /= (float)(w.size / pp);
-    }
+    // the reported loss: mean over the global batch (every microbatch of every dp rank)
+    const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k), pp);
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;
     const CommStats step_comm = CommStats::instance();  // before the report's own gather
@@ -379,14 +357,15 @@ int train(const Options& o, const World& w) {
   }
   data_parallel.drain();
   // The summary: every rank's largest step and evaluation totals, to rank 0 (one gather).
-  const std::vector<int64_t> peaks = gather_pairs(topo.world(), dev, {my_peak, my_eval_peak});
+  const std::vector<double> peaks =
+      all_gather_doubles(topo.world(), {(double)my_peak, (double)my_eval_peak});
   if (rank0) {
     run.wall_seconds = now_seconds() - train_start;
     for (int r = 0; r < (int)peaks.size() / 2; ++r) {
       if (peaks[2 * r] > run.peak_memory_bytes)
-        run.peak_memory_bytes = peaks[2 * r], run.peak_memory_rank = r;
+        run.peak_memory_bytes = (int64_t)peaks[2 * r], run.peak_memory_rank = r;
       if (peaks[2 * r + 1] > run.eval_peak_memory_bytes)
-        run.eval_peak_memory_bytes = peaks[2 * r + 1], run.eval_peak_memory_rank = r;
+        run.eval_peak_memory_bytes = (int64_t)peaks[2 * r + 1], run.eval_peak_memory_rank = r;
     }
     std::printf("\n%s", summary_text(run).c_str());
     if (jsonl) *jsonl << summary_json(run) << "\n" << std::flush;

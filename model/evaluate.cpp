@@ -21,6 +21,16 @@ Evaluator::Evaluator(Transformer& model, const DataLoader& data, const Schedule&
   targets_.assign(k_, std::vector<int>(N));
 }
 
+float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp) {
+  if (world.size() == 1) return rank_loss;
+  const kernels::Device dev = world.device();
+  kernels::memcpy_from_host(dev, scalar.data(), &rank_loss, sizeof rank_loss);
+  world.all_reduce(scalar.data(), 1);
+  float sum = 0;
+  kernels::memcpy_to_host(dev, &sum, scalar.data(), sizeof sum);
+  return sum / (float)(world.size() / pp);
+}
+
 EvalResult Evaluator::run(int eval_iters) {
   using clock = std::chrono::steady_clock;
   const kernels::Device dev = model_.device();
@@ -38,16 +48,13 @@ EvalResult Evaluator::run(int eval_iters) {
     stage.finish();
     loss_sum += stage.loss_sum();
   }
-  // as the training loss (trainer.cu): sum over the world of each rank's mean, which counts
-  // each dp rank's tp times; only the last stage's ranks hold a loss
+  // reduced as the training loss; the scalar lives only while evaluating, outside the
+  // steps the plan predicts
   float loss = (float)(loss_sum / ((double)k_ * eval_iters));
-  const int pp = model_.pipeline_group() ? model_.pipeline_group()->size() : 1;
   if (world_ && world_->size() > 1) {
+    const int pp = model_.pipeline_group() ? model_.pipeline_group()->size() : 1;
     Buffer<float> scalar(dev, 1, Category::COMM_BUFFERS);
-    kernels::memcpy_from_host(dev, scalar.data(), &loss, sizeof loss);
-    world_->all_reduce(scalar.data(), 1);
-    kernels::memcpy_to_host(dev, &loss, scalar.data(), sizeof loss);
-    loss /= (float)(world_->size() / pp);
+    loss = world_mean_loss(*world_, scalar, loss, pp);
   }
   kernels::synchronize(dev);
   EvalResult r;

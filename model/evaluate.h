@@ -16,7 +16,7 @@
 // run it after a step's measurements were read; it resets the ledger's peaks and reports
 // its own.
 //
-// defines: EvalResult, Evaluator
+// defines: EvalResult, Evaluator, world_mean_loss
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,6 +27,13 @@
 #include "parallel/pipeline_parallel.h"
 
 namespace paralab {
+
+// The loss of a step or an evaluation over the whole batch, from this rank's mean over its
+// microbatches (0 off the last pipeline stage): only the last stage computes it and its tp
+// ranks hold the same value, so the sum over the world counts each dp rank's mean tp times,
+// and the mean is sum / (world / pp). `scalar` is one float on the device for the
+// all-reduce (the trainer's lives all run: the plan counts it in comm_buffers).
+float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp);
 
 struct EvalResult {
   double loss = 0;                // mean token cross-entropy over the K batches

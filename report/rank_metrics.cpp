@@ -21,19 +21,6 @@ double steady_now() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-// All ranks' blocks of `per_rank` doubles, every rank's in rank order (raw bytes: one
-// all-gather of the report's own, after the step's record was taken).
-std::vector<double> all_gather_doubles(Communicator& world, const std::vector<double>& mine) {
-  const kernels::Device dev = world.device();
-  const size_t bytes = mine.size() * sizeof(double);
-  Buffer<char> all(dev, bytes * world.size(), Category::COMM_BUFFERS);
-  kernels::memcpy_from_host(dev, all.data() + bytes * world.rank(), mine.data(), bytes);
-  world.all_gather(all.data() + bytes * world.rank(), all.data(), bytes, DType::U8);
-  std::vector<double> host(mine.size() * world.size());
-  kernels::memcpy_to_host(dev, host.data(), all.data(), bytes * world.size());
-  return host;
-}
-
 // On rank 0: every rank's steady clock minus rank 0's (rank_metrics.h). Rank 0 sends to
 // rank r, which answers with its clock as it got the message; the answer's midpoint is
 // the instant rank r read it, to half the round trip.
@@ -67,6 +54,17 @@ std::vector<double> clock_offsets(Communicator& world) {
   return offset;
 }
 }  // namespace
+
+std::vector<double> all_gather_doubles(Communicator& world, const std::vector<double>& mine) {
+  const kernels::Device dev = world.device();
+  const size_t bytes = mine.size() * sizeof(double);
+  Buffer<char> all(dev, bytes * world.size(), Category::COMM_BUFFERS);
+  kernels::memcpy_from_host(dev, all.data() + bytes * world.rank(), mine.data(), bytes);
+  world.all_gather(all.data() + bytes * world.rank(), all.data(), bytes, DType::U8);
+  std::vector<double> host(mine.size() * world.size());
+  kernels::memcpy_to_host(dev, host.data(), all.data(), bytes * world.size());
+  return host;
+}
 
 std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetrics& mine,
                                              const Schedule& schedule,

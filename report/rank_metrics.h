@@ -11,7 +11,7 @@
 // rank 0, offset = t_remote - (t_sent + t_back) / 2 of the fastest of a few round trips
 // (error under half its round trip); PARALAB_CLOCK_PINGPONG=1 forces them on one node.
 //
-// defines: gather_rank_metrics
+// defines: gather_rank_metrics, all_gather_doubles
 #pragma once
 #include <vector>
 #include "report/rank_report.h"
@@ -19,6 +19,10 @@
 #include "parallel/pipeline_schedule.h"
 
 namespace paralab {
+
+// Every rank's block of doubles (all the same length), in rank order, on every rank: one
+// all-gather of raw bytes. Byte counts below 2^53 pass exactly.
+std::vector<double> all_gather_doubles(Communicator& world, const std::vector<double>& mine);
 
 // Collective over `world`; every rank passes its own, rank 0 gets everyone's in rank order
 // (the others an empty vector). `schedule` sizes the timing records; pp_rank_of[r]: world

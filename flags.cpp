@@ -1,6 +1,6 @@
 // flags.cpp: every flag and its help text (the manual: what it changes, its constraint), and
 // the parse that reads them (design in flags.h). The checks that turn a bad combination into
-// one line are in flags_check.cpp.
+// one line are in flags_check.cpp; the mixture-of-experts flags and checks in flags_moe.cpp.
 #include "flags.h"
 
 #include <sys/stat.h>
@@ -41,14 +41,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
-CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
-                        const std::string& help) {
-  return app.add_flag(names, value, help)->default_function([&value] {
-    return std::string(value ? "true" : "false");
-  });
-}
-
 void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   ModelConfig& m = o.model;
   TrainConfig& t = o.train;
@@ -68,19 +60,34 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "transformer layers L; --pp must divide it")
       ->capture_default_str()->group(kModel);
   app.add_option("--hidden-size,--hidden", m.hidden_size,
-                 "model width h; --num-attention-heads must divide it")
+                 "model width h; --num-attention-heads must divide it (unless --kv-channels "
+                 "gives the head dim)")
       ->capture_default_str()->group(kModel);
   app.add_option("--ffn-hidden-size,--ffn", m.ffn_hidden_size,
                  "MLP inner width f (llama: width of each of gate and up); 0 means 4h; "
                  "--tp must divide it")
       ->capture_default_str()->group(kModel);
   app.add_option("--num-attention-heads,--heads", m.num_attention_heads,
-                 "query heads a; must divide h (head dim h/a, even for llama's RoPE); "
-                 "--tp must divide it")
+                 "query heads a; must divide h unless --kv-channels gives the head dim (default "
+                 "h/a; even for llama's RoPE); --tp must divide it")
       ->capture_default_str()->group(kModel);
   app.add_option("--num-query-groups,--query-groups", m.num_query_groups,
                  "key/value heads g for grouped-query attention; 0 means a (multi-head); "
                  "must divide a; --tp must divide it")
+      ->capture_default_str()->group(kModel);
+  app.add_option("--kv-channels", m.kv_channels,
+                 "head dim d of every query, key and value head; >= 1, even for llama's RoPE; "
+                 "default h/a (then a must divide h); given, a x d need not equal h: the QKV "
+                 "projection is h -> (a + 2g) d and the output projection a d -> h")
+      ->group(kModel);
+  add_switch(app, "--qk-layernorm", m.qk_layernorm,
+             "normalise each head's query and key before RoPE and the scores (RMSNorm for llama, "
+             "LayerNorm for gpt; one weight of d entries shared by the heads), as Qwen3 and OLMo 2 "
+             "do; with --tp > 1 not built yet")
+      ->group(kModel);
+  app.add_option("--rotary-base", m.rope_theta,
+                 "llama only: RoPE's base theta (dimension pair i of a head turns by position x "
+                 "theta^(-2i/d)); > 0; gpt's learned positions ignore it")
       ->capture_default_str()->group(kModel);
   app.add_option("--seq-length,--seq", m.seq_length,
                  "tokens per sample s (also the learned-position table size for gpt)")
@@ -105,6 +112,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
              "instead of the default fused, chunked softmax cross-entropy that never holds "
              "them; in a --config file no-fused-ce = true (or fused-ce = false)")
       ->group(kModel);
+  add_moe_flags(app, o, raw);  // flags_moe.cpp: --num-experts, --moe-*
 
   // ---- training ----
   app.add_option("--micro-batch-size,--mbs", t.micro_batch_size,
@@ -392,6 +400,9 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   config = check_config_files(app, o.config_files);
   raw.recompute_num_layers_given = app.count("--recompute-num-layers") > 0;
   raw.world_size_given = app.count("--world-size") > 0;
+  raw.kv_channels_given = app.count("--kv-channels") > 0;
+  raw.rotary_base_given = app.count("--rotary-base") > 0;
+  record_moe_flags_given(app, raw);
   auto typed = [&](const char* flag) {
     return typed_on_command_line(*app.get_option(flag), argc, argv);
   };
@@ -413,7 +424,8 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
     raw.world_size = o.parallel.world_size;
     const Recompute& r = o.model.recompute;
     if (r.selective() && raw.recompute_modules.empty()) raw.recompute_modules = {"core_attn"};
-    o.resolved_options = resolved_options_text(app, argc, argv, config, given);
+    o.resolved_options =
+        resolved_options_text(app, argc, argv, config, given, o.model.moe.enabled());
   }
   return o;
 }

@@ -33,8 +33,9 @@ enum class Comm { NCCL, MPI };
 inline const char* comm_name(Comm c) { return c == Comm::NCCL ? "nccl" : "mpi"; }
 
 struct Options {
-  // Sizes are resolved: ffn_hidden_size, num_query_groups, global_batch_size and
-  // lr_decay_iters hold their derived values, never the 0 that means "default".
+  // Sizes are resolved: ffn_hidden_size, num_query_groups, kv_channels, global_batch_size and
+  // lr_decay_iters hold their derived values, never the 0 that means "default"; with
+  // --num-experts so do moe.ffn_hidden_size and moe.layer_pattern (one 0/1 per layer).
   ModelConfig model;
   TrainConfig train;
   // world_size is the launched world size, or --world-size when planning; zero_stage is

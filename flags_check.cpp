@@ -244,8 +244,10 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
       fail(flag, " ", size, ": ", what, " parallelism is not built yet (sizes must be 1); "
            "data, tensor, sequence and pipeline parallelism train and plan");
 
-  // Attention shapes.
-  if (m.hidden_size % m.num_attention_heads != 0)
+  // Attention shapes. The head dim is --kv-channels, or h/a when it is not given.
+  if (raw.kv_channels_given)
+    check_at_least("--kv-channels", m.kv_channels, 1);
+  else if (m.hidden_size % m.num_attention_heads != 0)
     fail("--num-attention-heads (", m.num_attention_heads, ") must divide --hidden-size (",
          m.hidden_size, ")");
   if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
@@ -253,9 +255,17 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (m.num_attention_heads % m.num_query_groups != 0)
     fail("--num-query-groups (", m.num_query_groups, ") must divide --num-attention-heads (",
          m.num_attention_heads, ")");
-  if (m.arch == Arch::LLAMA && m.head_dim() % 2 != 0)
+  if (m.arch == Arch::LLAMA && m.head_dim() % 2 != 0) {
+    if (raw.kv_channels_given)
+      fail("--arch llama needs an even head dim for RoPE, got --kv-channels ", m.kv_channels);
     fail("--arch llama needs an even head dim for RoPE, got --hidden-size (", m.hidden_size,
          ") / --num-attention-heads (", m.num_attention_heads, ") = ", m.head_dim());
+  }
+  m.kv_channels = m.head_dim();
+  if (!(m.rope_theta > 0)) fail("--rotary-base must be > 0, got ", m.rope_theta);
+  check_finite("--rotary-base", m.rope_theta);
+  if (m.is_gpt() && raw.rotary_base_given)
+    o.warnings.push_back("--rotary-base has no effect with --arch gpt (learned positions)");
   check_unit_interval("--hidden-dropout", m.hidden_dropout);
   check_unit_interval("--attention-dropout", m.attention_dropout);
 
@@ -275,8 +285,12 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
   if (m.ffn_hidden_size % tp != 0)
     fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
+  // Not built yet: the per-head query/key norm with heads split over tensor-parallel ranks.
+  if (m.qk_layernorm && tp > 1)
+    fail("--qk-layernorm with --tensor-model-parallel-size ", tp, ": not built yet");
   check_pipeline(o, raw);
   check_recompute(o, raw);
+  check_moe(o, raw);  // flags_moe.cpp: after the layout and recompute, which it reads
   if (p.sequence_parallel && tp == 1) {
     // Megatron turns it off the same way: there is nothing to split over.
     o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");

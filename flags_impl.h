@@ -1,9 +1,11 @@
-// flags_impl.h: what flags.cpp (the flags), flags_check.cpp (the checks), flags_toml.cpp
-// (the --config files) and flags_messages.cpp (CLI11's errors, the manual's layout,
-// --verbose) share: the string flags as typed, and the steps that turn them and the parsed
-// Options into one validated Options. Not for other files: flags.h is the interface.
+// flags_impl.h: what flags.cpp (the flags), flags_check.cpp (the checks), flags_moe.cpp (the
+// MoE flags and their checks), flags_toml.cpp (the --config files) and flags_messages.cpp
+// (CLI11's errors, the manual's layout, --verbose) share: the string flags as typed, and the
+// steps that turn them and the parsed Options into one validated Options. Not for other
+// files: flags.h is the interface.
 //
-// defines: RawFlags, resolve_and_check, ConfigEntry, check_config_files, typed_on_command_line,
+// defines: RawFlags, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
+//          check_moe, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
 //          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
@@ -33,11 +35,41 @@ struct RawFlags {
   // clamped to a decay the user shortened there (flags_check.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
        decay_iters_on_command_line = false;
+  bool kv_channels_given = false;  // set after parsing: 0 is an error, not "h/a"
+  bool rotary_base_given = false;  // set after parsing: gpt warns that it ignores it
+  // Mixture of experts (flags_moe.cpp), as typed.
+  std::string moe_layer_freq = "1";  // an int N or a list expression, read by check_moe
+  std::string moe_score_function = "softmax", moe_load_balancing = "aux_loss",
+              moe_drop_policy = "probs";
+  // Set after parsing: the --moe-* flags given (a switch: given true), in the manual's order,
+  // and which of the "unset = none" numbers were given (0 is then an error, not "none").
+  std::vector<std::string> moe_flags_given;
+  bool moe_ffn_given = false, moe_capacity_given = false, moe_topk_scaling_given = false;
 };
+
+// A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
+inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
+                               const std::string& help) {
+  return app.add_flag(names, value, help)->default_function([&value] {
+    return std::string(value ? "true" : "false");
+  });
+}
 
 // Fills the derived values and checks every constraint, the cheap ones first (flags_check.cpp).
 // Throws FlagError (or check_data_file's DataError) naming the flags, the constraint, the values.
 void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus);
+
+// ---- flags_moe.cpp ----
+// The type name of an option that takes an integer or a quoted string (--moe-layer-freq): the
+// --config reader accepts either for it.
+constexpr const char* kIntOrList = "N|LIST";
+// --num-experts and the --moe-* flags, in their own group of the manual.
+void add_moe_flags(CLI::App& app, Options& o, RawFlags& raw);
+// After parsing: which --moe-* flags were given (raw.moe_flags_given and the *_given bools).
+void record_moe_flags_given(const CLI::App& app, RawFlags& raw);
+// Resolves o.model.moe (the layer pattern, the expert width) and checks the MoE flags; after
+// the parallel layout and recompute are resolved. Throws FlagError.
+void check_moe(Options& o, const RawFlags& raw);
 
 // ---- flags_toml.cpp ----
 // One key = value of a --config file and the option it sets.
@@ -74,8 +106,9 @@ CLI::Validator seed_range();
 // --verbose: every option's final value and where it came from (default, a --config
 // file's line, the command line); `given` holds each option's value as parsed, before
 // resolve_and_check derived the defaults. The options' default functions read the values.
+// The --moe-* rows only when show_moe (a MoE model).
 std::string resolved_options_text(CLI::App& app, int argc, const char* const* argv,
                                   const std::vector<ConfigEntry>& config,
-                                  const std::vector<std::string>& given);
+                                  const std::vector<std::string>& given, bool show_moe);
 
 }  // namespace paralab

@@ -138,13 +138,14 @@ CLI::Validator seed_range() {
 
 std::string resolved_options_text(CLI::App& app, int argc, const char* const* argv,
                                   const std::vector<ConfigEntry>& config,
-                                  const std::vector<std::string>& given) {
+                                  const std::vector<std::string>& given, bool show_moe) {
   std::ostringstream out;
   out << "resolved options (the value each flag ends with, and where it came from):\n";
   size_t i = 0;
   for (CLI::Option* opt : app.get_options()) {
     const size_t k = i++;
     if (opt == app.get_help_ptr() || opt == app.get_config_ptr()) continue;
+    if (!show_moe && opt->get_name().rfind("--moe-", 0) == 0) continue;  // a dense model
     opt->capture_default_str();
     std::string value = opt->get_default_str();
     if (value.empty() || value == "[]") value = "(none)";  // "[]": an empty list

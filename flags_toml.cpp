@@ -179,6 +179,7 @@ class Reader {
 const char* expected(const CLI::Option& opt, Kind* kind) {
   const std::string t = opt.get_type_name();
   if (opt.get_expected_max() == 0) return *kind = Kind::BOOLEAN, "true or false";  // a switch
+  if (t == kIntOrList) return *kind = Kind::BARE, "an integer or a quoted string";
   if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) return *kind = Kind::INTEGER, "an integer";
   if (t.rfind("FLOAT", 0) == 0) return *kind = Kind::FLOAT, "a number";
   return *kind = Kind::STRING, "a quoted string";
@@ -192,6 +193,14 @@ void check_type(const Reader& r, int line, const std::string& key, const CLI::Op
                 const Value& v) {
   Kind want;
   const std::string what = expected(opt, &want);
+  if (want == Kind::BARE) {  // kIntOrList: an integer, or a list written as a string
+    if (v.kind == Kind::ARRAY)
+      r.fail(line, key + " takes an integer or a quoted string; write a list as a string, "
+                         "e.g. " + key + " = \"[1,0,1,0]\"");
+    if (v.kind != Kind::INTEGER && v.kind != Kind::STRING)
+      r.fail(line, key + " must be " + what + ", got " + v.text);
+    return;
+  }
   if (v.kind == Kind::ARRAY) {
     if (opt.get_expected_max() <= 1) r.fail(line, key + " takes one value, got an array");
     for (const Value& item : v.items)

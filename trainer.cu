@@ -44,6 +44,8 @@
 #include "model/tensor_file.h"
 #include "model/transformer.h"
 #include "plan/plan.h"
+#include "report/moe_report.h"
+#include "report/report_moe.h"
 #include "report/rank_metrics.h"
 #include "report/report.h"
 #include "report/summary.h"
@@ -207,6 +209,8 @@ int train(const Options& o, const World& w) {
     Ledger::instance().reset_peaks();
     kernels::reset_flop_counter();
     kernels::reset_gemm_seconds();
+    kernels::reset_gemm_counts();
+    model.reset_moe_stats();
     CommStats::instance().reset();
     kernels::synchronize(dev);
     const double t0 = now_seconds();
@@ -226,11 +230,14 @@ int train(const Options& o, const World& w) {
     model.sync_tied_embedding();
     const float lr = learning_rate(o.train, step);
     const float grad_norm = optimizer.step(lr);
+    model.update_expert_bias(&topo.dp());  // --moe-router-enable-expert-bias: next step's
     // the reported loss: mean over the global batch (every microbatch of every dp rank)
     const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k), pp);
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;
     const CommStats step_comm = CommStats::instance();  // before the report's own gather
+    const std::vector<std::pair<std::string, kernels::GemmCount>> gemm_counts =
+        kernels::gemm_counts();
 
     StepMetrics s;
     s.step = step;
@@ -247,8 +254,37 @@ int train(const Options& o, const World& w) {
       s.resident_bytes[c] = (int64_t)Ledger::instance().current(Category(c));
     s.resident_measured = true;
     s.hardware_flops = kernels::flop_counter();
+    // the routers' step over every rank: a collective (every rank, every step), after the
+    // step's ledger was read (its buffers are the report's, not the training's)
+    const MoeStepReport moe = o.model.moe.enabled()
+                                  ? gather_moe_report(topo.world(), model, (double)k * dp)
+                                  : MoeStepReport();
+    // With a capacity the experts' rows (and the kept pairs) depend on the routing: the plan
+    // evaluated at the routing each pipeline measured this step, on rank 0 (plan/moe_memory.h)
+    std::vector<Plan> routed_plans;
+    if (o.model.moe.enabled() && o.model.moe.capacity_factor > 0) {
+      const std::vector<MoeRouting> routing =
+          gather_moe_routing(topo.world(), model, k, pipeline_of);
+      if (rank0)
+        for (const MoeRouting& r : routing)
+          routed_plans.push_back(make_plan(o.model, o.train, par, plan_options(o), r));
+    }
+    std::vector<const Plan*> rank_plans;  // each rank's, with routed_plans
+    for (int r = 0; r < w.size && !routed_plans.empty(); ++r)
+      rank_plans.push_back(&routed_plans.at(pipeline_of[r]));
+    const Plan& step_plan = routed_plans.empty() ? plan : routed_plans.at(pipeline_of[0]);
+    for (int l = 0; l < o.model.num_layers && o.model.moe.enabled(); ++l)
+      s.moe_nonempty.push_back(model.moe_layers()[l].stats.nonempty_experts);
     s.gemm_seconds = kernels::gemm_seconds();
     if (w.size > 1) s.comm_bytes = step_comm_bytes(step_comm);
+    for (const auto& [label, count] : gemm_counts)
+      s.gemm_calls.push_back({label, count.calls, count.flops});
+    if (!moe.empty()) {
+      s.moe = &moe;
+      s.aux_loss = moe.aux_loss;
+      s.z_loss = moe.z_loss;
+      s.dropped_pairs = o.model.moe.capacity_factor > 0 ? moe.dropped : -1;
+    }
 
     const bool last = step == o.train.train_iters;
     const bool report = step == 1 || last ||
@@ -299,7 +335,7 @@ int train(const Options& o, const World& w) {
       fill_bubbles(report_ranks, pipeline_of, pp_rank_of, predicted);
     }
     costs = measured_costs(plan.pipeline.schedule, pipeline);
-    fill_rates(s, plan, peak);
+    fill_rates(s, step_plan, peak);
 
     // The step line: the loss averaged since the previous line (Megatron's logged loss),
     // elapsed wall time and ETA = elapsed / steps done x steps left.
@@ -327,13 +363,17 @@ int train(const Options& o, const World& w) {
       std::printf("%s\n", validation_line(step, last, eval.loss, o.eval_iters,
                                           (int)plan.global_batch, eval.seconds).c_str());
     if (jsonl)
-      *jsonl << step_json(s, plan, w.rank, &step_comm, gather ? &report_ranks : nullptr)
+      *jsonl << step_json(s, step_plan, w.rank, &step_comm, gather ? &report_ranks : nullptr,
+                          rank_plans.empty() ? nullptr : &rank_plans)
              << "\n"
              << std::flush;
     if (report) {
-      std::printf("\n%s\n%s\n", memory_table(plan, w.rank, &s).c_str(),
-                  flops_table(plan, w.rank, &s).c_str());
-      if (w.size > 1) std::printf("%s\n", rank_memory_table(plan, ranks).c_str());
+      std::printf("\n%s\n%s\n", memory_table(step_plan, w.rank, &s).c_str(),
+                  flops_table(step_plan, w.rank, &s).c_str());
+      if (!moe.empty())
+        std::printf("%s\n%s\n", moe_table(moe, o.model).c_str(),
+                    gemm_calls_table(step_plan, s, w.rank, &s.moe_nonempty).c_str());
+      if (w.size > 1) std::printf("%s\n", rank_memory_table(step_plan, ranks).c_str());
       if (w.size > 1)
         std::printf("%s\n%s\n", comm_table(plan, &step_comm).c_str(),
                     step_comm.table("communication time (measured only), rank 0").c_str());

@@ -6,11 +6,14 @@
 // (kernels/cuda/) mirror; the per-element math comes from kernels/math.h so both twins run
 // the same arithmetic.
 //
-//   kernels/cpu/memory_gemm.cpp     device_malloc .. synchronize, gemm, gemm_strided_batched
+//   kernels/cpu/memory_gemm.cpp     device_malloc .. synchronize, gemm, gemm_strided_batched,
+//                                   gemm_grouped
 //   kernels/cpu/elementwise.cpp     add .. bias_backward, gelu, swiglu, dropout
 //   kernels/cpu/embedding.cpp       vocab-range embedding, position embedding
 //   kernels/cpu/norms.cpp           layernorm, rmsnorm
-//   kernels/cpu/attention.cpp       qkv_split, heads_merge, causal_softmax
+//   kernels/cpu/attention.cpp       qkv_split, heads_merge, rope, causal_softmax
+//   kernels/cpu/moe.cpp             MoE router (top-k, balancing scores, aux and z loss),
+//                                   permute / unpermute, gated expert activations, shared gate
 //   kernels/cpu/flash_attention.cpp flash_attention_forward / _backward (tiled, online softmax)
 //   kernels/cpu/loss_optimizer.cpp  adamw_update, sum_squares
 //   kernels/cpu/cross_entropy.cpp   cross_entropy_row_max, _sum_exp, _finish (three passes)
@@ -23,6 +26,7 @@
 #include <cstdint>
 
 namespace kernels {
+struct GemmGroup;  // kernels/ops.h
 namespace cpu {
 
 // ---- memory ----
@@ -41,6 +45,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float
                           const float* A, int lda, long long stride_a, const float* B, int ldb,
                           long long stride_b, float beta, float* C, int ldc, long long stride_c,
                           int batch);
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
+                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count);
 
 // ---- elementwise ----
 void add(float* out, const float* a, const float* b, size_t n);
@@ -88,6 +94,9 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
 void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D);
 void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D);
 
+void rope_forward(float* x, int B, int H, int S, int D, float theta);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta);
+
 // ---- attention, naive pieces ----
 void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale);
 void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
@@ -101,6 +110,34 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* q, const float* k, const float* v, const float* o,
                               const float* lse, int B, int A, int G, int S, int D, float scale,
                               float dropout_p, uint64_t seed, uint64_t stream);
+
+// ---- mixture of experts ----
+void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,
+                     int N, int E, int k, int score, bool pre_softmax, float scaling);
+void moe_router_topk_backward(float* dlogits, const float* dgates, const float* logits,
+                              const int* experts, int N, int E, int k, int score,
+                              bool pre_softmax, float scaling);
+void moe_balancing_scores(float* scores, const float* logits, int N, int E, int score);
+void moe_balancing_scores_backward(float* dlogits, const float* dscores, const float* logits,
+                                   int N, int E, int score);
+double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group);
+void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group);
+double moe_z_loss_sum(const float* logits, int N, int E);
+void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, float coeff);
+void moe_permute(float* out, float* out_gates, const float* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused);
+void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, int k,
+                   bool fused);
+void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slots, int pairs);
+void moe_swiglu_forward(float* out, const float* in, const float* gates, int M, int F);
+void moe_swiglu_backward(float* din, float* dgates, const float* dout, const float* in,
+                         const float* gates, int M, int F);
+void moe_gelu_forward(float* out, const float* in, const float* gates, int M, int F);
+void moe_gelu_backward(float* din, float* dgates, const float* dout, const float* in,
+                       const float* gates, int M, int F);
+void moe_shared_gate_forward(float* out, const float* y, const float* z, int N, int C);
+void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const float* y,
+                              const float* z, int N, int C);
 
 // ---- loss ----
 void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid);

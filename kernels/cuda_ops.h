@@ -7,9 +7,10 @@
 // synchronize() waits for it. Errors throw std::runtime_error naming file:line.
 // FLOPs are not counted here: the dispatcher counts them on the host.
 //
-// defined in: kernels/cuda/memory_gemm.cu (device, memory, GEMM), elementwise.cu
+// defined in: kernels/cuda/memory_gemm.cu (device, memory, GEMM, grouped GEMM), elementwise.cu
 // (elementwise, embedding, activations, dropout, convert), norms.cu, attention.cu (layout,
-// naive softmax), flash_attention.cu, flash_attention_backward.cu, loss_optimizer.cu.
+// RoPE, naive softmax), flash_attention.cu, flash_attention_backward.cu, loss_optimizer.cu,
+// moe.cu (router, permute / unpermute, gated expert activations, shared gate).
 //
 // The bf16 section at the end mirrors ops.h's: the same kernels, instantiated on bf16
 // storage (each .cu file templates its kernels on the storage type T in {float, bf16}).
@@ -21,6 +22,7 @@
 #include "kernels/common.h"  // kernels::bf16
 
 namespace kernels {
+struct GemmGroup;  // kernels/ops.h
 namespace cuda {
 
 // ---- device --------------------------------------------------------------------------------
@@ -46,6 +48,10 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float
                           const float* A, int lda, long long stride_a, const float* B, int ldb,
                           long long stride_b, float beta, float* C, int ldc, long long stride_c,
                           int batch);
+// cublasGemmGroupedBatchedEx, one problem per non-empty group; the device array of the
+// groups' pointers is uploaded on the stream each call.
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
+                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count);
 
 // ---- elementwise ---------------------------------------------------------------------------
 void add(float* out, const float* a, const float* b, size_t n);
@@ -95,6 +101,10 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
 void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D);
 void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D);
 
+// One thread per rotated pair (in place: it reads both halves before writing either).
+void rope_forward(float* x, int B, int H, int S, int D, float theta);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta);
+
 // ---- attention, naive pieces ---------------------------------------------------------------
 void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale);
 void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
@@ -110,6 +120,38 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* k, const float* v, const float* o, const float* lse,
                               int B, int A, int G, int S, int D, float scale, float dropout_p,
                               uint64_t seed, uint64_t stream);
+
+// ---- mixture of experts --------------------------------------------------------------------
+// Router ops: one thread per token row (kernels/math.h moe_*_row). The two sums return to the
+// host (blocking) from a block reduction in double. unpermute fused: one thread per output
+// element sums its k slots; unfused: a zeroing pass and k accumulating passes, the same sum in
+// the same order (bit for bit the fused result).
+void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,
+                     int N, int E, int k, int score, bool pre_softmax, float scaling);
+void moe_router_topk_backward(float* dlogits, const float* dgates, const float* logits,
+                              const int* experts, int N, int E, int k, int score,
+                              bool pre_softmax, float scaling);
+void moe_balancing_scores(float* scores, const float* logits, int N, int E, int score);
+void moe_balancing_scores_backward(float* dlogits, const float* dscores, const float* logits,
+                                   int N, int E, int score);
+double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group);
+void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group);
+double moe_z_loss_sum(const float* logits, int N, int E);
+void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, float coeff);
+void moe_permute(float* out, float* out_gates, const float* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused);
+void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, int k,
+                   bool fused);
+void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slots, int pairs);
+void moe_swiglu_forward(float* out, const float* in, const float* gates, int M, int F);
+void moe_swiglu_backward(float* din, float* dgates, const float* dout, const float* in,
+                         const float* gates, int M, int F);
+void moe_gelu_forward(float* out, const float* in, const float* gates, int M, int F);
+void moe_gelu_backward(float* din, float* dgates, const float* dout, const float* in,
+                       const float* gates, int M, int F);
+void moe_shared_gate_forward(float* out, const float* y, const float* z, int N, int C);
+void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const float* y,
+                              const float* z, int N, int C);
 
 // ---- loss ----------------------------------------------------------------------------------
 // The three passes: one block per row each.
@@ -188,6 +230,24 @@ void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, co
                               const bf16* k, const bf16* v, const bf16* o, const float* lse,
                               int B, int A, int G, int S, int D, float scale, float dropout_p,
                               uint64_t seed, uint64_t stream);
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const bf16* A, int lda, const bf16* B,
+                  int ldb, float beta, bf16* C, int ldc, const GemmGroup* groups, int count);
+void rope_forward(bf16* x, int B, int H, int S, int D, float theta);
+void rope_backward(bf16* dx, int B, int H, int S, int D, float theta);
+void moe_permute(bf16* out, float* out_gates, const bf16* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused);
+// unfused bf16: the k passes accumulate into an fp32 scratch (stream-ordered cudaMallocAsync)
+// and a last pass rounds it into out once, so it equals the fused result bit for bit.
+void moe_unpermute(bf16* out, const bf16* in, const int* slots, int N, int C, int k, bool fused);
+void moe_swiglu_forward(bf16* out, const bf16* in, const float* gates, int M, int F);
+void moe_swiglu_backward(bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                         const float* gates, int M, int F);
+void moe_gelu_forward(bf16* out, const bf16* in, const float* gates, int M, int F);
+void moe_gelu_backward(bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                       const float* gates, int M, int F);
+void moe_shared_gate_forward(bf16* out, const bf16* y, const bf16* z, int N, int C);
+void moe_shared_gate_backward(bf16* dy, bf16* dz, const bf16* dout, const bf16* y, const bf16* z,
+                              int N, int C);
 void adamw_update(float* master, bf16* params, const bf16* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
                   float bias2, float grad_scale);

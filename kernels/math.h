@@ -2,7 +2,9 @@
 // with its CPU twin (notes/design.md, "Two backends, one code path").
 //
 // defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad, silu, silu_grad,
-//          rope_inv_freq, counter_uniform (dropout RNG), adamw_step
+//          rope_inv_freq, counter_uniform (dropout RNG), adamw_step, and the MoE router rows:
+//          moe_topk_row, moe_topk_backward_row, moe_balancing_row, moe_balancing_backward_row,
+//          moe_logsumexp_row, moe_z_loss_backward_row
 #pragma once
 #include <cmath>
 #include "kernels/common.h"
@@ -156,6 +158,169 @@ HD void adamw_step(float& p, float& m, float& v, float g, float lr, float b1, fl
   float mhat = m / bias1;
   float vhat = v / bias2;
   p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+}
+
+// ---- mixture of experts: the router's per-row math (kernels/ops.h moe_*) -------------------
+// One row = one token's E logits. The CPU twin loops over rows, the CUDA kernel runs one
+// thread per row; both call these, so they agree to the last bit. Every softmax here is
+//   m = max_e l_e,  inv = 1 / sum_e exp(l_e - m),  p_e = exp(l_e - m) * inv
+// with exp_simd, recomputed where needed instead of kept in a scratch row (a thread has none).
+// Scores: 0 softmax, 1 sigmoid.
+
+HD float moe_softmax_stats(const float* l, int n, float& m, float& inv) {  // returns the sum
+  m = l[0];
+  for (int e = 1; e < n; e++) m = l[e] > m ? l[e] : m;
+  float sum = 0.0f;
+  for (int e = 0; e < n; e++) sum += exp_simd(l[e] - m);
+  inv = 1.0f / sum;
+  return sum;
+}
+
+// Top-k of one row (ops.h moe_router_topk). The ranking value of expert e is
+//   softmax, not pre_softmax: l_e;   pre_softmax: p_e;   sigmoid: sigmoid(l_e)
+// plus bias[e] when a bias is given (it picks, it never enters a gate). Pick j is the best
+// expert ranked strictly after pick j-1 in the order (value descending, index ascending), so
+// ties go to the lower index and no "taken" array is needed: O(k E). Gates of the picks:
+//   softmax:     g_j = exp(l_j - max_picked l) / sum over the picks
+//   pre_softmax: g_j = p_j
+//   sigmoid:     g_j = s_j / (sum_i s_i + 1e-20) for k > 1, s_j for k == 1
+// then g_j *= scaling (0: none). Rows with NaN logits are not handled.
+HD void moe_topk_row(float* gates, int* experts, const float* l, const float* bias, int E, int k,
+                     int score, bool pre_softmax, float scaling) {
+  float m = 0.0f, inv = 1.0f;
+  if (score == 0 && pre_softmax) moe_softmax_stats(l, E, m, inv);
+  float prev_v = 0.0f;
+  int prev_e = -1;
+  for (int j = 0; j < k; j++) {
+    float best_v = 0.0f;
+    int best_e = -1;
+    for (int e = 0; e < E; e++) {
+      float v = score == 1 ? sigmoid(l[e]) : (pre_softmax ? exp_simd(l[e] - m) * inv : l[e]);
+      if (bias) v += bias[e];
+      const bool after_prev = prev_e < 0 || v < prev_v || (v == prev_v && e > prev_e);
+      if (after_prev && (best_e < 0 || v > best_v)) {  // strict >: a tie keeps the lower e
+        best_v = v;
+        best_e = e;
+      }
+    }
+    experts[j] = best_e;
+    prev_v = best_v;
+    prev_e = best_e;
+  }
+  if (score == 1) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += (gates[j] = sigmoid(l[experts[j]]));
+    if (k > 1)
+      for (int j = 0; j < k; j++) gates[j] = gates[j] / (sum + 1e-20f);
+  } else if (pre_softmax) {
+    for (int j = 0; j < k; j++) gates[j] = exp_simd(l[experts[j]] - m) * inv;
+  } else {
+    float mk = l[experts[0]];
+    for (int j = 1; j < k; j++) mk = l[experts[j]] > mk ? l[experts[j]] : mk;
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += (gates[j] = exp_simd(l[experts[j]] - mk));
+    const float inv_k = 1.0f / sum;
+    for (int j = 0; j < k; j++) gates[j] *= inv_k;
+  }
+  if (scaling != 0.0f)
+    for (int j = 0; j < k; j++) gates[j] *= scaling;
+}
+
+// Its backward, dl(E) "=" from dg(k) (the picks fixed; G_j = scaling * dg_j, or dg_j):
+//   softmax:     dl_{e_j} = g_j (G_j - sum_i g_i G_i)            (softmax over the picks)
+//   pre_softmax: dl_e = p_e ([e picked] G_e - sum_i p_{e_i} G_i)  (softmax over all E)
+//   sigmoid k>1: S = sum_i s_i + 1e-20, g = s / S: ds_j = (G_j - sum_i g_i G_i) / S,
+//                dl_{e_j} = ds_j s_j (1 - s_j)
+//   sigmoid k=1: dl_{e_0} = G_0 s_0 (1 - s_0)
+HD void moe_topk_backward_row(float* dl, const float* dg, const float* l, const int* experts,
+                              int E, int k, int score, bool pre_softmax, float scaling) {
+  const float sc = scaling != 0.0f ? scaling : 1.0f;
+  for (int e = 0; e < E; e++) dl[e] = 0.0f;
+  if (score == 1) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += sigmoid(l[experts[j]]);
+    const float S = sum + 1e-20f;
+    float dot = 0.0f;
+    if (k > 1)
+      for (int j = 0; j < k; j++) dot += sigmoid(l[experts[j]]) / S * (sc * dg[j]);
+    for (int j = 0; j < k; j++) {
+      const float s = sigmoid(l[experts[j]]);
+      const float ds = k > 1 ? (sc * dg[j] - dot) / S : sc * dg[j];
+      dl[experts[j]] = ds * s * (1.0f - s);
+    }
+  } else if (pre_softmax) {
+    float m, inv;
+    moe_softmax_stats(l, E, m, inv);
+    float dot = 0.0f;
+    for (int j = 0; j < k; j++) dot += exp_simd(l[experts[j]] - m) * inv * (sc * dg[j]);
+    for (int e = 0; e < E; e++) dl[e] = -(exp_simd(l[e] - m) * inv) * dot;
+    for (int j = 0; j < k; j++) {
+      const float p = exp_simd(l[experts[j]] - m) * inv;
+      dl[experts[j]] = p * (sc * dg[j] - dot);
+    }
+  } else {
+    float mk = l[experts[0]];
+    for (int j = 1; j < k; j++) mk = l[experts[j]] > mk ? l[experts[j]] : mk;
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += exp_simd(l[experts[j]] - mk);
+    const float inv_k = 1.0f / sum;
+    float dot = 0.0f;
+    for (int j = 0; j < k; j++) dot += exp_simd(l[experts[j]] - mk) * inv_k * (sc * dg[j]);
+    for (int j = 0; j < k; j++) {
+      const float g = exp_simd(l[experts[j]] - mk) * inv_k;
+      dl[experts[j]] = g * (sc * dg[j] - dot);
+    }
+  }
+}
+
+// Load-balancing scores of one row (ops.h moe_balancing_scores), p(E) "=":
+//   softmax: p_e = softmax(l)_e;   sigmoid: p_e = s_e / (sum s + 1e-20), s = sigmoid(l).
+HD void moe_balancing_row(float* p, const float* l, int E, int score) {
+  if (score == 1) {
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++) sum += sigmoid(l[e]);
+    for (int e = 0; e < E; e++) p[e] = sigmoid(l[e]) / (sum + 1e-20f);
+  } else {
+    float m, inv;
+    moe_softmax_stats(l, E, m, inv);
+    for (int e = 0; e < E; e++) p[e] = exp_simd(l[e] - m) * inv;
+  }
+}
+// dl(E) += its backward of dp(E):
+//   softmax: dl_e += p_e (dp_e - sum_i p_i dp_i)
+//   sigmoid: S = sum s + 1e-20: dl_e += (dp_e - sum_i p_i dp_i) / S * s_e (1 - s_e)
+HD void moe_balancing_backward_row(float* dl, const float* dp, const float* l, int E, int score) {
+  if (score == 1) {
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++) sum += sigmoid(l[e]);
+    const float S = sum + 1e-20f;
+    float dot = 0.0f;
+    for (int e = 0; e < E; e++) dot += sigmoid(l[e]) / S * dp[e];
+    for (int e = 0; e < E; e++) {
+      const float s = sigmoid(l[e]);
+      dl[e] += (dp[e] - dot) / S * (s * (1.0f - s));
+    }
+  } else {
+    float m, inv;
+    moe_softmax_stats(l, E, m, inv);
+    float dot = 0.0f;
+    for (int e = 0; e < E; e++) dot += exp_simd(l[e] - m) * inv * dp[e];
+    for (int e = 0; e < E; e++) dl[e] += exp_simd(l[e] - m) * inv * (dp[e] - dot);
+  }
+}
+
+// z loss (ST-MoE): lse = m + log sum_e exp(l_e - m) of one row; its square's gradient, scaled,
+// dl_e += coeff * 2 lse softmax(l)_e.
+HD float moe_logsumexp_row(const float* l, int E) {
+  float m, inv;
+  const float sum = moe_softmax_stats(l, E, m, inv);
+  return m + logf(sum);
+}
+HD void moe_z_loss_backward_row(float* dl, const float* l, int E, float coeff) {
+  float m, inv;
+  const float sum = moe_softmax_stats(l, E, m, inv);
+  const float c = coeff * 2.0f * (m + logf(sum));
+  for (int e = 0; e < E; e++) dl[e] += c * (exp_simd(l[e] - m) * inv);
 }
 
 }  // namespace kernels

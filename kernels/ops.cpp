@@ -11,6 +11,7 @@
 // multiply-add = 2 FLOPs (plan/flops.h compares them with the plan):
 //   gemm                      2 m n k
 //   gemm_strided_batched      2 m n k batch
+//   gemm_grouped              sum over the groups of 2 m_i n_i k_i
 //   flash forward             2 products (Q K^T, P V) over the pairs the causal mask keeps:
 //                             query i sees i+1 keys, sum_i (i+1) = S(S+1)/2 pairs per (b,
 //                             head), 2D FLOPs per pair per product:
@@ -20,12 +21,18 @@
 // The tiled kernels also multiply the masked upper half of each diagonal tile (zeroed
 // afterwards); that work is not counted, as FlashAttention's own accounting leaves it out.
 //
+// Each GEMM call is also counted per label (GemmLabel): one call and its FLOPs go to the label
+// in force, "other" when none; add_flops (the attention kernels) adds FLOPs to it too, so the
+// labels' FLOPs sum to flop_counter(). The labels are a few string literals: a short vector
+// kept sorted by name, looked up by strcmp, is all the storage they need.
+//
 // GEMM wall time is measured here too, around the dispatch: on the CPU backend the call
 // returns when the product is done, so the elapsed time is the GEMM's. A CUDA launch returns
 // at once; timing it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
 //
 // defines: everything declared in kernels/ops.h, cuda_compiled, cuda_device_count
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cpu_ops.h"
@@ -84,10 +91,33 @@ void cuda_select_device(int) { no_cuda(); }
 // ---- FLOP counter -----------------------------------------------------------------------
 
 static double g_flops = 0.0;
+static const char* g_label = nullptr;  // the innermost live GemmLabel's, null: "other"
+static std::vector<std::pair<std::string, GemmCount>> g_counts;  // sorted by label
+
+// The count of the label in force, created (in sorted place) at its first use.
+static GemmCount& current_count() {
+  const char* label = g_label ? g_label : "other";
+  auto it = g_counts.begin();
+  while (it != g_counts.end() && std::strcmp(it->first.c_str(), label) < 0) ++it;
+  if (it == g_counts.end() || it->first != label) it = g_counts.insert(it, {label, GemmCount{}});
+  return it->second;
+}
 
 double flop_counter() { return g_flops; }
 void reset_flop_counter() { g_flops = 0.0; }
-void add_flops(double f) { g_flops += f; }
+void add_flops(double f) {
+  g_flops += f;
+  current_count().flops += f;
+}
+void count_gemm(double flops) {
+  add_flops(flops);
+  current_count().calls += 1;
+}
+
+std::vector<std::pair<std::string, GemmCount>> gemm_counts() { return g_counts; }
+void reset_gemm_counts() { g_counts.clear(); }
+GemmLabel::GemmLabel(const char* label) : previous_(g_label) { g_label = label; }
+GemmLabel::~GemmLabel() { g_label = previous_; }
 
 // ---- GEMM wall time ----------------------------------------------------------------------
 
@@ -140,7 +170,7 @@ void synchronize(Device d) { ON_DEVICE(synchronize, ); }
 
 void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  add_flops(2.0 * m * n * k);
+  count_gemm(2.0 * m * n * k);
   GemmTimer timer(d);
   ON_DEVICE(gemm, trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -149,10 +179,24 @@ void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, in
                           float alpha, const float* A, int lda, long long stride_a,
                           const float* B, int ldb, long long stride_b, float beta, float* C,
                           int ldc, long long stride_c, int batch) {
-  add_flops(2.0 * m * n * k * batch);
+  count_gemm(2.0 * m * n * k * batch);
   GemmTimer timer(d);
   ON_DEVICE(gemm_strided_batched, trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb,
             stride_b, beta, C, ldc, stride_c, batch);
+}
+
+double grouped_flops(const GemmGroup* groups, int count) {
+  double f = 0.0;
+  for (int i = 0; i < count; i++) f += 2.0 * groups[i].m * groups[i].n * groups[i].k;
+  return f;
+}
+
+void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc,
+                  const GemmGroup* groups, int count) {
+  count_gemm(grouped_flops(groups, count));
+  GemmTimer timer(d);
+  ON_DEVICE(gemm_grouped, trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count);
 }
 
 // ---- elementwise ------------------------------------------------------------------------
@@ -254,6 +298,13 @@ void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S,
   ON_DEVICE(heads_merge_backward, d_o, dout, B, S, A, D);
 }
 
+void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta) {
+  ON_DEVICE(rope_forward, x, B, H, S, D, theta);
+}
+void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta) {
+  ON_DEVICE(rope_backward, dx, B, H, S, D, theta);
+}
+
 // ---- attention, naive pieces ------------------------------------------------------------
 
 void causal_softmax_forward(Device d, float* probs, const float* scores, int rows, int S,
@@ -281,6 +332,76 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
   add_flops(10.0 * D * causal_pairs(B, A, S));
   ON_DEVICE(flash_attention_backward, dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale,
             dropout_p, seed, stream);
+}
+
+// ---- mixture of experts -----------------------------------------------------------------
+
+void moe_router_topk(Device d, float* gates, int* experts, const float* logits,
+                     const float* expert_bias, int N, int E, int k, int score, bool pre_softmax,
+                     float scaling) {
+  ON_DEVICE(moe_router_topk, gates, experts, logits, expert_bias, N, E, k, score, pre_softmax,
+            scaling);
+}
+void moe_router_topk_backward(Device d, float* dlogits, const float* dgates, const float* logits,
+                              const int* experts, int N, int E, int k, int score,
+                              bool pre_softmax, float scaling) {
+  ON_DEVICE(moe_router_topk_backward, dlogits, dgates, logits, experts, N, E, k, score,
+            pre_softmax, scaling);
+}
+void moe_balancing_scores(Device d, float* scores, const float* logits, int N, int E, int score) {
+  ON_DEVICE(moe_balancing_scores, scores, logits, N, E, score);
+}
+void moe_balancing_scores_backward(Device d, float* dlogits, const float* dscores,
+                                   const float* logits, int N, int E, int score) {
+  ON_DEVICE(moe_balancing_scores_backward, dlogits, dscores, logits, N, E, score);
+}
+double moe_weighted_sum(Device d, const float* scores, const float* weights, int N, int E,
+                        int group) {
+  ON_DEVICE(moe_weighted_sum, scores, weights, N, E, group);
+}
+void moe_weighted_sum_backward(Device d, float* dscores, const float* weights, int N, int E,
+                               int group) {
+  ON_DEVICE(moe_weighted_sum_backward, dscores, weights, N, E, group);
+}
+double moe_z_loss_sum(Device d, const float* logits, int N, int E) {
+  ON_DEVICE(moe_z_loss_sum, logits, N, E);
+}
+void moe_z_loss_backward(Device d, float* dlogits, const float* logits, int N, int E,
+                         float coeff) {
+  ON_DEVICE(moe_z_loss_backward, dlogits, logits, N, E, coeff);
+}
+void moe_permute(Device d, float* out, float* out_gates, const float* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused) {
+  ON_DEVICE(moe_permute, out, out_gates, in, gates, row_pair, M, C, k, fused);
+}
+void moe_unpermute(Device d, float* out, const float* in, const int* slots, int N, int C, int k,
+                   bool fused) {
+  ON_DEVICE(moe_unpermute, out, in, slots, N, C, k, fused);
+}
+void moe_unpermute_gates(Device d, float* dgates, const float* dperm_gates, const int* slots,
+                         int pairs) {
+  ON_DEVICE(moe_unpermute_gates, dgates, dperm_gates, slots, pairs);
+}
+void moe_swiglu_forward(Device d, float* out, const float* in, const float* gates, int M, int F) {
+  ON_DEVICE(moe_swiglu_forward, out, in, gates, M, F);
+}
+void moe_swiglu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
+                         const float* gates, int M, int F) {
+  ON_DEVICE(moe_swiglu_backward, din, dgates, dout, in, gates, M, F);
+}
+void moe_gelu_forward(Device d, float* out, const float* in, const float* gates, int M, int F) {
+  ON_DEVICE(moe_gelu_forward, out, in, gates, M, F);
+}
+void moe_gelu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
+                       const float* gates, int M, int F) {
+  ON_DEVICE(moe_gelu_backward, din, dgates, dout, in, gates, M, F);
+}
+void moe_shared_gate_forward(Device d, float* out, const float* y, const float* z, int N, int C) {
+  ON_DEVICE(moe_shared_gate_forward, out, y, z, N, C);
+}
+void moe_shared_gate_backward(Device d, float* dy, float* dz, const float* dout, const float* y,
+                              const float* z, int N, int C) {
+  ON_DEVICE(moe_shared_gate_backward, dy, dz, dout, y, z, N, C);
 }
 
 // ---- loss -------------------------------------------------------------------------------

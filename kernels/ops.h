@@ -14,6 +14,9 @@
 //  - ops are asynchronous on CUDA (one stream); kernels::synchronize waits.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 #include "kernels/common.h"
 
 namespace kernels {
@@ -38,14 +41,56 @@ void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, in
                           float alpha, const float* A, int lda, long long stride_a,
                           const float* B, int ldb, long long stride_b, float beta, float* C,
                           int ldc, long long stride_c, int batch);
-// FLOPs done by gemm, gemm_strided_batched and the attention kernels since the last reset
-// (host counter, counted at launch).
+// Grouped GEMM: `count` independent products in ONE call (one launch: the MoE experts'
+// projections, --moe-grouped-gemm). Group i is C_i(m_i, n_i) = alpha op(A_i) op(B_i) + beta
+// C_i with A_i = A + a_offset_i etc. (elements), the row strides shared by every group. A
+// group with m or n == 0 does nothing; one with k == 0 leaves C_i = beta C_i (beta must be 1
+// there: its product is empty). `groups` is a host array. CPU: one function running the
+// group's products one after another with the same sgemm as gemm (bit for bit the per-group
+// gemm calls); CUDA: cublasGemmGroupedBatchedEx. Counts as one GEMM call, sum 2 m n k FLOPs.
+struct GemmGroup {
+  int m = 0, n = 0, k = 0;
+  long long a_offset = 0, b_offset = 0, c_offset = 0;
+};
+void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc,
+                  const GemmGroup* groups, int count);
+// GEMM calls (gemm, gemm_strided_batched, gemm_grouped: one each) and their FLOPs since the
+// last reset, per label: the label in force when the call was made (GemmLabel below,
+// "other" when none). The model labels its products ("attention", "mlp", "router",
+// "experts", "shared_expert", "head"); plan/ predicts each label's count.
+struct GemmCount {
+  long long calls = 0;
+  double flops = 0;
+};
+// label -> count, in label order; the reset clears every label (reset the FLOP counter with
+// it for the labels' FLOPs to sum to flop_counter()).
+std::vector<std::pair<std::string, GemmCount>> gemm_counts();
+void reset_gemm_counts();
+// The label of the GEMMs issued while it lives (nests: the previous label comes back).
+// `label` must outlive the scope (a string literal).
+class GemmLabel {
+ public:
+  explicit GemmLabel(const char* label);
+  ~GemmLabel();
+  GemmLabel(const GemmLabel&) = delete;
+  GemmLabel& operator=(const GemmLabel&) = delete;
+ private:
+  const char* previous_;
+};
+// FLOPs done by gemm, gemm_strided_batched, gemm_grouped and the attention kernels since the
+// last reset (host counter, counted at launch).
 double flop_counter();
 void reset_flop_counter();
-void add_flops(double f);
-// Wall-clock seconds spent inside gemm and gemm_strided_batched since the last reset: the
-// denominator of bench/throughput.sh's step/GEMM ratio. Measured on the CPU backend only,
-// where a call returns when its product is done; a CUDA launch returns at once, so there
+void add_flops(double f);  // also to the current label's FLOPs (not its calls)
+// One GEMM call of `flops` FLOPs: add_flops plus one call of the current label. The
+// dispatchers (kernels/ops.cpp, ops_bf16.cpp) call it; model code has no need to.
+void count_gemm(double flops);
+// sum over the groups of 2 m n k: what gemm_grouped counts.
+double grouped_flops(const GemmGroup* groups, int count);
+// Wall-clock seconds spent inside gemm, gemm_strided_batched and gemm_grouped since the last
+// reset: the denominator of bench/throughput.sh's step/GEMM ratio. Measured on the CPU backend
+// only, where a call returns when its product is done; a CUDA launch returns at once, so there
 // it is not measured and gemm_seconds() returns -1.
 double gemm_seconds();
 void reset_gemm_seconds();
@@ -148,6 +193,80 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
                               const float* lse, int B, int A, int G, int S, int D, float scale,
                               float dropout_p, uint64_t seed, uint64_t stream);
 
+// ---- mixture of experts (model/moe.h) -----------------------------------------------------
+// Router math is fp32 whatever the storage (logits, scores, gate values). N tokens, E
+// experts, k experts per token; a (token, slot) "pair" is p = t*k + s.
+// Score functions: 0 softmax, 1 sigmoid (model/config.h Moe::Score).
+//
+// Top-k routing of logits(N,E) (kernels/math.h moe_* helpers hold the per-row math):
+//   softmax, pre_softmax false: the k largest logits, gates = softmax over those k;
+//   softmax, pre_softmax true:  p = softmax over all E, the k largest p, gates = those p;
+//   sigmoid: s = sigmoid(logits); the k largest s + expert_bias (bias may be null; it only
+//            picks), gates = the picked s / (their sum + 1e-20) when k > 1, s when k == 1.
+// Then gates *= scaling (scaling 0: none). Order within a row: by the selection value,
+// largest first; ties go to the lower expert index. experts(N,k) int32, gates(N,k) "=".
+void moe_router_topk(Device d, float* gates, int* experts, const float* logits,
+                     const float* expert_bias, int N, int E, int k, int score, bool pre_softmax,
+                     float scaling);
+// dlogits(N,E) "=" from dgates(N,k), the selection not differentiated (it recomputes the
+// scores from the logits).
+void moe_router_topk_backward(Device d, float* dlogits, const float* dgates, const float* logits,
+                              const int* experts, int N, int E, int k, int score,
+                              bool pre_softmax, float scaling);
+// The load-balancing scores(N,E) "=": softmax over E (softmax) or sigmoid / (row sum + 1e-20)
+// (sigmoid), whatever pre_softmax says (Megatron's compute_routing_scores_for_aux_loss).
+void moe_balancing_scores(Device d, float* scores, const float* logits, int N, int E, int score);
+// dlogits(N,E) += the scores' backward of dscores(N,E), recomputing the scores from logits.
+void moe_balancing_scores_backward(Device d, float* dlogits, const float* dscores,
+                                   const float* logits, int N, int E, int score);
+// The aux loss as a weighted sum: returns sum_t sum_e scores[t,e] * weights[t / group, e]
+// (to the host, blocking; double accumulation). aux_loss: one group of all N tokens;
+// seq_aux_loss: one per sequence (group = S). And its gradient dscores(N,E) "=" weights
+// broadcast over each group's rows.
+double moe_weighted_sum(Device d, const float* scores, const float* weights, int N, int E,
+                        int group);
+void moe_weighted_sum_backward(Device d, float* dscores, const float* weights, int N, int E,
+                               int group);
+// z loss pieces: returns sum_t logsumexp(logits_t)^2 (host, blocking); dlogits += coeff *
+// 2 lse_t softmax(logits_t).
+double moe_z_loss_sum(Device d, const float* logits, int N, int E);
+void moe_z_loss_backward(Device d, float* dlogits, const float* logits, int N, int E,
+                         float coeff);
+// Permute: row j of out(M,C) "=" in[row_pair[j] / k] (row_pair[j] a pair index, -1: a
+// padding row of zeros), and out_gates[j] = gates[row_pair[j]] (0 for padding; out_gates
+// null: rows only). fused: one kernel for rows and gates (--moe-permute-fusion, CUDA); else
+// two. The CPU runs one loop.
+void moe_permute(Device d, float* out, float* out_gates, const float* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused);
+// Unpermute: out(N,C) "=" sum over s < k of in[slots[t*k + s]] (slots: the permuted row of
+// pair (t, s), -1 when dropped), summed in slot order in fp32. fused: one kernel; else a
+// zeroing pass and k accumulating passes (one per slot). Also permute's backward.
+void moe_unpermute(Device d, float* out, const float* in, const int* slots, int N, int C, int k,
+                   bool fused);
+// The gates' gradient back to pairs: dgates(N*k) "=" dperm_gates[slots[p]], 0 when dropped.
+void moe_unpermute_gates(Device d, float* dgates, const float* dperm_gates, const int* slots,
+                         int pairs);
+// Expert activations with the gate applied after them (Megatron's experts): row j of
+// out(M,F) = act(in_j) * gate[j]. swiglu: in(M,2F) [gate | up] per row; gelu: in(M,F).
+void moe_swiglu_forward(Device d, float* out, const float* in, const float* gates, int M, int F);
+// din(M,2F) "=" and dgates(M) "=" (sum over the row of dout * act(in)).
+void moe_swiglu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
+                         const float* gates, int M, int F);
+void moe_gelu_forward(Device d, float* out, const float* in, const float* gates, int M, int F);
+void moe_gelu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
+                       const float* gates, int M, int F);
+// The shared expert's sigmoid gate (Qwen2-MoE): out(N,C) += sigmoid(z_t) * y(N,C); backward
+// dy "=" sigmoid(z) dout, dz(N) "=" sigmoid'(z) sum_c dout y.
+void moe_shared_gate_forward(Device d, float* out, const float* y, const float* z, int N, int C);
+void moe_shared_gate_backward(Device d, float* dy, float* dz, const float* dout, const float* y,
+                              const float* z, int N, int C);
+
+// ---- rotary embedding alone (qk-layernorm: the norm comes between the split and RoPE) ----
+// x(B,H,S,D) rotated in place by position s (rotate-half, kernels/math.h); backward rotates
+// the gradient back (the inverse rotation).
+void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta);
+void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta);
+
 // ---- loss -------------------------------------------------------------------------------
 // Softmax cross-entropy fused with its backward, in three passes so that the vocabulary may
 // be split over ranks (parallel/tensor_parallel.cpp reduces between them; one rank calls
@@ -248,6 +367,24 @@ void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16
                               const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                               const float* lse, int B, int A, int G, int S, int D, float scale,
                               float dropout_p, uint64_t seed, uint64_t stream);
+void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const bf16* A, int lda,
+                  const bf16* B, int ldb, float beta, bf16* C, int ldc,
+                  const GemmGroup* groups, int count);
+void moe_permute(Device d, bf16* out, float* out_gates, const bf16* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused);
+void moe_unpermute(Device d, bf16* out, const bf16* in, const int* slots, int N, int C, int k,
+                   bool fused);
+void moe_swiglu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F);
+void moe_swiglu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                         const float* gates, int M, int F);
+void moe_gelu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F);
+void moe_gelu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                       const float* gates, int M, int F);
+void moe_shared_gate_forward(Device d, bf16* out, const bf16* y, const bf16* z, int N, int C);
+void moe_shared_gate_backward(Device d, bf16* dy, bf16* dz, const bf16* dout, const bf16* y,
+                              const bf16* z, int N, int C);
+void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta);
+void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta);
 // AdamW on fp32 master weights with bf16 gradients; then params = round(master).
 void adamw_update(Device d, float* master, bf16* params, const bf16* grads, float* m, float* v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,

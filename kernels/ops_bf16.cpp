@@ -6,8 +6,11 @@
 // Ops that accumulate (dw += ...) widen their output first so the fp32 twin adds into it.
 // The fp32 scratch of the widening lives on the host only while the op runs; it is the CPU
 // twin's working memory, like cuBLAS's workspace, and not a tensor the ledger tracks.
-// CUDA: the templated kernels of kernels/cuda/ (kernels/cuda_ops.h); FLOPs are counted here
-// with the same formulas as kernels/ops.cpp.
+// CUDA: the templated kernels of kernels/cuda/ (kernels/cuda_ops.h); FLOPs (and the labelled
+// GEMM calls, count_gemm) are counted here with the same formulas as kernels/ops.cpp; the CPU
+// path counts through the fp32 dispatcher it calls.
+// The MoE ops keep their gates, probabilities and logits fp32 (ops.h): only the token rows
+// are widened and rounded.
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -70,7 +73,7 @@ double causal_pairs(int B, int A, int S) { return (double)B * A * ((double)S * (
 // ---- GEMM: the fp32 dispatcher counts FLOPs and GEMM time for the CPU path
 void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
           const bf16* B, int ldb, float beta, bf16* C, int ldc) {
-  if (d == Device::CUDA) add_flops(2.0 * m * n * k);
+  if (d == Device::CUDA) count_gemm(2.0 * m * n * k);
   ON_CUDA(gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
   Input a(A, ta ? span(k, m, lda) : span(m, k, lda)), b(B, tb ? span(n, k, ldb) : span(k, n, ldb));
   Widened c(C, span(m, n, ldc));
@@ -78,7 +81,7 @@ void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf
 }
 void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
           const bf16* B, int ldb, float beta, float* C, int ldc) {
-  if (d == Device::CUDA) add_flops(2.0 * m * n * k);
+  if (d == Device::CUDA) count_gemm(2.0 * m * n * k);
   ON_CUDA(gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
   Input a(A, ta ? span(k, m, lda) : span(m, k, lda)), b(B, tb ? span(n, k, ldb) : span(k, n, ldb));
   gemm(d, ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
@@ -86,7 +89,7 @@ void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf
 void gemm_strided_batched(Device d, bool ta, bool tb, int m, int n, int k, float alpha,
                           const bf16* A, int lda, long long sa, const bf16* B, int ldb,
                           long long sb, float beta, bf16* C, int ldc, long long sc, int batch) {
-  if (d == Device::CUDA) add_flops(2.0 * m * n * k * batch);
+  if (d == Device::CUDA) count_gemm(2.0 * m * n * k * batch);
   ON_CUDA(gemm_strided_batched(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
                                batch));
   const size_t na = (size_t)sa * (batch - 1) + (ta ? span(k, m, lda) : span(m, k, lda));
@@ -95,6 +98,25 @@ void gemm_strided_batched(Device d, bool ta, bool tb, int m, int n, int k, float
   Widened c(C, (size_t)sc * (batch - 1) + span(m, n, ldc));
   gemm_strided_batched(d, ta, tb, m, n, k, alpha, a.data(), lda, sa, b.data(), ldb, sb, beta,
                        c.data(), ldc, sc, batch);
+}
+
+// Grouped: the widened spans cover every group (the furthest element any group reaches); C
+// elements outside the groups round-trip exactly, so this is the per-group bf16 gemm calls.
+void gemm_grouped(Device d, bool ta, bool tb, float alpha, const bf16* A, int lda, const bf16* B,
+                  int ldb, float beta, bf16* C, int ldc, const GemmGroup* groups, int count) {
+  if (d == Device::CUDA) count_gemm(grouped_flops(groups, count));
+  ON_CUDA(gemm_grouped(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, groups, count));
+  size_t na = 0, nb = 0, nc = 0;
+  for (int i = 0; i < count; i++) {
+    const GemmGroup& g = groups[i];
+    if (g.m == 0 || g.n == 0 || g.k == 0) continue;
+    na = std::max(na, (size_t)g.a_offset + (ta ? span(g.k, g.m, lda) : span(g.m, g.k, lda)));
+    nb = std::max(nb, (size_t)g.b_offset + (tb ? span(g.n, g.k, ldb) : span(g.k, g.n, ldb)));
+    nc = std::max(nc, (size_t)g.c_offset + span(g.m, g.n, ldc));
+  }
+  Input a(A, na), b(B, nb);
+  Widened c(C, nc);
+  gemm_grouped(d, ta, tb, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, groups, count);
 }
 
 void convert(Device d, bf16* out, const float* in, size_t n) {
@@ -311,6 +333,80 @@ void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16
   Widened DQ(dq, nq), DK(dk, nk), DV(dv, nk);
   flash_attention_backward(d, DQ.data(), DK.data(), DV.data(), G_.data(), Q.data(), K.data(),
                            V.data(), O.data(), lse, B, A, G, S, D, scale, p, seed, stream);
+}
+
+// ---- RoPE alone
+void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta) {
+  ON_CUDA(rope_forward(x, B, H, S, D, theta));
+  Widened X(x, (size_t)B * H * S * D);
+  cpu::rope_forward(X.data(), B, H, S, D, theta);
+}
+void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta) {
+  ON_CUDA(rope_backward(dx, B, H, S, D, theta));
+  Widened X(dx, (size_t)B * H * S * D);
+  cpu::rope_backward(X.data(), B, H, S, D, theta);
+}
+
+// ---- mixture of experts: token rows bf16, gates fp32
+// Rows of `in` that a permutation reads: 1 + the largest token (or permuted row) named.
+static size_t rows_named(const int* idx, size_t n, int divisor) {
+  int rows = 0;
+  for (size_t i = 0; i < n; i++)
+    if (idx[i] >= 0) rows = std::max(rows, idx[i] / divisor + 1);
+  return (size_t)rows;
+}
+void moe_permute(Device d, bf16* out, float* out_gates, const bf16* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool fused) {
+  ON_CUDA(moe_permute(out, out_gates, in, gates, row_pair, M, C, k, fused));
+  Input I(in, rows_named(row_pair, M, k) * C);
+  Widened O(out, (size_t)M * C);
+  cpu::moe_permute(O.data(), out_gates, I.data(), gates, row_pair, M, C, k, fused);
+}
+void moe_unpermute(Device d, bf16* out, const bf16* in, const int* slots, int N, int C, int k,
+                   bool fused) {
+  ON_CUDA(moe_unpermute(out, in, slots, N, C, k, fused));
+  Input I(in, rows_named(slots, (size_t)N * k, 1) * C);
+  Widened O(out, (size_t)N * C);
+  cpu::moe_unpermute(O.data(), I.data(), slots, N, C, k, fused);
+}
+void moe_swiglu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F) {
+  ON_CUDA(moe_swiglu_forward(out, in, gates, M, F));
+  Input I(in, (size_t)M * 2 * F);
+  Widened O(out, (size_t)M * F);
+  cpu::moe_swiglu_forward(O.data(), I.data(), gates, M, F);
+}
+void moe_swiglu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                         const float* gates, int M, int F) {
+  ON_CUDA(moe_swiglu_backward(din, dgates, dout, in, gates, M, F));
+  Input G(dout, (size_t)M * F), I(in, (size_t)M * 2 * F);
+  Widened D(din, (size_t)M * 2 * F);
+  cpu::moe_swiglu_backward(D.data(), dgates, G.data(), I.data(), gates, M, F);
+}
+void moe_gelu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F) {
+  ON_CUDA(moe_gelu_forward(out, in, gates, M, F));
+  Input I(in, (size_t)M * F);
+  Widened O(out, (size_t)M * F);
+  cpu::moe_gelu_forward(O.data(), I.data(), gates, M, F);
+}
+void moe_gelu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
+                       const float* gates, int M, int F) {
+  ON_CUDA(moe_gelu_backward(din, dgates, dout, in, gates, M, F));
+  Input G(dout, (size_t)M * F), I(in, (size_t)M * F);
+  Widened D(din, (size_t)M * F);
+  cpu::moe_gelu_backward(D.data(), dgates, G.data(), I.data(), gates, M, F);
+}
+void moe_shared_gate_forward(Device d, bf16* out, const bf16* y, const bf16* z, int N, int C) {
+  ON_CUDA(moe_shared_gate_forward(out, y, z, N, C));
+  Input Y(y, (size_t)N * C), Z(z, N);
+  Widened O(out, (size_t)N * C);
+  cpu::moe_shared_gate_forward(O.data(), Y.data(), Z.data(), N, C);
+}
+void moe_shared_gate_backward(Device d, bf16* dy, bf16* dz, const bf16* dout, const bf16* y,
+                              const bf16* z, int N, int C) {
+  ON_CUDA(moe_shared_gate_backward(dy, dz, dout, y, z, N, C));
+  Input G(dout, (size_t)N * C), Y(y, (size_t)N * C), Z(z, N);
+  Widened DY(dy, (size_t)N * C), DZ(dz, N);
+  cpu::moe_shared_gate_backward(DY.data(), DZ.data(), G.data(), Y.data(), Z.data(), N, C);
 }
 
 // ---- optimizer

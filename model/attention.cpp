@@ -154,4 +154,77 @@ template void attention_recompute(const LayerContext&, LayerActivations<float>&,
 template void attention_recompute(const LayerContext&, LayerActivations<kernels::bf16>&,
                                   Workspace<kernels::bf16>&);
 
+// ---- --qk-layernorm (Qwen3, OLMo 2) ---------------------------------------------------------
+// The family's norm over each head's d channels of q and k, one (d) weight shared by the
+// heads, between the split and RoPE: q = rope(norm(q_raw)). Rows: B heads S.
+namespace {
+template <typename T>
+void head_norm_forward(const LayerContext& c, T* out, Buffer<float>& mean, Buffer<float>& rstd,
+                       const T* x, const T* w, const T* b, int rows) {
+  const ModelConfig& m = c.model;
+  if (m.is_gpt())
+    kernels::layernorm_forward(c.device, out, mean.data(), rstd.data(), x, w, b, rows,
+                               m.head_dim(), m.norm_epsilon);
+  else
+    kernels::rmsnorm_forward(c.device, out, rstd.data(), x, w, rows, m.head_dim(), m.norm_epsilon);
+}
+
+// d(normed) in place -> d(raw) in place; the weights' gradients +=.
+template <typename T>
+void head_norm_backward(const LayerContext& c, T* dx, T* dw, T* db, const T* x, const T* w,
+                        const Buffer<float>& mean, const Buffer<float>& rstd, int rows) {
+  const ModelConfig& m = c.model;
+  const size_t n = (size_t)rows * m.head_dim();
+  Buffer<T> d_raw(c.device, n, Category::WORKSPACE);
+  kernels::memset_zero(c.device, d_raw.data(), n * sizeof(T));  // the norms' dx is +=
+  if (m.is_gpt())
+    kernels::layernorm_backward(c.device, d_raw.data(), dw, db, dx, x, w, mean.data(),
+                                rstd.data(), rows, m.head_dim());
+  else
+    kernels::rmsnorm_backward(c.device, d_raw.data(), dw, dx, x, w, rstd.data(), rows,
+                              m.head_dim());
+  kernels::memcpy_device(c.device, dx, d_raw.data(), n * sizeof(T));
+}
+
+}  // namespace
+
+template <typename T>
+void qk_norm_forward(const LayerContext& c, const LayerWeights<T>& w, LayerActivations<T>& a) {
+  const ModelConfig& m = c.model;
+  const int S = m.seq_length, A = m.num_attention_heads, G = m.groups(), d = m.head_dim();
+  head_norm_forward(c, a.q.data(), a.q_norm_mean, a.q_norm_rstd, a.q_raw.data(), w.q_norm_w,
+                    w.q_norm_b, c.B * A * S);
+  head_norm_forward(c, a.k.data(), a.k_norm_mean, a.k_norm_rstd, a.k_raw.data(), w.k_norm_w,
+                    w.k_norm_b, c.B * G * S);
+  if (!m.is_gpt()) {  // RoPE after the norm (gpt has learned positions)
+    kernels::rope_forward(c.device, a.q.data(), c.B, A, S, d, m.rope_theta);
+    kernels::rope_forward(c.device, a.k.data(), c.B, G, S, d, m.rope_theta);
+  }
+}
+
+template <typename T>
+void qk_norm_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<T>& g,
+                      LayerActivations<T>& a, Workspace<T>& ws) {
+  const ModelConfig& m = c.model;
+  const int S = m.seq_length, A = m.num_attention_heads, G = m.groups(), d = m.head_dim();
+  if (!m.is_gpt()) {
+    kernels::rope_backward(c.device, ws.dq.data(), c.B, A, S, d, m.rope_theta);
+    kernels::rope_backward(c.device, ws.dk.data(), c.B, G, S, d, m.rope_theta);
+  }
+  head_norm_backward(c, ws.dq.data(), g.q_norm_w, g.q_norm_b, a.q_raw.data(), w.q_norm_w,
+                     a.q_norm_mean, a.q_norm_rstd, c.B * A * S);
+  head_norm_backward(c, ws.dk.data(), g.k_norm_w, g.k_norm_b, a.k_raw.data(), w.k_norm_w,
+                     a.k_norm_mean, a.k_norm_rstd, c.B * G * S);
+}
+
+template void qk_norm_forward(const LayerContext&, const LayerWeights<float>&,
+                              LayerActivations<float>&);
+template void qk_norm_forward(const LayerContext&, const LayerWeights<kernels::bf16>&,
+                              LayerActivations<kernels::bf16>&);
+template void qk_norm_backward(const LayerContext&, const LayerWeights<float>&,
+                               LayerGrads<float>&, LayerActivations<float>&, Workspace<float>&);
+template void qk_norm_backward(const LayerContext&, const LayerWeights<kernels::bf16>&,
+                               LayerGrads<kernels::bf16>&, LayerActivations<kernels::bf16>&,
+                               Workspace<kernels::bf16>&);
+
 }  // namespace paralab

@@ -59,6 +59,39 @@ struct Recompute {
   }
 };
 
+// Mixture of experts (Megatron-Core's --num-experts and --moe-* flags; model/moe.h is the
+// lesson). num_experts == 0: every layer's MLP is dense. Otherwise the layers moe_layer
+// picks run E experts, each the family's MLP (SwiGLU | GeLU, no biases) of width
+// ffn_hidden_size, behind a router h -> E computed in fp32.
+struct Moe {
+  enum class Score { SOFTMAX, SIGMOID };
+  enum class Balancing { AUX_LOSS, SEQ_AUX_LOSS, NONE };
+  enum class DropPolicy { PROBS, POSITION };
+  int num_experts = 0;                 // E; 0: dense model
+  int ffn_hidden_size = 0;             // each expert's width; 0 -> the model's ffn()
+  std::vector<int> layer_pattern;      // per layer 1 = MoE, 0 = dense; empty: every layer
+  int topk = 2;                        // k experts per token
+  Score score = Score::SOFTMAX;
+  bool pre_softmax = false;            // softmax over all E, then top-k (no renormalising)
+  float topk_scaling_factor = 0.0f;    // 0: none; else multiplies the gate values
+  Balancing balancing = Balancing::AUX_LOSS;
+  float aux_loss_coeff = 0.0f;         // alpha
+  float z_loss_coeff = 0.0f;           // beta
+  bool expert_bias = false;            // aux-loss-free balancing (sigmoid only)
+  float bias_update_rate = 1e-3f;
+  float capacity_factor = 0.0f;        // 0: dropless; else capacity = ceil(T k / E * cf)
+  DropPolicy drop_policy = DropPolicy::PROBS;
+  bool pad_to_capacity = false;        // every expert runs exactly min(capacity, T) rows
+  int shared_expert_size = 0;          // 0: none; else a dense expert of this width
+  bool shared_expert_gate = false;     // Qwen2-MoE's sigmoid gate on the shared expert
+  bool grouped_gemm = false;           // one GEMM call per projection for all experts
+  bool permute_fusion = false;         // CUDA: one fused permute / unpermute kernel
+  bool enabled() const { return num_experts > 0; }
+  bool is_moe_layer(int layer) const {
+    return enabled() && (layer_pattern.empty() || layer_pattern.at(layer) != 0);
+  }
+};
+
 struct ModelConfig {
   Arch arch = Arch::GPT;
   int num_layers = 2;
@@ -73,11 +106,13 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;   // after attention projection and after MLP (gpt)
   float attention_dropout = 0.0f;// on attention probabilities (gpt)
   float norm_epsilon = 1e-5f;
-  float rope_theta = 10000.0f;   // llama only
+  float rope_theta = 10000.0f;   // llama only (--rotary-base)
+  bool qk_layernorm = false;     // RMSNorm (LayerNorm for gpt) of q and k per head, before RoPE
   AttentionImpl attention = AttentionImpl::FLASH;
   bool fused_cross_entropy = true;
   int cross_entropy_chunk = 1024;  // tokens per chunk of the fused loss
   Recompute recompute;             // --recompute-*: here because the layer code reads it
+  Moe moe;                         // --num-experts, --moe-*
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
@@ -89,6 +124,12 @@ struct ModelConfig {
   int qkv_size() const { return (num_attention_heads + 2 * groups()) * head_dim(); }
   // Width of fc1's output: SwiGLU computes gate and up in one GEMM.
   int fc1_size() const { return arch == Arch::LLAMA ? 2 * ffn() : ffn(); }
+  // An expert's width and fc1 output; the shared expert's.
+  int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
+  int moe_fc1_size() const { return arch == Arch::LLAMA ? 2 * moe_ffn() : moe_ffn(); }
+  int shared_fc1_size() const {
+    return arch == Arch::LLAMA ? 2 * moe.shared_expert_size : moe.shared_expert_size;
+  }
 };
 
 struct TrainConfig {

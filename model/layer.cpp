@@ -7,7 +7,9 @@
 // and fc2 row-parallel, and each block is bracketed by the conjugate operators:
 //   u_full = enter_column_parallel(norm(x))      f (identity) | sp: all-gather
 //   y      = exit_row_parallel(partial)          g (all-reduce) | sp: reduce-scatter
-// so the code below is the single-rank layer with those two calls around each block. N is
+// so the code below is the single-rank layer with those two calls around each block. An MoE
+// layer (model/moe.h) runs its router and experts in place of fc1 -> act -> fc2, on one rank
+// (tp 1). --qk-layernorm normalises q and k per head between the split and RoPE. N is
 // the microbatch's tokens; N_l = N, or N/t with sequence parallelism, is what the norms,
 // dropout and residual see.
 // A linear layer y = x W^T + b (W stored (out, in) like PyTorch) has backward
@@ -73,6 +75,11 @@ void allocate_module(const LayerContext& c, LayerActivations<T>& a, Module mod, 
       a.norm2_out.allocate(dev, Nl * h, cat);
       break;
     case Module::MLP:
+      if (m.moe.is_moe_layer(c.layer)) {  // model/moe.cpp allocates its own
+        if (cat == Category::RECOMPUTE)
+          throw std::logic_error("layer: selective mlp recompute of an MoE layer");
+        break;
+      }
       a.fc1_out.allocate(dev, N * m.fc1_size(), cat);
       a.act_out.allocate(dev, N * m.ffn(), cat);
       break;
@@ -110,6 +117,14 @@ void allocate_activations(const LayerContext& c, LayerActivations<T>& a) {
     if (!recomputed(m, mod)) allocate_module(c, a, mod, act);
   a.q.allocate(dev, N * A * d, act);
   a.k.allocate(dev, N * G * d, act);
+  if (m.qk_layernorm) {
+    a.q_raw.allocate(dev, N * A * d, act);
+    a.k_raw.allocate(dev, N * G * d, act);
+    if (m.is_gpt()) a.q_norm_mean.allocate(dev, N * A, act);
+    if (m.is_gpt()) a.k_norm_mean.allocate(dev, N * G, act);
+    a.q_norm_rstd.allocate(dev, N * A, act);
+    a.k_norm_rstd.allocate(dev, N * G, act);
+  }
   a.v.allocate(dev, N * G * d, act);
   a.ctx.allocate(dev, N * A * d, act);
   if (m.hidden_dropout > 0.0f) a.proj_mask.allocate(dev, Nl * h, act);
@@ -203,6 +218,7 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   const Device dev = c.device;
   const int N = c.B * m.seq_length, Nl = tp.local_tokens(N), h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
+  kernels::GemmLabel label("attention");  // the MLP block labels its own
   allocate_activations(c, a);
 
   // ---- attention block: norm, qkv (column-parallel), attention on local heads,
@@ -212,9 +228,16 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
   column_parallel_forward(tp, ws.qkv.data(), u, w.qkv_w, w.qkv_b, N, h, m.qkv_size());
   close_recomputed(c, a, Module::NORM1);
-  kernels::qkv_split_forward(dev, a.q.data(), a.k.data(), a.v.data(), ws.qkv.data(), c.B,
-                             m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
-                             m.is_gpt() ? 0.0f : m.rope_theta);
+  if (m.qk_layernorm) {  // the split without RoPE, then the norms and RoPE
+    kernels::qkv_split_forward(dev, a.q_raw.data(), a.k_raw.data(), a.v.data(), ws.qkv.data(),
+                               c.B, m.seq_length, m.num_attention_heads, m.groups(),
+                               m.head_dim(), 0.0f);
+    qk_norm_forward(c, w, a);
+  } else {
+    kernels::qkv_split_forward(dev, a.q.data(), a.k.data(), a.v.data(), ws.qkv.data(), c.B,
+                               m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
+                               m.is_gpt() ? 0.0f : m.rope_theta);
+  }
   open_recomputed(c, a, Module::CORE_ATTN);
   attention_forward(c, a, ws);
   close_recomputed(c, a, Module::CORE_ATTN);
@@ -227,8 +250,13 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   open_recomputed(c, a, Module::MLP);
   norm_forward(c, a.norm2_out.data(), a.norm2_mean, a.norm2_rstd, a.x_mid.data(), w.norm2_w,
                w.norm2_b, Nl);
-  mlp_up(c, w, a, tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h));
-  row_parallel_forward(tp, ws.tmp_h.data(), a.act_out.data(), w.fc2_w, N, m.ffn(), h);
+  if (m.moe.is_moe_layer(c.layer)) {  // experts instead of fc1, fc2 (tp 1: no collectives)
+    moe_forward(c, w.moe, a.norm2_out.data(), ws.tmp_h.data(), a.moe);
+  } else {
+    kernels::GemmLabel label("mlp");
+    mlp_up(c, w, a, tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h));
+    row_parallel_forward(tp, ws.tmp_h.data(), a.act_out.data(), w.fc2_w, N, m.ffn(), h);
+  }
   close_recomputed(c, a, Module::NORM2);
   close_recomputed(c, a, Module::MLP);
   const T* y2 = finish_block(c, ws, w.fc2_b, a.fc2_mask.data(), 3);
@@ -244,6 +272,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   const int N = c.B * m.seq_length, Nl = tp.local_tokens(N), h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
   const Recompute& rc = m.recompute;
+  kernels::GemmLabel label("attention");  // the MLP block labels its own
   T* dres = ws.dres.data();
   // Split: each linear's weight gradient waits for W; its output gradient is kept for it.
   const bool split = part == BackwardPart::INPUT_GRAD;
@@ -274,21 +303,27 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   }
   // d(out) = dres flows to x_mid unchanged and into the MLP branch
   const T* dy = finish_block_backward(c, ws, dres, a.fc2_mask.data(), g.fc2_b);
-  if (split) defer(a.d_fc2, dy, (size_t)N * h);
-  row_parallel_backward(tp, ws.dact.data(), split ? nullptr : g.fc2_w, dy, a.act_out.data(),
-                        w.fc2_w, N, m.ffn(), h);
-  if (m.is_gpt())
-    kernels::gelu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(),
-                           (size_t)N * m.ffn());
-  else
-    kernels::swiglu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(), N, m.ffn());
-  // with sp the saved input is this rank's tokens only: gather it again for dW
-  const T* u2 = u2_kept ? u2_kept
-                        : tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
-  if (split && tp.sequence_parallel) defer(fc1_in, u2, (size_t)N * h);
-  if (split) defer(a.d_fc1, ws.dfc1.data(), (size_t)N * m.fc1_size());
-  column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
-                           ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
+  if (m.moe.is_moe_layer(c.layer)) {
+    // its weight gradients are done here, in B too: a split backward's W has none of them
+    moe_backward(c, w.moe, g.moe, a.norm2_out.data(), dy, ws.tmp_h.data(), a.moe);
+  } else {
+    kernels::GemmLabel label("mlp");
+    if (split) defer(a.d_fc2, dy, (size_t)N * h);
+    row_parallel_backward(tp, ws.dact.data(), split ? nullptr : g.fc2_w, dy, a.act_out.data(),
+                          w.fc2_w, N, m.ffn(), h);
+    if (m.is_gpt())
+      kernels::gelu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(),
+                             (size_t)N * m.ffn());
+    else
+      kernels::swiglu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(), N, m.ffn());
+    // with sp the saved input is this rank's tokens only: gather it again for dW
+    const T* u2 = u2_kept ? u2_kept
+                          : tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
+    if (split && tp.sequence_parallel) defer(fc1_in, u2, (size_t)N * h);
+    if (split) defer(a.d_fc1, ws.dfc1.data(), (size_t)N * m.fc1_size());
+    column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
+                             ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
+  }
   const T* du2 = tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
   norm_backward(c, dres, g.norm2_w, g.norm2_b, du2, a.x_mid.data(), w.norm2_w, a.norm2_mean,
                 a.norm2_rstd, Nl);
@@ -304,9 +339,10 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   if (rc.recompute_core_attn()) attention_recompute(c, a, ws);
   attention_backward(c, a, ws);
   close_recomputed(c, a, Module::CORE_ATTN);
+  if (m.qk_layernorm) qk_norm_backward(c, w, g, a, ws);  // RoPE's, then the norms' backward
   kernels::qkv_split_backward(dev, ws.qkv.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c.B,
                               m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
-                              m.is_gpt() ? 0.0f : m.rope_theta);
+                              m.is_gpt() || m.qk_layernorm ? 0.0f : m.rope_theta);
   open_recomputed(c, a, Module::NORM1);
   if (rc.recompute_norm())  // norm1 again, from the layer input
     norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
@@ -343,10 +379,16 @@ void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivat
   const TensorParallel& tp = c.tp;
   const int N = c.B * m.seq_length, h = m.hidden_size;
   const int attn = m.num_attention_heads * m.head_dim();
-  // every linear's input as B kept it: all N rows (with sp the gathered norm outputs)
-  linear_weight_backward(tp, g.fc2_w, (T*)nullptr, a.d_fc2.data(), a.act_out.data(), N, m.ffn(), h);
-  linear_weight_backward(tp, g.fc1_w, g.fc1_b, a.d_fc1.data(), a.norm2_out.data(), N, h,
-                         m.fc1_size());
+  // every linear's input as B kept it: all N rows (with sp the gathered norm outputs); an
+  // MoE layer's B did its experts' and router's
+  if (!m.moe.is_moe_layer(c.layer)) {
+    kernels::GemmLabel label("mlp");
+    linear_weight_backward(tp, g.fc2_w, (T*)nullptr, a.d_fc2.data(), a.act_out.data(), N,
+                           m.ffn(), h);
+    linear_weight_backward(tp, g.fc1_w, g.fc1_b, a.d_fc1.data(), a.norm2_out.data(), N, h,
+                           m.fc1_size());
+  }
+  kernels::GemmLabel attention_label("attention");
   linear_weight_backward(tp, g.proj_w, (T*)nullptr, a.d_proj.data(), a.ctx.data(), N, attn, h);
   linear_weight_backward(tp, g.qkv_w, g.qkv_b, a.d_qkv.data(), a.norm1_out.data(), N, h,
                          m.qkv_size());
@@ -374,8 +416,16 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp, kernel
   dq.allocate(dev, n * A * d, ws);
   dk.allocate(dev, n * G * d, ws);
   dv.allocate(dev, n * G * d, ws);
-  dact.allocate(dev, n * m.ffn(), ws);
-  dfc1.allocate(dev, n * m.fc1_size(), ws);
+  // the dense MLP's gradients: not when every layer is MoE (model/moe.cpp has its own)
+  bool dense_mlp = false;
+  for (int l = 0; l < m.num_layers; ++l) dense_mlp = dense_mlp || !m.moe.is_moe_layer(l);
+  if (dense_mlp) {
+    dact.allocate(dev, n * m.ffn(), ws);
+    dfc1.allocate(dev, n * m.fc1_size(), ws);
+  } else {
+    dact.reset();
+    dfc1.reset();
+  }
   if (m.attention == AttentionImpl::NAIVE) {
     scores.allocate(dev, B * A * S * S, ws);
     dprobs.allocate(dev, B * A * S * S, ws);

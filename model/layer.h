@@ -4,7 +4,7 @@
 // defines: LayerWeights, LayerGrads (pointers into the flat buffers), LayerActivations (what
 // backward needs, category activations), Workspace (scratch reused by every layer, category
 // workspace), layer_forward, layer_backward, attention_forward, attention_backward,
-// attention_recompute
+// attention_recompute, qk_norm_forward, qk_norm_backward
 //
 // Everything is templated on the storage type T: float, or kernels::bf16 with --bf16
 // (notes/model.md: norm statistics, the log-sum-exp and the losses stay float). The
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include "measure/ledger.h"
 #include "model/config.h"
+#include "model/moe.h"
 #include "parallel/tensor_parallel.h"
 
 namespace paralab {
@@ -27,6 +28,9 @@ struct LayerWeights {
   const T *norm2_w = nullptr, *norm2_b = nullptr;
   const T *fc1_w = nullptr, *fc1_b = nullptr;    // (fc1, h), (fc1)
   const T *fc2_w = nullptr, *fc2_b = nullptr;    // (h, f), (h)
+  const T *q_norm_w = nullptr, *q_norm_b = nullptr;  // --qk-layernorm: (d) each
+  const T *k_norm_w = nullptr, *k_norm_b = nullptr;
+  MoeWeights<T> moe;                             // MoE layers instead of fc1, fc2
 };
 // The same layout in the flat gradient buffer.
 template <typename T>
@@ -34,6 +38,8 @@ struct LayerGrads {
   T *norm1_w = nullptr, *norm1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr;
   T *proj_w = nullptr, *proj_b = nullptr, *norm2_w = nullptr, *norm2_b = nullptr;
   T *fc1_w = nullptr, *fc1_b = nullptr, *fc2_w = nullptr, *fc2_b = nullptr;
+  T *q_norm_w = nullptr, *q_norm_b = nullptr, *k_norm_w = nullptr, *k_norm_b = nullptr;
+  MoeGrads<T> moe;
 };
 
 // Saved for backward, one microbatch, one layer (notes/model.md lists each with its size).
@@ -63,6 +69,10 @@ struct LayerActivations {
   // Split backward (zb-h1): the output gradients of the four linear layers, kept from B to
   // W beside their inputs (norm1_out, ctx, norm2_out, act_out), category activations.
   Buffer<T> d_qkv, d_proj, d_fc1, d_fc2;  // (N, qkv_l), (N, h), (N, fc1_l), (N, h)
+  // --qk-layernorm: q and k before their norm (B,a,S,d), (B,g,S,d), and its statistics.
+  Buffer<T> q_raw, k_raw;
+  Buffer<float> q_norm_mean, q_norm_rstd, k_norm_mean, k_norm_rstd;  // (B a S), (B g S)
+  MoeActivations<T> moe;                  // MoE layers: the router's and experts' tensors
 };
 
 // What a layer's backward computes: all of it, or a split schedule's two halves
@@ -106,6 +116,13 @@ struct LayerContext {
   int layer;             // index, keys the dropout streams 4l+1, 4l+2, 4l+3 (notes/model.md)
   int B;                 // microbatch size
   uint64_t dropout_seed; // the microbatch's seed
+  // MoE layers (model/moe.h): the layer's state (expert bias, statistics), whether this
+  // forward records statistics (a training forward, not a recompute's second one), whether it
+  // is an evaluation (no balancing losses), and the scale of the auxiliary losses' gradients.
+  MoeLayerState* moe = nullptr;
+  bool record_moe_stats = false;
+  bool forward_only = false;
+  float grad_scale = 1.0f;
 };
 
 // Instantiated for T = float and kernels::bf16 (model/layer.cpp, model/attention.cpp).
@@ -132,5 +149,13 @@ void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspa
 // log-sum-exp and O (ws.o_heads), with the forward's kernels on the kept q, k, v.
 template <typename T>
 void attention_recompute(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws);
+// --qk-layernorm (model/attention.cpp): act.q_raw, k_raw -> act.q, act.k normalised per head,
+// then rotated (llama); backward turns ws.dq, dk (after the core) into d(q_raw), d(k_raw)
+// in place and accumulates the norms' weight gradients.
+template <typename T>
+void qk_norm_forward(const LayerContext& c, const LayerWeights<T>& w, LayerActivations<T>& act);
+template <typename T>
+void qk_norm_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<T>& g,
+                      LayerActivations<T>& act, Workspace<T>& ws);
 
 }  // namespace paralab

@@ -24,18 +24,40 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
   add("embedding.word", {V, h}, true, TpSplit::VOCAB);
   for (int i = 0; i < m.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
+    const bool moe = m.moe.is_moe_layer(i);
+    const int64_t d = m.head_dim();
     add(p + "norm1.weight", {h}, false, R);
     if (bias) add(p + "norm1.bias", {h}, false, R);
     add(p + "norm2.weight", {h}, false, R);
     if (bias) add(p + "norm2.bias", {h}, false, R);
+    if (m.qk_layernorm) {  // one (d) norm shared by every head
+      add(p + "attn.q_norm.weight", {d}, false, R);
+      if (bias) add(p + "attn.q_norm.bias", {d}, false, R);
+      add(p + "attn.k_norm.weight", {d}, false, R);
+      if (bias) add(p + "attn.k_norm.bias", {d}, false, R);
+    }
     if (bias) add(p + "attn.proj.bias", {h}, false, R);
-    if (bias) add(p + "mlp.fc2.bias", {h}, false, R);
+    if (bias && !moe) add(p + "mlp.fc2.bias", {h}, false, R);
     add(p + "attn.qkv.weight", {qkv, h}, true, ROWS);
     if (bias) add(p + "attn.qkv.bias", {qkv}, false, ROWS);
     add(p + "attn.proj.weight", {h, attn_out}, true, COLS);
-    add(p + "mlp.fc1.weight", {m.fc1_size(), h}, true, FC1);
-    if (bias) add(p + "mlp.fc1.bias", {m.fc1_size()}, false, FC1);
-    add(p + "mlp.fc2.weight", {h, m.ffn()}, true, COLS);
+    if (!moe) {
+      add(p + "mlp.fc1.weight", {m.fc1_size(), h}, true, FC1);
+      if (bias) add(p + "mlp.fc1.bias", {m.fc1_size()}, false, FC1);
+      add(p + "mlp.fc2.weight", {h, m.ffn()}, true, COLS);
+      continue;
+    }
+    // MoE layer (model/moe.h): the router, E experts (no biases, as Megatron's grouped
+    // experts), the optional shared expert. Experts are whole on a rank (tp > 1 is refused).
+    const int64_t E = m.moe.num_experts;
+    add(p + "mlp.router.weight", {E, h}, true, R);
+    add(p + "mlp.experts.fc1.weight", {E, m.moe_fc1_size(), h}, true, R);
+    add(p + "mlp.experts.fc2.weight", {E, h, m.moe_ffn()}, true, R);
+    if (m.moe.shared_expert_size > 0) {
+      add(p + "mlp.shared.fc1.weight", {m.shared_fc1_size(), h}, true, R);
+      add(p + "mlp.shared.fc2.weight", {h, m.moe.shared_expert_size}, true, R);
+      if (m.moe.shared_expert_gate) add(p + "mlp.shared.gate.weight", {1, h}, true, R);
+    }
   }
   add("final_norm.weight", {h}, false, R);
   if (bias) add("final_norm.bias", {h}, false, R);

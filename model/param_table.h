@@ -16,6 +16,13 @@
 //   layers.{i}.attn.proj.weight (h, a d)
 //   layers.{i}.mlp.fc1.weight (f, h) gpt | (2f, h) llama, rows [gate | up]   .bias (f) gpt
 //   layers.{i}.mlp.fc2.weight (h, f)
+//   --qk-layernorm: layers.{i}.attn.q_norm.weight (d), .k_norm.weight (d) (+ .bias gpt),
+//        after norm2 (replicated)
+//   MoE layers (model/moe.h) replace mlp.fc1 / mlp.fc2 (and gpt's mlp.fc2.bias) by
+//   layers.{i}.mlp.router.weight (E, h), .mlp.experts.fc1.weight (E, fc1_e, h) rows
+//   [gate | up] per expert for llama, .mlp.experts.fc2.weight (E, h, f_e), and with a shared
+//   expert .mlp.shared.fc1.weight (fc1_s, h), .mlp.shared.fc2.weight (h, f_s), with its gate
+//   .mlp.shared.gate.weight (1, h). No biases on experts (Megatron's grouped experts).
 //   final_norm.weight (h)  .bias (h) gpt only
 //   output.weight  (V, h)                            llama only (gpt ties embedding.word)
 // Weight decay applies to the 2-D weights only (not to biases, norms), as in Megatron.

@@ -18,25 +18,42 @@
 namespace paralab {
 
 namespace {
-const char* const kLayerTensors[12] = {
-    "norm1.weight",     "norm1.bias",     "attn.qkv.weight", "attn.qkv.bias",
-    "attn.proj.weight", "attn.proj.bias", "norm2.weight",    "norm2.bias",
-    "mlp.fc1.weight",   "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
+// A layer's tensors (model/param_table.h), in the order of LayerTensorOffsets.
+const char* const kLayerTensors[kLayerTensorCount] = {
+    "norm1.weight",          "norm1.bias",           "attn.qkv.weight",
+    "attn.qkv.bias",         "attn.proj.weight",     "attn.proj.bias",
+    "norm2.weight",          "norm2.bias",           "mlp.fc1.weight",
+    "mlp.fc1.bias",          "mlp.fc2.weight",       "mlp.fc2.bias",
+    "attn.q_norm.weight",    "attn.q_norm.bias",     "attn.k_norm.weight",
+    "attn.k_norm.bias",      "mlp.router.weight",    "mlp.experts.fc1.weight",
+    "mlp.experts.fc2.weight", "mlp.shared.fc1.weight", "mlp.shared.fc2.weight",
+    "mlp.shared.gate.weight"};
 
 template <typename P>
 P at(P base, long offset) { return offset < 0 ? nullptr : base + offset; }
 
-template <typename T>
-LayerWeights<T> layer_weights(const void* unit, const std::array<long, 12>& o) {
-  const T* p = static_cast<const T*>(unit);
-  return {at(p, o[0]), at(p, o[1]), at(p, o[2]), at(p, o[3]),  at(p, o[4]),  at(p, o[5]),
-          at(p, o[6]), at(p, o[7]), at(p, o[8]), at(p, o[9]), at(p, o[10]), at(p, o[11])};
+// LayerWeights (const T*) or LayerGrads (T*) from a unit's base and the offsets.
+template <typename View, typename P>
+View layer_view(P p, const LayerTensorOffsets& o) {
+  View v;
+  v.norm1_w = at(p, o[0]);  v.norm1_b = at(p, o[1]);   v.qkv_w = at(p, o[2]);
+  v.qkv_b = at(p, o[3]);    v.proj_w = at(p, o[4]);    v.proj_b = at(p, o[5]);
+  v.norm2_w = at(p, o[6]);  v.norm2_b = at(p, o[7]);   v.fc1_w = at(p, o[8]);
+  v.fc1_b = at(p, o[9]);    v.fc2_w = at(p, o[10]);    v.fc2_b = at(p, o[11]);
+  v.q_norm_w = at(p, o[12]); v.q_norm_b = at(p, o[13]); v.k_norm_w = at(p, o[14]);
+  v.k_norm_b = at(p, o[15]);
+  v.moe.router = at(p, o[16]);     v.moe.experts_fc1 = at(p, o[17]);
+  v.moe.experts_fc2 = at(p, o[18]); v.moe.shared_fc1 = at(p, o[19]);
+  v.moe.shared_fc2 = at(p, o[20]);  v.moe.shared_gate = at(p, o[21]);
+  return v;
 }
 template <typename T>
-LayerGrads<T> layer_grads(void* unit, const std::array<long, 12>& o) {
-  T* g = static_cast<T*>(unit);
-  return {at(g, o[0]), at(g, o[1]), at(g, o[2]), at(g, o[3]),  at(g, o[4]),  at(g, o[5]),
-          at(g, o[6]), at(g, o[7]), at(g, o[8]), at(g, o[9]), at(g, o[10]), at(g, o[11])};
+LayerWeights<T> layer_weights(const void* unit, const LayerTensorOffsets& o) {
+  return layer_view<LayerWeights<T>>(static_cast<const T*>(unit), o);
+}
+template <typename T>
+LayerGrads<T> layer_grads(void* unit, const LayerTensorOffsets& o) {
+  return layer_view<LayerGrads<T>>(static_cast<T*>(unit), o);
 }
 
 // The slice of the model one of t tensor-parallel ranks computes: a/t heads, g/t groups,
@@ -113,13 +130,24 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   layer_offsets_.assign(model.num_layers, {});
   for (int l = 0; l < model.num_layers; ++l) {
     if (layer_unit_[l] < 0) continue;
-    std::array<long, 12> o;
-    for (int i = 0; i < 12; ++i) {
+    LayerTensorOffsets o;
+    for (int i = 0; i < kLayerTensorCount; ++i) {
       auto it = index_.find("layers." + std::to_string(l) + "." + kLayerTensors[i]);
       o[i] = it == index_.end() ? -1 : (long)views_[it->second].unit_offset;
     }
     layer_offsets_[l] = o;
   }
+  moe_.resize(model.num_layers);
+  for (int l = 0; l < model.num_layers; ++l) {
+    if (layer_unit_[l] < 0 || !model.moe.is_moe_layer(l)) continue;
+    if (model.moe.expert_bias)  // starts at zero (device_malloc zero-fills)
+      moe_[l].expert_bias.allocate(device, model.moe.num_experts, Category::PARAMS);
+  }
+  // the buffer its update all-reduces over dp, held for the run like the other scalars
+  size_t bias_counts = 0;
+  for (const MoeLayerState& s : moe_) bias_counts += s.expert_bias.size();
+  if (bias_counts > 0 && dp_->dp_size() > 1)
+    expert_bias_counts_.allocate(device, bias_counts, Category::COMM_BUFFERS);
   if (dp_->bf16()) bf16_.reset(new State<kernels::bf16>);
   else fp32_.reset(new State<float>);
 }
@@ -149,8 +177,9 @@ void Transformer::init_parameters(uint64_t seed) {
     const std::string& name = p.name;
     const bool norm = name.find("norm") != std::string::npos;
     const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    // the projections back into the residual stream: attention's, the MLP's, the experts'
     const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
-                             name.find("mlp.fc2.weight") != std::string::npos;
+                             name.find("fc2.weight") != std::string::npos;
     std::vector<float> full(p.numel());
     for (size_t i = 0; i < full.size(); ++i) {
       if (bias) full[i] = 0.0f;
@@ -312,6 +341,10 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{lm, tp_, dev, l, B, f.dropout_seed};
+    c.moe = &moe_[l];
+    c.record_moe_stats = !data.forward_only;
+    c.forward_only = data.forward_only;
+    c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);
     layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, f.acts[i], s.ws);
     dp.release_params(u);
@@ -363,12 +396,16 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
+    c.moe = &moe_[l];
+    c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
       int i0 = i;
       while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
       for (int j = i0; j <= i; ++j) {
         const int lj = first_layer + j, uj = layer_unit_[lj];
-        LayerContext cj{m, tp_, dev, lj, B, f.dropout_seed};
+        LayerContext cj{m, tp_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
+        cj.moe = &moe_[lj];
+        cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
         layer_forward(cj, layer_weights<T>(P, layer_offsets_[lj]),
                       j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
@@ -423,6 +460,8 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, device_, l, f.B, f.dropout_seed};
+    c.moe = &moe_[l];
+    c.grad_scale = f.grad_scale;
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
     layer_weight_backward(c, g, f.acts[i]);

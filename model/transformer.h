@@ -20,6 +20,7 @@
 #include <vector>
 #include "measure/ledger.h"
 #include "model/config.h"
+#include "model/moe.h"
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"
 #include "parallel/tensor_parallel.h"
@@ -34,6 +35,11 @@ struct TensorView {
   int unit = 0;            // 0 embedding, l+1 layer l, L+1 head (parallel/buckets.h)
   size_t unit_offset = 0;  // elements from the start of its unit
 };
+
+// Per layer, where each of its tensors starts in its unit (-1: absent), in the order of
+// model/transformer.cpp's kLayerTensors.
+constexpr int kLayerTensorCount = 22;
+using LayerTensorOffsets = std::array<long, kLayerTensorCount>;
 
 class Transformer {
  public:
@@ -102,6 +108,16 @@ class Transformer {
   // buckets are model/param_table.h's stage_deferred_units).
   void sync_tied_embedding();
 
+  // ---- mixture of experts (model/moe.h): one entry per global layer (empty for dense layers
+  // and layers on other stages). Statistics sum the training forwards since the reset.
+  const std::vector<MoeLayerState>& moe_layers() const { return moe_; }
+  void reset_moe_stats();
+  // Aux-loss-free balancing, once per step after the last microbatch, before the reset:
+  // each layer's expert bias moves by the sign of its load error, the counts summed over
+  // the data-parallel group (nullptr or size 1: this rank's).
+  void update_expert_bias(Communicator* data_parallel_group);
+  std::vector<float> expert_bias(int layer) const;  // host copy, (E) or empty
+
   const ModelConfig& config() const { return config_; }
   // This rank's slice: a/t heads, g/t groups, f/t ffn, Vp/t vocabulary rows (kv_channels d).
   const ModelConfig& local_config() const { return local_; }
@@ -168,9 +184,11 @@ class Transformer {
   size_t num_params_ = 0;
   bool keep_logits_ = false;
   std::vector<float> last_logits_;
-  // Per global layer held here, the unit-relative offset of each of its 12 tensors (-1:
-  // absent, e.g. llama biases), in LayerWeights field order.
-  std::vector<std::array<long, 12>> layer_offsets_;
+  // Per global layer held here, the unit-relative offset of each of its tensors (-1:
+  // absent, e.g. llama biases).
+  std::vector<LayerTensorOffsets> layer_offsets_;
+  std::vector<MoeLayerState> moe_;  // per global layer
+  Buffer<int> expert_bias_counts_;  // (MoE layers here) x E, with expert bias and dp > 1
   // Per unit: elements at its start replicated over tp (their gradients are all-reduced
   // over tp under sequence parallelism: param_table puts them first).
   std::vector<int64_t> replicated_;

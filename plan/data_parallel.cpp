@@ -223,3 +223,25 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
 }
 
 }  // namespace paralab
+
+namespace paralab {
+
+// The expert bias's update (model/transformer.cpp update_expert_bias): one all-reduce per
+// step over dp of E int32 counts per MoE layer the rank holds, merged into the dp
+// all-reduce row (calls and payload add).
+void expert_bias_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int dp,
+                      int moe_layers_here) {
+  if (!m.moe.enabled() || !m.moe.expert_bias || dp <= 1 || moe_layers_here == 0) return;
+  const int64_t payload = 4 * (int64_t)m.moe.num_experts * moe_layers_here;
+  for (CommPlanEntry& e : comm)
+    if (e.group == CommGroup::DP && e.op == CommOp::ALL_REDUCE) {
+      e.calls += 1;
+      e.payload_bytes += payload;
+      e.bus_bytes += bus_factor(CommOp::ALL_REDUCE, dp) * (double)payload;
+      return;
+    }
+  comm.push_back({CommGroup::DP, CommOp::ALL_REDUCE, 1, payload,
+                  bus_factor(CommOp::ALL_REDUCE, dp) * (double)payload});
+}
+
+}  // namespace paralab

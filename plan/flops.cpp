@@ -2,6 +2,7 @@
 #include "plan/flops.h"
 #include <algorithm>
 #include "model/param_table.h"  // padded_vocab
+#include "plan/moe_memory.h"     // MoeRouting, moe_rows, moe_kept_step
 
 namespace paralab {
 
@@ -37,17 +38,19 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
   p.attention = m.attention;
   // Linear layers: forward, input gradient dX = dY W and weight gradient dW = dY^T X, each
   // the same 2mnk, so model and hardware are both 3 x forward.
+  const double L_dense = dense_layer_count(m);
   auto linear = [&](const char* name, const char* k, const char* formula, double fwd,
-                    bool per_layer) {
-    const double layers = per_layer ? L : 1;
-    p.matmuls.push_back({name, k, formula, per_layer, fwd, 3 * fwd * layers, 3 * fwd * layers});
+                    bool per_layer, double layers_counted = -1) {
+    const double layers = per_layer ? (layers_counted < 0 ? L : layers_counted) : 1;
+    p.matmuls.push_back({name, k, formula, per_layer, (int)layers, fwd, 3 * fwd * layers,
+                         3 * fwd * layers});
   };
   // Attention: model = 3 x forward; hardware by kernel: naive QK^T has 1 forward + 2
   // backward (dQ = dS K, dK = dS^T Q) products, PV 1 + 2 (dV = P^T dO, dP = dO V^T); flash
   // adds the recomputed QK^T in backward.
   auto attention = [&](const char* name, const char* k, const char* formula, int hw_products) {
     const double fwd = attn_product(model_pairs);
-    p.matmuls.push_back({name, k, formula, true, fwd, 3 * fwd * L,
+    p.matmuls.push_back({name, k, formula, true, (int)L, fwd, 3 * fwd * L,
                          hw_products * attn_product(hw_pairs) * L});
   };
 
@@ -61,10 +64,13 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
   attention("av", "S (keys)", pairs_formula, 3);
   linear("proj", split ? "a d/t" : "a d", split ? "2 N (a d/t) h" : "2 N (a d) h",
          2 * N * (a * d) * h, true);
-  linear("fc1", "h",
-         m.is_gpt() ? (split ? "2 N h f/t" : "2 N h f") : (split ? "2 N h 2f/t" : "2 N h 2f"),
-         2 * N * h * fc1, true);
-  linear("fc2", split ? "f/t" : "f", split ? "2 N (f/t) h" : "2 N f h", 2 * N * f * h, true);
+  if (L_dense > 0) {  // the dense layers' MLP (MoE layers: their rows below, flops_plan)
+    linear("fc1", "h",
+           m.is_gpt() ? (split ? "2 N h f/t" : "2 N h f") : (split ? "2 N h 2f/t" : "2 N h 2f"),
+           2 * N * h * fc1, true, L_dense);
+    linear("fc2", split ? "f/t" : "f", split ? "2 N (f/t) h" : "2 N f h", 2 * N * f * h, true,
+           L_dense);
+  }
   // Tied or untied, the head is one (N,h) x (h,V) product; the fused cross-entropy runs the
   // same forward and two backward GEMMs chunk by chunk.
   linear("head", "h", split ? "2 N h Vp/t" : "2 N h V", 2 * N * h * V, false);
@@ -97,6 +103,7 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
         per_layer += mm.model_forward;
     formula = "one forward of the layer";
   }
+  // (MoE models: flops_plan replaces the per-layer recompute by each layer's own.)
   p.recompute_formula = formula;
   p.recomputed_layers = recomputed_layer_count(m, stage_layers);
   p.recompute_per_microbatch = per_layer * (double)p.recomputed_layers;
@@ -117,6 +124,137 @@ int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& sta
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp,
                      const std::vector<int>& stage_layers) {
+  return flops_plan(m, micro_batch_size, microbatches_per_step, microbatches_per_rank, convention,
+                    tp, stage_layers, MoeRouting());
+}
+
+// Which global layers recompute something (recomputed_layer_count's, layer by layer).
+static std::vector<bool> recomputed_layers(const ModelConfig& m,
+                                           const std::vector<int>& stage_layers) {
+  const Recompute& rc = m.recompute;
+  std::vector<bool> r(m.num_layers, rc.selective() || rc.full());
+  if (!rc.full() || rc.method != Recompute::Method::BLOCK) return r;
+  const std::vector<int> chunks =
+      stage_layers.empty() ? std::vector<int>{m.num_layers} : stage_layers;
+  int first = 0;
+  for (int n : chunks) {
+    for (int i = 0; i < n; ++i) r.at(first + i) = i < rc.num_layers;
+    first += n;
+  }
+  return r;
+}
+
+// The per-layer step FLOPs (FlopsPlan::layer_*_step) and, with MoE layers, their rows of the
+// matmul table and the totals (flops.h).
+static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k,
+                            const std::vector<int>& stage_layers, const MoeRouting& routing) {
+  const double N = (double)B * m.seq_length, h = m.hidden_size, kd = (double)k;
+  // one microbatch of any layer: the attention rows; one dense layer's MLP
+  double attn_model = 0, attn_hw = 0, attn_fwd = 0, dense_model = 0, dense_hw = 0,
+         dense_fwd = 0, head_model = 0, head_hw = 0;
+  for (const MatmulFlops& mm : p.matmuls) {
+    if (!mm.per_layer) {
+      head_model += mm.model, head_hw += mm.hardware;
+      continue;
+    }
+    const bool mlp = mm.name == "fc1" || mm.name == "fc2";
+    const double per = mm.layers > 0 ? 1.0 / mm.layers : 0;
+    (mlp ? dense_model : attn_model) += mm.model * per;
+    (mlp ? dense_hw : attn_hw) += mm.hardware * per;
+    if (mlp) dense_fwd += mm.model_forward;
+    // the forward as run (the recompute's convention): each linear's, both attention
+    // products once (scores: naive 3 products, flash 4 with its backward's QK^T; av 3)
+    else if (mm.name == "scores")
+      attn_fwd += mm.hardware * per / (m.attention == AttentionImpl::NAIVE ? 3 : 4);
+    else if (mm.name == "av")
+      attn_fwd += mm.hardware * per / 3;
+    else
+      attn_fwd += mm.model_forward;
+  }
+  const Moe& e = m.moe;
+  const double E = e.num_experts, fc1e = m.moe_fc1_size(), fe = m.moe_ffn();
+  const double router = 2 * N * h * E;
+  const double shared = e.shared_expert_size > 0
+                            ? 2 * N * h * m.shared_fc1_size() + 2 * N * e.shared_expert_size * h +
+                                  (e.shared_expert_gate ? 2 * N * h : 0)
+                            : 0;
+  const double per_row = 2 * h * fc1e + 2 * fe * h;  // one permuted row through fc1 and fc2
+  const std::vector<bool> rec = recomputed_layers(m, stage_layers);
+  const double selective_per_layer =
+      p.recomputed_layers > 0 && m.recompute.selective()
+          ? p.recompute_per_microbatch / (double)p.recomputed_layers : 0;
+  const int L = m.num_layers;
+  p.layer_model_step.assign(L, 0);
+  p.layer_hardware_step.assign(L, 0);
+  p.layer_recompute_step.assign(L, 0);
+  double rows_step = 0, kept_step = 0;  // summed over the MoE layers
+  for (int l = 0; l < L; ++l) {
+    if (!e.is_moe_layer(l)) {
+      p.layer_model_step[l] = (attn_model + dense_model) * kd;
+      p.layer_hardware_step[l] = (attn_hw + dense_hw) * kd;
+      if (rec[l])
+        p.layer_recompute_step[l] =
+            m.recompute.full() ? (attn_fwd + dense_fwd) * kd : selective_per_layer * kd;
+      continue;
+    }
+    double rows = 0;
+    for (int64_t i = 0; i < k; ++i) rows += (double)moe_rows(m, B, routing, l, (int)i);
+    const double kept = moe_kept_step(m, B, routing, l, k);
+    rows_step += rows, kept_step += kept;
+    p.layer_model_step[l] = (attn_model + 3 * (router + shared)) * kd + 3 * per_row * kept;
+    p.layer_hardware_step[l] = (attn_hw + 3 * (router + shared)) * kd + 3 * per_row * rows;
+    if (rec[l])
+      p.layer_recompute_step[l] = m.recompute.full()
+                                      ? (attn_fwd + router + shared) * kd + per_row * rows
+                                      : selective_per_layer * kd;
+  }
+  p.head_model_step = head_model * kd;
+  p.head_hardware_step = head_hw * kd;
+  if (!e.enabled()) return;
+  // the MoE rows of the table: one microbatch (the step's mean with a measured routing)
+  const double Lm = moe_layer_count(m);
+  auto row = [&](const char* name, const char* over, const char* formula, double fwd,
+                 double model, double hw) {
+    p.matmuls.insert(p.matmuls.end() - 1,  // before the head
+                     MatmulFlops{name, over, formula, true, (int)Lm, fwd, model, hw});
+  };
+  const double rows_mb = rows_step / kd, kept_mb = kept_step / kd;
+  p.moe_rows = Lm > 0 ? rows_mb / Lm : 0;
+  p.moe_kept = Lm > 0 ? kept_mb / Lm : 0;
+  p.moe_rows_exact = moe_rows_exact(m);
+  p.routed = routing.measured();
+  row("router", "h", "2 N h E", router, 3 * router * Lm, 3 * router * Lm);
+  row("experts.fc1", "h", m.is_gpt() ? "2 M h f_e" : "2 M h 2f_e", 2 * p.moe_kept * h * fc1e,
+      6 * kept_mb * h * fc1e, 6 * rows_mb * h * fc1e);
+  row("experts.fc2", "f_e", "2 M f_e h", 2 * p.moe_kept * fe * h, 6 * kept_mb * fe * h,
+      6 * rows_mb * fe * h);
+  if (e.shared_expert_size > 0) {
+    const double fs = e.shared_expert_size, fc1s = m.shared_fc1_size();
+    row("shared.fc1", "h", m.is_gpt() ? "2 N h f_s" : "2 N h 2f_s", 2 * N * h * fc1s,
+        6 * N * h * fc1s * Lm, 6 * N * h * fc1s * Lm);
+    row("shared.fc2", "f_s", "2 N f_s h", 2 * N * fs * h, 6 * N * fs * h * Lm,
+        6 * N * fs * h * Lm);
+    if (e.shared_expert_gate)
+      row("shared.gate", "h", "2 N h", 2 * N * h, 6 * N * h * Lm, 6 * N * h * Lm);
+  }
+  // the totals from the layers (exact sums of integers), the table's per microbatch their mean
+  double model = p.head_model_step, hw = p.head_hardware_step, recompute = 0;
+  for (int l = 0; l < L; ++l) {
+    model += p.layer_model_step[l];
+    hw += p.layer_hardware_step[l];
+    recompute += p.layer_recompute_step[l];
+  }
+  p.model_per_microbatch = model / kd;
+  p.hardware_per_microbatch = hw / kd;
+  p.recompute_per_microbatch = recompute / kd;
+  if (m.recompute.full()) p.recompute_formula = "one forward of the layer (MoE: router, experts, shared)";
+  p.model_per_rank_step = model;
+  p.hardware_per_rank_step = hw + recompute;
+}
+
+FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp,
+                     const std::vector<int>& stage_layers, const MoeRouting& routing) {
   FlopsPlan p = rank_matmuls(m, micro_batch_size, convention, tp, stage_layers);
   p.tensor_parallel = tp;
   p.microbatches_per_step = microbatches_per_step;
@@ -131,6 +269,14 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   p.hardware_per_step = hw * tp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
   p.hardware_per_rank_step = hw * microbatches_per_rank;
+  per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing);
+  if (m.moe.enabled()) {
+    // tp 1 with experts: the step is the data-parallel ranks' steps, each routed like this
+    // one (with a measured routing; the expectation otherwise)
+    const double ranks = (double)microbatches_per_step / (double)microbatches_per_rank;
+    p.model_per_step = p.model_per_rank_step * ranks;
+    p.hardware_per_step = p.hardware_per_rank_step * ranks;
+  }
   return p;
 }
 

@@ -47,10 +47,13 @@
 namespace paralab {
 
 struct MatmulFlops {
-  std::string name;          // qkv, scores, av, proj, fc1, fc2, head
+  std::string name;          // qkv, scores, av, proj, fc1, fc2, head; MoE layers: router,
+                             // experts.fc1, experts.fc2, shared.fc1, shared.fc2, shared.gate
   std::string reduces_over;  // the k of the 2mnk
   std::string formula;       // forward model FLOPs of one microbatch, in notes/model.md symbols
   bool per_layer = true;     // false: once per model (the head)
+  int layers = 0;            // the layers it counts over: all L, the dense ones (fc1, fc2)
+                             // or the MoE ones (router, experts, shared); 1 for the head
   double model_forward = 0;  // one microbatch, one layer (if per_layer)
   double model = 0;          // forward + backward, one microbatch, all layers
   double hardware = 0;       // forward + backward as the kernels run them, same scope
@@ -75,15 +78,38 @@ struct FlopsPlan {
   // every stage's. The matmul rows above stay the whole stack's.
   double model_per_rank_step = 0;
   double hardware_per_rank_step = 0;
+  // Per global layer, one rank's step (its microbatches): model and hardware FLOPs without
+  // recompute, and what its recompute adds (0 where it recomputes nothing). A pipeline stage
+  // sums its own layers' (MoE and dense layers differ, and an MoE layer's with its routing).
+  std::vector<double> layer_model_step, layer_hardware_step, layer_recompute_step;
+  double head_model_step = 0, head_hardware_step = 0;
+  // MoE: the rows the experts' hardware FLOPs count per layer and microbatch (the plan's M:
+  // exact with padding to capacity, else the uniform-routing expectation) and the kept pairs
+  // the model FLOPs count (an expectation without a measured routing: N k, or min(E C, N k)
+  // with a capacity); routed: a measured MoeRouting gave them.
+  double moe_rows = 0, moe_kept = 0;
+  bool moe_rows_exact = false, routed = false;
 };
 
 // Microbatch of B sequences; microbatches per step globally (each shared by a tp group) and
 // on one rank; tp the tensor-parallel size. stage_layers: the layers of each pipeline model
 // chunk (pipeline_stage_layers), read by full recompute's block method only; empty: one
 // chunk of all layers. Like the matmul table, the recompute counts every layer of the model.
+// MoE layers (flops.h rows router, experts.*, shared.*): per layer and microbatch
+//   router       2 N h E            (model FLOPs too)
+//   experts.fc1  2 M h fc1_e        hardware at M rows (padding included), model at the kept
+//   experts.fc2  2 M f_e h          pairs (no padding): MFU and HFU part with padding
+//   shared.fc1   2 N h fc1_s,  shared.fc2 2 N f_s h,  shared.gate 2 N h (with its gate)
+// each x3 with backward; fc1, fc2 count the dense layers only. Full recompute reruns an MoE
+// layer's forward (router, experts at the same M, shared). routing (plan/moe_memory.h): the
+// measured M and kept pairs; empty: the configuration's.
+struct MoeRouting;
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1,
                      const std::vector<int>& stage_layers = {});
+FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
+                     int64_t microbatches_per_rank, AttentionFlops convention, int tp,
+                     const std::vector<int>& stage_layers, const MoeRouting& routing);
 // Layers that recompute something: L with selective or full uniform; full block: the sum
 // over chunks of min(num_layers, chunk layers); 0 without recompute.
 int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& stage_layers = {});

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include "model/param_table.h"
 #include "plan/plan.h"
+#include "plan/moe_memory.h"  // moe_tensors
 #include "plan/recompute.h"  // recompute_module_of, is_recomputed
 
 namespace paralab {
@@ -72,6 +73,13 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
   add("attn.q", N * a * d, act_bytes);                          // q   [Q, K of QK^T 4sbh/t]
   add("attn.k", N * g * d, act_bytes);                          // k
   add("attn.v", N * g * d, act_bytes);                          // v   [V 2sbh/t]
+  if (m.qk_layernorm) {  // q and k before their per-head norm, and its statistics
+    const int64_t per_row = m.is_gpt() ? 2 : 1;                  // LayerNorm mean + rstd
+    add("attn.q_raw", N * a * d, act_bytes);
+    add("attn.k_raw", N * g * d, act_bytes);
+    add("attn.q_norm.stats", per_row * N * a, 4, true);
+    add("attn.k_norm.stats", per_row * N * g, 4, true);
+  }
   if (m.attention == AttentionImpl::NAIVE) {
     add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b/t]
     if (attn_drop) {
@@ -97,6 +105,24 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
                          }),
           t.end());
   return t;
+}
+
+std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelConfig& m, int B,
+                                                           int act_bytes, int mask_bytes,
+                                                           int64_t M, int tp, bool sp) {
+  std::vector<ActivationTensor> t = layer_activation_tensors(m, B, act_bytes, mask_bytes, tp, sp);
+  // selective mlp recompute is refused with experts (make_plan), so mlp.fc1_out is there
+  std::vector<ActivationTensor> out;
+  bool placed = false;
+  for (ActivationTensor& x : t) {
+    if (x.name == "mlp.fc1_out")  // where the dense MLP's are (plan/moe_memory.h)
+      for (ActivationTensor& y : moe_tensors(m, B, act_bytes, M)) out.push_back(y), placed = true;
+    if (x.name == "mlp.fc1_out" || x.name == "mlp.act") continue;  // the experts' instead
+    out.push_back(x);
+  }
+  if (!placed)
+    for (ActivationTensor& y : moe_tensors(m, B, act_bytes, M)) out.push_back(y);
+  return out;
 }
 
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
@@ -163,8 +189,10 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
   add("dq", N * a * d);
   add("dk", N * g * d);
   add("dv", N * g * d);
-  add("dact", N * l.ffn);
-  add("dfc1", N * l.fc1);
+  if (dense_layer_count(m) > 0) {        // the dense MLP's gradients (model/moe.cpp: its own)
+    add("dact", N * l.ffn);
+    add("dfc1", N * l.fc1);
+  }
   add("losses", N, 4);                   // per-token loss, fp32
   // The loss's row max, sum of exponentials and target logit per row of a chunk
   // (parallel/tensor_parallel.h: the same three-pass loss at every tp, one rank included).
@@ -202,18 +230,40 @@ WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int
   return w;
 }
 
+void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first, int n) {
+  if (n < 0) n = plan.model.num_layers - first;
+  for (size_t mb = 0; mb < plan.layer_footprints.size(); ++mb)
+    for (int l = first; l < first + n; ++l) {
+      const LayerFootprint& f = plan.layer_footprints[mb].at(l);
+      w.forward_transient = std::max(w.forward_transient, f.forward_transient);
+      w.backward_transient = std::max(w.backward_transient, f.backward_transient);
+    }
+}
+
+std::vector<int64_t> Plan::layer_saved(int microbatch, int first, int n) const {
+  std::vector<int64_t> v;
+  for (int l = first; l < first + n; ++l) v.push_back(footprint(microbatch, l).saved);
+  return v;
+}
+
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool sp) {
   return workspace_phases(m, B, act_bytes, tp, sp).peak();
 }
 
 // fp32 scalars that collectives reduce on the device (notes/model.md): the gradient norm's
 // over dp (ZeRO >= 1) and over tp, and the trainer's loss average over the world.
-int64_t comm_buffer_bytes(const ModelConfig&, const TrainConfig&, const ParallelConfig& p) {
+int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const ParallelConfig& p,
+                          int moe_layers_here) {
   int64_t bytes = 0;
   if (p.zero_stage >= 1 && p.data_parallel() > 1) bytes += 4;
   if (p.tensor_parallel > 1) bytes += 4;
   if (p.pipeline_parallel > 1) bytes += 4;
   if (p.world_size > 1) bytes += 4;
+  // the expert bias's update sums each expert's pairs over dp in one all-reduce: E int32
+  // per MoE layer the rank holds (model/transformer.cpp update_expert_bias)
+  if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() > 1)
+    bytes += 4 * (int64_t)m.moe.num_experts *
+             (moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m));
   return bytes;
 }
 

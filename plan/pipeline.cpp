@@ -79,11 +79,15 @@ std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions,
 //   B, head        unfused: held, d(xf) and the bf16 copy of the logits' gradient
 //   B, layers      held - kept + the chunk's backward peak, [selective recompute]
 //   B, embedding   the tokens again
-// Exact where the replay's order is the code's; ZeRO-2/3's transients stay at their peaks.
+// Exact where the replay's order is the code's; ZeRO-2/3's transients stay at their peaks, and
+// so do the layers' workspace transients (MoE, --qk-layernorm: an upper bound with them).
+// total() takes it only with recompute: without, plan/total.cpp's replayed_stage_total puts
+// each layer's transients inside that layer (total_replayed).
 int64_t stage_total_peak(const std::vector<Action>& actions,
-                         const std::vector<ChunkActivations>& chunks, const MemoryPlan& mem,
-                         int S, const ModelConfig& m, int B, bool bf16, int tp, bool sp, int act,
-                         int64_t grad_recv) {
+                         const std::vector<std::vector<ChunkActivations>>& chunk_sets,
+                         const MemoryPlan& mem, int S, const ModelConfig& m, int B, bool bf16,
+                         int tp, bool sp, int act, int64_t grad_recv,
+                         const WorkspacePhases& transients) {
   const int64_t base = mem.params + mem.grads + mem.master_params + mem.optimizer_states +
                        mem.comm_buffers;
   const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
@@ -94,12 +98,12 @@ int64_t stage_total_peak(const std::vector<Action>& actions,
   const int64_t dxf = m.fused_cross_entropy ? 0 : N * m.hidden_size * act;
   int64_t held = 0, peak = 0, logits_held = 0;
   for (const Action& a : actions) {
-    const ChunkActivations& c = chunks.at(a.chunk);
+    const ChunkActivations& c = chunk_sets.at(a.microbatch % chunk_sets.size()).at(a.chunk);
     const bool first = a.stage == 0, last = a.stage == S - 1;
     const int64_t tokens = first ? 4 * N : 0, targets = last ? 4 * N : 0;
     if (a.type == ActionType::F) {
       peak = std::max(peak, base + common + tokens + targets + held + c.layers_peak +
-                                mem.recompute + logits_held);
+                                mem.recompute + logits_held + transients.forward_transient);
       if (last)
         peak = std::max(peak, base + common + tokens + targets + held + c.kept +
                                   (m.fused_cross_entropy ? loss_logits
@@ -112,7 +116,7 @@ int64_t stage_total_peak(const std::vector<Action>& actions,
                                   (bf16 ? N * l.vocab * 2 : 0));
       if (last) logits_held -= unfused_logits;
       peak = std::max(peak, base + common + held - c.kept + c.backward_peak + mem.recompute +
-                                logits_held);
+                                logits_held + transients.backward_transient);
       held += c.after_backward - c.kept;
       if (first) peak = std::max(peak, base + common + tokens + held + logits_held);
     } else {
@@ -160,24 +164,37 @@ void plan_pipeline(Plan& plan) {
   const int64_t embedding_bytes = sum_bytes(plan.embedding_activations);
   const int64_t head_bytes = sum_bytes(plan.head_activations);
   const int param_b = act, grad_b = act;  // params and grads in the storage type
-  // zb-h1 (model/layer.h, BackwardPart): from B to W a layer keeps its four linears' inputs
+  // zb-h1 (model/layer.h, BackwardPart): from B to W a layer keeps its linears' inputs
   // (norm1.out, attn.ctx, norm2.out, mlp.act; with sp the norms' all-gathered N h copies
-  // instead of their N_l h rows) and output gradients (N x qkv_l, h, fc1_l, h).
+  // instead of their N_l h rows) and output gradients (N x qkv_l, h, fc1_l, h), made during
+  // B before it frees anything (plan.h, SplitLayerBytes). An MoE layer's B writes its MoE
+  // weight gradients itself: W has only the attention's linears (no mlp.act, d_fc1, d_fc2,
+  // nor with sp norm2's gathered output).
   const bool split = splits_backward(pp.shape.kind);
-
-  // dy_bytes: what a layer's B makes for W (the four output gradients' copies, with sp the
-  // gathered inputs) before it frees anything.
-  int64_t w_bytes = 0, dy_bytes = 0;
+  std::vector<SplitLayerBytes> split_bytes;  // per global layer, empty without a split
   if (split) {
     const LocalSizes l = local_sizes(m, B, tp, plan.sequence_parallel);
     const bool sp = plan.sequence_parallel;
-    for (const ActivationTensor& x : plan.layer_activations)
-      if (x.name == "attn.ctx" || x.name == "mlp.act" ||
-          (!sp && (x.name == "norm1.out" || x.name == "norm2.out")))
-        w_bytes += x.bytes();
-    const int64_t gathered = sp ? 2 * l.N * h * act : 0;  // made during B, like the copies
-    dy_bytes = l.N * (l.qkv + h + l.fc1 + h) * act + gathered;
-    w_bytes += dy_bytes;
+    // the inputs kept (with sp the norms' gathered copies instead, counted below)
+    int64_t attn_in = 0, norm2_out = 0, mlp_act = 0;
+    for (const ActivationTensor& x : plan.layer_activations) {
+      if (x.name == "attn.ctx" || (!sp && x.name == "norm1.out")) attn_in += x.bytes();
+      if (!sp && x.name == "norm2.out") norm2_out += x.bytes();  // an MoE layer's too
+      if (x.name == "mlp.act") mlp_act += x.bytes();
+    }
+    // copied in B, in the code's order: d_fc2, [fc1_in], d_fc1 (dense only), d_proj, then
+    // after head_norm_backward [qkv_in], d_qkv ([ ]: with sp, a norm's output on all N rows)
+    const int64_t gathered = sp ? l.N * h * act : 0;
+    const int64_t mlp_copies = l.N * h * act + gathered + l.N * l.fc1 * act;
+    const int64_t d_proj = l.N * h * act, attn_tail = gathered + l.N * l.qkv * act;
+    for (int layer = 0; layer < m.num_layers; ++layer) {
+      SplitLayerBytes b;
+      const bool moe = m.moe.is_moe_layer(layer);
+      b.before_head_norm = (moe ? 0 : mlp_copies) + d_proj;
+      b.copies = b.before_head_norm + attn_tail;
+      b.keep = b.copies + attn_in + norm2_out + (moe ? 0 : mlp_act);
+      split_bytes.push_back(b);
+    }
   }
 
   for (int r = 0; r < p; ++r) {
@@ -193,18 +210,28 @@ void plan_pipeline(Plan& plan) {
     st.chunk_layers = slice.chunk_layers;
     // One (microbatch, chunk): its input, its layers (full recompute: the groups' outputs),
     // the head's on the last model stage (plan_recompute.h, chunk_activations).
+    // Each chunk's own layers (MoE and dense differ); per microbatch with a measured routing.
     int layers = 0;
-    std::vector<ChunkActivations> chunk_bytes;
+    const size_t sets = plan.layer_footprints.size();
+    std::vector<std::vector<ChunkActivations>> chunk_sets(sets);
     std::vector<std::vector<int>> chunk_groups;
+    WorkspacePhases transients;  // the stage's layers' largest workspace transients
     for (int c = 0; c < v; ++c) {
-      const int s = c * p + r, n = pp.stage_layers[s];
+      const int s = c * p + r, n = pp.stage_layers[s], first = slice.chunk_first_layer[c];
       layers += n;
       chunk_groups.push_back(m.recompute.full_groups(n));
-      chunk_bytes.push_back(chunk_activations(
-          chunk_groups.back(), s == 0 ? embedding_bytes : pp.message_bytes,
-          plan.activation_bytes_per_layer, layer_output_bytes(plan), s == S - 1 ? head_bytes : 0,
-          dy_bytes, w_bytes, split));
-      st.chunk_activation_bytes.push_back(chunk_bytes.back().kept);
+      add_layer_transients(transients, plan, first, n);
+      std::vector<int64_t> copies, keep;  // split: each layer's (SplitLayerBytes)
+      for (int i = 0; split && i < n; ++i) {
+        copies.push_back(split_bytes[first + i].copies);
+        keep.push_back(split_bytes[first + i].keep);
+      }
+      for (size_t mb = 0; mb < sets; ++mb)
+        chunk_sets[mb].push_back(chunk_activations(
+            chunk_groups.back(), s == 0 ? embedding_bytes : pp.message_bytes,
+            plan.layer_saved((int)mb, first, n), layer_output_bytes(plan),
+            s == S - 1 ? head_bytes : 0, copies, keep, split));
+      st.chunk_activation_bytes.push_back(chunk_sets[0].back().kept);
     }
     st.unit_begin = stage_units(m, tp, slice);
     st.params = st.unit_begin.back();
@@ -220,11 +247,11 @@ void plan_pipeline(Plan& plan) {
     const DataParallelPlan& d = st.data_parallel;
 
     // The schedule: activations held at the peak (order-based), time, messages sent. A
-    // split B frees all but what W reads (w_bytes per layer), W the rest.
+    // split B frees all but what W reads (SplitLayerBytes::keep per layer), W the rest.
     int64_t held_bytes = 0, peak_bytes = 0;
     for (const Action& a : pp.schedule.ranks[r]) {
-      const int64_t chunk = st.chunk_activation_bytes[a.chunk];
-      const ChunkActivations& cb = chunk_bytes[a.chunk];
+      const ChunkActivations& cb = chunk_sets[a.microbatch % sets][a.chunk];
+      const int64_t chunk = cb.kept;
       if (a.type == ActionType::F) {
         peak_bytes = std::max(peak_bytes, held_bytes + cb.forward_peak);
         held_bytes += chunk;
@@ -245,9 +272,17 @@ void plan_pipeline(Plan& plan) {
 
     MemoryPlan& mem = st.memory;
     fill_model_states(mem, d, t);
+    int moe_layers = 0;  // the MoE layers this stage holds
+    for (int c = 0; c < v; ++c)
+      for (int i = 0; i < st.chunk_layers[c]; ++i)
+        moe_layers += m.moe.is_moe_layer(st.chunk_first_layer[c] + i);
+    if (m.moe.expert_bias) {  // E fp32 per MoE layer the stage holds (category params)
+      mem.params += (int64_t)moe_layers * m.moe.num_experts * 4;
+      mem.resident_params += (int64_t)moe_layers * m.moe.num_experts * 4;
+    }
     mem.activations = peak_bytes;
     mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
-    mem.comm_buffers = comm_buffer_bytes(m, t, par);
+    mem.comm_buffers = comm_buffer_bytes(m, t, par, moe_layers);
     // --no-fused-ce keeps each microbatch's N V_l fp32 logits from its forward to its
     // backward: as many as the last model stage holds at once (the bf16 copy of their
     // gradient only inside one backward).
@@ -264,24 +299,29 @@ void plan_pipeline(Plan& plan) {
     // the tokens (int32) on the first stage only, the targets on the last only; the output
     // gradient's receive buffer (model/transformer_state.h, grad_recv) on every stage but a
     // rank whose only chunk is the last model stage (no gradient comes back to it)
-    mem.workspace =
-        workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding, st.head).peak() +
-        (receives_gradients(slice) ? pp.message_bytes : 0);
-    mem.total_stage = stage_total_peak(pp.schedule.ranks[r], chunk_bytes, mem, S, m, B, t.bf16,
+    WorkspacePhases ws =
+        workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding, st.head);
+    ws.forward_transient = transients.forward_transient;
+    ws.backward_transient = transients.backward_transient;
+    mem.workspace = ws.peak() + (receives_gradients(slice) ? pp.message_bytes : 0);
+    mem.total_stage = stage_total_peak(pp.schedule.ranks[r], chunk_sets, mem, S, m, B, t.bf16,
                                        tp, plan.sequence_parallel, act,
-                                       receives_gradients(slice) ? pp.message_bytes : 0);
-    // ZeRO-2/3: each compute beside the buffers alive then, not at their peak (plan/total.cpp)
-    // (ZeRO 0-1: the same walk, equal to total_stage; total() takes this where it is made)
-    if (!split && m.recompute.granularity == Recompute::Granularity::NONE) {
-      std::vector<int64_t> input, kept;
+                                       receives_gradients(slice) ? pp.message_bytes : 0,
+                                       transients);
+    // Each compute beside the layer's own workspace transients (MoE, --qk-layernorm) and the
+    // ZeRO-2/3 buffers alive then, not at their peaks (plan/total.cpp); total() takes this
+    // where it is made (without transients of either kind equal to total_stage).
+    if (m.recompute.granularity == Recompute::Granularity::NONE) {
+      std::vector<int64_t> input;
+      std::vector<std::vector<int64_t>> kept(sets);
       for (int c = 0; c < v; ++c) {
         input.push_back(c * p + r == 0 ? embedding_bytes : pp.message_bytes);
-        kept.push_back(chunk_bytes[c].kept);
+        for (size_t mb = 0; mb < sets; ++mb) kept[mb].push_back(chunk_sets[mb][c].kept);
       }
       mem.total_replayed = replayed_stage_total(
-          plan, mem, d, pp.schedule.ranks[r], input, kept, unit_chunk,
+          plan, mem, d, pp.schedule.ranks[r], input, kept, slice.chunk_first_layer, unit_chunk,
           stage_deferred_units(m, slice), slice.embedding ? 0 : -1, slice.head ? U - 1 : -1,
-          receives_gradients(slice) ? pp.message_bytes : 0);
+          receives_gradients(slice) ? pp.message_bytes : 0, split_bytes);
     }
 
     // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
@@ -305,6 +345,16 @@ void plan_pipeline(Plan& plan) {
     // Model FLOPs the same way, without recompute (MFU never counts it).
     st.model_flops = ((f.model_per_microbatch - head_model) * layers / m.num_layers +
                       (st.head ? head_model : 0)) * (double)k;
+    if (m.moe.enabled()) {  // layers differ: the stage's own, one by one (FlopsPlan layer_*)
+      st.hardware_flops = st.head ? f.head_hardware_step : 0;
+      st.model_flops = st.head ? f.head_model_step : 0;
+      for (int c = 0; c < v; ++c)
+        for (int i = 0; i < st.chunk_layers[c]; ++i) {
+          const int l = st.chunk_first_layer[c] + i;
+          st.hardware_flops += f.layer_hardware_step[l] + f.layer_recompute_step[l];
+          st.model_flops += f.layer_model_step[l];
+        }
+    }
 
     // Communication per step (plan.h, plan_pipeline): tp, pp, dp, embedding, world.
     int full_recomputed = 0;
@@ -319,6 +369,7 @@ void plan_pipeline(Plan& plan) {
     add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
     for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, grad_b, param_b))
       st.comm.push_back(e);
+    expert_bias_comm(st.comm, m, dp, moe_layers);
     if (m.tied_embeddings() && (st.embedding || st.head))
       add_entry(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE, 2, 1, word_local * grad_b);
     add_entry(st.comm, CommGroup::WORLD, CommOp::ALL_REDUCE, par.world_size,

@@ -21,7 +21,7 @@ static void check(bool ok, const std::string& what) {
 }
 
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
-               const PlanOptions& o) {
+               const PlanOptions& o, const MoeRouting& routing) {
   check(p.world_size >= 1, "world size must be >= 1");
   check(p.context_parallel == 1 && p.expert_parallel == 1,
         "context and expert parallelism are not modelled yet (sizes must be 1)");
@@ -40,6 +40,11 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // Megatron turns sequence parallelism off at tp 1 (the trainer warns); so does the plan.
   const bool sp = p.sequence_parallel && tp > 1;
   const int B = t.micro_batch_size;
+  check(!m.moe.enabled() || tp == 1, "experts with tensor parallelism are not modelled yet");
+  check(!m.moe.enabled() || !m.recompute.recompute_mlp(),
+        "selective mlp recompute of an MoE layer is not built (model/layer.cpp)");
+  check(!m.moe.enabled() || !m.moe.pad_to_capacity || m.moe.capacity_factor > 0,
+        "padding to capacity needs a capacity factor");
   check(!sp || (int64_t)B * m.seq_length % tp == 0,
         "sequence parallelism splits N = micro batch x seq = " +
             std::to_string((int64_t)B * m.seq_length) + " tokens over tensor parallel " +
@@ -67,8 +72,25 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   plan.layer_activations = layer_activation_tensors(m, B, act, o.mask_bytes, tp, sp);
   plan.head_activations = head_activation_tensors(m, B, act, tp, sp);
   plan.activation_bytes_per_layer = sum_bytes(plan.layer_activations);
-  plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) +
-                                         m.num_layers * plan.activation_bytes_per_layer +
+  // MoE layers (plan/moe_memory.h): their own list at the configuration's M; every layer's
+  // footprint per microbatch (one set, or one per measured microbatch).
+  plan.routing = routing;
+  if (m.moe.enabled()) {
+    plan.moe_rows = moe_expected_rows(m, B);
+    plan.moe_rows_exact = moe_rows_exact(m);
+    plan.moe_layer_activations =
+        moe_layer_activation_tensors(m, B, act, o.mask_bytes, plan.moe_rows, tp, sp);
+    plan.moe_activation_bytes_per_layer = sum_bytes(plan.moe_layer_activations);
+  }
+  const int footprint_sets = std::max(1, routing.microbatches());
+  plan.layer_footprints.assign(footprint_sets, {});
+  for (int mb = 0; mb < footprint_sets; ++mb)
+    for (int l = 0; l < m.num_layers; ++l)
+      plan.layer_footprints[mb].push_back(layer_footprint(
+          m, B, act, o.mask_bytes, tp, sp, l, m.moe.is_moe_layer(l) ? moe_rows(m, B, routing, l, mb) : 0));
+  int64_t layers_bytes = 0;
+  for (int l = 0; l < m.num_layers; ++l) layers_bytes += plan.footprint(0, l).saved;
+  plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) + layers_bytes +
                                          sum_bytes(plan.head_activations);
 
   // Full recompute's block method recomputes min(n, l_c) layers of each model chunk c.
@@ -77,7 +99,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
                                                  p.first_stage_layers, p.last_stage_layers)
                          : std::vector<int>{};
   plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
-                          o.attention_flops, tp, chunk_layers);
+                          o.attention_flops, tp, chunk_layers, routing);
 
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
   // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
@@ -101,28 +123,52 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // forward, so one microbatch is held at the peak (with full recompute: its stored group
   // inputs, and one group made again in backward; plan_recompute.h).
   const int held = 1;
-  const ChunkActivations chunk = chunk_activations(
-      m.recompute.full_groups(m.num_layers), sum_bytes(plan.embedding_activations),
-      plan.activation_bytes_per_layer, layer_output_bytes(plan), sum_bytes(plan.head_activations));
+  // Per microbatch (they differ with a measured routing), the one with the largest peak.
+  ChunkActivations chunk;
+  for (int mb = 0; mb < footprint_sets; ++mb) {
+    const ChunkActivations c = chunk_activations(
+        m.recompute.full_groups(m.num_layers), sum_bytes(plan.embedding_activations),
+        plan.layer_saved(mb, 0, m.num_layers), layer_output_bytes(plan),
+        sum_bytes(plan.head_activations));
+    chunk.kept = std::max(chunk.kept, c.kept);
+    chunk.forward_peak = std::max(chunk.forward_peak, c.forward_peak);
+    chunk.layers_peak = std::max(chunk.layers_peak, c.layers_peak);
+    chunk.backward_peak = std::max(chunk.backward_peak, c.backward_peak);
+  }
   mem.activations = std::max(chunk.forward_peak, chunk.backward_peak);
+  // the expert bias (--moe-router-enable-expert-bias): E fp32 per MoE layer, category params
+  if (m.moe.expert_bias) {
+    const int64_t bias = (int64_t)moe_layer_count(m) * m.moe.num_experts * 4;
+    mem.params += bias;
+    mem.resident_params += bias;
+  }
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
   mem.logits = logits_bytes(m, B, t.bf16, tp);
-  mem.workspace = workspace_bytes(m, B, act, tp, sp);
+  WorkspacePhases ws = workspace_phases(m, B, act, tp, sp);
+  add_layer_transients(ws, plan);
+  mem.workspace = ws.peak();
   mem.total_at_recompute = total_at_recompute(plan, mem);
   // ZeRO-2/3's transients: the sum of the peaks would hold them beside the loss's logits
   if (z >= 2 && !m.recompute.full()) mem.total_replayed = replayed_total(plan, mem, d);
+  // Layers' workspace transients (MoE, --qk-layernorm) inside a layer, not beside the logits:
+  // the same replay, over buffers of 0 at ZeRO 0-1 (plan/total.cpp).
+  if (z < 2 && !m.recompute.full() && mem.recompute == 0 &&
+      (ws.forward_transient > 0 || ws.backward_transient > 0))
+    mem.total_replayed = replayed_total(plan, mem, d);
   if (m.recompute.full()) {
     // The total at each phase of the microbatch (model/transformer.cpp): the other
     // categories at their peaks but the logits (alive in the head only) and the workspace's
     // forward tokens and targets (backward: its d(xf) or the tokens again) as they are then.
-    const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
+    const WorkspacePhases& w = ws;
     int64_t others = 0;
     for (int c = 0; c < kNumMemoryCategories; ++c) others += mem.at(c);
     others -= mem.activations + mem.logits + mem.workspace + mem.recompute;
     const int64_t head = others + w.common + w.forward + chunk.kept + mem.logits;  // loss
-    const int64_t layers_forward = others + w.common + w.forward + chunk.forward_peak;
-    const int64_t layers_backward = others + w.common + chunk.backward_peak;
+    // (the layers' workspace transients beside their peak: an upper bound when there are any)
+    const int64_t layers_forward =
+        others + w.common + w.forward + chunk.forward_peak + w.forward_transient;
+    const int64_t layers_backward = others + w.common + chunk.backward_peak + w.backward_transient;
     const int64_t head_backward = others + w.common + w.backward + chunk.kept +
                                   (m.fused_cross_entropy ? 0 : mem.logits);
     mem.total_full_recompute = std::max({head, layers_forward, layers_backward, head_backward});
@@ -135,6 +181,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   for (const CommPlanEntry& e :
        data_parallel_comm(d, z, dp, grad_b, param_b))
     plan.comm.push_back(e);
+  expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   if (p.world_size > 1)
     plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,
                          bus_factor(CommOp::ALL_REDUCE, p.world_size) * 4});

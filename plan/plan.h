@@ -52,6 +52,7 @@
 #include <vector>
 #include "measure/comm_stats.h"  // CommGroup, CommOp, bus_factor
 #include "plan/flops.h"
+#include "plan/moe_memory.h"  // MoeRouting, LayerFootprint
 #include "model/config.h"
 #include "parallel/buckets.h"        // BucketLayout, make_bucket_layout (pure arithmetic)
 #include "parallel/pipeline_schedule.h"  // Schedule, simulate (pure)
@@ -97,9 +98,10 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t total_full_recompute = 0;
   // A pipeline stage: the peak of the total replayed over its actions (plan_parallel.cpp).
   int64_t total_stage = 0;
-  // ZeRO-2/3 on one stage (no full recompute), or on a pipeline stage (no split backward,
-  // no recompute): the peak of the total replayed call by call with the bucket and gather
-  // buffers alive then (plan/total.cpp, replayed_total, replayed_stage_total); 0 else.
+  // ZeRO-2/3 or a layer's workspace transients on one stage (no full recompute), or a
+  // pipeline stage without recompute: the peak of the total replayed call by call with the
+  // bucket and gather buffers and the layers' transients alive then (plan/total.cpp,
+  // replayed_total, replayed_stage_total); 0 else.
   int64_t total_replayed = 0;
   // Held between steps (after the optimizer step), what the ZeRO paper tabulates per rank:
   // the params buffer and the grads buffer or shard without ZeRO-2/3's transient bucket and
@@ -118,7 +120,7 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   // phase replay (its activations peak inside a backward, when the logits are gone); with
   // ZeRO-2/3 total_replayed where it is made; else a stage's total_stage. Exact (the
   // ledger's peak to the byte) but where a replay holds a transient at its peak, an upper
-  // bound: ZeRO-2/3's buffers in total_stage (zb-h1, recompute) and total_full_recompute,
+  // bound: ZeRO-2/3's buffers in total_stage (recompute) and total_full_recompute,
   // and selective recompute's in total_stage (report_impl.h, total_is_exact).
   int64_t total() const;
 };
@@ -232,10 +234,27 @@ struct Plan {
   int64_t tokens_per_step = 0;
   int64_t params_total = 0;   // Ψ, the full model, unpadded
   int64_t zero_shard = 0;     // S, the rank's shard (sum of bucket slices) at zero >= 1, else Ψ
-  // Activations of one microbatch: outside the layers, one layer (all layers are alike).
+  // Activations of one microbatch: outside the layers, one dense layer (all alike).
   std::vector<ActivationTensor> embedding_activations, layer_activations, head_activations;
-  int64_t activation_bytes_per_layer = 0;
-  int64_t activation_bytes_per_microbatch = 0;
+  int64_t activation_bytes_per_layer = 0;   // a dense layer's
+  // MoE (plan/moe_memory.h): an MoE layer's list at moe_rows permuted rows, the plan's M of
+  // every MoE layer and microbatch (exact with padding to capacity, moe_rows_exact; else the
+  // uniform-routing expectation); empty, 0 for a dense model. With a measured routing the
+  // footprints below use its M instead.
+  std::vector<ActivationTensor> moe_layer_activations;
+  int64_t moe_activation_bytes_per_layer = 0;
+  int64_t moe_rows = 0;
+  bool moe_rows_exact = false;
+  MoeRouting routing;  // what make_plan was given (empty: the configuration's)
+  // Per microbatch (one entry when all are alike: no measured routing) and global layer:
+  // what the layer saves and its workspace transients (layer_footprint).
+  std::vector<std::vector<LayerFootprint>> layer_footprints;
+  const LayerFootprint& footprint(int microbatch, int layer) const {
+    return layer_footprints.at(microbatch % layer_footprints.size()).at(layer);
+  }
+  // The saved bytes of layers [first, first + n) in one microbatch.
+  std::vector<int64_t> layer_saved(int microbatch, int first, int n) const;
+  int64_t activation_bytes_per_microbatch = 0;  // microbatch 0's
   FlopsPlan flops;
   DataParallelPlan data_parallel;
   // Per step, per rank (every rank alike), in the order tp entries (tensor_parallel_comm),
@@ -262,25 +281,39 @@ struct Plan {
 // of the step beside the transient buffers alive then (plan/total.cpp). mem: the rank's
 // categories, filled; d: the plan's data parallelism (its layout and microbatch calls).
 int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d);
+// A split backward (zb-h1; model/layer.cpp, layer_backward's INPUT_GRAD branch), one layer:
+// what its B copies for W (the linears' output gradients; with sp their all-gathered inputs),
+// of those the ones made before head_norm_backward's transient (--qk-layernorm), and what it
+// keeps from B to W (the copies and the linears' inputs). A dense layer copies d_fc2, [fc1_in],
+// d_fc1, d_proj | [qkv_in], d_qkv and keeps norm1.out, attn.ctx, norm2.out, mlp.act too; an
+// MoE layer's B writes all its MoE weight gradients: it copies only d_proj | [qkv_in], d_qkv
+// and keeps no mlp.act (with sp neither norm2's gathered output).
+struct SplitLayerBytes {
+  int64_t copies = 0, before_head_norm = 0, keep = 0;
+};
 // The same over a pipeline stage's actions (d: the stage's, its calls made by the executor's
-// list), for schedules that do not split the backward, without recompute: chunk c's input
-// (x0 or the received activation) and what its forward keeps, the stage's unit chunks and
-// deferred units, its embedding and head units (-1: none), the gradient receive buffer.
+// list), without recompute: chunk c's input (x0 or the received activation) and what its
+// forward keeps (per microbatch set, as Plan::layer_footprints), its first global layer, the
+// stage's unit chunks and deferred units, its embedding and head units (-1: none), the
+// gradient receive buffer; split: each global layer's SplitLayerBytes (empty: no split).
 int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
                              const std::vector<Action>& actions,
                              const std::vector<int64_t>& chunk_input,
-                             const std::vector<int64_t>& chunk_kept,
+                             const std::vector<std::vector<int64_t>>& chunk_kept,
+                             const std::vector<int>& chunk_first_layer,
                              const std::vector<int>& unit_chunk,
                              const std::vector<int>& deferred_units, int embedding_unit,
-                             int head_unit, int64_t grad_recv);
+                             int head_unit, int64_t grad_recv,
+                             const std::vector<SplitLayerBytes>& split = {});
 
 // One layer's output (N_l h): what a full-recompute group keeps (plan_recompute.h).
 int64_t layer_output_bytes(const Plan& plan);
 
 // Throws std::invalid_argument when the sizes are inconsistent (the CLI checks first and
-// names the flags; this guards direct callers).
+// names the flags; this guards direct callers). routing: an MoE run's measured permuted rows
+// (plan/moe_memory.h): the memory and FLOPs are then those of that step, to the byte.
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
-               const PlanOptions& o = {});
+               const PlanOptions& o = {}, const MoeRouting& routing = {});
 
 // ---- what one rank of a tp group works with (notes/model.md, "Tensor parallelism") ----
 struct LocalSizes {
@@ -303,6 +336,12 @@ LocalSizes local_sizes(const ModelConfig& m, int B, int tp = 1, bool sp = false)
 std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int B,
                                                        int act_bytes, int mask_bytes,
                                                        int tp = 1, bool sp = false);
+// An MoE layer's list: a dense layer's with mlp.fc1_out and mlp.act replaced by the MoE
+// tensors at M permuted rows (moe_tensors, plan/moe_memory.h).
+std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelConfig& m, int B,
+                                                           int act_bytes, int mask_bytes,
+                                                           int64_t M, int tp = 1,
+                                                           bool sp = false);
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
                                                            int act_bytes, int tp = 1,
                                                            bool sp = false);
@@ -423,10 +462,19 @@ void plan_pipeline(Plan& plan);
 // The category's peak: common + max(forward, backward).
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
                                                 int tp = 1, bool sp = false);
+// Layers' transients (model/moe.cpp, head_norm_backward: LayerFootprint) come on top of
+// these: forward_transient beside forward, backward_transient beside neither.
 struct WorkspacePhases {
   int64_t common = 0, forward = 0, backward = 0;
-  int64_t peak() const { return common + (forward > backward ? forward : backward); }
+  int64_t forward_transient = 0, backward_transient = 0;  // the layers' largest, 0 if none
+  int64_t peak() const {
+    const int64_t f = forward + forward_transient;
+    const int64_t b = backward > backward_transient ? backward : backward_transient;
+    return common + (f > b ? f : b);
+  }
 };
+// The largest transients of layers [first, first + n) over the plan's microbatches.
+void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first = 0, int n = -1);
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                                  bool sp = false, bool embedding = true, bool head = true);
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
@@ -435,6 +483,11 @@ int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
 // grads buffers (categories params, grads); its only own buffer is the one float of the
 // gradient-norm all-reduce at zero stage >= 1 with dp > 1: 4 bytes. The same float over
 // tp, over pp (pp > 1) and the loss over the world add 4 bytes each.
-int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p);
+// The expert bias's per-step all-reduce of counts over dp, added to `comm` (plan/data_parallel.cpp).
+void expert_bias_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int dp,
+                      int moe_layers_here);
+// moe_layers_here: the MoE layers the rank holds (-1: all of the model's).
+int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
+                          int moe_layers_here = -1);
 
 }  // namespace paralab

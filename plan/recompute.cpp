@@ -116,6 +116,15 @@ KorthikantiCheck korthikanti_check_recompute(const Plan& plan) {
 ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int64_t layer,
                                    int64_t out, int64_t head, int64_t w_copies, int64_t w_keep,
                                    bool split) {
+  const std::vector<int64_t> copies(g.size(), w_copies), keep(g.size(), w_keep);
+  return chunk_activations(g, input, std::vector<int64_t>(g.size(), layer), out, head, copies,
+                           keep, split);
+}
+
+ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input,
+                                   const std::vector<int64_t>& layers, int64_t out,
+                                   int64_t head, const std::vector<int64_t>& w_copies,
+                                   const std::vector<int64_t>& w_keep, bool split) {
   const int n = (int)g.size();
   auto top = [&](int i) { return i + 1 == n || g[i + 1] != g[i]; };  // a group's last layer
   ChunkActivations c;
@@ -123,11 +132,11 @@ ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int
   // the group's last keeps only its output
   int64_t cur = input, peak = cur;
   for (int i = 0; i < n; ++i) {
-    cur += layer;
+    cur += layers[i];
     peak = std::max(peak, cur);
     if (g[i] < 0) continue;
-    if (i > 0 && g[i - 1] == g[i]) cur -= layer;
-    if (top(i)) cur -= layer - out;
+    if (i > 0 && g[i - 1] == g[i]) cur -= layers[i - 1];
+    if (top(i)) cur -= layers[i] - out;
   }
   c.layers_peak = peak;
   cur += head;
@@ -140,15 +149,15 @@ ChunkActivations chunk_activations(const std::vector<int>& g, int64_t input, int
   peak = c.kept;
   for (int i = n - 1; i >= 0; --i) {
     if (g[i] >= 0 && top(i)) {
-      for (int j = i; j >= 0 && g[j] == g[i]; --j) cur += j == i ? layer - out : layer;
+      for (int j = i; j >= 0 && g[j] == g[i]; --j) cur += j == i ? layers[j] - out : layers[j];
       peak = std::max(peak, cur);
     }
     if (split) {
-      cur += w_copies;
+      cur += w_copies.at(i);
       peak = std::max(peak, cur);
-      cur += w_keep - w_copies;
+      cur += w_keep.at(i) - w_copies.at(i);
     }
-    cur -= layer;
+    cur -= layers[i];
   }
   c.backward_peak = peak;
   c.after_backward = split ? cur - input : 0;  // the input goes at the end of a split B

@@ -91,5 +91,12 @@ struct ChunkActivations {
 ChunkActivations chunk_activations(const std::vector<int>& groups, int64_t input, int64_t layer,
                                    int64_t out, int64_t head, int64_t w_copies = 0,
                                    int64_t w_keep = 0, bool split = false);
+// The same with each layer's own bytes (layers[i] for layer i of the chunk: MoE and dense
+// layers differ, and an MoE layer's with its routing; split: w_copies[i] and w_keep[i] its
+// copies and keep, since an MoE layer's B keeps less for W than a dense one's).
+ChunkActivations chunk_activations(const std::vector<int>& groups, int64_t input,
+                                   const std::vector<int64_t>& layers, int64_t out,
+                                   int64_t head, const std::vector<int64_t>& w_copies = {},
+                                   const std::vector<int64_t>& w_keep = {}, bool split = false);
 
 }  // namespace paralab

@@ -9,12 +9,13 @@
 // GRADS before a compute and freed by the RELEASE or BACKWARD_DONE after it, so the total
 // peaks at one of these computes:
 //   F embedding    common + tokens + targets + x0                       after ACQUIRE(0)
-//   F layer l      common + tokens + targets + x0 + (l+1) layer + r_f   after ACQUIRE(l+1)
-//   F head (loss)  common + tokens + targets + x0 + L layer + head + logits (fused: one
+//   F layer l      common + tokens + targets + x0 + layers below + its forward peak (its
+//                  tensors and transients, LayerFootprint) + r_f        after ACQUIRE(l+1)
+//   F head (loss)  common + tokens + targets + x0 + the L layers + head + logits (fused: one
 //                  chunk; unfused: N V_l fp32)                          before its RELEASE
 //   B head         unfused, output weight: + N V_l fp32 logits, their bf16 copy, d(xf)
-//                  final norm: x0 + L layer + head (unfused: xf freed, d(xf) alive)
-//   B layer l      common + x0 + (l+1) layer + r_b                      after GRADS(l+1)
+//                  final norm: x0 + the L layers + head (unfused: xf freed, d(xf) alive)
+//   B layer l      common + x0 + layers 0..l + r_b + its backward transients  after GRADS(l+1)
 //   B embedding    common + tokens + x0                                 after GRADS(0)
 // plus the model states held all step (resident params and grads, master, Adam) and the
 // comm buffers. r_f, r_b: selective recompute's buffers in a layer's forward and backward
@@ -42,8 +43,16 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
                        mem.optimizer_states + mem.comm_buffers;
   const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
   const LocalSizes l = local_sizes(m, B, tp, sp);
-  const int64_t x0 = sum_bytes(plan.embedding_activations), layer = plan.activation_bytes_per_layer;
+  const int64_t x0 = sum_bytes(plan.embedding_activations);
   const int64_t head = sum_bytes(plan.head_activations);
+  const int L = m.num_layers, head_unit = L + 1;
+  // Per microbatch the layers' saved bytes below layer l (below[l], below[L] all of them), and
+  // each layer's own peak in its forward and its transients in its backward (LayerFootprint).
+  auto below = [&](size_t mb, int l) {
+    int64_t s = 0;
+    for (int j = 0; j < l; ++j) s += plan.footprint((int)mb, j).saved;
+    return s;
+  };
   int64_t head_out = 0;  // --no-fused-ce's xf, freed with the logits in the head's backward
   for (const ActivationTensor& t : plan.head_activations)
     if (t.name == "final_norm.out") head_out = t.bytes();
@@ -53,7 +62,6 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
   const int64_t unfused_logits = l.N * l.vocab * 4, bf16_copy = bf16 ? l.N * l.vocab * 2 : 0;
   const int64_t dxf = (int64_t)l.N * m.hidden_size * act;
   const int64_t loss_logits = m.fused_cross_entropy ? logits_bytes(m, B, bf16, tp) : unfused_logits;
-  const int L = m.num_layers, head_unit = L + 1;
   const int pb = act, gb = act;  // parameters and gradients in the storage type
 
   int64_t peak = 0;
@@ -77,9 +85,11 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
         } else if (c.kind == DpCall::ACQUIRE && !in_head && u == 0) {
           probe(at, w.common + w.forward + x0);
         } else if (c.kind == DpCall::ACQUIRE && !in_head) {
-          probe(at, w.common + w.forward + x0 + u * layer + r_f);
+          const LayerFootprint& f = plan.footprint((int)mb, u - 1);
+          probe(at, w.common + w.forward + x0 + below(mb, u - 1) +
+                        f.forward_peak + r_f);  // norm2's recompute beside the experts
         } else if (c.kind == DpCall::RELEASE && in_head) {
-          probe(at - 1, w.common + w.forward + x0 + L * layer + head + loss_logits);
+          probe(at - 1, w.common + w.forward + x0 + below(mb, L) + head + loss_logits);
           in_head = false;
         }
         if (forward) continue;
@@ -90,14 +100,18 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
         const bool output_weight = !m.fused_cross_entropy && head_grads == 0;
         ++head_grads;
         if (output_weight)
-          probe(at, w.common + x0 + L * layer + head + unfused_logits + bf16_copy + dxf);
+          probe(at, w.common + x0 + below(mb, L) + head + unfused_logits + bf16_copy + dxf);
         else
-          probe(at, w.common + x0 + L * layer +
+          probe(at, w.common + x0 + below(mb, L) +
                         (m.fused_cross_entropy ? head : head - head_out + dxf));
       } else if (c.kind == DpCall::BACKWARD_DONE && u == head_unit) {
         in_head = false;
       } else if (c.kind == DpCall::GRADS && u >= 1 && u <= L) {
-        probe(at, w.common + x0 + u * layer + r_b);
+        // an MoE layer's transients live beside norm2's recompute, --qk-layernorm's after
+        // the core's is freed
+        const int64_t t = plan.footprint((int)mb, u - 1).backward_transient;
+        probe(at, w.common + x0 + below(mb, u) +
+                      (m.moe.is_moe_layer(u - 1) ? r_b + t : std::max(r_b, t)));
       } else if (c.kind == DpCall::GRADS && u == 0 && !in_head) {
         probe(at, w.common + tokens + x0);
       }
@@ -108,26 +122,34 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
 
 // ---- a pipeline stage ----------------------------------------------------------------------
 // The same pairing over a stage's step (plan_pipeline's stage_step_calls: BEGIN_MICROBATCH
-// before each action, then its units), for schedules that do not split the backward and
-// without recompute (elsewhere stage_total_peak holds the transients at their peak). Per
-// action on chunk c (input in_c: x0 or the received activation; n layers; kept_c its
-// forward's whole keep) with H held before it, the other bytes at each compute:
+// before each action, then its units), without recompute (elsewhere stage_total_peak holds
+// the transients at their peak). Per action on chunk c (input in_c: x0 or the received
+// activation; n layers, saved_j layer j's tensors; kept_c its forward's whole keep) with H
+// held before it, the other bytes at each compute:
 //   F  embedding  common + tokens + targets + H + logits held + x0
-//      layer i    common + tokens + targets + H + logits held + in_c + (i+1) layer
+//      layer i    common + tokens + targets + H + logits held + in_c + saved_0..i-1 + layer
+//                 i's forward peak (its tensors and transients, LayerFootprint)
 //      head       common + tokens + targets + H + kept_c + the loss's logits (unfused: the
 //                 held ones beside this microbatch's)
 //   B  head       unfused output weight: common + H + logits held + bf16 copy + d(xf);
 //                 final norm: common + H + logits held (unfused: - xf + d(xf))
-//      layer i    common + H - kept_c + in_c + (i+1) layer + logits held
-//      embedding  common + tokens + H - kept_c + x0
+//      layer i    common + H - kept_c + in_c + saved_0..i + logits held + its backward
+//                 transients; split (zb-h1): + keep_j of the layers above it (j > i), and
+//                 instead of the transients the most its B makes beside its tensors:
+//                 max(an MoE layer's transients (no copies made yet), the copies made before
+//                 head_norm_backward + its d_raw, all its copies) (plan.h, SplitLayerBytes)
+//      embedding  common + tokens + H - kept_c + x0 [split: + every layer's keep_j]
+//   W  layer i    common + H + logits held, H still holding keep_0..i (each freed after its W)
 // tokens on model stage 0, targets on the last; common includes the gradient receive buffer.
 int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
                              const std::vector<Action>& actions,
                              const std::vector<int64_t>& chunk_input,
-                             const std::vector<int64_t>& chunk_kept,
+                             const std::vector<std::vector<int64_t>>& kept_sets,
+                             const std::vector<int>& chunk_first_layer,
                              const std::vector<int>& unit_chunk,
                              const std::vector<int>& deferred_units, int embedding_unit,
-                             int head_unit, int64_t grad_recv) {
+                             int head_unit, int64_t grad_recv,
+                             const std::vector<SplitLayerBytes>& split) {
   const ModelConfig& m = plan.model;
   const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
   const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16, fused = m.fused_cross_entropy;
@@ -142,7 +164,13 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
                        mem.optimizer_states + mem.comm_buffers;
   const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
   const LocalSizes l = local_sizes(m, B, tp, sp);
-  const int64_t common = w.common + grad_recv, layer = plan.activation_bytes_per_layer;
+  const int64_t common = w.common + grad_recv;
+  // the first n layers of chunk c in microbatch mb, each with its own bytes (Plan::footprint)
+  auto first_layers = [&](int mb, int c, int n) {
+    int64_t s = 0;
+    for (int j = 0; j < n; ++j) s += plan.footprint(mb, chunk_first_layer.at(c) + j).saved;
+    return s;
+  };
   const int64_t x0 = sum_bytes(plan.embedding_activations);
   int64_t head_out = 0;
   for (const ActivationTensor& t : plan.head_activations)
@@ -154,8 +182,12 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
   const int S = plan.pipeline.shape.model_stages();
   const int pb = act, gb = act;
 
+  const int64_t d_raw = qk_norm_transient_bytes(m, B, act, tp);  // --qk-layernorm's
+
   int64_t peak = 0, held = 0, logits_held = 0;
-  int k = -1, layers_seen = 0, head_grads = 0, n_layers = 0;
+  int64_t above = 0;  // split B: the keeps of the chunk's layers it has done so far
+  int k = -1, layers_seen = 0, head_grads = 0, n_layers = 0, mb = 0;
+  std::vector<int64_t> chunk_kept = kept_sets.at(0);
   bool first = false, last = false;
   ActionType type = ActionType::F;
   int chunk = 0;
@@ -165,19 +197,23 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
       peak = std::max(peak, base + other + trace[at][0] * pb + trace[at][1] * gb);
     };
     if (c.kind == DpCall::BEGIN_MICROBATCH) {
-      // the previous action's end: what it keeps
+      // the previous action's end: what it keeps (a split B its layers' keeps; W has freed
+      // them layer by layer)
       if (k >= 0 && type == ActionType::F) {
         held += chunk_kept[chunk];
         if (last) logits_held += unfused_logits;
       } else if (k >= 0 && type == ActionType::B) {
-        held -= chunk_kept[chunk];
+        held += above - chunk_kept[chunk];
       }
       const Action& a = actions.at(++k);
+      mb = a.microbatch;
+      chunk_kept = kept_sets.at(mb % kept_sets.size());
       type = a.type;
       chunk = a.chunk;
       first = a.stage == 0;
       last = a.stage == S - 1;
       layers_seen = head_grads = 0;
+      above = 0;
       n_layers = 0;
       for (int u = 0; u < (int)unit_chunk.size(); ++u)
         n_layers += unit_chunk[u] == chunk && u != embedding_unit && u != head_unit;
@@ -186,11 +222,15 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
     const int u = c.unit;
     const int64_t tokens = first ? 4 * l.N : 0, targets = last ? 4 * l.N : 0;
     const int64_t in = chunk_input[chunk];
+    const bool layer = u != embedding_unit && u != head_unit;
     if (type == ActionType::F) {
       if (c.kind == DpCall::ACQUIRE && u == embedding_unit) {
         probe(i, common + tokens + targets + held + logits_held + x0);
-      } else if (c.kind == DpCall::ACQUIRE && u != head_unit) {
-        probe(i, common + tokens + targets + held + logits_held + in + ++layers_seen * layer);
+      } else if (c.kind == DpCall::ACQUIRE && layer) {
+        const int j = layers_seen++;  // the chunk's layer j, the ones below it done
+        probe(i, common + tokens + targets + held + logits_held + in +
+                     first_layers(mb, chunk, j) +
+                     plan.footprint(mb, chunk_first_layer.at(chunk) + j).forward_peak);
       } else if (c.kind == DpCall::RELEASE && u == head_unit) {
         probe(i - 1, common + tokens + targets + held + chunk_kept[chunk] +
                          (fused ? loss_logits : logits_held + unfused_logits));
@@ -204,11 +244,25 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
           probe(i, common + held + logits_held + (fused ? 0 : dxf - head_out));
         }
       } else if (c.kind == DpCall::GRADS && u == embedding_unit) {
-        probe(i, common + tokens + held - chunk_kept[chunk] + x0);
+        probe(i, common + tokens + held - chunk_kept[chunk] + x0 + above);
       } else if (c.kind == DpCall::GRADS) {
-        const int64_t alive = n_layers - layers_seen++;  // layers 0..i of the chunk
-        probe(i, common + held - chunk_kept[chunk] + in + alive * layer + logits_held);
+        const int j = n_layers - 1 - layers_seen++;  // layers 0..j of the chunk alive
+        const int gl = chunk_first_layer.at(chunk) + j;
+        const LayerFootprint& f = plan.footprint(mb, gl);
+        int64_t own = f.backward_transient;
+        if (!split.empty()) {
+          const SplitLayerBytes& s = split.at(gl);
+          own = std::max({m.moe.is_moe_layer(gl) ? f.backward_transient : 0,
+                          s.before_head_norm + d_raw, s.copies});
+        }
+        probe(i, common + held - chunk_kept[chunk] + in + first_layers(mb, chunk, j + 1) +
+                     above + logits_held + own);
+        if (!split.empty()) above += split.at(gl).keep;
       }
+    } else if (c.kind == DpCall::GRADS && layer) {  // W: layer j's weight gradients
+      const int j = n_layers - 1 - layers_seen++;
+      probe(i, common + held + logits_held);
+      held -= split.at(chunk_first_layer.at(chunk) + j).keep;
     }
   }
   return peak;

@@ -65,9 +65,11 @@ std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& 
   return t;
 }
 
-void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>& ranks) {
+void ranks_json(JsonWriter& j, const Plan& common_plan, const std::vector<RankMetrics>& ranks,
+                const std::vector<const Plan*>* rank_plans) {
   j.key("ranks").begin_array();
   for (const RankMetrics& r : ranks) {
+    const Plan& plan = rank_plans ? *rank_plans->at(r.rank) : common_plan;
     const RankPlan& rp = plan.ranks.at(r.rank);
     j.begin_object().field("rank", r.rank).field("pp_rank", rp.pp_rank);
     j.field("tp_rank", rp.tp_rank).field("dp_rank", rp.dp_rank);

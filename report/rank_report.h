@@ -59,7 +59,9 @@ struct RankMetrics {
 };
 
 std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& ranks);
-void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>& ranks);
+// rank_plans[r] (when given): the plan rank r is compared with, else `plan`.
+void ranks_json(JsonWriter& j, const Plan& plan, const std::vector<RankMetrics>& ranks,
+                const std::vector<const Plan*>* rank_plans = nullptr);
 
 // stages: the ranks of one pipeline (one tp, dp position), in pp order.
 Simulation measured_timeline(const std::vector<const RankMetrics*>& stages);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <utility>
 #include "report/report_impl.h"  // CommRow, comm_rows
+#include "report/report_moe.h"   // moe_plan_text
 #include "report/timeline.h"     // pipeline_text
 
 namespace paralab {
@@ -71,6 +72,8 @@ std::string step_header(const StepMetrics& s) {
   std::string h = strprintf("%6s %9s %9s %8s %9s %8s %7s %7s %9s %8s %8s", "step",
                             s.log_interval > 1 ? "mean loss" : "loss", "lr", "gnorm", "ms",
                             "tok/s", "MFU", "HFU", "mem(MiB)", "elapsed", "ETA");
+  if (std::isfinite(s.aux_loss)) h += strprintf(" %10s %10s", "aux loss", "z loss");
+  if (s.dropped_pairs >= 0) h += strprintf(" %8s", "dropped");
   if (s.comm_bytes >= 0) h += strprintf(" %10s", "comm(MiB)");
   if (s.bubble >= 0) h += strprintf("  %s", "bubble");
   return h;
@@ -85,6 +88,9 @@ std::string step_row(const StepMetrics& s) {
                             percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str(),
                             format_duration(s.elapsed_seconds).c_str(),
                             format_duration(s.eta_seconds).c_str());
+  // MoE: the step's own auxiliary losses (not averaged over the log interval)
+  if (std::isfinite(s.aux_loss)) r += strprintf(" %10.4e %10.4e", s.aux_loss, s.z_loss);
+  if (s.dropped_pairs >= 0) r += strprintf(" %8.0f", s.dropped_pairs);
   if (s.comm_bytes >= 0) r += strprintf(" %10s", format_mib(s.comm_bytes).c_str());
   if (s.bubble >= 0) {
     r += "  " + percent(s.bubble);
@@ -275,6 +281,7 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
                  "model, true vocabulary), hardware %s\n",
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
+  t += moe_plan_text(plan);  // "" for a dense model (report/report_moe.h)
   return t;
 }
 

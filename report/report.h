@@ -32,12 +32,15 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include "measure/comm_stats.h"
 #include "measure/peak.h"
 #include "plan/plan.h"
 #include "report/rank_report.h"  // RankMetrics
 
 namespace paralab {
+
+struct MoeStepReport;  // report/moe_report.h
 
 // The measured numbers of one step on one rank. Negative = not measured / column absent.
 struct StepMetrics {
@@ -67,6 +70,21 @@ struct StepMetrics {
   double elapsed_seconds = -1;  // since training started: steps, evaluations, printing
   double eta_seconds = -1;      // elapsed / step x (train_iters - step)
   double valid_loss = NAN;      // --eval-interval: the validation loss after this step
+  // GEMM calls and FLOPs this step on this rank, per label (kernels/ops.h gemm_counts).
+  struct GemmCalls {
+    std::string label;
+    long long calls = 0;
+    double flops = 0;
+  };
+  std::vector<GemmCalls> gemm_calls;
+  // MoE: per layer of the model the experts with rows this step, summed over microbatches
+  // (model/moe.h MoeLayerStats::nonempty_experts): the per-expert GEMM count's measure.
+  std::vector<long long> moe_nonempty;
+  // MoE (report/moe_report.h): the step's auxiliary losses (NaN: dense), dropped pairs (-1:
+  // dropless), and the routers' per-layer report.
+  double aux_loss = NAN, z_loss = NAN;
+  double dropped_pairs = -1;
+  const MoeStepReport* moe = nullptr;
 };
 
 void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak);
@@ -103,10 +121,13 @@ std::string comm_table(const Plan& plan, const CommStats* measured);
 // One line; memory.total {measured, predicted, exact} (exact false: the prediction is an
 // upper bound, report_impl.h total_is_exact); "resident" {category: {measured, predicted},
 // total} when the trainer filled resident_bytes; with measured_comm, a "comm" list of predicted and measured per group and op;
-// with ranks (rank 0 of a multi-rank run), "ranks": every rank's (rank_report.h).
+// with ranks (rank 0 of a multi-rank run), "ranks": every rank's (rank_report.h), each
+// beside rank_plans[r] when given (MoE with a capacity: the plan at the routing rank r's
+// pipeline measured), else `plan`; "gemm_calls" (report_moe.h) when gemm_calls is filled.
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
                       const CommStats* measured_comm = nullptr,
-                      const std::vector<RankMetrics>* ranks = nullptr);
+                      const std::vector<RankMetrics>* ranks = nullptr,
+                      const std::vector<const Plan*>* rank_plans = nullptr);
 std::string plan_text(const Plan& plan, const Peak* peak);
 // Keys: model, parallel (sizes, sequence_parallel), batch,
 // params {total, per_rank, per_rank_stored, zero_shard, vocab_size, padded_vocab},

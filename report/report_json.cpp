@@ -7,6 +7,8 @@
 #include "report/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
+#include "report/moe_report.h"
+#include "report/report_moe.h"   // moe_plan_json
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/summary.h"      // perplexity
 #include "report/timeline.h"     // pipeline_json
@@ -42,7 +44,8 @@ static void resident_object(JsonWriter& j, const MemoryPlan& m) {
 }
 
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
-                      const CommStats* measured_comm, const std::vector<RankMetrics>* ranks) {
+                      const CommStats* measured_comm, const std::vector<RankMetrics>* ranks,
+                      const std::vector<const Plan*>* rank_plans) {
   const RankPlan& rp = plan.ranks.at(rank);
   JsonWriter j;
   j.begin_object();
@@ -60,6 +63,11 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (s.comm_bytes >= 0) j.field("comm_bytes", s.comm_bytes);
   if (s.bubble >= 0) j.field("bubble", s.bubble);
   if (s.bubble_predicted >= 0) j.field("bubble_predicted", s.bubble_predicted);
+  if (std::isfinite(s.aux_loss)) j.field("aux_loss", s.aux_loss).field("z_loss", s.z_loss);
+  if (s.dropped_pairs >= 0) j.field("dropped_pairs", s.dropped_pairs);
+  if (s.moe) moe_json(j, *s.moe);
+  if (!s.gemm_calls.empty())  // this rank's GEMM calls by label beside the plan's
+    gemm_calls_json(j, plan, s, rank, s.moe_nonempty.empty() ? nullptr : &s.moe_nonempty);
   j.key("memory").begin_object();
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     j.key(kMemoryCategoryNames[c]).begin_object();
@@ -97,7 +105,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
     }
     j.end_array();
   }
-  if (ranks) ranks_json(j, plan, *ranks);
+  if (ranks) ranks_json(j, plan, *ranks, rank_plans);
   j.end_object();
   return j.str();
 }
@@ -222,6 +230,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   }
   j.end_array();
   pipeline_json(j, plan);
+  moe_plan_json(j, plan);  // "moe", with --num-experts only (report/report_moe.h)
   if (peak) {
     j.key("peak").begin_object();
     j.field("tflops", peak->tflops).field("source", peak->source).end_object();

@@ -6,7 +6,8 @@
 #      (max |gpu - cpu| / max |cpu| against a bound);
 #   3. training: the tiny model for 20 steps with --device cpu and --device cuda, for
 #      --arch gpt, --arch llama (and gpt with --attention naive, which runs the materialised
-#      softmax instead of flash); the 20 losses of the two devices must agree to a relative
+#      softmax instead of flash), and the tiny MoE with grouped and with per-expert GEMMs;
+#      the 20 losses of the two devices must agree to a relative
 #      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|;
 #   4. the same with 2 ranks on the one GPU (--comm mpi): pp 2 (1f1b, zb-h1, interleaved)
 #      and tp 2 + sp.
@@ -153,6 +154,32 @@ for variant in "gpt" "llama" "gpt --attention naive"; do
   done
   if [[ $ok -eq 1 ]]; then
     result=$(compare_losses "$WORK/cpu_${name}.jsonl" "$WORK/cuda_${name}.jsonl")
+    status=$?
+  else
+    result="trainer failed"
+    status=1
+  fi
+  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
+  TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
+  record "losses $name" "$result" "$verdict"
+done
+
+# The tiny MoE (configs/models/tiny-moe.toml): grouped GEMM (cublasGemmGroupedBatchedEx)
+# with the fused permute, and per-expert GEMMs with the unfused passes, on both devices.
+MOE_CONFIG=configs/models/tiny-moe.toml
+for variant in "--moe-grouped-gemm --moe-permute-fusion" "--no-moe-grouped-gemm"; do
+  name="moe ${variant//--/}"
+  name=${name// moe-/ }
+  file_name=moe_${#TABLE[@]}
+  ok=1
+  for device in cpu cuda; do
+    rm -f "$WORK/${device}_${file_name}.jsonl"
+    # shellcheck disable=SC2086
+    run "train $name $device" ./trainer --config "$MOE_CONFIG" $variant --train-iters "$ITERS" \
+        --device "$device" --metrics-jsonl "$WORK/${device}_${file_name}.jsonl" || ok=0
+  done
+  if [[ $ok -eq 1 ]]; then
+    result=$(compare_losses "$WORK/cpu_${file_name}.jsonl" "$WORK/cuda_${file_name}.jsonl")
     status=$?
   else
     result="trainer failed"

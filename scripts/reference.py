@@ -6,24 +6,41 @@ notes/model.md is the contract. This file writes the same maths a second time, p
 PyTorch autograd doing the backward, so that the hand-written forward/backward of
 model/transformer.cpp is checked against something that shares none of its code.
 
-    python3 scripts/reference.py                   # writes tests/data/golden_{gpt,llama}.bin
+    python3 scripts/reference.py                   # writes tests/data/golden_*.bin
     python3 scripts/reference.py --out-dir /tmp/g  # elsewhere
     python3 scripts/reference.py --self-test       # gradcheck and cross-checks, writes nothing
+
+Four files: gpt, llama, and two llama models with mixture-of-experts MLPs (moe: every layer
+MoE; moe_shared: layer 0 MoE with a gated shared expert, layer 1 dense), whose maths lives
+in scripts/reference_moe.py.
 
 Golden data is computed in float64 from weights that are already float32 values, then saved
 as float32: the C++ model starts from exactly the same numbers and only its own float32
 rounding separates it from the file. Everything is seeded; reruns write identical bytes.
 
 File layout: model/tensor_file.h ("PLTF"). Tensors, in order:
-  config.*            int32 / float32 scalars: the ModelConfig (and micro_batch_size)
+  config.*            int32 / float32 scalars: the ModelConfig (and micro_batch_size);
+                      MoE files add config.num_experts, moe_ffn_hidden_size, moe_topk,
+                      moe_aux_loss_coeff, moe_z_loss_coeff, moe_shared_expert_size,
+                      moe_shared_expert_gate and moe_layer_pattern (int32, num_layers)
   train.*             the optimiser hyperparameters (TrainConfig field names)
-  <param name>        every weight, named and shaped as model/param_table.cpp
+  <param name>        every weight, named and shaped as model/param_table.cpp; a MoE layer
+                      has, instead of mlp.fc1/fc2: mlp.router.weight (E, h),
+                      mlp.experts.fc1.weight (E, 2f_e, h) rows [gate | up] per expert,
+                      mlp.experts.fc2.weight (E, h, f_e), and with a shared expert
+                      mlp.shared.fc1.weight (2f_s, h) [gate | up], mlp.shared.fc2.weight
+                      (h, f_s), with its gate mlp.shared.gate.weight (1, h)
   tokens, targets     int32 (B, S) of the single-step check
-  logits (B*S, V), loss ()
-  grad.<param name>   d(mean loss over the B*S tokens) / d(param)
+  logits (B*S, V), loss ()   loss: the mean LM loss over the B*S tokens
+  grad.<param name>   d(objective) / d(param); the objective is the LM loss, plus in MoE
+                      files the aux and z losses of every MoE layer
+  aux_loss (), z_loss ()             MoE files: summed over the MoE layers
+  tokens_per_expert   int32 (L, E)   MoE files: per layer (zero rows for dense layers) the
+                      tokens routed to each expert
   steps.tokens, steps.targets   int32 (T, B, S): a fresh batch for each of T AdamW steps
-  steps.losses (T)    the loss of step t, before its update
-  steps.grad_norms (T) global gradient norm of step t, before clipping
+  steps.losses (T)    the LM loss of step t, before its update
+  steps.aux_losses (T), steps.z_losses (T)   MoE files: step t's, summed over the layers
+  steps.grad_norms (T) global norm of the objective's gradient at step t, before clipping
   steps.lr (T)        the learning rate of step t
   final.<param name>  every weight after the T updates
 """
@@ -37,7 +54,10 @@ import warnings
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
-# The two tiny models of the golden tests. Names follow model/config.h.
+import reference_moe as moe  # noqa: E402  (scripts/ is on sys.path when this file runs)
+
+# The tiny models of the golden tests (the MoE ones: reference_moe.py). Names follow
+# model/config.h.
 CONFIGS = {
     "gpt": dict(arch="gpt", num_layers=2, hidden_size=32, num_attention_heads=4,
                 num_query_groups=4, seq_length=16, vocab_size=64, ffn_hidden_size=128,
@@ -45,7 +65,13 @@ CONFIGS = {
     "llama": dict(arch="llama", num_layers=2, hidden_size=32, num_attention_heads=4,
                   num_query_groups=2, seq_length=16, vocab_size=64, ffn_hidden_size=48,
                   micro_batch_size=2),
+    **moe.MOE_CONFIGS,
 }
+# Each file's seed is --seed plus its offset. The MoE files' offsets are those in 2..61 whose
+# forwards (the single step and the ten steps) route with the widest smallest margin, 2.8e-3
+# (moe) and 4.0e-3 (moe_shared) of the logit scale; offset 2 left moe a near-tie of 1.3e-4
+# that float32 rounding could flip. main() refuses a file under moe.MIN_RELATIVE_MARGIN.
+SEED_OFFSETS = {"gpt": 0, "llama": 1, "moe": 9, "moe_shared": 26}
 NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
 
@@ -88,6 +114,9 @@ def param_table(c):
         if gpt: t.append((p + "attn.proj.bias", (h,)))
         t.append((p + "norm2.weight", (h,)))
         if gpt: t.append((p + "norm2.bias", (h,)))
+        if moe.is_moe_layer(c, i):
+            t += moe.moe_param_table(c, p)
+            continue
         t.append((p + "mlp.fc1.weight", (fc1, h)))
         if gpt: t.append((p + "mlp.fc1.bias", (fc1,)))
         t.append((p + "mlp.fc2.weight", (h, ffn(c))))
@@ -111,7 +140,7 @@ def init_params(c, gen):
             x = 1.0 + NORM_WEIGHT_STD * x
         elif len(shape) == 1:
             x = BIAS_STD * x
-        elif name.endswith("attn.proj.weight") or name.endswith("mlp.fc2.weight"):
+        elif name.endswith("attn.proj.weight") or name.endswith("fc2.weight"):
             x = out_std * x
         else:
             x = WEIGHT_STD * x
@@ -189,8 +218,9 @@ def mlp(u, P, p, c):
     return m @ P[p + "mlp.fc2.weight"].T
 
 
-def forward(P, c, tokens):
-    """tokens (B, S) int64 -> logits (B*S, V)."""
+def forward(P, c, tokens, moe_stats=None):
+    """tokens (B, S) int64 -> logits (B*S, V). Each MoE layer appends its stats (aux and z
+    losses in the graph, routing margin; reference_moe.moe_mlp) to moe_stats."""
     B, S = tokens.shape
     gpt = c["arch"] == "gpt"
     tok = tokens.reshape(-1)
@@ -205,7 +235,13 @@ def forward(P, c, tokens):
             x = x + mlp(layer_norm(x, P[p + "norm2.weight"], P[p + "norm2.bias"]), P, p, c)
         else:
             x = x + attention(rms_norm(x, P[p + "norm1.weight"]), P, p, c, B)
-            x = x + mlp(rms_norm(x, P[p + "norm2.weight"]), P, p, c)
+            if moe.is_moe_layer(c, i):
+                y, stats = moe.moe_mlp(rms_norm(x, P[p + "norm2.weight"]), P, p, c)
+                if moe_stats is not None:
+                    moe_stats.append(stats)
+                x = x + y
+            else:
+                x = x + mlp(rms_norm(x, P[p + "norm2.weight"]), P, p, c)
     if gpt:
         xf = layer_norm(x, P["final_norm.weight"], P["final_norm.bias"])
         return xf @ P["embedding.word"].T  # tied embeddings
@@ -218,12 +254,22 @@ def cross_entropy(logits, targets):
     return -logp.gather(1, targets.reshape(-1, 1)).mean()
 
 
+def objective(logits, targets, moe_stats):
+    """(LM loss, training objective): the objective adds every MoE layer's aux and z."""
+    lm = total = cross_entropy(logits, targets)
+    for s in moe_stats:
+        total = total + s["aux"] + s["z"]
+    return lm, total
+
+
 def loss_and_grads(P, c, tokens, targets):
+    """-> logits, the LM loss, the objective's gradients, the MoE layers' stats."""
     leaves = {n: t.detach().clone().requires_grad_(True) for n, t in P.items()}
-    logits = forward(leaves, c, tokens)
-    loss = cross_entropy(logits, targets)
-    loss.backward()
-    return logits.detach(), loss.detach(), {n: t.grad for n, t in leaves.items()}
+    stats = []
+    logits = forward(leaves, c, tokens, stats)
+    loss, total = objective(logits, targets, stats)
+    total.backward()
+    return logits.detach(), loss.detach(), {n: t.grad for n, t in leaves.items()}, stats
 
 
 # ---- the optimiser, as notes/model.md writes it --------------------------------------------
@@ -244,7 +290,8 @@ def learning_rate(t, T):
 
 
 class AdamW:
-    """PyTorch AdamW semantics; weight decay on 2-D weights only; global-norm clipping."""
+    """PyTorch AdamW semantics; weight decay on the >= 2-D weights only (the experts' are
+    3-D); global-norm clipping."""
 
     def __init__(self, params, T):
         self.T = T
@@ -263,7 +310,7 @@ class AdamW:
             g = grads[n] * scale
             self.m[n] = b1 * self.m[n] + (1 - b1) * g
             self.v[n] = b2 * self.v[n] + (1 - b2) * g * g
-            wd = T["weight_decay"] if p.dim() == 2 else 0.0
+            wd = T["weight_decay"] if p.dim() >= 2 else 0.0
             update = (self.m[n] / bias1) / (torch.sqrt(self.v[n] / bias2) + T["adam_eps"])
             params[n] = p - lr * (update + wd * p)
         return norm
@@ -285,34 +332,29 @@ def batch(c, gen, B):
 # ---- the golden file ---------------------------------------------------------------------
 
 def golden(family, seed):
+    """-> (tensors, per-step LM losses, per-step gradient norms, MoE summary or None)."""
     c = CONFIGS[family]
     B = c["micro_batch_size"]
     gen = torch.Generator().manual_seed(seed)
     params = init_params(c, gen)
     tokens, targets = batch(c, gen, B)
-    logits, loss, grads = loss_and_grads(params, c, tokens, targets)
+    logits, loss, grads, stats = loss_and_grads(params, c, tokens, targets)
 
     steps = TRAIN["train_iters"]
     step_batches = [batch(c, gen, B) for _ in range(steps)]
     P = dict(params)
     opt = AdamW(P, TRAIN)
-    losses, norms, lrs = [], [], []
+    losses, norms, lrs, step_stats = [], [], [], []
     for t in range(1, steps + 1):
         tok, tgt = step_batches[t - 1]
-        _, step_loss, g = loss_and_grads(P, c, tok, tgt)
+        _, step_loss, g, st = loss_and_grads(P, c, tok, tgt)
         lr = learning_rate(t, TRAIN)
         norms.append(opt.step(P, g, lr))
         losses.append(float(step_loss))
         lrs.append(lr)
+        step_stats.append(st)
 
-    out = []
-    for key, val in c.items():
-        if key == "arch":
-            out.append(("config.arch", "i", (), [0 if val == "gpt" else 1]))
-        else:
-            out.append(("config." + key, "i", (), [val]))
-    out.append(("config.norm_epsilon", "f", (), [NORM_EPS]))
-    out.append(("config.rope_theta", "f", (), [ROPE_THETA]))
+    out = config_tensors(c)
     for key, val in TRAIN.items():
         if key == "lr_decay_style":
             out.append(("train." + key, "i", (), [LR_DECAY_STYLES.index(val)]))
@@ -324,6 +366,8 @@ def golden(family, seed):
     out.append(("targets", "i", (B, c["seq_length"]), targets))
     out.append(("logits", "f", tuple(logits.shape), logits))
     out.append(("loss", "f", (), loss))
+    moe_single, moe_steps, summary = moe.golden_tensors(c, stats, step_stats)
+    out += moe_single
     for name, shape in param_table(c):
         out.append(("grad." + name, "f", shape, grads[name]))
     out.append(("steps.tokens", "i", (steps, B, c["seq_length"]),
@@ -331,11 +375,29 @@ def golden(family, seed):
     out.append(("steps.targets", "i", (steps, B, c["seq_length"]),
                 torch.stack([tg for _, tg in step_batches])))
     out.append(("steps.losses", "f", (steps,), losses))
+    out += moe_steps
     out.append(("steps.grad_norms", "f", (steps,), norms))
     out.append(("steps.lr", "f", (steps,), lrs))
     for name, shape in param_table(c):
         out.append(("final." + name, "f", shape, P[name]))
-    return out, losses, norms
+    return out, losses, norms, summary
+
+
+def config_tensors(c):
+    """config.*: the ModelConfig fields and micro_batch_size, then the MoE fields."""
+    out = []
+    for key, val in c.items():
+        if key.startswith("moe_") or key == "num_experts":
+            continue
+        if key == "arch":
+            out.append(("config.arch", "i", (), [0 if val == "gpt" else 1]))
+        else:
+            out.append(("config." + key, "i", (), [val]))
+    out.append(("config.norm_epsilon", "f", (), [NORM_EPS]))
+    out.append(("config.rope_theta", "f", (), [ROPE_THETA]))
+    if c.get("num_experts", 0) > 0:
+        out += moe.config_tensors(c)
+    return out
 
 
 def write_tensor_file(path, tensors):
@@ -364,6 +426,8 @@ def self_test():
         "llama": dict(arch="llama", num_layers=1, hidden_size=8, num_attention_heads=4,
                       num_query_groups=2, seq_length=4, vocab_size=11, ffn_hidden_size=6,
                       micro_batch_size=2),
+        # a dense layer after a MoE layer with a gated shared expert, big loss coefficients
+        "moe": dict(moe.SMALL, num_layers=2, moe_layer_pattern=[1, 0]),
     }
     for family, c in small.items():
         gen = torch.Generator().manual_seed(1)
@@ -372,18 +436,26 @@ def self_test():
         names = list(P)
 
         def loss_of(*tensors):
-            return cross_entropy(forward(dict(zip(names, tensors)), c, tokens), targets)
+            stats = []
+            logits = forward(dict(zip(names, tensors)), c, tokens, stats)
+            return objective(logits, targets, stats)[1]
 
         inputs = tuple(P[n].clone().requires_grad_(True) for n in names)
         assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
         print(f"{family}: gradcheck of every parameter passed")
+    moe.self_test(init_params)
 
     for family, c in CONFIGS.items():
         gen = torch.Generator().manual_seed(2)
         P = init_params(c, gen)
         tokens, targets = batch(c, gen, c["micro_batch_size"])
-        mine = forward(P, c, tokens)
-        theirs = forward_with_torch_ops(P, c, tokens)
+        stats = []
+        mine = forward(P, c, tokens, stats)
+        theirs, router_logits = forward_with_torch_ops(P, c, tokens)
+        for s, logits in zip(stats, router_logits):  # the aux and z of the dispatch form
+            moe.check_losses(logits, c["moe_topk"], c["moe_aux_loss_coeff"],
+                             c["moe_z_loss_coeff"], got_aux=float(s["aux"]),
+                             got_z=float(s["z"]))
         err = float((mine - theirs).abs().max())
         assert err < 1e-10, (family, err)
         ce = float(torch.nn.functional.cross_entropy(mine, targets.reshape(-1)))
@@ -397,7 +469,9 @@ def self_test():
 
 
 def forward_with_torch_ops(P, c, tokens):
-    """The same model built from torch.nn.functional, to cross-check the plain formulas."""
+    """The same model built from torch.nn.functional, to cross-check the plain formulas;
+    MoE layers dispatch tokens to experts (reference_moe.moe_mlp_dispatch). -> (logits,
+    [router logits of each MoE layer])."""
     F = torch.nn.functional
     B, S = tokens.shape
     h, a, g = c["hidden_size"], c["num_attention_heads"], c["num_query_groups"]
@@ -419,6 +493,7 @@ def forward_with_torch_ops(P, c, tokens):
                             torch.outer(torch.arange(S, dtype=t.dtype), freqs))
         return torch.cat([z.real, z.imag], dim=-1)
 
+    router_logits = []
     for i in range(c["num_layers"]):
         p = f"layers.{i}."
         qkv = F.linear(norm(x, p + "norm1"), P[p + "attn.qkv.weight"],
@@ -432,6 +507,11 @@ def forward_with_torch_ops(P, c, tokens):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + F.linear(o.transpose(1, 2).reshape(B * S, h), P[p + "attn.proj.weight"],
                          P.get(p + "attn.proj.bias"))
+        if moe.is_moe_layer(c, i):
+            y, logits = moe.moe_mlp_dispatch(norm(x, p + "norm2"), P, p, c)
+            router_logits.append(logits)
+            x = x + y
+            continue
         z = F.linear(norm(x, p + "norm2"), P[p + "mlp.fc1.weight"], P.get(p + "mlp.fc1.bias"))
         if gpt:
             m = F.gelu(z)
@@ -440,16 +520,16 @@ def forward_with_torch_ops(P, c, tokens):
             m = F.silu(gate) * up
         x = x + F.linear(m, P[p + "mlp.fc2.weight"], P.get(p + "mlp.fc2.bias"))
     head = P["embedding.word"] if gpt else P["output.weight"]
-    return F.linear(norm(x, "final_norm"), head)
+    return F.linear(norm(x, "final_norm"), head), router_logits
 
 
 def check_adamw_against_torch(P, g):
     mine = dict(P)
     opt = AdamW(mine, TRAIN)
     leaves = {n: p.clone().requires_grad_(True) for n, p in P.items()}
-    groups = [{"params": [t for t in leaves.values() if t.dim() == 2],
+    groups = [{"params": [t for t in leaves.values() if t.dim() >= 2],
                "weight_decay": TRAIN["weight_decay"]},
-              {"params": [t for t in leaves.values() if t.dim() != 2], "weight_decay": 0.0}]
+              {"params": [t for t in leaves.values() if t.dim() < 2], "weight_decay": 0.0}]
     ref = torch.optim.AdamW(groups, lr=1.0, betas=(TRAIN["adam_beta1"], TRAIN["adam_beta2"]),
                             eps=TRAIN["adam_eps"])
     unit = math.sqrt(sum(float((gi * gi).sum()) for gi in g.values()))
@@ -475,8 +555,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out-dir", default=os.path.join(repo, "tests", "data"),
-                    help="where golden_{gpt,llama}.bin are written")
-    ap.add_argument("--seed", type=int, default=1234, help="seed of weights and batches")
+                    help="where golden_{gpt,llama,moe,moe_shared}.bin are written")
+    ap.add_argument("--seed", type=int, default=1234,
+                    help="seed of weights and batches (each file adds its SEED_OFFSETS)")
     ap.add_argument("--self-test", action="store_true",
                     help="check the reference (gradcheck, torch ops, torch AdamW); write nothing")
     args = ap.parse_args()
@@ -485,13 +566,25 @@ def main():
         self_test()
         return
     os.makedirs(args.out_dir, exist_ok=True)
-    for i, family in enumerate(CONFIGS):
-        tensors, losses, norms = golden(family, args.seed + i)
+    for family in CONFIGS:
+        seed = args.seed + SEED_OFFSETS[family]
+        tensors, losses, norms, summary = golden(family, seed)
+        if summary and summary["margin"] < moe.MIN_RELATIVE_MARGIN:
+            raise SystemExit(f"{family}, seed {seed}: a routing near-tie (relative margin "
+                             f"{summary['margin']:.1e} < {moe.MIN_RELATIVE_MARGIN:.0e}); a "
+                             f"float32 model could pick other experts: change SEED_OFFSETS")
         path = os.path.join(args.out_dir, f"golden_{family}.bin")
         write_tensor_file(path, tensors)
-        print(f"{path}: {len(tensors)} tensors")
+        print(f"{path}: {len(tensors)} tensors, seed {seed}")
         print("  losses     " + " ".join(f"{x:.4f}" for x in losses))
         print("  grad norms " + " ".join(f"{x:.3f}" for x in norms))
+        if summary:
+            print(f"  aux {summary['aux']:.9g}  z {summary['z']:.9g}")
+            print(f"  smallest routing margin over the {len(losses) + 1} forwards: "
+                  f"{summary['margin']:.2e} of the logit scale "
+                  f"({summary['abs_margin']:.2e} absolute)")
+            print("  aux losses " + " ".join(f"{x:.5f}" for x in summary["step_aux"]))
+            print("  z losses   " + " ".join(f"{x:.5f}" for x in summary["step_z"]))
 
 
 if __name__ == "__main__":

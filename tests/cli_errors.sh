@@ -129,6 +129,64 @@ bad "unknown module"          "--recompute-modules: unknown module 'attn'" \
                                                         --recompute-granularity selective --recompute-modules attn
 bad "recompute layers range"  "--recompute-num-layers (3) must be between 1 and the layers of a pipeline rank (2)" \
                                                         --recompute-granularity full --recompute-method uniform --recompute-num-layers 3
+# Mixture of experts (Megatron-Core's --num-experts, --moe-*) and the head flags.
+printf 'num-experts = 4\nmoe-layer-freq = [1, 0]\n' >"$tmp/freq_array.toml"
+printf 'num-layers = 4\nnum-experts = 4\nmoe-layer-freq = "[1,0,1]"\n' >"$tmp/freq_len.toml"
+bad "experts >= 2"            "--num-experts must be >= 2, got 1" --num-experts 1
+bad "moe flag needs experts"  "--moe-router-topk needs --num-experts" --moe-router-topk 4
+bad "moe switch needs experts" "--moe-grouped-gemm needs --num-experts" --moe-grouped-gemm
+bad "topk < 1"                "--moe-router-topk (0) must be between 1 and --num-experts (8)" \
+                                                        --num-experts 8 --moe-router-topk 0
+bad "topk > experts"          "--moe-router-topk (9) must be between 1 and --num-experts (8)" \
+                                                        --num-experts 8 --moe-router-topk 9
+bad "expert width"            "--moe-ffn-hidden-size must be >= 1, got 0" \
+                                                        --num-experts 8 --moe-ffn-hidden-size 0
+bad "shared expert width"     "--moe-shared-expert-intermediate-size must be >= 0, got -1" \
+                                                        --num-experts 8 --moe-shared-expert-intermediate-size -1
+bad "shared gate needs shared" "--moe-shared-expert-gate needs a shared expert" \
+                                                        --num-experts 8 --moe-shared-expert-gate
+bad "capacity factor > 0"     "--moe-expert-capacity-factor must be a finite number > 0, got -1" \
+                                                        --num-experts 8 --moe-expert-capacity-factor -1
+bad "pad needs capacity"      "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
+                                                        --num-experts 8 --moe-pad-expert-input-to-capacity
+bad "expert bias needs sigmoid" "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid, got softmax" \
+                                                        --num-experts 8 --moe-router-enable-expert-bias
+bad "pre-softmax needs softmax" "--moe-router-pre-softmax needs --moe-router-score-function softmax, got sigmoid" \
+                                                        --num-experts 8 --moe-router-score-function sigmoid --moe-router-pre-softmax
+bad "score function choice"   "--moe-router-score-function must be one of softmax, sigmoid, got relu" \
+                                                        --num-experts 8 --moe-router-score-function relu
+bad "balancing choice"        "--moe-router-load-balancing-type must be one of aux_loss, seq_aux_loss, none, got sinkhorn" \
+                                                        --num-experts 8 --moe-router-load-balancing-type sinkhorn
+bad "drop policy choice"      "--moe-token-drop-policy must be one of probs, position, got random" \
+                                                        --num-experts 8 --moe-token-drop-policy random
+bad "aux loss coeff"          "--moe-aux-loss-coeff must be >= 0, got -0.1" --num-experts 8 --moe-aux-loss-coeff -0.1
+bad "z loss coeff"            "--moe-z-loss-coeff must be >= 0, got -1" --num-experts 8 --moe-z-loss-coeff -1
+bad "bias update rate"        "--moe-router-bias-update-rate must be >= 0, got -1" \
+                                                        --num-experts 8 --moe-router-bias-update-rate -1
+bad "layer freq length"       "--moe-layer-freq ([1,0,1]) has 3 entries, must have one per layer: --num-layers (4)" \
+                                                        --layers 4 --num-experts 8 --moe-layer-freq "[1,0,1]"
+bad "layer freq entries"      "--moe-layer-freq ([1,2]) entries must be 0 (dense) or 1 (MoE), got 2 for layer 1" \
+                                                        --num-experts 8 --moe-layer-freq "[1,2]"
+bad "layer freq int"          "--moe-layer-freq must be >= 1, got 0" --num-experts 8 --moe-layer-freq 0
+bad "layer freq syntax"       "--moe-layer-freq: cannot read '([1]*3+[0]': expected ) at character 11" \
+                                                        --layers 4 --num-experts 8 --moe-layer-freq "([1]*3+[0]"
+bad "no MoE layer"            "--moe-layer-freq ([0]*2) has no MoE layer (no 1)" \
+                                                        --num-experts 8 --moe-layer-freq "[0]*2"
+bad "layer freq in config"    "--moe-layer-freq ([1,0,1]) has 3 entries" --config "$tmp/freq_len.toml"
+bad "layer freq array"        "--config $tmp/freq_array.toml:2: moe-layer-freq takes an integer or a quoted string" \
+                                                        --config "$tmp/freq_array.toml"
+experts_tp="--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with tensor parallelism come with expert parallelism, the next issue)"
+bad "experts with tp, plan"   "$experts_tp"             --plan --world-size 2 --tp 2 --num-experts 8
+bad "experts with mlp recompute" "--recompute-modules mlp with --num-experts (8): not built yet" \
+                                                        --plan --num-experts 8 --recompute-granularity selective --recompute-modules mlp
+bad "qk-layernorm with tp"    "--qk-layernorm with --tensor-model-parallel-size 2: not built yet" \
+                                                        --plan --world-size 2 --tp 2 --qk-layernorm
+bad "ep with experts, plan"   "--expert-model-parallel-size 2: expert parallelism is not built yet" \
+                                                        --plan --world-size 2 --ep 2 --num-experts 8
+bad "kv channels"             "--kv-channels must be >= 1, got 0" --kv-channels 0
+bad "kv channels llama even"  "--arch llama needs an even head dim for RoPE, got --kv-channels 15" \
+                                                        --arch llama --kv-channels 15
+bad "rotary base"             "--rotary-base must be > 0, got 0" --arch llama --rotary-base 0
 # Config files.
 bad "missing config"          "--config"                --config "$tmp/none.toml"
 bad "unknown config key"      "--config $tmp/typo.toml:1: unknown key 'num-layerz'" --config "$tmp/typo.toml"

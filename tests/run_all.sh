@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
-# (communication, data parallelism, equivalence with the single-rank run, Korthikanti's
+# (communication, data parallelism, equivalence with the single-rank run, MoE, Korthikanti's
 # formulas measured) and every lesson's check. Takes the binaries `make binaries` links:
 # ./trainer and build/{unit_tests,test_comm,test_data_parallel}, whichever build they are.
 #
@@ -33,6 +33,7 @@ else
   run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
   run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
   run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
+  run "MoE equals the single-rank run (dp, pp)" bash tests/mpi/moe.sh ./trainer
   run "validation loss equals the single-rank run" bash tests/mpi/eval.sh ./trainer
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
   run "every rank in --trace, memory per rank" bash tests/mpi/trace.sh ./trainer

@@ -213,7 +213,8 @@ TEST(Flags, ConfigProblems) {
 }
 
 TEST(Flags, EveryPresetLoads) {
-  const char* models[] = {"tiny", "gpt2-124m", "llama-100m", "llama-7b", "gpt3-175b"};
+  const char* models[] = {"tiny",     "gpt2-124m", "llama-100m",   "llama-7b",
+                          "gpt3-175b", "tiny-moe",  "qwen3-30b-a3b"};
   for (const char* m : models) {
     std::string path = repo_path(std::string("configs/models/") + m + ".toml");
     EXPECT_EQ(error_of({"--config", path}), "") << m;

@@ -1,10 +1,19 @@
 // tests/test_golden.cpp: the model and the optimiser against scripts/reference.py, a second,
 // independent statement of notes/model.md in PyTorch (autograd does its backward).
 //
-// tests/data/golden_{gpt,llama}.bin (model/tensor_file.h) hold the config, the weights, one
-// batch with its logits, loss and every gradient, and ten AdamW steps (losses, gradient
-// norms, learning rates, final weights). The reference computes in float64 from float32
-// weights, so what separates it from this float32 model is only float32 rounding.
+// tests/data/golden_{gpt,llama,moe,moe_shared}.bin (model/tensor_file.h) hold the config, the
+// weights, one batch with its logits, loss and every gradient, and ten AdamW steps (losses,
+// gradient norms, learning rates, final weights). The reference computes in float64 from
+// float32 weights, so what separates it from this float32 model is only float32 rounding.
+//
+// moe and moe_shared are llama with mixture-of-experts MLPs (scripts/reference_moe.py):
+// moe routes every layer to 4 experts, top 2; moe_shared has layer 0 MoE with a gated
+// shared expert and layer 1 dense. Their gradients are of the training objective (LM loss
+// plus every MoE layer's aux and z losses), and the files add the aux and z losses of the
+// single step and of each of the ten, and the single step's tokens per expert. Their seeds
+// were chosen so that every token's k-th and (k+1)-th router logits stay >= 2.8e-3 of the
+// logit scale apart in every forward: a float32 model routes exactly as the reference (a
+// float32 run of the reference does, in all 11 forwards), so the tolerances hold unchanged.
 //
 // Tolerances. A float32 run of the same reference and paralab's CPU model (November 2025)
 // both stay 7-30x inside each of them:
@@ -21,7 +30,8 @@
 // noise which AdamW normalises into lr-sized steps of random sign; its final value is not
 // compared. Its gradient still is: noise far under the tolerance floor.
 //
-// Every test runs for both families, naive and flash attention, fused and unfused loss.
+// Every test runs for both families, naive and flash attention, fused and unfused loss; the
+// MoE files with flash attention and the fused loss, and naive with the unfused one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,12 +41,14 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"        // defines: ModelConfig, TrainConfig
 #include "model/optimizer.h"     // defines: AdamW, learning_rate
 #include "model/tensor_file.h"   // defines: read_tensor_file, NamedTensor
 #include "model/transformer.h"   // defines: Transformer
+#include "model/moe.h"           // defines: MoeLayerStats
 
 namespace {
 
@@ -103,6 +115,22 @@ paralab::ModelConfig model_config(const Golden& g, paralab::AttentionImpl attent
   m.attention = attention;
   m.fused_cross_entropy = fused_ce;
   m.cross_entropy_chunk = 10;  // does not divide B*S = 32: several chunks and a ragged last one
+  if (g.has("config.num_experts")) {  // the MoE files (scripts/reference_moe.py)
+    paralab::Moe& moe = m.moe;
+    moe.num_experts = g.i("config.num_experts");
+    moe.ffn_hidden_size = g.i("config.moe_ffn_hidden_size");
+    const std::vector<int32_t>& pattern = g.ints("config.moe_layer_pattern");
+    moe.layer_pattern.assign(pattern.begin(), pattern.end());
+    moe.topk = g.i("config.moe_topk");
+    moe.aux_loss_coeff = g.f("config.moe_aux_loss_coeff");
+    moe.z_loss_coeff = g.f("config.moe_z_loss_coeff");
+    moe.shared_expert_size = g.i("config.moe_shared_expert_size");
+    moe.shared_expert_gate = g.i("config.moe_shared_expert_gate") != 0;
+    moe.score = paralab::Moe::Score::SOFTMAX;  // top-k, then softmax over the k
+    moe.pre_softmax = false;
+    moe.balancing = paralab::Moe::Balancing::AUX_LOSS;
+    moe.capacity_factor = 0.0f;  // dropless
+  }
   return m;
 }
 
@@ -139,6 +167,21 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 double rel(double got, double want) { return std::fabs(got - want) / std::fabs(want); }
+
+bool is_moe(const Golden& g) { return g.has("aux_loss"); }
+
+// The aux and z losses the model summed since reset_moe_stats(), added over its layers.
+struct MoeLosses {
+  double aux = 0, z = 0;
+};
+MoeLosses moe_losses(const paralab::Transformer& model) {
+  MoeLosses sum;
+  for (const paralab::MoeLayerState& layer : model.moe_layers()) {
+    sum.aux += layer.stats.aux_loss;
+    sum.z += layer.stats.z_loss;
+  }
+  return sum;
+}
 
 // The norm-wise and elementwise checks of the header; `skip` marks elements not compared.
 ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want,
@@ -220,14 +263,35 @@ TEST_P(GoldenTest, ParamTableMatchesReference) {
 TEST_P(GoldenTest, ForwardBackwardMatchesReference) {
   const Golden& g = golden();
   const int B = g.i("config.micro_batch_size");
-  auto model = golden_model(g, config());
+  const paralab::ModelConfig cfg = config();
+  auto model = golden_model(g, cfg);
   model->keep_logits(true);
   model->zero_grads();
+  model->reset_moe_stats();
   const float loss =
       model->forward(g.ints("tokens").data(), g.ints("targets").data(), B, 1.0f, 0);
   model->backward();
 
   EXPECT_LE(rel(loss, g.f("loss")), kLossTol) << loss << ", golden " << g.f("loss");
+  if (is_moe(g)) {
+    const MoeLosses moe = moe_losses(*model);
+    EXPECT_LE(rel(moe.aux, g.f("aux_loss")), kLossTol)
+        << "aux loss " << moe.aux << ", golden " << g.f("aux_loss");
+    EXPECT_LE(rel(moe.z, g.f("z_loss")), kLossTol)
+        << "z loss " << moe.z << ", golden " << g.f("z_loss");
+    // Routing is exact (the margins are wide): every MoE layer's counts equal the file's.
+    const int E = cfg.moe.num_experts;
+    const std::vector<int32_t>& want = g.ints("tokens_per_expert");  // (L, E)
+    ASSERT_EQ(model->moe_layers().size(), (size_t)cfg.num_layers);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.moe.is_moe_layer(l)) continue;
+      const paralab::MoeLayerStats& s = model->moe_layers()[l].stats;
+      EXPECT_EQ(s.tokens_per_expert,
+                std::vector<long long>(want.begin() + l * E, want.begin() + (l + 1) * E))
+          << "layer " << l << " tokens per expert";
+      EXPECT_EQ(s.dropped_pairs, 0) << "layer " << l << ": dropless";
+    }
+  }
   EXPECT_TRUE(close(model->last_logits(), g.floats("logits"), kNormTol, true)) << "logits";
   for (const paralab::ParamSpec& p : model->table())
     EXPECT_TRUE(close(model->get_grad(p.name), g.floats("grad." + p.name), kNormTol, true))
@@ -262,8 +326,18 @@ TEST_P(GoldenTest, AdamWStepsMatchReference) {
   for (int t = 1; t <= T; ++t) {
     const size_t at = (size_t)(t - 1) * B * S;
     model->zero_grads();
+    model->reset_moe_stats();
     const float loss = model->forward(tokens.data() + at, targets.data() + at, B, 1.0f, 0);
     model->backward();
+    if (is_moe(g)) {
+      const MoeLosses moe = moe_losses(*model);
+      const double aux = g.floats("steps.aux_losses")[t - 1];
+      const double z = g.floats("steps.z_losses")[t - 1];
+      EXPECT_LE(rel(moe.aux, aux), kStepTol)
+          << "step " << t << " aux loss " << moe.aux << ", golden " << aux;
+      EXPECT_LE(rel(moe.z, z), kStepTol) << "step " << t << " z loss " << moe.z << ", golden "
+                                         << z;
+    }
     const float lr = paralab::learning_rate(train, t);
     const float norm = opt.step(lr);
     EXPECT_LE(rel(lr, g.floats("steps.lr")[t - 1]), 1e-6) << "step " << t << " lr " << lr;
@@ -293,5 +367,61 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"llama", paralab::AttentionImpl::NAIVE, true},
                       Variant{"llama", paralab::AttentionImpl::FLASH, false}),
     variant_name);
+
+INSTANTIATE_TEST_SUITE_P(
+    GoldenMoe, GoldenTest,
+    ::testing::Values(Variant{"moe", paralab::AttentionImpl::FLASH, true},
+                      Variant{"moe", paralab::AttentionImpl::NAIVE, false},
+                      Variant{"moe_shared", paralab::AttentionImpl::FLASH, true},
+                      Variant{"moe_shared", paralab::AttentionImpl::NAIVE, false}),
+    variant_name);
+
+// The MoE files themselves, without the model: the config they carry reads into a
+// ModelConfig, its MoE layers have the router, expert and shared-expert tensors (and no
+// dense fc1/fc2), and the routing counts add up to N k per MoE layer (dropless).
+TEST(GoldenMoeFile, ConfigTensorsAndCountsAgree) {
+  for (const char* family : {"moe", "moe_shared"}) {
+    SCOPED_TRACE(family);
+    const Golden& g = Golden::get(family);
+    const paralab::ModelConfig m = model_config(g, paralab::AttentionImpl::FLASH, true);
+    ASSERT_TRUE(m.moe.enabled());
+    ASSERT_EQ(m.moe.layer_pattern.size(), (size_t)m.num_layers);
+    const int64_t E = m.moe.num_experts, h = m.hidden_size, fe = m.moe_ffn();
+    const int64_t fs = m.moe.shared_expert_size;
+    const int64_t N = (int64_t)g.i("config.micro_batch_size") * m.seq_length;
+    const std::vector<int32_t>& counts = g.ints("tokens_per_expert");
+    ASSERT_EQ(g.at("tokens_per_expert").shape, (std::vector<int64_t>{m.num_layers, E}));
+    int moe_layers = 0;
+    for (int l = 0; l < m.num_layers; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".mlp.";
+      int64_t pairs = 0;
+      for (int e = 0; e < E; ++e) pairs += counts[l * E + e];
+      if (!m.moe.is_moe_layer(l)) {
+        EXPECT_TRUE(g.has(p + "fc1.weight") && !g.has(p + "router.weight")) << l;
+        EXPECT_EQ(pairs, 0) << l;
+        continue;
+      }
+      ++moe_layers;
+      EXPECT_FALSE(g.has(p + "fc1.weight") || g.has(p + "fc2.weight")) << l;
+      EXPECT_EQ(g.at(p + "router.weight").shape, (std::vector<int64_t>{E, h}));
+      EXPECT_EQ(g.at(p + "experts.fc1.weight").shape, (std::vector<int64_t>{E, 2 * fe, h}));
+      EXPECT_EQ(g.at(p + "experts.fc2.weight").shape, (std::vector<int64_t>{E, h, fe}));
+      EXPECT_EQ(g.has(p + "shared.fc1.weight"), fs > 0);
+      if (fs > 0) {
+        EXPECT_EQ(g.at(p + "shared.fc1.weight").shape, (std::vector<int64_t>{2 * fs, h}));
+        EXPECT_EQ(g.at(p + "shared.fc2.weight").shape, (std::vector<int64_t>{h, fs}));
+      }
+      EXPECT_EQ(g.has(p + "shared.gate.weight"), fs > 0 && m.moe.shared_expert_gate);
+      EXPECT_EQ(pairs, N * m.moe.topk) << l;
+    }
+    EXPECT_GT(moe_layers, 0);
+    // Near balance, each MoE layer's aux loss is about alpha; z is positive.
+    EXPECT_GT(g.f("aux_loss"), 0.9 * moe_layers * m.moe.aux_loss_coeff);
+    EXPECT_LT(g.f("aux_loss"), 2.0 * moe_layers * m.moe.aux_loss_coeff);
+    EXPECT_GT(g.f("z_loss"), 0.0f);
+    EXPECT_EQ(g.floats("steps.aux_losses").size(), (size_t)g.i("train.train_iters"));
+    EXPECT_EQ(g.floats("steps.z_losses").size(), (size_t)g.i("train.train_iters"));
+  }
+}
 
 }  // namespace

@@ -272,8 +272,8 @@ TEST(PlanPipeline, ReportKeys) {
 
 // The peak of a stage's total under ZeRO-2/3 (plan/total.cpp, replayed_stage_total): each
 // compute beside the buffers alive then. Without transients (ZeRO 0-1) the walk is
-// stage_total_peak's replay, term for term, for every schedule it covers (no split backward,
-// no recompute), both losses, both precisions, tp; with them it is below the replay that
+// stage_total_peak's replay, term for term, for every schedule (no recompute), both losses,
+// both precisions, tp; with them it is below the replay that
 // holds them at their peak (tests/mpi/pipeline.sh holds it to the ledger on every rank).
 TEST(PlanPipeline, ZeroTransientsReplayedPerCompute) {
   for (PipelineSchedule kind :
@@ -304,10 +304,76 @@ TEST(PlanPipeline, ZeroTransientsReplayedPerCompute) {
               }
             }
           }
-  // zb-h1 (split backward) and recompute keep stage_total_peak: an upper bound at ZeRO-2/3
-  ParallelConfig zb = grid(2, 2, 1, 2);
-  zb.pipeline_schedule = PipelineSchedule::ZB_H1;
-  EXPECT_EQ(make_plan(gpt(4), batch(1, 8), zb).pipeline.stages[0].memory.total_replayed, 0);
+  // zb-h1 (split backward) too: each B beside the copies it makes for W, each W beside the
+  // keeps still held; equal to stage_total_peak at ZeRO 0-1, below it at ZeRO-2/3
+  for (int z = 0; z <= 3; ++z) {
+    ParallelConfig zb = grid(2, 2, 1, z);
+    zb.pipeline_schedule = PipelineSchedule::ZB_H1;
+    SCOPED_TRACE("zb-h1 stage " + std::to_string(z));
+    for (const PipelineStagePlan& st : make_plan(gpt(4), batch(1, 8), zb).pipeline.stages) {
+      ASSERT_GT(st.memory.total_replayed, 0);
+      if (z < 2) EXPECT_EQ(st.memory.total_replayed, st.memory.total_stage);
+      else EXPECT_LE(st.memory.total_replayed, st.memory.total_stage);
+    }
+  }
+  // recompute keeps stage_total_peak
+  ModelConfig selective = gpt(4);
+  selective.recompute.granularity = Recompute::Granularity::SELECTIVE;
+  EXPECT_EQ(make_plan(selective, batch(1, 8), grid(2, 1)).pipeline.stages[0].memory.total_replayed,
+            0);
+}
+
+// MoE stages (plan/moe_memory.h): each layer's workspace transients live inside that layer's
+// forward or backward only (model/moe.cpp's Buffer scopes), so the stage's total peaks where
+// one layer's transients sit beside what is held then, not beside the loss's logits. GPipe on
+// the last stage (layers 2-3 and the head; fused loss, ZeRO-0, k microbatches of kept_c
+// bytes, in = N h act received per chunk), by hand:
+//   F of the k-th   base + common + targets + (k-1) kept_c + in + [saved_2 +] layer 2's
+//                   [3's] forward peak (its tensors + its forward transients)
+//   loss            base + common + targets + k kept_c + the loss's logits
+//   B of the first  base + common + (k-1) kept_c + in + saved_2 [+ saved_3] + layer 2's
+//                   [3's] backward transients
+// zb-h1 takes the same replay (tests/mpi/moe.sh holds both to the ledger).
+TEST(PlanPipeline, MoeTransientsInsideTheirLayer) {
+  ModelConfig m = gpt(4);
+  m.moe.num_experts = 4;
+  m.moe.topk = 2;
+  m.moe.ffn_hidden_size = 32;
+  m.moe.aux_loss_coeff = 1e-2f;
+  m.moe.z_loss_coeff = 1e-3f;
+  ParallelConfig par = grid(2, 1);
+  par.pipeline_schedule = PipelineSchedule::GPIPE;
+  const int64_t k = 4;
+  const Plan plan = make_plan(m, batch(1, k), par);
+  const PipelineStagePlan& st = plan.pipeline.stages[1];
+  const MemoryPlan& mem = st.memory;
+  const int64_t base =
+      mem.params + mem.grads + mem.master_params + mem.optimizer_states + mem.comm_buffers;
+  const int64_t common = workspace_phases(m, 1, 4).common, targets = 4 * N;
+  const int64_t in = N * h * 4, kept = st.chunk_activation_bytes[0];
+  const LayerFootprint &f2 = plan.footprint(0, 2), &f3 = plan.footprint(0, 3);
+  ASSERT_GT(f2.backward_transient, 0);
+  ASSERT_GT(f2.forward_peak, f2.saved);
+  EXPECT_EQ(kept, in + f2.saved + f3.saved + sum_bytes(plan.head_activations));
+  const int64_t held = base + common + (k - 1) * kept + in;
+  const int64_t expected = std::max(
+      {held + targets + f2.forward_peak, held + targets + f2.saved + f3.forward_peak,
+       base + common + targets + k * kept + logits_bytes(m, 1, false),
+       held + f2.saved + f3.saved + f3.backward_transient,
+       held + f2.saved + f2.backward_transient});
+  // the transients decide the peak here: without them it would be lower
+  EXPECT_GT(expected, std::max(base + common + targets + k * kept + logits_bytes(m, 1, false),
+                               held + targets + f2.saved + f3.saved));
+  EXPECT_EQ(mem.total(), expected);
+  EXPECT_EQ(mem.total_replayed, expected);
+  EXPECT_LE(mem.total_replayed, mem.total_stage);  // transients at their peaks: a bound
+
+  par.pipeline_schedule = PipelineSchedule::ZB_H1;
+  for (const PipelineStagePlan& z : make_plan(m, batch(1, k), par).pipeline.stages) {
+    ASSERT_GT(z.memory.total_replayed, 0);
+    EXPECT_EQ(z.memory.total(), z.memory.total_replayed);
+    EXPECT_LE(z.memory.total_replayed, z.memory.total_stage);
+  }
 }
 
 // One convention for the unit costs (plan.h, PipelinePlan::costs): a B that also makes the

@@ -12,8 +12,12 @@
 //   x'_{i+D/2} = x_{i+D/2} cos + x_i sin
 // Its backward is the transposed rotation, i.e. the rotation by -angle.
 //
+// rope_forward / rope_backward apply the same rotation alone, in place on a (B,H,S,D) tensor
+// (qk-layernorm puts the norm between the split and RoPE): split with theta 0 then rope_forward
+// computes what the split with theta does, bit for bit (the same rope_angles and copy_head).
+//
 // defines: qkv_split_forward, qkv_split_backward, heads_merge_forward, heads_merge_backward,
-//          causal_softmax_forward, causal_softmax_backward
+//          rope_forward, rope_backward, causal_softmax_forward, causal_softmax_backward
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -118,6 +122,29 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
       }
     }
   }
+}
+
+// In place: each head row is rotated into a copy and copied back (copy_head reads both halves
+// of a pair before writing either, but not in place).
+static void rope_apply(float* x, int B, int H, int S, int D, float theta, float sign) {
+  if (theta <= 0.0f) return;
+  if (D % 2 != 0) throw std::invalid_argument("rope: odd D");
+  std::vector<float> cos_s(D / 2), sin_s(D / 2), row(D);
+  for (int s = 0; s < S; s++) {
+    rope_angles(cos_s, sin_s, s, D, theta);
+    for (long long bh = 0; bh < (long long)B * H; bh++) {
+      float* x_s = x + ((size_t)bh * S + s) * D;  // seek to x[b, h, s, :]
+      copy_head(row.data(), x_s, D, cos_s.data(), sin_s.data(), sign);
+      for (int c = 0; c < D; c++) x_s[c] = row[c];
+    }
+  }
+}
+
+void rope_forward(float* x, int B, int H, int S, int D, float theta) {
+  rope_apply(x, B, H, S, D, theta, 1.0f);
+}
+void rope_backward(float* dx, int B, int H, int S, int D, float theta) {
+  rope_apply(dx, B, H, S, D, theta, -1.0f);
 }
 
 // o(B,A,S,D) -> out(B*S, A*D): token (b, s)'s row is its A heads side by side.

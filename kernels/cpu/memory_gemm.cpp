@@ -14,19 +14,23 @@
 //
 // GEMM is OpenBLAS sgemm. Row-major C = alpha op(A) op(B) + beta C maps directly onto
 // cblas' CblasRowMajor; the strided-batched form is a loop of sgemm calls (each large
-// enough in our use, one per attention head or per expert, for OpenBLAS's own threads).
+// enough in our use, one per attention head or per expert, for OpenBLAS's own threads). The
+// grouped form is the same loop over its groups (group i at A + a_offset_i ...), calling the
+// very gemm below, so a grouped call is bit for bit the per-group gemm calls it stands for.
 //
 // defines: device_malloc, device_free, memcpy_to_host, memcpy_from_host, memcpy_device,
-//          memset_zero, synchronize, gemm, gemm_strided_batched
+//          memset_zero, synchronize, gemm, gemm_strided_batched, gemm_grouped
 #include <cblas.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "kernels/cpu_ops.h"
+#include "kernels/ops.h"  // GemmGroup
 
 namespace kernels {
 namespace cpu {
@@ -116,6 +120,23 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float
   for (int i = 0; i < batch; i++) {
     gemm(trans_a, trans_b, m, n, k, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
          C + i * stride_c, ldc);
+  }
+}
+
+// A group with k == 0 has an empty product: C_i = beta C_i, which ops.h allows for beta 1 only
+// (the caller has nothing to add), so it is skipped like an m == 0 or n == 0 group.
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
+                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count) {
+  for (int i = 0; i < count; i++) {
+    const GemmGroup& g = groups[i];
+    if (g.k == 0 && g.m > 0 && g.n > 0 && beta != 1.0f)
+      throw std::invalid_argument("gemm_grouped: a group with k == 0 needs beta == 1");
+  }
+  for (int i = 0; i < count; i++) {
+    const GemmGroup& g = groups[i];
+    if (g.m == 0 || g.n == 0 || g.k == 0) continue;
+    gemm(trans_a, trans_b, g.m, g.n, g.k, alpha, A + g.a_offset, lda, B + g.b_offset, ldb, beta,
+         C + g.c_offset, ldc);
   }
 }
 

@@ -13,6 +13,10 @@
 // (the transpose of a rotation is the rotation by -t). Each thread reads its partner
 // channel, so forward and backward stay one thread per element.
 //
+// rope_forward / rope_backward rotate a (B,H,S,D) tensor in place: one thread per pair
+// (i, i + D/2), which reads both before writing either, through the same rope_rotate as the
+// split, so split(theta 0) then rope_forward equals split(theta) bit for bit.
+//
 // Causal softmax: one block per score row, threads stride over the row's columns.
 //
 // Every kernel is templated on the storage type T (float or bf16): loads widen with
@@ -174,6 +178,45 @@ void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, in
 }
 void heads_merge_backward(bf16* d_o, const bf16* dout, int B, int S, int A, int D) {
   heads_merge_launch(d_o, dout, B, S, A, D, false);
+}
+
+// ---- RoPE alone ----------------------------------------------------------------------------
+// mirrors cpu::rope_forward / rope_backward (direction +1 / -1): pair idx is pair i < D/2 of
+// head row idx / (D/2) of the (B*H*S, D) tensor, at position s = row % S.
+template <typename T>
+__global__ void rope_kernel(T* x, size_t pairs, int S, int D, float theta, float direction) {
+  GRID_STRIDE_LOOP(idx, pairs) {
+    const int half = D / 2;
+    const size_t row = idx / half;
+    const int i = (int)(idx % half), s = (int)(row % S);
+    T* x_row = x + row * D;
+    const float lo = to_float(x_row[i]), hi = to_float(x_row[i + half]);
+    store(x_row[i], rope_rotate(lo, hi, i, s, D, theta, direction));
+    store(x_row[i + half], rope_rotate(hi, lo, i + half, s, D, theta, direction));
+  }
+}
+
+template <typename T>
+static void rope_launch(T* x, int B, int H, int S, int D, float theta, float direction) {
+  if (theta <= 0.0f) return;
+  if (D % 2 != 0) throw std::invalid_argument("rope: odd D");
+  const size_t pairs = (size_t)B * H * S * (D / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<grid_1d(pairs), kThreads, 0, stream()>>>(x, pairs, S, D, theta, direction);
+  KERNEL_CHECK();
+}
+
+void rope_forward(float* x, int B, int H, int S, int D, float theta) {
+  rope_launch(x, B, H, S, D, theta, 1.0f);
+}
+void rope_forward(bf16* x, int B, int H, int S, int D, float theta) {
+  rope_launch(x, B, H, S, D, theta, 1.0f);
+}
+void rope_backward(float* dx, int B, int H, int S, int D, float theta) {
+  rope_launch(dx, B, H, S, D, theta, -1.0f);
+}
+void rope_backward(bf16* dx, int B, int H, int S, int D, float theta) {
+  rope_launch(dx, B, H, S, D, theta, -1.0f);
 }
 
 // ---- causal softmax ------------------------------------------------------------------------

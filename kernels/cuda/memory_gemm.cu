@@ -14,10 +14,22 @@
 // multiply exact bf16 values on tensor cores and accumulate in fp32; C is rounded to bf16
 // once at the end, or kept fp32 for the logits. That is the CPU twin's "widen, sgemm,
 // round" up to the summation order.
+//
+// Grouped GEMM (the MoE experts): cublasGemmGroupedBatchedEx with one problem per group
+// (group_size 1 each, empty groups left out), the same operand swap per problem. Its m, n, k,
+// transposes, leading dimensions, alpha and beta are host arrays; the A, B and C pointer
+// arrays must be device arrays, so each call uploads them (3 pointers per problem) into a
+// scratch kept for the process, grown (stream-ordered cudaFreeAsync / cudaMallocAsync) when a
+// call has more problems. The upload is queued on the stream, so the previous call's GEMM has
+// read its pointers before the next call overwrites them.
 #include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda_ops.h"
+#include "kernels/ops.h"  // GemmGroup
 
 // cuBLAS reads kernels::bf16 buffers as __nv_bfloat16: both are the upper 16 bits of an
 // IEEE float, so only the size and alignment have to agree.
@@ -160,6 +172,76 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float
       cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
       CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
+}
+
+// ---- grouped GEMM --------------------------------------------------------------------------
+// Device array of `n` pointers, valid for work queued after this call on the stream.
+static void** grouped_pointer_scratch(size_t n) {
+  static void** scratch = nullptr;
+  static size_t capacity = 0;
+  if (n > capacity) {
+    if (scratch) CUDA_CHECK(cudaFreeAsync(scratch, stream()));
+    capacity = std::max(n, 2 * capacity);
+    CUDA_CHECK(cudaMallocAsync((void**)&scratch, capacity * sizeof(void*), stream()));
+  }
+  return scratch;
+}
+
+// T the storage of A, B and C (CUDA_R_32F or CUDA_R_16BF); fp32 compute either way.
+template <typename T>
+static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T* A, int lda,
+                                const T* B, int ldb, float beta, T* C, int ldc,
+                                const GemmGroup* groups, int count, cudaDataType_t type) {
+  std::vector<int> m, n, k;  // of the column-major problems: (n_i, m_i, k_i)
+  std::vector<const void*> a_ptrs, b_ptrs;
+  std::vector<void*> c_ptrs;
+  for (int i = 0; i < count; i++) {
+    const GemmGroup& g = groups[i];
+    if (g.m == 0 || g.n == 0) continue;
+    if (g.k == 0) {
+      if (beta != 1.0f)
+        throw std::invalid_argument("gemm_grouped: a group with k == 0 needs beta == 1");
+      continue;  // C_i = 1 * C_i
+    }
+    m.push_back(g.n);
+    n.push_back(g.m);
+    k.push_back(g.k);
+    a_ptrs.push_back(B + g.b_offset);  // the swap: cuBLAS's A is our B
+    b_ptrs.push_back(A + g.a_offset);
+    c_ptrs.push_back(C + g.c_offset);
+  }
+  const int problems = (int)m.size();
+  if (problems == 0) return;
+  std::vector<void*> host(3 * (size_t)problems);
+  for (int i = 0; i < problems; i++) {
+    host[i] = const_cast<void*>(a_ptrs[i]);
+    host[problems + i] = const_cast<void*>(b_ptrs[i]);
+    host[2 * problems + i] = c_ptrs[i];
+  }
+  void** dev = grouped_pointer_scratch(host.size());
+  // From pageable memory: the copy is staged before the call returns, so `host` may go.
+  CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(void*),
+                             cudaMemcpyHostToDevice, stream()));
+  const std::vector<cublasOperation_t> op_a(problems, op(trans_b)), op_b(problems, op(trans_a));
+  const std::vector<int> ld_a(problems, ldb), ld_b(problems, lda), ld_c(problems, ldc),
+      sizes(problems, 1);
+  const std::vector<float> alphas(problems, alpha), betas(problems, beta);
+  CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      cublas(), op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alphas.data(),
+      (const void* const*)dev, type, ld_a.data(), (const void* const*)(dev + problems), type,
+      ld_b.data(), betas.data(), dev + 2 * problems, type, ld_c.data(), problems, sizes.data(),
+      CUBLAS_COMPUTE_32F));
+}
+
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
+                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count) {
+  gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
+                      CUDA_R_32F);
+}
+void gemm_grouped(bool trans_a, bool trans_b, float alpha, const bf16* A, int lda, const bf16* B,
+                  int ldb, float beta, bf16* C, int ldc, const GemmGroup* groups, int count) {
+  gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
+                      CUDA_R_16BF);
 }
 
 }  // namespace cuda

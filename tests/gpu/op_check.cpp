@@ -106,6 +106,8 @@ int main() {
   check_attention_layout<float>();
   check_flash_cases<float>();
   check_loss_optimizer();
+  check_moe_router();
+  check_moe<float>();
 
   std::printf("---- bf16 storage ----\n");
   check_convert();
@@ -117,6 +119,7 @@ int main() {
   check_attention_layout<bf16>();
   check_flash_cases<bf16>();
   check_optimizer_bf16();
+  check_moe<bf16>();
   if (failures > 0) {
     std::printf("op_check: %d FAILED\n", failures);
     return 1;

@@ -169,5 +169,7 @@ template <typename T> void check_attention_layout();  // op_check_attention.cpp
 template <typename T> void check_flash_cases();       // op_check_attention.cpp
 void check_loss_optimizer();  // op_check_loss.cpp
 void check_optimizer_bf16();  // op_check_loss.cpp
+void check_moe_router();      // op_check_moe.cpp: router, balancing, z loss (fp32 only)
+template <typename T> void check_moe();  // op_check_moe.cpp: grouped GEMM, permute, experts
 
 }  // namespace op_check

@@ -10,8 +10,8 @@ are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: 
 the measured bytes of every category but activations equal the predicted ones exactly,
 activations within 1%, the peak of the total exactly (at most where the plan marks it an
 upper bound: "exact": false), what is held between steps ("resident", every rank) exactly, and
-every communication row's calls and payload bytes and (per rank) the kernels' FLOP count
-equal the prediction exactly, on rank 0 and (when the run gathered them) on every rank.
+every communication row's calls and payload bytes, (per rank) the kernels' FLOP count and
+(rank 0) the GEMM calls per label equal the prediction exactly, on rank 0 and (when the run gathered them) on every rank.
 Prints the worst of each; exit 1 on failure.
 """
 import json
@@ -61,6 +61,13 @@ def ledger_problems(path):
     every rank's when the run gathered them ("ranks": a pipeline's stages differ)."""
     problems = []
     for r in records(path):
+        # rank 0's GEMM calls per label (kernels' gemm_counts) against plan/gemm_calls.h: exact,
+        # but the per-expert "experts" row where the plan says it is an expectation
+        calls = r.get("gemm_calls", {})
+        for label, c in calls.get("labels", {}).items():
+            if (label != "experts" or calls.get("experts_exact")) and c["measured"] != c["predicted"]:
+                problems.append(f"step {r['step']} GEMM calls {label}: measured {c['measured']}"
+                                f" predicted {c['predicted']}")
         views = [("", r)] + [(f"rank {x['rank']} ", x) for x in r.get("ranks", [])]
         for who, v in views:
             mem = v["memory"]

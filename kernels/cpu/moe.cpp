@@ -1,0 +1,192 @@
+// kernels/cpu/moe.cpp: the mixture-of-experts ops of kernels/ops.h, CPU twins.
+//
+// Router (fp32 whatever the storage): top-k selection and gates, the load-balancing scores,
+// the aux loss as a weighted sum and the z loss. The per-row math (the tie rule, the three
+// gate formulas and their backward) is kernels/math.h moe_*_row, shared with the CUDA kernel.
+//   aux / seq-aux loss   sum_t sum_e scores[t,e] w[t / group, e]   (double accumulation)
+//   z loss               sum_t lse_t^2,  d/dl_te = 2 lse_t softmax(l_t)_e
+// Dispatch: pair p = t*k + s is token t's s-th expert. Permute gathers pair rows into the
+// experts' order (row_pair: permuted row -> pair, -1 padding); unpermute sums each token's k
+// expert outputs back in slot order (slots: pair -> permuted row, -1 dropped), which is also
+// permute's backward:
+//   permute     out[j] = in[row_pair[j] / k],         out_gates[j] = gates[row_pair[j]]
+//   unpermute   out[t] = sum_{s<k} in[slots[t k + s]]  (fp32, s ascending)
+// Expert activations with the gate after them, row j of out = act(in_j) gate_j:
+//   swiglu   out = silu(g) u gate;  dg = dout gate u silu'(g), du = dout gate silu(g),
+//            dgate = sum_f dout silu(g) u
+//   gelu     out = gelu(x) gate;    dx = dout gate gelu'(x),  dgate = sum_f dout gelu(x)
+// Shared-expert gate: out += sigmoid(z) y;  dy = sigmoid(z) dout, dz = s(1-s) sum_c dout y.
+// The CPU runs one loop per op whatever the `fused` flag says (fusion is a CUDA launch choice).
+//
+// defines: moe_router_topk, moe_router_topk_backward, moe_balancing_scores,
+//          moe_balancing_scores_backward, moe_weighted_sum, moe_weighted_sum_backward,
+//          moe_z_loss_sum, moe_z_loss_backward, moe_permute, moe_unpermute, moe_unpermute_gates,
+//          moe_swiglu_forward, moe_swiglu_backward, moe_gelu_forward, moe_gelu_backward,
+//          moe_shared_gate_forward, moe_shared_gate_backward
+#include "kernels/cpu_ops.h"
+#include "kernels/math.h"
+
+namespace kernels {
+namespace cpu {
+
+// ---- router ---------------------------------------------------------------------------------
+
+void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,
+                     int N, int E, int k, int score, bool pre_softmax, float scaling) {
+  for (int t = 0; t < N; t++)
+    moe_topk_row(gates + (size_t)t * k, experts + (size_t)t * k, logits + (size_t)t * E,
+                 expert_bias, E, k, score, pre_softmax, scaling);
+}
+
+void moe_router_topk_backward(float* dlogits, const float* dgates, const float* logits,
+                              const int* experts, int N, int E, int k, int score,
+                              bool pre_softmax, float scaling) {
+  for (int t = 0; t < N; t++)
+    moe_topk_backward_row(dlogits + (size_t)t * E, dgates + (size_t)t * k,
+                          logits + (size_t)t * E, experts + (size_t)t * k, E, k, score,
+                          pre_softmax, scaling);
+}
+
+void moe_balancing_scores(float* scores, const float* logits, int N, int E, int score) {
+  for (int t = 0; t < N; t++)
+    moe_balancing_row(scores + (size_t)t * E, logits + (size_t)t * E, E, score);
+}
+
+void moe_balancing_scores_backward(float* dlogits, const float* dscores, const float* logits,
+                                   int N, int E, int score) {
+  for (int t = 0; t < N; t++)
+    moe_balancing_backward_row(dlogits + (size_t)t * E, dscores + (size_t)t * E,
+                               logits + (size_t)t * E, E, score);
+}
+
+double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group) {
+  double total = 0.0;
+  for (int t = 0; t < N; t++) {
+    const float* w = weights + (size_t)(t / group) * E;  // the row of t's group
+    for (int e = 0; e < E; e++) total += (double)scores[(size_t)t * E + e] * w[e];
+  }
+  return total;
+}
+
+void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group) {
+  for (int t = 0; t < N; t++)
+    for (int e = 0; e < E; e++) dscores[(size_t)t * E + e] = weights[(size_t)(t / group) * E + e];
+}
+
+double moe_z_loss_sum(const float* logits, int N, int E) {
+  double total = 0.0;
+  for (int t = 0; t < N; t++) {
+    const double lse = moe_logsumexp_row(logits + (size_t)t * E, E);
+    total += lse * lse;
+  }
+  return total;
+}
+
+void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, float coeff) {
+  for (int t = 0; t < N; t++)
+    moe_z_loss_backward_row(dlogits + (size_t)t * E, logits + (size_t)t * E, E, coeff);
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+void moe_permute(float* out, float* out_gates, const float* in, const float* gates,
+                 const int* row_pair, int M, int C, int k, bool /*fused*/) {
+  for (int j = 0; j < M; j++) {
+    const int p = row_pair[j];
+    float* dst = out + (size_t)j * C;
+    const float* src = p >= 0 ? in + (size_t)(p / k) * C : nullptr;  // token p / k's row
+    for (int c = 0; c < C; c++) dst[c] = src ? src[c] : 0.0f;
+    if (out_gates) out_gates[j] = p >= 0 ? gates[p] : 0.0f;
+  }
+}
+
+void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, int k,
+                   bool /*fused*/) {
+  for (int t = 0; t < N; t++) {
+    float* dst = out + (size_t)t * C;
+    for (int c = 0; c < C; c++) dst[c] = 0.0f;
+    for (int s = 0; s < k; s++) {
+      const int row = slots[(size_t)t * k + s];
+      if (row < 0) continue;  // dropped by the capacity
+      const float* src = in + (size_t)row * C;
+      for (int c = 0; c < C; c++) dst[c] += src[c];
+    }
+  }
+}
+
+void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slots, int pairs) {
+  for (int p = 0; p < pairs; p++) dgates[p] = slots[p] >= 0 ? dperm_gates[slots[p]] : 0.0f;
+}
+
+// ---- expert activations -----------------------------------------------------------------------
+
+void moe_swiglu_forward(float* out, const float* in, const float* gates, int M, int F) {
+  for (int j = 0; j < M; j++) {
+    const float* row = in + (size_t)j * 2 * F;  // [gate | up]
+    for (int f = 0; f < F; f++) out[(size_t)j * F + f] = silu(row[f]) * row[F + f] * gates[j];
+  }
+}
+
+void moe_swiglu_backward(float* din, float* dgates, const float* dout, const float* in,
+                         const float* gates, int M, int F) {
+  for (int j = 0; j < M; j++) {
+    const float* row = in + (size_t)j * 2 * F;
+    float* drow = din + (size_t)j * 2 * F;
+    const float* g = dout + (size_t)j * F;
+    float dgate = 0.0f;
+    for (int f = 0; f < F; f++) {
+      const float up = row[F + f], a = silu(row[f]), gg = g[f] * gates[j];
+      drow[f] = gg * up * silu_grad(row[f]);
+      drow[F + f] = gg * a;
+      dgate += g[f] * (a * up);
+    }
+    dgates[j] = dgate;
+  }
+}
+
+void moe_gelu_forward(float* out, const float* in, const float* gates, int M, int F) {
+  for (int j = 0; j < M; j++)
+    for (int f = 0; f < F; f++) {
+      const size_t i = (size_t)j * F + f;
+      out[i] = gelu(in[i]) * gates[j];
+    }
+}
+
+void moe_gelu_backward(float* din, float* dgates, const float* dout, const float* in,
+                       const float* gates, int M, int F) {
+  for (int j = 0; j < M; j++) {
+    float dgate = 0.0f;
+    for (int f = 0; f < F; f++) {
+      const size_t i = (size_t)j * F + f;
+      din[i] = dout[i] * gates[j] * gelu_grad(in[i]);
+      dgate += dout[i] * gelu(in[i]);
+    }
+    dgates[j] = dgate;
+  }
+}
+
+// ---- shared-expert gate ------------------------------------------------------------------------
+
+void moe_shared_gate_forward(float* out, const float* y, const float* z, int N, int C) {
+  for (int t = 0; t < N; t++) {
+    const float s = sigmoid(z[t]);
+    for (int c = 0; c < C; c++) out[(size_t)t * C + c] += s * y[(size_t)t * C + c];
+  }
+}
+
+void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const float* y,
+                              const float* z, int N, int C) {
+  for (int t = 0; t < N; t++) {
+    const float s = sigmoid(z[t]);
+    float dot = 0.0f;
+    for (int c = 0; c < C; c++) {
+      const size_t i = (size_t)t * C + c;
+      dy[i] = s * dout[i];
+      dot += dout[i] * y[i];
+    }
+    dz[t] = s * (1.0f - s) * dot;
+  }
+}
+
+}  // namespace cpu
+}  // namespace kernels

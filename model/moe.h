@@ -1,0 +1,146 @@
+// model/moe.h: a mixture-of-experts MLP on one rank (Shazeer et al. 2017; Switch, Fedus et
+// al. 2021; Megatron-Core's megatron/core/transformer/moe/, whose semantics it follows).
+//
+// The lesson. A dense MLP runs every token through one fc1 -> act -> fc2. An MoE layer holds
+// E such experts and a router, a linear h -> E computed in fp32; each token goes to its k
+// best experts and the layer's output is their gate-weighted sum, so the parameters grow E
+// times while each token's FLOPs grow k times (the "active" parameters). Per layer and
+// microbatch of N tokens, u = norm2's output (N, h):
+//
+//   logits = u Wr^T                         (N, E) fp32               GEMM 2 N h E
+//   experts, gates = top-k(logits)           (N, k): softmax over the k picked logits
+//                                            (Megatron's default; --moe-router-pre-softmax:
+//                                            softmax over E then the top k, no renorm;
+//                                            sigmoid: sigmoid, normalised over the k picked)
+//   dispatch (host)                          counts per expert, capacity drops, the maps
+//   permute: x_p = u[rows sorted by expert]  (M, h) M = sum of the experts' rows
+//   per expert e, its rows R_e (n_e of them):
+//     y_e = (act(x_p[R_e] W1_e^T) * gate) W2_e^T      GEMMs 2 n_e h fc1_e + 2 n_e f_e h
+//   unpermute: out_t = sum over t's kept pairs of y rows   (N, h)
+//   [+ shared expert: act(u Ws1^T) Ws2^T, times sigmoid(u wg^T) with its gate]
+//
+// The gate multiplies after the activation, before fc2, as Megatron's experts do; gradients
+// reach the router through the gates (the selection itself is not differentiated) and
+// through the two auxiliary losses, each computed per microbatch on its N tokens:
+//   aux (load balancing)  alpha E / (k N^2) sum_e (sum_t p_e(t)) c_e, p = softmax(logits) over
+//                         E (sigmoid: normalised sigmoid), c_e = tokens whose top-k of p holds
+//                         e (a count); = alpha at perfect balance. seq_aux_loss: the same per
+//                         sequence (N -> S), averaged over the B sequences.
+//   z loss                beta mean_t logsumexp(logits_t)^2 (ST-MoE).
+// Their gradients are scaled like the LM loss's (the microbatch's grad_scale).
+//
+// Capacity (--moe-expert-capacity-factor cf): an expert takes at most C = ceil(N k / E cf)
+// rows; beyond that a pair (token, expert) is dropped, by gate value (probs: the C largest
+// gates, ties to the earlier token) or by position (the C earliest tokens). A dropped pair
+// contributes nothing: the token keeps its residual (and the shared expert). With
+// --moe-pad-expert-input-to-capacity every expert runs exactly min(C, N) rows (zero rows
+// pad it), so every size is fixed and the plan predicts them exactly.
+//
+// GEMM calls per MoE layer and microbatch: forward fc1 and fc2, backward dX and dW of each:
+// 6 grouped calls with --moe-grouped-gemm (kernels::gemm_grouped, all experts at once), or
+// 6 per expert that has rows. Plus the router's 3 and the shared expert's.
+//
+// Expert bias (--moe-router-enable-expert-bias, aux-loss-free balancing, DeepSeek-V3): a
+// per-expert bias added to the sigmoid scores for the selection only (never to the gates),
+// updated once per step: b_e += rate * sign(mean_e' c_e' - c_e), c the pairs each expert ran
+// in the step, summed over data parallelism.
+//
+// defines: MoeLayerStats, MoeLayerState, MoeWeights, MoeGrads, MoeActivations, Dispatch,
+//          expert_capacity, plan_dispatch, update_expert_bias, moe_forward, moe_backward
+#pragma once
+#include <cstdint>
+#include <vector>
+#include "measure/ledger.h"
+#include "model/config.h"
+
+namespace paralab {
+
+struct LayerContext;
+
+// What one MoE layer's router saw, summed over the microbatches recorded since the last
+// reset (training forwards only: not evaluation, not a recompute's second forward).
+struct MoeLayerStats {
+  std::vector<long long> tokens_per_expert;  // (E) pairs routed to each expert, before drops
+  std::vector<long long> kept_per_expert;    // (E) pairs each expert ran (no padding rows)
+  long long dropped_pairs = 0;               // (token, expert) pairs over capacity
+  long long padding_rows = 0;                // zero rows added to reach the capacity
+  std::vector<int> permuted_rows;            // M of each microbatch, in order
+  long long nonempty_experts = 0;            // sum over microbatches: experts with >= 1 row
+  double aux_loss = 0, z_loss = 0;           // sums over microbatches, coefficients applied
+  int microbatches = 0;
+};
+
+// Per MoE layer held on this rank, across steps: its expert bias and its statistics.
+struct MoeLayerState {
+  Buffer<float> expert_bias;  // (E) on the device, category params; only with expert bias
+  MoeLayerStats stats;
+};
+
+template <typename T>
+struct MoeWeights {
+  const T* router = nullptr;       // (E, h)
+  const T* experts_fc1 = nullptr;  // (E, fc1_e, h)
+  const T* experts_fc2 = nullptr;  // (E, h, f_e)
+  const T *shared_fc1 = nullptr, *shared_fc2 = nullptr, *shared_gate = nullptr;
+};
+template <typename T>
+struct MoeGrads {
+  T *router = nullptr, *experts_fc1 = nullptr, *experts_fc2 = nullptr;
+  T *shared_fc1 = nullptr, *shared_fc2 = nullptr, *shared_gate = nullptr;
+};
+
+// How the N k (token, slot) pairs of one microbatch reach the experts (host arrays, built by
+// plan_dispatch; pair p = t k + s).
+struct Dispatch {
+  int capacity = -1;                // rows an expert may take; -1 dropless
+  std::vector<long long> routed;    // (E) pairs routed to each expert
+  std::vector<int> rows;            // (E) rows each expert runs (kept pairs + padding)
+  std::vector<int> kept;            // (E) kept pairs
+  std::vector<int> offset;          // (E + 1) first permuted row of each expert
+  std::vector<int> row_pair;        // (M) the pair of each permuted row, -1 for padding
+  std::vector<int> slots;           // (N k) the permuted row of each pair, -1 when dropped
+  long long dropped = 0;
+  int M() const { return offset.empty() ? 0 : offset.back(); }
+};
+
+// Megatron's get_capacity: ceil(tokens k / E * cf), in double as Python computes it.
+int expert_capacity(int tokens, int k, int E, float capacity_factor);
+// From the router's choice (experts, gates: (N, k) host arrays) and the config's capacity
+// rules. Within an expert the kept rows are in token order (a stable sort by expert), then
+// its padding rows.
+Dispatch plan_dispatch(const Moe& moe, const int* experts, const float* gates, int N, int k);
+// b_e + rate sign(mean - c_e) for each expert (sign(0) = 0).
+std::vector<float> update_expert_bias(const std::vector<float>& bias,
+                                      const std::vector<long long>& counts, float rate);
+
+// Saved for backward, one microbatch, one MoE layer (category activations).
+template <typename T>
+struct MoeActivations {
+  Buffer<float> logits;      // (N, E)
+  Buffer<float> gates;       // (N, k)
+  Buffer<int> experts;       // (N, k)
+  Buffer<int> row_pair;      // (M)
+  Buffer<int> slots;         // (N k)
+  Buffer<T> perm_in;         // (M, h) the experts' fc1 input
+  Buffer<float> perm_gates;  // (M)
+  Buffer<T> fc1_out;         // (M, fc1_e)
+  Buffer<T> act_out;         // (M, f_e) gated activation: fc2's input
+  Buffer<T> shared_fc1_out;  // (N, fc1_s)
+  Buffer<T> shared_act_out;  // (N, f_s)
+  Buffer<T> shared_out;      // (N, h) with the gate: the shared expert's output before it
+  Buffer<T> shared_gate;     // (N) with the gate: its logit
+  std::vector<int> rows, offset;   // host: per expert rows and first row (E, E + 1)
+  std::vector<float> aux_weights;  // host: d(aux)/d(p) per group of tokens (groups x E)
+};
+
+// u: norm2's output (N, h); out (N, h) "=" the layer's MLP output. Records statistics into
+// c.moe->stats when c.record_moe_stats.
+template <typename T>
+void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* out,
+                 MoeActivations<T>& a);
+// dout (N, h) -> du (N, h) "="; the weights' gradients +=; releases nothing (the layer does).
+template <typename T>
+void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g, const T* u,
+                  const T* dout, T* du, MoeActivations<T>& a);
+
+}  // namespace paralab

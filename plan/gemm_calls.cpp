@@ -1,0 +1,111 @@
+// plan/gemm_calls.cpp: see gemm_calls.h for the counts per label and where each comes from.
+#include "plan/gemm_calls.h"
+#include <algorithm>
+#include <cmath>
+
+namespace paralab {
+
+const char* const kGemmLabels[kNumGemmLabels] = {"attention", "experts", "head", "mlp",
+                                                 "other", "router", "shared_expert"};
+namespace {
+enum Label { ATTENTION, EXPERTS, HEAD, MLP, OTHER, ROUTER, SHARED };
+}  // namespace
+
+double GemmCallPrediction::at(const std::string& label) const {
+  for (int i = 0; i < kNumGemmLabels; ++i)
+    if (label == kGemmLabels[i]) return calls[i];
+  return 0;
+}
+double GemmCallPrediction::total() const {
+  double t = 0;
+  for (double c : calls) t += c;
+  return t;
+}
+
+double expected_nonempty_experts(const Moe& moe, int64_t tokens) {
+  const double E = moe.num_experts, k = moe.topk;
+  if (moe.pad_to_capacity) return E;
+  return E * (1.0 - std::pow(1.0 - k / E, (double)tokens));
+}
+
+int64_t paper_per_expert_calls(const ModelConfig& m, int projections, bool grouped) {
+  int64_t moe_layers = 0;
+  for (int l = 0; l < m.num_layers; ++l) moe_layers += m.moe.is_moe_layer(l);
+  return moe_layers * (grouped ? 1 : m.moe.num_experts) * projections * 3;
+}
+
+GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
+                                      const std::vector<long long>* nonempty) {
+  const ModelConfig& m = plan.model;
+  const Moe& moe = m.moe;
+  const Recompute& rc = m.recompute;
+  const double k = (double)plan.microbatches_per_rank;  // microbatches
+  const int64_t N = (int64_t)plan.train.micro_batch_size * m.seq_length;
+  const bool naive = m.attention == AttentionImpl::NAIVE;
+  GemmCallPrediction p;
+  p.grouped = grouped;
+  std::array<double, kNumGemmLabels>& c = p.calls;
+
+  // the rank's layers, by chunk, and whether it holds the head
+  std::vector<int> first{0}, count{m.num_layers};
+  bool head = true;
+  const int pp_rank = plan.ranks.empty() ? 0 : plan.ranks.at(rank).pp_rank;
+  if (!plan.pipeline.stages.empty()) {
+    const PipelineStagePlan& st = plan.pipeline.stages.at(pp_rank);
+    first = st.chunk_first_layer;
+    count = st.chunk_layers;
+    head = st.head;
+  }
+
+  // one forward of layer l, all k microbatches; experts_fwd: its experts' forward calls
+  auto forward = [&](int l, double experts_fwd) {
+    c[ATTENTION] += k * (2 + (naive ? 2 : 0));
+    if (!moe.is_moe_layer(l)) {
+      c[MLP] += k * 2;
+      return;
+    }
+    c[ROUTER] += k * 1;
+    c[EXPERTS] += experts_fwd;
+    if (moe.shared_expert_size > 0) c[SHARED] += k * (2 + (moe.shared_expert_gate ? 1 : 0));
+  };
+  for (size_t ch = 0; ch < first.size(); ++ch) {
+    const std::vector<int> group = rc.full_groups(count[ch]);
+    for (int i = 0; i < count[ch]; ++i) {
+      const int l = first[ch] + i;
+      const bool is_moe = moe.is_moe_layer(l);
+      // the experts' forward calls of this layer over the step's k microbatches
+      double experts_fwd = 0;
+      if (is_moe) {
+        if (grouped) {
+          experts_fwd = k * 2;
+        } else if (nonempty && !moe.pad_to_capacity) {
+          experts_fwd = 2.0 * (double)nonempty->at(l);
+        } else {
+          experts_fwd = k * 2 * expected_nonempty_experts(moe, N);
+          if (!moe.pad_to_capacity) p.experts_exact = false;
+        }
+      }
+      forward(l, experts_fwd);                      // the forward
+      if (group[i] >= 0) forward(l, experts_fwd);   // full recompute: once more in backward
+      // backward: every forward GEMM's dX and dW
+      c[ATTENTION] += k * (4 + (naive ? 4 : 0));
+      if (naive && rc.recompute_core_attn()) c[ATTENTION] += k;  // Q K^T again
+      if (!is_moe) {
+        c[MLP] += k * 4;
+        if (rc.recompute_mlp()) c[ATTENTION] += k;  // fc1 again, before the "mlp" label
+        continue;
+      }
+      c[ROUTER] += k * 2;
+      c[EXPERTS] += 2 * experts_fwd;
+      if (moe.shared_expert_size > 0) c[SHARED] += k * (4 + (moe.shared_expert_gate ? 2 : 0));
+    }
+  }
+  if (head) {
+    const int64_t chunk = std::min<int64_t>(N, std::max(1, m.cross_entropy_chunk));
+    const int64_t chunks = m.fused_cross_entropy ? (N + chunk - 1) / chunk : 1;
+    c[HEAD] += k * 3 * (double)chunks;
+  }
+  return p;
+}
+
+}  // namespace paralab

@@ -1,0 +1,165 @@
+// plan/moe_memory.cpp: see moe_memory.h (the tensors and transients of model/moe.cpp, one
+// line each, in the order the code allocates them).
+#include "plan/moe_memory.h"
+#include <algorithm>
+#include <cmath>
+#include "plan/plan.h"  // ActivationTensor, layer_activation_tensors, local_sizes
+
+namespace paralab {
+
+int MoeRouting::microbatches() const {
+  size_t n = 0;
+  for (const std::vector<int>& r : rows) n = std::max(n, r.size());
+  return (int)n;
+}
+
+int64_t moe_capacity(const ModelConfig& m, int64_t N) {
+  const Moe& e = m.moe;
+  if (!(e.capacity_factor > 0)) return -1;
+  // model/moe.cpp expert_capacity, in double as Megatron's Python computes it
+  return (int64_t)std::ceil((double)N * e.topk / e.num_experts * (double)e.capacity_factor);
+}
+
+bool moe_rows_exact(const ModelConfig& m) {
+  // dropless keeps every pair (M = N k); padding fixes every expert's rows
+  return !(m.moe.capacity_factor > 0) || m.moe.pad_to_capacity;
+}
+
+int64_t moe_expected_kept(const ModelConfig& m, int B) {
+  const int64_t N = (int64_t)B * m.seq_length, pairs = N * m.moe.topk;
+  const int64_t C = moe_capacity(m, N);
+  return C < 0 ? pairs : std::min<int64_t>(m.moe.num_experts * C, pairs);
+}
+
+int64_t moe_expected_rows(const ModelConfig& m, int B) {
+  const int64_t N = (int64_t)B * m.seq_length;
+  if (m.moe.pad_to_capacity && m.moe.capacity_factor > 0)
+    return m.moe.num_experts * std::min(moe_capacity(m, N), N);
+  return moe_expected_kept(m, B);
+}
+
+int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer, int microbatch) {
+  if (layer >= 0 && layer < (int)r.rows.size() && !r.rows[layer].empty()) {
+    const std::vector<int>& v = r.rows[layer];
+    return v[std::min<size_t>(microbatch, v.size() - 1)];
+  }
+  return moe_expected_rows(m, B);
+}
+
+double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& r, int layer,
+                     int64_t microbatches) {
+  if (layer >= 0 && layer < (int)r.kept.size() && r.kept[layer] >= 0) return (double)r.kept[layer];
+  return (double)moe_expected_kept(m, B) * (double)microbatches;
+}
+
+int moe_layer_count(const ModelConfig& m) {
+  int n = 0;
+  for (int l = 0; l < m.num_layers; ++l) n += m.moe.is_moe_layer(l);
+  return n;
+}
+
+int dense_layer_count(const ModelConfig& m) { return m.num_layers - moe_layer_count(m); }
+
+std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act, int64_t M) {
+  const Moe& e = m.moe;
+  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
+                k = e.topk;
+  std::vector<ActivationTensor> t;
+  auto add = [&](const char* name, int64_t elements, int bytes) {
+    t.push_back({name, elements, bytes, false});
+  };
+  add("moe.logits", N * E, 4);              // the router's fp32 logits
+  add("moe.gates", N * k, 4);               // the k gate values per token
+  add("moe.experts", N * k, 4);             // int32: the k experts per token
+  add("moe.row_pair", M, 4);                // int32: each permuted row's (token, slot)
+  add("moe.slots", N * k, 4);               // int32: each pair's permuted row
+  add("moe.perm_in", M * h, act);           // the experts' fc1 input
+  add("moe.perm_gates", M, 4);              // the gate of each permuted row
+  add("moe.fc1_out", M * m.moe_fc1_size(), act);
+  add("moe.act", M * m.moe_ffn(), act);     // gated activation: fc2's input
+  if (e.shared_expert_size > 0) {
+    add("moe.shared_fc1_out", N * m.shared_fc1_size(), act);
+    add("moe.shared_act", N * e.shared_expert_size, act);
+    if (e.shared_expert_gate) {
+      add("moe.shared_out", N * h, act);    // its output before the gate
+      add("moe.shared_gate", N, act);       // the gate's logit
+    }
+  }
+  return t;
+}
+
+int64_t qk_norm_transient_bytes(const ModelConfig& m, int B, int act, int tp) {
+  if (!m.qk_layernorm) return 0;
+  const LocalSizes l = local_sizes(m, B, tp);
+  return l.N * std::max(l.heads, l.groups) * l.head_dim * act;  // q's, then k's
+}
+
+namespace {
+
+bool balancing_on(const Moe& e) {
+  return e.balancing != Moe::Balancing::NONE && e.aux_loss_coeff > 0;
+}
+
+// The MoE part of one layer's footprint: forward max over its transients of (the MoE tensors
+// allocated by then + the transient), backward its largest transient set.
+void moe_transients(const ModelConfig& m, int B, int act, int64_t M, int64_t& fwd_transient,
+                    int64_t& fwd_peak, int64_t& bwd_transient) {
+  const Moe& e = m.moe;
+  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
+                k = e.topk;
+  const bool bf16 = act == 2, balancing = balancing_on(e);
+  const int64_t groups = e.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
+  // the MoE tensors alive at each point of the forward (moe_tensors' order)
+  const int64_t logits = N * E * 4;
+  const int64_t routed = logits + 3 * N * k * 4 + M * 4;  // + gates, experts, slots, row_pair
+  const int64_t experts_in = routed + M * h * act + M * 4 + M * (m.moe_fc1_size() + m.moe_ffn()) * act;
+  fwd_transient = fwd_peak = 0;
+  auto fwd = [&](int64_t alive, int64_t transient) {
+    fwd_transient = std::max(fwd_transient, transient);
+    fwd_peak = std::max(fwd_peak, alive + transient);
+  };
+  if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
+  if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
+  if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
+  fwd(experts_in, M * h * act);                              // y
+  // backward
+  const int64_t dx = N * h * act, dperm_gates = M * 4;
+  const int64_t experts = M * h * act + M * m.moe_ffn() * act + M * m.moe_fc1_size() * act +
+                          M * h * act + M * 4;  // dy, dact, dfc1, dperm, no_gates
+  const int64_t aux = balancing ? groups * E * 4 + N * E * 4 : 0;  // weights, dscores
+  const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
+                        (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded
+  const int64_t router = N * k * 4 + N * E * 4 + std::max(aux, grads);
+  int64_t shared = 0;
+  if (e.shared_expert_size > 0) {
+    const int64_t gated = e.shared_expert_gate ? N * h * act : 0;
+    const int64_t dz = e.shared_expert_gate ? N * act : 0;
+    shared = gated + std::max(dz, N * e.shared_expert_size * act + N * m.shared_fc1_size() * act);
+  }
+  bwd_transient = dx + dperm_gates + std::max({experts, router, shared});
+}
+
+}  // namespace
+
+LayerFootprint layer_footprint(const ModelConfig& m, int B, int act, int mask, int tp, bool sp,
+                               int layer, int64_t M) {
+  LayerFootprint f;
+  const bool moe = m.moe.is_moe_layer(layer);
+  std::vector<ActivationTensor> t = moe ? moe_layer_activation_tensors(m, B, act, mask, M, tp, sp)
+                                        : layer_activation_tensors(m, B, act, mask, tp, sp);
+  f.saved = sum_bytes(t);
+  f.forward_peak = f.saved;
+  f.backward_transient = qk_norm_transient_bytes(m, B, act, tp);
+  if (moe) {
+    // everything but the MoE tensors is allocated when moe_forward starts (allocate_activations)
+    const int64_t own = sum_bytes(moe_tensors(m, B, act, M));
+    int64_t fwd_t = 0, fwd_peak = 0, bwd_t = 0;
+    moe_transients(m, B, act, M, fwd_t, fwd_peak, bwd_t);
+    f.forward_transient = fwd_t;
+    f.forward_peak = std::max(f.saved, f.saved - own + fwd_peak);
+    f.backward_transient = std::max(f.backward_transient, bwd_t);
+  }
+  return f;
+}
+
+}  // namespace paralab

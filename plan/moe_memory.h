@@ -1,0 +1,107 @@
+// plan/moe_memory.h: the bytes one layer holds, MoE or dense, as model/moe.cpp and
+// model/layer.cpp allocate them, and the routing that sizes an MoE layer's experts.
+//
+// An MoE layer (model/moe.h) saves, per microbatch of N = B S tokens, beside a dense layer's
+// tensors but mlp.fc1_out and mlp.act (E experts, k top-k, h hidden, f_e the expert's width,
+// fc1_e its fc1 output: 2 f_e with SwiGLU; f_s, fc1_s the shared expert's; act the storage
+// bytes, 4 or 2 with --bf16; M the permuted rows of that layer and microbatch):
+//   moe.logits N E x4   moe.gates N k x4   moe.experts N k x4 (int32)   moe.slots N k x4
+//   moe.row_pair M x4   moe.perm_in M h act   moe.perm_gates M x4
+//   moe.fc1_out M fc1_e act   moe.act M f_e act
+//   shared expert: moe.shared_fc1_out N fc1_s act, moe.shared_act N f_s act;
+//   with its gate also moe.shared_out N h act and moe.shared_gate N act.
+// Workspace transients (Buffers freed at the end of their scope in model/moe.cpp), each beside
+// the standing workspace (Workspace::ensure, which skips dact/dfc1 when every layer is MoE):
+//   forward  bf16 only: u_f N h x4 + w_f E h x4 (the router's fp32 copies)
+//            expert bias with balancing: g2, e2 N k x4 each (the choice without the bias)
+//            statistics with balancing: scores N E x4 + weights (groups E) x4
+//            experts: y M h act
+//   backward dx N h act (the whole function), dperm_gates M x4 (from the experts on), and
+//            experts  dy M h + dact M f_e + dfc1 M fc1_e + dperm M h (act) + no_gates M x4
+//            router   dgates N k x4 + dlogits N E x4 + max(weights (groups E) x4 + dscores
+//                     N E x4 with balancing, [bf16: u_f N h x4 + w_f E h x4] + du_f N h x4 +
+//                     dw_f E h x4 [+ bf16: the rounded copy, max(N, E) h x2])
+//            shared   gated N h act (with the gate) + max(dz N act (with the gate),
+//                     dact N f_s act + dfc1 N fc1_s act)
+// groups: B sequences with seq_aux_loss, else 1. --qk-layernorm adds to every layer
+// attn.q_raw N a d act, attn.k_raw N g d act, their statistics N a and N g x4 (x2 for gpt's
+// LayerNorm: mean and rstd), and in backward a transient d_raw N a d act (head_norm_backward).
+//
+// M is data-dependent. The plan's value (moe_expected_rows):
+//   --moe-pad-expert-input-to-capacity  every expert runs min(C, N) rows: M = E min(C, N),
+//                                       exact from the configuration; C = ceil(N k / E cf)
+//   capacity, no padding                the uniform-routing expectation min(E C, N k)
+//   dropless                            every pair runs: M = N k, exact (only each expert's
+//                                       share of M depends on the routing)
+// The kept pairs (model FLOPs) are N k dropless, exact; with a capacity they depend on the
+// routing (expectation min(E C, N k)), padded or not.
+// MoeRouting gives the measured M of each layer and microbatch instead (MoeLayerStats::
+// permuted_rows), so the same formulas evaluated at it hold the ledger to the byte.
+//
+// defines: MoeRouting, moe_capacity, moe_expected_rows, moe_rows_exact, moe_expected_kept,
+//          moe_rows, moe_tensors, LayerFootprint, layer_footprint, qk_norm_transient_bytes,
+//          moe_layer_count, dense_layer_count
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "model/config.h"
+
+namespace paralab {
+
+struct ActivationTensor;  // plan/plan.h
+
+// Measured routing of one step on one rank: rows[l][i] the permuted rows M of global layer l
+// (Transformer::moe_layers()'s index; dense layers' entries empty) in microbatch i, in order
+// (MoeLayerStats::permuted_rows); kept[l] the pairs the experts ran over the step without
+// padding (the sum of MoeLayerStats::kept_per_expert), for the model FLOPs. An empty rows
+// (or a layer's empty entry) means the configuration's value (moe_expected_rows); an empty
+// kept (or a negative entry) the configuration's expectation (moe_expected_kept).
+struct MoeRouting {
+  std::vector<std::vector<int>> rows;
+  std::vector<long long> kept;
+  bool measured() const { return !rows.empty(); }
+  // Microbatches it holds (the most of any layer), 0 when none.
+  int microbatches() const;
+};
+
+// C = ceil(N k / E cf) for N tokens (model/moe.cpp expert_capacity); -1 dropless.
+int64_t moe_capacity(const ModelConfig& m, int64_t N);
+// The configuration's M of one MoE layer and microbatch of B sequences (above).
+int64_t moe_expected_rows(const ModelConfig& m, int B);
+// True when moe_expected_rows is exact (padding to capacity), false when an expectation.
+bool moe_rows_exact(const ModelConfig& m);
+// The expected kept pairs (no padding rows) of one MoE layer and microbatch: min(E C, N k)
+// with a capacity, N k dropless (uniform routing).
+int64_t moe_expected_kept(const ModelConfig& m, int B);
+// M of global layer `layer` in microbatch `microbatch`: routing's when it has it, else the
+// configuration's.
+int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
+                 int microbatch);
+// Kept pairs of an MoE layer over a step of `microbatches` microbatches.
+double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
+                     int64_t microbatches);
+
+int moe_layer_count(const ModelConfig& m);    // layers with experts
+int dense_layer_count(const ModelConfig& m);  // the others
+
+// The MoE layer's own saved tensors at M rows (above), replacing mlp.fc1_out and mlp.act.
+std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act_bytes,
+                                          int64_t M);
+
+// One layer and one microbatch: what it saves and the workspace transients it makes.
+struct LayerFootprint {
+  int64_t saved = 0;               // its activations at the end of its forward
+  int64_t forward_transient = 0;   // the largest workspace transient of its forward
+  int64_t forward_peak = 0;        // the most of (its activations + its transients) alive
+                                   // in its forward: max(saved, alive_t + transient_t)
+  int64_t backward_transient = 0;  // the largest of its backward (every saved tensor alive)
+};
+// Layer `layer` of m for one microbatch of B at M rows (ignored for a dense layer); the other
+// arguments as layer_activation_tensors (plan.h).
+LayerFootprint layer_footprint(const ModelConfig& m, int B, int act_bytes, int mask_bytes,
+                               int tp, bool sp, int layer, int64_t M);
+// --qk-layernorm's backward transient (head_norm_backward's d_raw, q's: N a_l d act).
+int64_t qk_norm_transient_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1);
+
+}  // namespace paralab

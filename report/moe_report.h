@@ -1,0 +1,58 @@
+// report/moe_report.h: what the MoE routers did in one step, over every rank: the tokens each
+// expert received, the pairs dropped over capacity, the auxiliary losses (model/moe.h).
+//
+// Per MoE layer, summed over the step's microbatches and over data parallelism (each layer
+// lives on one pipeline stage; tensor parallelism with experts is refused, so no rank counts
+// twice): tokens per expert and its min, mean, max and max/mean (1 = perfect balance, E/k at
+// worst: every token on the same k experts), dropped (token, expert) pairs. The losses are
+// the step's as the objective sees them: per microbatch, coefficient included, averaged over
+// the microbatches of the global batch (like the LM loss) and summed over the layers.
+//
+// defines: MoeLayerReport, MoeStepReport, gather_moe_report, gather_moe_routing, moe_table,
+//          moe_json
+#pragma once
+#include <string>
+#include <vector>
+#include "model/transformer.h"
+#include "parallel/comm.h"
+#include "plan/moe_memory.h"  // MoeRouting
+#include "report/json.h"
+
+namespace paralab {
+
+struct MoeLayerReport {
+  int layer = 0;
+  std::vector<double> tokens_per_expert;  // (E) routed pairs, before drops
+  std::vector<double> kept_per_expert;    // (E) pairs the experts ran
+  double dropped = 0, padding = 0;        // pairs over capacity; zero rows of padding
+  double aux_loss = 0, z_loss = 0;        // mean over the global batch's microbatches
+  double min() const, mean() const, max() const;
+  double imbalance() const { return mean() > 0 ? max() / mean() : 0; }  // max / mean
+};
+
+struct MoeStepReport {
+  std::vector<MoeLayerReport> layers;  // the MoE layers, in order
+  double aux_loss = 0, z_loss = 0;     // summed over the layers
+  double dropped = 0;                  // summed over the layers
+  bool empty() const { return layers.empty(); }
+};
+
+// Collective over `world` (every rank calls it; one all-gather). microbatches: of the global
+// batch (k per rank times the data-parallel size). Every rank gets the report.
+MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
+                                double microbatches);
+// The routing every pipeline measured this step, for the plan to be evaluated at
+// (plan/moe_memory.h MoeRouting: per layer each microbatch's permuted rows and the step's kept
+// pairs): entry i is pipeline i's, assembled from its stages (pipeline_of[r]: world rank r's
+// pipeline; each layer lives on one stage). Collective over `world` (one all-gather);
+// microbatches: per rank per step.
+std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transformer& model,
+                                           int microbatches, const std::vector<int>& pipeline_of);
+// One line per MoE layer: tokens per expert (min, mean, max, max/mean), dropped, aux, z.
+std::string moe_table(const MoeStepReport& r, const ModelConfig& m);
+// "moe": {"aux_loss", "z_loss", "dropped_pairs", "layers": [{"layer", "tokens_per_expert":
+// [...], "kept_per_expert": [...], "dropped_pairs", "padding_rows", "aux_loss", "z_loss",
+// "min", "mean", "max", "max_over_mean"}]}
+void moe_json(JsonWriter& j, const MoeStepReport& r);
+
+}  // namespace paralab

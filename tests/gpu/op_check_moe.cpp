@@ -1,0 +1,317 @@
+// tests/gpu/op_check_moe.cpp: op_check's rows for the mixture-of-experts ops, grouped GEMM and
+// RoPE alone (see op_check.cpp for the metric and the bounds):
+//   check_moe_router()  fp32 only (the router is fp32 whatever the storage): top-k in its four
+//                       forms (experts must match exactly: 0 mismatches; gates elementwise),
+//                       its backward, the balancing scores, the weighted sum and z loss (double
+//                       sums: 1e-9 relative), their backward;
+//   check_moe<T>()      per storage type: grouped GEMM (reduction bound) and grouped == the
+//                       per-group gemm calls on CUDA, permute / unpermute (fused and unfused;
+//                       copies and fixed-order fp32 sums: 0 mismatches, and unfused == fused
+//                       bit for bit on the GPU), the gated activations with their fp32 dgates,
+//                       the shared gate, RoPE (and split(theta 0) + rope == split(theta) on CUDA).
+// main (op_check.cpp) calls check_moe_router(), check_moe<float>() and check_moe<bf16>().
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/gpu/op_check.h"  // defines: Twin, written, Precision, err, worst, check, ...
+
+namespace op_check {
+
+void check_moe_router();
+template <typename T>
+void check_moe();
+
+namespace {
+
+double rel_diff(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
+
+// Permuted layout of N tokens' k pairs: kept pairs in a fixed shuffle, padding rows, every
+// `drop`-th pair dropped. row_pair (M), slots (N k).
+struct Routing {
+  std::vector<int> row_pair, slots;
+  int M = 0;
+};
+Routing make_routing(int N, int k, int padding, int drop) {
+  Routing r;
+  std::vector<int> kept;
+  for (int p = 0; p < N * k; p++)
+    if (drop == 0 || p % drop != drop - 1) kept.push_back(p);
+  r.M = (int)kept.size() + padding;
+  r.row_pair.assign(r.M, -1);
+  r.slots.assign(N * k, -1);
+  std::vector<int> rows(r.M);
+  for (int j = 0; j < r.M; j++) rows[j] = j;
+  std::shuffle(rows.begin(), rows.end(), rng);
+  for (size_t i = 0; i < kept.size(); i++) {
+    r.row_pair[rows[i]] = kept[i];
+    r.slots[kept[i]] = rows[i];
+  }
+  return r;
+}
+
+}  // namespace
+
+void check_moe_router() {
+  const int N = 301, E = 64;
+  Twin<float> logits(random_floats((size_t)N * E, -3.0f, 3.0f)),
+      bias(random_floats(E, -0.2f, 0.2f));
+  struct Case {
+    const char* name;
+    int k, score;
+    bool pre;
+    float scaling;
+    bool bias;
+  };
+  const Case cases[] = {{"softmax k=2", 2, 0, false, 0.0f, false},
+                        {"pre_softmax k=4 scaled", 4, 0, true, 2.5f, false},
+                        {"sigmoid k=1 scaled", 1, 1, false, 1.5f, false},
+                        {"sigmoid k=8 bias", 8, 1, false, 0.0f, true}};
+  for (const Case& c : cases) {
+    const size_t nk = (size_t)N * c.k;
+    std::unique_ptr<Twin<float>> gates(written(nk));
+    Twin<int> experts(std::vector<int>(nk, -1), std::vector<int>(nk, -2));
+    const float* bias_c = c.bias ? bias.c() : nullptr;
+    const float* bias_g = c.bias ? bias.g() : nullptr;
+    check(std::string("moe_router_topk experts ") + c.name, 0.0, [&] {
+      kernels::moe_router_topk(Device::CPU, gates->c(), experts.c(), logits.c(), bias_c, N, E, c.k,
+                               c.score, c.pre, c.scaling);
+      kernels::moe_router_topk(Device::CUDA, gates->g(), experts.g(), logits.g(), bias_g, N, E, c.k,
+                               c.score, c.pre, c.scaling);
+      return mismatches(experts);
+    });
+    check(std::string("moe_router_topk gates ") + c.name, Precision<float>::elementwise,
+          [&] { return err(*gates); });
+    // The backward from the CPU's picks on both sides (a GPU pick that differed fails above).
+    Twin<int> picks(experts.cpu);
+    Twin<float> dgates(random_floats(nk));
+    check(std::string("moe_router_topk_backward ") + c.name, Precision<float>::elementwise, [&] {
+      std::unique_ptr<Twin<float>> dl(written((size_t)N * E));
+      kernels::moe_router_topk_backward(Device::CPU, dl->c(), dgates.c(), logits.c(), picks.c(), N,
+                                        E, c.k, c.score, c.pre, c.scaling);
+      kernels::moe_router_topk_backward(Device::CUDA, dl->g(), dgates.g(), logits.g(), picks.g(), N,
+                                        E, c.k, c.score, c.pre, c.scaling);
+      return err(*dl);
+    });
+  }
+  Twin<float> dscores(random_floats((size_t)N * E));
+  for (int score : {0, 1}) {
+    const std::string tag = score ? " sigmoid" : " softmax";
+    check("moe_balancing_scores" + tag, Precision<float>::elementwise, [&] {
+      std::unique_ptr<Twin<float>> s(written((size_t)N * E));
+      kernels::moe_balancing_scores(Device::CPU, s->c(), logits.c(), N, E, score);
+      kernels::moe_balancing_scores(Device::CUDA, s->g(), logits.g(), N, E, score);
+      return err(*s);
+    });
+    check("moe_balancing_scores_backward (+=)" + tag, Precision<float>::elementwise, [&] {
+      Twin<float> dl(random_floats((size_t)N * E));
+      kernels::moe_balancing_scores_backward(Device::CPU, dl.c(), dscores.c(), logits.c(), N, E,
+                                             score);
+      kernels::moe_balancing_scores_backward(Device::CUDA, dl.g(), dscores.g(), logits.g(), N, E,
+                                             score);
+      return err(dl);
+    });
+  }
+  const int S = 43;  // N = 301 = 7 sequences of 43
+  Twin<float> weights(random_floats((size_t)(N / S) * E));
+  for (int group : {N, S}) {
+    const std::string tag = group == N ? " (aux)" : " (seq aux)";
+    check("moe_weighted_sum" + tag, 1e-9, [&] {
+      return rel_diff(
+          kernels::moe_weighted_sum(Device::CUDA, dscores.g(), weights.g(), N, E, group),
+          kernels::moe_weighted_sum(Device::CPU, dscores.c(), weights.c(), N, E, group));
+    });
+    check("moe_weighted_sum_backward" + tag, 0.0, [&] {
+      std::unique_ptr<Twin<float>> g(written((size_t)N * E));
+      kernels::moe_weighted_sum_backward(Device::CPU, g->c(), weights.c(), N, E, group);
+      kernels::moe_weighted_sum_backward(Device::CUDA, g->g(), weights.g(), N, E, group);
+      return mismatches(*g);
+    });
+  }
+  check("moe_z_loss_sum", Precision<float>::elementwise, [&] {
+    return rel_diff(kernels::moe_z_loss_sum(Device::CUDA, logits.g(), N, E),
+                    kernels::moe_z_loss_sum(Device::CPU, logits.c(), N, E));
+  });
+  check("moe_z_loss_backward (+=)", Precision<float>::elementwise, [&] {
+    Twin<float> dl(random_floats((size_t)N * E));
+    kernels::moe_z_loss_backward(Device::CPU, dl.c(), logits.c(), N, E, 1e-3f);
+    kernels::moe_z_loss_backward(Device::CUDA, dl.g(), logits.g(), N, E, 1e-3f);
+    return err(dl);
+  });
+}
+
+template <typename T>
+void check_moe() {
+  using P = Precision<T>;
+  const std::string tag = P::tag;
+
+  // ---- grouped GEMM: experts' token blocks, one empty, against cuBLAS's per-group gemm too
+  for (int t = 0; t < 4; t++) {
+    const bool ta = t & 1, tb = t & 2;
+    const int K = 96, Nn = 80;
+    const std::vector<int> rows_of = {37, 0, 128, 5, 64};
+    std::vector<kernels::GemmGroup> groups;
+    int rows = 0;
+    for (size_t i = 0; i < rows_of.size(); i++) {
+      kernels::GemmGroup g;
+      g.m = rows_of[i];
+      g.n = Nn;
+      g.k = K;
+      g.a_offset = ta ? rows : (long long)rows * K;
+      g.b_offset = (long long)i * K * Nn;
+      g.c_offset = (long long)rows * Nn;
+      rows += g.m;
+      groups.push_back(g);
+    }
+    const int lda = ta ? rows : K, ldb = tb ? K : Nn, ldc = Nn, count = (int)groups.size();
+    Twin<T> A(random_values<T>((size_t)rows * K)), B(random_values<T>(rows_of.size() * K * Nn));
+    const std::vector<T> c0 = random_values<T>((size_t)rows * Nn);
+    Twin<T> C(c0), C2(c0);
+    const std::string name = std::string("gemm_grouped ") + (ta ? "T" : "N") + (tb ? "T" : "N");
+    check(name + tag, P::reduction, [&] {
+      kernels::gemm_grouped(Device::CPU, ta, tb, 0.9f, A.c(), lda, B.c(), ldb, 0.5f, C.c(), ldc,
+                            groups.data(), count);
+      kernels::gemm_grouped(Device::CUDA, ta, tb, 0.9f, A.g(), lda, B.g(), ldb, 0.5f, C.g(), ldc,
+                            groups.data(), count);
+      return err(C);
+    });
+    check(name + " vs per-group gemm (cuda)" + tag, P::reduction, [&] {
+      for (const kernels::GemmGroup& g : groups)
+        kernels::gemm(Device::CUDA, ta, tb, g.m, g.n, g.k, 0.9f, A.g() + g.a_offset, lda,
+                      B.g() + g.b_offset, ldb, 0.5f, C2.g() + g.c_offset, ldc);
+      return rel_err(widen(C2.fetch()), widen(C.fetch()));
+    });
+  }
+
+  // ---- permute / unpermute
+  const int N = 257, C = 96, k = 4;
+  const Routing r = make_routing(N, k, 37, 7);
+  Twin<int> row_pair(r.row_pair), slots(r.slots);
+  Twin<T> x(random_values<T>((size_t)N * C)), y(random_values<T>((size_t)r.M * C));
+  Twin<float> gates(random_floats((size_t)N * k));
+  for (bool fused : {true, false}) {
+    const std::string f = fused ? " fused" : " unfused";
+    check("moe_permute" + f + tag, 0.0, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>((size_t)r.M * C));
+      std::unique_ptr<Twin<float>> og(written(r.M));
+      kernels::moe_permute(Device::CPU, out->c(), og->c(), x.c(), gates.c(), row_pair.c(), r.M, C,
+                           k, fused);
+      kernels::moe_permute(Device::CUDA, out->g(), og->g(), x.g(), gates.g(), row_pair.g(), r.M, C,
+                           k, fused);
+      return mismatches(*out) + mismatches(*og);
+    });
+    check("moe_unpermute" + f + tag, 0.0, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>((size_t)N * C));
+      kernels::moe_unpermute(Device::CPU, out->c(), y.c(), slots.c(), N, C, k, fused);
+      kernels::moe_unpermute(Device::CUDA, out->g(), y.g(), slots.g(), N, C, k, fused);
+      return mismatches(*out);
+    });
+  }
+  check("moe_unpermute unfused == fused (cuda)" + tag, 0.0, [&] {
+    std::unique_ptr<Twin<T>> a(written<T>((size_t)N * C)), b(written<T>((size_t)N * C));
+    kernels::moe_unpermute(Device::CUDA, a->g(), y.g(), slots.g(), N, C, k, true);
+    kernels::moe_unpermute(Device::CUDA, b->g(), y.g(), slots.g(), N, C, k, false);
+    a->cpu = b->fetch();
+    return mismatches(*a);
+  });
+  if constexpr (std::is_same<T, float>::value) {
+    check("moe_unpermute_gates", 0.0, [&] {
+      Twin<float> dperm(random_floats(r.M));
+      std::unique_ptr<Twin<float>> dg(written((size_t)N * k));
+      kernels::moe_unpermute_gates(Device::CPU, dg->c(), dperm.c(), slots.c(), N * k);
+      kernels::moe_unpermute_gates(Device::CUDA, dg->g(), dperm.g(), slots.g(), N * k);
+      return mismatches(*dg);
+    });
+  }
+
+  // ---- gated expert activations (F > the block size: threads loop over the row)
+  const int M = 173, F = 300;
+  Twin<float> eg(random_floats(M, 0.0f, 1.0f));
+  Twin<T> dout(random_values<T>((size_t)M * F));
+  for (bool swiglu : {true, false}) {
+    const std::string act = swiglu ? "moe_swiglu" : "moe_gelu";
+    const int W = swiglu ? 2 * F : F;
+    Twin<T> in(random_values<T>((size_t)M * W, -3.0f, 3.0f));
+    check(act + "_forward" + tag, P::elementwise, [&] {
+      std::unique_ptr<Twin<T>> out(written<T>((size_t)M * F));
+      if (swiglu) {
+        kernels::moe_swiglu_forward(Device::CPU, out->c(), in.c(), eg.c(), M, F);
+        kernels::moe_swiglu_forward(Device::CUDA, out->g(), in.g(), eg.g(), M, F);
+      } else {
+        kernels::moe_gelu_forward(Device::CPU, out->c(), in.c(), eg.c(), M, F);
+        kernels::moe_gelu_forward(Device::CUDA, out->g(), in.g(), eg.g(), M, F);
+      }
+      return err(*out);
+    });
+    check(act + "_backward (din, dgates)" + tag, P::reduction, [&] {
+      std::unique_ptr<Twin<T>> din(written<T>((size_t)M * W));
+      std::unique_ptr<Twin<float>> dg(written(M));
+      if (swiglu) {
+        kernels::moe_swiglu_backward(Device::CPU, din->c(), dg->c(), dout.c(), in.c(), eg.c(), M,
+                                     F);
+        kernels::moe_swiglu_backward(Device::CUDA, din->g(), dg->g(), dout.g(), in.g(), eg.g(), M,
+                                     F);
+      } else {
+        kernels::moe_gelu_backward(Device::CPU, din->c(), dg->c(), dout.c(), in.c(), eg.c(), M, F);
+        kernels::moe_gelu_backward(Device::CUDA, din->g(), dg->g(), dout.g(), in.g(), eg.g(), M, F);
+      }
+      return worst({err(*din), err(*dg)});
+    });
+  }
+
+  // ---- shared-expert gate
+  Twin<T> sy(random_values<T>((size_t)N * C)), sz(random_values<T>(N, -3.0f, 3.0f)),
+      sd(random_values<T>((size_t)N * C));
+  check("moe_shared_gate_forward (+=)" + tag, P::elementwise, [&] {
+    Twin<T> out(random_values<T>((size_t)N * C));
+    kernels::moe_shared_gate_forward(Device::CPU, out.c(), sy.c(), sz.c(), N, C);
+    kernels::moe_shared_gate_forward(Device::CUDA, out.g(), sy.g(), sz.g(), N, C);
+    return err(out);
+  });
+  check("moe_shared_gate_backward (dy, dz)" + tag, P::reduction, [&] {
+    std::unique_ptr<Twin<T>> dy(written<T>((size_t)N * C)), dz(written<T>(N));
+    kernels::moe_shared_gate_backward(Device::CPU, dy->c(), dz->c(), sd.c(), sy.c(), sz.c(), N, C);
+    kernels::moe_shared_gate_backward(Device::CUDA, dy->g(), dz->g(), sd.g(), sy.g(), sz.g(), N, C);
+    return worst({err(*dy), err(*dz)});
+  });
+
+  // ---- RoPE alone
+  const int B = 2, H = 6, S = 37, D = 16;
+  const std::vector<T> v = random_values<T>((size_t)B * H * S * D);
+  check("rope_forward" + tag, P::elementwise, [&] {
+    Twin<T> t(v);
+    kernels::rope_forward(Device::CPU, t.c(), B, H, S, D, 10000.0f);
+    kernels::rope_forward(Device::CUDA, t.g(), B, H, S, D, 10000.0f);
+    return err(t);
+  });
+  check("rope_backward" + tag, P::elementwise, [&] {
+    Twin<T> t(v);
+    kernels::rope_backward(Device::CPU, t.c(), B, H, S, D, 10000.0f);
+    kernels::rope_backward(Device::CUDA, t.g(), B, H, S, D, 10000.0f);
+    return err(t);
+  });
+  check("split(theta 0) + rope == split(theta) (cuda)" + tag, 0.0, [&] {
+    const int A = H, G = 2, Wq = (A + 2 * G) * D;
+    Twin<T> qkv(random_values<T>((size_t)B * S * Wq));
+    const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+    Twin<T> q1(random_values<T>(nq)), k1(random_values<T>(nk)), v1(random_values<T>(nk));
+    Twin<T> q2(random_values<T>(nq)), k2(random_values<T>(nk)), v2(random_values<T>(nk));
+    kernels::qkv_split_forward(Device::CUDA, q1.g(), k1.g(), v1.g(), qkv.g(), B, S, A, G, D,
+                               10000.0f);
+    kernels::qkv_split_forward(Device::CUDA, q2.g(), k2.g(), v2.g(), qkv.g(), B, S, A, G, D, 0.0f);
+    kernels::rope_forward(Device::CUDA, q2.g(), B, A, S, D, 10000.0f);
+    kernels::rope_forward(Device::CUDA, k2.g(), B, G, S, D, 10000.0f);
+    q1.cpu = q2.fetch();
+    k1.cpu = k2.fetch();
+    return mismatches(q1) + mismatches(k1);
+  });
+}
+
+template void check_moe<float>();
+template void check_moe<bf16>();
+
+}  // namespace op_check

@@ -1,0 +1,275 @@
+// tests/test_moe.cpp: the MoE layer's host-side rules (model/moe.h) on hand-computed cases,
+// and the layer itself: finite differences of the whole MoE MLP through a model, grouped
+// against per-expert GEMMs bit for bit, recompute bit for bit, the expert bias.
+//
+// Capacity: C = ceil(T k / E cf) (Megatron's get_capacity). The hand cases below:
+//   k = 1, E = 2, T = 4, cf 1: C = ceil(4 / 2) = 2. Expert 0 gets tokens 0, 1, 2 with gates
+//   0.5, 0.9, 0.7: probs keeps the two largest (tokens 1, 2), position the two earliest
+//   (tokens 0, 1); expert 1 keeps token 3.
+//   k = 2, E = 3, T = 3, cf 1: C = ceil(6 / 3) = 2. Pairs p = t k + s: expert 0 gets p0 (0.6),
+//   p2 (0.7), p4 (0.8): probs keeps p4, p2 and drops p0; position keeps p0, p2, drops p4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+#include "kernels/math.h"  // mix64
+#include "kernels/ops.h"
+#include "model/moe.h"
+#include "model/optimizer.h"
+#include "model/param_table.h"
+#include "parallel/data_parallel.h"
+#include "model/transformer.h"
+#include "tests/test_plan_helpers.h"
+
+namespace paralab {
+namespace {
+
+Moe capped(int E, int k, float cf, Moe::DropPolicy policy, bool pad = false) {
+  Moe m;
+  m.num_experts = E;
+  m.topk = k;
+  m.capacity_factor = cf;
+  m.drop_policy = policy;
+  m.pad_to_capacity = pad;
+  return m;
+}
+
+TEST(MoeDispatch, CapacityIsMegatronsCeiling) {
+  EXPECT_EQ(expert_capacity(4, 1, 2, 1.0f), 2);
+  EXPECT_EQ(expert_capacity(10, 2, 4, 1.0f), 5);   // 20 / 4
+  EXPECT_EQ(expert_capacity(10, 2, 4, 1.25f), 7);  // ceil(6.25)
+  EXPECT_EQ(expert_capacity(3, 2, 8, 1.0f), 1);    // ceil(0.75)
+}
+
+TEST(MoeDispatch, DroplessKeepsEveryPairInTokenOrder) {
+  Moe m = capped(3, 2, 0.0f, Moe::DropPolicy::PROBS);
+  const std::vector<int> experts = {2, 0, 0, 1, 2, 0};  // tokens 0, 1, 2
+  const std::vector<float> gates = {.6f, .4f, .7f, .3f, .5f, .5f};
+  const Dispatch d = plan_dispatch(m, experts.data(), gates.data(), 3, 2);
+  EXPECT_EQ(d.capacity, -1);
+  EXPECT_EQ(d.dropped, 0);
+  EXPECT_EQ(d.rows, (std::vector<int>{3, 1, 2}));
+  EXPECT_EQ(d.offset, (std::vector<int>{0, 3, 4, 6}));
+  // expert 0: pairs 1, 2, 5; expert 1: pair 3; expert 2: pairs 0, 4
+  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 5, 3, 0, 4}));
+  EXPECT_EQ(d.slots, (std::vector<int>{4, 0, 1, 3, 5, 2}));
+}
+
+TEST(MoeDispatch, ProbsPolicyKeepsTheLargestGates) {
+  const std::vector<int> experts = {0, 0, 0, 1};
+  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
+  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS), experts.data(),
+                                   gates.data(), 4, 1);
+  EXPECT_EQ(d.capacity, 2);
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_EQ(d.rows, (std::vector<int>{2, 1}));
+  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 3}));  // kept rows in token order
+  EXPECT_EQ(d.slots, (std::vector<int>{-1, 0, 1, 2}));
+}
+
+TEST(MoeDispatch, PositionPolicyKeepsTheEarliestTokens) {
+  const std::vector<int> experts = {0, 0, 0, 1};
+  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
+  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::POSITION),
+                                   experts.data(), gates.data(), 4, 1);
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_EQ(d.row_pair, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(d.slots, (std::vector<int>{0, 1, -1, 2}));
+}
+
+TEST(MoeDispatch, TopTwoDropsDifferByPolicy) {
+  const std::vector<int> experts = {0, 1, 0, 2, 0, 1};
+  const std::vector<float> gates = {.6f, .4f, .7f, .3f, .8f, .2f};
+  const Dispatch probs = plan_dispatch(capped(3, 2, 1.0f, Moe::DropPolicy::PROBS),
+                                       experts.data(), gates.data(), 3, 2);
+  EXPECT_EQ(probs.capacity, 2);
+  EXPECT_EQ(probs.dropped, 1);
+  EXPECT_EQ(probs.slots[0], -1);  // p0 (gate 0.6) dropped
+  EXPECT_GE(probs.slots[4], 0);
+  const Dispatch position = plan_dispatch(capped(3, 2, 1.0f, Moe::DropPolicy::POSITION),
+                                          experts.data(), gates.data(), 3, 2);
+  EXPECT_EQ(position.dropped, 1);
+  EXPECT_GE(position.slots[0], 0);
+  EXPECT_EQ(position.slots[4], -1);  // p4, the latest token, dropped
+}
+
+TEST(MoeDispatch, EqualGatesKeepTheEarlierToken) {
+  const std::vector<int> experts = {0, 0, 0, 0};
+  const std::vector<float> gates = {.5f, .5f, .5f, .5f};
+  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS), experts.data(),
+                                   gates.data(), 4, 1);
+  EXPECT_EQ(d.row_pair, (std::vector<int>{0, 1}));
+}
+
+TEST(MoeDispatch, PaddingFillsEveryExpertToCapacity) {
+  const std::vector<int> experts = {0, 0, 0, 1};
+  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
+  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS, true),
+                                   experts.data(), gates.data(), 4, 1);
+  EXPECT_EQ(d.rows, (std::vector<int>{2, 2}));
+  EXPECT_EQ(d.kept, (std::vector<int>{2, 1}));
+  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 3, -1}));  // expert 1's padding row last
+  // a capacity above the tokens: min(C, T) rows (Megatron then routes every token)
+  const Dispatch big = plan_dispatch(capped(2, 1, 4.0f, Moe::DropPolicy::PROBS, true),
+                                     experts.data(), gates.data(), 4, 1);
+  EXPECT_EQ(big.capacity, 8);
+  EXPECT_EQ(big.rows, (std::vector<int>{4, 4}));
+  EXPECT_EQ(big.dropped, 0);
+}
+
+TEST(MoeExpertBias, MovesBySignOfTheLoadError) {
+  const float r = 0.01f;
+  // mean 5: the overloaded expert goes down, the others up
+  EXPECT_EQ(update_expert_bias({0, 0, 0, 0}, {10, 2, 4, 4}, r),
+            (std::vector<float>{-r, r, r, r}));
+  // an expert exactly at the mean keeps its bias
+  EXPECT_EQ(update_expert_bias({0.5f, 0, 0, 0}, {5, 5, 3, 7}, r),
+            (std::vector<float>{0.5f, 0, r, -r}));
+}
+
+// ---- the layer inside a model ------------------------------------------------------------
+
+ModelConfig tiny_moe(Arch arch) {
+  ModelConfig m = arch == Arch::GPT ? plan_test::gpt(2, 32, 4, 16, 64)
+                                    : plan_test::llama(2, 32, 4, 2, 48, 16, 64);
+  m.moe.num_experts = 4;
+  m.moe.topk = 2;
+  m.moe.ffn_hidden_size = 24;
+  m.moe.aux_loss_coeff = 1e-2f;
+  m.moe.z_loss_coeff = 1e-3f;
+  return m;
+}
+
+struct TrainedRun {
+  std::vector<float> losses, aux;
+  std::vector<std::vector<float>> grads;
+  std::vector<float> params, bias;
+  std::vector<int> microbatches_recorded;
+};
+
+// `steps` AdamW steps of `k` microbatches of 2 sequences, random tokens, the trainer's order.
+TrainedRun train(const ModelConfig& m, int steps, int k, bool bf16 = false) {
+  TrainConfig t;
+  t.lr = 1e-2f;
+  t.bf16 = bf16;
+  DataParallelOptions options;
+  options.bf16 = bf16;
+  DataParallel dp(param_units(m), nullptr, options, kernels::Device::CPU);
+  Transformer model(m, kernels::Device::CPU, &dp);
+  model.init_parameters(7);
+  AdamW optimizer(model, t);
+  const int B = 2, N = B * m.seq_length;
+  std::vector<int> tokens(N), targets(N);
+  TrainedRun run;
+  for (int step = 1; step <= steps; ++step) {
+    model.zero_grads();
+    model.reset_moe_stats();
+    float loss = 0;
+    for (int micro = 0; micro < k; ++micro) {
+      for (int n = 0; n < N; ++n) {
+        const uint64_t r = kernels::mix64(((uint64_t)step << 32) ^ ((uint64_t)micro << 16) ^ n);
+        tokens[n] = (int)(r % m.vocab_size);
+        targets[n] = (int)((r >> 32) % m.vocab_size);
+      }
+      model.data_parallel().begin_microbatch(micro == k - 1);
+      loss += model.forward(tokens.data(), targets.data(), B, 1.0f / k, step * 100 + micro);
+      model.backward();
+    }
+    double aux = 0;
+    int recorded = 0;
+    for (const MoeLayerState& s : model.moe_layers()) {
+      aux += s.stats.aux_loss + s.stats.z_loss;
+      recorded += s.stats.microbatches;
+    }
+    run.losses.push_back(loss / k);
+    run.aux.push_back((float)aux);
+    run.microbatches_recorded.push_back(recorded);
+    run.grads.push_back(model.data_parallel().gather_grads());
+    optimizer.step(learning_rate(t, step));
+    model.update_expert_bias(nullptr);
+  }
+  run.params = model.data_parallel().gather_params();
+  for (int l = 0; l < m.num_layers; ++l) {
+    const std::vector<float> b = model.expert_bias(l);
+    run.bias.insert(run.bias.end(), b.begin(), b.end());
+  }
+  return run;
+}
+
+void expect_identical(const TrainedRun& a, const TrainedRun& b) {
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.aux, b.aux);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(a.grads[i] == b.grads[i]) << "step " << i;
+  EXPECT_TRUE(a.params == b.params);
+  EXPECT_EQ(a.bias, b.bias);
+}
+
+// On the CPU the grouped GEMM runs the per-expert sgemm calls in one function: bit for bit.
+TEST(MoeModel, GroupedEqualsPerExpertBitForBit) {
+  for (Arch arch : {Arch::GPT, Arch::LLAMA}) {
+    ModelConfig per_expert = tiny_moe(arch), grouped = per_expert;
+    grouped.moe.grouped_gemm = true;
+    expect_identical(train(per_expert, 3, 2), train(grouped, 3, 2));
+  }
+}
+
+// The permute fusion changes kernels on CUDA only; the CPU's loops are the same.
+TEST(MoeModel, PermuteFusionChangesNothingOnTheCpu) {
+  ModelConfig a = tiny_moe(Arch::LLAMA), b = a;
+  b.moe.permute_fusion = true;
+  expect_identical(train(a, 2, 1), train(b, 2, 1));
+}
+
+// Full recompute reruns each layer's forward in backward: same routing, same numbers, and the
+// statistics count every microbatch once (the second forward records nothing).
+TEST(MoeModel, FullRecomputeIsBitIdenticalAndRecordsOnce) {
+  ModelConfig plain = tiny_moe(Arch::LLAMA);
+  plain.moe.shared_expert_size = 16;
+  plain.moe.shared_expert_gate = true;
+  plain.moe.capacity_factor = 1.0f;  // drops too
+  ModelConfig full = plain;
+  full.recompute.granularity = Recompute::Granularity::FULL;
+  full.recompute.method = Recompute::Method::UNIFORM;
+  full.recompute.num_layers = 1;
+  const TrainedRun a = train(plain, 3, 2), b = train(full, 3, 2);
+  expect_identical(a, b);
+  for (int recorded : b.microbatches_recorded) EXPECT_EQ(recorded, 2 * 2);  // 2 layers x 2
+}
+
+// The step's losses must move the model: a lower LM loss, and the auxiliary losses near their
+// values at balance (aux = alpha per layer, plus a positive z loss).
+TEST(MoeModel, TrainsAndReportsItsLosses) {
+  const TrainedRun r = train(tiny_moe(Arch::LLAMA), 20, 1);
+  EXPECT_LT(r.losses.back(), r.losses.front());
+  const double balanced = 2 * 1e-2;  // two MoE layers at aux = alpha
+  EXPECT_GT(r.aux.front(), 0.5 * balanced);
+  EXPECT_LT(r.aux.front(), 3 * balanced);
+}
+
+// Sigmoid routing with the expert bias: the bias moves by +-rate per step, only in training.
+TEST(MoeModel, ExpertBiasMovesByTheRateEachStep) {
+  ModelConfig m = tiny_moe(Arch::LLAMA);
+  m.moe.score = Moe::Score::SIGMOID;
+  m.moe.expert_bias = true;
+  m.moe.bias_update_rate = 0.5f;
+  const TrainedRun one = train(m, 1, 1), three = train(m, 3, 1);
+  ASSERT_EQ(one.bias.size(), 8u);  // 2 layers x 4 experts
+  double moved = 0;
+  for (float b : one.bias) {
+    EXPECT_TRUE(b == 0.0f || b == 0.5f || b == -0.5f) << b;
+    moved += std::fabs(b);
+  }
+  EXPECT_GT(moved, 0.0);
+  for (float b : three.bias) EXPECT_LE(std::fabs(b), 1.5f);
+}
+
+// bf16 storage follows the fp32 run within bf16's rounding.
+TEST(MoeModel, Bf16FollowsFp32) {
+  const TrainedRun a = train(tiny_moe(Arch::LLAMA), 3, 1), b = train(tiny_moe(Arch::LLAMA), 3, 1, true);
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_NEAR(b.losses[i], a.losses[i], 2e-2 * a.losses[i]) << "step " << i;
+}
+
+}  // namespace
+}  // namespace paralab

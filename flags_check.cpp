@@ -17,13 +17,6 @@ namespace paralab {
 
 namespace {
 
-// Streams its arguments into one message: fail("--x (", 3, ") must ...").
-template <class... Args>
-[[noreturn]] void fail(const Args&... args) {
-  std::ostringstream s;
-  (s << ... << args);
-  throw FlagError(s.str());
-}
 
 // Written as !(value >= min) so that a NaN fails too.
 void check_at_least(const char* flag, double value, double min) {

@@ -4,11 +4,12 @@
 // steps that turn them and the parsed Options into one validated Options. Not for other
 // files: flags.h is the interface.
 //
-// defines: RawFlags, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
+// defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
 //          check_moe, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
 //          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 #include "flags.h"  // defines: Options, FlagError
@@ -46,6 +47,14 @@ struct RawFlags {
   std::vector<std::string> moe_flags_given;
   bool moe_ffn_given = false, moe_capacity_given = false, moe_topk_scaling_given = false;
 };
+
+// Streams its arguments into one FlagError: fail("--x (", 3, ") must ...").
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  throw FlagError(s.str());
+}
 
 // A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
 inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,

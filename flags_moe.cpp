@@ -21,13 +21,6 @@ namespace paralab {
 
 namespace {
 
-template <class... Args>
-[[noreturn]] void fail(const Args&... args) {
-  std::ostringstream s;
-  (s << ... << args);
-  throw FlagError(s.str());
-}
-
 // An int or a list of ints: the values of --moe-layer-freq's expressions.
 struct FreqValue {
   bool is_list = false;

@@ -123,24 +123,24 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
                      : "",
                  (long long)f.microbatches_per_rank,
                  piped ? "; each pipeline stage runs its own layers' share (rows below)" : "");
-  t += strprintf("  %-7s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
+  t += strprintf("  %-11s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
            "model", "hardware");
   double model_whole = 0, hardware_whole = 0;
   for (const auto& mm : f.matmuls) {
-    t += strprintf("  %-7s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
+    t += strprintf("  %-11s %-9s %-20s %12s %12s\n", mm.name.c_str(), mm.reduces_over.c_str(),
              (mm.formula + (mm.per_layer ? " x L" : "")).c_str(),
              format_si(mm.model * k).c_str(), format_si(mm.hardware * k).c_str());
     model_whole += mm.model * k;
     hardware_whole += mm.hardware * k;
   }
   // Recompute: hardware only (MFU never counts it); its per-layer formula after the numbers.
-  std::string rc = strprintf("  %-7s %-9s %-20s %12s %12s", "recompute", "", "",
+  std::string rc = strprintf("  %-11s %-9s %-20s %12s %12s", "recompute", "", "",
                              format_si(0).c_str(), format_si(f.recompute_per_microbatch * k).c_str());
   if (!f.recompute_formula.empty())
     rc += strprintf("   %s x %lld layers", f.recompute_formula.c_str(), (long long)f.recomputed_layers);
   t += rc + "\n";
   hardware_whole += f.recompute_per_microbatch * k;
-  t += strprintf("  %-38s %12s %12s\n",
+  t += strprintf("  %-42s %12s %12s\n",
                  piped ? "total, whole model (the stages' sum)"
                        : "total, rank = whole model (bwd = 2 fwd)",
                  format_si(model_whole).c_str(), format_si(hardware_whole).c_str());
@@ -150,7 +150,7 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
     const std::string who = strprintf("stage %d: %d layer%s%s%s", st.pp_rank, layers,
                                       layers == 1 ? "" : "s", st.embedding ? " + embedding" : "",
                                       st.head ? " + head" : "");
-    t += strprintf("  %-38s %12s %12s%s\n", who.c_str(), format_si(st.model_flops).c_str(),
+    t += strprintf("  %-42s %12s %12s%s\n", who.c_str(), format_si(st.model_flops).c_str(),
                    format_si(st.hardware_flops).c_str(),
                    plan.ranks.at(rank).pp_rank == st.pp_rank
                        ? strprintf("   <- rank %d, each rank of its stage", rank).c_str()
@@ -268,11 +268,23 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
     else if (alike && per_stage > 1)
       t += strprintf("  (ranks %d-%d hold the same)\n", r, r + per_stage - 1);
   }
-  t += strprintf("\nactivations saved per layer, one microbatch (%s MiB)\n",
-           format_mib(plan.activation_bytes_per_layer).c_str());
-  for (const auto& a : plan.layer_activations)
-    t += strprintf("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
-             a.bytes_per_element, format_mib(a.bytes()).c_str());
+  // one list per layer kind the model has: dense, and MoE (at the plan's M rows)
+  const int moe_layers = moe_layer_count(plan.model);
+  auto tensor_list = [&](const char* kind, int64_t bytes, const std::vector<ActivationTensor>& ts) {
+    t += strprintf("\nactivations saved per %slayer, one microbatch (%s MiB)\n", kind,
+                   format_mib(bytes).c_str());
+    for (const auto& a : ts)
+      t += strprintf("  %-24s %14lld x %d B %12s MiB\n", a.name.c_str(), (long long)a.elements,
+                     a.bytes_per_element, format_mib(a.bytes()).c_str());
+  };
+  if (moe_layers < plan.model.num_layers)
+    tensor_list(moe_layers > 0 ? "dense " : "", plan.activation_bytes_per_layer,
+                plan.layer_activations);
+  if (moe_layers > 0) {
+    tensor_list("MoE ", plan.moe_activation_bytes_per_layer, plan.moe_layer_activations);
+    t += strprintf("  (M = %lld permuted rows: %s)\n", (long long)plan.moe_rows,
+                   plan.moe_rows_exact ? "exact" : "the uniform-routing expectation");
+  }
   t += "\n" + comm_table(plan, nullptr);
   for (size_t st = 1; st < plan.pipeline.stages.size(); ++st)
     t += comm_table_of(plan.pipeline.stages[st].comm, strprintf("each rank of stage %zu", st), nullptr);

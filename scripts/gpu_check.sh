@@ -167,9 +167,9 @@ done
 # The tiny MoE (configs/models/tiny-moe.toml): grouped GEMM (cublasGemmGroupedBatchedEx)
 # with the fused permute, and per-expert GEMMs with the unfused passes, on both devices.
 MOE_CONFIG=configs/models/tiny-moe.toml
-for variant in "--moe-grouped-gemm --moe-permute-fusion" "--no-moe-grouped-gemm"; do
-  name="moe ${variant//--/}"
-  name=${name// moe-/ }
+for variant in "--moe-grouped-gemm --moe-permute-fusion" "--moe-grouped-gemm=false"; do
+  name="moe grouped"
+  [[ $variant == *=false* ]] && name="moe per-expert"
   file_name=moe_${#TABLE[@]}
   ok=1
   for device in cpu cuda; do

@@ -414,9 +414,9 @@ TEST(PlanPipeline, FlopsTableOneScopePerRow) {
   EXPECT_LT(pp.stages[0].model_flops, pp.stages[1].model_flops);  // the head on stage 1
   const std::string t = flops_table(plan, 2 - 1, nullptr);
   for (const std::string& line :
-       {strprintf("%-38s %12s %12s", "total, whole model (the stages' sum)",
+       {strprintf("%-42s %12s %12s", "total, whole model (the stages' sum)",
                   format_si(model).c_str(), format_si(hardware).c_str()),
-        strprintf("%-38s %12s %12s\n", "stage 0: 2 layers + embedding",
+        strprintf("%-42s %12s %12s\n", "stage 0: 2 layers + embedding",
                   format_si(pp.stages[0].model_flops).c_str(),
                   format_si(pp.stages[0].hardware_flops).c_str()),
         std::string("   <- rank 1, each rank of its stage\n")})

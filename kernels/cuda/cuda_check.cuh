@@ -95,5 +95,12 @@ __device__ inline float block_max(float v) {
   return warp_max(lane < warps ? partial[lane] : -INFINITY);
 }
 
+// Reductions to the host (kernels/cuda/loss_optimizer.cu): kSumBlocks blocks each write one
+// double partial into a process-lifetime device buffer; add_partials copies them back
+// (blocking) and sums them in block order.
+constexpr int kSumBlocks = 256;
+double* sum_partials();
+double add_partials(const double* partial);
+
 }  // namespace cuda
 }  // namespace kernels

@@ -145,7 +145,6 @@ void adamw_update(float* master, bf16* params, const bf16* grads, float* m, floa
 }
 
 // ---- sum of squares ------------------------------------------------------------------------
-constexpr int kSumBlocks = 256;
 
 // mirrors cpu::sum_squares: partial[block] = sum over the block's grid-strided elements.
 template <typename T>
@@ -159,12 +158,21 @@ __global__ void sum_squares_kernel(double* partial, const T* x, size_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// A small device buffer kept for the life of the process (2 KiB, outside the ledger), one
-// for both instantiations below.
-static double* sum_partials() {
+// A small device buffer kept for the life of the process (2 KiB, outside the ledger), for
+// every reduction to the host (sum_squares here, the MoE losses in moe.cu).
+double* sum_partials() {
   static double* partial = nullptr;
   if (partial == nullptr) CUDA_CHECK(cudaMalloc(&partial, kSumBlocks * sizeof(double)));
   return partial;
+}
+
+double add_partials(const double* partial) {
+  double host[kSumBlocks];
+  CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
 }
 
 template <typename T>
@@ -173,12 +181,7 @@ static double sum_squares_launch(const T* x, size_t n) {
   double* partial = sum_partials();
   sum_squares_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, x, n);
   KERNEL_CHECK();
-  double host[kSumBlocks];
-  CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, stream()));
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
-  double total = 0.0;
-  for (double p : host) total += p;
-  return total;
+  return add_partials(partial);
 }
 
 double sum_squares(const float* x, size_t n) { return sum_squares_launch(x, n); }

@@ -98,7 +98,6 @@ void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, floa
 }
 
 // ---- the two sums (double, back to the host) ----------------------------------------------
-constexpr int kSumBlocks = 256;
 
 // partial[block] = sum over the block's grid-strided elements of scores * weights.
 __global__ void weighted_sum_kernel(double* partial, const float* scores, const float* weights,
@@ -122,25 +121,10 @@ __global__ void z_loss_sum_kernel(double* partial, const float* logits, int N, i
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// A device buffer for the partials, kept for the life of the process (2 KiB).
-static double* moe_partials() {
-  static double* partial = nullptr;
-  if (partial == nullptr) CUDA_CHECK(cudaMalloc(&partial, kSumBlocks * sizeof(double)));
-  return partial;
-}
-static double add_partials(const double* partial) {
-  double host[kSumBlocks];
-  CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, stream()));
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
-  double total = 0.0;
-  for (double p : host) total += p;
-  return total;
-}
-
 double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group) {
   const size_t n = (size_t)N * E;
   if (n == 0) return 0.0;
-  double* partial = moe_partials();
+  double* partial = sum_partials();
   weighted_sum_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, scores, weights, n, E,
                                                              group);
   KERNEL_CHECK();
@@ -148,7 +132,7 @@ double moe_weighted_sum(const float* scores, const float* weights, int N, int E,
 }
 double moe_z_loss_sum(const float* logits, int N, int E) {
   if (N == 0) return 0.0;
-  double* partial = moe_partials();
+  double* partial = sum_partials();
   z_loss_sum_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, logits, N, E);
   KERNEL_CHECK();
   return add_partials(partial);

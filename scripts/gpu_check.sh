@@ -142,53 +142,37 @@ if [[ ! -f "$CONFIG" ]]; then
   finish
 fi
 declare -a TABLE=()
+# train_both NAME FLAGS...: the run on --device cpu and on --device cuda, their losses
+# compared (one TABLE row and one record).
+train_both() {
+  local name=$1 file="$WORK/single_${#TABLE[@]}" ok=1 result status device
+  shift
+  for device in cpu cuda; do
+    rm -f "${file}_$device.jsonl"
+    run "train $name $device" ./trainer "$@" --train-iters "$ITERS" --device "$device" \
+        --metrics-jsonl "${file}_$device.jsonl" || ok=0
+  done
+  if [[ $ok -eq 1 ]]; then
+    result=$(compare_losses "${file}_cpu.jsonl" "${file}_cuda.jsonl")
+    status=$?
+  else
+    result="trainer failed"
+    status=1
+  fi
+  local verdict
+  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
+  TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
+  record "losses $name" "$result" "$verdict"
+}
 for variant in "gpt" "llama" "gpt --attention naive"; do
-  name=${variant// --attention /-}
-  ok=1
-  for device in cpu cuda; do
-    rm -f "$WORK/${device}_${name}.jsonl"
-    # shellcheck disable=SC2086  # $variant is deliberately split into flags
-    run "train $name $device" ./trainer --config "$CONFIG" --arch $variant \
-        --train-iters "$ITERS" --device "$device" --metrics-jsonl "$WORK/${device}_${name}.jsonl" ||
-      ok=0
-  done
-  if [[ $ok -eq 1 ]]; then
-    result=$(compare_losses "$WORK/cpu_${name}.jsonl" "$WORK/cuda_${name}.jsonl")
-    status=$?
-  else
-    result="trainer failed"
-    status=1
-  fi
-  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
-  TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
-  record "losses $name" "$result" "$verdict"
+  # shellcheck disable=SC2086  # $variant is deliberately split into flags
+  train_both "${variant// --attention /-}" --config "$CONFIG" --arch $variant
 done
-
 # The tiny MoE (configs/models/tiny-moe.toml): grouped GEMM (cublasGemmGroupedBatchedEx)
-# with the fused permute, and per-expert GEMMs with the unfused passes, on both devices.
-MOE_CONFIG=configs/models/tiny-moe.toml
-for variant in "--moe-grouped-gemm --moe-permute-fusion" "--moe-grouped-gemm=false"; do
-  name="moe grouped"
-  [[ $variant == *=false* ]] && name="moe per-expert"
-  file_name=moe_${#TABLE[@]}
-  ok=1
-  for device in cpu cuda; do
-    rm -f "$WORK/${device}_${file_name}.jsonl"
-    # shellcheck disable=SC2086
-    run "train $name $device" ./trainer --config "$MOE_CONFIG" $variant --train-iters "$ITERS" \
-        --device "$device" --metrics-jsonl "$WORK/${device}_${file_name}.jsonl" || ok=0
-  done
-  if [[ $ok -eq 1 ]]; then
-    result=$(compare_losses "$WORK/cpu_${file_name}.jsonl" "$WORK/cuda_${file_name}.jsonl")
-    status=$?
-  else
-    result="trainer failed"
-    status=1
-  fi
-  verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
-  TABLE+=("$(printf '%-14s %-36s %s' "$name" "$result" "$verdict")")
-  record "losses $name" "$result" "$verdict"
-done
+# with the fused permute, and per-expert GEMMs with the unfused passes.
+train_both "moe grouped" --config configs/models/tiny-moe.toml --moe-grouped-gemm \
+  --moe-permute-fusion
+train_both "moe per-expert" --config configs/models/tiny-moe.toml --moe-grouped-gemm=false
 
 # ---- 4. several ranks on the one GPU: pipelines and tensor parallelism ----------------------
 # Two ranks share the GPU (cuda_select_device takes local rank modulo the GPUs) and talk

@@ -89,6 +89,10 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "llama only: RoPE's base theta (dimension pair i of a head turns by position x "
                  "theta^(-2i/d)); > 0; gpt's learned positions ignore it")
       ->capture_default_str()->group(kModel);
+  app.add_option("--norm-epsilon", m.norm_epsilon,
+                 "epsilon of every LayerNorm / RMSNorm, 1/sqrt(var + eps) or 1/sqrt(mean(x^2) + "
+                 "eps); > 0")
+      ->capture_default_str()->group(kModel);
   app.add_option("--seq-length,--seq", m.seq_length,
                  "tokens per sample s (also the learned-position table size for gpt)")
       ->capture_default_str()->group(kModel);

@@ -255,6 +255,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
          ") / --num-attention-heads (", m.num_attention_heads, ") = ", m.head_dim());
   }
   m.kv_channels = m.head_dim();
+  if (!(m.norm_epsilon > 0)) fail("--norm-epsilon must be > 0, got ", m.norm_epsilon);
+  check_finite("--norm-epsilon", m.norm_epsilon);
   if (!(m.rope_theta > 0)) fail("--rotary-base must be > 0, got ", m.rope_theta);
   check_finite("--rotary-base", m.rope_theta);
   if (m.is_gpt() && raw.rotary_base_given)

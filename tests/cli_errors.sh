@@ -187,6 +187,7 @@ bad "kv channels"             "--kv-channels must be >= 1, got 0" --kv-channels 
 bad "kv channels llama even"  "--arch llama needs an even head dim for RoPE, got --kv-channels 15" \
                                                         --arch llama --kv-channels 15
 bad "rotary base"             "--rotary-base must be > 0, got 0" --arch llama --rotary-base 0
+bad "norm epsilon"            "--norm-epsilon must be > 0, got 0" --norm-epsilon 0
 # Config files.
 bad "missing config"          "--config"                --config "$tmp/none.toml"
 bad "unknown config key"      "--config $tmp/typo.toml:1: unknown key 'num-layerz'" --config "$tmp/typo.toml"

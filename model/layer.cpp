@@ -299,6 +299,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     // with sp, keep the gathered input for fc1's weight gradient (ws.gathered is needed below)
     if (tp.sequence_parallel) a.fc1_in.allocate(dev, (size_t)N * h, Category::RECOMPUTE);
     u2_kept = tp.enter_column_parallel(a.norm2_out.data(), a.fc1_in.data(), N, h);
+    kernels::GemmLabel label("mlp");
     mlp_up(c, w, a, u2_kept);
   }
   // d(out) = dres flows to x_mid unchanged and into the MLP branch

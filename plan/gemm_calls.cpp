@@ -92,7 +92,7 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
       if (naive && rc.recompute_core_attn()) c[ATTENTION] += k;  // Q K^T again
       if (!is_moe) {
         c[MLP] += k * 4;
-        if (rc.recompute_mlp()) c[ATTENTION] += k;  // fc1 again, before the "mlp" label
+        if (rc.recompute_mlp()) c[MLP] += k;  // fc1 again
         continue;
       }
       c[ROUTER] += k * 2;

@@ -24,8 +24,7 @@
 //                  experts 2 (grouped) or 2 x nonempty, shared expert 2 (+ 1 gate); layers
 //                  per chunk from Recompute::full_groups (block: the first n of each chunk)
 //   selective      core_attn with naive attention: Q K^T again (+1 attention); flash: none.
-//                  mlp: fc1 again (+1), counted under "attention": model/layer.cpp runs
-//                  mlp_up before its "mlp" GemmLabel opens (refused on MoE layers).
+//                  mlp: fc1 again (+1 mlp; refused on MoE layers).
 // A rank runs its pipeline stage's layers (PipelineStagePlan's chunks) and the head on the
 // last stage only; tensor parallelism leaves the counts alone (same calls, smaller shapes).
 //

@@ -300,7 +300,7 @@ TEST(GemmCalls, SelectiveRecompute) {
   m.recompute.granularity = Recompute::Granularity::SELECTIVE;
   m.recompute.core_attn = true;
   expect_counts(m, 2, 2, false);
-  m.recompute.mlp = true;  // fc1 again: counted under "attention" (model/layer.cpp)
+  m.recompute.mlp = true;  // fc1 again, under "mlp"
   m.recompute.norm = true;
   expect_counts(m, 2, 2, false);
 }

@@ -2,6 +2,7 @@
 #include "report/moe_report.h"
 #include <algorithm>
 #include "report/rank_metrics.h"  // all_gather_doubles
+#include "report/report_moe.h"    // routing_text, balancing_text
 #include "report/text.h"
 
 namespace paralab {
@@ -110,6 +111,7 @@ std::string moe_table(const MoeStepReport& r, const ModelConfig& m) {
       "MoE routing this step: %d experts, top-%d; tokens per expert = routed (token, expert) "
       "pairs over the global batch; max/mean 1 = balanced\n",
       m.moe.num_experts, m.moe.topk);
+  t += "  router     " + routing_text(m.moe) + "\n  balancing  " + balancing_text(m.moe) + "\n";
   t += strprintf("  %5s %10s %10s %10s %8s %9s %11s %11s\n", "layer", "min", "mean", "max",
                  "max/mean", "dropped", "aux loss", "z loss");
   for (const MoeLayerReport& L : r.layers)

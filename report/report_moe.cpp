@@ -6,8 +6,6 @@
 
 namespace paralab {
 
-namespace {
-
 std::string routing_text(const Moe& moe) {
   std::string score;
   if (moe.score == Moe::Score::SIGMOID)
@@ -32,6 +30,8 @@ std::string balancing_text(const Moe& moe) {
   if (moe.z_loss_coeff > 0) t += strprintf("; z loss beta %g", moe.z_loss_coeff);
   return t;
 }
+
+namespace {
 
 std::string capacity_text(const Plan& plan) {
   const Moe& moe = plan.model.moe;

@@ -11,7 +11,8 @@
 //       caller passes the step's measured nonempty experts per layer (model/moe.h
 //       MoeLayerStats::nonempty_experts), which makes it exact.
 //
-// defines: moe_plan_text, moe_plan_json, gemm_calls_table, gemm_calls_json
+// defines: routing_text, balancing_text, moe_plan_text, moe_plan_json, gemm_calls_table,
+//          gemm_calls_json
 #pragma once
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@
 
 namespace paralab {
 
+// The routing convention in force and the load balancing, one line each (--plan, the run's
+// MoE table).
+std::string routing_text(const Moe& moe);
+std::string balancing_text(const Moe& moe);
 // "" / nothing written for a dense model (num_experts == 0).
 std::string moe_plan_text(const Plan& plan);
 void moe_plan_json(JsonWriter& j, const Plan& plan);  // key "moe"

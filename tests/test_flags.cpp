@@ -19,13 +19,7 @@ using flags_test::BadInput;
 using flags_test::TempFile;
 using flags_test::error_of;
 using flags_test::parse;
-
-// Config presets live beside this file's folder; tests run from the repository root.
-std::string repo_path(const std::string& rel) {
-  std::string here = __FILE__;
-  size_t cut = here.rfind("tests/");
-  return (cut == std::string::npos ? std::string() : here.substr(0, cut)) + rel;
-}
+using flags_test::repo_path;
 
 TEST(Flags, DefaultsAreResolved) {
   Options o = parse({});

@@ -1,5 +1,5 @@
 // tests/test_flags_helpers.h: parsing a command line as the trainer would, for the flag
-// tests (test_flags.cpp, test_flags_parallel.cpp).
+// tests (test_flags.cpp, test_flags_parallel.cpp, test_flags_moe.cpp).
 #pragma once
 #include <unistd.h>
 #include <cstdio>
@@ -29,6 +29,13 @@ inline std::string error_of(const std::vector<std::string>& args, int world = 1,
   return "";
 }
 
+
+// A file of the repository by its path from the root (presets live beside tests/'s folder).
+inline std::string repo_path(const std::string& rel) {
+  const std::string here = __FILE__;
+  const size_t cut = here.rfind("tests/");
+  return (cut == std::string::npos ? std::string() : here.substr(0, cut)) + rel;
+}
 
 // Each bad input and the exact line it must produce.
 struct BadInput {

@@ -15,12 +15,7 @@ using flags_test::BadInput;
 using flags_test::TempFile;
 using flags_test::error_of;
 using flags_test::parse;
-
-std::string repo_path(const std::string& rel) {
-  std::string here = __FILE__;
-  size_t cut = here.rfind("tests/");
-  return (cut == std::string::npos ? std::string() : here.substr(0, cut)) + rel;
-}
+using flags_test::repo_path;
 
 using Pattern = std::vector<int>;
 

@@ -89,10 +89,11 @@ void expert_gemm(const LayerContext& c, bool ta, bool tb, const T* A, int lda, c
                     ldb, beta, C + g.c_offset, ldc);
 }
 
-// The groups of one projection. rows: per expert; the matrices of expert e start at
-// (offset_e rows of a_row elements) etc.; shapes by `kind`.
+// The three products of an expert's linear layer W (out_features, in_features) on its n_e
+// rows: forward y = x W^T, input gradient dX = dY W, weight gradient dW += dY^T X.
 enum class Product { FORWARD, INPUT_GRAD, WEIGHT_GRAD };
-// out = x W^T (n_e, out_features) from (n_e, in_features); dX = dY W; dW += dY^T X.
+// One group per expert: its rows start at offset_e in the permuted activations, its weight
+// at e (out_features in_features) in the stacked (E, out, in) tensor.
 std::vector<GemmGroup> groups_of(const std::vector<int>& rows, const std::vector<int>& offset,
                                  Product kind, int in_features, int out_features) {
   std::vector<GemmGroup> g(rows.size());

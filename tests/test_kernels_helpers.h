@@ -20,8 +20,10 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/math.h"  // to_bf16
 #include "kernels/ops.h"
 
 namespace ktest {
@@ -114,6 +116,18 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
   return s;
+}
+
+// The storage type's copy of fp32 values: themselves, or rounded to bf16.
+template <typename T>
+std::vector<T> values(const std::vector<float>& v) {
+  if constexpr (std::is_same<T, float>::value) {
+    return v;
+  } else {
+    std::vector<T> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i] = kernels::to_bf16(v[i]);
+    return out;
+  }
 }
 
 }  // namespace ktest

@@ -326,9 +326,8 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     kernels::GemmLabel label("experts");
     Buffer<T> dy(dev, (size_t)M * h, ws), dact(dev, (size_t)M * fe, ws);
     Buffer<T> dfc1(dev, (size_t)M * fc1e, ws), dperm(dev, (size_t)M * h, ws);
-    Buffer<float> no_gates(dev, M, ws);
-    kernels::moe_permute(dev, dy.data(), no_gates.data(), dout, a.gates.data(), a.row_pair.data(),
-                         M, h, k, moe.permute_fusion);
+    kernels::moe_permute(dev, dy.data(), nullptr, dout, a.gates.data(), a.row_pair.data(), M, h,
+                         k, moe.permute_fusion);  // rows only: the gates are forward's
     expert_gemm(c, false, false, dy.data(), h, w.experts_fc2, fe, 0.0f, dact.data(), fe,
                 groups_of(a.rows, a.offset, Product::INPUT_GRAD, fe, h));
     expert_gemm(c, true, false, dy.data(), h, a.act_out.data(), fe, 1.0f, g.experts_fc2, fe,

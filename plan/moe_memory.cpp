@@ -125,7 +125,7 @@ void moe_transients(const ModelConfig& m, int B, int act, int64_t M, int64_t& fw
   // backward
   const int64_t dx = N * h * act, dperm_gates = M * 4;
   const int64_t experts = M * h * act + M * m.moe_ffn() * act + M * m.moe_fc1_size() * act +
-                          M * h * act + M * 4;  // dy, dact, dfc1, dperm, no_gates
+                          M * h * act;  // dy, dact, dfc1, dperm
   const int64_t aux = balancing ? groups * E * 4 + N * E * 4 : 0;  // weights, dscores
   const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded

@@ -17,7 +17,7 @@
 //            statistics with balancing: scores N E x4 + weights (groups E) x4
 //            experts: y M h act
 //   backward dx N h act (the whole function), dperm_gates M x4 (from the experts on), and
-//            experts  dy M h + dact M f_e + dfc1 M fc1_e + dperm M h (act) + no_gates M x4
+//            experts  dy M h + dact M f_e + dfc1 M fc1_e + dperm M h (act)
 //            router   dgates N k x4 + dlogits N E x4 + max(weights (groups E) x4 + dscores
 //                     N E x4 with balancing, [bf16: u_f N h x4 + w_f E h x4] + du_f N h x4 +
 //                     dw_f E h x4 [+ bf16: the rounded copy, max(N, E) h x2])

@@ -233,8 +233,22 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "must be 1")
       ->capture_default_str()->group(kParallel);
   app.add_option("--expert-model-parallel-size,--ep", p.expert_parallel,
-                 "expert parallel ranks (mixture of experts): not built yet, must be 1")
+                 "expert parallel ranks ep (mixture of experts): each MoE layer's E experts "
+                 "split over them, E / ep per rank; needs --num-experts, must divide it; "
+                 "etp x ep must divide the ranks of a pipeline stage, world / pp, the rest "
+                 "world / (etp x ep x pp) being the expert-data-parallel ranks")
       ->capture_default_str()->group(kParallel);
+  app.add_option("--expert-tensor-parallel-size,--etp", raw.expert_tensor_parallel,
+                 "tensor parallel ranks etp of each expert (its width, --moe-ffn-hidden-size, "
+                 "split over them); >= 1; default --tp (Megatron's); needs --num-experts; "
+                 "> 1 not built yet")
+      ->group(kParallel);
+  app.add_option("--moe-token-dispatcher-type", raw.moe_token_dispatcher,
+                 "how tokens reach the experts of the other ep ranks: allgather (each rank "
+                 "gathers every token of its ep group and keeps those routed to its experts; "
+                 "Megatron's default) or alltoall (each token sent only to the ranks of its "
+                 "experts, and back); needs --num-experts")
+      ->check(one_of({"allgather", "alltoall"}))->capture_default_str()->group(kParallel);
   app.add_option("--zero-stage,--zero", p.zero_stage,
                  "ZeRO stage over the data-parallel group: 0 replicate everything, 1 shard "
                  "optimizer states and master weights, 2 also gradients, 3 also parameters")
@@ -405,6 +419,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.recompute_num_layers_given = app.count("--recompute-num-layers") > 0;
   raw.world_size_given = app.count("--world-size") > 0;
   raw.kv_channels_given = app.count("--kv-channels") > 0;
+  raw.expert_tensor_parallel_given = app.count("--expert-tensor-parallel-size") > 0;
   raw.rotary_base_given = app.count("--rotary-base") > 0;
   record_moe_flags_given(app, raw);
   auto typed = [&](const char* flag) {
@@ -426,6 +441,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
     raw.pipeline_schedule = schedule_name(o.parallel.pipeline_schedule);
     raw.virtual_pipeline = o.parallel.virtual_pipeline;
     raw.world_size = o.parallel.world_size;
+    raw.expert_tensor_parallel = o.parallel.expert_tensor_parallel;
     const Recompute& r = o.model.recompute;
     if (r.selective() && raw.recompute_modules.empty()) raw.recompute_modules = {"core_attn"};
     o.resolved_options =

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "flags_impl.h"  // defines: RawFlags, resolve_and_check, and through flags.h Options
@@ -228,14 +227,18 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_at_least("--peak-tflops", o.peak_tflops, 0);
   check_finite("--peak-tflops", o.peak_tflops);
   check_at_least(world_from, p.world_size, 1);
-  // Context and expert parallelism have their flags but no implementation yet, in the
-  // trainer or in the plan: both refuse them here, with the same line.
-  for (const auto& [flag, size, what] :
-       {std::make_tuple("--context-parallel-size", p.context_parallel, "context"),
-        std::make_tuple("--expert-model-parallel-size", p.expert_parallel, "expert")})
-    if (size > 1)
-      fail(flag, " ", size, ": ", what, " parallelism is not built yet (sizes must be 1); "
-           "data, tensor, sequence and pipeline parallelism train and plan");
+  // Expert tensor parallelism defaults to --tp (Megatron's); check_moe checks the layout.
+  if (raw.expert_tensor_parallel_given)
+    check_at_least("--expert-tensor-parallel-size", raw.expert_tensor_parallel, 1);
+  p.expert_tensor_parallel =
+      raw.expert_tensor_parallel_given ? raw.expert_tensor_parallel : p.tensor_parallel;
+  p.token_dispatcher = raw.moe_token_dispatcher == "alltoall" ? TokenDispatcher::ALLTOALL
+                                                              : TokenDispatcher::ALLGATHER;
+  // Context parallelism has its flag but no implementation yet, in the trainer or in the
+  // plan: both refuse it here, with the same line.
+  if (p.context_parallel > 1)
+    fail("--context-parallel-size ", p.context_parallel, ": context parallelism is not built "
+         "yet (sizes must be 1); data, tensor, sequence and pipeline parallelism train and plan");
 
   // Attention shapes. The head dim is --kv-channels, or h/a when it is not given.
   if (raw.kv_channels_given)

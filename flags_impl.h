@@ -32,6 +32,11 @@ struct RawFlags {
   int recompute_num_layers = 0;
   bool recompute_num_layers_given = false;  // set after parsing: 0 is an error, not "unset"
   std::vector<std::string> recompute_modules;
+  // Expert parallelism: --expert-tensor-parallel-size as typed (unset: --tp, Megatron's
+  // default) and --moe-token-dispatcher-type.
+  int expert_tensor_parallel = 0;
+  bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
+  std::string moe_token_dispatcher = "allgather";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (flags_check.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,

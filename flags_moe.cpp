@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -278,7 +279,14 @@ void check_moe(Options& o, const RawFlags& raw) {
   Moe& e = m.moe;
   const int E = e.num_experts;
   if (E != 0 && E < 2) fail("--num-experts must be >= 2, got ", E, " (0 or unset: a dense model)");
+  const ParallelConfig& p = o.parallel;
+  const int ep = p.expert_parallel, etp = p.expert_tensor_parallel;
   if (E == 0) {
+    // Expert parallelism of a dense model: there are no experts to split (the default etp,
+    // --tp, is no request; an etp or ep of 1 asks for nothing either).
+    if (ep > 1) fail("--expert-model-parallel-size needs --num-experts");
+    if (raw.expert_tensor_parallel_given && etp > 1)
+      fail("--expert-tensor-parallel-size needs --num-experts");
     if (!raw.moe_flags_given.empty()) fail(raw.moe_flags_given.front(), " needs --num-experts");
     return;
   }
@@ -331,11 +339,36 @@ void check_moe(Options& o, const RawFlags& raw) {
     fail("--moe-layer-freq (", raw.moe_layer_freq, ") has no MoE layer (no 1); for a dense "
          "model leave out --num-experts");
 
+  // Expert parallelism (parallel/expert_parallel.h): each pipeline stage's world / pp ranks
+  // are etp x ep x edp, the experts split over ep, each expert's width over etp.
+  if (E % ep != 0)
+    fail("--num-experts (", E, ") must be divisible by --expert-model-parallel-size (", ep, ")");
+  const int pp = p.pipeline_parallel, stage = p.world_size / pp;
+  if (stage % (etp * ep) != 0) {
+    // A --world-size that fits: tp x cp x pp divides it and etp x ep divides world / pp.
+    const long long fits = static_cast<long long>(pp) *
+                           std::lcm(p.tensor_parallel * p.context_parallel, etp * ep);
+    fail("--expert-tensor-parallel-size x --expert-model-parallel-size (", etp, " x ", ep, " = ",
+         etp * ep, ") must divide the ranks of a pipeline stage, ",
+         raw.world_size_given ? "--world-size" : "launched world size",
+         " / --pipeline-model-parallel-size (", p.world_size, " / ", pp, " = ", stage, ")",
+         o.plan && !raw.world_size_given
+             ? "; to plan for more ranks than were launched, add --world-size N (a multiple of " +
+                   std::to_string(fits) + ")"
+             : "");
+  }
+  if (m.moe_ffn() % etp != 0)
+    fail("--moe-ffn-hidden-size (", m.moe_ffn(), ") must be divisible by "
+         "--expert-tensor-parallel-size (", etp, ")");
+
   // Not built yet.
-  const int tp = o.parallel.tensor_parallel;
+  const int tp = p.tensor_parallel;
   if (tp > 1)
     fail("--num-experts (", E, ") with --tensor-model-parallel-size ", tp, ": not built yet "
          "(experts with tensor parallelism come with expert parallelism, the next issue)");
+  if (etp > 1)
+    fail("--expert-tensor-parallel-size ", etp, ": expert tensor parallelism is not built yet "
+         "(it comes with experts under tensor parallelism)");
   if (m.recompute.recompute_mlp())
     fail("--recompute-modules mlp with --num-experts (", E, "): not built yet (paralab's "
          "selective mlp recompute covers dense MLPs only)");

@@ -125,7 +125,8 @@ int train(const Options& o, const World& w) {
   const kernels::Device dev = o.device;
   if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
   Topology topo(GridSpec{w.size, par.tensor_parallel, par.context_parallel,
-                         par.pipeline_parallel, par.expert_parallel},
+                         par.pipeline_parallel, par.expert_parallel,
+                         par.expert_tensor_parallel},
                 o.comm == Comm::NCCL ? CommBackend::NCCL : CommBackend::MPI, dev);
   const bool rank0 = w.rank == 0;
   if (o.verbose && rank0) std::printf("%s\n", describe_grid(topo.layout()).c_str());
@@ -150,11 +151,25 @@ int train(const Options& o, const World& w) {
              : whole_model(o.model);
   dp_options.unit_chunk = stage_unit_chunk(slice);
   dp_options.deferred_units = stage_deferred_units(o.model, slice);
-  DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice), &topo.dp(),
-                             dp_options, dev);
+  DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice, par.expert_parallel),
+                             &topo.dp(), dp_options, dev);
   const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
+  // Expert parallelism: the experts of this stage over the ep group, their parameters a
+  // second data parallelism over the expert-data-parallel group (same options; ZeRO shards
+  // them over edp), present when ep > 1 and the stage has an MoE layer.
+  const int ep = par.expert_parallel;
+  const ExpertParallel expert_parallel{ep > 1 ? &topo.ep() : nullptr,
+                                       ep > 1 ? &topo.etp_ep() : nullptr, par.token_dispatcher,
+                                       dev};
+  std::unique_ptr<DataParallel> expert_data_parallel;
+  const std::vector<int64_t> expert_units = stage_expert_units(o.model, slice, ep);
+  if (!expert_units.empty()) {
+    DataParallelOptions expert_options = dp_options;
+    expert_options.deferred_units.clear();  // the experts are never tied
+    expert_data_parallel.reset(new DataParallel(expert_units, &topo.edp(), expert_options, dev));
+  }
   Transformer model(o.model, dev, &data_parallel, tensor_parallel, slice, &topo.pp(),
-                    &topo.embedding());
+                    &topo.embedding(), expert_parallel, expert_data_parallel.get());
   model.init_parameters(o.train.seed);
   AdamW optimizer(model, o.train);
   DataLoader data(o.data_path, o.model, o.train, dp);
@@ -259,10 +274,11 @@ int train(const Options& o, const World& w) {
     const MoeStepReport moe = o.model.moe.enabled()
                                   ? gather_moe_report(topo.world(), model, (double)k * dp)
                                   : MoeStepReport();
-    // With a capacity the experts' rows (and the kept pairs) depend on the routing: the plan
-    // evaluated at the routing each pipeline measured this step, on rank 0 (plan/moe_memory.h)
+    // With a capacity the experts' rows (and the kept pairs) depend on the routing, and with
+    // expert parallelism the rows each rank's experts receive: the plan evaluated at the
+    // routing each pipeline measured this step, on rank 0 (plan/moe_memory.h)
     std::vector<Plan> routed_plans;
-    if (o.model.moe.enabled() && o.model.moe.capacity_factor > 0) {
+    if (o.model.moe.enabled() && (o.model.moe.capacity_factor > 0 || ep > 1)) {
       const std::vector<MoeRouting> routing =
           gather_moe_routing(topo.world(), model, k, pipeline_of);
       if (rank0)
@@ -396,6 +412,7 @@ int train(const Options& o, const World& w) {
     std::fflush(stdout);
   }
   data_parallel.drain();
+  if (expert_data_parallel) expert_data_parallel->drain();
   // The summary: every rank's largest step and evaluation totals, to rank 0 (one gather).
   const std::vector<double> peaks =
       all_gather_doubles(topo.world(), {(double)my_peak, (double)my_eval_peak});

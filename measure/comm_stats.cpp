@@ -13,6 +13,8 @@ const char* group_name(CommGroup g) {
     case CommGroup::DP: return "dp";
     case CommGroup::DP_CP: return "dp_cp";
     case CommGroup::EP: return "ep";
+    case CommGroup::ETP: return "etp";
+    case CommGroup::ETP_EP: return "etp_ep";
     case CommGroup::EDP: return "edp";
     case CommGroup::EMBEDDING: return "embedding";
     case CommGroup::WORLD: return "world";

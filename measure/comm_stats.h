@@ -1,9 +1,10 @@
 // measure/comm_stats.h: the measured half of the communication ledger.
 //
 // Every collective or point-to-point call made through parallel/comm is recorded here, per
-// group (tp, cp, pp, dp, dp_cp, ep, edp, embedding, world) and per operation: calls,
-// payload bytes, bus bytes, total time and exposed time. plan/ predicts the same
-// payload and bus bytes; the report prints both and the tests hold them equal.
+// group (tp, cp, pp, dp, dp_cp, ep, etp, etp_ep, edp, embedding, world: parallel/topology.h
+// says what each is for) and per operation: calls, payload bytes, bus bytes, total time
+// and exposed time. plan/ predicts the same payload and bus bytes; the report prints both
+// and the tests hold them equal.
 //
 // Payload convention (bytes of the collective's full buffer, per rank):
 //   all-reduce       the buffer reduced (input = output size)
@@ -35,7 +36,10 @@
 
 namespace paralab {
 
-enum class CommGroup : int { TP = 0, CP, PP, DP, DP_CP, EP, EDP, EMBEDDING, WORLD, COUNT };
+// The dense grid's groups, the expert grid's (ep, etp, etp_ep, edp), then embedding, world.
+enum class CommGroup : int {
+  TP = 0, CP, PP, DP, DP_CP, EP, ETP, ETP_EP, EDP, EMBEDDING, WORLD, COUNT
+};
 enum class CommOp : int {
   ALL_REDUCE = 0,
   REDUCE_SCATTER,

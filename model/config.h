@@ -8,6 +8,8 @@
 #include <vector>
 // defines: PipelineSchedule (the schedules are data, parallel/ owns them)
 #include "parallel/pipeline_schedule.h"
+// defines: TokenDispatcher (how tokens reach the experts of other ranks)
+#include "parallel/expert_parallel.h"
 
 namespace paralab {
 
@@ -156,7 +158,12 @@ struct ParallelConfig {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   int context_parallel = 1;
+  // Expert parallelism (parallel/expert_parallel.h): the experts split over ep ranks, each
+  // expert's width over etp ranks (Megatron's default etp = tp; the flags resolve it), the
+  // expert-data-parallel ranks the rest: world = etp x ep x edp x pp.
   int expert_parallel = 1;
+  int expert_tensor_parallel = 1;
+  TokenDispatcher token_dispatcher = TokenDispatcher::ALLGATHER;
   int zero_stage = 0;
   bool sequence_parallel = false;  // with tensor parallelism: split the tokens between blocks
   // Pipeline (parallel/pipeline_schedule.h): the schedule, v model chunks per pp rank
@@ -167,6 +174,9 @@ struct ParallelConfig {
   int last_stage_layers = 0;
   int data_parallel() const {
     return world_size / (tensor_parallel * pipeline_parallel * context_parallel);
+  }
+  int expert_data_parallel() const {
+    return world_size / (expert_tensor_parallel * expert_parallel * pipeline_parallel);
   }
 };
 

@@ -27,7 +27,7 @@ int valid_columns(const ModelConfig& full, int vocab_rows, int rank) {
 template <typename T>
 float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid) {
   kernels::GemmLabel label("head");
-  DataParallel& dp = *dp_;
+  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
   const int h = m.hidden_size, N = f.B * m.seq_length, Nl = tp_.local_tokens(N);
@@ -128,7 +128,7 @@ float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int val
 template <typename T>
 void Transformer::head_backward(State<T>& s, InFlight<T>& f) {
   kernels::GemmLabel label("head");
-  DataParallel& dp = *dp_;
+  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
   const int h = m.hidden_size, N = f.B * m.seq_length, Nl = tp_.local_tokens(N);

@@ -120,6 +120,7 @@ struct LayerContext {
   // forward records statistics (a training forward, not a recompute's second one), whether it
   // is an evaluation (no balancing losses), and the scale of the auxiliary losses' gradients.
   MoeLayerState* moe = nullptr;
+  const ExpertParallel* ep = nullptr;  // where the experts live (nullptr: all here)
   bool record_moe_stats = false;
   bool forward_only = false;
   float grad_scale = 1.0f;

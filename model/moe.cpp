@@ -145,12 +145,6 @@ void accumulate_float(Device dev, T* dst, const float* src, size_t n) {
 }
 
 template <typename T>
-void upload(Device dev, Buffer<T>& b, const std::vector<T>& host) {
-  b.allocate(dev, host.size(), Category::ACTIVATIONS);
-  if (!host.empty()) kernels::memcpy_from_host(dev, b.data(), host.data(), host.size() * sizeof(T));
-}
-
-template <typename T>
 std::vector<T> download(Device dev, const Buffer<T>& b) {
   std::vector<T> host(b.size());
   if (!host.empty()) kernels::memcpy_to_host(dev, host.data(), b.data(), b.bytes());
@@ -213,10 +207,6 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   const std::vector<float> gates = download(dev, a.gates);
   const Dispatch d = plan_dispatch(moe, experts.data(), gates.data(), N, k);
   const int M = d.M();
-  a.rows = d.rows;
-  a.offset = d.offset;
-  upload(dev, a.row_pair, d.row_pair);
-  upload(dev, a.slots, d.slots);
 
   // ---- balancing losses: their gradient needs the per-group weights (a recompute makes
   //      them again, the same); the values are only statistics
@@ -239,7 +229,6 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
       s.tokens_per_expert[e] += d.routed[e];
       s.kept_per_expert[e] += d.kept[e];
       s.padding_rows += d.rows[e] - d.kept[e];
-      s.nonempty_experts += d.rows[e] > 0;
     }
     s.dropped_pairs += d.dropped;
     s.permuted_rows.push_back(M);
@@ -258,27 +247,36 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
       s.z_loss += moe.z_loss_coeff * kernels::moe_z_loss_sum(dev, a.logits.data(), N, E) / N;
   }
 
-  // ---- permute -> experts -> unpermute
-  a.perm_in.allocate(dev, (size_t)M * h, act);
-  a.perm_gates.allocate(dev, M, act);
-  kernels::moe_permute(dev, a.perm_in.data(), a.perm_gates.data(), u, a.gates.data(),
-                       a.row_pair.data(), M, h, k, moe.permute_fusion);
-  a.fc1_out.allocate(dev, (size_t)M * fc1e, act);
-  a.act_out.allocate(dev, (size_t)M * fe, act);
+  // ---- dispatch (permute, or the rows to their experts' ranks) -> experts -> combine
+  ExpertParallel single;
+  single.device = dev;
+  const ExpertParallel& ep = c.ep ? *c.ep : single;
+  const LocalRouting routing{N, k, E, h, &d.rows, &d.offset, &d.row_pair, &d.slots};
+  dispatch_tokens(ep, routing, moe.permute_fusion, u, a.gates.data(), a.exchange, a.expert_in,
+                  a.expert_gates);
+  const ExpertExchange& x = a.exchange;
+  const int R = x.R;
+  if (c.record_moe_stats && c.moe) {
+    MoeLayerStats& s = c.moe->stats;
+    s.expert_rows.push_back(R);
+    for (int rows : x.local_rows) s.nonempty_experts += rows > 0;
+  }
+  a.fc1_out.allocate(dev, (size_t)R * fc1e, act);
+  a.act_out.allocate(dev, (size_t)R * fe, act);
   {
     kernels::GemmLabel label("experts");
-    Buffer<T> y(dev, (size_t)M * h, Category::WORKSPACE);
-    expert_gemm(c, false, true, a.perm_in.data(), h, w.experts_fc1, h, 0.0f, a.fc1_out.data(),
-                fc1e, groups_of(d.rows, d.offset, Product::FORWARD, h, fc1e));
+    Buffer<T> y(dev, (size_t)R * h, Category::WORKSPACE);
+    expert_gemm(c, false, true, a.expert_in.data(), h, w.experts_fc1, h, 0.0f, a.fc1_out.data(),
+                fc1e, groups_of(x.local_rows, x.local_offset, Product::FORWARD, h, fc1e));
     if (m.is_gpt())
-      kernels::moe_gelu_forward(dev, a.act_out.data(), a.fc1_out.data(), a.perm_gates.data(), M,
-                                fe);
+      kernels::moe_gelu_forward(dev, a.act_out.data(), a.fc1_out.data(), a.expert_gates.data(),
+                                R, fe);
     else
-      kernels::moe_swiglu_forward(dev, a.act_out.data(), a.fc1_out.data(), a.perm_gates.data(),
-                                  M, fe);
+      kernels::moe_swiglu_forward(dev, a.act_out.data(), a.fc1_out.data(),
+                                  a.expert_gates.data(), R, fe);
     expert_gemm(c, false, true, a.act_out.data(), fe, w.experts_fc2, fe, 0.0f, y.data(), h,
-                groups_of(d.rows, d.offset, Product::FORWARD, fe, h));
-    kernels::moe_unpermute(dev, out, y.data(), a.slots.data(), N, h, k, moe.permute_fusion);
+                groups_of(x.local_rows, x.local_offset, Product::FORWARD, fe, h));
+    combine_tokens(ep, x, y.data(), out);
   }
 
   // ---- shared expert: every token, added to the routed output
@@ -315,42 +313,47 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
   const Moe& moe = m.moe;
   const Device dev = c.device;
   const int N = c.B * m.seq_length, h = m.hidden_size, E = moe.num_experts, k = moe.topk;
-  const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size(), M = a.offset.back();
+  const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size();
   const Category ws = Category::WORKSPACE;
+  const ExpertExchange& x = a.exchange;
+  const int R = x.R;
+  ExpertParallel single;
+  single.device = dev;
+  const ExpertParallel& ep = c.ep ? *c.ep : single;
   // du is written last: dout may live in the same buffer (the layer's dropout backward)
   Buffer<T> dx(dev, (size_t)N * h, ws);
+  Buffer<float> dgates(dev, (size_t)N * k, ws);
 
-  // ---- experts, last to first: unpermute's backward is permute (a gather of dout)
-  Buffer<float> dperm_gates(dev, M, ws);
+  // ---- experts, last to first: combine's backward brings dout's rows to the experts,
+  //      dispatch's takes the input and gate gradients back to the tokens
   {
     kernels::GemmLabel label("experts");
-    Buffer<T> dy(dev, (size_t)M * h, ws), dact(dev, (size_t)M * fe, ws);
-    Buffer<T> dfc1(dev, (size_t)M * fc1e, ws), dperm(dev, (size_t)M * h, ws);
-    kernels::moe_permute(dev, dy.data(), nullptr, dout, a.gates.data(), a.row_pair.data(), M, h,
-                         k, moe.permute_fusion);  // rows only: the gates are forward's
+    Buffer<float> dexpert_gates(dev, R, ws);
+    Buffer<T> dy(dev, (size_t)R * h, ws), dact(dev, (size_t)R * fe, ws);
+    Buffer<T> dfc1(dev, (size_t)R * fc1e, ws), dexpert_in(dev, (size_t)R * h, ws);
+    combine_tokens_backward(ep, x, dout, dy.data());
     expert_gemm(c, false, false, dy.data(), h, w.experts_fc2, fe, 0.0f, dact.data(), fe,
-                groups_of(a.rows, a.offset, Product::INPUT_GRAD, fe, h));
+                groups_of(x.local_rows, x.local_offset, Product::INPUT_GRAD, fe, h));
     expert_gemm(c, true, false, dy.data(), h, a.act_out.data(), fe, 1.0f, g.experts_fc2, fe,
-                groups_of(a.rows, a.offset, Product::WEIGHT_GRAD, fe, h));
+                groups_of(x.local_rows, x.local_offset, Product::WEIGHT_GRAD, fe, h));
     if (m.is_gpt())
-      kernels::moe_gelu_backward(dev, dfc1.data(), dperm_gates.data(), dact.data(),
-                                 a.fc1_out.data(), a.perm_gates.data(), M, fe);
+      kernels::moe_gelu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
+                                 a.fc1_out.data(), a.expert_gates.data(), R, fe);
     else
-      kernels::moe_swiglu_backward(dev, dfc1.data(), dperm_gates.data(), dact.data(),
-                                   a.fc1_out.data(), a.perm_gates.data(), M, fe);
-    expert_gemm(c, false, false, dfc1.data(), fc1e, w.experts_fc1, h, 0.0f, dperm.data(), h,
-                groups_of(a.rows, a.offset, Product::INPUT_GRAD, h, fc1e));
-    expert_gemm(c, true, false, dfc1.data(), fc1e, a.perm_in.data(), h, 1.0f, g.experts_fc1, h,
-                groups_of(a.rows, a.offset, Product::WEIGHT_GRAD, h, fc1e));
-    kernels::moe_unpermute(dev, dx.data(), dperm.data(), a.slots.data(), N, h, k,
-                           moe.permute_fusion);
+      kernels::moe_swiglu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
+                                   a.fc1_out.data(), a.expert_gates.data(), R, fe);
+    expert_gemm(c, false, false, dfc1.data(), fc1e, w.experts_fc1, h, 0.0f, dexpert_in.data(), h,
+                groups_of(x.local_rows, x.local_offset, Product::INPUT_GRAD, h, fc1e));
+    expert_gemm(c, true, false, dfc1.data(), fc1e, a.expert_in.data(), h, 1.0f, g.experts_fc1, h,
+                groups_of(x.local_rows, x.local_offset, Product::WEIGHT_GRAD, h, fc1e));
+    dispatch_tokens_backward(ep, x, dexpert_in.data(), dexpert_gates.data(), dx.data(),
+                             dgates.data());
   }
 
   // ---- router: the gates' gradient, the balancing losses', back through the logits
   {
     kernels::GemmLabel label("router");
-    Buffer<float> dgates(dev, (size_t)N * k, ws), dlogits(dev, (size_t)N * E, ws);
-    kernels::moe_unpermute_gates(dev, dgates.data(), dperm_gates.data(), a.slots.data(), N * k);
+    Buffer<float> dlogits(dev, (size_t)N * E, ws);
     kernels::moe_router_topk_backward(dev, dlogits.data(), dgates.data(), a.logits.data(),
                                       a.experts.data(), N, E, k, score_id(moe), moe.pre_softmax,
                                       moe.topk_scaling_factor);

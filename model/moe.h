@@ -18,6 +18,10 @@
 //     y_e = (act(x_p[R_e] W1_e^T) * gate) W2_e^T      GEMMs 2 n_e h fc1_e + 2 n_e f_e h
 //   unpermute: out_t = sum over t's kept pairs of y rows   (N, h)
 //   [+ shared expert: act(u Ws1^T) Ws2^T, times sigmoid(u wg^T) with its gate]
+// With expert parallelism (--ep, parallel/expert_parallel.h) the rank holds E/ep experts:
+// the permute becomes a dispatch (the rows travel to their experts' ranks, R arrive here)
+// and the unpermute a combine (they travel back); the router and the shared expert stay
+// local, on the rank's own tokens.
 //
 // The gate multiplies after the activation, before fc2, as Megatron's experts do; gradients
 // reach the router through the gates (the selection itself is not differentiated) and
@@ -37,8 +41,8 @@
 // pad it), so every size is fixed and the plan predicts them exactly.
 //
 // GEMM calls per MoE layer and microbatch: forward fc1 and fc2, backward dX and dW of each:
-// 6 grouped calls with --moe-grouped-gemm (kernels::gemm_grouped, all experts at once), or
-// 6 per expert that has rows. Plus the router's 3 and the shared expert's.
+// 6 grouped calls with --moe-grouped-gemm (kernels::gemm_grouped, all local experts at once),
+// or 6 per local expert that has rows. Plus the router's 3 and the shared expert's.
 //
 // Expert bias (--moe-router-enable-expert-bias, aux-loss-free balancing, DeepSeek-V3): a
 // per-expert bias added to the sigmoid scores for the selection only (never to the gates),
@@ -52,6 +56,7 @@
 #include <vector>
 #include "measure/ledger.h"
 #include "model/config.h"
+#include "parallel/expert_parallel.h"
 
 namespace paralab {
 
@@ -62,10 +67,14 @@ struct LayerContext;
 struct MoeLayerStats {
   std::vector<long long> tokens_per_expert;  // (E) pairs routed to each expert, before drops
   std::vector<long long> kept_per_expert;    // (E) pairs each expert ran (no padding rows)
+                                             // (both counted where the tokens were routed)
   long long dropped_pairs = 0;               // (token, expert) pairs over capacity
   long long padding_rows = 0;                // zero rows added to reach the capacity
   std::vector<int> permuted_rows;            // M of each microbatch, in order
-  long long nonempty_experts = 0;            // sum over microbatches: experts with >= 1 row
+  std::vector<int> expert_rows;              // R of each microbatch: what this rank's
+                                             // experts ran (= M without expert parallelism)
+  long long nonempty_experts = 0;            // sum over microbatches: this rank's experts
+                                             // with >= 1 row
   double aux_loss = 0, z_loss = 0;           // sums over microbatches, coefficients applied
   int microbatches = 0;
 };
@@ -113,23 +122,22 @@ Dispatch plan_dispatch(const Moe& moe, const int* experts, const float* gates, i
 std::vector<float> update_expert_bias(const std::vector<float>& bias,
                                       const std::vector<long long>& counts, float rate);
 
-// Saved for backward, one microbatch, one MoE layer (category activations).
+// Saved for backward, one microbatch, one MoE layer (category activations). R: the rows this
+// rank's experts run (= M without expert parallelism; parallel/expert_parallel.h).
 template <typename T>
 struct MoeActivations {
-  Buffer<float> logits;      // (N, E)
-  Buffer<float> gates;       // (N, k)
-  Buffer<int> experts;       // (N, k)
-  Buffer<int> row_pair;      // (M)
-  Buffer<int> slots;         // (N k)
-  Buffer<T> perm_in;         // (M, h) the experts' fc1 input
-  Buffer<float> perm_gates;  // (M)
-  Buffer<T> fc1_out;         // (M, fc1_e)
-  Buffer<T> act_out;         // (M, f_e) gated activation: fc2's input
-  Buffer<T> shared_fc1_out;  // (N, fc1_s)
-  Buffer<T> shared_act_out;  // (N, f_s)
-  Buffer<T> shared_out;      // (N, h) with the gate: the shared expert's output before it
-  Buffer<T> shared_gate;     // (N) with the gate: its logit
-  std::vector<int> rows, offset;   // host: per expert rows and first row (E, E + 1)
+  Buffer<float> logits;        // (N, E)
+  Buffer<float> gates;         // (N, k)
+  Buffer<int> experts;         // (N, k)
+  ExpertExchange exchange;     // the dispatch's maps and counts (row_pair M, slots N k, ...)
+  Buffer<T> expert_in;         // (R, h) the local experts' fc1 input
+  Buffer<float> expert_gates;  // (R)
+  Buffer<T> fc1_out;           // (R, fc1_e)
+  Buffer<T> act_out;           // (R, f_e) gated activation: fc2's input
+  Buffer<T> shared_fc1_out;    // (N, fc1_s)
+  Buffer<T> shared_act_out;    // (N, f_s)
+  Buffer<T> shared_out;        // (N, h) with the gate: the shared expert's output before it
+  Buffer<T> shared_gate;       // (N) with the gate: its logit
   std::vector<float> aux_weights;  // host: d(aux)/d(p) per group of tokens (groups x E)
 };
 

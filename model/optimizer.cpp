@@ -23,39 +23,55 @@ float learning_rate(const TrainConfig& t, int step) {
 }
 
 AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), train_(train) {
-  const int64_t n = model.data_parallel().state_numel();
+  DataParallel& dp = model.data_parallel();
+  DataParallel* experts = model.expert_data_parallel();
+  // the states of the dense elements, then (ep > 1) those of the experts
+  expert_state_offset_ = dp.state_numel();
+  const int64_t n = expert_state_offset_ + (experts ? experts->state_numel() : 0);
   m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
   v_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
-  DataParallel& dp = model.data_parallel();
   if (model.tensor_parallel().size() > 1)
     norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (model.pipeline_group()) pp_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
+  if (experts) ep_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
     master_.allocate(model.device(), n, Category::MASTER_PARAMS);
-    for (const OwnedSegment& seg : dp.owned_segments())
-      kernels::convert(model.device(), master_.data() + seg.state_offset,
-                       static_cast<const kernels::bf16*>(seg.param), seg.count);
+    auto copy = [&](DataParallel& owner, int64_t base) {
+      for (const OwnedSegment& seg : owner.owned_segments())
+        kernels::convert(model.device(), master_.data() + base + seg.state_offset,
+                         static_cast<const kernels::bf16*>(seg.param), seg.count);
+    };
+    copy(dp, 0);
+    if (experts) copy(*experts, expert_state_offset_);
   }
 }
 
 float AdamW::step(float lr) {
   DataParallel& dp = model_.data_parallel();
+  DataParallel* experts = model_.expert_data_parallel();
   const kernels::Device dev = model_.device();
   dp.finish_gradients();
+  if (experts) experts->finish_gradients();
   // the sum of squares over this rank's share; tensor parallelism adds the other slices
-  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), and
-  // pipeline parallelism the other stages (gpt's tied copy counts on the first stage only)
-  double squares = dp.grad_sum_squares();
-  auto sum_over = [&](Communicator& group, Buffer<float>& scalar) {
+  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), expert
+  // parallelism the other ranks' experts (each expert element once: the expert-data-parallel
+  // replicas agree), and pipeline parallelism the other stages (gpt's tied copy counts on
+  // the first stage only)
+  auto sum_over = [&](Communicator& group, Buffer<float>& scalar, double squares) {
     float f = (float)squares;
     kernels::memcpy_from_host(dev, scalar.data(), &f, sizeof f);
     group.all_reduce(scalar.data(), 1);
     kernels::memcpy_to_host(dev, &f, scalar.data(), sizeof f);
-    squares = f;
+    return (double)f;
   };
+  double squares = dp.grad_sum_squares();
   const TensorParallel& tp = model_.tensor_parallel();
-  if (tp.size() > 1) sum_over(*tp.tp, norm_scalar_);
-  if (Communicator* pp = model_.pipeline_group()) sum_over(*pp, pp_norm_scalar_);
+  if (tp.size() > 1) squares = sum_over(*tp.tp, norm_scalar_, squares);
+  if (experts)
+    squares += sum_over(*model_.expert_parallel().ep, ep_norm_scalar_,
+                        experts->grad_sum_squares());
+  if (Communicator* pp = model_.pipeline_group())
+    squares = sum_over(*pp, pp_norm_scalar_, squares);
   const double norm = std::sqrt(squares);
   // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
   float clip = 1.0f;
@@ -66,29 +82,35 @@ float AdamW::step(float lr) {
   const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
   // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: update
   // each intersection of a segment with a tensor on its own.
-  for (const OwnedSegment& seg : dp.owned_segments()) {
-    for (const TensorView& v : model_.views()) {
-      const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
-      const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
-      if (lo >= hi) continue;
-      const int64_t k = lo - seg.flat_begin;
-      const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
-      float* m = m_.data() + seg.state_offset + k;
-      float* vv = v_.data() + seg.state_offset + k;
-      if (dp.bf16())
-        kernels::adamw_update(dev, master_.data() + seg.state_offset + k,
-                              static_cast<kernels::bf16*>(seg.param) + k,
-                              static_cast<const kernels::bf16*>(seg.grad) + k, m, vv, hi - lo, lr,
-                              train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
-                              bias2, clip);
-      else
-        kernels::adamw_update(dev, static_cast<float*>(seg.param) + k,
-                              static_cast<const float*>(seg.grad) + k, m, vv, hi - lo, lr,
-                              train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
-                              bias2, clip);
+  auto update = [&](DataParallel& owner, bool expert, int64_t base) {
+    for (const OwnedSegment& seg : owner.owned_segments()) {
+      for (const TensorView& v : model_.views()) {
+        if (v.expert != expert) continue;
+        const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
+        const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
+        if (lo >= hi) continue;
+        const int64_t k = lo - seg.flat_begin;
+        const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
+        float* m = m_.data() + base + seg.state_offset + k;
+        float* vv = v_.data() + base + seg.state_offset + k;
+        if (owner.bf16())
+          kernels::adamw_update(dev, master_.data() + base + seg.state_offset + k,
+                                static_cast<kernels::bf16*>(seg.param) + k,
+                                static_cast<const kernels::bf16*>(seg.grad) + k, m, vv, hi - lo, lr,
+                                train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
+                                bias2, clip);
+        else
+          kernels::adamw_update(dev, static_cast<float*>(seg.param) + k,
+                                static_cast<const float*>(seg.grad) + k, m, vv, hi - lo, lr,
+                                train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
+                                bias2, clip);
+      }
     }
-  }
+  };
+  update(dp, false, 0);
+  if (experts) update(*experts, true, expert_state_offset_);
   dp.after_optimizer_step();
+  if (experts) experts->after_optimizer_step();
   return (float)norm;
 }
 

@@ -3,7 +3,8 @@
 //
 // The optimizer updates what data parallelism says this rank owns
 // (DataParallel::owned_segments): every parameter under DDP, its slices under ZeRO >= 1,
-// whose Adam moments alone it keeps. With --bf16 it also keeps their fp32 master weights
+// whose Adam moments alone it keeps; with expert parallelism the same for the experts'
+// data parallelism (Transformer::expert_data_parallel), their states after the dense ones. With --bf16 it also keeps their fp32 master weights
 // (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
 // Construct it after the parameters are initialised: the master starts as their values.
 #pragma once
@@ -33,6 +34,8 @@ class AdamW {
   Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
   Buffer<float> norm_scalar_;  // tp > 1: the gradient norm's all-reduce over tp
   Buffer<float> pp_norm_scalar_;  // pp > 1: the same over the pipeline stages
+  Buffer<float> ep_norm_scalar_;  // ep > 1: the experts' share over the ep group
+  int64_t expert_state_offset_ = 0;  // ep > 1: where the experts' states start
   int step_ = 0;
 };
 

@@ -53,6 +53,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
     add(p + "mlp.router.weight", {E, h}, true, R);
     add(p + "mlp.experts.fc1.weight", {E, m.moe_fc1_size(), h}, true, R);
     add(p + "mlp.experts.fc2.weight", {E, h, m.moe_ffn()}, true, R);
+    t[t.size() - 2].expert = t[t.size() - 1].expert = true;
     if (m.moe.shared_expert_size > 0) {
       add(p + "mlp.shared.fc1.weight", {m.shared_fc1_size(), h}, true, R);
       add(p + "mlp.shared.fc2.weight", {h, m.moe.shared_expert_size}, true, R);
@@ -69,9 +70,10 @@ int64_t padded_vocab(const ModelConfig& m, int tp) {
   return (m.vocab_size + tp - 1) / tp * tp;
 }
 
-std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp) {
+std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep) {
   std::vector<ParamSpec> t = param_table(m);
   for (ParamSpec& p : t) {
+    if (p.expert) p.shape[0] /= ep;  // E / ep whole experts
     switch (p.split) {
       case TpSplit::REPLICATED: break;
       case TpSplit::ROWS:
@@ -152,6 +154,17 @@ std::vector<float> unshard_tensor(const ParamSpec& full,
   return out;
 }
 
+std::vector<float> shard_experts(const std::vector<float>& values, int ep, int rank) {
+  const size_t block = values.size() / ep;
+  return std::vector<float>(values.begin() + rank * block, values.begin() + (rank + 1) * block);
+}
+
+std::vector<float> unshard_experts(const std::vector<std::vector<float>>& parts) {
+  std::vector<float> out;
+  for (const std::vector<float>& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
 int64_t parameter_count(const ModelConfig& m) {
   int64_t n = 0;
   for (const auto& p : param_table(m)) n += p.numel();
@@ -210,30 +223,49 @@ int stage_unit_of(const StageSlice& s, const std::string& name) {
 }
 }  // namespace
 
-std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s) {
-  const std::vector<ParamSpec> all = local_param_table(m, tp);
+std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s,
+                                         int ep) {
+  const std::vector<ParamSpec> all = local_param_table(m, tp, ep);
   // Chunks hold increasing layers, so the table's order is already the flat order.
   std::vector<ParamSpec> t;
   for (const ParamSpec& p : all)
-    if (stage_unit_of(s, p.name) >= 0) t.push_back(p);
+    if (stage_unit_of(s, p.name) >= 0 && !(ep > 1 && p.expert)) t.push_back(p);
   if (s.tied_copy)
     for (const ParamSpec& p : all)
       if (p.name == "embedding.word") t.push_back(p);
   return t;
 }
 
-std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s) {
+std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s, int ep) {
   int layers = 0;
   for (int n : s.chunk_layers) layers += n;
   const int U = (s.embedding ? 1 : 0) + layers + (s.head ? 1 : 0);
   std::vector<int64_t> begin(U + 1, 0);
   int64_t offset = 0;
-  for (const ParamSpec& p : stage_param_table(m, tp, s)) {
+  for (const ParamSpec& p : stage_param_table(m, tp, s, ep)) {
     int unit = stage_unit_of(s, p.name);
     if (s.tied_copy && p.name == "embedding.word") unit = U - 1;  // the copy: in the head
     for (int u = unit + 1; u <= U; ++u) begin[u] = offset + p.numel();
     offset += p.numel();
   }
+  return begin;
+}
+
+std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s, int ep) {
+  std::vector<ParamSpec> t;
+  if (ep <= 1) return t;
+  for (const ParamSpec& p : local_param_table(m, 1, ep))
+    if (p.expert && stage_unit_of(s, p.name) >= 0) t.push_back(p);
+  return t;
+}
+
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s, int ep) {
+  const std::vector<ParamSpec> table = stage_expert_table(m, s, ep);
+  if (table.empty()) return {};
+  const int U = (int)stage_unit_chunk(s).size();
+  std::vector<int64_t> begin(U + 1, 0);
+  for (const ParamSpec& p : table)
+    for (int u = stage_unit_of(s, p.name) + 1; u <= U; ++u) begin[u] += p.numel();
   return begin;
 }
 

@@ -54,6 +54,7 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // full shape (param_table) or this rank's (local_param_table)
   bool weight_decay = false;
   TpSplit split = TpSplit::REPLICATED;
+  bool expert = false;  // a routed expert's weights (mlp.experts.*): split over ep
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -63,8 +64,9 @@ struct ParamSpec {
 
 // Full shapes (what a single rank holds, checkpoints, golden files).
 std::vector<ParamSpec> param_table(const ModelConfig& m);
-// The shapes one of tp tensor-parallel ranks holds (every rank the same shapes).
-std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp);
+// The shapes one of tp tensor-parallel ranks holds (every rank the same shapes); with ep
+// expert-parallel ranks each holds E/ep experts of the expert tensors (dim 0).
+std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep = 1);
 // The vocabulary rounded up to a multiple of tp (Megatron pads it the same way).
 int64_t padded_vocab(const ModelConfig& m, int tp);
 // Sum of numel over the full table: the parameter count Psi.
@@ -92,8 +94,20 @@ StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, in
                                 int last = 0);
 // This stage's tensors (tp-local shapes) in flat order, and where each of its units starts
 // (size units + 1); the chunk of every unit (embedding: 0, head: the last chunk).
-std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s);
-std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s);
+// With ep > 1 the expert tensors are not in this (the dense) flat vector but in the expert
+// one below: parallel/data_parallel holds each, over dp x cp and over expert-data-parallel.
+std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s,
+                                         int ep = 1);
+std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s,
+                                 int ep = 1);
+// ---- expert parallelism (parallel/expert_parallel.h): with ep > 1 the stage's expert
+// tensors (E/ep experts each) form a second flat vector whose units mirror stage_units' (the
+// same count and order: the expert tensors of layer l in layer l's unit, every other unit
+// empty), so both data parallelisms see the same calls. With ep 1 they stay dense parameters
+// (Megatron: only expert-parallel experts reduce over the expert-data-parallel group), and
+// these are empty, as they are on a stage without MoE layers.
+std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s, int ep);
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s, int ep);
 std::vector<int> stage_unit_chunk(const StageSlice& s);
 // The units whose buckets data parallelism reduces only at the step's end: gpt's two copies
 // of the word embedding (the embedding unit on the first stage, the head unit on the last)
@@ -111,5 +125,8 @@ std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>&
                                 int rank);
 std::vector<float> unshard_tensor(const ParamSpec& full,
                                   const std::vector<std::vector<float>>& parts);
+// An expert tensor's experts [rank E/ep, (rank+1) E/ep) (a block of dim 0), and back.
+std::vector<float> shard_experts(const std::vector<float>& values, int ep, int rank);
+std::vector<float> unshard_experts(const std::vector<std::vector<float>>& parts);
 
 }  // namespace paralab

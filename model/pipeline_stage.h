@@ -44,12 +44,11 @@ class ModelStage : public PipelineStage {
   const void* gradient_out() override { return model_.input_gradient(); }
 
   void run(const Action& a) override {
-    DataParallel& dp = model_.data_parallel();
     if (a.type == ActionType::F) {
-      dp.begin_microbatch(false);
+      model_.begin_microbatch(false);
       loss_sum_ += model_.forward(a.microbatch, a.chunk, data_(a.microbatch));
     } else {
-      dp.begin_microbatch(a.microbatch == m_ - 1);
+      model_.begin_microbatch(a.microbatch == m_ - 1);
       if (a.type == ActionType::B) model_.backward(a.microbatch, a.chunk, split_);
       else model_.backward_weight(a.microbatch, a.chunk);
     }

@@ -32,9 +32,10 @@ const char* const kLayerTensors[kLayerTensorCount] = {
 template <typename P>
 P at(P base, long offset) { return offset < 0 ? nullptr : base + offset; }
 
-// LayerWeights (const T*) or LayerGrads (T*) from a unit's base and the offsets.
+// LayerWeights (const T*) or LayerGrads (T*) from a unit's base and the offsets; the expert
+// tensors from the expert unit's base `pe` when they live there (ep > 1), else from p.
 template <typename View, typename P>
-View layer_view(P p, const LayerTensorOffsets& o) {
+View layer_view(P p, P pe, const LayerTensorOffsets& o) {
   View v;
   v.norm1_w = at(p, o[0]);  v.norm1_b = at(p, o[1]);   v.qkv_w = at(p, o[2]);
   v.qkv_b = at(p, o[3]);    v.proj_w = at(p, o[4]);    v.proj_b = at(p, o[5]);
@@ -42,18 +43,20 @@ View layer_view(P p, const LayerTensorOffsets& o) {
   v.fc1_b = at(p, o[9]);    v.fc2_w = at(p, o[10]);    v.fc2_b = at(p, o[11]);
   v.q_norm_w = at(p, o[12]); v.q_norm_b = at(p, o[13]); v.k_norm_w = at(p, o[14]);
   v.k_norm_b = at(p, o[15]);
-  v.moe.router = at(p, o[16]);     v.moe.experts_fc1 = at(p, o[17]);
-  v.moe.experts_fc2 = at(p, o[18]); v.moe.shared_fc1 = at(p, o[19]);
+  P experts = pe ? pe : p;
+  v.moe.router = at(p, o[16]);     v.moe.experts_fc1 = at(experts, o[17]);
+  v.moe.experts_fc2 = at(experts, o[18]); v.moe.shared_fc1 = at(p, o[19]);
   v.moe.shared_fc2 = at(p, o[20]);  v.moe.shared_gate = at(p, o[21]);
   return v;
 }
 template <typename T>
-LayerWeights<T> layer_weights(const void* unit, const LayerTensorOffsets& o) {
-  return layer_view<LayerWeights<T>>(static_cast<const T*>(unit), o);
+LayerWeights<T> layer_weights(const void* unit, const void* experts, const LayerTensorOffsets& o) {
+  return layer_view<LayerWeights<T>>(static_cast<const T*>(unit), static_cast<const T*>(experts),
+                                     o);
 }
 template <typename T>
-LayerGrads<T> layer_grads(void* unit, const LayerTensorOffsets& o) {
-  return layer_view<LayerGrads<T>>(static_cast<T*>(unit), o);
+LayerGrads<T> layer_grads(void* unit, void* experts, const LayerTensorOffsets& o) {
+  return layer_view<LayerGrads<T>>(static_cast<T*>(unit), static_cast<T*>(experts), o);
 }
 
 // The slice of the model one of t tensor-parallel ranks computes: a/t heads, g/t groups,
@@ -71,7 +74,8 @@ ModelConfig local_model(const ModelConfig& m, int t) {
 
 Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp,
                          const TensorParallel& tp, const StageSlice& slice, Communicator* pp,
-                         Communicator* embedding)
+                         Communicator* embedding, const ExpertParallel& ep,
+                         DataParallel* expert_dp)
     : config_(model),
       local_(local_model(model, tp.size())),
       device_(device),
@@ -80,8 +84,10 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       pp_(pp),
       embedding_(embedding),
       full_table_(param_table(model)),
-      table_(stage_param_table(model, tp.size(), slice_)) {
-  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_);
+      table_(stage_param_table(model, tp.size(), slice_, ep.size())),
+      expert_table_(stage_expert_table(model, slice_, ep.size())),
+      ep_(ep) {
+  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_, ep.size());
   const int U = (int)units.size() - 1;
   embedding_unit_ = slice_.embedding ? 0 : -1;
   head_unit_ = slice_.head ? U - 1 : -1;
@@ -127,6 +133,31 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
                            std::to_string(dp_->num_units()) + " units, the stage " +
                            std::to_string(U));
   dp_->exclude_from_norm(counted_elsewhere);
+  // ep > 1: the expert tensors, a flat vector of their own whose units mirror the dense ones
+  const std::vector<int64_t> expert_units = stage_expert_units(model, slice_, ep.size());
+  size_t expert_offset = 0;
+  for (const ParamSpec& p : expert_table_) {
+    const int u = layer_unit_[std::stoi(p.name.substr(7))];
+    index_[p.name] = views_.size();
+    views_.push_back({&p, expert_offset, (size_t)p.numel(), u,
+                      expert_offset - (size_t)expert_units[u], true});
+    expert_offset += p.numel();
+  }
+  if (!expert_units.empty()) {
+    if (expert_dp) {
+      expert_dp_ = expert_dp;
+    } else {
+      DataParallelOptions options;
+      options.bf16 = dp_->bf16();
+      options.unit_chunk = stage_unit_chunk(slice_);
+      own_expert_dp_.reset(new DataParallel(expert_units, nullptr, options, device));
+      expert_dp_ = own_expert_dp_.get();
+    }
+    if (expert_dp_->num_units() != U || expert_dp_->bf16() != dp_->bf16())
+      throw std::logic_error("Transformer: expert data parallelism holds " +
+                             std::to_string(expert_dp_->num_units()) + " units, the stage " +
+                             std::to_string(U));
+  }
   layer_offsets_.assign(model.num_layers, {});
   for (int l = 0; l < model.num_layers; ++l) {
     if (layer_unit_[l] < 0) continue;
@@ -167,34 +198,49 @@ void Transformer::init_parameters(uint64_t seed) {
   // tp rank keeps its shard: the values do not depend on the device or on the split.
   // A pipeline stage draws only its own tensors (the same values: the key is the tensor's
   // index in the full table).
-  std::vector<float> local;
-  local.reserve(num_params_);
   const float sigma = 0.02f, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
-  for (const ParamSpec& mine_spec : table_) {
-    size_t t = 0;
-    while (full_table_[t].name != mine_spec.name) ++t;
-    const ParamSpec& p = full_table_[t];
-    const std::string& name = p.name;
-    const bool norm = name.find("norm") != std::string::npos;
-    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    // the projections back into the residual stream: attention's, the MLP's, the experts'
-    const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
-                             name.find("fc2.weight") != std::string::npos;
-    std::vector<float> full(p.numel());
-    for (size_t i = 0; i < full.size(); ++i) {
-      if (bias) full[i] = 0.0f;
-      else if (norm) full[i] = 1.0f;
-      else {
-        float u1 = kernels::counter_uniform(seed, 2 * t, i) + 1e-7f;
-        float u2 = kernels::counter_uniform(seed, 2 * t + 1, i);
-        float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
-        full[i] = z * (output_proj ? scaled : sigma);
+  auto draw = [&](const std::vector<ParamSpec>& table, bool experts) {
+    std::vector<float> local;
+    for (const ParamSpec& mine_spec : table) {
+      size_t t = 0;
+      while (full_table_[t].name != mine_spec.name) ++t;
+      const ParamSpec& p = full_table_[t];
+      const std::string& name = p.name;
+      const bool norm = name.find("norm") != std::string::npos;
+      const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+      // the projections back into the residual stream: attention's, the MLP's, the experts'
+      const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
+                               name.find("fc2.weight") != std::string::npos;
+      std::vector<float> full(p.numel());
+      for (size_t i = 0; i < full.size(); ++i) {
+        if (bias) full[i] = 0.0f;
+        else if (norm) full[i] = 1.0f;
+        else {
+          float u1 = kernels::counter_uniform(seed, 2 * t, i) + 1e-7f;
+          float u2 = kernels::counter_uniform(seed, 2 * t + 1, i);
+          float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+          full[i] = z * (output_proj ? scaled : sigma);
+        }
       }
+      // ep > 1: this rank's experts (a block of dim 0) of the expert tensors
+      const std::vector<float> mine = experts ? shard_experts(full, ep_.size(), ep_.rank())
+                                              : shard_tensor(p, full, tp_.size(), tp_.rank());
+      local.insert(local.end(), mine.begin(), mine.end());
     }
-    const std::vector<float> mine = shard_tensor(p, full, tp_.size(), tp_.rank());
-    local.insert(local.end(), mine.begin(), mine.end());
-  }
-  dp_->load_params(local);
+    return local;
+  };
+  dp_->load_params(draw(table_, false));
+  if (expert_dp_) expert_dp_->load_params(draw(expert_table_, true));
+}
+
+void Transformer::begin_microbatch(bool last) {
+  dp_->begin_microbatch(last);
+  if (expert_dp_) expert_dp_->begin_microbatch(last);
+}
+
+void Transformer::zero_grads() {
+  dp_->zero_grads();
+  if (expert_dp_) expert_dp_->zero_grads();
 }
 
 float Transformer::forward(int microbatch, int chunk, const Microbatch& data) {
@@ -279,7 +325,7 @@ void Transformer::sync_tied_embedding() {
 // ---- forward and backward of one (microbatch, chunk) -------------------------------------
 template <typename T>
 float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Microbatch& data) {
-  DataParallel& dp = *dp_;
+  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
   const int B = data.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
@@ -341,12 +387,14 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{lm, tp_, dev, l, B, f.dropout_seed};
+    c.ep = &ep_;
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
     c.forward_only = data.forward_only;
     c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);
-    layer_forward(c, layer_weights<T>(P, layer_offsets_[l]), x, f.acts[i], s.ws);
+    const void* PE = dp.expert_params(u);
+    layer_forward(c, layer_weights<T>(P, PE, layer_offsets_[l]), x, f.acts[i], s.ws);
     dp.release_params(u);
     x = f.acts[i].out.data();
     if (data.forward_only && i > 0) f.acts[i - 1] = LayerActivations<T>();  // read: no backward
@@ -372,7 +420,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
 
 template <typename T>
 void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split) {
-  DataParallel& dp = *dp_;
+  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
   const kernels::Device dev = device_;
   InFlight<T>& f = in_flight(s, microbatch, chunk, false);
@@ -396,6 +444,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
+    c.ep = &ep_;
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
@@ -404,19 +453,22 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
       for (int j = i0; j <= i; ++j) {
         const int lj = first_layer + j, uj = layer_unit_[lj];
         LayerContext cj{m, tp_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
+        cj.ep = &ep_;
         cj.moe = &moe_[lj];
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
-        layer_forward(cj, layer_weights<T>(P, layer_offsets_[lj]),
+        const void* PE = dp.expert_params(uj);
+        layer_forward(cj, layer_weights<T>(P, PE, layer_offsets_[lj]),
                       j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
         dp.release_params(uj);
       }
     }
     const T* x = i > 0 ? f.acts[i - 1].out.data() : f.input.data();
     const void* P = dp.acquire_params(u, false);
+    const void* PE = dp.expert_params(u);
     T* G = static_cast<T*>(dp.grads(u));
-    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
-    layer_backward(c, layer_weights<T>(P, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
+    LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
+    layer_backward(c, layer_weights<T>(P, PE, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
     dp.release_params(u);
     if (split) continue;  // W finishes the unit
     if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
@@ -452,7 +504,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
 
 template <typename T>
 void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
-  DataParallel& dp = *dp_;
+  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
   InFlight<T>& f = in_flight(s, microbatch, chunk, false);
   if (!f.weight_pending) throw std::logic_error("Transformer::backward_weight before its B");
@@ -460,10 +512,11 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, device_, l, f.B, f.dropout_seed};
+    c.ep = &ep_;
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     T* G = static_cast<T*>(dp.grads(u));
-    LayerGrads<T> g = layer_grads<T>(G, layer_offsets_[l]);
+    LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_weight_backward(c, g, f.acts[i]);
     if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);

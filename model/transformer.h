@@ -23,6 +23,7 @@
 #include "model/moe.h"
 #include "model/param_table.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace paralab {
@@ -34,6 +35,7 @@ struct TensorView {
   size_t numel = 0;
   int unit = 0;            // 0 embedding, l+1 layer l, L+1 head (parallel/buckets.h)
   size_t unit_offset = 0;  // elements from the start of its unit
+  bool expert = false;     // in the expert flat vector (ep > 1; its units: the MoE layers)
 };
 
 // Per layer, where each of its tensors starts in its unit (-1: absent), in the order of
@@ -48,9 +50,14 @@ class Transformer {
   // --bf16 (DataParallelOptions::bf16). dp must be built on param_units(model, tp size).
   // slice: the stage this rank holds (empty chunk list: the whole model). pp and embedding
   // (the pipeline and tied-embedding groups) are needed with more than one stage.
+  // ep: expert parallelism (parallel/expert_parallel.h); with ep > 1 the stage's expert
+  // tensors live in expert_dp, built on stage_expert_units (the same units as dp, with
+  // stage_unit_chunk) over the expert-data-parallel group (nullptr: a single-rank one; none
+  // when the stage has no MoE layer).
   Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr,
               const TensorParallel& tp = TensorParallel(), const StageSlice& slice = {},
-              Communicator* pp = nullptr, Communicator* embedding = nullptr);
+              Communicator* pp = nullptr, Communicator* embedding = nullptr,
+              const ExpertParallel& ep = ExpertParallel(), DataParallel* expert_dp = nullptr);
   ~Transformer();
 
   // Megatron's initialisation (notes/model.md) from a counter-based RNG keyed on seed.
@@ -129,8 +136,13 @@ class Transformer {
   const TensorView& view(const std::string& name) const;
 
   DataParallel& data_parallel() { return *dp_; }
-  size_t num_params() const { return num_params_; }
-  void zero_grads() { dp_->zero_grads(); }
+  // The expert parameters' data parallelism (ep > 1 and an MoE layer here), else nullptr.
+  DataParallel* expert_data_parallel() { return expert_dp_; }
+  const ExpertParallel& expert_parallel() const { return ep_; }
+  size_t num_params() const { return num_params_; }  // the dense flat vector's
+  // Both data parallelisms: a microbatch starts (DataParallel::begin_microbatch); a step.
+  void begin_microbatch(bool last);
+  void zero_grads();
 
   // Every parameter (grads = false) or the last step's summed gradient (grads = true) at
   // full shape, in param_table order: gathered over dp, tp and pp (collective over all).
@@ -177,10 +189,14 @@ class Transformer {
   std::vector<int> layer_unit_;               // per global layer (-1: not on this stage)
   std::vector<ParamSpec> full_table_;  // full shapes: initialisation and gather_full
   std::vector<ParamSpec> table_;       // this rank's shapes: the flat vector
+  std::vector<ParamSpec> expert_table_;  // ep > 1: this rank's experts, the expert vector
   std::vector<TensorView> views_;
   std::map<std::string, size_t> index_;
   std::unique_ptr<DataParallel> own_dp_;
   DataParallel* dp_;
+  ExpertParallel ep_;
+  std::unique_ptr<DataParallel> own_expert_dp_;
+  DataParallel* expert_dp_ = nullptr;
   size_t num_params_ = 0;
   bool keep_logits_ = false;
   std::vector<float> last_logits_;

@@ -13,6 +13,45 @@
 
 namespace paralab {
 
+// The model's side of both data parallelisms, with DataParallel's calls: each call on unit u
+// goes to the dense DataParallel and, with ep > 1, to the expert one, whose units mirror the
+// dense ones (model/param_table.h, stage_expert_units), so that both see one sequence of
+// calls (the one plan/ replays) and ZeRO-3 gathers a layer's experts when it gathers the rest.
+class UnitParams {
+ public:
+  UnitParams(DataParallel& dense, DataParallel* experts)
+      : dense_(dense), experts_(experts),
+        expert_params_(experts ? experts->num_units() : 0, nullptr),
+        expert_grads_(expert_params_.size(), nullptr) {}
+  const void* acquire_params(int u, bool forward) {
+    if (experts_) expert_params_[u] = experts_->acquire_params(u, forward);
+    return dense_.acquire_params(u, forward);
+  }
+  void release_params(int u) {
+    dense_.release_params(u);
+    if (experts_) experts_->release_params(u);
+  }
+  void* grads(int u) {
+    if (experts_) expert_grads_[u] = experts_->grads(u);
+    return dense_.grads(u);
+  }
+  void backward_done(int u) {
+    dense_.backward_done(u);
+    if (experts_) experts_->backward_done(u);
+  }
+  bool hands_over_grads() const { return dense_.hands_over_grads(); }
+  // Unit u's expert parameters (since acquire_params) and gradients (since grads); nullptr
+  // without expert parallelism.
+  const void* expert_params(int u) const { return experts_ ? expert_params_[u] : nullptr; }
+  void* expert_grads(int u) const { return experts_ ? expert_grads_[u] : nullptr; }
+
+ private:
+  DataParallel& dense_;
+  DataParallel* experts_;
+  std::vector<const void*> expert_params_;
+  std::vector<void*> expert_grads_;
+};
+
 // One (microbatch, chunk) between its forward and its backward.
 template <typename T>
 struct Transformer::InFlight {

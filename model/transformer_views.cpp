@@ -10,6 +10,20 @@ namespace paralab {
 
 std::vector<float> Transformer::gather_full(bool grads) {
   const std::vector<float> local = grads ? dp_->gather_grads() : dp_->gather_params();
+  // ep > 1: every ep rank's experts (the same size on each), gathered over ep
+  std::vector<std::vector<float>> expert_parts;
+  if (expert_dp_) {
+    const std::vector<float> mine = grads ? expert_dp_->gather_grads() : expert_dp_->gather_params();
+    const int P = ep_.size();
+    Buffer<float> all(device_, mine.size() * P, Category::COMM_BUFFERS);
+    kernels::memcpy_from_host(device_, all.data() + mine.size() * ep_.rank(), mine.data(),
+                              mine.size() * sizeof(float));
+    ep_.ep->all_gather(all.data() + mine.size() * ep_.rank(), all.data(), mine.size());
+    expert_parts.assign(P, mine);
+    for (int r = 0; r < P; ++r)
+      kernels::memcpy_to_host(device_, expert_parts[r].data(), all.data() + mine.size() * r,
+                              mine.size() * sizeof(float));
+  }
   const int t = tp_.size();
   std::vector<std::vector<float>> parts(t, local);
   if (t > 1) {  // every rank's local vector: the same size on every tp rank
@@ -31,6 +45,14 @@ std::vector<float> Transformer::gather_full(bool grads) {
     if (slice_.tied_copy && v.spec->name == "embedding.word") continue;
     size_t i = 0;
     while (full_table_[i].name != v.spec->name) ++i;
+    if (v.expert) {  // global expert ids: ep rank r's block of experts is the r-th
+      std::vector<std::vector<float>> pieces;
+      for (const std::vector<float>& part : expert_parts)
+        pieces.emplace_back(part.begin() + v.offset, part.begin() + v.offset + v.numel);
+      const std::vector<float> full = unshard_experts(pieces);
+      std::copy(full.begin(), full.end(), out.begin() + full_offset[i]);
+      continue;
+    }
     std::vector<std::vector<float>> pieces(t);
     for (int r = 0; r < t; ++r)
       pieces[r].assign(parts[r].begin() + v.offset, parts[r].begin() + v.offset + v.numel);
@@ -48,7 +70,7 @@ std::vector<float> Transformer::gather_full(bool grads) {
 
 std::vector<float> Transformer::get_param(const std::string& name) {
   const TensorView& v = view(name);
-  const std::vector<float> all = dp_->gather_params();
+  const std::vector<float> all = (v.expert ? expert_dp_ : dp_)->gather_params();
   return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
 }
 
@@ -57,14 +79,15 @@ void Transformer::set_param(const std::string& name, const std::vector<float>& v
   if (values.size() != v.numel)
     throw std::runtime_error(name + ": expected " + std::to_string(v.numel) + " values, got " +
                              std::to_string(values.size()));
-  std::vector<float> all = dp_->gather_params();
+  DataParallel* owner = v.expert ? expert_dp_ : dp_;
+  std::vector<float> all = owner->gather_params();
   std::copy(values.begin(), values.end(), all.begin() + v.offset);
-  dp_->load_params(all);
+  owner->load_params(all);
 }
 
 std::vector<float> Transformer::get_grad(const std::string& name) {
   const TensorView& v = view(name);
-  const std::vector<float> all = dp_->gather_grads();
+  const std::vector<float> all = (v.expert ? expert_dp_ : dp_)->gather_grads();
   return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
 }
 

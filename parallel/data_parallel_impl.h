@@ -16,7 +16,8 @@
 // the padded sizes of the buckets before it), its padding (zero) after its elements, so a
 // reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
 // Rank r owns [r * slice, (r+1) * slice) of every padded bucket; the shard holds those
-// slices at each bucket's shard_offset. With dp 1 the same buffers exist (memory equals
+// slices at each bucket's shard_offset. An empty bucket (the expert vector's units of dense
+// layers, parallel/expert_parallel.h) takes part in every call but never communicates. With dp 1 the same buffers exist (memory equals
 // the plan at dp 1); reductions are no-ops and gathers device copies, never recorded.
 //
 // bf16: the buffers are bytes from the Ledger addressed by element (Impl::at), the
@@ -174,7 +175,7 @@ struct DataParallel::Impl {
     const Bucket& b = layout.buckets[j];
     if (s.grad_buf.empty()) allocate(s.grad_buf, b.padded, Category::GRADS);
     s.reduced = true;
-    if (dp)
+    if (dp && b.numel() > 0)
       s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
                                           b.slice, dtype);
   }
@@ -193,7 +194,7 @@ struct DataParallel::Impl {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.posted = true;
-    if (!dp) return;
+    if (!dp || b.numel() == 0) return;
     if (stage == 0) {
       s.reduce = dp->all_reduce_async(at(grads, b.begin), b.numel(), ReduceOp::SUM, dtype);
     } else {
@@ -210,7 +211,7 @@ struct DataParallel::Impl {
     allocate(s.gathered, b.padded, Category::PARAMS);
     s.resident = true;
     const char* slice = at(params, b.shard_offset);
-    if (dp)
+    if (dp && b.numel() > 0)
       s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
     else
       kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * es);

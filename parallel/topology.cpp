@@ -9,8 +9,8 @@ namespace paralab {
 namespace {
 std::string grid_flags(const GridSpec& s) {
   return "--tp " + std::to_string(s.tp) + " --cp " + std::to_string(s.cp) + " --pp " +
-         std::to_string(s.pp) + " --ep " + std::to_string(s.ep) + ", world size " +
-         std::to_string(s.world);
+         std::to_string(s.pp) + " --ep " + std::to_string(s.ep) + " --etp " +
+         std::to_string(s.etp) + ", world size " + std::to_string(s.world);
 }
 // A bad grid is bad input: exit code 2 (notes/design.md).
 RankLayout checked_layout(const GridSpec& spec) {
@@ -23,8 +23,9 @@ RankLayout checked_layout(const GridSpec& spec) {
 }  // namespace
 
 RankLayout::RankLayout(const GridSpec& spec) : spec_(spec) {
-  const GridSpec& s = spec;
-  if (s.world < 1 || s.tp < 1 || s.cp < 1 || s.pp < 1 || s.ep < 1)
+  GridSpec& s = spec_;
+  if (s.etp == 0) s.etp = s.tp;
+  if (s.world < 1 || s.tp < 1 || s.cp < 1 || s.pp < 1 || s.ep < 1 || s.etp < 1)
     throw std::invalid_argument("every parallel size must be >= 1 (" + grid_flags(s) + ")");
   const int model = s.tp * s.cp * s.pp;
   if (s.world % model != 0)
@@ -32,20 +33,25 @@ RankLayout::RankLayout(const GridSpec& spec) : spec_(spec) {
                                 std::to_string(s.world) + " % " + std::to_string(model) +
                                 " != 0 (" + grid_flags(s) + ")");
   dp_ = s.world / model;
-  if ((dp_ * s.cp) % s.ep != 0)
-    throw std::invalid_argument("--ep must divide dp*cp: " + std::to_string(dp_ * s.cp) +
-                                " % " + std::to_string(s.ep) + " != 0 (" + grid_flags(s) +
-                                ")");
+  // The expert grid splits each stage's world/pp ranks (pp divides world: it divides model).
+  const int stage = s.world / s.pp, expert_model = s.etp * s.ep;
+  if (stage % expert_model != 0)
+    throw std::invalid_argument(
+        "--expert-tensor-parallel-size x --expert-model-parallel-size must divide world / "
+        "pipeline-model-parallel-size: " + std::to_string(stage) + " % " +
+        std::to_string(expert_model) + " != 0 (" + grid_flags(s) + ")");
+  edp_ = stage / expert_model;
 
   // Each group kind: a rank's group is named by the coordinates held fixed ("color"), its
   // place in the group by the coordinates that vary ("pos", fastest first, as in rank).
+  // The dense kinds read the rank's dense coordinates c, the expert kinds its expert ones x.
   for (int g = 0; g < kNumCommGroups; ++g) {
     std::map<std::vector<int>, int> index_of_color;
     which_[g].assign(s.world, 0);
     pos_[g].assign(s.world, 0);
     for (int r = 0; r < s.world; ++r) {
       const RankCoord c = coord_of(r);
-      const int dpcp = c.cp + s.cp * c.dp;  // position in the dp x cp group
+      const ExpertCoord x = expert_coord_of(r);
       std::vector<int> color;
       int pos = 0;
       switch (CommGroup(g)) {
@@ -53,9 +59,11 @@ RankLayout::RankLayout(const GridSpec& spec) : spec_(spec) {
         case CommGroup::CP: color = {c.tp, c.dp, c.pp}; pos = c.cp; break;
         case CommGroup::PP: color = {c.tp, c.cp, c.dp}; pos = c.pp; break;
         case CommGroup::DP: color = {c.tp, c.cp, c.pp}; pos = c.dp; break;
-        case CommGroup::DP_CP: color = {c.tp, c.pp}; pos = dpcp; break;
-        case CommGroup::EP: color = {c.tp, c.pp, dpcp / s.ep}; pos = dpcp % s.ep; break;
-        case CommGroup::EDP: color = {c.tp, c.pp, dpcp % s.ep}; pos = dpcp / s.ep; break;
+        case CommGroup::DP_CP: color = {c.tp, c.pp}; pos = c.cp + s.cp * c.dp; break;
+        case CommGroup::EP: color = {x.etp, x.edp, x.pp}; pos = x.ep; break;
+        case CommGroup::ETP: color = {x.ep, x.edp, x.pp}; pos = x.etp; break;
+        case CommGroup::ETP_EP: color = {x.edp, x.pp}; pos = x.etp + s.etp * x.ep; break;
+        case CommGroup::EDP: color = {x.etp, x.ep, x.pp}; pos = x.edp; break;
         case CommGroup::EMBEDDING:
           if (s.pp > 1 && (c.pp == 0 || c.pp == s.pp - 1)) {
             color = {c.tp, c.cp, c.dp};
@@ -94,6 +102,23 @@ RankCoord RankLayout::coord_of(int rank) const {
   return c;
 }
 
+int RankLayout::expert_rank_of(const ExpertCoord& x) const {
+  return x.etp + spec_.etp * (x.ep + spec_.ep * (x.edp + edp_ * x.pp));
+}
+
+// pp = rank / (world/pp) here as in coord_of (tp*cp*dp = etp*ep*edp = world/pp): the two
+// grids agree on every rank's stage, hence on the pp groups.
+ExpertCoord RankLayout::expert_coord_of(int rank) const {
+  ExpertCoord x;
+  x.etp = rank % spec_.etp;
+  rank /= spec_.etp;
+  x.ep = rank % spec_.ep;
+  rank /= spec_.ep;
+  x.edp = rank % edp_;
+  x.pp = rank / edp_;
+  return x;
+}
+
 const std::vector<std::vector<int>>& RankLayout::groups(CommGroup g) const {
   return groups_[static_cast<int>(g)];
 }
@@ -122,19 +147,21 @@ bool RankLayout::in_embedding_group(int rank) const {
 }
 
 std::string describe_grid(const RankLayout& L) {
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "rank grid: world %d = tp %d x cp %d x dp %d x pp %d; ep %d x edp %d inside "
-                "dp x cp\nrank = tp_rank + %d*(cp_rank + %d*(dp_rank + %d*pp_rank))\n\n"
-                "  rank   tp  cp  dp  pp   ep_rank edp_rank   pp_prev pp_next\n",
-                L.world(), L.tp(), L.cp(), L.dp(), L.pp(), L.ep(), L.edp(), L.tp(), L.cp(),
-                L.dp());
+                "dense grid: world %d = tp %d x cp %d x dp %d x pp %d; expert grid: world %d = "
+                "etp %d x ep %d x edp %d x pp %d\n"
+                "dense:  rank = tp_rank + %d*(cp_rank + %d*(dp_rank + %d*pp_rank))\n"
+                "expert: rank = etp_rank + %d*(ep_rank + %d*(edp_rank + %d*pp_rank))\n\n"
+                "  rank   tp  cp  dp  pp   etp  ep edp   pp_prev pp_next\n",
+                L.world(), L.tp(), L.cp(), L.dp(), L.pp(), L.world(), L.etp(), L.ep(),
+                L.edp(), L.pp(), L.tp(), L.cp(), L.dp(), L.etp(), L.ep(), L.edp());
   std::string out = buf;
   for (int r = 0; r < L.world(); ++r) {
     const RankCoord c = L.coord_of(r);
-    std::snprintf(buf, sizeof buf, "  %4d  %3d %3d %3d %3d   %7d %8d   %7d %7d\n", r, c.tp,
-                  c.cp, c.dp, c.pp, L.index_in(CommGroup::EP, r),
-                  L.index_in(CommGroup::EDP, r), L.pp_prev_rank(r), L.pp_next_rank(r));
+    const ExpertCoord x = L.expert_coord_of(r);
+    std::snprintf(buf, sizeof buf, "  %4d  %3d %3d %3d %3d   %3d %3d %3d   %7d %7d\n", r, c.tp,
+                  c.cp, c.dp, c.pp, x.etp, x.ep, x.edp, L.pp_prev_rank(r), L.pp_next_rank(r));
     out += buf;
   }
   out += "\n";
@@ -154,7 +181,10 @@ std::string describe_grid(const RankLayout& L) {
 
 Topology::Topology(const GridSpec& spec, CommBackend backend, kernels::Device device,
                    void* cuda_stream)
-    : layout_(checked_layout(spec)), rank_(paralab::world().rank), coord_(layout_.coord_of(rank_)) {
+    : layout_(checked_layout(spec)),
+      rank_(paralab::world().rank),
+      coord_(layout_.coord_of(rank_)),
+      expert_coord_(layout_.expert_coord_of(rank_)) {
   if (paralab::world().size != spec.world)
     throw FatalError("the grid's world size " + std::to_string(spec.world) +
                      " is not the number of ranks launched, " +

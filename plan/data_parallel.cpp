@@ -67,7 +67,7 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
     const int64_t n = l.buckets[l.bucket_of[u]].padded;
     params_alive += n;
     r.params_transient_peak = std::max(r.params_transient_peak, params_alive);
-    ++r.gathers;
+    r.gathers += n > 0;  // an empty unit's bucket never communicates
     r.gathered_elements += n;
   };
   // Gradient bucket buffers: alive from their first grads() to their reduction's completion.
@@ -88,7 +88,7 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
   auto post = [&](int j) {
     allocate(j);
     reduced[j] = true;
-    ++r.grad_reductions;
+    r.grad_reductions += l.buckets[j].padded > 0;
     r.grad_reduced_elements += l.buckets[j].padded;
   };
 
@@ -172,7 +172,8 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
   d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3, unit_chunk);
   d.microbatch = std::move(calls);
   d.sim = simulate_zero_step(d.layout, d.microbatch, z, o.overlap_grad_reduce,
-                             o.zero3_prefetch_layers, microbatches, unit_chunk, deferred_units);
+                             o.zero3_prefetch_layers, microbatches, unit_chunk, deferred_units,
+                             &d.trace);
   const int64_t full = z == 0 ? psi : d.layout.padded_total, shard = d.layout.shard_numel;
   d.state_numel = z == 0 ? psi : shard;
   d.params_resident = z == 3 ? shard : full;
@@ -180,27 +181,43 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
   return d;
 }
 
-void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t) {
+void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t,
+                       const DataParallelPlan* experts) {
   const int act = storage_bytes(t);
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
-  mem.params = (d.params_resident + d.sim.params_transient_peak) * param_b;
-  mem.grads = (d.grads_resident + d.sim.grads_transient_peak) * grad_b;
-  mem.master_params = d.state_numel * master_b;
-  mem.optimizer_states = d.state_numel * optim_b;
-  mem.resident_params = d.params_resident * param_b;
-  mem.resident_grads = d.grads_resident * grad_b;
+  int64_t params_peak = d.sim.params_transient_peak, grads_peak = d.sim.grads_transient_peak;
+  int64_t params = d.params_resident, grads = d.grads_resident, states = d.state_numel;
+  if (experts) {
+    // the two mirror each other's calls: their transient buffers peak together, call by call
+    params += experts->params_resident;
+    grads += experts->grads_resident;
+    states += experts->state_numel;
+    params_peak = std::max(params_peak, experts->sim.params_transient_peak);
+    grads_peak = std::max(grads_peak, experts->sim.grads_transient_peak);
+    for (size_t k = 0; k < d.trace.size() && k < experts->trace.size(); ++k) {
+      params_peak = std::max(params_peak, d.trace[k][0] + experts->trace[k][0]);
+      grads_peak = std::max(grads_peak, d.trace[k][1] + experts->trace[k][1]);
+    }
+  }
+  mem.params = (params + params_peak) * param_b;
+  mem.grads = (grads + grads_peak) * grad_b;
+  mem.master_params = states * master_b;
+  mem.optimizer_states = states * optim_b;
+  mem.resident_params = params * param_b;
+  mem.resident_grads = grads * grad_b;
 }
 
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,
-                                              int grad_b, int param_b) {
+                                              int grad_b, int param_b, CommGroup group) {
   std::vector<CommPlanEntry> out;
   auto add = [&](CommOp op, int64_t calls, int64_t payload) {
     if (calls > 0)
-      out.push_back({CommGroup::DP, op, calls, payload, bus_factor(op, dp) * (double)payload});
+      out.push_back({group, op, calls, payload, bus_factor(op, dp) * (double)payload});
   };
   if (dp == 1) return out;
   const BucketLayout& l = d.layout;
-  const int64_t nb = (int64_t)l.buckets.size();
+  int64_t nb = 0;  // buckets that communicate: empty ones (the expert vector's) do not
+  for (const Bucket& b : l.buckets) nb += b.numel() > 0;
   switch (z) {
     case 0:
       add(CommOp::ALL_REDUCE, nb, l.total * grad_b);

@@ -198,7 +198,8 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
       continue;
     }
     double rows = 0;
-    for (int64_t i = 0; i < k; ++i) rows += (double)moe_rows(m, B, routing, l, (int)i);
+    // the rows this rank's experts run (R: its tokens' M without expert parallelism)
+    for (int64_t i = 0; i < k; ++i) rows += (double)moe_expert_rows(m, B, routing, l, (int)i);
     const double kept = moe_kept_step(m, B, routing, l, k);
     rows_step += rows, kept_step += kept;
     p.layer_model_step[l] = (attn_model + 3 * (router + shared)) * kd + 3 * per_row * kept;

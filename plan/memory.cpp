@@ -109,19 +109,19 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
 
 std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelConfig& m, int B,
                                                            int act_bytes, int mask_bytes,
-                                                           int64_t M, int tp, bool sp) {
+                                                           const MoeRows& rows, int tp, bool sp) {
   std::vector<ActivationTensor> t = layer_activation_tensors(m, B, act_bytes, mask_bytes, tp, sp);
   // selective mlp recompute is refused with experts (make_plan), so mlp.fc1_out is there
   std::vector<ActivationTensor> out;
   bool placed = false;
   for (ActivationTensor& x : t) {
     if (x.name == "mlp.fc1_out")  // where the dense MLP's are (plan/moe_memory.h)
-      for (ActivationTensor& y : moe_tensors(m, B, act_bytes, M)) out.push_back(y), placed = true;
+      for (ActivationTensor& y : moe_tensors(m, B, act_bytes, rows)) out.push_back(y), placed = true;
     if (x.name == "mlp.fc1_out" || x.name == "mlp.act") continue;  // the experts' instead
     out.push_back(x);
   }
   if (!placed)
-    for (ActivationTensor& y : moe_tensors(m, B, act_bytes, M)) out.push_back(y);
+    for (ActivationTensor& y : moe_tensors(m, B, act_bytes, rows)) out.push_back(y);
   return out;
 }
 
@@ -261,9 +261,15 @@ int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const Parall
   if (p.world_size > 1) bytes += 4;
   // the expert bias's update sums each expert's pairs over dp in one all-reduce: E int32
   // per MoE layer the rank holds (model/transformer.cpp update_expert_bias)
+  const int moe_layers = moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m);
   if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() > 1)
-    bytes += 4 * (int64_t)m.moe.num_experts *
-             (moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m));
+    bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
+  // ep > 1 with experts here: the norm's expert share over ep (model/optimizer.cpp), and its
+  // own ZeRO >= 1 all-reduce over the expert-data-parallel group (parallel/data_parallel.cpp)
+  if (p.expert_parallel > 1 && moe_layers > 0) {
+    bytes += 4;
+    if (p.zero_stage >= 1 && p.expert_data_parallel() > 1) bytes += 4;
+  }
   return bytes;
 }
 

@@ -46,6 +46,25 @@ int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer, in
   return moe_expected_rows(m, B);
 }
 
+int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer,
+                        int microbatch) {
+  if (layer >= 0 && layer < (int)r.expert_rows.size() && !r.expert_rows[layer].empty()) {
+    const std::vector<int>& v = r.expert_rows[layer];
+    return v[std::min<size_t>(microbatch, v.size() - 1)];
+  }
+  return moe_rows(m, B, r, layer, microbatch);
+}
+
+MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, const MoeRouting& r,
+                       int layer, int microbatch) {
+  MoeRows rows;
+  rows.M = moe_rows(m, B, r, layer, microbatch);
+  rows.R = p.expert_parallel > 1 ? moe_expert_rows(m, B, r, layer, microbatch) : rows.M;
+  rows.ep = p.expert_parallel;
+  rows.dispatcher = p.token_dispatcher;
+  return rows;
+}
+
 double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& r, int layer,
                      int64_t microbatches) {
   if (layer >= 0 && layer < (int)r.kept.size() && r.kept[layer] >= 0) return (double)r.kept[layer];
@@ -60,10 +79,11 @@ int moe_layer_count(const ModelConfig& m) {
 
 int dense_layer_count(const ModelConfig& m) { return m.num_layers - moe_layer_count(m); }
 
-std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act, int64_t M) {
+std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
+                                          const MoeRows& rows) {
   const Moe& e = m.moe;
   const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
-                k = e.topk;
+                k = e.topk, M = rows.M, R = rows.R;
   std::vector<ActivationTensor> t;
   auto add = [&](const char* name, int64_t elements, int bytes) {
     t.push_back({name, elements, bytes, false});
@@ -73,10 +93,17 @@ std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act, 
   add("moe.experts", N * k, 4);             // int32: the k experts per token
   add("moe.row_pair", M, 4);                // int32: each permuted row's (token, slot)
   add("moe.slots", N * k, 4);               // int32: each pair's permuted row
-  add("moe.perm_in", M * h, act);           // the experts' fc1 input
-  add("moe.perm_gates", M, 4);              // the gate of each permuted row
-  add("moe.fc1_out", M * m.moe_fc1_size(), act);
-  add("moe.act", M * m.moe_ffn(), act);     // gated activation: fc2's input
+  if (rows.ep > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL) {
+    add("moe.regroup", R, 4);               // int32: received rows by local expert
+    add("moe.ungroup", R, 4);               //   and back
+  } else if (rows.ep > 1) {
+    add("moe.source_pair", R, 4);           // int32: each local row's gathered pair
+    add("moe.local_slots", rows.ep * N * k, 4);  // int32: each gathered pair's local row
+  }
+  add("moe.expert_in", R * h, act);         // the local experts' fc1 input
+  add("moe.expert_gates", R, 4);            // the gate of each of their rows
+  add("moe.fc1_out", R * m.moe_fc1_size(), act);
+  add("moe.act", R * m.moe_ffn(), act);     // gated activation: fc2's input
   if (e.shared_expert_size > 0) {
     add("moe.shared_fc1_out", N * m.shared_fc1_size(), act);
     add("moe.shared_act", N * e.shared_expert_size, act);
@@ -102,17 +129,22 @@ bool balancing_on(const Moe& e) {
 
 // The MoE part of one layer's footprint: forward max over its transients of (the MoE tensors
 // allocated by then + the transient), backward its largest transient set.
-void moe_transients(const ModelConfig& m, int B, int act, int64_t M, int64_t& fwd_transient,
-                    int64_t& fwd_peak, int64_t& bwd_transient) {
+void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
+                    int64_t& fwd_transient, int64_t& fwd_peak, int64_t& bwd_transient) {
   const Moe& e = m.moe;
   const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
-                k = e.topk;
+                k = e.topk, M = rows.M, R = rows.R, ep = rows.ep;
   const bool bf16 = act == 2, balancing = balancing_on(e);
+  const bool alltoall = ep > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL;
+  const bool allgather = ep > 1 && !alltoall;
   const int64_t groups = e.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
   // the MoE tensors alive at each point of the forward (moe_tensors' order)
   const int64_t logits = N * E * 4;
-  const int64_t routed = logits + 3 * N * k * 4 + M * 4;  // + gates, experts, slots, row_pair
-  const int64_t experts_in = routed + M * h * act + M * 4 + M * (m.moe_fc1_size() + m.moe_ffn()) * act;
+  const int64_t routed = logits + 2 * N * k * 4;  // + gates, experts
+  const int64_t maps = routed + M * 4 + N * k * 4;  // + row_pair, slots
+  const int64_t exchange_maps = alltoall ? 2 * R * 4 : allgather ? R * 4 + ep * N * k * 4 : 0;
+  const int64_t expert_rows = maps + exchange_maps + R * h * act + R * 4;
+  const int64_t experts_in = expert_rows + R * (m.moe_fc1_size() + m.moe_ffn()) * act;
   fwd_transient = fwd_peak = 0;
   auto fwd = [&](int64_t alive, int64_t transient) {
     fwd_transient = std::max(fwd_transient, transient);
@@ -121,40 +153,55 @@ void moe_transients(const ModelConfig& m, int B, int act, int64_t M, int64_t& fw
   if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
   if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
   if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
-  fwd(experts_in, M * h * act);                              // y
+  if (alltoall) {
+    const int64_t received = R * h * act + R * 4;
+    fwd(maps, ep * E * 4);                                   // the counts' all-gather
+    fwd(maps, received + M * h * act + M * 4);               // receive + send
+    fwd(expert_rows, received);                              // regrouped beside the received
+  } else if (allgather) {
+    const int64_t gathered = ep * N * h * act + ep * N * k * 4 + ep * (E + N * k) * 4;
+    fwd(maps, gathered);
+    fwd(expert_rows, gathered);
+  }
+  const int64_t y = R * h * act;
+  fwd(experts_in, y + (alltoall ? R * h * act + M * h * act : allgather ? ep * N * h * act : 0));
   // backward
-  const int64_t dx = N * h * act, dperm_gates = M * 4;
-  const int64_t experts = M * h * act + M * m.moe_ffn() * act + M * m.moe_fc1_size() * act +
-                          M * h * act;  // dy, dact, dfc1, dperm
+  const int64_t dx = N * h * act, dgates = N * k * 4;
+  const int64_t exchange = alltoall ? std::max(M * h * act + R * h * act,
+                                               R * h * act + R * 4 + M * h * act + M * 4)
+                           : allgather ? ep * N * h * act
+                                       : 0;
+  const int64_t experts = R * 4 + R * h * act + R * m.moe_ffn() * act +
+                          R * m.moe_fc1_size() * act + R * h * act + exchange;
   const int64_t aux = balancing ? groups * E * 4 + N * E * 4 : 0;  // weights, dscores
   const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded
-  const int64_t router = N * k * 4 + N * E * 4 + std::max(aux, grads);
+  const int64_t router = N * E * 4 + std::max(aux, grads);
   int64_t shared = 0;
   if (e.shared_expert_size > 0) {
     const int64_t gated = e.shared_expert_gate ? N * h * act : 0;
     const int64_t dz = e.shared_expert_gate ? N * act : 0;
     shared = gated + std::max(dz, N * e.shared_expert_size * act + N * m.shared_fc1_size() * act);
   }
-  bwd_transient = dx + dperm_gates + std::max({experts, router, shared});
+  bwd_transient = dx + dgates + std::max({experts, router, shared});
 }
 
 }  // namespace
 
 LayerFootprint layer_footprint(const ModelConfig& m, int B, int act, int mask, int tp, bool sp,
-                               int layer, int64_t M) {
+                               int layer, const MoeRows& rows) {
   LayerFootprint f;
   const bool moe = m.moe.is_moe_layer(layer);
-  std::vector<ActivationTensor> t = moe ? moe_layer_activation_tensors(m, B, act, mask, M, tp, sp)
+  std::vector<ActivationTensor> t = moe ? moe_layer_activation_tensors(m, B, act, mask, rows, tp, sp)
                                         : layer_activation_tensors(m, B, act, mask, tp, sp);
   f.saved = sum_bytes(t);
   f.forward_peak = f.saved;
   f.backward_transient = qk_norm_transient_bytes(m, B, act, tp);
   if (moe) {
     // everything but the MoE tensors is allocated when moe_forward starts (allocate_activations)
-    const int64_t own = sum_bytes(moe_tensors(m, B, act, M));
+    const int64_t own = sum_bytes(moe_tensors(m, B, act, rows));
     int64_t fwd_t = 0, fwd_peak = 0, bwd_t = 0;
-    moe_transients(m, B, act, M, fwd_t, fwd_peak, bwd_t);
+    moe_transients(m, B, act, rows, fwd_t, fwd_peak, bwd_t);
     f.forward_transient = fwd_t;
     f.forward_peak = std::max(f.saved, f.saved - own + fwd_peak);
     f.backward_transient = std::max(f.backward_transient, bwd_t);

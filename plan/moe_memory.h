@@ -4,30 +4,41 @@
 // An MoE layer (model/moe.h) saves, per microbatch of N = B S tokens, beside a dense layer's
 // tensors but mlp.fc1_out and mlp.act (E experts, k top-k, h hidden, f_e the expert's width,
 // fc1_e its fc1 output: 2 f_e with SwiGLU; f_s, fc1_s the shared expert's; act the storage
-// bytes, 4 or 2 with --bf16; M the permuted rows of that layer and microbatch):
-//   moe.logits N E x4   moe.gates N k x4   moe.experts N k x4 (int32)   moe.slots N k x4
-//   moe.row_pair M x4   moe.perm_in M h act   moe.perm_gates M x4
-//   moe.fc1_out M fc1_e act   moe.act M f_e act
+// bytes, 4 or 2 with --bf16; M the rows the rank's tokens send, R the rows its experts run,
+// = M without expert parallelism; ep the expert-parallel size):
+//   moe.logits N E x4   moe.gates N k x4   moe.experts N k x4 (int32)
+//   moe.row_pair M x4   moe.slots N k x4                        (the dispatch's maps)
+//   ep > 1, alltoall: moe.regroup R x4, moe.ungroup R x4
+//   ep > 1, allgather: moe.source_pair R x4, moe.local_slots ep N k x4
+//   moe.expert_in R h act   moe.expert_gates R x4   moe.fc1_out R fc1_e act   moe.act R f_e act
 //   shared expert: moe.shared_fc1_out N fc1_s act, moe.shared_act N f_s act;
 //   with its gate also moe.shared_out N h act and moe.shared_gate N act.
-// Workspace transients (Buffers freed at the end of their scope in model/moe.cpp), each beside
-// the standing workspace (Workspace::ensure, which skips dact/dfc1 when every layer is MoE):
+// Workspace transients (Buffers freed at the end of their scope in model/moe.cpp and
+// parallel/expert_parallel.cpp), each beside the standing workspace (Workspace::ensure,
+// which skips dact/dfc1 when every layer is MoE):
 //   forward  bf16 only: u_f N h x4 + w_f E h x4 (the router's fp32 copies)
 //            expert bias with balancing: g2, e2 N k x4 each (the choice without the bias)
 //            statistics with balancing: scores N E x4 + weights (groups E) x4
-//            experts: y M h act
-//   backward dx N h act (the whole function), dperm_gates M x4 (from the experts on), and
-//            experts  dy M h + dact M f_e + dfc1 M fc1_e + dperm M h (act)
-//            router   dgates N k x4 + dlogits N E x4 + max(weights (groups E) x4 + dscores
-//                     N E x4 with balancing, [bf16: u_f N h x4 + w_f E h x4] + du_f N h x4 +
-//                     dw_f E h x4 [+ bf16: the rounded copy, max(N, E) h x2])
+//            dispatch, alltoall: counts ep E x4; then send M h act + M x4 with receive
+//                     R h act + R x4; the receive buffers again beside the maps and the
+//                     expert rows; allgather: ep N h act + ep N k x4 + ep (E + N k) x4
+//                     gathered, beside the maps and then the expert rows
+//            experts: y R h act, and in the combine (alltoall) ungrouped R h act + returned
+//                     M h act, (allgather) the full output ep N h act
+//   backward dx N h act and dgates N k x4 (the whole function), and the largest of
+//            experts  dexpert_gates R x4 + dy R h + dact R f_e + dfc1 R fc1_e + dexpert_in
+//                     R h (act), plus the exchanges' (alltoall: max(permuted M h + received
+//                     R h, ungrouped R h + R x4 + returned M h + M x4); allgather: ep N h)
+//            router   dlogits N E x4 + max(weights (groups E) x4 + dscores N E x4 with
+//                     balancing, [bf16: u_f N h x4 + w_f E h x4] + du_f N h x4 + dw_f E h x4
+//                     [+ bf16: the rounded copy, max(N, E) h x2])
 //            shared   gated N h act (with the gate) + max(dz N act (with the gate),
 //                     dact N f_s act + dfc1 N fc1_s act)
 // groups: B sequences with seq_aux_loss, else 1. --qk-layernorm adds to every layer
 // attn.q_raw N a d act, attn.k_raw N g d act, their statistics N a and N g x4 (x2 for gpt's
 // LayerNorm: mean and rstd), and in backward a transient d_raw N a d act (head_norm_backward).
 //
-// M is data-dependent. The plan's value (moe_expected_rows):
+// M and R are data-dependent. The plan's value of M (moe_expected_rows), and R = M:
 //   --moe-pad-expert-input-to-capacity  every expert runs min(C, N) rows: M = E min(C, N),
 //                                       exact from the configuration; C = ceil(N k / E cf)
 //   capacity, no padding                the uniform-routing expectation min(E C, N k)
@@ -60,6 +71,9 @@ struct ActivationTensor;  // plan/plan.h
 struct MoeRouting {
   std::vector<std::vector<int>> rows;
   std::vector<long long> kept;
+  // Expert parallelism: R, the rows the rank's experts ran, per layer and microbatch
+  // (MoeLayerStats::expert_rows); empty: R = M (one rank, or the uniform expectation).
+  std::vector<std::vector<int>> expert_rows;
   bool measured() const { return !rows.empty(); }
   // Microbatches it holds (the most of any layer), 0 when none.
   int microbatches() const;
@@ -78,6 +92,20 @@ int64_t moe_expected_kept(const ModelConfig& m, int B);
 // configuration's.
 int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
                  int microbatch);
+// R of global layer `layer` in microbatch `microbatch`: routing's expert_rows when it has
+// them, else moe_rows (uniform routing sends each rank's experts as many rows as its tokens
+// send: ep ranks x E/ep experts x M/E; exact with padding to capacity).
+int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
+                        int microbatch);
+// One MoE layer and microbatch on one rank: the rows its tokens send (M), the rows its
+// experts run (R), and how they travel (parallel/expert_parallel.h).
+struct MoeRows {
+  int64_t M = 0, R = 0;
+  int ep = 1;
+  TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
+};
+MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B,
+                       const MoeRouting& routing, int layer, int microbatch);
 // Kept pairs of an MoE layer over a step of `microbatches` microbatches.
 double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
                      int64_t microbatches);
@@ -87,7 +115,7 @@ int dense_layer_count(const ModelConfig& m);  // the others
 
 // The MoE layer's own saved tensors at M rows (above), replacing mlp.fc1_out and mlp.act.
 std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act_bytes,
-                                          int64_t M);
+                                          const MoeRows& rows);
 
 // One layer and one microbatch: what it saves and the workspace transients it makes.
 struct LayerFootprint {
@@ -100,7 +128,7 @@ struct LayerFootprint {
 // Layer `layer` of m for one microbatch of B at M rows (ignored for a dense layer); the other
 // arguments as layer_activation_tensors (plan.h).
 LayerFootprint layer_footprint(const ModelConfig& m, int B, int act_bytes, int mask_bytes,
-                               int tp, bool sp, int layer, int64_t M);
+                               int tp, bool sp, int layer, const MoeRows& rows);
 // --qk-layernorm's backward transient (head_norm_backward's d_raw, q's: N a_l d act).
 int64_t qk_norm_transient_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include "model/param_table.h"
+#include "plan/expert_parallel.h"  // expert_parallel_comm
 #include "plan/plan.h"
 #include "plan/recompute.h"  // total_at_recompute
 
@@ -233,8 +234,10 @@ void plan_pipeline(Plan& plan) {
             s == S - 1 ? head_bytes : 0, copies, keep, split));
       st.chunk_activation_bytes.push_back(chunk_sets[0].back().kept);
     }
-    st.unit_begin = stage_units(m, tp, slice);
-    st.params = st.unit_begin.back();
+    st.unit_begin = stage_units(m, tp, slice, par.expert_parallel);
+    st.expert_unit_begin = stage_expert_units(m, slice, par.expert_parallel);
+    st.params = st.unit_begin.back() +
+                (st.expert_unit_begin.empty() ? 0 : st.expert_unit_begin.back());
     const std::vector<int> unit_chunk = stage_unit_chunk(slice);
     std::vector<std::vector<int>> chunk_units(v);
     for (int u = 0; u < (int)unit_chunk.size(); ++u) chunk_units[unit_chunk[u]].push_back(u);
@@ -245,6 +248,13 @@ void plan_pipeline(Plan& plan) {
                          slice.head ? U - 1 : -1, m.fused_cross_entropy, split, chunk_groups),
         z, dp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice));
     const DataParallelPlan& d = st.data_parallel;
+    // ep > 1: the stage's experts, the same calls over the expert-data-parallel group
+    if (!st.expert_unit_begin.empty())
+      st.expert_data_parallel = data_parallel_plan(st.expert_unit_begin, d.microbatch, z,
+                                                   par.expert_data_parallel(), plan.options, 1,
+                                                   unit_chunk);
+    const DataParallelPlan* experts =
+        st.expert_unit_begin.empty() ? nullptr : &st.expert_data_parallel;
 
     // The schedule: activations held at the peak (order-based), time, messages sent. A
     // split B frees all but what W reads (SplitLayerBytes::keep per layer), W the rest.
@@ -271,7 +281,7 @@ void plan_pipeline(Plan& plan) {
     st.idle = pp.sim.idle[r];
 
     MemoryPlan& mem = st.memory;
-    fill_model_states(mem, d, t);
+    fill_model_states(mem, d, t, experts);
     int moe_layers = 0;  // the MoE layers this stage holds
     for (int c = 0; c < v; ++c)
       for (int i = 0; i < st.chunk_layers[c]; ++i)
@@ -321,7 +331,7 @@ void plan_pipeline(Plan& plan) {
       mem.total_replayed = replayed_stage_total(
           plan, mem, d, pp.schedule.ranks[r], input, kept, slice.chunk_first_layer, unit_chunk,
           stage_deferred_units(m, slice), slice.embedding ? 0 : -1, slice.head ? U - 1 : -1,
-          receives_gradients(slice) ? pp.message_bytes : 0, split_bytes);
+          receives_gradients(slice) ? pp.message_bytes : 0, split_bytes, experts);
     }
 
     // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer
@@ -369,6 +379,22 @@ void plan_pipeline(Plan& plan) {
     add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
     for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, grad_b, param_b))
       st.comm.push_back(e);
+    if (experts)
+      for (const CommPlanEntry& e : data_parallel_comm(*experts, z, par.expert_data_parallel(),
+                                                       grad_b, param_b, CommGroup::EDP))
+        st.comm.push_back(e);
+    {
+      std::vector<int> stage_moe_layers;
+      std::vector<bool> recomputed(m.num_layers, false);
+      for (int c = 0; c < v; ++c)
+        for (int i = 0; i < st.chunk_layers[c]; ++i) {
+          const int l = st.chunk_first_layer[c] + i;
+          if (m.moe.is_moe_layer(l)) stage_moe_layers.push_back(l);
+          recomputed[l] = !chunk_groups[c].empty() && chunk_groups[c][i] >= 0;
+        }
+      expert_parallel_comm(st.comm, m, par, B, act, plan.routing, stage_moe_layers, recomputed,
+                           k);
+    }
     expert_bias_comm(st.comm, m, dp, moe_layers);
     if (m.tied_embeddings() && (st.embedding || st.head))
       add_entry(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE, 2, 1, word_local * grad_b);
@@ -380,13 +406,14 @@ void plan_pipeline(Plan& plan) {
   for (RankPlan& rp : plan.ranks) {
     const PipelineStagePlan& st = pp.stages.at(rp.pp_rank);
     rp.params = st.params;
-    rp.params_stored = st.data_parallel.params_resident;
+    rp.params_stored = st.data_parallel.params_resident + st.expert_data_parallel.params_resident;
     rp.microbatches_held = st.held;
     rp.memory = st.memory;
   }
   plan.flops.hardware_per_rank_step = pp.stages[0].hardware_flops;
   plan.flops.model_per_rank_step = pp.stages[0].model_flops;
   plan.data_parallel = pp.stages[0].data_parallel;
+  plan.expert_data_parallel = pp.stages[0].expert_data_parallel;
   plan.zero_shard = plan.data_parallel.state_numel;
   plan.comm = pp.stages[0].comm;
 }

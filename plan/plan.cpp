@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include "model/param_table.h"
+#include "plan/expert_parallel.h"  // expert_parallel_comm
 #include "plan/recompute.h"  // selective recompute: what a layer no longer keeps
 
 namespace paralab {
@@ -23,8 +24,18 @@ static void check(bool ok, const std::string& what) {
 Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
                const PlanOptions& o, const MoeRouting& routing) {
   check(p.world_size >= 1, "world size must be >= 1");
-  check(p.context_parallel == 1 && p.expert_parallel == 1,
-        "context and expert parallelism are not modelled yet (sizes must be 1)");
+  check(p.context_parallel == 1, "context parallelism is not modelled yet (size must be 1)");
+  const int ep = p.expert_parallel, etp = p.expert_tensor_parallel;
+  // etp (default tp) only matters with experts: expert tensor parallelism is not built
+  check(ep >= 1 && (etp == 1 || !m.moe.enabled()),
+        "expert parallel size must be >= 1, and expert tensor parallel 1 with experts");
+  check(ep == 1 || (m.moe.enabled() && m.moe.num_experts % ep == 0),
+        "expert parallel " + std::to_string(ep) + " needs experts divisible by it (" +
+            std::to_string(m.moe.num_experts) + " experts)");
+  check(p.world_size % (ep * p.pipeline_parallel) == 0,
+        "expert parallel " + std::to_string(ep) + " x pipeline parallel " +
+            std::to_string(p.pipeline_parallel) + " must divide world size " +
+            std::to_string(p.world_size));
   check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
   check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
   check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
@@ -79,7 +90,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
     plan.moe_rows = moe_expected_rows(m, B);
     plan.moe_rows_exact = moe_rows_exact(m);
     plan.moe_layer_activations =
-        moe_layer_activation_tensors(m, B, act, o.mask_bytes, plan.moe_rows, tp, sp);
+        moe_layer_activation_tensors(m, B, act, o.mask_bytes,
+                                     moe_layer_rows(m, p, B, MoeRouting(), -1, 0), tp, sp);
     plan.moe_activation_bytes_per_layer = sum_bytes(plan.moe_layer_activations);
   }
   const int footprint_sets = std::max(1, routing.microbatches());
@@ -87,7 +99,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   for (int mb = 0; mb < footprint_sets; ++mb)
     for (int l = 0; l < m.num_layers; ++l)
       plan.layer_footprints[mb].push_back(layer_footprint(
-          m, B, act, o.mask_bytes, tp, sp, l, m.moe.is_moe_layer(l) ? moe_rows(m, B, routing, l, mb) : 0));
+          m, B, act, o.mask_bytes, tp, sp, l, moe_layer_rows(m, p, B, routing, l, mb)));
   int64_t layers_bytes = 0;
   for (int l = 0; l < m.num_layers; ++l) layers_bytes += plan.footprint(0, l).saved;
   plan.activation_bytes_per_microbatch = sum_bytes(plan.embedding_activations) + layers_bytes +
@@ -104,8 +116,13 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
   // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
   // included), times bytes per element of each category.
-  const std::vector<int64_t> units = param_units(m, tp);
-  const int64_t psi = units.back();
+  // With ep > 1 the experts are a second flat vector (model/param_table.h), sharded over
+  // the expert-data-parallel group: its units mirror the dense ones, so the same calls.
+  const StageSlice whole = whole_model(m);
+  const int edp = p.expert_data_parallel();
+  const std::vector<int64_t> units = stage_units(m, tp, whole, ep);
+  const std::vector<int64_t> expert_units = stage_expert_units(m, whole, ep);
+  const int64_t psi = units.back() + (expert_units.empty() ? 0 : expert_units.back());
   const int z = p.zero_stage;
   const int param_b = act, grad_b = act;  // params and grads in the storage type
   plan.data_parallel = data_parallel_plan(
@@ -115,10 +132,15 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
       z, dp, o, plan.microbatches_per_rank);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
+  if (!expert_units.empty())
+    plan.expert_data_parallel = data_parallel_plan(expert_units, d.microbatch, z, edp, o,
+                                                   plan.microbatches_per_rank);
+  const DataParallelPlan* experts = expert_units.empty() ? nullptr : &plan.expert_data_parallel;
 
   MemoryPlan mem;
-  const int64_t params_stored = d.params_resident;
-  fill_model_states(mem, d, t);
+  const int64_t params_stored =
+      d.params_resident + (experts ? experts->params_resident : 0);
+  fill_model_states(mem, d, t, experts);
   // Without pipelining each microbatch's backward frees its activations before the next
   // forward, so one microbatch is held at the peak (with full recompute: its stored group
   // inputs, and one group made again in backward; plan_recompute.h).
@@ -150,12 +172,12 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   mem.workspace = ws.peak();
   mem.total_at_recompute = total_at_recompute(plan, mem);
   // ZeRO-2/3's transients: the sum of the peaks would hold them beside the loss's logits
-  if (z >= 2 && !m.recompute.full()) mem.total_replayed = replayed_total(plan, mem, d);
+  if (z >= 2 && !m.recompute.full()) mem.total_replayed = replayed_total(plan, mem, d, experts);
   // Layers' workspace transients (MoE, --qk-layernorm) inside a layer, not beside the logits:
   // the same replay, over buffers of 0 at ZeRO 0-1 (plan/total.cpp).
   if (z < 2 && !m.recompute.full() && mem.recompute == 0 &&
       (ws.forward_transient > 0 || ws.backward_transient > 0))
-    mem.total_replayed = replayed_total(plan, mem, d);
+    mem.total_replayed = replayed_total(plan, mem, d, experts);
   if (m.recompute.full()) {
     // The total at each phase of the microbatch (model/transformer.cpp): the other
     // categories at their peaks but the logits (alive in the head only) and the workspace's
@@ -181,6 +203,21 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   for (const CommPlanEntry& e :
        data_parallel_comm(d, z, dp, grad_b, param_b))
     plan.comm.push_back(e);
+  if (experts)
+    for (const CommPlanEntry& e :
+         data_parallel_comm(*experts, z, edp, grad_b, param_b, CommGroup::EDP))
+      plan.comm.push_back(e);
+  {
+    std::vector<int> moe_layers;
+    std::vector<bool> recomputed(m.num_layers, false);
+    const std::vector<int> groups = m.recompute.full_groups(m.num_layers);
+    for (int l = 0; l < m.num_layers; ++l) {
+      if (m.moe.is_moe_layer(l)) moe_layers.push_back(l);
+      recomputed[l] = !groups.empty() && groups[l] >= 0;
+    }
+    expert_parallel_comm(plan.comm, m, p, B, act, routing, moe_layers, recomputed,
+                         plan.microbatches_per_rank);
+  }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   if (p.world_size > 1)
     plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,

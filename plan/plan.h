@@ -179,6 +179,7 @@ struct DataParallelPlan {
   BucketLayout layout;            // from param_units, as DataParallel builds it
   std::vector<DpCall> microbatch;  // the model's calls in one microbatch
   ZeroStepSimulation sim;
+  std::vector<std::array<int64_t, 2>> trace;  // simulate_zero_step's, z >= 2 (else empty)
   int64_t state_numel = 0;        // elements of each optimizer state (Ψ or S)
   int64_t params_resident = 0;    // elements held the whole step (params buffer)
   int64_t grads_resident = 0;     // elements held the whole step (grads buffer or shard)
@@ -194,6 +195,8 @@ struct PipelineStagePlan {
   std::vector<int64_t> unit_begin;  // its units in its local flat vector (parallel/buckets.h)
   int64_t params = 0;               // elements of that vector
   DataParallelPlan data_parallel;   // ZeRO of that vector over dp
+  std::vector<int64_t> expert_unit_begin;  // ep > 1 with MoE layers here: the experts' vector
+  DataParallelPlan expert_data_parallel;   //   and its ZeRO over expert-data-parallel
   std::vector<int64_t> chunk_activation_bytes;  // one microbatch on chunk c
   int held = 0, held_until_w = 0;   // simulated peaks of (microbatch, chunk) pairs
   double busy = 0, idle = 0;        // simulated, in cost units
@@ -257,6 +260,9 @@ struct Plan {
   int64_t activation_bytes_per_microbatch = 0;  // microbatch 0's
   FlopsPlan flops;
   DataParallelPlan data_parallel;
+  // ep > 1: the experts' flat vector over the expert-data-parallel group (its layout empty
+  // otherwise); with pp > 1 stage 0's, every stage's in its PipelineStagePlan.
+  DataParallelPlan expert_data_parallel;
   // Per step, per rank (every rank alike), in the order tp entries (tensor_parallel_comm),
   // dp entries, then world. e bytes per element of parameters and gradients: 4, or 2 with
   // --bf16; with tp the dp buckets are of the local vector.
@@ -280,7 +286,9 @@ struct Plan {
 // ZeRO-2/3 without pipelining or full recompute: the peak of the ledger's total, each compute
 // of the step beside the transient buffers alive then (plan/total.cpp). mem: the rank's
 // categories, filled; d: the plan's data parallelism (its layout and microbatch calls).
-int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d);
+// experts: the experts' data parallelism (ep > 1), whose buffers are alive beside d's.
+int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
+                       const DataParallelPlan* experts = nullptr);
 // A split backward (zb-h1; model/layer.cpp, layer_backward's INPUT_GRAD branch), one layer:
 // what its B copies for W (the linears' output gradients; with sp their all-gathered inputs),
 // of those the ones made before head_norm_backward's transient (--qk-layernorm), and what it
@@ -304,7 +312,8 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
                              const std::vector<int>& unit_chunk,
                              const std::vector<int>& deferred_units, int embedding_unit,
                              int head_unit, int64_t grad_recv,
-                             const std::vector<SplitLayerBytes>& split = {});
+                             const std::vector<SplitLayerBytes>& split = {},
+                             const DataParallelPlan* experts = nullptr);
 
 // One layer's output (N_l h): what a full-recompute group keeps (plan_recompute.h).
 int64_t layer_output_bytes(const Plan& plan);
@@ -340,7 +349,7 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
 // tensors at M permuted rows (moe_tensors, plan/moe_memory.h).
 std::vector<ActivationTensor> moe_layer_activation_tensors(const ModelConfig& m, int B,
                                                            int act_bytes, int mask_bytes,
-                                                           int64_t M, int tp = 1,
+                                                           const MoeRows& rows, int tp = 1,
                                                            bool sp = false);
 std::vector<ActivationTensor> embedding_activation_tensors(const ModelConfig& m, int B,
                                                            int act_bytes, int tp = 1,
@@ -436,10 +445,14 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
 // at their peak (resident + ZeRO-2/3's transient buffers) and at rest, master weights and Adam
 // moments on the owned shard. Bytes per element: storage type (4, or 2 with --bf16) for
 // params and grads, 4 for bf16's fp32 master (0 in fp32: the params are the master), 8 for m, v.
-void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t);
+// experts: with expert parallelism the experts' data parallelism (its units mirror d's), whose
+// states add to these and whose transient buffers peak with d's, call by call.
+void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t,
+                       const DataParallelPlan* experts = nullptr);
+// group: DP for the dense vector, EDP for the experts' (its dp: the expert-data-parallel size).
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zero_stage, int dp,
-                                              int grad_bytes,
-                                              int param_bytes);
+                                              int grad_bytes, int param_bytes,
+                                              CommGroup group = CommGroup::DP);
 
 // ---- pipeline parallelism (plan_parallel.cpp) ------------------------------------------
 // Fills plan.pipeline from a plan make_plan has built for the whole model and, with pp > 1,

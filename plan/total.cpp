@@ -27,14 +27,27 @@
 
 namespace paralab {
 
-int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d) {
+namespace {
+// The transient buffers alive after each call: d's simulation (data_parallel_plan), plus the
+// experts' data parallelism's, whose calls mirror d's one for one.
+std::vector<std::array<int64_t, 2>> with_experts(const DataParallelPlan& d,
+                                                 const DataParallelPlan* experts) {
+  std::vector<std::array<int64_t, 2>> trace = d.trace;
+  if (experts)
+    for (size_t k = 0; k < trace.size() && k < experts->trace.size(); ++k) {
+      trace[k][0] += experts->trace[k][0];
+      trace[k][1] += experts->trace[k][1];
+    }
+  return trace;
+}
+}  // namespace
+
+int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParallelPlan& d,
+                       const DataParallelPlan* experts) {
   const ModelConfig& m = plan.model;
   const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
   const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16;
-  std::vector<std::array<int64_t, 2>> trace;
-  simulate_zero_step(d.layout, d.microbatch, plan.parallel.zero_stage,
-                     plan.options.overlap_grad_reduce, plan.options.zero3_prefetch_layers,
-                     plan.microbatches_per_rank, {}, {}, &trace);
+  std::vector<std::array<int64_t, 2>> trace = with_experts(d, experts);
   const size_t n = d.microbatch.size();
   // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
   // MemoryPlan::total(), which tests/test_plan_zero.cpp holds)
@@ -149,14 +162,13 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
                              const std::vector<int>& unit_chunk,
                              const std::vector<int>& deferred_units, int embedding_unit,
                              int head_unit, int64_t grad_recv,
-                             const std::vector<SplitLayerBytes>& split) {
+                             const std::vector<SplitLayerBytes>& split,
+                             const DataParallelPlan* experts) {
   const ModelConfig& m = plan.model;
   const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
   const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16, fused = m.fused_cross_entropy;
-  std::vector<std::array<int64_t, 2>> trace;
-  simulate_zero_step(d.layout, d.microbatch, plan.parallel.zero_stage,
-                     plan.options.overlap_grad_reduce, plan.options.zero3_prefetch_layers, 1,
-                     unit_chunk, deferred_units, &trace);
+  (void)deferred_units;  // d's simulation (data_parallel_plan) was given them
+  std::vector<std::array<int64_t, 2>> trace = with_experts(d, experts);
   // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
   // stage_total_peak then, which tests/test_plan_pipeline.cpp holds)
   if (trace.empty()) trace.assign(d.microbatch.size(), {0, 0});

@@ -28,8 +28,9 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
   std::vector<int> moe_layers;
   for (int l = 0; l < m.num_layers; ++l)
     if (m.moe.is_moe_layer(l)) moe_layers.push_back(l);
-  // per MoE layer: aux, z, dropped, padding, tokens (E), kept (E); zeros where not held
-  const size_t width = 4 + 2 * (size_t)E;
+  // per MoE layer: aux, z, dropped, padding, tokens (E), kept (E), the rows this rank's
+  // experts ran (-1 where not held)
+  const size_t width = 5 + 2 * (size_t)E;
   std::vector<double> mine(moe_layers.size() * width, 0.0);
   for (size_t i = 0; i < moe_layers.size(); ++i) {
     const MoeLayerStats& s = model.moe_layers().at(moe_layers[i]).stats;
@@ -42,6 +43,9 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
       row[4 + e] = (double)s.tokens_per_expert[e];
       row[4 + E + e] = (double)s.kept_per_expert[e];
     }
+    double expert_rows = s.microbatches > 0 ? 0 : -1;
+    for (int x : s.expert_rows) expert_rows += x;
+    row[4 + 2 * E] = expert_rows;
   }
   const std::vector<double> all =
       world.size() > 1 ? all_gather_doubles(world, mine) : mine;
@@ -61,6 +65,8 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
         L.tokens_per_expert[e] += row[4 + e];
         L.kept_per_expert[e] += row[4 + E + e];
       }
+      if (model.expert_parallel().size() > 1 && row[4 + 2 * E] >= 0)
+        L.expert_rows_per_rank.push_back(row[4 + 2 * E]);
     }
     r.aux_loss += L.aux_loss;
     r.z_loss += L.z_loss;
@@ -73,8 +79,9 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
 std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transformer& model,
                                            int microbatches, const std::vector<int>& pipeline_of) {
   const int L = model.config().num_layers, k = microbatches;
-  // per layer: the step's kept pairs, then each microbatch's rows; -1 where not held here
-  const size_t width = 1 + (size_t)k;
+  // per layer: the step's kept pairs, then each microbatch's rows M and its experts' rows R;
+  // -1 where not held here
+  const size_t width = 1 + 2 * (size_t)k;
   std::vector<double> mine((size_t)L * width, -1.0);
   for (int l = 0; l < L; ++l) {
     const MoeLayerStats& s = model.moe_layers().at(l).stats;
@@ -84,6 +91,8 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
     mine[l * width] = kept;
     for (int i = 0; i < k && i < (int)s.permuted_rows.size(); ++i)
       mine[l * width + 1 + i] = s.permuted_rows[i];
+    for (int i = 0; i < k && i < (int)s.expert_rows.size(); ++i)
+      mine[l * width + 1 + k + i] = s.expert_rows[i];
   }
   const std::vector<double> all = world.size() > 1 ? all_gather_doubles(world, mine) : mine;
   int pipelines = 1;
@@ -91,6 +100,7 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
   std::vector<MoeRouting> out(pipelines);
   for (MoeRouting& r : out) {
     r.rows.assign(L, {});
+    r.expert_rows.assign(L, {});
     r.kept.assign(L, -1);
   }
   for (int rank = 0; rank < world.size(); ++rank) {
@@ -100,7 +110,9 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
       if (row[l * width] < 0) continue;
       r.kept[l] = (long long)row[l * width];
       r.rows[l].clear();
+      r.expert_rows[l].clear();
       for (int i = 0; i < k; ++i) r.rows[l].push_back((int)row[l * width + 1 + i]);
+      for (int i = 0; i < k; ++i) r.expert_rows[l].push_back((int)row[l * width + 1 + k + i]);
     }
   }
   return out;
@@ -117,6 +129,20 @@ std::string moe_table(const MoeStepReport& r, const ModelConfig& m) {
   for (const MoeLayerReport& L : r.layers)
     t += strprintf("  %5d %10.0f %10.1f %10.0f %8.3f %9.0f %11.4e %11.4e\n", L.layer, L.min(),
                    L.mean(), L.max(), L.imbalance(), L.dropped, L.aux_loss, L.z_loss);
+  if (r.layers.empty() || r.layers[0].expert_rows_per_rank.empty()) return t;
+  // expert parallelism: what each rank's experts received, which the all-to-all time follows
+  t += "  rows each rank's experts ran (expert parallelism; the step's, over the ranks holding "
+       "the layer)\n";
+  t += strprintf("  %5s %10s %10s %10s %8s\n", "layer", "min", "mean", "max", "max/mean");
+  for (const MoeLayerReport& L : r.layers) {
+    const std::vector<double>& x = L.expert_rows_per_rank;
+    const double lo = *std::min_element(x.begin(), x.end());
+    const double hi = *std::max_element(x.begin(), x.end());
+    double mean = 0;
+    for (double v : x) mean += v / x.size();
+    t += strprintf("  %5d %10.0f %10.1f %10.0f %8.3f\n", L.layer, lo, mean, hi,
+                   mean > 0 ? hi / mean : 0);
+  }
   return t;
 }
 
@@ -136,6 +162,11 @@ void moe_json(JsonWriter& j, const MoeStepReport& r) {
     j.field("aux_loss", L.aux_loss).field("z_loss", L.z_loss);
     j.field("min", L.min()).field("mean", L.mean()).field("max", L.max());
     j.field("max_over_mean", L.imbalance());
+    if (!L.expert_rows_per_rank.empty()) {
+      j.key("expert_rows_per_rank").begin_array();
+      for (double x : L.expert_rows_per_rank) j.value(x);
+      j.end_array();
+    }
     j.end_object();
   }
   j.end_array().end_object();

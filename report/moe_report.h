@@ -26,6 +26,9 @@ struct MoeLayerReport {
   std::vector<double> kept_per_expert;    // (E) pairs the experts ran
   double dropped = 0, padding = 0;        // pairs over capacity; zero rows of padding
   double aux_loss = 0, z_loss = 0;        // mean over the global batch's microbatches
+  // ep > 1: the rows each rank holding the layer ran on its experts over the step (world
+  // rank order; empty without expert parallelism): the load the all-to-all follows
+  std::vector<double> expert_rows_per_rank;
   double min() const, mean() const, max() const;
   double imbalance() const { return mean() > 0 ? max() / mean() : 0; }  // max / mean
 };
@@ -48,11 +51,12 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
 // microbatches: per rank per step.
 std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transformer& model,
                                            int microbatches, const std::vector<int>& pipeline_of);
-// One line per MoE layer: tokens per expert (min, mean, max, max/mean), dropped, aux, z.
+// One line per MoE layer: tokens per expert (min, mean, max, max/mean), dropped, aux, z;
+// with ep > 1 then the rows each rank's experts ran (min, mean, max, max/mean over ranks).
 std::string moe_table(const MoeStepReport& r, const ModelConfig& m);
 // "moe": {"aux_loss", "z_loss", "dropped_pairs", "layers": [{"layer", "tokens_per_expert":
 // [...], "kept_per_expert": [...], "dropped_pairs", "padding_rows", "aux_loss", "z_loss",
-// "min", "mean", "max", "max_over_mean"}]}
+// "min", "mean", "max", "max_over_mean"[, "expert_rows_per_rank": [...] with ep > 1]}]}
 void moe_json(JsonWriter& j, const MoeStepReport& r);
 
 }  // namespace paralab

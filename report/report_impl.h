@@ -3,7 +3,8 @@
 // comparison, predicted beside measured, whether the predicted total is exact, the
 // vocabulary padding note. Not for other files: report.h is the interface.
 //
-// defines: CommRow, comm_rows, total_is_exact, vocab_padding_note, resident_json
+// defines: CommRow, comm_rows, total_is_exact, layer_transients_at_peak, vocab_padding_note,
+//          resident_json
 #pragma once
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
 // full recompute, selective recompute's under pipelining (report.cpp; the memory table's
 // note says which).
 bool total_is_exact(const Plan& plan, const MemoryPlan& m);
+// One reason it is not: full recompute on one stage with MoE or --qk-layernorm layers.
+bool layer_transients_at_peak(const Plan& plan, const MemoryPlan& m);
 
 // "resident": what a rank holds between steps (after the optimizer step), per model-state
 // category (params, grads, master_params, optimizer_states: the ledger's first four) and in

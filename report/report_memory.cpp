@@ -33,6 +33,8 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   const bool piped = !plan.pipeline.stages.empty();
   const DataParallelPlan& d =
       piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
+  const DataParallelPlan& experts = piped ? plan.pipeline.stages.at(rp.pp_rank).expert_data_parallel
+                                          : plan.expert_data_parallel;
   const int nb = (int)d.layout.buckets.size();
   if (c == 0 && z >= 3)
     return strprintf("zero 3: shard of %s + gathered units, at most %s elements",
@@ -46,6 +48,11 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     return strprintf("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
                (long long)(d.layout.padded_total - d.layout.total));
   if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
+  if ((c == 2 || c == 3) && z >= 1 && experts.layout.total > 0)  // expert parallelism
+    return strprintf("zero %d: dense shard %s elements, 1/%d; experts' %s, 1/%d (edp)", z,
+                     format_si((double)d.state_numel).c_str(), plan.dp,
+                     format_si((double)experts.state_numel).c_str(),
+                     plan.parallel.expert_data_parallel());
   if ((c == 2 || c == 3) && z >= 1)
     return strprintf("zero %d: shard of %s elements, 1/%d", z,
                format_si((double)d.state_numel).c_str(), plan.dp);
@@ -158,7 +165,14 @@ bool total_is_exact(const Plan& plan, const MemoryPlan& m) {
                                   (m.total_stage > 0 || m.total_full_recompute > 0);
   // a stage's replay adds selective recompute's buffers at their peak to each action's phase
   const bool recompute_at_peak = m.total_stage > 0 && m.recompute > 0;
-  return !transients_at_peak && !recompute_at_peak;
+  return !transients_at_peak && !recompute_at_peak && !layer_transients_at_peak(plan, m);
+}
+
+bool layer_transients_at_peak(const Plan& plan, const MemoryPlan& m) {
+  // full recompute's phase replay (plan.cpp) puts the layers' own workspace transients (MoE
+  // layers', --qk-layernorm's) beside the layers' peak
+  return m.total_full_recompute > 0 && m.total_stage == 0 &&
+         (plan.model.moe.enabled() || plan.model.qk_layernorm);
 }
 
 static std::string total_note(const Plan& plan, const RankPlan& rp) {
@@ -169,6 +183,8 @@ static std::string total_note(const Plan& plan, const RankPlan& rp) {
   const std::string bound =
       total_is_exact(plan, m) ? std::string("; exact")
       : transients ? strprintf("; ZeRO-%d's transient buffers held at their peak: an upper bound", z)
+      : layer_transients_at_peak(plan, m)
+          ? std::string("; the layers' workspace transients beside their peak: an upper bound")
                    : std::string("; selective recompute's buffers at their peak in every "
                                  "action: an upper bound");
   if (m.total_replayed > 0 && m.total_stage > 0 && z >= 2)
@@ -215,15 +231,29 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
   const bool piped = !plan.pipeline.stages.empty();
   const DataParallelPlan& d =
       piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
-  const int64_t psi = rp.params, padded = z == 0 ? psi : d.layout.padded_total;
-  const double closed = zero_resident_bytes(z, (double)psi, plan.dp, pb, pb, mb, ob);
+  // with expert parallelism two vectors: the dense one over dp, the experts' over edp
+  const DataParallelPlan& experts = piped ? plan.pipeline.stages.at(rp.pp_rank).expert_data_parallel
+                                          : plan.expert_data_parallel;
+  const int64_t psi_e = experts.layout.total, psi = rp.params - psi_e;
+  const int64_t padded = (z == 0 ? psi : d.layout.padded_total) +
+                         (z == 0 ? psi_e : experts.layout.padded_total);
+  const int edp = plan.parallel.expert_data_parallel();
+  const double closed = zero_resident_bytes(z, (double)psi, plan.dp, pb, pb, mb, ob) +
+                        (psi_e > 0 ? zero_resident_bytes(z, (double)psi_e, edp, pb, pb, mb, ob) : 0);
   std::string note = strprintf("ZeRO %d%s: %s = %s MiB at Ψ %lld, N %d", z,
                                plan.train.bf16 ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
                                zero_resident_formula(z, pb, pb, mb, ob).c_str(),
                                format_mib(closed).c_str(), (long long)psi, plan.dp);
-  if (padded > psi)
-    note += strprintf("; bucket padding P - Ψ = %lld elements adds %+.0f B", (long long)(padded - psi),
-                      (double)m.resident_total() - closed);
+  if (psi_e > 0)
+    note = strprintf("ZeRO %d%s: %s twice, dense Ψ %lld over N %d + experts Ψ %lld over edp %d "
+                     "= %s MiB", z,
+                     plan.train.bf16 ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
+                     zero_resident_formula(z, pb, pb, mb, ob).c_str(), (long long)psi, plan.dp,
+                     (long long)psi_e, edp, format_mib(closed).c_str());
+  const int64_t psi_all = psi + psi_e;
+  if (padded > psi_all)
+    note += strprintf("; bucket padding P - Ψ = %lld elements adds %+.0f B",
+                      (long long)(padded - psi_all), (double)m.resident_total() - closed);
   t += row("  total", (double)m.resident_total(), total_meas, note);
   return t;
 }

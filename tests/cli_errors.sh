@@ -77,12 +77,16 @@ bad "world-size needs plan"   "--world-size"            --world-size 8
 bad "world-size positive"     "--world-size must be >= 1, got 0" --plan --world-size 0
 bad "plan needs world-size"   "= 2; to plan for more ranks than were launched, add --world-size N (a multiple of 2)" \
                                                         --plan --pp 2
-# Context and expert parallelism: flags without an implementation, refused alike by both.
+# Context parallelism: a flag without an implementation, refused alike by both.
 cp_msg="context parallelism is not built yet (sizes must be 1); data, tensor, sequence and pipeline parallelism train and plan"
 bad "cp not built, train"     "--context-parallel-size 2: $cp_msg" --cp 2
 bad "cp not built, plan"      "--context-parallel-size 2: $cp_msg" --plan --world-size 2 --cp 2
-bad "ep not built, plan"      "--expert-model-parallel-size 2: expert parallelism is not built yet" \
-                                                        --plan --world-size 2 --ep 2
+# Expert parallelism splits experts: a dense model has none.
+bad "ep needs experts"        "--expert-model-parallel-size needs --num-experts" --ep 2
+bad "ep needs experts, plan"  "--expert-model-parallel-size needs --num-experts" --plan --world-size 2 --ep 2
+bad "etp needs experts"       "--expert-tensor-parallel-size needs --num-experts" --etp 2
+bad "dispatcher needs experts" "--moe-token-dispatcher-type needs --num-experts" \
+                                                        --moe-token-dispatcher-type alltoall
 bad "world by tp x cp x pp"   "--world-size (6) must be divisible by --tp (4)" \
                                                         --plan --world-size 6 --tp 4
 bad "tp divides heads"        "--tp (8) must divide --num-attention-heads (4)" \
@@ -181,8 +185,23 @@ bad "experts with mlp recompute" "--recompute-modules mlp with --num-experts (8)
                                                         --plan --num-experts 8 --recompute-granularity selective --recompute-modules mlp
 bad "qk-layernorm with tp"    "--qk-layernorm with --tensor-model-parallel-size 2: not built yet" \
                                                         --plan --world-size 2 --tp 2 --qk-layernorm
-bad "ep with experts, plan"   "--expert-model-parallel-size 2: expert parallelism is not built yet" \
-                                                        --plan --world-size 2 --ep 2 --num-experts 8
+# Expert parallelism (--ep, --etp, --moe-token-dispatcher-type): its sizes and layout.
+printf 'num-experts = 8\nmoe-token-dispatcher-type = "all2all"\n' >"$tmp/dispatcher.toml"
+bad "dispatcher choice"       "--moe-token-dispatcher-type must be one of allgather, alltoall, got all2all" \
+                                                        --num-experts 8 --moe-token-dispatcher-type all2all
+bad "dispatcher in config"    "--config $tmp/dispatcher.toml:2: --moe-token-dispatcher-type must be one of allgather, alltoall, got all2all" \
+                                                        --config "$tmp/dispatcher.toml"
+bad "etp >= 1"                "--expert-tensor-parallel-size must be >= 1, got 0" --num-experts 8 --etp 0
+bad "experts by ep, plan"     "--num-experts (6) must be divisible by --expert-model-parallel-size (4)" \
+                                                        --plan --world-size 4 --num-experts 6 --ep 4
+bad "etp x ep by stage"       "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 2 = 2) must divide the ranks of a pipeline stage, launched world size / --pipeline-model-parallel-size (1 / 1 = 1)" \
+                                                        --num-experts 8 --ep 2
+bad "etp x ep by stage, plan" "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 2 = 2) must divide the ranks of a pipeline stage, --world-size / --pipeline-model-parallel-size (6 / 2 = 3)" \
+                                                        --plan --world-size 6 --pp 2 --num-experts 8 --ep 2
+bad "expert width by etp"     "--moe-ffn-hidden-size (33) must be divisible by --expert-tensor-parallel-size (2)" \
+                                                        --plan --world-size 2 --num-experts 8 --etp 2 --moe-ffn-hidden-size 33
+bad "etp not built, plan"     "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes with experts under tensor parallelism)" \
+                                                        --plan --world-size 2 --num-experts 8 --etp 2
 bad "kv channels"             "--kv-channels must be >= 1, got 0" --kv-channels 0
 bad "kv channels llama even"  "--arch llama needs an even head dim for RoPE, got --kv-channels 15" \
                                                         --arch llama --kv-channels 15
@@ -223,6 +242,8 @@ bad "typed warm-up"           "--lr-warmup-iters (20) must be <=" \
 if command -v mpirun >/dev/null 2>&1; then
   expect_error "launched world by tp" "launched world size (3) must be divisible by --tp (2)" \
     -- mpirun -np 3 "$trainer" --tp 2
+  expect_error "etp not built, train" "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet" \
+    -- mpirun -np 2 "$trainer" --num-experts 8 --etp 2
 fi
 
 # A preset a lab shortens still runs: its warm-up (20) is clamped to the 3 steps, one line.

@@ -273,9 +273,10 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
       {{"--cp", "2"}, 2,
        "--context-parallel-size 2: context parallelism is not built yet (sizes must be 1); "
        "data, tensor, sequence and pipeline parallelism train and plan"},
+      {{"--ep", "0"}, 1, "--expert-model-parallel-size must be >= 1, got 0"},
+      {{"--ep", "2"}, 2, "--expert-model-parallel-size needs --num-experts"},
       {{"--plan", "--world-size", "4", "--ep", "2"}, 1,
-       "--expert-model-parallel-size 2: expert parallelism is not built yet (sizes must be 1); "
-       "data, tensor, sequence and pipeline parallelism train and plan"},
+       "--expert-model-parallel-size needs --num-experts"},
       {{"--mbs", "4", "--gbs", "10"}, 1,
        "--global-batch-size (10) must be divisible by --micro-batch-size (4) x data-parallel "
        "size (1) = 4"},

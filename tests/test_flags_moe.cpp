@@ -1,6 +1,7 @@
 // tests/test_flags_moe.cpp: the mixture-of-experts flags (--num-experts, --moe-*), the head
-// flags beside them (--kv-channels, --qk-layernorm, --rotary-base), --moe-layer-freq's forms,
-// the MoE keys of a --config file and the MoE presets, and every check's one-line message.
+// flags beside them (--kv-channels, --qk-layernorm, --rotary-base), the expert-parallel flags
+// (--ep, --etp, --moe-token-dispatcher-type), --moe-layer-freq's forms, the MoE keys of a
+// --config file and the MoE presets, and every check's one-line message.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -216,9 +217,62 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
        "--qk-layernorm with --tensor-model-parallel-size 2: not built yet"},
       {{"--plan", "--world-size", "2", "--qk-layernorm", "--tp", "2"}, 1,
        "--qk-layernorm with --tensor-model-parallel-size 2: not built yet"},
-      {{"--plan", "--world-size", "2", "--num-experts", "8", "--ep", "2"}, 1,
-       "--expert-model-parallel-size 2: expert parallelism is not built yet (sizes must be 1); "
-       "data, tensor, sequence and pipeline parallelism train and plan"},
+      {{"--num-experts", "8", "--tp", "2", "--etp", "1"}, 2,
+       "--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with "
+       "tensor parallelism come with expert parallelism, the next issue)"},
+      {{"--num-experts", "8", "--etp", "2"}, 2,
+       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes "
+       "with experts under tensor parallelism)"},
+      {{"--plan", "--world-size", "4", "--num-experts", "8", "--ep", "2", "--etp", "2"}, 1,
+       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes "
+       "with experts under tensor parallelism)"},
+      // Expert parallelism: the flags of a dense model, the sizes, the layout.
+      {{"--ep", "2"}, 2, "--expert-model-parallel-size needs --num-experts"},
+      {{"--plan", "--world-size", "2", "--ep", "2"}, 1,
+       "--expert-model-parallel-size needs --num-experts"},
+      {{"--etp", "2"}, 2, "--expert-tensor-parallel-size needs --num-experts"},
+      {{"--plan", "--world-size", "2", "--tp", "2", "--etp", "2"}, 1,
+       "--expert-tensor-parallel-size needs --num-experts"},
+      {{"--moe-token-dispatcher-type", "alltoall"}, 1,
+       "--moe-token-dispatcher-type needs --num-experts"},
+      {{"--plan", "--world-size", "2", "--moe-token-dispatcher-type", "allgather"}, 1,
+       "--moe-token-dispatcher-type needs --num-experts"},
+      {{"--num-experts", "8", "--moe-token-dispatcher-type", "all2all"}, 1,
+       "--moe-token-dispatcher-type must be one of allgather, alltoall, got all2all"},
+      {{"--num-experts", "8", "--moe-token-dispatcher-type", "alltoall",
+        "--moe-token-dispatcher-type", "flex"}, 1,
+       "--moe-token-dispatcher-type must be one of allgather, alltoall, got flex"},
+      {{"--num-experts", "8", "--etp", "0"}, 1, "--expert-tensor-parallel-size must be >= 1, got 0"},
+      {{"--plan", "--num-experts", "8", "--etp", "-1"}, 1,
+       "--expert-tensor-parallel-size must be >= 1, got -1"},
+      {{"--num-experts", "8", "--ep", "0"}, 1, "--expert-model-parallel-size must be >= 1, got 0"},
+      {{"--num-experts", "6", "--ep", "4"}, 4,
+       "--num-experts (6) must be divisible by --expert-model-parallel-size (4)"},
+      {{"--plan", "--world-size", "4", "--num-experts", "6", "--ep", "4"}, 1,
+       "--num-experts (6) must be divisible by --expert-model-parallel-size (4)"},
+      {{"--num-experts", "8", "--ep", "2"}, 1,
+       "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 2 = 2) must divide the "
+       "ranks of a pipeline stage, launched world size / --pipeline-model-parallel-size "
+       "(1 / 1 = 1)"},
+      {{"--num-experts", "8", "--ep", "2", "--pp", "2"}, 2,
+       "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 2 = 2) must divide the "
+       "ranks of a pipeline stage, launched world size / --pipeline-model-parallel-size "
+       "(2 / 2 = 1)"},
+      {{"--plan", "--world-size", "6", "--num-experts", "8", "--ep", "4"}, 1,
+       "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 4 = 4) must divide the "
+       "ranks of a pipeline stage, --world-size / --pipeline-model-parallel-size (6 / 1 = 6)"},
+      {{"--plan", "--world-size", "2", "--num-experts", "8", "--ep", "2", "--etp", "2"}, 1,
+       "--expert-tensor-parallel-size x --expert-model-parallel-size (2 x 2 = 4) must divide the "
+       "ranks of a pipeline stage, --world-size / --pipeline-model-parallel-size (2 / 1 = 2)"},
+      {{"--plan", "--pp", "2", "--num-experts", "8", "--ep", "2"}, 2,
+       "--expert-tensor-parallel-size x --expert-model-parallel-size (1 x 2 = 2) must divide the "
+       "ranks of a pipeline stage, launched world size / --pipeline-model-parallel-size "
+       "(2 / 2 = 1); to plan for more ranks than were launched, add --world-size N (a multiple "
+       "of 4)"},
+      {{"--num-experts", "8", "--etp", "2", "--moe-ffn-hidden-size", "33"}, 2,
+       "--moe-ffn-hidden-size (33) must be divisible by --expert-tensor-parallel-size (2)"},
+      {{"--plan", "--world-size", "4", "--num-experts", "8", "--etp", "4", "--ffn", "102"}, 1,
+       "--moe-ffn-hidden-size (102) must be divisible by --expert-tensor-parallel-size (4)"},
       // The head flags.
       {{"--kv-channels", "0"}, 1, "--kv-channels must be >= 1, got 0"},
       {{"--arch", "llama", "--kv-channels", "15"}, 1,
@@ -233,6 +287,89 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
     EXPECT_EQ(got, c.message) << "args: " << joined << "world " << c.world;
     EXPECT_EQ(got.find('\n'), std::string::npos) << joined;
   }
+}
+
+TEST(FlagsMoe, ExpertParallelFlags) {
+  // The defaults: no expert parallelism, etp = tp (Megatron's), allgather.
+  Options o = parse({});
+  EXPECT_EQ(o.parallel.expert_parallel, 1);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 1);
+  EXPECT_EQ(o.parallel.token_dispatcher, TokenDispatcher::ALLGATHER);
+  o = parse({"--num-experts", "8", "--ep", "2", "--plan", "--world-size", "4"});
+  const ParallelConfig& p = o.parallel;
+  EXPECT_EQ(p.world_size, 4);
+  EXPECT_EQ(p.expert_parallel, 2);
+  EXPECT_EQ(p.expert_tensor_parallel, 1);
+  EXPECT_EQ(p.expert_tensor_parallel, p.tensor_parallel);
+  EXPECT_EQ(p.expert_data_parallel(), 2);
+  EXPECT_EQ(p.data_parallel(), 4);
+  EXPECT_EQ(p.token_dispatcher, TokenDispatcher::ALLGATHER);
+  EXPECT_EQ(parse({"--num-experts", "8", "--ep", "2", "--plan", "--world-size", "4",
+                   "--moe-token-dispatcher-type", "alltoall"})
+                .parallel.token_dispatcher,
+            TokenDispatcher::ALLTOALL);
+  EXPECT_EQ(parse({"--num-experts", "8", "--moe-token-dispatcher-type", "allgather"})
+                .parallel.token_dispatcher,
+            TokenDispatcher::ALLGATHER);
+  // A run's world is the launched ranks; the pipeline stages split it before the experts.
+  o = parse({"--num-experts", "8", "--ep", "2", "--etp", "1"}, 2);
+  EXPECT_EQ(o.parallel.expert_parallel, 2);
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 1);
+  o = parse({"--num-experts", "8", "--ep", "4", "--pp", "2", "--plan", "--world-size", "16"});
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 2);  // 16 / (1 x 4 x 2)
+  EXPECT_EQ(parse({"--plan", "--world-size", "6", "--num-experts", "8", "--ep", "2"})
+                .parallel.expert_data_parallel(),
+            3);
+  // A dense model: etp follows --tp and asks for nothing; sizes of 1 ask for nothing either.
+  o = parse({"--tp", "2"}, 2);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 2);
+  EXPECT_EQ(error_of({"--tp", "2", "--etp", "1", "--ep", "1"}, 2), "");
+  EXPECT_EQ(parse({"--tp", "2", "--etp", "1"}, 2).parallel.expert_tensor_parallel, 1);
+
+  // From a --config file, the command line over it.
+  TempFile cfg(
+      "num-experts = 8\n"
+      "expert-model-parallel-size = 2\n"
+      "expert-tensor-parallel-size = 1\n"
+      "moe-token-dispatcher-type = \"alltoall\"\n");
+  o = parse({"--config", cfg.path(), "--plan", "--world-size", "4"});
+  EXPECT_EQ(o.parallel.expert_parallel, 2);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 1);
+  EXPECT_EQ(o.parallel.token_dispatcher, TokenDispatcher::ALLTOALL);
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 2);
+  o = parse({"--config", cfg.path(), "--plan", "--world-size", "8", "--ep", "4",
+             "--moe-token-dispatcher-type", "allgather"});
+  EXPECT_EQ(o.parallel.expert_parallel, 4);
+  EXPECT_EQ(o.parallel.token_dispatcher, TokenDispatcher::ALLGATHER);
+  TempFile choice("num-experts = 8\nmoe-token-dispatcher-type = \"all2all\"\n");
+  EXPECT_EQ(error_of({"--config", choice.path()}),
+            "--config " + choice.path() +
+                ":2: --moe-token-dispatcher-type must be one of allgather, alltoall, got all2all");
+  TempFile typed("expert-tensor-parallel-size = \"2\"\n");
+  EXPECT_EQ(error_of({"--config", typed.path()}),
+            "--config " + typed.path() +
+                ":1: expert-tensor-parallel-size must be an integer, got \"2\"");
+  TempFile dense("moe-token-dispatcher-type = \"alltoall\"\n");
+  EXPECT_EQ(error_of({"--config", dense.path()}), "--moe-token-dispatcher-type needs --num-experts");
+
+  // The manual lists the flags; --verbose shows etp as resolved from --tp.
+  std::string text;
+  try {
+    parse({"--help"});
+  } catch (const HelpRequested& h) {
+    text = h.text;
+  }
+  EXPECT_NE(text.find("--expert-tensor-parallel-size,--etp"), std::string::npos);
+  EXPECT_NE(text.find("--moe-token-dispatcher-type"), std::string::npos);
+  const size_t ep_row = text.find("--expert-model-parallel-size,--ep");
+  ASSERT_NE(ep_row, std::string::npos);
+  const std::string ep_help = text.substr(ep_row, text.find("--etp", ep_row) - ep_row);
+  EXPECT_EQ(ep_help.find("not built"), std::string::npos) << ep_help;
+  const std::string verbose = parse({"-v", "--tp", "2"}, 2).resolved_options;
+  const size_t at = verbose.find("  --expert-tensor-parallel-size ");
+  ASSERT_NE(at, std::string::npos) << verbose;
+  EXPECT_NE(verbose.substr(at, verbose.find('\n', at) - at).find(" 2 "), std::string::npos)
+      << verbose;
 }
 
 TEST(FlagsMoe, KvChannelsFreesTheHeadDim) {

@@ -1,9 +1,9 @@
 // tests/test_plan_helpers.h: the configurations the plan tests build (test_plan*.cpp): a GPT
-// or Llama of given sizes, a world of n data-parallel ranks at a ZeRO stage, a batch, and
+// or Llama of given sizes, a tiny MoE, a world of n data-parallel ranks at a ZeRO stage, a batch, and
 // the lookup of one predicted (group, operation) row.
 //
-// defines: plan_test::gpt, plan_test::llama, plan_test::world, plan_test::batch,
-//          plan_test::find_comm
+// defines: plan_test::gpt, plan_test::llama, plan_test::tiny_moe, plan_test::world,
+//          plan_test::batch, plan_test::find_comm
 #pragma once
 #include <vector>
 #include "plan/plan.h"  // defines: Plan, CommPlanEntry
@@ -28,6 +28,17 @@ inline ModelConfig llama(int L, int h, int a, int g, int f, int s, int V) {
   m.arch = Arch::LLAMA;
   m.num_query_groups = g;
   m.ffn_hidden_size = f;
+  return m;
+}
+
+// A 2-layer llama, h 8, 2 heads of d 4 (no GQA), f 12, s 4, V 16; layer 0 dense, layer 1 MoE:
+// E 4 experts of width 6 (SwiGLU fc1 2 x 6), top-2.
+inline ModelConfig tiny_moe() {
+  ModelConfig m = llama(2, 8, 2, 2, 12, 4, 16);
+  m.moe.num_experts = 4;
+  m.moe.topk = 2;
+  m.moe.ffn_hidden_size = 6;
+  m.moe.layer_pattern = {0, 1};
   return m;
 }
 

@@ -29,11 +29,7 @@ using plan_test::llama;
 // A 2-layer llama, h 8, 2 heads of d 4 (no GQA), V 16; layer 0 dense (f 12), layer 1 MoE:
 // E 4 experts of width 6, top-2, a shared expert of width 4 with its gate.
 ModelConfig tiny_moe() {
-  ModelConfig m = llama(2, 8, 2, 2, 12, 4, 16);
-  m.moe.num_experts = 4;
-  m.moe.topk = 2;
-  m.moe.ffn_hidden_size = 6;
-  m.moe.layer_pattern = {0, 1};
+  ModelConfig m = plan_test::tiny_moe();
   m.moe.shared_expert_size = 4;
   m.moe.shared_expert_gate = true;
   return m;

@@ -5,7 +5,7 @@
 # gradients of one rank training the same global batch in the same microbatches, to 1e-5
 # relative over 5 steps; and every rank's ledger, communication and FLOPs equal the plan
 # (compare_runs.py; dropless, the plan is evaluated at the routing the run measured).
-# Experts stay whole on every rank (expert parallelism is the next issue's).
+# Experts stay whole on every rank here (expert parallelism: tests/mpi/expert_parallel.sh).
 #
 # The reference must use the same microbatches: the auxiliary loss and the capacity are
 # per microbatch (its T tokens), so one microbatch of 8 is not eight of 1 -- unlike the LM
@@ -13,18 +13,7 @@
 #
 # usage: tests/mpi/moe.sh ./trainer [filter]   (filter: substring of a case name)
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, check, finish
-
-# 4 layers: pp 2 x vpp 2. llama experts are SwiGLU, gpt's GeLU; aux and z losses on.
-moe="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3"
-llama="--arch llama --num-layers 4 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 48 --seq-length 16 --vocab-size 64 $moe"
-gpt="--arch gpt --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 $moe"
-common="--adam-eps 1e-4 --train-iters 5 --global-batch-size 8 --micro-batch-size 1 --lr 1e-2 --min-lr 1e-3 --lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1"
-
-ref() {  # name, flags...: one rank, 8 microbatches of 1
-  local name=$1; shift
-  [ -f "$work/$name.bin" ] || run "$name" 1 "$@" $common ||
-    { echo "reference run failed"; cat "$work/$name.log"; exit 1; }
-}
+source "$(dirname "$0")/moe_models.sh"  # moe, llama, gpt, common, ref
 
 # data parallelism, every ZeRO stage, grouped and per-expert GEMMs
 ref llama-ref $llama --moe-grouped-gemm

@@ -320,20 +320,22 @@ void check_group(Topology& topo, CommGroup g, Device d) {
 }
 
 struct Case {
-  int tp, cp, pp, ep;
+  int tp, cp, pp, ep, etp;  // etp 0: = tp
 };
 
-// The grids that fit `world` ranks, chosen so every group kind has size > 1 somewhere.
+// The grids that fit `world` ranks, chosen so every group kind has size > 1 somewhere
+// (etp apart from tp too): the dense grid needs world % (tp*cp*pp) == 0, the expert grid
+// (world / pp) % (etp*ep) == 0.
 std::vector<GridSpec> grids_for(int world) {
-  const Case cases[] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 2}, {1, 1, 2, 1},
-                        {2, 1, 2, 1}, {2, 2, 1, 2}, {1, 1, 2, 4}, {2, 1, 4, 1},
-                        {1, 2, 2, 2}};
+  const Case cases[] = {{1, 1, 1, 1, 0}, {2, 1, 1, 1, 0}, {1, 2, 1, 2, 0}, {1, 1, 2, 1, 0},
+                        {2, 1, 2, 1, 0}, {2, 2, 1, 2, 0}, {1, 1, 2, 4, 0}, {2, 1, 4, 1, 0},
+                        {1, 2, 2, 2, 0}, {2, 1, 1, 4, 1}, {1, 1, 1, 2, 2}, {2, 2, 1, 4, 1}};
   std::vector<GridSpec> out;
   for (const Case& k : cases) {
-    const int model = k.tp * k.cp * k.pp;
-    if (world % model || ((world / model) * k.cp) % k.ep) continue;
+    const int etp = k.etp ? k.etp : k.tp;
+    if (world % (k.tp * k.cp * k.pp) || (world / k.pp) % (etp * k.ep)) continue;
     GridSpec s;
-    s.world = world; s.tp = k.tp; s.cp = k.cp; s.pp = k.pp; s.ep = k.ep;
+    s.world = world; s.tp = k.tp; s.cp = k.cp; s.pp = k.pp; s.ep = k.ep; s.etp = k.etp;
     out.push_back(s);
   }
   return out;
@@ -342,7 +344,8 @@ std::vector<GridSpec> grids_for(int world) {
 void check_all(CommBackend backend, Device d) {
   for (const GridSpec& s : grids_for(world().size)) {
     SCOPED_TRACE(testing::Message() << backend_name(backend) << " tp " << s.tp << " cp "
-                                    << s.cp << " pp " << s.pp << " ep " << s.ep);
+                                    << s.cp << " pp " << s.pp << " ep " << s.ep
+                                    << " etp " << s.etp);
     Topology topo(s, backend, d);
     for (int g = 0; g < kNumCommGroups; ++g) check_group(topo, CommGroup(g), d);
     // pipeline neighbours: the activation of the previous stage arrives from pp_prev()

@@ -1,0 +1,398 @@
+// parallel/expert_parallel.cpp: expert parallelism (GShard, Lepikhin et al. 2020; Megatron-
+// Core's moe/token_dispatcher.py, whose two dispatchers these follow).
+//
+// The idea. An MoE layer's E experts are most of its parameters, and each token uses only k
+// of them. Expert parallelism gives each of ep ranks E/ep whole experts (rank r: global
+// experts [r E/ep, (r+1) E/ep)) and moves the tokens instead of the weights: every rank
+// routes its own N tokens, sends each (token, expert) pair's row to the rank holding that
+// expert, the experts run on what arrived, and the results travel back to the tokens' ranks,
+// where each token sums its k rows. The ep ranks are data-parallel ranks of the dense layers
+// (each has its own tokens), so the expert weights are not replicated over dp any more: the
+// rest of the world (expert-data-parallel, edp = world / (etp ep pp)) holds copies.
+//
+// The expert grid (parallel/topology.h). A second decomposition of the same ranks,
+// world = etp x ep x edp x pp with etp fastest, beside the dense tp x cp x dp x pp; the
+// pipeline groups are the same in both, and cp ranks become ep or edp ranks (experts do not
+// split the sequence). etp splits each expert's width like tensor parallelism (etp < tp is
+// Megatron's "MoE parallel folding"); paralab builds etp = 1 so far.
+//
+// Per MoE layer and microbatch, N tokens of h, k experts each, es bytes per element
+// (4, or 2 with --bf16), M rows this rank sends (its permuted rows: N k dropless, E min(C, N)
+// padded to capacity C), R rows its experts receive (sum over ranks of their rows for them):
+//
+//   alltoall (--moe-token-dispatcher-type alltoall)
+//     forward   all-gather  etp_ep  the per-expert row counts, E int32      payload ep E 4
+//               all-to-all-v ep     the rows, dispatch                      M h es
+//               all-to-all-v ep     their gates (Megatron's probabilities)  M 4
+//               (regroup the received rows by local expert, the experts, back to the
+//               received order)
+//               all-to-all-v ep     the output rows, combine                R h es
+//     backward  all-to-all-v ep     the output rows' gradient               M h es
+//               all-to-all-v ep     the input rows' gradient, back          R h es
+//               all-to-all-v ep     the gates' gradient, back               R 4
+//     An all-to-all's backward is the all-to-all with the send and receive counts swapped,
+//     so backward mirrors forward. Bytes follow the routing: a rank whose experts are
+//     popular receives (and sends back) more; the report prints min / mean / max of R.
+//
+//   allgather (the default, Megatron's)
+//     forward   all-gather  etp_ep  the hidden states u                     ep N h es
+//               all-gather  etp_ep  the gates                               ep N k 4
+//               all-gather  etp_ep  the routing map: per rank its rows per  ep (E + N k) 4
+//                                   expert and each pair's row (int32)
+//               (each rank picks its experts' rows out of the gathered tokens)
+//               reduce-scatter etp_ep  the output, each rank's partial sums  ep N h es
+//     backward  all-gather  etp_ep  the output gradient                     ep N h es
+//               reduce-scatter etp_ep  the input gradient                   ep N h es
+//               reduce-scatter etp_ep  the gates' gradient                  ep N k 4
+//     Every size is fixed by the configuration, whatever the routing; each rank moves
+//     ep N h where the all-to-all moves M h ~ N k h: cheaper for small ep and k, and no
+//     counts to wait for. Megatron gathers (N, E) probabilities and a boolean map; paralab
+//     gathers the same information as the k gates and the pair-to-row map.
+//
+// Both dispatchers hand the local experts the same rows in the same order, local expert by
+// local expert and within one expert source rank by source rank, each source's rows in its
+// own order (kept pairs in token order, then padding): the experts compute the same values
+// either way, and with one rank the order is the single-rank permutation.
+//
+// Capacity (--moe-expert-capacity-factor) drops per source rank, before dispatch, on the
+// rank's own N tokens (Megatron's router does the same): runs with the same data-parallel
+// layout drop the same pairs.
+//
+// Gradients (parallel/data_parallel.h holds two sets: the dense parameters over dp x cp, the
+// experts over edp). An expert's gradient sums every token routed to it from every ep rank,
+// each scaled like the dense loss by 1 / (k dp) (Megatron scales expert gradients by the
+// dense data-parallel size too): summed over edp it is the gradient of the global batch's
+// mean loss. ZeRO shards the expert states over edp and the dense ones over dp x cp; no
+// bucket mixes the two. The gradient norm counts each expert element once: on its owners,
+// summed over ep.
+//
+// Buffers (category workspace unless said; the plan's moe_memory lists the same):
+//   alltoall forward  counts ep E x4; send M h es + M x4, receive R h es + R x4 together;
+//                     then the local rows and gates (activations, R h es + R x4) and the
+//                     maps regroup, ungroup (activations, R x4 each) while the receive
+//                     buffers live. combine: ungrouped R h es, then returned M h es.
+//            backward combine's: permuted M h es, received R h es; dispatch's: ungrouped
+//                     R h es + R x4, returned M h es + M x4.
+//   allgather forward gathered ep N h es + ep N k x4 + ep (E + N k) x4, then the maps
+//                     source_pair R x4 and local_slots ep N k x4 (activations); combine: the
+//                     full output ep N h es. backward: gathered ep N h es; the full input
+//                     gradient ep N h es, then the full gate gradient ep N k x4.
+#include "parallel/expert_parallel.h"
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include "kernels/ops.h"
+
+namespace paralab {
+
+const char* dispatcher_name(TokenDispatcher d) {
+  return d == TokenDispatcher::ALLTOALL ? "alltoall" : "allgather";
+}
+
+namespace {
+
+using kernels::Device;
+constexpr Category kWorkspace = Category::WORKSPACE;
+constexpr Category kActivations = Category::ACTIVATIONS;
+
+template <typename T>
+DType dtype_of() {
+  return std::is_same<T, float>::value ? DType::F32 : DType::BF16;
+}
+
+void upload(Device dev, Buffer<int>& b, const std::vector<int>& host, Category c) {
+  b.allocate(dev, host.size(), c);
+  if (!host.empty()) kernels::memcpy_from_host(dev, b.data(), host.data(), host.size() * 4);
+}
+
+std::vector<int> download(Device dev, const Buffer<int>& b) {
+  std::vector<int> host(b.size());
+  if (!host.empty()) kernels::memcpy_to_host(dev, host.data(), b.data(), b.bytes());
+  return host;
+}
+
+std::vector<size_t> times(const std::vector<size_t>& rows, size_t width) {
+  std::vector<size_t> out(rows);
+  for (size_t& x : out) x *= width;
+  return out;
+}
+
+// alltoall: from every rank's rows per expert (ep x E, rank-major), what this rank sends and
+// receives and how the received rows regroup by local expert.
+void plan_alltoall(const ExpertParallel& ep, const std::vector<int>& counts, int E,
+                   ExpertExchange& x, std::vector<int>& regroup) {
+  const int P = ep.size(), L = ep.local_experts(E), first = ep.first_expert(E), me = ep.rank();
+  x.send_rows.assign(P, 0);
+  x.recv_rows.assign(P, 0);
+  for (int j = 0; j < P; ++j)
+    for (int e = 0; e < L; ++e) {
+      x.send_rows[j] += counts[(size_t)me * E + j * L + e];  // my rows for rank j's experts
+      x.recv_rows[j] += counts[(size_t)j * E + first + e];   // rank j's rows for mine
+    }
+  std::vector<size_t> recv_offset(P + 1, 0);
+  for (int j = 0; j < P; ++j) recv_offset[j + 1] = recv_offset[j] + x.recv_rows[j];
+  x.R = (int)recv_offset[P];
+  x.local_rows.assign(L, 0);
+  x.local_offset.assign(L + 1, 0);
+  regroup.assign(x.R, -1);
+  // the received block of rank j holds its rows for local experts 0..L-1 in that order:
+  // its expert-e rows start after its rows of the local experts before e
+
+  std::vector<std::vector<size_t>> start(P, std::vector<size_t>(L, 0));
+  for (int j = 0; j < P; ++j) {
+    size_t pos = recv_offset[j];
+    for (int e = 0; e < L; ++e) {
+      start[j][e] = pos;
+      pos += counts[(size_t)j * E + first + e];
+    }
+  }
+  int r = 0;
+  for (int e = 0; e < L; ++e) {
+    for (int j = 0; j < P; ++j) {
+      const int n = counts[(size_t)j * E + first + e];
+      for (int i = 0; i < n; ++i) regroup[r++] = (int)(start[j][e] + i);
+      x.local_rows[e] += n;
+    }
+    x.local_offset[e + 1] = r;
+  }
+}
+
+// allgather: from every rank's [rows per expert (E) | row of each pair (N k)], where each of
+// this rank's local rows comes from among the ep N k gathered pairs, and the inverse.
+void plan_allgather(const ExpertParallel& ep, const std::vector<int>& gathered, int E, int N,
+                    int k, ExpertExchange& x, std::vector<int>& source_pair,
+                    std::vector<int>& local_slots) {
+  const int P = ep.size(), L = ep.local_experts(E), first = ep.first_expert(E);
+  const size_t per_rank = (size_t)E + (size_t)N * k, pairs = (size_t)N * k;
+  // each source's permutation: its row of each expert's first row, and the pair of each row
+  std::vector<std::vector<int>> offset(P), row_pair(P);
+  for (int j = 0; j < P; ++j) {
+    const int* rows = gathered.data() + j * per_rank;
+    const int* slots = rows + E;
+    offset[j].assign(E + 1, 0);
+    for (int e = 0; e < E; ++e) offset[j][e + 1] = offset[j][e] + rows[e];
+    row_pair[j].assign(offset[j][E], -1);
+    for (size_t p = 0; p < pairs; ++p)
+      if (slots[p] >= 0) row_pair[j][slots[p]] = (int)p;
+  }
+  x.local_rows.assign(L, 0);
+  x.local_offset.assign(L + 1, 0);
+  source_pair.clear();
+  local_slots.assign((size_t)P * pairs, -1);
+  for (int e = 0; e < L; ++e) {
+    for (int j = 0; j < P; ++j)
+      for (int row = offset[j][first + e]; row < offset[j][first + e + 1]; ++row) {
+        const int p = row_pair[j][row];
+        const int global = p < 0 ? -1 : (int)(j * pairs + p);
+        if (global >= 0) local_slots[global] = (int)source_pair.size();
+        source_pair.push_back(global);
+        x.local_rows[e]++;
+      }
+    x.local_offset[e + 1] = (int)source_pair.size();
+  }
+  x.R = (int)source_pair.size();
+}
+
+}  // namespace
+
+template <typename T>
+void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool fused,
+                     const T* u, const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
+                     Buffer<float>& expert_gates) {
+  const Device dev = ep.device;
+  const int N = routing.N, k = routing.k, E = routing.E;
+  x.N = N;
+  x.k = k;
+  x.h = routing.h;
+  x.M = routing.M();
+  x.fused = fused;
+  upload(dev, x.row_pair, *routing.row_pair, kActivations);
+  upload(dev, x.slots, *routing.slots, kActivations);
+  const int h = x.h;
+  if (ep.size() == 1) {  // every expert here: the permutation is the dispatch
+    x.R = x.M;
+    x.local_rows = *routing.rows;
+    x.local_offset = *routing.offset;
+    expert_in.allocate(dev, (size_t)x.R * h, kActivations);
+    expert_gates.allocate(dev, x.R, kActivations);
+    kernels::moe_permute(dev, expert_in.data(), expert_gates.data(), u, gates, x.row_pair.data(),
+                         x.M, h, k, fused);
+    return;
+  }
+  const int P = ep.size();
+  if (E % P != 0) throw std::logic_error("expert parallelism: E % ep != 0");
+  if (ep.dispatcher == TokenDispatcher::ALLTOALL) {
+    std::vector<int> counts;
+    {
+      Buffer<int> all(dev, (size_t)P * E, kWorkspace);
+      kernels::memcpy_from_host(dev, all.data() + (size_t)ep.rank() * E, routing.rows->data(),
+                                (size_t)E * 4);
+      ep.etp_ep->all_gather(all.data() + (size_t)ep.rank() * E, all.data(), E, DType::I32);
+      counts = download(dev, all);
+    }
+    std::vector<int> regroup, ungroup;
+    plan_alltoall(ep, counts, E, x, regroup);
+    ungroup.assign(x.R, -1);
+    for (int r = 0; r < x.R; ++r) ungroup[regroup[r]] = r;
+    Buffer<T> received(dev, (size_t)x.R * h, kWorkspace);
+    Buffer<float> received_gates(dev, x.R, kWorkspace);
+    {
+      Buffer<T> send(dev, (size_t)x.M * h, kWorkspace);
+      Buffer<float> send_gates(dev, x.M, kWorkspace);
+      kernels::moe_permute(dev, send.data(), send_gates.data(), u, gates, x.row_pair.data(), x.M,
+                           h, k, fused);
+      CommHandle rows = ep.ep->all_to_all_v_async(send.data(), times(x.send_rows, h),
+                                                  received.data(), times(x.recv_rows, h),
+                                                  dtype_of<T>());
+      ep.ep->all_to_all_v(send_gates.data(), x.send_rows, received_gates.data(), x.recv_rows,
+                          DType::F32);
+      rows.wait();
+    }
+    upload(dev, x.regroup, regroup, kActivations);
+    upload(dev, x.ungroup, ungroup, kActivations);
+    expert_in.allocate(dev, (size_t)x.R * h, kActivations);
+    expert_gates.allocate(dev, x.R, kActivations);
+    kernels::moe_permute(dev, expert_in.data(), expert_gates.data(), received.data(),
+                         received_gates.data(), x.regroup.data(), x.R, h, 1, fused);
+    return;
+  }
+  // allgather
+  const size_t per_rank = (size_t)E + (size_t)N * k;
+  Buffer<T> all_u(dev, (size_t)P * N * h, kWorkspace);
+  Buffer<float> all_gates(dev, (size_t)P * N * k, kWorkspace);
+  Buffer<int> all_routing(dev, P * per_rank, kWorkspace);
+  std::vector<int> mine(routing.rows->begin(), routing.rows->end());
+  mine.insert(mine.end(), routing.slots->begin(), routing.slots->end());
+  kernels::memcpy_from_host(dev, all_routing.data() + ep.rank() * per_rank, mine.data(),
+                            per_rank * 4);
+  CommHandle hidden =
+      ep.etp_ep->all_gather_async(u, all_u.data(), (size_t)N * h, dtype_of<T>());
+  CommHandle probs = ep.etp_ep->all_gather_async(gates, all_gates.data(), (size_t)N * k);
+  ep.etp_ep->all_gather(all_routing.data() + ep.rank() * per_rank, all_routing.data(), per_rank,
+                        DType::I32);
+  std::vector<int> source_pair, local_slots;
+  plan_allgather(ep, download(dev, all_routing), E, N, k, x, source_pair, local_slots);
+  upload(dev, x.source_pair, source_pair, kActivations);
+  upload(dev, x.local_slots, local_slots, kActivations);
+  hidden.wait();
+  probs.wait();
+  expert_in.allocate(dev, (size_t)x.R * h, kActivations);
+  expert_gates.allocate(dev, x.R, kActivations);
+  kernels::moe_permute(dev, expert_in.data(), expert_gates.data(), all_u.data(), all_gates.data(),
+                       x.source_pair.data(), x.R, h, k, fused);
+}
+
+template <typename T>
+void combine_tokens(const ExpertParallel& ep, const ExpertExchange& x, const T* y, T* out) {
+  const Device dev = ep.device;
+  const int h = x.h;
+  if (ep.size() == 1) {
+    kernels::moe_unpermute(dev, out, y, x.slots.data(), x.N, h, x.k, x.fused);
+    return;
+  }
+  if (ep.dispatcher == TokenDispatcher::ALLTOALL) {
+    Buffer<T> returned(dev, (size_t)x.M * h, kWorkspace);
+    {
+      Buffer<T> ungrouped(dev, (size_t)x.R * h, kWorkspace);
+      kernels::moe_permute(dev, ungrouped.data(), nullptr, y, nullptr, x.ungroup.data(), x.R, h,
+                           1, x.fused);
+      ep.ep->all_to_all_v(ungrouped.data(), times(x.recv_rows, h), returned.data(),
+                          times(x.send_rows, h), dtype_of<T>());
+    }
+    kernels::moe_unpermute(dev, out, returned.data(), x.slots.data(), x.N, h, x.k, x.fused);
+    return;
+  }
+  // allgather: this rank's partial sums for every gathered token, summed over the group
+  const int P = ep.size();
+  Buffer<T> full(dev, (size_t)P * x.N * h, kWorkspace);
+  kernels::moe_unpermute(dev, full.data(), y, x.local_slots.data(), P * x.N, h, x.k, x.fused);
+  ep.etp_ep->reduce_scatter(full.data(), out, (size_t)x.N * h, dtype_of<T>());
+}
+
+template <typename T>
+void combine_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x, const T* dout,
+                             T* dy) {
+  const Device dev = ep.device;
+  const int h = x.h;
+  if (ep.size() == 1) {  // unpermute's backward is permute (rows only: the gates are forward's)
+    kernels::moe_permute(dev, dy, nullptr, dout, nullptr, x.row_pair.data(), x.M, h, x.k,
+                         x.fused);
+    return;
+  }
+  if (ep.dispatcher == TokenDispatcher::ALLTOALL) {
+    Buffer<T> received(dev, (size_t)x.R * h, kWorkspace);
+    {
+      Buffer<T> permuted(dev, (size_t)x.M * h, kWorkspace);
+      kernels::moe_permute(dev, permuted.data(), nullptr, dout, nullptr, x.row_pair.data(), x.M,
+                           h, x.k, x.fused);
+      ep.ep->all_to_all_v(permuted.data(), times(x.send_rows, h), received.data(),
+                          times(x.recv_rows, h), dtype_of<T>());
+    }
+    kernels::moe_permute(dev, dy, nullptr, received.data(), nullptr, x.regroup.data(), x.R, h, 1,
+                         x.fused);
+    return;
+  }
+  const int P = ep.size();
+  Buffer<T> gathered(dev, (size_t)P * x.N * h, kWorkspace);
+  ep.etp_ep->all_gather(dout, gathered.data(), (size_t)x.N * h, dtype_of<T>());
+  kernels::moe_permute(dev, dy, nullptr, gathered.data(), nullptr, x.source_pair.data(), x.R, h,
+                       x.k, x.fused);
+}
+
+template <typename T>
+void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
+                              const T* dexpert_in, const float* dexpert_gates, T* du,
+                              float* dgates) {
+  const Device dev = ep.device;
+  const int h = x.h, pairs = x.N * x.k;
+  if (ep.size() == 1) {  // permute's backward is unpermute, for the rows and the gates
+    kernels::moe_unpermute(dev, du, dexpert_in, x.slots.data(), x.N, h, x.k, x.fused);
+    kernels::moe_unpermute_gates(dev, dgates, dexpert_gates, x.slots.data(), pairs);
+    return;
+  }
+  if (ep.dispatcher == TokenDispatcher::ALLTOALL) {
+    Buffer<T> returned(dev, (size_t)x.M * h, kWorkspace);
+    Buffer<float> returned_gates(dev, x.M, kWorkspace);
+    {
+      Buffer<T> ungrouped(dev, (size_t)x.R * h, kWorkspace);
+      Buffer<float> ungrouped_gates(dev, x.R, kWorkspace);
+      kernels::moe_permute(dev, ungrouped.data(), ungrouped_gates.data(), dexpert_in,
+                           dexpert_gates, x.ungroup.data(), x.R, h, 1, x.fused);
+      CommHandle rows = ep.ep->all_to_all_v_async(ungrouped.data(), times(x.recv_rows, h),
+                                                  returned.data(), times(x.send_rows, h),
+                                                  dtype_of<T>());
+      ep.ep->all_to_all_v(ungrouped_gates.data(), x.recv_rows, returned_gates.data(),
+                          x.send_rows, DType::F32);
+      rows.wait();
+    }
+    kernels::moe_unpermute(dev, du, returned.data(), x.slots.data(), x.N, h, x.k, x.fused);
+    kernels::moe_unpermute_gates(dev, dgates, returned_gates.data(), x.slots.data(), pairs);
+    return;
+  }
+  const int P = ep.size();
+  {
+    Buffer<T> full(dev, (size_t)P * x.N * h, kWorkspace);
+    kernels::moe_unpermute(dev, full.data(), dexpert_in, x.local_slots.data(), P * x.N, h, x.k,
+                           x.fused);
+    ep.etp_ep->reduce_scatter(full.data(), du, (size_t)x.N * h, dtype_of<T>());
+  }
+  Buffer<float> full_gates(dev, (size_t)P * pairs, kWorkspace);
+  kernels::moe_unpermute_gates(dev, full_gates.data(), dexpert_gates, x.local_slots.data(),
+                               P * pairs);
+  ep.etp_ep->reduce_scatter(full_gates.data(), dgates, pairs);
+}
+
+#define PARALAB_EXPERT_PARALLEL(T)                                                          \
+  template void dispatch_tokens(const ExpertParallel&, const LocalRouting&, bool, const T*, \
+                                const float*, ExpertExchange&, Buffer<T>&, Buffer<float>&); \
+  template void combine_tokens(const ExpertParallel&, const ExpertExchange&, const T*, T*); \
+  template void combine_tokens_backward(const ExpertParallel&, const ExpertExchange&,       \
+                                        const T*, T*);                                      \
+  template void dispatch_tokens_backward(const ExpertParallel&, const ExpertExchange&,      \
+                                         const T*, const float*, T*, float*);
+PARALAB_EXPERT_PARALLEL(float)
+PARALAB_EXPERT_PARALLEL(kernels::bf16)
+#undef PARALAB_EXPERT_PARALLEL
+
+}  // namespace paralab

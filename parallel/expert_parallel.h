@@ -1,0 +1,102 @@
+// parallel/expert_parallel.h: expert parallelism, the experts of an MoE layer spread over ep
+// ranks, and the two token dispatchers that bring every token to its experts and back.
+// The lesson (the expert grid, each dispatcher's collectives and bytes, how the expert
+// gradients are reduced) is parallel/expert_parallel.cpp's header comment.
+//
+// How model/moe.cpp uses it, per MoE layer and microbatch, after its router and its local
+// dispatch plan (model/moe.h's Dispatch, handed over as a LocalRouting):
+//   forward   dispatch_tokens   u (N, h), gates (N k) -> the local experts' input rows
+//                               (R, h) and gates (R), local expert by local expert
+//             ... the local experts run on their rows (ExpertExchange::local_rows) ...
+//             combine_tokens    their output rows (R, h) -> out (N, h)
+//   backward  combine_tokens_backward   dout (N, h) -> the rows' output gradient (R, h)
+//             ... the experts' backward ...
+//             dispatch_tokens_backward  their input and gate gradients (R, h), (R) ->
+//                                       du (N, h), dgates (N k)
+// With one rank (no ep group) the same calls are the single-rank permute and unpermute, so
+// there is one path for every configuration.
+//
+// defines: TokenDispatcher, dispatcher_name, ExpertParallel, LocalRouting, ExpertExchange,
+//          dispatch_tokens, combine_tokens, combine_tokens_backward, dispatch_tokens_backward
+#pragma once
+#include <cstddef>
+#include <vector>
+#include "kernels/common.h"
+#include "measure/ledger.h"
+#include "parallel/comm.h"
+
+namespace paralab {
+
+// --moe-token-dispatcher-type (Megatron's names; allgather is Megatron's default).
+enum class TokenDispatcher { ALLGATHER, ALLTOALL };
+const char* dispatcher_name(TokenDispatcher d);  // "allgather", "alltoall"
+
+// The expert-parallel groups of this rank (parallel/topology.h's expert grid). Without ep
+// (size 1) every expert is local and nothing is communicated.
+struct ExpertParallel {
+  Communicator* ep = nullptr;      // the tokens' all-to-all (alltoall)
+  Communicator* etp_ep = nullptr;  // the counts' all-gather; the allgather dispatcher's
+                                   // gathers and reduce-scatters (= ep while etp is 1)
+  TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
+  kernels::Device device = kernels::Device::CPU;
+
+  int size() const { return ep ? ep->size() : 1; }
+  int rank() const { return ep ? ep->rank() : 0; }
+  // Of E experts, rank r holds [r E/ep, (r+1) E/ep): global ids in ep-rank order.
+  int local_experts(int E) const { return E / size(); }
+  int first_expert(int E) const { return rank() * local_experts(E); }
+};
+
+// One microbatch's routing on this rank (host arrays of model/moe.h's Dispatch, global
+// expert ids): rows[e] of the M permuted rows go to expert e (its kept pairs in token order,
+// then its padding rows), starting at offset[e]; row_pair[j] is row j's (token, slot) pair
+// p = t k + s (-1: padding); slots[p] is pair p's row (-1: dropped).
+struct LocalRouting {
+  int N = 0, k = 0, E = 0, h = 0;
+  const std::vector<int>* rows = nullptr;
+  const std::vector<int>* offset = nullptr;
+  const std::vector<int>* row_pair = nullptr;
+  const std::vector<int>* slots = nullptr;
+  int M() const { return offset->back(); }
+};
+
+// What one microbatch's exchange keeps from its forward for the combine and the backward
+// (device maps category activations; the plan counts them, plan/moe_memory.h).
+struct ExpertExchange {
+  int N = 0, k = 0, h = 0;
+  int M = 0;  // rows this rank's tokens sent (its permuted rows)
+  int R = 0;  // rows its local experts run (received from every ep rank)
+  bool fused = false;                         // --moe-permute-fusion
+  std::vector<int> local_rows, local_offset;  // (E/ep), (E/ep + 1): per local expert
+  std::vector<size_t> send_rows, recv_rows;   // alltoall: rows to / from each ep rank
+  Buffer<int> row_pair;     // (M) this rank's permutation (every dispatcher)
+  Buffer<int> slots;        // (N k)
+  Buffer<int> regroup;      // alltoall (R): local row r is received row regroup[r]
+  Buffer<int> ungroup;      // alltoall (R): its inverse, received order <- local order
+  Buffer<int> source_pair;  // allgather (R): each local row's pair among the ep N k
+                            // gathered pairs (-1: padding)
+  Buffer<int> local_slots;  // allgather (ep N k): each gathered pair's local row, -1 when
+                            // another rank's expert (or nobody) takes it
+};
+
+// Forward. expert_in (R, h) and expert_gates (R) are allocated here (category activations).
+template <typename T>
+void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool fused,
+                     const T* u, const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
+                     Buffer<float>& expert_gates);
+// y (R, h): the local experts' output rows (gated) -> out (N, h) "=", each token's k rows
+// summed.
+template <typename T>
+void combine_tokens(const ExpertParallel& ep, const ExpertExchange& x, const T* y, T* out);
+// Backward of combine: dout (N, h) -> dy (R, h) "=" (the caller's buffer).
+template <typename T>
+void combine_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x, const T* dout,
+                             T* dy);
+// Backward of dispatch: the gradients of expert_in (R, h) and expert_gates (R) -> du (N, h)
+// "=" and dgates (N k) "=".
+template <typename T>
+void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
+                              const T* dexpert_in, const float* dexpert_gates, T* du,
+                              float* dgates);
+
+}  // namespace paralab

@@ -1,0 +1,35 @@
+// plan/expert_parallel.h: the communication of expert parallelism on one rank, one step
+// (parallel/expert_parallel.cpp's table of collectives, evaluated at the rows of each MoE
+// layer and microbatch: the configuration's, or the routing a run measured).
+//
+// Per MoE layer and microbatch (e the storage bytes, M the rows the rank's tokens send, R the
+// rows its experts run, N = B S tokens, k top-k, E experts), forward (twice when full
+// recompute runs the layer again) and backward:
+//   alltoall   etp_ep all-gather    ep E 4                      forward
+//              ep all-to-all-v      M h e, M 4, R h e           forward (dispatch, gates,
+//                                                                combine)
+//                                   M h e, R h e, R 4           backward
+//   allgather  etp_ep all-gather    ep N h e, ep N k 4, ep (E + N k) 4   forward
+//                                   ep N h e                    backward
+//              etp_ep reduce-scatter ep N h e                   forward
+//                                   ep N h e, ep N k 4          backward
+// Plus, per step, the gradient norm's expert share summed over ep: one fp32 all-reduce.
+// With padding to capacity M = R = E min(C, N) exactly; dropless M = N k exactly and R is
+// the routing's (the plan's value is the uniform expectation R = M, labelled as one).
+//
+// defines: expert_parallel_comm
+#pragma once
+#include <vector>
+#include "plan/plan.h"
+
+namespace paralab {
+
+// Adds to `comm` the step's expert-parallel calls of a rank holding the MoE layers `layers`
+// (global indices), `recomputed[l]` true where full recompute runs layer l's forward again;
+// microbatches per step, act_bytes the storage bytes. Nothing at ep 1.
+void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
+                          const ParallelConfig& p, int B, int act_bytes,
+                          const MoeRouting& routing, const std::vector<int>& layers,
+                          const std::vector<bool>& recomputed, int64_t microbatches);
+
+}  // namespace paralab

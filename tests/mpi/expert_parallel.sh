@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Expert parallelism (parallel/expert_parallel.h) is equivalent to the single-rank run: with
+# the experts spread over ep ranks, by either token dispatcher, with expert-data-parallel
+# ranks beside them (dp > ep), every ZeRO stage over both data parallelisms, pipelines,
+# full recompute, grouped and per-expert GEMMs, and a capacity (drops are per microbatch of
+# the source rank: every run here has microbatches of one sequence, so the reference drops
+# the same pairs), an MoE model gives the losses, final parameters and last step's
+# gradients of one rank to 1e-5 relative over 5 steps; and every rank's ledger,
+# communication (the ep and etp_ep groups' all-to-alls, all-gathers and reduce-scatters,
+# the edp group's reductions) and FLOPs equal its plan, evaluated at the rows each rank's
+# experts measured (compare_runs.py).
+#
+# usage: tests/mpi/expert_parallel.sh ./trainer [filter]   (filter: substring of a case name)
+source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, check, finish
+source "$(dirname "$0")/moe_models.sh"  # moe, llama, gpt, common, ref
+
+ref llama-ref $llama --moe-grouped-gemm
+for dispatcher in alltoall allgather; do
+  ep="--moe-grouped-gemm --moe-token-dispatcher-type $dispatcher"
+  check "llama-ep2-$dispatcher" llama-ref 2 $llama $ep $common --ep 2
+  check "llama-ep4-$dispatcher" llama-ref 4 $llama $ep $common --ep 4
+  # dp 4 = ep 2 x edp 2: each expert on two ranks, its gradient summed over edp
+  for zero in 0 1 2 3; do
+    check "llama-dp4-ep2-zero$zero-$dispatcher" llama-ref 4 $llama $ep $common --ep 2 \
+      --zero-stage "$zero" --ddp-bucket-size 5000
+  done
+  check "llama-pp2-ep2-1f1b-$dispatcher" llama-ref 4 $llama $ep $common --ep 2 --pp 2
+done
+check "llama-pp2-ep2-interleaved" llama-ref 4 $llama --moe-grouped-gemm $common --ep 2 --pp 2 \
+  --pipeline-schedule interleaved --vpp 2 --moe-token-dispatcher-type alltoall
+check "llama-ep2-zero3-overlap" llama-ref 4 $llama --moe-grouped-gemm $common --ep 2 \
+  --zero-stage 3 --overlap-grad-reduce --overlap-param-gather --moe-token-dispatcher-type alltoall
+check "llama-ep2-per-expert" llama-ref 2 $llama $common --ep 2 --moe-token-dispatcher-type alltoall
+# full recompute runs each MoE layer's forward, and its exchange, twice
+check "llama-ep2-full-recompute" llama-ref 2 $llama --moe-grouped-gemm $common --ep 2 \
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 \
+  --moe-token-dispatcher-type alltoall
+
+ref gpt-ref $gpt --moe-grouped-gemm
+check "gpt-ep2-zero1" gpt-ref 2 $gpt --moe-grouped-gemm $common --ep 2 --zero-stage 1
+
+# a capacity, padded: every size fixed by the configuration (the all-to-all's too)
+cap="--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"
+ref llama-cap-ref $llama --moe-grouped-gemm $cap
+check "llama-cap-padded-ep2-alltoall" llama-cap-ref 2 $llama --moe-grouped-gemm $cap $common \
+  --ep 2 --moe-token-dispatcher-type alltoall
+check "llama-cap-padded-ep4-allgather" llama-cap-ref 4 $llama --moe-grouped-gemm $cap $common \
+  --ep 4
+finish

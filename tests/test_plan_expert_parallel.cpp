@@ -1,0 +1,163 @@
+// tests/test_plan_expert_parallel.cpp: expert parallelism in the parameter table and the plan
+// (pure arithmetic; tests/mpi/expert_parallel.sh holds the plan equal to what runs measure).
+//   - the expert tensors split by ep: local shapes, the two flat vectors, their units, the
+//     shard and its inverse;
+//   - a rank's model states: the dense vector over dp, the experts' over edp (ZeRO 0-3);
+//   - the dispatchers' bytes per step, padded to capacity (every size from the
+//     configuration), worked out here from parallel/expert_parallel.cpp's table;
+//   - Qwen3-30B-A3B at ep 8 on 64 ranks: per-rank parameters and the all-to-all's bytes.
+#include <gtest/gtest.h>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "model/param_table.h"  // defines: local_param_table, stage_*, shard_experts
+#include "plan/plan.h"          // defines: make_plan, Plan, CommPlanEntry
+#include "tests/test_plan_helpers.h"
+
+namespace paralab {
+namespace {
+
+using plan_test::batch;
+using plan_test::find_comm;
+using plan_test::llama;
+using plan_test::tiny_moe;  // layer 1 MoE: E 4 experts of width 6, top-2
+
+ParallelConfig grid(int world, int ep, int zero = 0,
+                    TokenDispatcher d = TokenDispatcher::ALLTOALL) {
+  ParallelConfig p = plan_test::world(world, zero);
+  p.expert_parallel = ep;
+  p.token_dispatcher = d;
+  return p;
+}
+
+// experts: fc1 4 x 12 x 8 = 384 and fc2 4 x 8 x 6 = 192 elements, 576 in all.
+TEST(ExpertParallelTable, ExpertsSplitByEp) {
+  const ModelConfig m = tiny_moe();
+  const StageSlice whole = whole_model(m);
+  for (const ParamSpec& p : local_param_table(m, 1, 2)) {
+    if (p.name == "layers.1.mlp.experts.fc1.weight") {
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{2, 12, 8}));
+    }
+    if (p.name == "layers.1.mlp.experts.fc2.weight") {
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{2, 8, 6}));
+    }
+    EXPECT_EQ(p.expert, p.name.find("mlp.experts.") != std::string::npos) << p.name;
+  }
+  // ep 1: the experts are dense parameters (Megatron's), no expert vector
+  EXPECT_EQ(stage_units(m, 1, whole, 1), param_units(m, 1));
+  EXPECT_TRUE(stage_expert_units(m, whole, 1).empty());
+  // ep 2: the dense vector loses them; the experts' vector mirrors its units (embedding,
+  // layer 0, layer 1, head) with only layer 1's non-empty: half of 576
+  const std::vector<int64_t> dense = stage_units(m, 1, whole, 2);
+  EXPECT_EQ(dense.back(), parameter_count(m) - 576);
+  EXPECT_EQ(stage_expert_units(m, whole, 2), (std::vector<int64_t>{0, 0, 0, 288, 288}));
+  EXPECT_EQ(stage_expert_table(m, whole, 2).size(), 2u);
+  // a pipeline stage holding only layer 0 (dense) has no expert vector
+  const StageSlice first = pipeline_stage_slice(m, 2, 1, 0);
+  EXPECT_TRUE(stage_expert_units(m, first, 2).empty());
+  // rank r's experts are the r-th block of dim 0; the blocks in rank order are the tensor
+  std::vector<float> full(384);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = (float)i;
+  const std::vector<float> r0 = shard_experts(full, 2, 0), r1 = shard_experts(full, 2, 1);
+  EXPECT_EQ(r1.front(), 192.0f);
+  EXPECT_EQ(unshard_experts({r0, r1}), full);
+}
+
+// world 4 = dp 4 (dense) = ep 2 x edp 2 (experts): each rank holds 2 of the 4 experts
+// (288 elements) and shards their states over edp 2; the dense 1232 over dp 4.
+TEST(ExpertParallelPlan, ModelStatesOverBothGroups) {
+  const ModelConfig m = tiny_moe();
+  const int64_t dense = parameter_count(m) - 576, experts = 288;
+  for (int zero = 0; zero <= 3; ++zero) {
+    const Plan p = make_plan(m, batch(1, 8), grid(4, 2, zero));
+    EXPECT_EQ(p.ranks[0].params, dense + experts) << zero;
+    EXPECT_EQ(p.expert_data_parallel.layout.total, experts);
+    const int64_t states = zero == 0 ? dense + experts
+                                     : p.data_parallel.layout.shard_numel +
+                                           p.expert_data_parallel.layout.shard_numel;
+    EXPECT_EQ(p.ranks[0].memory.optimizer_states, 8 * states) << zero;
+    if (zero >= 1) {
+      // every non-empty expert bucket padded to a multiple of edp 2, sliced in halves
+      EXPECT_EQ(p.expert_data_parallel.layout.shard_numel, experts / 2) << zero;
+      const CommPlanEntry* rs = find_comm(p.comm, CommGroup::EDP, CommOp::REDUCE_SCATTER);
+      ASSERT_NE(rs, nullptr) << zero;
+      // one non-empty bucket (layer 1's experts; the empty units never communicate): once a
+      // step at ZeRO-1, every microbatch (8 / dp 4 = 2 per rank) at 2-3
+      EXPECT_EQ(rs->calls, zero == 1 ? 1 : 2) << zero;
+    } else {
+      const CommPlanEntry* ar = find_comm(p.comm, CommGroup::EDP, CommOp::ALL_REDUCE);
+      ASSERT_NE(ar, nullptr);
+      EXPECT_EQ(ar->payload_bytes, 4 * experts);  // the expert gradients, fp32, once a step
+    }
+    // the gradient norm's expert share, summed over ep
+    const CommPlanEntry* norm = find_comm(p.comm, CommGroup::EP, CommOp::ALL_REDUCE);
+    ASSERT_NE(norm, nullptr);
+    EXPECT_EQ(norm->payload_bytes, 4);
+  }
+}
+
+// Padded to capacity every size is the configuration's: N = 4 tokens, k 2, E 4, cf 1.5:
+// C = ceil(4 x 2 / 4 x 1.5) = 3, rows per expert min(C, N) = 3, M = R = E x 3 = 12.
+// 8 microbatches per rank (global 16, dp 2), one MoE layer, fp32 (e = 4), h 8.
+TEST(ExpertParallelPlan, DispatchBytesPaddedToCapacity) {
+  ModelConfig m = tiny_moe();
+  m.moe.capacity_factor = 1.5f;
+  m.moe.pad_to_capacity = true;
+  const int64_t N = 4, h = 8, k = 2, E = 4, M = 12, R = 12, e = 4, mb = 8, ep = 2;
+  const Plan a2a = make_plan(m, batch(1, 16), grid(2, 2, 0, TokenDispatcher::ALLTOALL));
+  const CommPlanEntry* rows = find_comm(a2a.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V);
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->calls, 6 * mb);  // dispatch, gates, combine; their three backwards
+  EXPECT_EQ(rows->payload_bytes,
+            mb * ((M * h * e + M * 4 + R * h * e) + (M * h * e + R * h * e + R * 4)));
+  EXPECT_DOUBLE_EQ(rows->bus_bytes, rows->payload_bytes * 0.5);  // (n - 1) / n at n = 2
+  const CommPlanEntry* counts = find_comm(a2a.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER);
+  ASSERT_NE(counts, nullptr);
+  EXPECT_EQ(counts->calls, mb);
+  EXPECT_EQ(counts->payload_bytes, mb * ep * E * 4);
+
+  const Plan ag = make_plan(m, batch(1, 16), grid(2, 2, 0, TokenDispatcher::ALLGATHER));
+  EXPECT_EQ(find_comm(ag.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V), nullptr);
+  const CommPlanEntry* gathers = find_comm(ag.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER);
+  const CommPlanEntry* scatters = find_comm(ag.comm, CommGroup::ETP_EP, CommOp::REDUCE_SCATTER);
+  ASSERT_NE(gathers, nullptr);
+  ASSERT_NE(scatters, nullptr);
+  EXPECT_EQ(gathers->calls, 4 * mb);  // hidden states, gates, routing map; output gradient
+  EXPECT_EQ(gathers->payload_bytes,
+            mb * (ep * N * h * e + ep * N * k * 4 + ep * (E + N * k) * 4 + ep * N * h * e));
+  EXPECT_EQ(scatters->calls, 3 * mb);  // output; input and gate gradients
+  EXPECT_EQ(scatters->payload_bytes, mb * (ep * N * h * e + ep * N * h * e + ep * N * k * 4));
+  // the expert rows' saved tensors are the same size under both: R rows each
+  EXPECT_EQ(a2a.moe_rows, M);
+}
+
+// Qwen3-30B-A3B (configs/models/qwen3-30b-a3b.toml) at ep 8 on 64 ranks, bf16, dropless: each
+// rank holds 16 of the 128 experts of each of the 48 layers (16 x 4,718,592 x 48 =
+// 3,623,878,656 elements) beside the dense 1,541,093,376 (30,532,122,624 - 48 x 603,979,776).
+// Per step (16 microbatches of 4096 tokens, top-8, M = 32768, R = M expected) the all-to-all
+// moves 16 x 48 x (2 M h e + M 4 + 2 R h e + R 4) bytes: 384 GiB per rank.
+TEST(ExpertParallelPlan, Qwen3AtEp8On64Ranks) {
+  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
+  m.kv_channels = 128;
+  m.qk_layernorm = true;
+  m.moe.num_experts = 128;
+  m.moe.topk = 8;
+  m.moe.ffn_hidden_size = 768;
+  m.moe.grouped_gemm = true;
+  const Plan p = make_plan(m, batch(1, 1024, true), grid(64, 8, 1));
+  EXPECT_EQ(p.expert_data_parallel.layout.total, 3623878656LL);
+  EXPECT_EQ(p.ranks[0].params, 1541093376LL + 3623878656LL);
+  EXPECT_EQ(p.microbatches_per_rank, 16);
+  const int64_t M = 4096 * 8, h = 2048, e = 2;
+  const CommPlanEntry* rows = find_comm(p.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V);
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->payload_bytes, 16 * 48 * (2 * M * h * e + M * 4 + 2 * M * h * e + M * 4));
+  EXPECT_EQ(rows->calls, 16 * 48 * 6);
+  // ZeRO-1: the experts' states sharded over edp 8, the dense ones over dp 64
+  EXPECT_EQ(p.parallel.expert_data_parallel(), 8);
+  EXPECT_EQ(p.expert_data_parallel.layout.shard_numel * 8,
+            p.expert_data_parallel.layout.padded_total);
+}
+
+}  // namespace
+}  // namespace paralab

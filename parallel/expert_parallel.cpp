@@ -58,8 +58,8 @@
 // rank's own N tokens (Megatron's router does the same): runs with the same data-parallel
 // layout drop the same pairs.
 //
-// Gradients (parallel/data_parallel.h holds two sets: the dense parameters over dp x cp, the
-// experts over edp). An expert's gradient sums every token routed to it from every ep rank,
+// Gradients (two DataParallel objects, parallel/data_parallel.h: the dense parameters over
+// dp x cp, the experts over edp; their units mirror each other, model/param_table.h). An expert's gradient sums every token routed to it from every ep rank,
 // each scaled like the dense loss by 1 / (k dp) (Megatron scales expert gradients by the
 // dense data-parallel size too): summed over edp it is the gradient of the global batch's
 // mean loss. ZeRO shards the expert states over edp and the dense ones over dp x cp; no

@@ -283,9 +283,12 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
   if (m.ffn_hidden_size % tp != 0)
     fail("--tp (", tp, ") must divide --ffn-hidden-size (", m.ffn_hidden_size, ")");
-  // Not built yet: the per-head query/key norm with heads split over tensor-parallel ranks.
-  if (m.qk_layernorm && tp > 1)
-    fail("--qk-layernorm with --tensor-model-parallel-size ", tp, ": not built yet");
+  // The per-head query/key norm weights are shared by every head, and tp splits the heads:
+  // their partial gradients are summed over tp with the layer's other replicated tensors,
+  // which happens under sequence parallelism only (without it they would differ).
+  if (m.qk_layernorm && tp > 1 && !p.sequence_parallel)
+    fail("--qk-layernorm with --tensor-model-parallel-size ", tp, " needs --sequence-parallel "
+         "(its norm weights' gradients are partial over the heads' ranks)");
   check_pipeline(o, raw);
   check_recompute(o, raw);
   check_moe(o, raw);  // flags_moe.cpp: after the layout and recompute, which it reads

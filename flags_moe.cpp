@@ -361,14 +361,24 @@ void check_moe(Options& o, const RawFlags& raw) {
     fail("--moe-ffn-hidden-size (", m.moe_ffn(), ") must be divisible by "
          "--expert-tensor-parallel-size (", etp, ")");
 
-  // Not built yet.
+  // Experts under tensor parallelism: each tp rank routes its own tokens, so the tokens must
+  // be sequence-split (Megatron's MoELayer raises the same without sequence parallelism).
   const int tp = p.tensor_parallel;
-  if (tp > 1)
-    fail("--num-experts (", E, ") with --tensor-model-parallel-size ", tp, ": not built yet "
-         "(experts with tensor parallelism come with expert parallelism, the next issue)");
+  if (tp > 1 && !p.sequence_parallel)
+    fail("--num-experts (", E, ") with --tensor-model-parallel-size ", tp, " needs "
+         "--sequence-parallel (as in Megatron, whose MoE layer refuses tensor parallelism "
+         "without it)");
+  // Not built yet.
   if (etp > 1)
-    fail("--expert-tensor-parallel-size ", etp, ": expert tensor parallelism is not built yet "
-         "(it comes with experts under tensor parallelism)");
+    fail("--expert-tensor-parallel-size ", etp, ": expert tensor parallelism is not built yet; "
+         "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
+         "folding)");
+  if (tp > 1 && e.balancing == Moe::Balancing::SEQ_AUX_LOSS && e.aux_loss_coeff > 0)
+    fail("--moe-router-load-balancing-type seq_aux_loss with --tensor-model-parallel-size ", tp,
+         ": not built yet (sequence parallelism splits the sequences over the tp ranks)");
+  if (tp > 1 && e.expert_bias)
+    fail("--moe-router-enable-expert-bias with --tensor-model-parallel-size ", tp,
+         ": not built yet");
   if (m.recompute.recompute_mlp())
     fail("--recompute-modules mlp with --num-experts (", E, "): not built yet (paralab's "
          "selective mlp recompute covers dense MLPs only)");

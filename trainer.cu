@@ -151,18 +151,19 @@ int train(const Options& o, const World& w) {
              : whole_model(o.model);
   dp_options.unit_chunk = stage_unit_chunk(slice);
   dp_options.deferred_units = stage_deferred_units(o.model, slice);
-  DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice, par.expert_parallel),
+  DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice, expert_split(par)),
                              &topo.dp(), dp_options, dev);
   const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
   // Expert parallelism: the experts of this stage over the ep group, their parameters a
   // second data parallelism over the expert-data-parallel group (same options; ZeRO shards
-  // them over edp), present when ep > 1 and the stage has an MoE layer.
+  // them over edp), present when the experts are apart (ep > 1, or etp != tp: folded over
+  // the tp ranks) and the stage has an MoE layer.
   const int ep = par.expert_parallel;
   const ExpertParallel expert_parallel{ep > 1 ? &topo.ep() : nullptr,
                                        ep > 1 ? &topo.etp_ep() : nullptr, par.token_dispatcher,
-                                       dev};
+                                       dev, par.experts_apart()};
   std::unique_ptr<DataParallel> expert_data_parallel;
-  const std::vector<int64_t> expert_units = stage_expert_units(o.model, slice, ep);
+  const std::vector<int64_t> expert_units = stage_expert_units(o.model, slice, expert_split(par));
   if (!expert_units.empty()) {
     DataParallelOptions expert_options = dp_options;
     expert_options.deferred_units.clear();  // the experts are never tied

@@ -178,6 +178,12 @@ struct ParallelConfig {
   int expert_data_parallel() const {
     return world_size / (expert_tensor_parallel * expert_parallel * pipeline_parallel);
   }
+  // The experts have their own flat vector and data parallelism (over the expert grid's edp)
+  // when they are spread differently from the dense weights: ep > 1, or etp != tp (MoE
+  // parallel folding). Otherwise they are dense parameters, as in Megatron.
+  bool experts_apart() const {
+    return expert_parallel > 1 || expert_tensor_parallel != tensor_parallel;
+  }
 };
 
 // Bytes of one activation/parameter element in storage.

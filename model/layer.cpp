@@ -8,8 +8,9 @@
 //   u_full = enter_column_parallel(norm(x))      f (identity) | sp: all-gather
 //   y      = exit_row_parallel(partial)          g (all-reduce) | sp: reduce-scatter
 // so the code below is the single-rank layer with those two calls around each block. An MoE
-// layer (model/moe.h) runs its router and experts in place of fc1 -> act -> fc2, on one rank
-// (tp 1). --qk-layernorm normalises q and k per head between the split and RoPE. N is
+// layer (model/moe.h) runs its router and experts in place of fc1 -> act -> fc2 on the rank's
+// own N_l tokens (tensor parallelism needs sp with experts), so that block has neither call;
+// its replicated weights' partial gradients are all-reduced over tp. --qk-layernorm normalises q and k per head between the split and RoPE. N is
 // the microbatch's tokens; N_l = N, or N/t with sequence parallelism, is what the norms,
 // dropout and residual see.
 // A linear layer y = x W^T + b (W stored (out, in) like PyTorch) has backward
@@ -165,10 +166,12 @@ uint64_t hidden_stream(const LayerContext& c, int which) {
 // (added once, after the reduction), then dropout. Returns where the result is.
 template <typename T>
 T* finish_block(const LayerContext& c, Workspace<T>& ws, const T* bias, uint8_t* mask,
-                int which) {
+                int which, bool row_parallel = true) {
   const ModelConfig& m = c.model;
   const int N = c.B * m.seq_length, Nl = c.tp.local_tokens(N), h = m.hidden_size;
-  T* y = c.tp.exit_row_parallel(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
+  // an MoE block's output is already the rank's tokens' own (no partial sums over tp)
+  T* y = row_parallel ? c.tp.exit_row_parallel(ws.tmp_h.data(), ws.tmp_l.data(), N, h)
+                      : ws.tmp_h.data();
   if (bias) kernels::add_bias(c.device, y, bias, Nl, h);
   if (m.hidden_dropout > 0.0f)
     kernels::dropout_forward(c.device, y, mask, y, (size_t)Nl * h, m.hidden_dropout,
@@ -180,7 +183,7 @@ T* finish_block(const LayerContext& c, Workspace<T>& ws, const T* bias, uint8_t*
 // the row-parallel output, accumulating the bias gradient (partial over tp with sp).
 template <typename T>
 const T* finish_block_backward(const LayerContext& c, Workspace<T>& ws, const T* dout,
-                               const uint8_t* mask, T* dbias) {
+                               const uint8_t* mask, T* dbias, bool row_parallel = true) {
   const ModelConfig& m = c.model;
   const int N = c.B * m.seq_length, Nl = c.tp.local_tokens(N), h = m.hidden_size;
   const T* dy = dout;
@@ -190,7 +193,7 @@ const T* finish_block_backward(const LayerContext& c, Workspace<T>& ws, const T*
     dy = local;
   }
   if (dbias) kernels::bias_backward(c.device, dbias, dy, Nl, h);
-  return c.tp.exit_row_parallel_backward(dy, ws.gathered.data(), N, h);
+  return row_parallel ? c.tp.exit_row_parallel_backward(dy, ws.gathered.data(), N, h) : dy;
 }
 
 // The MLP up to fc2's input, from fc1's full input u2 (N, h): fc1 (column-parallel), then
@@ -250,7 +253,10 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   open_recomputed(c, a, Module::MLP);
   norm_forward(c, a.norm2_out.data(), a.norm2_mean, a.norm2_rstd, a.x_mid.data(), w.norm2_w,
                w.norm2_b, Nl);
-  if (m.moe.is_moe_layer(c.layer)) {  // experts instead of fc1, fc2 (tp 1: no collectives)
+  // experts instead of fc1, fc2: on the rank's own tokens (N_l under sequence parallelism),
+  // so without the column/row-parallel collectives
+  const bool moe = m.moe.is_moe_layer(c.layer);
+  if (moe) {
     moe_forward(c, w.moe, a.norm2_out.data(), ws.tmp_h.data(), a.moe);
   } else {
     kernels::GemmLabel label("mlp");
@@ -259,7 +265,7 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   }
   close_recomputed(c, a, Module::NORM2);
   close_recomputed(c, a, Module::MLP);
-  const T* y2 = finish_block(c, ws, w.fc2_b, a.fc2_mask.data(), 3);
+  const T* y2 = finish_block(c, ws, w.fc2_b, a.fc2_mask.data(), 3, !moe);
   kernels::add(dev, a.out.data(), a.x_mid.data(), y2, (size_t)Nl * h);
 }
 
@@ -303,8 +309,9 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     mlp_up(c, w, a, u2_kept);
   }
   // d(out) = dres flows to x_mid unchanged and into the MLP branch
-  const T* dy = finish_block_backward(c, ws, dres, a.fc2_mask.data(), g.fc2_b);
-  if (m.moe.is_moe_layer(c.layer)) {
+  const bool moe = m.moe.is_moe_layer(c.layer);
+  const T* dy = finish_block_backward(c, ws, dres, a.fc2_mask.data(), g.fc2_b, !moe);
+  if (moe) {
     // its weight gradients are done here, in B too: a split backward's W has none of them
     moe_backward(c, w.moe, g.moe, a.norm2_out.data(), dy, ws.tmp_h.data(), a.moe);
   } else {
@@ -325,7 +332,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
                              ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
   }
-  const T* du2 = tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
+  const T* du2 = moe ? ws.tmp_h.data()
+                     : tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
   norm_backward(c, dres, g.norm2_w, g.norm2_b, du2, a.x_mid.data(), w.norm2_w, a.norm2_mean,
                 a.norm2_rstd, Nl);
   close_recomputed(c, a, Module::NORM2);

@@ -158,17 +158,27 @@ bool balancing_on(const Moe& m) {
 // d(aux)/d(p_e(t)) for the tokens of each group (aux_loss: one group; seq_aux_loss: one per
 // sequence, averaged over the B groups): alpha E / (k T_g^2) c_{g,e} / groups. c counts the
 // top-k of the balancing scores, which rank like the logits: the router's choice without the
-// expert bias.
-std::vector<float> aux_weights(const Moe& m, const std::vector<int>& topk_experts, int N, int S,
-                               int k) {
-  const int E = m.num_experts;
+// expert bias. Under sequence parallelism the rank holds N of the microbatch's N tp tokens
+// (one group: seq_aux_loss with tp > 1 is refused): the counts are summed over tp (one
+// all-reduce of E int32) and T is the whole microbatch's, as Megatron's aux loss over the
+// tensor-parallel group, so the tp ranks' partial losses add up to the one-rank loss.
+std::vector<float> aux_weights(const LayerContext& c, const std::vector<int>& topk_experts,
+                               int N, int k) {
+  const Moe& m = c.model.moe;
+  const int E = m.num_experts, S = c.model.seq_length, tp = c.tp.sequence_parallel ? c.tp.size() : 1;
   const bool per_sequence = m.balancing == Moe::Balancing::SEQ_AUX_LOSS;
   const int group = per_sequence ? S : N, groups = N / group;
-  std::vector<float> w((size_t)groups * E, 0.0f);
-  std::vector<long long> counts((size_t)groups * E, 0);
+  std::vector<int> counts((size_t)groups * E, 0);
   for (int p = 0; p < N * k; ++p) counts[(size_t)(p / k / group) * E + topk_experts[p]]++;
-  const double scale =
-      (double)m.aux_loss_coeff * E / ((double)k * group * group) / groups;
+  if (tp > 1) {
+    Buffer<int> sum(c.device, counts.size(), Category::WORKSPACE);
+    kernels::memcpy_from_host(c.device, sum.data(), counts.data(), counts.size() * 4);
+    c.tp.tp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
+    kernels::memcpy_to_host(c.device, counts.data(), sum.data(), counts.size() * 4);
+  }
+  const double T = (double)group * tp;
+  const double scale = (double)m.aux_loss_coeff * E / ((double)k * T * T) / groups;
+  std::vector<float> w((size_t)groups * E, 0.0f);
   for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(scale * (double)counts[i]);
   return w;
 }
@@ -183,7 +193,9 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   const ModelConfig& m = c.model;
   const Moe& moe = m.moe;
   const Device dev = c.device;
-  const int N = c.B * m.seq_length, h = m.hidden_size, E = moe.num_experts, k = moe.topk;
+  // the rank's tokens (N/tp under sequence parallelism), of the microbatch's N_all
+  const int N_all = c.B * m.seq_length, N = c.tp.local_tokens(N_all);
+  const int h = m.hidden_size, E = moe.num_experts, k = moe.topk;
   const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size();
   const Category act = Category::ACTIVATIONS;
 
@@ -220,7 +232,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
     balancing_experts = download(dev, e2);
   }
   if (training && balancing_on(moe))
-    a.aux_weights = aux_weights(moe, balancing_experts, N, m.seq_length, k);
+    a.aux_weights = aux_weights(c, balancing_experts, N, k);
   if (c.record_moe_stats && c.moe) {
     MoeLayerStats& s = c.moe->stats;
     s.tokens_per_expert.resize(E, 0);
@@ -244,7 +256,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
       s.aux_loss += kernels::moe_weighted_sum(dev, scores.data(), weights.data(), N, E, group);
     }
     if (moe.z_loss_coeff > 0)
-      s.z_loss += moe.z_loss_coeff * kernels::moe_z_loss_sum(dev, a.logits.data(), N, E) / N;
+      s.z_loss += moe.z_loss_coeff * kernels::moe_z_loss_sum(dev, a.logits.data(), N, E) / N_all;
   }
 
   // ---- dispatch (permute, or the rows to their experts' ranks) -> experts -> combine
@@ -312,7 +324,9 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
   const ModelConfig& m = c.model;
   const Moe& moe = m.moe;
   const Device dev = c.device;
-  const int N = c.B * m.seq_length, h = m.hidden_size, E = moe.num_experts, k = moe.topk;
+  // the rank's tokens (N/tp under sequence parallelism), of the microbatch's N_all
+  const int N_all = c.B * m.seq_length, N = c.tp.local_tokens(N_all);
+  const int h = m.hidden_size, E = moe.num_experts, k = moe.topk;
   const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size();
   const Category ws = Category::WORKSPACE;
   const ExpertExchange& x = a.exchange;
@@ -369,7 +383,7 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     }
     if (moe.z_loss_coeff > 0)
       kernels::moe_z_loss_backward(dev, dlogits.data(), a.logits.data(), N, E,
-                                   moe.z_loss_coeff * c.grad_scale / N);
+                                   moe.z_loss_coeff * c.grad_scale / N_all);
     Buffer<float> u_f, w_f, du_f(dev, (size_t)N * h, ws), dw_f(dev, (size_t)E * h, ws);
     const float* uf = as_float(dev, u, (size_t)N * h, u_f);
     const float* wf = as_float(dev, w.router, (size_t)E * h, w_f);

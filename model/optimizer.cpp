@@ -33,7 +33,8 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   if (model.tensor_parallel().size() > 1)
     norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (model.pipeline_group()) pp_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
-  if (experts) ep_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
+  if (experts && model.expert_parallel().size() > 1)
+    ep_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
     master_.allocate(model.device(), n, Category::MASTER_PARAMS);
     auto copy = [&](DataParallel& owner, int64_t base) {
@@ -67,9 +68,11 @@ float AdamW::step(float lr) {
   double squares = dp.grad_sum_squares();
   const TensorParallel& tp = model_.tensor_parallel();
   if (tp.size() > 1) squares = sum_over(*tp.tp, norm_scalar_, squares);
-  if (experts)
+  if (experts && model_.expert_parallel().size() > 1)
     squares += sum_over(*model_.expert_parallel().ep, ep_norm_scalar_,
                         experts->grad_sum_squares());
+  else if (experts)  // folded over tp without ep: every rank holds every expert
+    squares += experts->grad_sum_squares();
   if (Communicator* pp = model_.pipeline_group())
     squares = sum_over(*pp, pp_norm_scalar_, squares);
   const double norm = std::sqrt(squares);

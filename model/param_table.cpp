@@ -38,6 +38,23 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
     }
     if (bias) add(p + "attn.proj.bias", {h}, false, R);
     if (bias && !moe) add(p + "mlp.fc2.bias", {h}, false, R);
+    if (moe) {
+      // MoE layer (model/moe.h): the router, E experts (no biases, as Megatron's grouped
+      // experts), the optional shared expert, all replicated over tp: each tp rank runs them
+      // on its own (sequence-parallel) tokens, so they join the unit's replicated prefix
+      // whose partial gradients are all-reduced over tp (with tp > 1 the experts themselves
+      // are apart, in the expert vector: stage_expert_table).
+      const int64_t E = m.moe.num_experts;
+      add(p + "mlp.router.weight", {E, h}, true, R);
+      add(p + "mlp.experts.fc1.weight", {E, m.moe_fc1_size(), h}, true, R);
+      add(p + "mlp.experts.fc2.weight", {E, h, m.moe_ffn()}, true, R);
+      t[t.size() - 2].expert = t[t.size() - 1].expert = true;
+      if (m.moe.shared_expert_size > 0) {
+        add(p + "mlp.shared.fc1.weight", {m.shared_fc1_size(), h}, true, R);
+        add(p + "mlp.shared.fc2.weight", {h, m.moe.shared_expert_size}, true, R);
+        if (m.moe.shared_expert_gate) add(p + "mlp.shared.gate.weight", {1, h}, true, R);
+      }
+    }
     add(p + "attn.qkv.weight", {qkv, h}, true, ROWS);
     if (bias) add(p + "attn.qkv.bias", {qkv}, false, ROWS);
     add(p + "attn.proj.weight", {h, attn_out}, true, COLS);
@@ -45,19 +62,6 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
       add(p + "mlp.fc1.weight", {m.fc1_size(), h}, true, FC1);
       if (bias) add(p + "mlp.fc1.bias", {m.fc1_size()}, false, FC1);
       add(p + "mlp.fc2.weight", {h, m.ffn()}, true, COLS);
-      continue;
-    }
-    // MoE layer (model/moe.h): the router, E experts (no biases, as Megatron's grouped
-    // experts), the optional shared expert. Experts are whole on a rank (tp > 1 is refused).
-    const int64_t E = m.moe.num_experts;
-    add(p + "mlp.router.weight", {E, h}, true, R);
-    add(p + "mlp.experts.fc1.weight", {E, m.moe_fc1_size(), h}, true, R);
-    add(p + "mlp.experts.fc2.weight", {E, h, m.moe_ffn()}, true, R);
-    t[t.size() - 2].expert = t[t.size() - 1].expert = true;
-    if (m.moe.shared_expert_size > 0) {
-      add(p + "mlp.shared.fc1.weight", {m.shared_fc1_size(), h}, true, R);
-      add(p + "mlp.shared.fc2.weight", {h, m.moe.shared_expert_size}, true, R);
-      if (m.moe.shared_expert_gate) add(p + "mlp.shared.gate.weight", {1, h}, true, R);
     }
   }
   add("final_norm.weight", {h}, false, R);
@@ -224,25 +228,26 @@ int stage_unit_of(const StageSlice& s, const std::string& name) {
 }  // namespace
 
 std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s,
-                                         int ep) {
-  const std::vector<ParamSpec> all = local_param_table(m, tp, ep);
+                                         const ExpertSplit& x) {
+  const std::vector<ParamSpec> all = local_param_table(m, tp, x.ep);
   // Chunks hold increasing layers, so the table's order is already the flat order.
   std::vector<ParamSpec> t;
   for (const ParamSpec& p : all)
-    if (stage_unit_of(s, p.name) >= 0 && !(ep > 1 && p.expert)) t.push_back(p);
+    if (stage_unit_of(s, p.name) >= 0 && !(x.apart && p.expert)) t.push_back(p);
   if (s.tied_copy)
     for (const ParamSpec& p : all)
       if (p.name == "embedding.word") t.push_back(p);
   return t;
 }
 
-std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s, int ep) {
+std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s,
+                                 const ExpertSplit& x) {
   int layers = 0;
   for (int n : s.chunk_layers) layers += n;
   const int U = (s.embedding ? 1 : 0) + layers + (s.head ? 1 : 0);
   std::vector<int64_t> begin(U + 1, 0);
   int64_t offset = 0;
-  for (const ParamSpec& p : stage_param_table(m, tp, s, ep)) {
+  for (const ParamSpec& p : stage_param_table(m, tp, s, x)) {
     int unit = stage_unit_of(s, p.name);
     if (s.tied_copy && p.name == "embedding.word") unit = U - 1;  // the copy: in the head
     for (int u = unit + 1; u <= U; ++u) begin[u] = offset + p.numel();
@@ -251,16 +256,18 @@ std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice&
   return begin;
 }
 
-std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s, int ep) {
+std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s,
+                                          const ExpertSplit& x) {
   std::vector<ParamSpec> t;
-  if (ep <= 1) return t;
-  for (const ParamSpec& p : local_param_table(m, 1, ep))
+  if (!x.apart) return t;
+  for (const ParamSpec& p : local_param_table(m, 1, x.ep))
     if (p.expert && stage_unit_of(s, p.name) >= 0) t.push_back(p);
   return t;
 }
 
-std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s, int ep) {
-  const std::vector<ParamSpec> table = stage_expert_table(m, s, ep);
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s,
+                                        const ExpertSplit& x) {
+  const std::vector<ParamSpec> table = stage_expert_table(m, s, x);
   if (table.empty()) return {};
   const int U = (int)stage_unit_chunk(s).size();
   std::vector<int64_t> begin(U + 1, 0);

@@ -22,7 +22,9 @@
 //   layers.{i}.mlp.router.weight (E, h), .mlp.experts.fc1.weight (E, fc1_e, h) rows
 //   [gate | up] per expert for llama, .mlp.experts.fc2.weight (E, h, f_e), and with a shared
 //   expert .mlp.shared.fc1.weight (fc1_s, h), .mlp.shared.fc2.weight (h, f_s), with its gate
-//   .mlp.shared.gate.weight (1, h). No biases on experts (Megatron's grouped experts).
+//   .mlp.shared.gate.weight (1, h). No biases on experts (Megatron's grouped experts). All
+//   replicated over tp, they come right after the layer's norms and biases (before
+//   attn.qkv): the unit's replicated prefix.
 //   final_norm.weight (h)  .bias (h) gpt only
 //   output.weight  (V, h)                            llama only (gpt ties embedding.word)
 // Weight decay applies to the 2-D weights only (not to biases, norms), as in Megatron.
@@ -94,20 +96,32 @@ StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, in
                                 int last = 0);
 // This stage's tensors (tp-local shapes) in flat order, and where each of its units starts
 // (size units + 1); the chunk of every unit (embedding: 0, head: the last chunk).
-// With ep > 1 the expert tensors are not in this (the dense) flat vector but in the expert
-// one below: parallel/data_parallel holds each, over dp x cp and over expert-data-parallel.
+// Where a rank's expert tensors live: E/ep experts of each, in a flat vector of their own
+// when `apart` (ParallelConfig::experts_apart: ep > 1 or etp != tp), else in the dense one.
+struct ExpertSplit {
+  int ep = 1;
+  bool apart = false;
+};
+inline ExpertSplit expert_split(const ParallelConfig& p) {
+  return {p.expert_parallel, p.experts_apart()};
+}
+// With experts apart the expert tensors are not in this (the dense) flat vector but in the
+// expert one below: parallel/data_parallel holds each, over dp x cp and over edp.
 std::vector<ParamSpec> stage_param_table(const ModelConfig& m, int tp, const StageSlice& s,
-                                         int ep = 1);
+                                         const ExpertSplit& x = {});
 std::vector<int64_t> stage_units(const ModelConfig& m, int tp, const StageSlice& s,
-                                 int ep = 1);
-// ---- expert parallelism (parallel/expert_parallel.h): with ep > 1 the stage's expert
-// tensors (E/ep experts each) form a second flat vector whose units mirror stage_units' (the
-// same count and order: the expert tensors of layer l in layer l's unit, every other unit
-// empty), so both data parallelisms see the same calls. With ep 1 they stay dense parameters
-// (Megatron: only expert-parallel experts reduce over the expert-data-parallel group), and
-// these are empty, as they are on a stage without MoE layers.
-std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s, int ep);
-std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s, int ep);
+                                 const ExpertSplit& x = {});
+// ---- expert parallelism (parallel/expert_parallel.h): with the experts apart the stage's
+// expert tensors (E/ep experts each) form a second flat vector whose units mirror
+// stage_units' (the same count and order: the expert tensors of layer l in layer l's unit,
+// every other unit empty), so both data parallelisms see the same calls. Otherwise they
+// stay dense parameters (Megatron: only expert-parallel experts reduce over the
+// expert-data-parallel group), and these are empty, as they are on a stage without MoE
+// layers.
+std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice& s,
+                                          const ExpertSplit& x);
+std::vector<int64_t> stage_expert_units(const ModelConfig& m, const StageSlice& s,
+                                        const ExpertSplit& x);
 std::vector<int> stage_unit_chunk(const StageSlice& s);
 // The units whose buckets data parallelism reduces only at the step's end: gpt's two copies
 // of the word embedding (the embedding unit on the first stage, the head unit on the last)

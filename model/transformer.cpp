@@ -84,10 +84,10 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       pp_(pp),
       embedding_(embedding),
       full_table_(param_table(model)),
-      table_(stage_param_table(model, tp.size(), slice_, ep.size())),
-      expert_table_(stage_expert_table(model, slice_, ep.size())),
+      table_(stage_param_table(model, tp.size(), slice_, {ep.size(), ep.apart})),
+      expert_table_(stage_expert_table(model, slice_, {ep.size(), ep.apart})),
       ep_(ep) {
-  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_, ep.size());
+  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_, {ep.size(), ep.apart});
   const int U = (int)units.size() - 1;
   embedding_unit_ = slice_.embedding ? 0 : -1;
   head_unit_ = slice_.head ? U - 1 : -1;
@@ -134,7 +134,8 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
                            std::to_string(U));
   dp_->exclude_from_norm(counted_elsewhere);
   // ep > 1: the expert tensors, a flat vector of their own whose units mirror the dense ones
-  const std::vector<int64_t> expert_units = stage_expert_units(model, slice_, ep.size());
+  const std::vector<int64_t> expert_units =
+      stage_expert_units(model, slice_, {ep.size(), ep.apart});
   size_t expert_offset = 0;
   for (const ParamSpec& p : expert_table_) {
     const int u = layer_unit_[std::stoi(p.name.substr(7))];

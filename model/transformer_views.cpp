@@ -10,9 +10,11 @@ namespace paralab {
 
 std::vector<float> Transformer::gather_full(bool grads) {
   const std::vector<float> local = grads ? dp_->gather_grads() : dp_->gather_params();
-  // ep > 1: every ep rank's experts (the same size on each), gathered over ep
+  // experts apart: every ep rank's experts (the same size on each), gathered over ep
   std::vector<std::vector<float>> expert_parts;
-  if (expert_dp_) {
+  if (expert_dp_ && ep_.size() == 1) {  // folded over tp: every rank holds every expert
+    expert_parts.push_back(grads ? expert_dp_->gather_grads() : expert_dp_->gather_params());
+  } else if (expert_dp_) {
     const std::vector<float> mine = grads ? expert_dp_->gather_grads() : expert_dp_->gather_params();
     const int P = ep_.size();
     Buffer<float> all(device_, mine.size() * P, Category::COMM_BUFFERS);

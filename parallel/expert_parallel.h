@@ -39,6 +39,9 @@ struct ExpertParallel {
                                    // gathers and reduce-scatters (= ep while etp is 1)
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
   kernels::Device device = kernels::Device::CPU;
+  // The experts' tensors have their own data parallelism over the expert grid's edp
+  // (ParallelConfig::experts_apart: ep > 1, or etp != tp), else they are dense parameters.
+  bool apart = false;
 
   int size() const { return ep ? ep->size() : 1; }
   int rank() const { return ep ? ep->rank() : 0; }

@@ -24,14 +24,14 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
                           int64_t microbatches) {
   const int ep = p.expert_parallel;
   if (ep <= 1 || layers.empty()) return;
-  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, k = m.moe.topk,
-                E = m.moe.num_experts;
+  const int64_t h = m.hidden_size, k = m.moe.topk, E = m.moe.num_experts;
   const CommGroup EP = CommGroup::EP, ETP_EP = CommGroup::ETP_EP;
   const CommOp AG = CommOp::ALL_GATHER, RS = CommOp::REDUCE_SCATTER, A2A = CommOp::ALL_TO_ALL_V;
   for (int l : layers) {
     const int forwards = recomputed.empty() || !recomputed[l] ? 1 : 2;
     for (int64_t i = 0; i < microbatches; ++i) {
       const MoeRows r = moe_layer_rows(m, p, B, routing, l, (int)i);
+      const int64_t N = r.N;  // the rank's tokens (B S / tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {
         add(comm, ETP_EP, AG, ep, forwards, forwards * ep * E * 4);
         add(comm, EP, A2A, ep, 3 * forwards,

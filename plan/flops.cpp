@@ -172,11 +172,15 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
       attn_fwd += mm.model_forward;
   }
   const Moe& e = m.moe;
+  // an MoE layer routes the rank's tokens: N / tp under sequence parallelism (which experts
+  // under tensor parallelism need), their router and shared expert whole on each rank
+  const int split = p.tensor_parallel;
+  const double Nl = N / split;
   const double E = e.num_experts, fc1e = m.moe_fc1_size(), fe = m.moe_ffn();
-  const double router = 2 * N * h * E;
+  const double router = 2 * Nl * h * E;
   const double shared = e.shared_expert_size > 0
-                            ? 2 * N * h * m.shared_fc1_size() + 2 * N * e.shared_expert_size * h +
-                                  (e.shared_expert_gate ? 2 * N * h : 0)
+                            ? 2 * Nl * h * m.shared_fc1_size() + 2 * Nl * e.shared_expert_size * h +
+                                  (e.shared_expert_gate ? 2 * Nl * h : 0)
                             : 0;
   const double per_row = 2 * h * fc1e + 2 * fe * h;  // one permuted row through fc1 and fc2
   const std::vector<bool> rec = recomputed_layers(m, stage_layers);
@@ -199,8 +203,9 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
     }
     double rows = 0;
     // the rows this rank's experts run (R: its tokens' M without expert parallelism)
-    for (int64_t i = 0; i < k; ++i) rows += (double)moe_expert_rows(m, B, routing, l, (int)i);
-    const double kept = moe_kept_step(m, B, routing, l, k);
+    for (int64_t i = 0; i < k; ++i)
+      rows += (double)moe_expert_rows(m, B, routing, l, (int)i, split);
+    const double kept = moe_kept_step(m, B, routing, l, k, split);
     rows_step += rows, kept_step += kept;
     p.layer_model_step[l] = (attn_model + 3 * (router + shared)) * kd + 3 * per_row * kept;
     p.layer_hardware_step[l] = (attn_hw + 3 * (router + shared)) * kd + 3 * per_row * rows;
@@ -231,12 +236,12 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
       6 * rows_mb * fe * h);
   if (e.shared_expert_size > 0) {
     const double fs = e.shared_expert_size, fc1s = m.shared_fc1_size();
-    row("shared.fc1", "h", m.is_gpt() ? "2 N h f_s" : "2 N h 2f_s", 2 * N * h * fc1s,
-        6 * N * h * fc1s * Lm, 6 * N * h * fc1s * Lm);
-    row("shared.fc2", "f_s", "2 N f_s h", 2 * N * fs * h, 6 * N * fs * h * Lm,
-        6 * N * fs * h * Lm);
+    row("shared.fc1", "h", m.is_gpt() ? "2 N h f_s" : "2 N h 2f_s", 2 * Nl * h * fc1s,
+        6 * Nl * h * fc1s * Lm, 6 * Nl * h * fc1s * Lm);
+    row("shared.fc2", "f_s", "2 N f_s h", 2 * Nl * fs * h, 6 * Nl * fs * h * Lm,
+        6 * Nl * fs * h * Lm);
     if (e.shared_expert_gate)
-      row("shared.gate", "h", "2 N h", 2 * N * h, 6 * N * h * Lm, 6 * N * h * Lm);
+      row("shared.gate", "h", "2 N h", 2 * Nl * h, 6 * Nl * h * Lm, 6 * Nl * h * Lm);
   }
   // the totals from the layers (exact sums of integers), the table's per microbatch their mean
   double model = p.head_model_step, hw = p.head_hardware_step, recompute = 0;
@@ -272,9 +277,9 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   p.hardware_per_rank_step = hw * microbatches_per_rank;
   per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing);
   if (m.moe.enabled()) {
-    // tp 1 with experts: the step is the data-parallel ranks' steps, each routed like this
-    // one (with a measured routing; the expectation otherwise)
-    const double ranks = (double)microbatches_per_step / (double)microbatches_per_rank;
+    // with experts the step is the stage's ranks' steps (dp x tp: each tp rank routes its own
+    // tokens), each routed like this one (with a measured routing; the expectation otherwise)
+    const double ranks = (double)microbatches_per_step / (double)microbatches_per_rank * tp;
     p.model_per_step = p.model_per_rank_step * ranks;
     p.hardware_per_step = p.hardware_per_rank_step * ranks;
   }

@@ -25,50 +25,58 @@ bool moe_rows_exact(const ModelConfig& m) {
   return !(m.moe.capacity_factor > 0) || m.moe.pad_to_capacity;
 }
 
-int64_t moe_expected_kept(const ModelConfig& m, int B) {
-  const int64_t N = (int64_t)B * m.seq_length, pairs = N * m.moe.topk;
+int64_t moe_expected_kept(const ModelConfig& m, int B, int split) {
+  const int64_t N = (int64_t)B * m.seq_length / split, pairs = N * m.moe.topk;
   const int64_t C = moe_capacity(m, N);
   return C < 0 ? pairs : std::min<int64_t>(m.moe.num_experts * C, pairs);
 }
 
-int64_t moe_expected_rows(const ModelConfig& m, int B) {
-  const int64_t N = (int64_t)B * m.seq_length;
+int64_t moe_expected_rows(const ModelConfig& m, int B, int split) {
+  const int64_t N = (int64_t)B * m.seq_length / split;
   if (m.moe.pad_to_capacity && m.moe.capacity_factor > 0)
     return m.moe.num_experts * std::min(moe_capacity(m, N), N);
-  return moe_expected_kept(m, B);
+  return moe_expected_kept(m, B, split);
 }
 
-int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer, int microbatch) {
+int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer, int microbatch,
+                 int split) {
   if (layer >= 0 && layer < (int)r.rows.size() && !r.rows[layer].empty()) {
     const std::vector<int>& v = r.rows[layer];
     return v[std::min<size_t>(microbatch, v.size() - 1)];
   }
-  return moe_expected_rows(m, B);
+  return moe_expected_rows(m, B, split);
 }
 
 int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer,
-                        int microbatch) {
+                        int microbatch, int split) {
   if (layer >= 0 && layer < (int)r.expert_rows.size() && !r.expert_rows[layer].empty()) {
     const std::vector<int>& v = r.expert_rows[layer];
     return v[std::min<size_t>(microbatch, v.size() - 1)];
   }
-  return moe_rows(m, B, r, layer, microbatch);
+  return moe_rows(m, B, r, layer, microbatch, split);
 }
 
 MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, const MoeRouting& r,
                        int layer, int microbatch) {
   MoeRows rows;
-  rows.M = moe_rows(m, B, r, layer, microbatch);
-  rows.R = p.expert_parallel > 1 ? moe_expert_rows(m, B, r, layer, microbatch) : rows.M;
+  const int split = moe_token_split(p);
+  rows.N = (int64_t)B * m.seq_length / split;
+  rows.split = split;
+  rows.M = moe_rows(m, B, r, layer, microbatch, split);
+  rows.R = p.expert_parallel > 1 ? moe_expert_rows(m, B, r, layer, microbatch, split) : rows.M;
   rows.ep = p.expert_parallel;
   rows.dispatcher = p.token_dispatcher;
   return rows;
 }
 
 double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& r, int layer,
-                     int64_t microbatches) {
+                     int64_t microbatches, int split) {
   if (layer >= 0 && layer < (int)r.kept.size() && r.kept[layer] >= 0) return (double)r.kept[layer];
-  return (double)moe_expected_kept(m, B) * (double)microbatches;
+  return (double)moe_expected_kept(m, B, split) * (double)microbatches;
+}
+
+int moe_token_split(const ParallelConfig& p) {
+  return p.sequence_parallel && p.tensor_parallel > 1 ? p.tensor_parallel : 1;
 }
 
 int moe_layer_count(const ModelConfig& m) {
@@ -81,8 +89,9 @@ int dense_layer_count(const ModelConfig& m) { return m.num_layers - moe_layer_co
 
 std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
                                           const MoeRows& rows) {
+  (void)B;  // the layer's tokens are rows.N (B S, or B S / tp under sequence parallelism)
   const Moe& e = m.moe;
-  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
+  const int64_t N = rows.N, h = m.hidden_size, E = e.num_experts,
                 k = e.topk, M = rows.M, R = rows.R;
   std::vector<ActivationTensor> t;
   auto add = [&](const char* name, int64_t elements, int bytes) {
@@ -132,7 +141,7 @@ bool balancing_on(const Moe& e) {
 void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
                     int64_t& fwd_transient, int64_t& fwd_peak, int64_t& bwd_transient) {
   const Moe& e = m.moe;
-  const int64_t N = (int64_t)B * m.seq_length, h = m.hidden_size, E = e.num_experts,
+  const int64_t N = rows.N, h = m.hidden_size, E = e.num_experts,
                 k = e.topk, M = rows.M, R = rows.R, ep = rows.ep;
   const bool bf16 = act == 2, balancing = balancing_on(e);
   const bool alltoall = ep > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL;
@@ -152,6 +161,7 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   };
   if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
   if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
+  if (balancing && rows.split > 1) fwd(routed, groups * E * 4);  // the counts' all-reduce
   if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
   if (alltoall) {
     const int64_t received = R * h * act + R * 4;

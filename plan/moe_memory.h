@@ -81,25 +81,28 @@ struct MoeRouting {
 
 // C = ceil(N k / E cf) for N tokens (model/moe.cpp expert_capacity); -1 dropless.
 int64_t moe_capacity(const ModelConfig& m, int64_t N);
-// The configuration's M of one MoE layer and microbatch of B sequences (above).
-int64_t moe_expected_rows(const ModelConfig& m, int B);
+// The configuration's M of one MoE layer and microbatch of B sequences (above); split: the
+// sequence-parallel ranks its tokens are split over (each routes B S / split: moe_token_split).
+int64_t moe_expected_rows(const ModelConfig& m, int B, int split = 1);
 // True when moe_expected_rows is exact (padding to capacity), false when an expectation.
 bool moe_rows_exact(const ModelConfig& m);
 // The expected kept pairs (no padding rows) of one MoE layer and microbatch: min(E C, N k)
 // with a capacity, N k dropless (uniform routing).
-int64_t moe_expected_kept(const ModelConfig& m, int B);
+int64_t moe_expected_kept(const ModelConfig& m, int B, int split = 1);
 // M of global layer `layer` in microbatch `microbatch`: routing's when it has it, else the
 // configuration's.
 int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
-                 int microbatch);
+                 int microbatch, int split = 1);
 // R of global layer `layer` in microbatch `microbatch`: routing's expert_rows when it has
 // them, else moe_rows (uniform routing sends each rank's experts as many rows as its tokens
 // send: ep ranks x E/ep experts x M/E; exact with padding to capacity).
 int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
-                        int microbatch);
+                        int microbatch, int split = 1);
 // One MoE layer and microbatch on one rank: the rows its tokens send (M), the rows its
 // experts run (R), and how they travel (parallel/expert_parallel.h).
 struct MoeRows {
+  int64_t N = 0;  // the tokens it routes: B S, or B S / tp under sequence parallelism
+  int split = 1;  // over how many tp ranks the microbatch's tokens are split
   int64_t M = 0, R = 0;
   int ep = 1;
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
@@ -108,7 +111,10 @@ MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B,
                        const MoeRouting& routing, int layer, int microbatch);
 // Kept pairs of an MoE layer over a step of `microbatches` microbatches.
 double moe_kept_step(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
-                     int64_t microbatches);
+                     int64_t microbatches, int split = 1);
+// The tp ranks an MoE layer's microbatch is split over: tp with sequence parallelism (which
+// experts under tp need), else 1.
+int moe_token_split(const ParallelConfig& p);
 
 int moe_layer_count(const ModelConfig& m);    // layers with experts
 int dense_layer_count(const ModelConfig& m);  // the others

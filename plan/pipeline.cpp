@@ -234,8 +234,8 @@ void plan_pipeline(Plan& plan) {
             s == S - 1 ? head_bytes : 0, copies, keep, split));
       st.chunk_activation_bytes.push_back(chunk_sets[0].back().kept);
     }
-    st.unit_begin = stage_units(m, tp, slice, par.expert_parallel);
-    st.expert_unit_begin = stage_expert_units(m, slice, par.expert_parallel);
+    st.unit_begin = stage_units(m, tp, slice, expert_split(par));
+    st.expert_unit_begin = stage_expert_units(m, slice, expert_split(par));
     st.params = st.unit_begin.back() +
                 (st.expert_unit_begin.empty() ? 0 : st.expert_unit_begin.back());
     const std::vector<int> unit_chunk = stage_unit_chunk(slice);
@@ -370,8 +370,14 @@ void plan_pipeline(Plan& plan) {
     int full_recomputed = 0;
     for (const std::vector<int>& g : chunk_groups)
       for (int x : g) full_recomputed += x >= 0;
-    st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z,
-                                   ModelSlice{layers, st.embedding, st.head, full_recomputed});
+    ModelSlice model_slice{layers, st.embedding, st.head, full_recomputed, {}, {}};
+    for (int c = 0; c < v; ++c)
+      for (int i = 0; i < st.chunk_layers[c]; ++i) {
+        model_slice.layer_ids.push_back(st.chunk_first_layer[c] + i);
+        if (!chunk_groups[c].empty() && chunk_groups[c][i] >= 0)
+          model_slice.recomputed_ids.push_back(st.chunk_first_layer[c] + i);
+      }
+    st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z, model_slice);
     int64_t calls = 0;
     for (const Exchange& e : exchanges(pp.schedule, r)) calls += e.empty() ? 0 : 1;
     add_entry(st.comm, CommGroup::PP, CommOp::SEND_RECV, p, calls,

@@ -51,7 +51,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // Megatron turns sequence parallelism off at tp 1 (the trainer warns); so does the plan.
   const bool sp = p.sequence_parallel && tp > 1;
   const int B = t.micro_batch_size;
-  check(!m.moe.enabled() || tp == 1, "experts with tensor parallelism are not modelled yet");
+  check(!m.moe.enabled() || tp == 1 || sp,
+        "experts with tensor parallelism need sequence parallelism (as in Megatron)");
   check(!m.moe.enabled() || !m.recompute.recompute_mlp(),
         "selective mlp recompute of an MoE layer is not built (model/layer.cpp)");
   check(!m.moe.enabled() || !m.moe.pad_to_capacity || m.moe.capacity_factor > 0,
@@ -87,7 +88,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // footprint per microbatch (one set, or one per measured microbatch).
   plan.routing = routing;
   if (m.moe.enabled()) {
-    plan.moe_rows = moe_expected_rows(m, B);
+    plan.moe_rows = moe_expected_rows(m, B, moe_token_split(p));
     plan.moe_rows_exact = moe_rows_exact(m);
     plan.moe_layer_activations =
         moe_layer_activation_tensors(m, B, act, o.mask_bytes,
@@ -116,12 +117,12 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
   // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding
   // included), times bytes per element of each category.
-  // With ep > 1 the experts are a second flat vector (model/param_table.h), sharded over
+  // With the experts apart (ep > 1, or etp != tp) they are a second flat vector (model/param_table.h), sharded over
   // the expert-data-parallel group: its units mirror the dense ones, so the same calls.
   const StageSlice whole = whole_model(m);
   const int edp = p.expert_data_parallel();
-  const std::vector<int64_t> units = stage_units(m, tp, whole, ep);
-  const std::vector<int64_t> expert_units = stage_expert_units(m, whole, ep);
+  const std::vector<int64_t> units = stage_units(m, tp, whole, expert_split(p));
+  const std::vector<int64_t> expert_units = stage_expert_units(m, whole, expert_split(p));
   const int64_t psi = units.back() + (expert_units.empty() ? 0 : expert_units.back());
   const int z = p.zero_stage;
   const int param_b = act, grad_b = act;  // params and grads in the storage type

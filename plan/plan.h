@@ -421,6 +421,10 @@ KorthikantiCheck korthikanti_check(const Plan& plan);
 //                          chunks as above
 // times `microbatches` (the replicated gradients' all-reduces only once per step at ZeRO
 // 0-1, where the gradient buffer accumulates); plus per step the gradient norm, one fp32.
+// An MoE layer (sp required) has attention's collectives only (all-gather 3, reduce-scatter
+// 2; a recomputed forward 1 and 1), its replicated tensors (norms, router, shared expert;
+// the experts are apart with tp > 1) in its unit's all-reduce, and with the aux loss one
+// all-reduce of the E int32 expert counts per forward (model/moe.cpp aux_weights).
 // Empty at tp = 1.
 // With pipelining a rank runs a slice of the model: its layers, and the embedding and the
 // head (with the loss) only on the first and last stage.
@@ -428,6 +432,9 @@ struct ModelSlice {
   int layers = -1;  // -1: all
   bool embedding = true, head = true;
   int recomputed = -1;  // layers whose forward full recompute runs again; -1: the model's
+  // The slice's global layers and, of them, the recomputed ones (empty: layers 0 .. and the
+  // model's full-recompute groups); with MoE layers, which kind each is matters.
+  std::vector<int> layer_ids, recomputed_ids;
 };
 std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
                                                 int act_bytes, int64_t microbatches,

@@ -13,13 +13,26 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
   std::vector<CommPlanEntry> out;
   if (tp == 1) return out;
   const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length, Nh = N * m.hidden_size;
-  const int64_t Ls = slice.layers < 0 ? L : slice.layers;
   const int64_t ends = (slice.embedding ? 1 : 0) + (slice.head ? 1 : 0);
-  // Full recompute runs a recomputed layer's forward again, with its collectives.
+  // The slice's layers, and which of them full recompute runs again (with its collectives).
+  std::vector<int> layers = slice.layer_ids;
+  if (layers.empty())
+    for (int l = 0; l < (slice.layers < 0 ? L : slice.layers); ++l) layers.push_back(l);
+  std::vector<bool> recomputed(L, false);
   int64_t R = slice.recomputed;
-  if (R < 0) {
-    R = 0;
-    for (int g : m.recompute.full_groups(m.num_layers)) R += g >= 0;
+  if (!slice.recomputed_ids.empty()) {
+    for (int l : slice.recomputed_ids) recomputed[l] = true;
+  } else if (R < 0) {
+    const std::vector<int> groups = m.recompute.full_groups(m.num_layers);
+    for (int l = 0; l < (int)groups.size(); ++l) recomputed[l] = groups[l] >= 0;
+  } else {
+    for (int i = 0; i < R && i < (int)layers.size(); ++i) recomputed[layers[i]] = true;
+  }
+  int64_t Ld = 0, Lm = 0, Rd = 0, Rm = 0;  // dense and MoE layers; of each, recomputed
+  for (int l : layers) {
+    const bool moe = m.moe.is_moe_layer(l);
+    (moe ? Lm : Ld) += 1;
+    if (recomputed[l]) (moe ? Rm : Rd) += 1;
   }
   // Vocabulary-parallel loss: per chunk of c rows an all-reduce MAX of c floats and a SUM
   // of 2c (sum of exponentials, target logit), fp32; the chunks cover the N rows once.
@@ -30,32 +43,33 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
   int64_t replicated_calls = 0, replicated_bytes = 0;
   if (!sp) {
     // g after proj and fc2 (forward), f before qkv and fc1 (backward); the embedding's g;
-    // the head's input gradient d(xf), reduced once the loss has run.
-    ar_calls += 4 * Ls + 2 * R + ends;
-    ar_bytes += (4 * Ls + 2 * R + ends) * Nh * e;
+    // the head's input gradient d(xf), reduced once the loss has run. (No MoE layer: experts
+    // under tp need sp.)
+    ar_calls += 4 * Ld + 2 * Rd + ends;
+    ar_bytes += (4 * Ld + 2 * Rd + ends) * Nh * e;
   } else {
-    // Per layer: forward gathers before qkv and fc1, scatters after proj and fc2; backward
-    // gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs, and
-    // scatters qkv's and fc1's input gradients. The embedding scatters x0 and gathers
-    // d(x0); the head gathers xf and scatters d(xf).
-    ag_calls = 6 * Ls + 2 * R + ends;
+    // Per dense layer: forward gathers before qkv and fc1, scatters after proj and fc2;
+    // backward gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs,
+    // and scatters qkv's and fc1's input gradients; an MoE layer attention's half. The
+    // embedding scatters x0 and gathers d(x0); the head gathers xf and scatters d(xf).
+    ag_calls = 6 * Ld + 3 * Lm + 2 * Rd + Rm + ends;
     ag_bytes = ag_calls * Nh * e;
-    rs_calls = 4 * Ls + 2 * R + ends;
+    rs_calls = 4 * Ld + 2 * Lm + 2 * Rd + Rm + ends;
     rs_bytes = rs_calls * Nh * e;
     // Replicated parameters saw only the rank's tokens: one all-reduce of their gradients
     // per unit that has any (each layer; gpt's position embedding; the final norm), sized
-    // from the parameter table (gpt 6h per layer, llama 2h; S h; gpt 2h, llama h). Under
-    // ZeRO 0-1 the gradient buffer accumulates over the microbatches, so this happens once,
-    // on the step's last; ZeRO 2-3 hand a unit's gradients over every microbatch.
+    // from the parameter table (gpt 6h per dense layer, llama 2h; an MoE layer's router and
+    // shared expert too; S h; gpt 2h, llama h). Under ZeRO 0-1 the gradient buffer
+    // accumulates over the microbatches, so this happens once, on the step's last; ZeRO 2-3
+    // hand a unit's gradients over every microbatch.
     std::vector<int64_t> replicated(L + 2, 0);
     for (const ParamSpec& p : param_table(m)) {
-      if (p.split != TpSplit::REPLICATED) continue;
+      if (p.split != TpSplit::REPLICATED || p.expert) continue;  // experts: apart under tp
       int unit = (int)L + 1;
       if (p.name.compare(0, 10, "embedding.") == 0) unit = 0;
       else if (p.name.compare(0, 7, "layers.") == 0) unit = 1 + std::stoi(p.name.substr(7));
       replicated[unit] += p.numel();
     }
-    // The slice's units: every layer holds the same replicated tensors.
     auto add_unit = [&](int64_t n, int64_t times) {
       if (n > 0) {
         replicated_calls += times;
@@ -63,8 +77,14 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
       }
     };
     if (slice.embedding) add_unit(replicated[0], 1);
-    if (L > 0) add_unit(replicated[1], Ls);
+    for (int l : layers) add_unit(replicated[1 + l], 1);
     if (slice.head) add_unit(replicated[L + 1], 1);
+    // the aux loss's expert counts, summed over tp every forward of an MoE layer
+    const Moe& x = m.moe;
+    if (x.enabled() && x.balancing != Moe::Balancing::NONE && x.aux_loss_coeff > 0) {
+      ar_calls += Lm + Rm;
+      ar_bytes += (Lm + Rm) * (int64_t)x.num_experts * 4;
+    }
   }
   auto add = [&](CommOp op, int64_t calls, int64_t payload) {
     if (calls > 0)

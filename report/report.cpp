@@ -63,7 +63,7 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
            plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
            plan.train.bf16 ? "bf16" : "fp32",
            m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
-  if (p.expert_parallel > 1)  // the expert grid (parallel/topology.h)
+  if (p.experts_apart() && m.moe.enabled())  // the expert grid (parallel/topology.h)
     s += strprintf(" | experts: etp%d x ep%d x edp%d x pp%d, %s dispatcher",
                    p.expert_tensor_parallel, p.expert_parallel, p.expert_data_parallel(),
                    p.pipeline_parallel, dispatcher_name(p.token_dispatcher));

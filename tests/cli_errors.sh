@@ -179,11 +179,11 @@ bad "no MoE layer"            "--moe-layer-freq ([0]*2) has no MoE layer (no 1)"
 bad "layer freq in config"    "--moe-layer-freq ([1,0,1]) has 3 entries" --config "$tmp/freq_len.toml"
 bad "layer freq array"        "--config $tmp/freq_array.toml:2: moe-layer-freq takes an integer or a quoted string" \
                                                         --config "$tmp/freq_array.toml"
-experts_tp="--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with tensor parallelism come with expert parallelism, the next issue)"
+experts_tp="--num-experts (8) with --tensor-model-parallel-size 2 needs --sequence-parallel (as in Megatron, whose MoE layer refuses tensor parallelism without it)"
 bad "experts with tp, plan"   "$experts_tp"             --plan --world-size 2 --tp 2 --num-experts 8
 bad "experts with mlp recompute" "--recompute-modules mlp with --num-experts (8): not built yet" \
                                                         --plan --num-experts 8 --recompute-granularity selective --recompute-modules mlp
-bad "qk-layernorm with tp"    "--qk-layernorm with --tensor-model-parallel-size 2: not built yet" \
+bad "qk-layernorm with tp"    "--qk-layernorm with --tensor-model-parallel-size 2 needs --sequence-parallel" \
                                                         --plan --world-size 2 --tp 2 --qk-layernorm
 # Expert parallelism (--ep, --etp, --moe-token-dispatcher-type): its sizes and layout.
 printf 'num-experts = 8\nmoe-token-dispatcher-type = "all2all"\n' >"$tmp/dispatcher.toml"
@@ -200,7 +200,7 @@ bad "etp x ep by stage, plan" "--expert-tensor-parallel-size x --expert-model-pa
                                                         --plan --world-size 6 --pp 2 --num-experts 8 --ep 2
 bad "expert width by etp"     "--moe-ffn-hidden-size (33) must be divisible by --expert-tensor-parallel-size (2)" \
                                                         --plan --world-size 2 --num-experts 8 --etp 2 --moe-ffn-hidden-size 33
-bad "etp not built, plan"     "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes with experts under tensor parallelism)" \
+bad "etp not built, plan"     "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; --expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel folding)" \
                                                         --plan --world-size 2 --num-experts 8 --etp 2
 bad "kv channels"             "--kv-channels must be >= 1, got 0" --kv-channels 0
 bad "kv channels llama even"  "--arch llama needs an even head dim for RoPE, got --kv-channels 15" \

@@ -198,13 +198,14 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
        "--moe-router-topk-scaling-factor must be a finite number > 0, got 0 (unset: no scaling)"},
       {{"--num-experts", "8", "--moe-aux-loss-coeff", "inf"}, 1,
        "--moe-aux-loss-coeff must be a finite number, got inf"},
-      // Not built yet; --plan refuses them as training does.
+      // Experts under tp need sp (Megatron's MoE layer raises the same); what is not built
+      // yet; --plan refuses them as training does.
       {{"--num-experts", "8", "--tp", "2"}, 2,
-       "--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with "
-       "tensor parallelism come with expert parallelism, the next issue)"},
+       "--num-experts (8) with --tensor-model-parallel-size 2 needs --sequence-parallel (as "
+       "in Megatron, whose MoE layer refuses tensor parallelism without it)"},
       {{"--plan", "--world-size", "2", "--num-experts", "8", "--tp", "2"}, 1,
-       "--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with "
-       "tensor parallelism come with expert parallelism, the next issue)"},
+       "--num-experts (8) with --tensor-model-parallel-size 2 needs --sequence-parallel (as "
+       "in Megatron, whose MoE layer refuses tensor parallelism without it)"},
       {{"--num-experts", "8", "--recompute-granularity", "selective", "--recompute-modules",
         "mlp"}, 1,
        "--recompute-modules mlp with --num-experts (8): not built yet (paralab's selective mlp "
@@ -214,18 +215,33 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
        "--recompute-modules mlp with --num-experts (8): not built yet (paralab's selective mlp "
        "recompute covers dense MLPs only)"},
       {{"--qk-layernorm", "--tp", "2"}, 2,
-       "--qk-layernorm with --tensor-model-parallel-size 2: not built yet"},
+       "--qk-layernorm with --tensor-model-parallel-size 2 needs --sequence-parallel (its norm "
+       "weights' gradients are partial over the heads' ranks)"},
       {{"--plan", "--world-size", "2", "--qk-layernorm", "--tp", "2"}, 1,
-       "--qk-layernorm with --tensor-model-parallel-size 2: not built yet"},
+       "--qk-layernorm with --tensor-model-parallel-size 2 needs --sequence-parallel (its norm "
+       "weights' gradients are partial over the heads' ranks)"},
       {{"--num-experts", "8", "--tp", "2", "--etp", "1"}, 2,
-       "--num-experts (8) with --tensor-model-parallel-size 2: not built yet (experts with "
-       "tensor parallelism come with expert parallelism, the next issue)"},
+       "--num-experts (8) with --tensor-model-parallel-size 2 needs --sequence-parallel (as "
+       "in Megatron, whose MoE layer refuses tensor parallelism without it)"},
+      {{"--num-experts", "8", "--tp", "2", "--sequence-parallel"}, 2,  // etp = tp by default
+       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
+       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
+       "folding)"},
+      {{"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--etp", "1",
+        "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-2"}, 2,
+       "--moe-router-load-balancing-type seq_aux_loss with --tensor-model-parallel-size 2: not "
+       "built yet (sequence parallelism splits the sequences over the tp ranks)"},
+      {{"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--etp", "1",
+        "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"}, 2,
+       "--moe-router-enable-expert-bias with --tensor-model-parallel-size 2: not built yet"},
       {{"--num-experts", "8", "--etp", "2"}, 2,
-       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes "
-       "with experts under tensor parallelism)"},
+       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
+       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
+       "folding)"},
       {{"--plan", "--world-size", "4", "--num-experts", "8", "--ep", "2", "--etp", "2"}, 1,
-       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet (it comes "
-       "with experts under tensor parallelism)"},
+       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
+       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
+       "folding)"},
       // Expert parallelism: the flags of a dense model, the sizes, the layout.
       {{"--ep", "2"}, 2, "--expert-model-parallel-size needs --num-experts"},
       {{"--plan", "--world-size", "2", "--ep", "2"}, 1,
@@ -325,6 +341,12 @@ TEST(FlagsMoe, ExpertParallelFlags) {
   EXPECT_EQ(o.parallel.expert_tensor_parallel, 2);
   EXPECT_EQ(error_of({"--tp", "2", "--etp", "1", "--ep", "1"}, 2), "");
   EXPECT_EQ(parse({"--tp", "2", "--etp", "1"}, 2).parallel.expert_tensor_parallel, 1);
+  // experts folded over tp (MoE parallel folding): tp 2 + sp, etp 1; the expert grid ep x edp
+  o = parse({"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--etp", "1", "--ep", "2"},
+            4);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 1);
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 2);
+  EXPECT_TRUE(o.parallel.experts_apart());
 
   // From a --config file, the command line over it.
   TempFile cfg(

@@ -168,8 +168,9 @@ TrainedRun train(const ModelConfig& m, int steps, int k, bool bf16 = false) {
     for (int micro = 0; micro < k; ++micro) {
       for (int n = 0; n < N; ++n) {
         const uint64_t r = kernels::mix64(((uint64_t)step << 32) ^ ((uint64_t)micro << 16) ^ n);
+        // random tokens, each target a fixed function of its token: something to learn
         tokens[n] = (int)(r % m.vocab_size);
-        targets[n] = (int)((r >> 32) % m.vocab_size);
+        targets[n] = (3 * tokens[n] + 1) % m.vocab_size;
       }
       model.data_parallel().begin_microbatch(micro == k - 1);
       loss += model.forward(tokens.data(), targets.data(), B, 1.0f / k, step * 100 + micro);

@@ -44,17 +44,17 @@ TEST(ExpertParallelTable, ExpertsSplitByEp) {
     EXPECT_EQ(p.expert, p.name.find("mlp.experts.") != std::string::npos) << p.name;
   }
   // ep 1: the experts are dense parameters (Megatron's), no expert vector
-  EXPECT_EQ(stage_units(m, 1, whole, 1), param_units(m, 1));
-  EXPECT_TRUE(stage_expert_units(m, whole, 1).empty());
+  EXPECT_EQ(stage_units(m, 1, whole, {1, false}), param_units(m, 1));
+  EXPECT_TRUE(stage_expert_units(m, whole, {1, false}).empty());
   // ep 2: the dense vector loses them; the experts' vector mirrors its units (embedding,
   // layer 0, layer 1, head) with only layer 1's non-empty: half of 576
-  const std::vector<int64_t> dense = stage_units(m, 1, whole, 2);
+  const std::vector<int64_t> dense = stage_units(m, 1, whole, {2, true});
   EXPECT_EQ(dense.back(), parameter_count(m) - 576);
-  EXPECT_EQ(stage_expert_units(m, whole, 2), (std::vector<int64_t>{0, 0, 0, 288, 288}));
-  EXPECT_EQ(stage_expert_table(m, whole, 2).size(), 2u);
+  EXPECT_EQ(stage_expert_units(m, whole, {2, true}), (std::vector<int64_t>{0, 0, 0, 288, 288}));
+  EXPECT_EQ(stage_expert_table(m, whole, {2, true}).size(), 2u);
   // a pipeline stage holding only layer 0 (dense) has no expert vector
   const StageSlice first = pipeline_stage_slice(m, 2, 1, 0);
-  EXPECT_TRUE(stage_expert_units(m, first, 2).empty());
+  EXPECT_TRUE(stage_expert_units(m, first, {2, true}).empty());
   // rank r's experts are the r-th block of dim 0; the blocks in rank order are the tensor
   std::vector<float> full(384);
   for (size_t i = 0; i < full.size(); ++i) full[i] = (float)i;
@@ -131,6 +131,40 @@ TEST(ExpertParallelPlan, DispatchBytesPaddedToCapacity) {
   EXPECT_EQ(a2a.moe_rows, M);
 }
 
+// MoE parallel folding: tp 2 with sequence parallelism for attention, the experts on the
+// expert grid with etp 1 (apart even at ep 1: edp = world = 2, every rank every expert).
+// Per microbatch (8 per rank: global 8, dp 1) the tp group runs the dense layer's 6
+// all-gathers and 4 reduce-scatters, the MoE layer's attention-only 3 and 2, and the
+// embedding's and head's 1 and 1 each; with the aux loss one all-reduce of the E counts.
+TEST(ExpertParallelPlan, FoldedOverTensorParallelism) {
+  ModelConfig m = tiny_moe();
+  ParallelConfig p = grid(2, 1);
+  p.tensor_parallel = 2;
+  p.sequence_parallel = true;
+  p.expert_tensor_parallel = 1;
+  const Plan plan = make_plan(m, batch(1, 8), p);
+  EXPECT_TRUE(p.experts_apart());
+  EXPECT_EQ(p.expert_data_parallel(), 2);
+  EXPECT_EQ(plan.expert_data_parallel.layout.total, 576);
+  const int64_t k = 8;
+  const CommPlanEntry* ag = find_comm(plan.comm, CommGroup::TP, CommOp::ALL_GATHER);
+  const CommPlanEntry* rs = find_comm(plan.comm, CommGroup::TP, CommOp::REDUCE_SCATTER);
+  ASSERT_NE(ag, nullptr);
+  ASSERT_NE(rs, nullptr);
+  EXPECT_EQ(ag->calls, k * (6 + 3 + 2));
+  EXPECT_EQ(rs->calls, k * (4 + 2 + 2));
+  const CommPlanEntry* ar = find_comm(plan.comm, CommGroup::TP, CommOp::ALL_REDUCE);
+  m.moe.aux_loss_coeff = 1e-2f;
+  const Plan aux = make_plan(m, batch(1, 8), p);
+  const CommPlanEntry* ar_aux = find_comm(aux.comm, CommGroup::TP, CommOp::ALL_REDUCE);
+  ASSERT_NE(ar, nullptr);
+  ASSERT_NE(ar_aux, nullptr);
+  EXPECT_EQ(ar_aux->calls - ar->calls, k);
+  EXPECT_EQ(ar_aux->payload_bytes - ar->payload_bytes, k * 4 * 4);  // E = 4 int32
+  // each tp rank routes N / tp = 2 of the microbatch's 4 tokens: M = N k / tp
+  EXPECT_EQ(plan.moe_rows, 2 * 2);
+}
+
 // Qwen3-30B-A3B (configs/models/qwen3-30b-a3b.toml) at ep 8 on 64 ranks, bf16, dropless: each
 // rank holds 16 of the 128 experts of each of the 48 layers (16 x 4,718,592 x 48 =
 // 3,623,878,656 elements) beside the dense 1,541,093,376 (30,532,122,624 - 48 x 603,979,776).
@@ -157,6 +191,30 @@ TEST(ExpertParallelPlan, Qwen3AtEp8On64Ranks) {
   EXPECT_EQ(p.parallel.expert_data_parallel(), 8);
   EXPECT_EQ(p.expert_data_parallel.layout.shard_numel * 8,
             p.expert_data_parallel.layout.padded_total);
+}
+
+// The same at tp 2 + sp, etp 1 (folded): the dense part halves (776,943,616 elements a rank:
+// attention, embeddings and head split, norms and routers whole), the experts do not; the
+// all-to-all's bytes per rank are the same (32 microbatches of N/tp = 2048 tokens routed).
+TEST(ExpertParallelPlan, Qwen3AtTp2Etp1Ep8On64Ranks) {
+  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
+  m.kv_channels = 128;
+  m.qk_layernorm = true;
+  m.moe.num_experts = 128;
+  m.moe.topk = 8;
+  m.moe.ffn_hidden_size = 768;
+  m.moe.grouped_gemm = true;
+  ParallelConfig par = grid(64, 8, 1);
+  par.tensor_parallel = 2;
+  par.sequence_parallel = true;
+  par.expert_tensor_parallel = 1;
+  const Plan p = make_plan(m, batch(1, 1024, true), par);
+  EXPECT_EQ(p.ranks[0].params, 776943616LL + 3623878656LL);
+  EXPECT_EQ(p.microbatches_per_rank, 32);
+  const int64_t M = 2048 * 8, h = 2048, e = 2;
+  const CommPlanEntry* rows = find_comm(p.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V);
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->payload_bytes, 32 * 48 * (4 * M * h * e + 2 * M * 4));
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 # Expert parallelism (parallel/expert_parallel.h) is equivalent to the single-rank run: with
 # the experts spread over ep ranks, by either token dispatcher, with expert-data-parallel
 # ranks beside them (dp > ep), every ZeRO stage over both data parallelisms, pipelines,
-# full recompute, grouped and per-expert GEMMs, and a capacity (drops are per microbatch of
+# full recompute, grouped and per-expert GEMMs, attention under tp + sp with the experts
+# folded over the same ranks (etp 1), and a capacity (drops are per microbatch of
 # the source rank: every run here has microbatches of one sequence, so the reference drops
 # the same pairs), an MoE model gives the losses, final parameters and last step's
 # gradients of one rank to 1e-5 relative over 5 steps; and every rank's ledger,
@@ -38,6 +39,26 @@ check "llama-ep2-full-recompute" llama-ref 2 $llama --moe-grouped-gemm $common -
 
 ref gpt-ref $gpt --moe-grouped-gemm
 check "gpt-ep2-zero1" gpt-ref 2 $gpt --moe-grouped-gemm $common --ep 2 --zero-stage 1
+
+# MoE parallel folding: attention over tp 2 with sequence parallelism, each tp rank routing
+# its own tokens; the experts on the expert grid (etp 1, ep x edp over the same ranks)
+tp="--moe-grouped-gemm --tp 2 --sequence-parallel --etp 1"
+check "llama-tp2-sp-folded" llama-ref 2 $llama $tp $common
+check "llama-tp2-sp-ep2-alltoall" llama-ref 4 $llama $tp $common --ep 2 \
+  --moe-token-dispatcher-type alltoall
+check "llama-tp2-sp-ep4-allgather-zero2" llama-ref 4 $llama $tp $common --ep 4 --zero-stage 2
+check "llama-tp2-sp-ep2-zero3" llama-ref 4 $llama $tp $common --ep 2 --zero-stage 3 \
+  --moe-token-dispatcher-type alltoall
+check "llama-tp2-sp-pp2-ep2" llama-ref 4 $llama $tp $common --pp 2 --ep 2
+check "llama-tp2-sp-full-recompute" llama-ref 2 $llama $tp $common --recompute-granularity full \
+  --recompute-method uniform --recompute-num-layers 1
+check "gpt-tp2-sp-ep2" gpt-ref 4 $gpt $tp $common --ep 2 --moe-token-dispatcher-type alltoall
+shared="--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate --moe-layer-freq 2"
+ref llama-shared-ref $llama --moe-grouped-gemm $shared
+check "llama-shared-tp2-sp-ep2" llama-shared-ref 4 $llama $tp $shared $common --ep 2
+# Qwen3's per-head q/k norms under tp (their gradients summed over tp with sp)
+ref llama-qk-ref $llama --moe-grouped-gemm --qk-layernorm
+check "llama-qk-tp2-sp-ep2" llama-qk-ref 4 $llama $tp --qk-layernorm $common --ep 2
 
 # a capacity, padded: every size fixed by the configuration (the all-to-all's too)
 cap="--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"

@@ -14,7 +14,8 @@
 // world = etp x ep x edp x pp with etp fastest, beside the dense tp x cp x dp x pp; the
 // pipeline groups are the same in both, and cp ranks become ep or edp ranks (experts do not
 // split the sequence). etp splits each expert's width like tensor parallelism (etp < tp is
-// Megatron's "MoE parallel folding"); paralab builds etp = 1 so far.
+// Megatron's "MoE parallel folding"); paralab builds etp = 1 so far: under tp (with sequence
+// parallelism) every tp rank routes its own N/t tokens and its experts are on this grid.
 //
 // Per MoE layer and microbatch, N tokens of h, k experts each, es bytes per element
 // (4, or 2 with --bf16), M rows this rank sends (its permuted rows: N k dropless, E min(C, N)
@@ -138,7 +139,6 @@ void plan_alltoall(const ExpertParallel& ep, const std::vector<int>& counts, int
   regroup.assign(x.R, -1);
   // the received block of rank j holds its rows for local experts 0..L-1 in that order:
   // its expert-e rows start after its rows of the local experts before e
-
   std::vector<std::vector<size_t>> start(P, std::vector<size_t>(L, 0));
   for (int j = 0; j < P; ++j) {
     size_t pos = recv_offset[j];
@@ -165,7 +165,7 @@ void plan_allgather(const ExpertParallel& ep, const std::vector<int>& gathered, 
                     std::vector<int>& local_slots) {
   const int P = ep.size(), L = ep.local_experts(E), first = ep.first_expert(E);
   const size_t per_rank = (size_t)E + (size_t)N * k, pairs = (size_t)N * k;
-  // each source's permutation: its row of each expert's first row, and the pair of each row
+  // each source's permutation: each expert's first row, and the pair of each row
   std::vector<std::vector<int>> offset(P), row_pair(P);
   for (int j = 0; j < P; ++j) {
     const int* rows = gathered.data() + j * per_rank;

@@ -25,7 +25,7 @@ float learning_rate(const TrainConfig& t, int step) {
 AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), train_(train) {
   DataParallel& dp = model.data_parallel();
   DataParallel* experts = model.expert_data_parallel();
-  // the states of the dense elements, then (ep > 1) those of the experts
+  // the states of the dense elements, then (experts apart) those of the experts
   expert_state_offset_ = dp.state_numel();
   const int64_t n = expert_state_offset_ + (experts ? experts->state_numel() : 0);
   m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);

@@ -19,7 +19,6 @@ namespace {
 
 using plan_test::batch;
 using plan_test::find_comm;
-using plan_test::llama;
 using plan_test::tiny_moe;  // layer 1 MoE: E 4 experts of width 6, top-2
 
 ParallelConfig grid(int world, int ep, int zero = 0,
@@ -171,13 +170,7 @@ TEST(ExpertParallelPlan, FoldedOverTensorParallelism) {
 // Per step (16 microbatches of 4096 tokens, top-8, M = 32768, R = M expected) the all-to-all
 // moves 16 x 48 x (2 M h e + M 4 + 2 R h e + R 4) bytes: 384 GiB per rank.
 TEST(ExpertParallelPlan, Qwen3AtEp8On64Ranks) {
-  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
-  m.kv_channels = 128;
-  m.qk_layernorm = true;
-  m.moe.num_experts = 128;
-  m.moe.topk = 8;
-  m.moe.ffn_hidden_size = 768;
-  m.moe.grouped_gemm = true;
+  const ModelConfig m = plan_test::qwen3_30b_a3b();
   const Plan p = make_plan(m, batch(1, 1024, true), grid(64, 8, 1));
   EXPECT_EQ(p.expert_data_parallel.layout.total, 3623878656LL);
   EXPECT_EQ(p.ranks[0].params, 1541093376LL + 3623878656LL);
@@ -197,13 +190,7 @@ TEST(ExpertParallelPlan, Qwen3AtEp8On64Ranks) {
 // attention, embeddings and head split, norms and routers whole), the experts do not; the
 // all-to-all's bytes per rank are the same (32 microbatches of N/tp = 2048 tokens routed).
 TEST(ExpertParallelPlan, Qwen3AtTp2Etp1Ep8On64Ranks) {
-  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
-  m.kv_channels = 128;
-  m.qk_layernorm = true;
-  m.moe.num_experts = 128;
-  m.moe.topk = 8;
-  m.moe.ffn_hidden_size = 768;
-  m.moe.grouped_gemm = true;
+  const ModelConfig m = plan_test::qwen3_30b_a3b();
   ParallelConfig par = grid(64, 8, 1);
   par.tensor_parallel = 2;
   par.sequence_parallel = true;

@@ -2,7 +2,8 @@
 // or Llama of given sizes, a tiny MoE, a world of n data-parallel ranks at a ZeRO stage, a batch, and
 // the lookup of one predicted (group, operation) row.
 //
-// defines: plan_test::gpt, plan_test::llama, plan_test::tiny_moe, plan_test::world,
+// defines: plan_test::gpt, plan_test::llama, plan_test::tiny_moe, plan_test::qwen3_30b_a3b,
+//          plan_test::world,
 //          plan_test::batch, plan_test::find_comm
 #pragma once
 #include <vector>
@@ -39,6 +40,19 @@ inline ModelConfig tiny_moe() {
   m.moe.topk = 2;
   m.moe.ffn_hidden_size = 6;
   m.moe.layer_pattern = {0, 1};
+  return m;
+}
+
+// Qwen3-30B-A3B (configs/models/qwen3-30b-a3b.toml): 48 MoE layers, h 2048, 32 heads of 128
+// in 4 groups, q/k norms, 128 experts of width 768, top-8, grouped GEMM, V 151936, s 4096.
+inline ModelConfig qwen3_30b_a3b() {
+  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
+  m.kv_channels = 128;
+  m.qk_layernorm = true;
+  m.moe.num_experts = 128;
+  m.moe.topk = 8;
+  m.moe.ffn_hidden_size = 768;
+  m.moe.grouped_gemm = true;
   return m;
 }
 

@@ -88,16 +88,7 @@ TEST(MoeParamCounts, DenseActiveIsTotal) {
 // + 2048 x 4096 = 18,874,368, norms 2 x 2048 + 2 x 128 = 4352, router 128 x 2048 = 262,144,
 // one expert 3 x 768 x 2048 = 4,718,592 (all 128: 603,979,776); embeddings 2 x 151936 x 2048
 // = 622,329,856 (untied), final norm 2048.
-ModelConfig qwen3_30b_a3b() {
-  ModelConfig m = llama(48, 2048, 32, 4, 6144, 4096, 151936);
-  m.kv_channels = 128;
-  m.qk_layernorm = true;
-  m.moe.num_experts = 128;
-  m.moe.topk = 8;
-  m.moe.ffn_hidden_size = 768;
-  m.moe.grouped_gemm = true;
-  return m;
-}
+using plan_test::qwen3_30b_a3b;
 
 TEST(MoeParamCounts, Qwen3_30B_A3B) {
   const ParamCounts c = param_counts(qwen3_30b_a3b());

@@ -60,13 +60,14 @@ LayerGrads<T> layer_grads(void* unit, void* experts, const LayerTensorOffsets& o
 }
 
 // The slice of the model one of t tensor-parallel ranks computes: a/t heads, g/t groups,
-// f/t ffn, Vp/t vocabulary rows; the head dim stays d.
+// f/t ffn, Vp/t vocabulary rows; the head dim and each expert's width stay.
 ModelConfig local_model(const ModelConfig& m, int t) {
   ModelConfig l = m;
   l.kv_channels = m.head_dim();
   l.num_attention_heads = m.num_attention_heads / t;
   l.num_query_groups = m.groups() / t;
   l.ffn_hidden_size = m.ffn() / t;
+  l.moe.ffn_hidden_size = m.moe_ffn();  // experts are whole under tp (folded: etp 1)
   l.vocab_size = (int)(padded_vocab(m, t) / t);
   return l;
 }

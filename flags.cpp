@@ -83,7 +83,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   add_switch(app, "--qk-layernorm", m.qk_layernorm,
              "normalise each head's query and key before RoPE and the scores (RMSNorm for llama, "
              "LayerNorm for gpt; one weight of d entries shared by the heads), as Qwen3 and OLMo 2 "
-             "do; with --tp > 1 not built yet")
+             "do; with --tp > 1 it needs --sequence-parallel")
       ->group(kModel);
   app.add_option("--rotary-base", m.rope_theta,
                  "llama only: RoPE's base theta (dimension pair i of a head turns by position x "
@@ -240,8 +240,9 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
       ->capture_default_str()->group(kParallel);
   app.add_option("--expert-tensor-parallel-size,--etp", raw.expert_tensor_parallel,
                  "tensor parallel ranks etp of each expert (its width, --moe-ffn-hidden-size, "
-                 "split over them); >= 1; default --tp (Megatron's); needs --num-experts; "
-                 "> 1 not built yet")
+                 "split over them: fc1's rows, fc2's columns); >= 1, must divide it; default "
+                 "--tp (Megatron's), 1 folds whole experts over the tp ranks; needs "
+                 "--num-experts")
       ->group(kParallel);
   app.add_option("--moe-token-dispatcher-type", raw.moe_token_dispatcher,
                  "how tokens reach the experts of the other ep ranks: allgather (each rank "

@@ -369,10 +369,6 @@ void check_moe(Options& o, const RawFlags& raw) {
          "--sequence-parallel (as in Megatron, whose MoE layer refuses tensor parallelism "
          "without it)");
   // Not built yet.
-  if (etp > 1)
-    fail("--expert-tensor-parallel-size ", etp, ": expert tensor parallelism is not built yet; "
-         "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
-         "folding)");
   if (tp > 1 && e.balancing == Moe::Balancing::SEQ_AUX_LOSS && e.aux_loss_coeff > 0)
     fail("--moe-router-load-balancing-type seq_aux_loss with --tensor-model-parallel-size ", tp,
          ": not built yet (sequence parallelism splits the sequences over the tp ranks)");

@@ -158,10 +158,11 @@ int train(const Options& o, const World& w) {
   // second data parallelism over the expert-data-parallel group (same options; ZeRO shards
   // them over edp), present when the experts are apart (ep > 1, or etp != tp: folded over
   // the tp ranks) and the stage has an MoE layer.
-  const int ep = par.expert_parallel;
+  const int ep = par.expert_parallel, etp = par.expert_tensor_parallel;
   const ExpertParallel expert_parallel{ep > 1 ? &topo.ep() : nullptr,
-                                       ep > 1 ? &topo.etp_ep() : nullptr, par.token_dispatcher,
-                                       dev, par.experts_apart()};
+                                       ep * etp > 1 ? &topo.etp_ep() : nullptr,
+                                       par.token_dispatcher, dev, par.experts_apart(),
+                                       etp > 1 ? &topo.etp() : nullptr};
   std::unique_ptr<DataParallel> expert_data_parallel;
   const std::vector<int64_t> expert_units = stage_expert_units(o.model, slice, expert_split(par));
   if (!expert_units.empty()) {
@@ -279,7 +280,7 @@ int train(const Options& o, const World& w) {
     // expert parallelism the rows each rank's experts receive: the plan evaluated at the
     // routing each pipeline measured this step, on rank 0 (plan/moe_memory.h)
     std::vector<Plan> routed_plans;
-    if (o.model.moe.enabled() && (o.model.moe.capacity_factor > 0 || ep > 1)) {
+    if (o.model.moe.enabled() && (o.model.moe.capacity_factor > 0 || ep * etp > 1)) {
       const std::vector<MoeRouting> routing =
           gather_moe_routing(topo.world(), model, k, pipeline_of);
       if (rank0)

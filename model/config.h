@@ -179,10 +179,11 @@ struct ParallelConfig {
     return world_size / (expert_tensor_parallel * expert_parallel * pipeline_parallel);
   }
   // The experts have their own flat vector and data parallelism (over the expert grid's edp)
-  // when they are spread differently from the dense weights: ep > 1, or etp != tp (MoE
-  // parallel folding). Otherwise they are dense parameters, as in Megatron.
+  // as soon as they are spread at all: ep > 1, etp > 1 (their width split), or tp > 1 (the
+  // tp ranks route their own tokens, folded onto the expert grid). Otherwise (one rank's
+  // worth of experts everywhere) they are dense parameters, as in Megatron.
   bool experts_apart() const {
-    return expert_parallel > 1 || expert_tensor_parallel != tensor_parallel;
+    return expert_parallel > 1 || expert_tensor_parallel > 1 || tensor_parallel > 1;
   }
 };
 

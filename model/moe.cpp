@@ -271,6 +271,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   if (c.record_moe_stats && c.moe) {
     MoeLayerStats& s = c.moe->stats;
     s.expert_rows.push_back(R);
+    s.ep_rows.push_back(x.R_ep);
     for (int rows : x.local_rows) s.nonempty_experts += rows > 0;
   }
   a.fc1_out.allocate(dev, (size_t)R * fc1e, act);

@@ -73,6 +73,8 @@ struct MoeLayerStats {
   std::vector<int> permuted_rows;            // M of each microbatch, in order
   std::vector<int> expert_rows;              // R of each microbatch: what this rank's
                                              // experts ran (= M without expert parallelism)
+  std::vector<int> ep_rows;                  // alltoall: the rows it received over ep each
+                                             // microbatch (= R but with etp > 1)
   long long nonempty_experts = 0;            // sum over microbatches: this rank's experts
                                              // with >= 1 row
   double aux_loss = 0, z_loss = 0;           // sums over microbatches, coefficients applied

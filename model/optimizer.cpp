@@ -33,7 +33,7 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   if (model.tensor_parallel().size() > 1)
     norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (model.pipeline_group()) pp_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
-  if (experts && model.expert_parallel().size() > 1)
+  if (experts && model.expert_parallel().distributed())
     ep_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
     master_.allocate(model.device(), n, Category::MASTER_PARAMS);
@@ -68,10 +68,13 @@ float AdamW::step(float lr) {
   double squares = dp.grad_sum_squares();
   const TensorParallel& tp = model_.tensor_parallel();
   if (tp.size() > 1) squares = sum_over(*tp.tp, norm_scalar_, squares);
-  if (experts && model_.expert_parallel().size() > 1)
-    squares += sum_over(*model_.expert_parallel().ep, ep_norm_scalar_,
+  // the experts' share over the ranks holding the others: ep, or etp x ep with their
+  // widths split (every rank holds every expert when folded over tp without either)
+  const ExpertParallel& ep = model_.expert_parallel();
+  if (experts && ep.distributed())
+    squares += sum_over(ep.etp_size() > 1 ? *ep.etp_ep : *ep.ep, ep_norm_scalar_,
                         experts->grad_sum_squares());
-  else if (experts)  // folded over tp without ep: every rank holds every expert
+  else if (experts)
     squares += experts->grad_sum_squares();
   if (Communicator* pp = model_.pipeline_group())
     squares = sum_over(*pp, pp_norm_scalar_, squares);

@@ -49,6 +49,8 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
       add(p + "mlp.experts.fc1.weight", {E, m.moe_fc1_size(), h}, true, R);
       add(p + "mlp.experts.fc2.weight", {E, h, m.moe_ffn()}, true, R);
       t[t.size() - 2].expert = t[t.size() - 1].expert = true;
+      t[t.size() - 2].etp_split = FC1;
+      t[t.size() - 1].etp_split = COLS;
       if (m.moe.shared_expert_size > 0) {
         add(p + "mlp.shared.fc1.weight", {m.shared_fc1_size(), h}, true, R);
         add(p + "mlp.shared.fc2.weight", {h, m.moe.shared_expert_size}, true, R);
@@ -74,10 +76,13 @@ int64_t padded_vocab(const ModelConfig& m, int tp) {
   return (m.vocab_size + tp - 1) / tp * tp;
 }
 
-std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep) {
+std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep, int etp) {
   std::vector<ParamSpec> t = param_table(m);
   for (ParamSpec& p : t) {
-    if (p.expert) p.shape[0] /= ep;  // E / ep whole experts
+    if (p.expert) {  // E / ep experts, each 1/etp of its width
+      p.shape[0] /= ep;
+      p.shape[p.etp_split == TpSplit::COLUMNS ? 2 : 1] /= etp;
+    }
     switch (p.split) {
       case TpSplit::REPLICATED: break;
       case TpSplit::ROWS:
@@ -158,14 +163,43 @@ std::vector<float> unshard_tensor(const ParamSpec& full,
   return out;
 }
 
-std::vector<float> shard_experts(const std::vector<float>& values, int ep, int rank) {
-  const size_t block = values.size() / ep;
-  return std::vector<float>(values.begin() + rank * block, values.begin() + (rank + 1) * block);
+namespace {
+// One expert's 2-D slice of an expert tensor (E, a, b), split like a tensor over tp.
+ParamSpec expert_slice(const ParamSpec& full) {
+  ParamSpec one;
+  one.shape = {full.shape[1], full.shape[2]};
+  one.split = full.etp_split;
+  return one;
+}
+}  // namespace
+
+std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>& values, int ep,
+                                 int ep_rank, int etp, int etp_rank) {
+  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E;
+  const ParamSpec one = expert_slice(full);
+  std::vector<float> out;
+  for (int64_t e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
+    const std::vector<float> expert(values.begin() + e * per, values.begin() + (e + 1) * per);
+    const std::vector<float> mine = shard_tensor(one, expert, etp, etp_rank);
+    out.insert(out.end(), mine.begin(), mine.end());
+  }
+  return out;
 }
 
-std::vector<float> unshard_experts(const std::vector<std::vector<float>>& parts) {
+std::vector<float> unshard_experts(const ParamSpec& full,
+                                   const std::vector<std::vector<std::vector<float>>>& parts) {
+  const int ep = (int)parts.size(), etp = (int)parts[0].size();
+  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E, part = per / etp;
+  const ParamSpec one = expert_slice(full);
   std::vector<float> out;
-  for (const std::vector<float>& part : parts) out.insert(out.end(), part.begin(), part.end());
+  for (int r = 0; r < ep; ++r)
+    for (int64_t e = 0; e < local; ++e) {
+      std::vector<std::vector<float>> pieces;
+      for (int t = 0; t < etp; ++t)
+        pieces.emplace_back(parts[r][t].begin() + e * part, parts[r][t].begin() + (e + 1) * part);
+      const std::vector<float> expert = unshard_tensor(one, pieces);
+      out.insert(out.end(), expert.begin(), expert.end());
+    }
   return out;
 }
 
@@ -260,7 +294,7 @@ std::vector<ParamSpec> stage_expert_table(const ModelConfig& m, const StageSlice
                                           const ExpertSplit& x) {
   std::vector<ParamSpec> t;
   if (!x.apart) return t;
-  for (const ParamSpec& p : local_param_table(m, 1, x.ep))
+  for (const ParamSpec& p : local_param_table(m, 1, x.ep, x.etp))
     if (p.expert && stage_unit_of(s, p.name) >= 0) t.push_back(p);
   return t;
 }

@@ -57,6 +57,9 @@ struct ParamSpec {
   bool weight_decay = false;
   TpSplit split = TpSplit::REPLICATED;
   bool expert = false;  // a routed expert's weights (mlp.experts.*): split over ep
+  // An expert tensor's split of each expert over etp (as TpSplit over tp, on the expert's own
+  // 2-D slice): fc1 ROWS (gpt) or HALVES (llama's [gate | up]), fc2 COLUMNS.
+  TpSplit etp_split = TpSplit::REPLICATED;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -67,8 +70,10 @@ struct ParamSpec {
 // Full shapes (what a single rank holds, checkpoints, golden files).
 std::vector<ParamSpec> param_table(const ModelConfig& m);
 // The shapes one of tp tensor-parallel ranks holds (every rank the same shapes); with ep
-// expert-parallel ranks each holds E/ep experts of the expert tensors (dim 0).
-std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep = 1);
+// expert-parallel ranks each holds E/ep experts of the expert tensors (dim 0), with etp
+// 1/etp of each expert's width (etp_split).
+std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep = 1,
+                                         int etp = 1);
 // The vocabulary rounded up to a multiple of tp (Megatron pads it the same way).
 int64_t padded_vocab(const ModelConfig& m, int tp);
 // Sum of numel over the full table: the parameter count Psi.
@@ -101,9 +106,10 @@ StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, in
 struct ExpertSplit {
   int ep = 1;
   bool apart = false;
+  int etp = 1;  // each expert's width split over etp ranks (fc1's rows, fc2's columns)
 };
 inline ExpertSplit expert_split(const ParallelConfig& p) {
-  return {p.expert_parallel, p.experts_apart()};
+  return {p.expert_parallel, p.experts_apart(), p.expert_tensor_parallel};
 }
 // With experts apart the expert tensors are not in this (the dense) flat vector but in the
 // expert one below: parallel/data_parallel holds each, over dp x cp and over edp.
@@ -139,8 +145,12 @@ std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>&
                                 int rank);
 std::vector<float> unshard_tensor(const ParamSpec& full,
                                   const std::vector<std::vector<float>>& parts);
-// An expert tensor's experts [rank E/ep, (rank+1) E/ep) (a block of dim 0), and back.
-std::vector<float> shard_experts(const std::vector<float>& values, int ep, int rank);
-std::vector<float> unshard_experts(const std::vector<std::vector<float>>& parts);
+// An expert tensor's experts [r E/ep, (r+1) E/ep) of ep rank r (a block of dim 0), each cut
+// to etp rank t's share of its width (full.etp_split); and back, parts[r][t] being ep rank
+// r's, etp rank t's.
+std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>& values, int ep,
+                                 int ep_rank, int etp, int etp_rank);
+std::vector<float> unshard_experts(const ParamSpec& full,
+                                   const std::vector<std::vector<std::vector<float>>>& parts);
 
 }  // namespace paralab

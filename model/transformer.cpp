@@ -85,10 +85,13 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       pp_(pp),
       embedding_(embedding),
       full_table_(param_table(model)),
-      table_(stage_param_table(model, tp.size(), slice_, {ep.size(), ep.apart})),
-      expert_table_(stage_expert_table(model, slice_, {ep.size(), ep.apart})),
+      table_(stage_param_table(model, tp.size(), slice_, {ep.size(), ep.apart, ep.etp_size()})),
+      expert_table_(stage_expert_table(model, slice_, {ep.size(), ep.apart, ep.etp_size()})),
       ep_(ep) {
-  const std::vector<int64_t> units = stage_units(model, tp.size(), slice_, {ep.size(), ep.apart});
+  // each expert's slice of the width over etp (fc1's rows, fc2's columns)
+  local_.moe.ffn_hidden_size = model.moe_ffn() / ep.etp_size();
+  const std::vector<int64_t> units =
+      stage_units(model, tp.size(), slice_, {ep.size(), ep.apart, ep.etp_size()});
   const int U = (int)units.size() - 1;
   embedding_unit_ = slice_.embedding ? 0 : -1;
   head_unit_ = slice_.head ? U - 1 : -1;
@@ -136,7 +139,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   dp_->exclude_from_norm(counted_elsewhere);
   // ep > 1: the expert tensors, a flat vector of their own whose units mirror the dense ones
   const std::vector<int64_t> expert_units =
-      stage_expert_units(model, slice_, {ep.size(), ep.apart});
+      stage_expert_units(model, slice_, {ep.size(), ep.apart, ep.etp_size()});
   size_t expert_offset = 0;
   for (const ParamSpec& p : expert_table_) {
     const int u = layer_unit_[std::stoi(p.name.substr(7))];
@@ -224,9 +227,10 @@ void Transformer::init_parameters(uint64_t seed) {
           full[i] = z * (output_proj ? scaled : sigma);
         }
       }
-      // ep > 1: this rank's experts (a block of dim 0) of the expert tensors
-      const std::vector<float> mine = experts ? shard_experts(full, ep_.size(), ep_.rank())
-                                              : shard_tensor(p, full, tp_.size(), tp_.rank());
+      // experts apart: this rank's experts (a block of dim 0), its etp slice of each
+      const std::vector<float> mine =
+          experts ? shard_experts(p, full, ep_.size(), ep_.rank(), ep_.etp_size(), ep_.etp_rank())
+                  : shard_tensor(p, full, tp_.size(), tp_.rank());
       local.insert(local.end(), mine.begin(), mine.end());
     }
     return local;

@@ -10,21 +10,25 @@ namespace paralab {
 
 std::vector<float> Transformer::gather_full(bool grads) {
   const std::vector<float> local = grads ? dp_->gather_grads() : dp_->gather_params();
-  // experts apart: every ep rank's experts (the same size on each), gathered over ep
-  std::vector<std::vector<float>> expert_parts;
-  if (expert_dp_ && ep_.size() == 1) {  // folded over tp: every rank holds every expert
-    expert_parts.push_back(grads ? expert_dp_->gather_grads() : expert_dp_->gather_params());
-  } else if (expert_dp_) {
+  // experts apart: every etp_ep rank's slice of its experts (the same size on each), gathered
+  // over etp_ep (group rank etp_rank + etp ep_rank); parts[ep rank][etp rank]
+  std::vector<std::vector<std::vector<float>>> expert_parts;
+  if (expert_dp_) {
     const std::vector<float> mine = grads ? expert_dp_->gather_grads() : expert_dp_->gather_params();
-    const int P = ep_.size();
-    Buffer<float> all(device_, mine.size() * P, Category::COMM_BUFFERS);
-    kernels::memcpy_from_host(device_, all.data() + mine.size() * ep_.rank(), mine.data(),
-                              mine.size() * sizeof(float));
-    ep_.ep->all_gather(all.data() + mine.size() * ep_.rank(), all.data(), mine.size());
-    expert_parts.assign(P, mine);
-    for (int r = 0; r < P; ++r)
-      kernels::memcpy_to_host(device_, expert_parts[r].data(), all.data() + mine.size() * r,
-                              mine.size() * sizeof(float));
+    const int P = ep_.size(), T = ep_.etp_size();
+    expert_parts.assign(P, std::vector<std::vector<float>>(T, mine));
+    if (P * T > 1) {
+      Communicator& g = *ep_.etp_ep;
+      Buffer<float> all(device_, mine.size() * P * T, Category::COMM_BUFFERS);
+      kernels::memcpy_from_host(device_, all.data() + mine.size() * g.rank(), mine.data(),
+                                mine.size() * sizeof(float));
+      g.all_gather(all.data() + mine.size() * g.rank(), all.data(), mine.size());
+      for (int j = 0; j < P; ++j)
+        for (int t = 0; t < T; ++t)
+          kernels::memcpy_to_host(device_, expert_parts[j][t].data(),
+                                  all.data() + mine.size() * (t + T * j),
+                                  mine.size() * sizeof(float));
+    }
   }
   const int t = tp_.size();
   std::vector<std::vector<float>> parts(t, local);
@@ -48,10 +52,11 @@ std::vector<float> Transformer::gather_full(bool grads) {
     size_t i = 0;
     while (full_table_[i].name != v.spec->name) ++i;
     if (v.expert) {  // global expert ids: ep rank r's block of experts is the r-th
-      std::vector<std::vector<float>> pieces;
-      for (const std::vector<float>& part : expert_parts)
-        pieces.emplace_back(part.begin() + v.offset, part.begin() + v.offset + v.numel);
-      const std::vector<float> full = unshard_experts(pieces);
+      std::vector<std::vector<std::vector<float>>> pieces(expert_parts.size());
+      for (size_t j = 0; j < expert_parts.size(); ++j)
+        for (const std::vector<float>& part : expert_parts[j])
+          pieces[j].emplace_back(part.begin() + v.offset, part.begin() + v.offset + v.numel);
+      const std::vector<float> full = unshard_experts(full_table_[i], pieces);
       std::copy(full.begin(), full.end(), out.begin() + full_offset[i]);
       continue;
     }

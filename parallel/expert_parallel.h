@@ -40,11 +40,16 @@ struct ExpertParallel {
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
   kernels::Device device = kernels::Device::CPU;
   // The experts' tensors have their own data parallelism over the expert grid's edp
-  // (ParallelConfig::experts_apart: ep > 1, or etp != tp), else they are dense parameters.
+  // (ParallelConfig::experts_apart), else they are dense parameters.
   bool apart = false;
+  Communicator* etp = nullptr;  // each expert's width split over it (fc1 rows, fc2 columns)
 
   int size() const { return ep ? ep->size() : 1; }
   int rank() const { return ep ? ep->rank() : 0; }
+  int etp_size() const { return etp ? etp->size() : 1; }
+  int etp_rank() const { return etp ? etp->rank() : 0; }
+  // Whether tokens leave the rank at all (else dispatch is the one-rank permute).
+  bool distributed() const { return size() > 1 || etp_size() > 1; }
   // Of E experts, rank r holds [r E/ep, (r+1) E/ep): global ids in ep-rank order.
   int local_experts(int E) const { return E / size(); }
   int first_expert(int E) const { return rank() * local_experts(E); }
@@ -67,18 +72,21 @@ struct LocalRouting {
 // (device maps category activations; the plan counts them, plan/moe_memory.h).
 struct ExpertExchange {
   int N = 0, k = 0, h = 0;
-  int M = 0;  // rows this rank's tokens sent (its permuted rows)
-  int R = 0;  // rows its local experts run (received from every ep rank)
+  int M = 0;     // rows this rank's tokens sent (its permuted rows)
+  int R_ep = 0;  // alltoall: rows it received over ep (its block; = R at etp 1)
+  int R = 0;     // rows its local experts run: every etp peer's block (received over ep)
   bool fused = false;                         // --moe-permute-fusion
   std::vector<int> local_rows, local_offset;  // (E/ep), (E/ep + 1): per local expert
   std::vector<size_t> send_rows, recv_rows;   // alltoall: rows to / from each ep rank
+  std::vector<size_t> etp_rows;               // alltoall: each etp peer's block (its R_ep)
   Buffer<int> row_pair;     // (M) this rank's permutation (every dispatcher)
   Buffer<int> slots;        // (N k)
-  Buffer<int> regroup;      // alltoall (R): local row r is received row regroup[r]
+  Buffer<int> regroup;      // alltoall (R): local row r is received (at etp > 1: gathered)
+                            // row regroup[r]
   Buffer<int> ungroup;      // alltoall (R): its inverse, received order <- local order
-  Buffer<int> source_pair;  // allgather (R): each local row's pair among the ep N k
+  Buffer<int> source_pair;  // allgather (R): each local row's pair among the etp ep N k
                             // gathered pairs (-1: padding)
-  Buffer<int> local_slots;  // allgather (ep N k): each gathered pair's local row, -1 when
+  Buffer<int> local_slots;  // allgather (etp ep N k): each gathered pair's local row, -1 when
                             // another rank's expert (or nobody) takes it
 };
 

@@ -22,10 +22,10 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
                           const ParallelConfig& p, int B, int e, const MoeRouting& routing,
                           const std::vector<int>& layers, const std::vector<bool>& recomputed,
                           int64_t microbatches) {
-  const int ep = p.expert_parallel;
-  if (ep <= 1 || layers.empty()) return;
+  const int ep = p.expert_parallel, T = p.expert_tensor_parallel, P = ep * T;
+  if (P <= 1 || layers.empty()) return;
   const int64_t h = m.hidden_size, k = m.moe.topk, E = m.moe.num_experts;
-  const CommGroup EP = CommGroup::EP, ETP_EP = CommGroup::ETP_EP;
+  const CommGroup EP = CommGroup::EP, ETP = CommGroup::ETP, ETP_EP = CommGroup::ETP_EP;
   const CommOp AG = CommOp::ALL_GATHER, RS = CommOp::REDUCE_SCATTER, A2A = CommOp::ALL_TO_ALL_V;
   for (int l : layers) {
     const int forwards = recomputed.empty() || !recomputed[l] ? 1 : 2;
@@ -33,20 +33,28 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
       const MoeRows r = moe_layer_rows(m, p, B, routing, l, (int)i);
       const int64_t N = r.N;  // the rank's tokens (B S / tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {
-        add(comm, ETP_EP, AG, ep, forwards, forwards * ep * E * 4);
-        add(comm, EP, A2A, ep, 3 * forwards,
-            forwards * (r.M * h * e + r.M * 4 + r.R * h * e));
-        add(comm, EP, A2A, ep, 3, r.M * h * e + r.R * h * e + r.R * 4);
+        const int64_t M = r.M, R = r.R, Re = r.R_ep;
+        add(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);
+        if (ep > 1) {  // dispatch rows and gates, combine; backward: dy, then dx and dgates
+          add(comm, EP, A2A, ep, 3 * forwards, forwards * (M * h * e + M * 4 + Re * h * e));
+          add(comm, EP, A2A, ep, 3, M * h * e + Re * h * e + Re * 4);
+        }
+        if (T > 1) {  // the blocks' gathers (etp copies) and the partial sums' scatters
+          add(comm, ETP, A2A, T, 3 * forwards,
+              forwards * (T * Re * h * e + T * Re * 4 + R * h * e));
+          add(comm, ETP, A2A, T, 3, T * Re * h * e + R * h * e + R * 4);
+        }
       } else {
-        add(comm, ETP_EP, AG, ep, 3 * forwards,
-            forwards * (ep * N * h * e + ep * N * k * 4 + ep * (E + N * k) * 4));
-        add(comm, ETP_EP, RS, ep, forwards, forwards * ep * N * h * e);
-        add(comm, ETP_EP, AG, ep, 1, ep * N * h * e);
-        add(comm, ETP_EP, RS, ep, 2, ep * N * h * e + ep * N * k * 4);
+        add(comm, ETP_EP, AG, P, 3 * forwards,
+            forwards * (P * N * h * e + P * N * k * 4 + P * (E + N * k) * 4));
+        add(comm, ETP_EP, RS, P, forwards, forwards * P * N * h * e);
+        add(comm, ETP_EP, AG, P, 1, P * N * h * e);
+        add(comm, ETP_EP, RS, P, 2, P * N * h * e + P * N * k * 4);
       }
     }
   }
-  add(comm, EP, CommOp::ALL_REDUCE, ep, 1, 4);  // the gradient norm's expert share
+  // the gradient norm's expert share: over ep, or etp x ep with the widths split
+  add(comm, T > 1 ? ETP_EP : EP, CommOp::ALL_REDUCE, T > 1 ? P : ep, 1, 4);
 }
 
 }  // namespace paralab

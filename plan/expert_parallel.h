@@ -3,19 +3,25 @@
 // layer and microbatch: the configuration's, or the routing a run measured).
 //
 // Per MoE layer and microbatch (e the storage bytes, M the rows the rank's tokens send, R the
-// rows its experts run, N = B S tokens, k top-k, E experts), forward (twice when full
-// recompute runs the layer again) and backward:
-//   alltoall   etp_ep all-gather    ep E 4                      forward
-//              ep all-to-all-v      M h e, M 4, R h e           forward (dispatch, gates,
-//                                                                combine)
-//                                   M h e, R h e, R 4           backward
-//   allgather  etp_ep all-gather    ep N h e, ep N k 4, ep (E + N k) 4   forward
-//                                   ep N h e                    backward
-//              etp_ep reduce-scatter ep N h e                   forward
-//                                   ep N h e, ep N k 4          backward
-// Plus, per step, the gradient norm's expert share summed over ep: one fp32 all-reduce.
-// With padding to capacity M = R = E min(C, N) exactly; dropless M = N k exactly and R is
-// the routing's (the plan's value is the uniform expectation R = M, labelled as one).
+// rows its experts run, R_ep the rows it received over ep (its block; R = R_ep at etp 1),
+// N its tokens (B S, or B S / tp under sequence parallelism), k top-k, E experts, P = etp ep),
+// forward (twice when full recompute runs the layer again) and backward:
+//   alltoall   etp_ep all-gather    P E 4                       forward
+//              ep all-to-all-v      M h e, M 4, R_ep h e        forward (dispatch, gates,
+//                                                                combine), at ep > 1
+//                                   M h e, R_ep h e, R_ep 4     backward
+//              etp all-to-all-v     etp R_ep h e, etp R_ep 4,   forward, at etp > 1 (the
+//                                   R h e                        blocks gathered, the partial
+//                                                                outputs summed back)
+//                                   etp R_ep h e, R h e, R 4    backward
+//   allgather  etp_ep all-gather    P N h e, P N k 4, P (E + N k) 4   forward
+//                                   P N h e                     backward
+//              etp_ep reduce-scatter P N h e                    forward
+//                                   P N h e, P N k 4            backward
+// Plus, per step, the gradient norm's expert share summed over ep (etp_ep at etp > 1): one
+// fp32 all-reduce. With padding to capacity M = R_ep = E min(C, N), R = etp M exactly;
+// dropless M = N k exactly and R, R_ep are the routing's (the plan's value is the uniform
+// expectation R_ep = M, labelled as one).
 //
 // defines: expert_parallel_comm
 #pragma once

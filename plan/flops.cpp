@@ -147,7 +147,8 @@ static std::vector<bool> recomputed_layers(const ModelConfig& m,
 // The per-layer step FLOPs (FlopsPlan::layer_*_step) and, with MoE layers, their rows of the
 // matmul table and the totals (flops.h).
 static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k,
-                            const std::vector<int>& stage_layers, const MoeRouting& routing) {
+                            const std::vector<int>& stage_layers, const MoeRouting& routing,
+                            int etp) {
   const double N = (double)B * m.seq_length, h = m.hidden_size, kd = (double)k;
   // one microbatch of any layer: the attention rows; one dense layer's MLP
   double attn_model = 0, attn_hw = 0, attn_fwd = 0, dense_model = 0, dense_hw = 0,
@@ -182,7 +183,9 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
                             ? 2 * Nl * h * m.shared_fc1_size() + 2 * Nl * e.shared_expert_size * h +
                                   (e.shared_expert_gate ? 2 * Nl * h : 0)
                             : 0;
-  const double per_row = 2 * h * fc1e + 2 * fe * h;  // one permuted row through fc1 and fc2
+  // one permuted row through fc1 and fc2 (model FLOPs, counted where the tokens are), and
+  // through the rank's slice of them (1/etp of their width: the hardware FLOPs it runs)
+  const double per_pair = 2 * h * fc1e + 2 * fe * h, per_row = per_pair / etp;
   const std::vector<bool> rec = recomputed_layers(m, stage_layers);
   const double selective_per_layer =
       p.recomputed_layers > 0 && m.recompute.selective()
@@ -204,10 +207,10 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
     double rows = 0;
     // the rows this rank's experts run (R: its tokens' M without expert parallelism)
     for (int64_t i = 0; i < k; ++i)
-      rows += (double)moe_expert_rows(m, B, routing, l, (int)i, split);
+      rows += (double)moe_expert_rows(m, B, routing, l, (int)i, split, etp);
     const double kept = moe_kept_step(m, B, routing, l, k, split);
     rows_step += rows, kept_step += kept;
-    p.layer_model_step[l] = (attn_model + 3 * (router + shared)) * kd + 3 * per_row * kept;
+    p.layer_model_step[l] = (attn_model + 3 * (router + shared)) * kd + 3 * per_pair * kept;
     p.layer_hardware_step[l] = (attn_hw + 3 * (router + shared)) * kd + 3 * per_row * rows;
     if (rec[l])
       p.layer_recompute_step[l] = m.recompute.full()
@@ -260,7 +263,7 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
 
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp,
-                     const std::vector<int>& stage_layers, const MoeRouting& routing) {
+                     const std::vector<int>& stage_layers, const MoeRouting& routing, int etp) {
   FlopsPlan p = rank_matmuls(m, micro_batch_size, convention, tp, stage_layers);
   p.tensor_parallel = tp;
   p.microbatches_per_step = microbatches_per_step;
@@ -275,7 +278,7 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   p.hardware_per_step = hw * tp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
   p.hardware_per_rank_step = hw * microbatches_per_rank;
-  per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing);
+  per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing, etp);
   if (m.moe.enabled()) {
     // with experts the step is the stage's ranks' steps (dp x tp: each tp rank routes its own
     // tokens), each routed like this one (with a measured routing; the expectation otherwise)

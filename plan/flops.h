@@ -107,9 +107,11 @@ struct MoeRouting;
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1,
                      const std::vector<int>& stage_layers = {});
+// etp: the experts' tensor parallelism (a rank runs 1/etp of each expert row's FLOPs).
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp,
-                     const std::vector<int>& stage_layers, const MoeRouting& routing);
+                     const std::vector<int>& stage_layers, const MoeRouting& routing,
+                     int etp = 1);
 // Layers that recompute something: L with selective or full uniform; full block: the sum
 // over chunks of min(num_layers, chunk layers); 0 without recompute.
 int64_t recomputed_layer_count(const ModelConfig& m, const std::vector<int>& stage_layers = {});

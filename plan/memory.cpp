@@ -264,11 +264,11 @@ int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const Parall
   const int moe_layers = moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m);
   if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() > 1)
     bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
-  // experts apart, and here: the norm's expert share over ep when ep > 1
-  // (model/optimizer.cpp), and their own ZeRO >= 1 all-reduce over the expert-data-parallel
+  // experts apart, and here: the norm's expert share over ep (etp_ep with etp > 1;
+  // model/optimizer.cpp), and their own ZeRO >= 1 all-reduce over the expert-data-parallel
   // group (parallel/data_parallel.cpp)
   if (p.experts_apart() && moe_layers > 0) {
-    if (p.expert_parallel > 1) bytes += 4;
+    if (p.expert_parallel * p.expert_tensor_parallel > 1) bytes += 4;
     if (p.zero_stage >= 1 && p.expert_data_parallel() > 1) bytes += 4;
   }
   return bytes;

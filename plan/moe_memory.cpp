@@ -48,12 +48,12 @@ int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer, in
 }
 
 int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& r, int layer,
-                        int microbatch, int split) {
+                        int microbatch, int split, int etp) {
   if (layer >= 0 && layer < (int)r.expert_rows.size() && !r.expert_rows[layer].empty()) {
     const std::vector<int>& v = r.expert_rows[layer];
     return v[std::min<size_t>(microbatch, v.size() - 1)];
   }
-  return moe_rows(m, B, r, layer, microbatch, split);
+  return etp * moe_rows(m, B, r, layer, microbatch, split);
 }
 
 MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, const MoeRouting& r,
@@ -63,8 +63,16 @@ MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, con
   rows.N = (int64_t)B * m.seq_length / split;
   rows.split = split;
   rows.M = moe_rows(m, B, r, layer, microbatch, split);
-  rows.R = p.expert_parallel > 1 ? moe_expert_rows(m, B, r, layer, microbatch, split) : rows.M;
-  rows.ep = p.expert_parallel;
+  const int etp = p.expert_tensor_parallel, ep = p.expert_parallel;
+  rows.R = ep * etp > 1 ? moe_expert_rows(m, B, r, layer, microbatch, split, etp) : rows.M;
+  rows.R_ep = rows.R;
+  if (etp > 1 && p.token_dispatcher == TokenDispatcher::ALLTOALL) {
+    const bool measured = layer >= 0 && layer < (int)r.ep_rows.size() && !r.ep_rows[layer].empty();
+    rows.R_ep = measured ? r.ep_rows[layer][std::min<size_t>(microbatch, r.ep_rows[layer].size() - 1)]
+                         : rows.M;
+  }
+  rows.ep = ep;
+  rows.etp = etp;
   rows.dispatcher = p.token_dispatcher;
   return rows;
 }
@@ -102,17 +110,18 @@ std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
   add("moe.experts", N * k, 4);             // int32: the k experts per token
   add("moe.row_pair", M, 4);                // int32: each permuted row's (token, slot)
   add("moe.slots", N * k, 4);               // int32: each pair's permuted row
-  if (rows.ep > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL) {
+  const int64_t P = (int64_t)rows.ep * rows.etp;  // the ranks tokens are exchanged over
+  if (P > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL) {
     add("moe.regroup", R, 4);               // int32: received rows by local expert
     add("moe.ungroup", R, 4);               //   and back
-  } else if (rows.ep > 1) {
+  } else if (P > 1) {
     add("moe.source_pair", R, 4);           // int32: each local row's gathered pair
-    add("moe.local_slots", rows.ep * N * k, 4);  // int32: each gathered pair's local row
+    add("moe.local_slots", P * N * k, 4);  // int32: each gathered pair's local row
   }
   add("moe.expert_in", R * h, act);         // the local experts' fc1 input
   add("moe.expert_gates", R, 4);            // the gate of each of their rows
-  add("moe.fc1_out", R * m.moe_fc1_size(), act);
-  add("moe.act", R * m.moe_ffn(), act);     // gated activation: fc2's input
+  add("moe.fc1_out", R * m.moe_fc1_size() / rows.etp, act);  // the rank's slice of the width
+  add("moe.act", R * m.moe_ffn() / rows.etp, act);  // gated activation: fc2's input
   if (e.shared_expert_size > 0) {
     add("moe.shared_fc1_out", N * m.shared_fc1_size(), act);
     add("moe.shared_act", N * e.shared_expert_size, act);
@@ -142,18 +151,20 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
                     int64_t& fwd_transient, int64_t& fwd_peak, int64_t& bwd_transient) {
   const Moe& e = m.moe;
   const int64_t N = rows.N, h = m.hidden_size, E = e.num_experts,
-                k = e.topk, M = rows.M, R = rows.R, ep = rows.ep;
+                k = e.topk, M = rows.M, R = rows.R, Re = rows.R_ep, T = rows.etp;
+  const int64_t P = (int64_t)rows.ep * T;  // the ranks tokens are exchanged over
+  const int64_t fc1 = m.moe_fc1_size() / T, f = m.moe_ffn() / T;  // the rank's slice
   const bool bf16 = act == 2, balancing = balancing_on(e);
-  const bool alltoall = ep > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL;
-  const bool allgather = ep > 1 && !alltoall;
+  const bool alltoall = P > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL;
+  const bool allgather = P > 1 && !alltoall;
   const int64_t groups = e.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
   // the MoE tensors alive at each point of the forward (moe_tensors' order)
   const int64_t logits = N * E * 4;
   const int64_t routed = logits + 2 * N * k * 4;  // + gates, experts
   const int64_t maps = routed + M * 4 + N * k * 4;  // + row_pair, slots
-  const int64_t exchange_maps = alltoall ? 2 * R * 4 : allgather ? R * 4 + ep * N * k * 4 : 0;
+  const int64_t exchange_maps = alltoall ? 2 * R * 4 : allgather ? R * 4 + P * N * k * 4 : 0;
   const int64_t expert_rows = maps + exchange_maps + R * h * act + R * 4;
-  const int64_t experts_in = expert_rows + R * (m.moe_fc1_size() + m.moe_ffn()) * act;
+  const int64_t experts_in = expert_rows + R * (fc1 + f) * act;
   fwd_transient = fwd_peak = 0;
   auto fwd = [&](int64_t alive, int64_t transient) {
     fwd_transient = std::max(fwd_transient, transient);
@@ -163,26 +174,41 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
   if (balancing && rows.split > 1) fwd(routed, groups * E * 4);  // the counts' all-reduce
   if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
+  const int64_t row = h * act + 4;  // a row and its gate
   if (alltoall) {
-    const int64_t received = R * h * act + R * 4;
-    fwd(maps, ep * E * 4);                                   // the counts' all-gather
-    fwd(maps, received + M * h * act + M * 4);               // receive + send
-    fwd(expert_rows, received);                              // regrouped beside the received
+    fwd(maps, P * E * 4);                                    // the counts' all-gather
+    fwd(maps, Re * row + M * row);                           // received + send
+    if (T > 1) {  // gathered over etp beside the received block: its etp copies, rows first
+      fwd(maps, Re * row + R * row + T * Re * h * act);
+      fwd(expert_rows, R * row);                             // regrouped beside the gathered
+    } else {
+      fwd(expert_rows, Re * row);                            // regrouped beside the received
+    }
   } else if (allgather) {
-    const int64_t gathered = ep * N * h * act + ep * N * k * 4 + ep * (E + N * k) * 4;
+    const int64_t gathered = P * N * h * act + P * N * k * 4 + P * (E + N * k) * 4;
     fwd(maps, gathered);
     fwd(expert_rows, gathered);
   }
   const int64_t y = R * h * act;
-  fwd(experts_in, y + (alltoall ? R * h * act + M * h * act : allgather ? ep * N * h * act : 0));
+  if (alltoall && T > 1)  // the block, with the ungrouped partials and the peers' partials
+    fwd(experts_in, y + std::max(Re * h * act + R * h * act + T * Re * h * act,
+                                 Re * h * act + M * h * act));
+  else
+    fwd(experts_in, y + (alltoall ? R * h * act + M * h * act : allgather ? P * N * h * act : 0));
   // backward
   const int64_t dx = N * h * act, dgates = N * k * 4;
-  const int64_t exchange = alltoall ? std::max(M * h * act + R * h * act,
-                                               R * h * act + R * 4 + M * h * act + M * 4)
-                           : allgather ? ep * N * h * act
-                                       : 0;
-  const int64_t experts = R * 4 + R * h * act + R * m.moe_ffn() * act +
-                          R * m.moe_fc1_size() * act + R * h * act + exchange;
+  int64_t exchange = 0;
+  if (alltoall && T > 1)
+    exchange = std::max({Re * h * act + M * h * act,                          // combine's
+                         Re * h * act + R * h * act + T * Re * h * act,
+                         Re * row + R * row + T * Re * h * act,               // dispatch's
+                         Re * row + M * row});
+  else if (alltoall)
+    exchange = std::max(M * h * act + R * h * act, R * h * act + R * 4 + M * h * act + M * 4);
+  else if (allgather)
+    exchange = P * N * h * act;
+  const int64_t experts = R * 4 + R * h * act + R * f * act + R * fc1 * act + R * h * act +
+                          exchange;
   const int64_t aux = balancing ? groups * E * 4 + N * E * 4 : 0;  // weights, dscores
   const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded

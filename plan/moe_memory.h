@@ -74,6 +74,9 @@ struct MoeRouting {
   // Expert parallelism: R, the rows the rank's experts ran, per layer and microbatch
   // (MoeLayerStats::expert_rows); empty: R = M (one rank, or the uniform expectation).
   std::vector<std::vector<int>> expert_rows;
+  // alltoall with etp > 1: R_ep, the rows the rank received over ep (its block of the R), per
+  // layer and microbatch (MoeLayerStats::ep_rows); empty: the expectation M.
+  std::vector<std::vector<int>> ep_rows;
   bool measured() const { return !rows.empty(); }
   // Microbatches it holds (the most of any layer), 0 when none.
   int microbatches() const;
@@ -94,17 +97,20 @@ int64_t moe_expected_kept(const ModelConfig& m, int B, int split = 1);
 int64_t moe_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
                  int microbatch, int split = 1);
 // R of global layer `layer` in microbatch `microbatch`: routing's expert_rows when it has
-// them, else moe_rows (uniform routing sends each rank's experts as many rows as its tokens
-// send: ep ranks x E/ep experts x M/E; exact with padding to capacity).
+// them, else etp x moe_rows (uniform routing sends each rank's experts as many rows as its
+// tokens send, ep ranks x E/ep experts x M/E, from each of its etp peers' blocks; exact with
+// padding to capacity).
 int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& routing, int layer,
-                        int microbatch, int split = 1);
+                        int microbatch, int split = 1, int etp = 1);
 // One MoE layer and microbatch on one rank: the rows its tokens send (M), the rows its
 // experts run (R), and how they travel (parallel/expert_parallel.h).
 struct MoeRows {
   int64_t N = 0;  // the tokens it routes: B S, or B S / tp under sequence parallelism
   int split = 1;  // over how many tp ranks the microbatch's tokens are split
   int64_t M = 0, R = 0;
-  int ep = 1;
+  int64_t R_ep = 0;  // alltoall: the rows received over ep (= R at etp 1; R = etp R_ep
+                     // expected)
+  int ep = 1, etp = 1;  // the experts' widths are 1/etp of the model's
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
 };
 MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B,

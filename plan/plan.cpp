@@ -27,15 +27,17 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   check(p.context_parallel == 1, "context parallelism is not modelled yet (size must be 1)");
   const int ep = p.expert_parallel, etp = p.expert_tensor_parallel;
   // etp (default tp) only matters with experts: expert tensor parallelism is not built
-  check(ep >= 1 && (etp == 1 || !m.moe.enabled()),
-        "expert parallel size must be >= 1, and expert tensor parallel 1 with experts");
+  check(ep >= 1 && etp >= 1, "expert parallel sizes must be >= 1");
+  check(!m.moe.enabled() || m.moe_ffn() % etp == 0,
+        "expert tensor parallel " + std::to_string(etp) + " must divide the expert width " +
+            std::to_string(m.moe_ffn()));
   check(ep == 1 || (m.moe.enabled() && m.moe.num_experts % ep == 0),
         "expert parallel " + std::to_string(ep) + " needs experts divisible by it (" +
             std::to_string(m.moe.num_experts) + " experts)");
-  check(p.world_size % (ep * p.pipeline_parallel) == 0,
-        "expert parallel " + std::to_string(ep) + " x pipeline parallel " +
-            std::to_string(p.pipeline_parallel) + " must divide world size " +
-            std::to_string(p.world_size));
+  check(p.world_size % (etp * ep * p.pipeline_parallel) == 0,
+        "expert tensor parallel " + std::to_string(etp) + " x expert parallel " +
+            std::to_string(ep) + " x pipeline parallel " + std::to_string(p.pipeline_parallel) +
+            " must divide world size " + std::to_string(p.world_size));
   check(p.zero_stage >= 0 && p.zero_stage <= 3, "zero stage must be 0..3");
   check(t.micro_batch_size >= 1, "micro batch size must be >= 1");
   check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
@@ -112,7 +114,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
                                                  p.first_stage_layers, p.last_stage_layers)
                          : std::vector<int>{};
   plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
-                          o.attention_flops, tp, chunk_layers, routing);
+                          o.attention_flops, tp, chunk_layers, routing,
+                          p.expert_tensor_parallel);
 
   // Model states per rank (plan.h): elements of each buffer under the ZeRO stage, from the
   // same bucket layout DataParallel builds over the rank's local vector (vocabulary padding

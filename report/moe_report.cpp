@@ -65,7 +65,7 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
         L.tokens_per_expert[e] += row[4 + e];
         L.kept_per_expert[e] += row[4 + E + e];
       }
-      if (model.expert_parallel().size() > 1 && row[4 + 2 * E] >= 0)
+      if (model.expert_parallel().distributed() && row[4 + 2 * E] >= 0)
         L.expert_rows_per_rank.push_back(row[4 + 2 * E]);
     }
     r.aux_loss += L.aux_loss;
@@ -81,7 +81,7 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
   const int L = model.config().num_layers, k = microbatches;
   // per layer: the step's kept pairs, then each microbatch's rows M and its experts' rows R;
   // -1 where not held here
-  const size_t width = 1 + 2 * (size_t)k;
+  const size_t width = 1 + 3 * (size_t)k;  // kept, then M, R and R_ep per microbatch
   std::vector<double> mine((size_t)L * width, -1.0);
   for (int l = 0; l < L; ++l) {
     const MoeLayerStats& s = model.moe_layers().at(l).stats;
@@ -93,6 +93,8 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
       mine[l * width + 1 + i] = s.permuted_rows[i];
     for (int i = 0; i < k && i < (int)s.expert_rows.size(); ++i)
       mine[l * width + 1 + k + i] = s.expert_rows[i];
+    for (int i = 0; i < k && i < (int)s.ep_rows.size(); ++i)
+      mine[l * width + 1 + 2 * k + i] = s.ep_rows[i];
   }
   const std::vector<double> all = world.size() > 1 ? all_gather_doubles(world, mine) : mine;
   int pipelines = 1;
@@ -101,6 +103,7 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
   for (MoeRouting& r : out) {
     r.rows.assign(L, {});
     r.expert_rows.assign(L, {});
+    r.ep_rows.assign(L, {});
     r.kept.assign(L, -1);
   }
   for (int rank = 0; rank < world.size(); ++rank) {
@@ -111,8 +114,10 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
       r.kept[l] = (long long)row[l * width];
       r.rows[l].clear();
       r.expert_rows[l].clear();
+      r.ep_rows[l].clear();
       for (int i = 0; i < k; ++i) r.rows[l].push_back((int)row[l * width + 1 + i]);
       for (int i = 0; i < k; ++i) r.expert_rows[l].push_back((int)row[l * width + 1 + k + i]);
+      for (int i = 0; i < k; ++i) r.ep_rows[l].push_back((int)row[l * width + 1 + 2 * k + i]);
     }
   }
   return out;

@@ -200,8 +200,6 @@ bad "etp x ep by stage, plan" "--expert-tensor-parallel-size x --expert-model-pa
                                                         --plan --world-size 6 --pp 2 --num-experts 8 --ep 2
 bad "expert width by etp"     "--moe-ffn-hidden-size (33) must be divisible by --expert-tensor-parallel-size (2)" \
                                                         --plan --world-size 2 --num-experts 8 --etp 2 --moe-ffn-hidden-size 33
-bad "etp not built, plan"     "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; --expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel folding)" \
-                                                        --plan --world-size 2 --num-experts 8 --etp 2
 bad "kv channels"             "--kv-channels must be >= 1, got 0" --kv-channels 0
 bad "kv channels llama even"  "--arch llama needs an even head dim for RoPE, got --kv-channels 15" \
                                                         --arch llama --kv-channels 15
@@ -242,8 +240,8 @@ bad "typed warm-up"           "--lr-warmup-iters (20) must be <=" \
 if command -v mpirun >/dev/null 2>&1; then
   expect_error "launched world by tp" "launched world size (3) must be divisible by --tp (2)" \
     -- mpirun -np 3 "$trainer" --tp 2
-  expect_error "etp not built, train" "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet" \
-    -- mpirun -np 2 "$trainer" --num-experts 8 --etp 2
+  expect_error "etp x ep by launched world" "--expert-tensor-parallel-size x --expert-model-parallel-size (2 x 2 = 4) must divide the ranks of a pipeline stage, launched world size / --pipeline-model-parallel-size (2 / 1 = 2)" \
+    -- mpirun -np 2 "$trainer" --num-experts 8 --etp 2 --ep 2
 fi
 
 # A preset a lab shortens still runs: its warm-up (20) is clamped to the 3 steps, one line.

@@ -223,10 +223,6 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
       {{"--num-experts", "8", "--tp", "2", "--etp", "1"}, 2,
        "--num-experts (8) with --tensor-model-parallel-size 2 needs --sequence-parallel (as "
        "in Megatron, whose MoE layer refuses tensor parallelism without it)"},
-      {{"--num-experts", "8", "--tp", "2", "--sequence-parallel"}, 2,  // etp = tp by default
-       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
-       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
-       "folding)"},
       {{"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--etp", "1",
         "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-2"}, 2,
        "--moe-router-load-balancing-type seq_aux_loss with --tensor-model-parallel-size 2: not "
@@ -234,14 +230,6 @@ TEST(FlagsMoe, EveryCheckSaysFlagConstraintAndValue) {
       {{"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--etp", "1",
         "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"}, 2,
        "--moe-router-enable-expert-bias with --tensor-model-parallel-size 2: not built yet"},
-      {{"--num-experts", "8", "--etp", "2"}, 2,
-       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
-       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
-       "folding)"},
-      {{"--plan", "--world-size", "4", "--num-experts", "8", "--ep", "2", "--etp", "2"}, 1,
-       "--expert-tensor-parallel-size 2: expert tensor parallelism is not built yet; "
-       "--expert-tensor-parallel-size 1 folds the experts over the tp ranks (MoE parallel "
-       "folding)"},
       // Expert parallelism: the flags of a dense model, the sizes, the layout.
       {{"--ep", "2"}, 2, "--expert-model-parallel-size needs --num-experts"},
       {{"--plan", "--world-size", "2", "--ep", "2"}, 1,
@@ -347,6 +335,15 @@ TEST(FlagsMoe, ExpertParallelFlags) {
   EXPECT_EQ(o.parallel.expert_tensor_parallel, 1);
   EXPECT_EQ(o.parallel.expert_data_parallel(), 2);
   EXPECT_TRUE(o.parallel.experts_apart());
+  // expert tensor parallelism: etp 2 alone (the expert grid etp 2 x ep 1 x edp 1), and the
+  // default etp = tp under tp 2 + sp
+  o = parse({"--num-experts", "8", "--etp", "2"}, 2);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 2);
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 1);
+  EXPECT_TRUE(o.parallel.experts_apart());
+  o = parse({"--num-experts", "8", "--tp", "2", "--sequence-parallel", "--ep", "2"}, 4);
+  EXPECT_EQ(o.parallel.expert_tensor_parallel, 2);
+  EXPECT_EQ(o.parallel.expert_data_parallel(), 1);
 
   // From a --config file, the command line over it.
   TempFile cfg(

@@ -55,11 +55,27 @@ TEST(ExpertParallelTable, ExpertsSplitByEp) {
   const StageSlice first = pipeline_stage_slice(m, 2, 1, 0);
   EXPECT_TRUE(stage_expert_units(m, first, {2, true}).empty());
   // rank r's experts are the r-th block of dim 0; the blocks in rank order are the tensor
+  ParamSpec fc1;
+  for (const ParamSpec& p : param_table(m))
+    if (p.name == "layers.1.mlp.experts.fc1.weight") fc1 = p;
+  ASSERT_EQ(fc1.numel(), 384);
   std::vector<float> full(384);
   for (size_t i = 0; i < full.size(); ++i) full[i] = (float)i;
-  const std::vector<float> r0 = shard_experts(full, 2, 0), r1 = shard_experts(full, 2, 1);
+  const std::vector<float> r0 = shard_experts(fc1, full, 2, 0, 1, 0);
+  const std::vector<float> r1 = shard_experts(fc1, full, 2, 1, 1, 0);
   EXPECT_EQ(r1.front(), 192.0f);
-  EXPECT_EQ(unshard_experts({r0, r1}), full);
+  EXPECT_EQ(unshard_experts(fc1, {{r0}, {r1}}), full);
+  // etp 2 splits each expert's SwiGLU rows [gate 0..5 | up 6..11] (of h 8) by halves: etp
+  // rank 1 holds gate rows 3..5 and up rows 9..11 of every expert
+  const std::vector<float> t1 = shard_experts(fc1, full, 1, 0, 2, 1);
+  ASSERT_EQ(t1.size(), 192u);
+  EXPECT_EQ(t1[0], 3.0f * 8);
+  EXPECT_EQ(t1[3 * 8], 9.0f * 8);
+  EXPECT_EQ(t1[6 * 8], 96.0f + 3 * 8);  // expert 1 starts at 96
+  std::vector<std::vector<std::vector<float>>> parts(2, std::vector<std::vector<float>>(2));
+  for (int r = 0; r < 2; ++r)
+    for (int t = 0; t < 2; ++t) parts[r][t] = shard_experts(fc1, full, 2, r, 2, t);
+  EXPECT_EQ(unshard_experts(fc1, parts), full);
 }
 
 // world 4 = dp 4 (dense) = ep 2 x edp 2 (experts): each rank holds 2 of the 4 experts
@@ -128,6 +144,37 @@ TEST(ExpertParallelPlan, DispatchBytesPaddedToCapacity) {
   EXPECT_EQ(scatters->payload_bytes, mb * (ep * N * h * e + ep * N * h * e + ep * N * k * 4));
   // the expert rows' saved tensors are the same size under both: R rows each
   EXPECT_EQ(a2a.moe_rows, M);
+}
+
+// Expert tensor parallelism, padded to capacity as above (N 4, k 2, E 4, C 3, 8 microbatches,
+// fp32, h 8) on world 4 = etp 2 x ep 2: M = R_ep = E min(C, N) = 12 rows leave and reach each
+// rank over ep, R = etp R_ep = 24 run on its experts (their halves of the width: fc1 12 / 2,
+// fc2 6 / 2); the etp all-to-all-v gathers every block (etp copies) and scatters the partial
+// outputs back, both directions.
+TEST(ExpertParallelPlan, ExpertTensorParallelBytesPaddedToCapacity) {
+  ModelConfig m = tiny_moe();
+  m.moe.capacity_factor = 1.5f;
+  m.moe.pad_to_capacity = true;
+  ParallelConfig p = grid(4, 2, 0, TokenDispatcher::ALLTOALL);
+  p.expert_tensor_parallel = 2;
+  const Plan plan = make_plan(m, batch(1, 32), p);
+  const int64_t h = 8, M = 12, Re = 12, R = 24, T = 2, e = 4, mb = 8;
+  EXPECT_EQ(plan.expert_data_parallel.layout.total, 576 / 4);  // 2 experts, half of each
+  const CommPlanEntry* etp = find_comm(plan.comm, CommGroup::ETP, CommOp::ALL_TO_ALL_V);
+  ASSERT_NE(etp, nullptr);
+  EXPECT_EQ(etp->calls, 6 * mb);
+  EXPECT_EQ(etp->payload_bytes, mb * ((T * Re * h * e + T * Re * 4 + R * h * e) +
+                                      (T * Re * h * e + R * h * e + R * 4)));
+  const CommPlanEntry* rows = find_comm(plan.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V);
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->payload_bytes,
+            mb * ((M * h * e + M * 4 + Re * h * e) + (M * h * e + Re * h * e + Re * 4)));
+  const CommPlanEntry* counts = find_comm(plan.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER);
+  ASSERT_NE(counts, nullptr);
+  EXPECT_EQ(counts->payload_bytes, mb * T * 2 * 4 * 4);  // etp x ep ranks' E int32
+  // the norm's expert share over etp x ep
+  EXPECT_NE(find_comm(plan.comm, CommGroup::ETP_EP, CommOp::ALL_REDUCE), nullptr);
+  EXPECT_EQ(find_comm(plan.comm, CommGroup::EP, CommOp::ALL_REDUCE), nullptr);
 }
 
 // MoE parallel folding: tp 2 with sequence parallelism for attention, the experts on the

@@ -3,7 +3,7 @@
 # the experts spread over ep ranks, by either token dispatcher, with expert-data-parallel
 # ranks beside them (dp > ep), every ZeRO stage over both data parallelisms, pipelines,
 # full recompute, grouped and per-expert GEMMs, attention under tp + sp with the experts
-# folded over the same ranks (etp 1), and a capacity (drops are per microbatch of
+# folded over the same ranks (etp 1), each expert's width split over etp 2, and a capacity (drops are per microbatch of
 # the source rank: every run here has microbatches of one sequence, so the reference drops
 # the same pairs), an MoE model gives the losses, final parameters and last step's
 # gradients of one rank to 1e-5 relative over 5 steps; and every rank's ledger,
@@ -60,6 +60,25 @@ check "llama-shared-tp2-sp-ep2" llama-shared-ref 4 $llama $tp $shared $common --
 ref llama-qk-ref $llama --moe-grouped-gemm --qk-layernorm
 check "llama-qk-tp2-sp-ep2" llama-qk-ref 4 $llama $tp --qk-layernorm $common --ep 2
 
+# expert tensor parallelism: each expert's fc1 rows (llama: both SwiGLU halves) and fc2
+# columns split over etp 2, its rows gathered over etp and its partial outputs summed back
+for dispatcher in alltoall allgather; do
+  ep="--moe-grouped-gemm --moe-token-dispatcher-type $dispatcher"
+  check "llama-etp2-$dispatcher" llama-ref 2 $llama $ep $common --etp 2
+  check "llama-etp2-ep2-$dispatcher" llama-ref 4 $llama $ep $common --etp 2 --ep 2
+  check "llama-tp2-sp-etp2-ep2-$dispatcher" llama-ref 4 $llama $ep $common --tp 2 \
+    --sequence-parallel --ep 2  # etp = tp by default
+done
+check "llama-etp2-zero3" llama-ref 4 $llama --moe-grouped-gemm $common --etp 2 --zero-stage 3 \
+  --moe-token-dispatcher-type alltoall
+check "llama-etp2-pp2" llama-ref 4 $llama --moe-grouped-gemm $common --etp 2 --pp 2 \
+  --moe-token-dispatcher-type alltoall
+check "llama-etp2-per-expert" llama-ref 2 $llama $common --etp 2 --moe-token-dispatcher-type alltoall
+check "gpt-etp2-ep2" gpt-ref 4 $gpt --moe-grouped-gemm $common --etp 2 --ep 2 \
+  --moe-token-dispatcher-type alltoall
+check "llama-shared-tp2-sp-etp2-ep2" llama-shared-ref 4 $llama --moe-grouped-gemm $shared $common \
+  --tp 2 --sequence-parallel --ep 2
+
 # a capacity, padded: every size fixed by the configuration (the all-to-all's too)
 cap="--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"
 ref llama-cap-ref $llama --moe-grouped-gemm $cap
@@ -67,4 +86,6 @@ check "llama-cap-padded-ep2-alltoall" llama-cap-ref 2 $llama --moe-grouped-gemm 
   --ep 2 --moe-token-dispatcher-type alltoall
 check "llama-cap-padded-ep4-allgather" llama-cap-ref 4 $llama --moe-grouped-gemm $cap $common \
   --ep 4
+check "llama-cap-padded-etp2-ep2-alltoall" llama-cap-ref 4 $llama --moe-grouped-gemm $cap \
+  $common --etp 2 --ep 2 --moe-token-dispatcher-type alltoall
 finish

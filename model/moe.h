@@ -18,10 +18,11 @@
 //     y_e = (act(x_p[R_e] W1_e^T) * gate) W2_e^T      GEMMs 2 n_e h fc1_e + 2 n_e f_e h
 //   unpermute: out_t = sum over t's kept pairs of y rows   (N, h)
 //   [+ shared expert: act(u Ws1^T) Ws2^T, times sigmoid(u wg^T) with its gate]
-// With expert parallelism (--ep, parallel/expert_parallel.h) the rank holds E/ep experts:
-// the permute becomes a dispatch (the rows travel to their experts' ranks, R arrive here)
-// and the unpermute a combine (they travel back); the router and the shared expert stay
-// local, on the rank's own tokens.
+// With expert parallelism (--ep, parallel/expert_parallel.h) the rank holds E/ep experts
+// (with --etp a 1/etp slice of each one's width): the permute becomes a dispatch (the rows
+// travel to their experts' ranks, R arrive here) and the unpermute a combine (they travel
+// back); the router and the shared expert stay local, on the rank's own tokens (N/tp of
+// them under sequence parallelism).
 //
 // The gate multiplies after the activation, before fc2, as Megatron's experts do; gradients
 // reach the router through the gates (the selection itself is not differentiated) and

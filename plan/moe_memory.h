@@ -1,34 +1,41 @@
 // plan/moe_memory.h: the bytes one layer holds, MoE or dense, as model/moe.cpp and
 // model/layer.cpp allocate them, and the routing that sizes an MoE layer's experts.
 //
-// An MoE layer (model/moe.h) saves, per microbatch of N = B S tokens, beside a dense layer's
-// tensors but mlp.fc1_out and mlp.act (E experts, k top-k, h hidden, f_e the expert's width,
-// fc1_e its fc1 output: 2 f_e with SwiGLU; f_s, fc1_s the shared expert's; act the storage
-// bytes, 4 or 2 with --bf16; M the rows the rank's tokens send, R the rows its experts run,
-// = M without expert parallelism; ep the expert-parallel size):
+// An MoE layer (model/moe.h) saves, per microbatch of its N tokens (B S; B S / tp under
+// sequence parallelism), beside a dense layer's tensors but mlp.fc1_out and mlp.act (E
+// experts, k top-k, h hidden, f_e the expert's width, fc1_e its fc1 output: 2 f_e with
+// SwiGLU, both 1/etp on a rank; f_s, fc1_s the shared expert's; act the storage bytes, 4 or
+// 2 with --bf16; M the rows the rank's tokens send, R the rows its experts run, R_ep the
+// block it received over ep (R = R_ep at etp 1; R = M on one rank); P = etp ep):
 //   moe.logits N E x4   moe.gates N k x4   moe.experts N k x4 (int32)
 //   moe.row_pair M x4   moe.slots N k x4                        (the dispatch's maps)
-//   ep > 1, alltoall: moe.regroup R x4, moe.ungroup R x4
-//   ep > 1, allgather: moe.source_pair R x4, moe.local_slots ep N k x4
+//   P > 1, alltoall: moe.regroup R x4, moe.ungroup R x4
+//   P > 1, allgather: moe.source_pair R x4, moe.local_slots P N k x4
 //   moe.expert_in R h act   moe.expert_gates R x4   moe.fc1_out R fc1_e act   moe.act R f_e act
 //   shared expert: moe.shared_fc1_out N fc1_s act, moe.shared_act N f_s act;
 //   with its gate also moe.shared_out N h act and moe.shared_gate N act.
 // Workspace transients (Buffers freed at the end of their scope in model/moe.cpp and
-// parallel/expert_parallel.cpp), each beside the standing workspace (Workspace::ensure,
-// which skips dact/dfc1 when every layer is MoE):
+// parallel/expert_parallel.cpp, whose header lists them too), each beside the standing
+// workspace (Workspace::ensure, which skips dact/dfc1 when every layer is MoE):
 //   forward  bf16 only: u_f N h x4 + w_f E h x4 (the router's fp32 copies)
 //            expert bias with balancing: g2, e2 N k x4 each (the choice without the bias)
+//            under sp with balancing: the counts' all-reduce (groups E) x4
 //            statistics with balancing: scores N E x4 + weights (groups E) x4
-//            dispatch, alltoall: counts ep E x4; then send M h act + M x4 with receive
-//                     R h act + R x4; the receive buffers again beside the maps and the
-//                     expert rows; allgather: ep N h act + ep N k x4 + ep (E + N k) x4
-//                     gathered, beside the maps and then the expert rows
-//            experts: y R h act, and in the combine (alltoall) ungrouped R h act + returned
-//                     M h act, (allgather) the full output ep N h act
+//            dispatch, alltoall: counts P E x4; then send M (h act + 4) with the block R_ep
+//                     (h act + 4); at etp > 1 the gathered R (h act + 4) beside the block
+//                     and its etp R_ep h act copies; the block (or gathered rows) again
+//                     beside the maps and the expert rows; allgather: P N h act + P N k x4 +
+//                     P (E + N k) x4 gathered, beside the maps and then the expert rows
+//            experts: y R h act, and in the combine (alltoall) the block R_ep h act with (etp
+//                     > 1) the ungrouped R h act and the peers' partials etp R_ep h act, then
+//                     with the returned M h act; (allgather) the full output P N h act
 //   backward dx N h act and dgates N k x4 (the whole function), and the largest of
 //            experts  dexpert_gates R x4 + dy R h + dact R f_e + dfc1 R fc1_e + dexpert_in
-//                     R h (act), plus the exchanges' (alltoall: max(permuted M h + received
-//                     R h, ungrouped R h + R x4 + returned M h + M x4); allgather: ep N h)
+//                     R h (act), plus the exchanges' (alltoall: the block R_ep h with the
+//                     permuted M h, at etp > 1 then with the gathered R h and its etp R_ep h
+//                     copies; the block R_ep (h + 4) with, at etp > 1, the ungrouped R (h + 4)
+//                     and the peers' partials etp R_ep h, then with the returned M (h + 4);
+//                     allgather: P N h)
 //            router   dlogits N E x4 + max(weights (groups E) x4 + dscores N E x4 with
 //                     balancing, [bf16: u_f N h x4 + w_f E h x4] + du_f N h x4 + dw_f E h x4
 //                     [+ bf16: the rounded copy, max(N, E) h x2])
@@ -38,7 +45,8 @@
 // attn.q_raw N a d act, attn.k_raw N g d act, their statistics N a and N g x4 (x2 for gpt's
 // LayerNorm: mean and rstd), and in backward a transient d_raw N a d act (head_norm_backward).
 //
-// M and R are data-dependent. The plan's value of M (moe_expected_rows), and R = M:
+// M, R and R_ep are data-dependent. The plan's value of M (moe_expected_rows), R_ep = M and
+// R = etp M:
 //   --moe-pad-expert-input-to-capacity  every expert runs min(C, N) rows: M = E min(C, N),
 //                                       exact from the configuration; C = ceil(N k / E cf)
 //   capacity, no padding                the uniform-routing expectation min(E C, N k)

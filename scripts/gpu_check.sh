@@ -179,9 +179,11 @@ train_both "moe per-expert" --config configs/models/tiny-moe.toml --moe-grouped-
 # through MPI with their buffers staged through the host (--comm mpi: NCCL refuses two ranks
 # on one device): the pipeline executor, zb-h1's split and tp + sp on the CUDA kernels,
 # against the same run on the CPU; and expert parallelism (4 experts over 2 ranks) with each
-# token dispatcher, the dispatch's permutes and all-to-alls on CUDA buffers.
+# token dispatcher, and each expert's width over etp 2: the dispatch's permutes, all-to-alls
+# and partial sums on CUDA buffers.
 moe_ep="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --ep 2 --moe-token-dispatcher-type"
-for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather"; do
+moe_etp="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --etp 2 --moe-token-dispatcher-type alltoall"
+for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp"; do
   name="2 ranks ${variant// --/ }"
   name=${name//--/}
   ok=1

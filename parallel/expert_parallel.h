@@ -32,11 +32,11 @@ enum class TokenDispatcher { ALLGATHER, ALLTOALL };
 const char* dispatcher_name(TokenDispatcher d);  // "allgather", "alltoall"
 
 // The expert-parallel groups of this rank (parallel/topology.h's expert grid). Without ep
-// (size 1) every expert is local and nothing is communicated.
+// and etp (size 1 both) every expert is local and whole, and nothing is communicated.
 struct ExpertParallel {
   Communicator* ep = nullptr;      // the tokens' all-to-all (alltoall)
   Communicator* etp_ep = nullptr;  // the counts' all-gather; the allgather dispatcher's
-                                   // gathers and reduce-scatters (= ep while etp is 1)
+                                   // gathers and reduce-scatters (ep's members at etp 1)
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
   kernels::Device device = kernels::Device::CPU;
   // The experts' tensors have their own data parallelism over the expert grid's edp

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/expert_parallel.sh: expert parallelism on CPU ranks, ep 1 / 2 / 4 of a small MoE on
 # the same 4 ranks (dp 4; the experts over ep, their copies over edp = 4 / ep), each
-# dispatcher (--moe-token-dispatcher-type alltoall | allgather). Issue 12's benchmark;
+# dispatcher (--moe-token-dispatcher-type alltoall | allgather), and ep 2 with each expert's
+# width split over etp 2. Issue 12's benchmark;
 # results in notes/performance.md.
 #
 #   bash bench/expert_parallel.sh [TRAINER]        (default ./trainer)
@@ -12,8 +13,9 @@
 # --metrics-jsonl, medians over the steps after the first; every configuration REPEATS
 # times, the fastest kept):
 #   step ms, GEMM ms       wall time of the step, and inside its GEMMs
-#   ep MiB, etp_ep MiB     payload bytes rank 0 moved on the ep group (the all-to-alls) and
-#                          the etp_ep group (the counts' all-gather; allgather's gathers and
+#   ep, etp, etp_ep MiB    payload bytes rank 0 moved on the ep group (the all-to-alls), the
+#                          etp group (the blocks' gathers and partial sums with etp 2) and the
+#                          etp_ep group (the counts' all-gather; allgather's gathers and
 #                          reduce-scatters), measured (equal to the plan: tests/mpi)
 #   edp MiB                the expert gradients' reduction over expert-data-parallel
 #   exposed ms             time rank 0 spent blocked in those groups' calls (nothing
@@ -41,7 +43,9 @@ configs=("ep1 --ep 1"
          "ep2-alltoall --ep 2 --moe-token-dispatcher-type alltoall"
          "ep2-allgather --ep 2 --moe-token-dispatcher-type allgather"
          "ep4-alltoall --ep 4 --moe-token-dispatcher-type alltoall"
-         "ep4-allgather --ep 4 --moe-token-dispatcher-type allgather")
+         "ep4-allgather --ep 4 --moe-token-dispatcher-type allgather"
+         "etp2-ep2-a2a --etp 2 --ep 2 --moe-token-dispatcher-type alltoall"
+         "etp2-ep2-ag --etp 2 --ep 2 --moe-token-dispatcher-type allgather")
 echo "machine: $(nproc) cores, 4 ranks, OPENBLAS_NUM_THREADS=1"
 echo "runs:    mpirun -np 4 $trainer ${model[*]} [config flags]; $steps steps, first skipped, best of $repeats"
 runs=()
@@ -69,7 +73,7 @@ for line in sys.stdin:
     row = {"step": statistics.median(r["step_ms"] for r in steps),
            "gemm": statistics.median(r["gemm_ms"] for r in steps)}
     last = steps[-1]
-    for g in ("ep", "etp_ep", "edp"):
+    for g in ("ep", "etp", "etp_ep", "edp"):
         rows = [c for c in last["comm"] if c["group"] == g]
         row[g] = sum(c["payload_bytes"]["measured"] for c in rows) / 2**20
         row[g + "_exposed"] = sum(c["exposed_ms"] for c in rows)
@@ -78,11 +82,12 @@ for line in sys.stdin:
     if name not in order:
         order.append(name)
 base = best["ep1"]["step"]
-print("%-15s%9s%9s%9s%11s%9s%11s%8s" % ("config", "step ms", "GEMM ms", "ep MiB", "etp_ep MiB",
-                                      "edp MiB", "exposed ms", "vs ep1"))
+print("%-15s%9s%9s%9s%9s%11s%9s%11s%8s" % ("config", "step ms", "GEMM ms", "ep MiB",
+                                           "etp MiB", "etp_ep MiB", "edp MiB", "exposed ms",
+                                           "vs ep1"))
 for n in order:
     r = best[n]
-    print("%-15s%9.1f%9.1f%9.2f%11.2f%9.2f%11.1f%8.2f" % (
-        n, r["step"], r["gemm"], r["ep"], r["etp_ep"], r["edp"],
-        r["ep_exposed"] + r["etp_ep_exposed"], r["step"] / base))
+    print("%-15s%9.1f%9.1f%9.2f%9.2f%11.2f%9.2f%11.1f%8.2f" % (
+        n, r["step"], r["gemm"], r["ep"], r["etp"], r["etp_ep"], r["edp"],
+        r["ep_exposed"] + r["etp_exposed"] + r["etp_ep_exposed"], r["step"] / base))
 '

@@ -112,6 +112,7 @@ struct Workspace {
 struct LayerContext {
   const ModelConfig& model;  // this rank's local config: a/t heads, g/t groups, f/t ffn
   const TensorParallel& tp;
+  const ExpertParallel& ep;  // where an MoE layer's experts live (parallel/expert_parallel.h)
   kernels::Device device;
   int layer;             // index, keys the dropout streams 4l+1, 4l+2, 4l+3 (notes/model.md)
   int B;                 // microbatch size
@@ -120,7 +121,6 @@ struct LayerContext {
   // forward records statistics (a training forward, not a recompute's second one), whether it
   // is an evaluation (no balancing losses), and the scale of the auxiliary losses' gradients.
   MoeLayerState* moe = nullptr;
-  const ExpertParallel* ep = nullptr;  // where the experts live (nullptr: all here)
   bool record_moe_stats = false;
   bool forward_only = false;
   float grad_scale = 1.0f;

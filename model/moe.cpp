@@ -260,9 +260,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   }
 
   // ---- dispatch (permute, or the rows to their experts' ranks) -> experts -> combine
-  ExpertParallel single;
-  single.device = dev;
-  const ExpertParallel& ep = c.ep ? *c.ep : single;
+  const ExpertParallel& ep = c.ep;
   const LocalRouting routing{N, k, E, h, &d.rows, &d.offset, &d.row_pair, &d.slots};
   dispatch_tokens(ep, routing, moe.permute_fusion, u, a.gates.data(), a.exchange, a.expert_in,
                   a.expert_gates);
@@ -332,9 +330,7 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
   const Category ws = Category::WORKSPACE;
   const ExpertExchange& x = a.exchange;
   const int R = x.R;
-  ExpertParallel single;
-  single.device = dev;
-  const ExpertParallel& ep = c.ep ? *c.ep : single;
+  const ExpertParallel& ep = c.ep;
   // du is written last: dout may live in the same buffer (the layer's dropout backward)
   Buffer<T> dx(dev, (size_t)N * h, ws);
   Buffer<float> dgates(dev, (size_t)N * k, ws);

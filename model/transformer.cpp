@@ -88,6 +88,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       table_(stage_param_table(model, tp.size(), slice_, {ep.size(), ep.apart, ep.etp_size()})),
       expert_table_(stage_expert_table(model, slice_, {ep.size(), ep.apart, ep.etp_size()})),
       ep_(ep) {
+  ep_.device = device;  // the dispatch's kernels run where the model's tensors live
   // each expert's slice of the width over etp (fc1's rows, fc2's columns)
   local_.moe.ffn_hidden_size = model.moe_ffn() / ep.etp_size();
   const std::vector<int64_t> units =
@@ -392,8 +393,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{lm, tp_, dev, l, B, f.dropout_seed};
-    c.ep = &ep_;
+    LayerContext c{lm, tp_, ep_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
     c.forward_only = data.forward_only;
@@ -449,8 +449,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, dev, l, B, f.dropout_seed};
-    c.ep = &ep_;
+    LayerContext c{m, tp_, ep_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
@@ -458,8 +457,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
       while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
       for (int j = i0; j <= i; ++j) {
         const int lj = first_layer + j, uj = layer_unit_[lj];
-        LayerContext cj{m, tp_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
-        cj.ep = &ep_;
+        LayerContext cj{m, tp_, ep_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
         cj.moe = &moe_[lj];
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
@@ -517,8 +515,7 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   const int first_layer = slice_.chunk_first_layer[chunk];
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, device_, l, f.B, f.dropout_seed};
-    c.ep = &ep_;
+    LayerContext c{m, tp_, ep_, device_, l, f.B, f.dropout_seed};
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     T* G = static_cast<T*>(dp.grads(u));

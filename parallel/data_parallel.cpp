@@ -256,7 +256,7 @@ void DataParallel::after_optimizer_step() {
   if (m.stage == 0 || m.stage == 3 || !m.dp) return;  // 3 updated its shard in place
   for (size_t j = 0; j < m.bk.size(); ++j) {
     const Bucket& b = m.layout.buckets[j];
-    if (b.numel() == 0) continue;
+    if (!m.communicates(b)) continue;
     const int64_t pos = m.padded_pos[j];
     m.bk[j].gather = m.dp->all_gather_async(m.at(m.params, pos + m.rank * b.slice),
                                             m.at(m.params, pos), b.slice, m.dtype);

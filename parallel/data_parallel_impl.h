@@ -91,6 +91,10 @@ struct DataParallel::Impl {
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
 
   bool sharded_grads() const { return stage >= 2; }
+  // Whether bucket b's reductions and gathers go over the group: not on one rank, and never
+  // for an empty bucket (the expert vector's units of dense layers), which still takes part
+  // in every call.
+  bool communicates(const Bucket& b) const { return dp && b.numel() > 0; }
 
   // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
   // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
@@ -175,7 +179,7 @@ struct DataParallel::Impl {
     const Bucket& b = layout.buckets[j];
     if (s.grad_buf.empty()) allocate(s.grad_buf, b.padded, Category::GRADS);
     s.reduced = true;
-    if (dp && b.numel() > 0)
+    if (communicates(b))
       s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
                                           b.slice, dtype);
   }
@@ -194,7 +198,7 @@ struct DataParallel::Impl {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.posted = true;
-    if (!dp || b.numel() == 0) return;
+    if (!communicates(b)) return;
     if (stage == 0) {
       s.reduce = dp->all_reduce_async(at(grads, b.begin), b.numel(), ReduceOp::SUM, dtype);
     } else {
@@ -211,7 +215,7 @@ struct DataParallel::Impl {
     allocate(s.gathered, b.padded, Category::PARAMS);
     s.resident = true;
     const char* slice = at(params, b.shard_offset);
-    if (dp && b.numel() > 0)
+    if (communicates(b))
       s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
     else
       kernels::memcpy_device(device, s.gathered.data(), slice, b.slice * es);

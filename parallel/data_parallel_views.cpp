@@ -15,7 +15,7 @@ const char* DataParallel::Impl::gather_bucket(Buffer<char>& shard, size_t j, Buf
   const Bucket& b = layout.buckets[j];
   allocate(tmp, b.padded, c);
   const char* slice = at(shard, b.shard_offset);
-  if (dp && b.numel() > 0)
+  if (communicates(b))
     dp->all_gather(slice, tmp.data(), b.slice, dtype);
   else
     kernels::memcpy_device(device, tmp.data(), slice, b.slice * es);
@@ -83,7 +83,7 @@ std::vector<float> DataParallel::gather_grads() {
     if (m.stage == 1) {
       // The full buffer holds this rank's summed slice; the rest is its local gradient.
       char* full = m.at(m.grads, m.padded_pos[j]);
-      if (m.dp && b.numel() > 0) m.dp->all_gather(full + m.rank * b.slice * m.es, full, b.slice, m.dtype);
+      if (m.communicates(b)) m.dp->all_gather(full + m.rank * b.slice * m.es, full, b.slice, m.dtype);
       src = full;
     } else {
       src = m.gather_bucket(m.grads, j, tmp, Category::GRADS);

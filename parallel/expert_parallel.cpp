@@ -99,6 +99,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include "kernels/ops.h"
 
 namespace paralab {
@@ -315,18 +316,17 @@ void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool
       gathered_gates.allocate(dev, x.R, kWorkspace);
       gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, dtype_of<T>());
       gather_blocks(ep, received_gates.data(), x.etp_rows, gathered_gates.data(), 1, DType::F32);
-      received.reset();
-      received_gates.reset();
+      std::swap(received, gathered);  // the rows to regroup; the block itself is freed
+      std::swap(received_gates, gathered_gates);
+      gathered.reset();
+      gathered_gates.reset();
     }
     upload(dev, x.regroup, regroup, kActivations);
     upload(dev, x.ungroup, ungroup, kActivations);
     expert_in.allocate(dev, (size_t)x.R * h, kActivations);
     expert_gates.allocate(dev, x.R, kActivations);
-    const bool split = ep.etp_size() > 1;
-    kernels::moe_permute(dev, expert_in.data(), expert_gates.data(),
-                         split ? gathered.data() : received.data(),
-                         split ? gathered_gates.data() : received_gates.data(), x.regroup.data(),
-                         x.R, h, 1, fused);
+    kernels::moe_permute(dev, expert_in.data(), expert_gates.data(), received.data(),
+                         received_gates.data(), x.regroup.data(), x.R, h, 1, fused);
     return;
   }
   // allgather, over the etp x ep ranks
@@ -406,14 +406,13 @@ void combine_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x, 
                            h, x.k, x.fused);
       exchange(ep, permuted.data(), x.send_rows, received.data(), x.recv_rows, h, dtype_of<T>());
     }
-    Buffer<T> gathered;  // etp > 1: every etp slice needs every block's output gradient
-    if (ep.etp_size() > 1) {
-      gathered.allocate(dev, (size_t)x.R * h, kWorkspace);
+    if (ep.etp_size() > 1) {  // every etp slice needs every block's output gradient
+      Buffer<T> gathered(dev, (size_t)x.R * h, kWorkspace);
       gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, dtype_of<T>());
-      received.reset();
+      std::swap(received, gathered);  // the block itself is freed at the scope's end
     }
-    kernels::moe_permute(dev, dy, nullptr, ep.etp_size() > 1 ? gathered.data() : received.data(),
-                         nullptr, x.regroup.data(), x.R, h, 1, x.fused);
+    kernels::moe_permute(dev, dy, nullptr, received.data(), nullptr, x.regroup.data(), x.R, h, 1,
+                         x.fused);
     return;
   }
   const int P = ep.etp_ep->size();

@@ -389,7 +389,7 @@ int train(const Options& o, const World& w) {
       std::printf("\n%s\n%s\n", memory_table(step_plan, w.rank, &s).c_str(),
                   flops_table(step_plan, w.rank, &s).c_str());
       if (!moe.empty())
-        std::printf("%s\n%s\n", moe_table(moe, o.model).c_str(),
+        std::printf("%s\n%s\n", moe_table(moe, plan).c_str(),
                     gemm_calls_table(step_plan, s, w.rank, &s.moe_nonempty).c_str());
       if (w.size > 1) std::printf("%s\n", rank_memory_table(step_plan, ranks).c_str());
       if (w.size > 1)

@@ -123,7 +123,16 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
   return out;
 }
 
-std::string moe_table(const MoeStepReport& r, const ModelConfig& m) {
+double expected_expert_rows(const Plan& plan, int layer) {
+  double rows = 0;
+  for (int64_t i = 0; i < plan.microbatches_per_rank; ++i)
+    rows += (double)moe_layer_rows(plan.model, plan.parallel, plan.train.micro_batch_size,
+                                   MoeRouting(), layer, (int)i).R;
+  return rows;
+}
+
+std::string moe_table(const MoeStepReport& r, const Plan& plan) {
+  const ModelConfig& m = plan.model;
   std::string t = strprintf(
       "MoE routing this step: %d experts, top-%d; tokens per expert = routed (token, expert) "
       "pairs over the global batch; max/mean 1 = balanced\n",
@@ -136,22 +145,25 @@ std::string moe_table(const MoeStepReport& r, const ModelConfig& m) {
                    L.mean(), L.max(), L.imbalance(), L.dropped, L.aux_loss, L.z_loss);
   if (r.layers.empty() || r.layers[0].expert_rows_per_rank.empty()) return t;
   // expert parallelism: what each rank's experts received, which the all-to-all time follows
-  t += "  rows each rank's experts ran (expert parallelism; the step's, over the ranks holding "
-       "the layer)\n";
-  t += strprintf("  %5s %10s %10s %10s %8s\n", "layer", "min", "mean", "max", "max/mean");
+  t += strprintf("  rows each rank's experts ran (expert parallelism; the step's, over the ranks "
+                 "holding the layer), beside the plan's %s\n",
+                 m.moe.pad_to_capacity ? "exact rows (padded to capacity)"
+                                       : "uniform-routing expectation");
+  t += strprintf("  %5s %10s %10s %10s %8s %10s\n", "layer", "min", "mean", "max", "max/mean",
+                 "predicted");
   for (const MoeLayerReport& L : r.layers) {
     const std::vector<double>& x = L.expert_rows_per_rank;
     const double lo = *std::min_element(x.begin(), x.end());
     const double hi = *std::max_element(x.begin(), x.end());
     double mean = 0;
     for (double v : x) mean += v / x.size();
-    t += strprintf("  %5d %10.0f %10.1f %10.0f %8.3f\n", L.layer, lo, mean, hi,
-                   mean > 0 ? hi / mean : 0);
+    t += strprintf("  %5d %10.0f %10.1f %10.0f %8.3f %10.0f\n", L.layer, lo, mean, hi,
+                   mean > 0 ? hi / mean : 0, expected_expert_rows(plan, L.layer));
   }
   return t;
 }
 
-void moe_json(JsonWriter& j, const MoeStepReport& r) {
+void moe_json(JsonWriter& j, const MoeStepReport& r, const Plan& plan) {
   j.key("moe").begin_object();
   j.field("aux_loss", r.aux_loss).field("z_loss", r.z_loss).field("dropped_pairs", r.dropped);
   j.key("layers").begin_array();
@@ -171,6 +183,8 @@ void moe_json(JsonWriter& j, const MoeStepReport& r) {
       j.key("expert_rows_per_rank").begin_array();
       for (double x : L.expert_rows_per_rank) j.value(x);
       j.end_array();
+      j.field("expert_rows_expected", expected_expert_rows(plan, L.layer));
+      j.field("expert_rows_exact", plan.model.moe.pad_to_capacity);  // else an expectation
     }
     j.end_object();
   }

@@ -15,7 +15,8 @@
 #include <vector>
 #include "model/transformer.h"
 #include "parallel/comm.h"
-#include "plan/moe_memory.h"  // MoeRouting
+#include "plan/moe_memory.h"  // MoeRouting, moe_layer_rows
+#include "plan/plan.h"        // Plan
 #include "report/json.h"
 
 namespace paralab {
@@ -51,12 +52,18 @@ MoeStepReport gather_moe_report(Communicator& world, const Transformer& model,
 // microbatches: per rank per step.
 std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transformer& model,
                                            int microbatches, const std::vector<int>& pipeline_of);
+// The rows one rank's experts run in a step of layer `layer` as the configuration predicts
+// them (plan/moe_memory.h moe_layer_rows at no routing: exact padded to capacity, else the
+// uniform-routing expectation), summed over the rank's microbatches.
+double expected_expert_rows(const Plan& plan, int layer);
 // One line per MoE layer: tokens per expert (min, mean, max, max/mean), dropped, aux, z;
-// with ep > 1 then the rows each rank's experts ran (min, mean, max, max/mean over ranks).
-std::string moe_table(const MoeStepReport& r, const ModelConfig& m);
+// with the experts spread then the rows each rank's experts ran (min, mean, max, max/mean
+// over ranks) beside expected_expert_rows.
+std::string moe_table(const MoeStepReport& r, const Plan& plan);
 // "moe": {"aux_loss", "z_loss", "dropped_pairs", "layers": [{"layer", "tokens_per_expert":
 // [...], "kept_per_expert": [...], "dropped_pairs", "padding_rows", "aux_loss", "z_loss",
-// "min", "mean", "max", "max_over_mean"[, "expert_rows_per_rank": [...] with ep > 1]}]}
-void moe_json(JsonWriter& j, const MoeStepReport& r);
+// "min", "mean", "max", "max_over_mean"[, "expert_rows_per_rank": [...],
+// "expert_rows_expected", "expert_rows_exact" with the experts spread]}]}
+void moe_json(JsonWriter& j, const MoeStepReport& r, const Plan& plan);
 
 }  // namespace paralab

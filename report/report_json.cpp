@@ -65,7 +65,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (s.bubble_predicted >= 0) j.field("bubble_predicted", s.bubble_predicted);
   if (std::isfinite(s.aux_loss)) j.field("aux_loss", s.aux_loss).field("z_loss", s.z_loss);
   if (s.dropped_pairs >= 0) j.field("dropped_pairs", s.dropped_pairs);
-  if (s.moe) moe_json(j, *s.moe);
+  if (s.moe) moe_json(j, *s.moe, plan);
   if (!s.gemm_calls.empty())  // this rank's GEMM calls by label beside the plan's
     gemm_calls_json(j, plan, s, rank, s.moe_nonempty.empty() ? nullptr : &s.moe_nonempty);
   j.key("memory").begin_object();

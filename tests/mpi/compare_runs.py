@@ -68,6 +68,15 @@ def ledger_problems(path):
             if (label != "experts" or calls.get("experts_exact")) and c["measured"] != c["predicted"]:
                 problems.append(f"step {r['step']} GEMM calls {label}: measured {c['measured']}"
                                 f" predicted {c['predicted']}")
+        # the rows every rank's experts ran, against the plan where it is exact (padded to
+        # capacity); otherwise the plan's value is the uniform-routing expectation
+        for layer in r.get("moe", {}).get("layers", []):
+            if layer.get("expert_rows_exact"):
+                for i, rows in enumerate(layer.get("expert_rows_per_rank", [])):
+                    if rows != layer["expert_rows_expected"]:
+                        problems.append(f"step {r['step']} layer {layer['layer']} expert rows of"
+                                        f" holder {i}: measured {rows} predicted"
+                                        f" {layer['expert_rows_expected']}")
         views = [("", r)] + [(f"rank {x['rank']} ", x) for x in r.get("ranks", [])]
         for who, v in views:
             mem = v["memory"]

@@ -229,9 +229,23 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "0: the even split")
       ->capture_default_str()->group(kParallel);
   app.add_option("--context-parallel-size,--cp", p.context_parallel,
-                 "context parallel ranks (ring attention over the sequence): not built yet, "
-                 "must be 1")
+                 "context parallel ranks cp: each sequence split over them (s/cp tokens per "
+                 "rank), attention exchanging keys and values by --cp-comm-type; --seq-length "
+                 "must divide by 2 cp (the zigzag layout's chunks)")
       ->capture_default_str()->group(kParallel);
+  app.add_option("--cp-comm-type", raw.cp_comm_type,
+                 "how context-parallel attention meets the other ranks' tokens: p2p (a ring of "
+                 "key/value blocks, overlapped with the attention), all_gather (gather every "
+                 "key and value; Megatron also spells it allgather) or a2a (Ulysses: "
+                 "all-to-all to head-split whole sequences; heads and query groups per tp rank "
+                 "must divide by cp)")
+      ->check(one_of({"p2p", "all_gather", "allgather", "a2a"}))->capture_default_str()
+      ->group(kParallel);
+  app.add_option("--cp-layout", raw.cp_layout,
+                 "which tokens each context-parallel rank holds: zigzag (chunks r and 2cp-1-r "
+                 "of 2cp, Megatron's: equal causal attention work) or contiguous (the r-th "
+                 "s/cp tokens, picotron's: rank cp-1 does cp times rank 0's attention)")
+      ->check(one_of({"zigzag", "contiguous"}))->capture_default_str()->group(kParallel);
   app.add_option("--expert-model-parallel-size,--ep", p.expert_parallel,
                  "expert parallel ranks ep (mixture of experts): each MoE layer's E experts "
                  "split over them, E / ep per rank; needs --num-experts, must divide it; "

@@ -51,6 +51,33 @@ void check_unit_interval(const char* flag, double value) {  // [0, 1)
 }
 
 // Pipeline: virtual stages, the schedule, the layers of each stage (pipeline_schedule.h).
+// Context parallelism: the layout's chunks must cut the sequence evenly, and a2a splits
+// this tensor-parallel rank's heads and query groups over the cp ranks.
+void check_context_parallel(Options& o) {
+  const ModelConfig& m = o.model;
+  const ParallelConfig& p = o.parallel;
+  const int cp = p.context_parallel, tp = p.tensor_parallel;
+  if (cp == 1) return;
+  if (m.moe.num_experts > 0)
+    fail("--context-parallel-size ", cp, " with --num-experts ", m.moe.num_experts,
+         ": experts under context parallelism are not built yet");
+  const int chunks = p.cp_layout == CpLayout::ZIGZAG ? 2 * cp : cp;
+  if (m.seq_length % chunks != 0)
+    fail("--seq-length (", m.seq_length, ") must be divisible by ",
+         p.cp_layout == CpLayout::ZIGZAG ? "2 x --cp (" : "--cp (", chunks,
+         p.cp_layout == CpLayout::ZIGZAG ? "): the zigzag layout's chunks" : ")");
+  if (p.cp_comm_type == CpCommType::A2A) {
+    if ((m.num_attention_heads / tp) % cp != 0)
+      fail("--cp-comm-type a2a needs --cp (", cp, ") to divide the attention heads per tp rank, "
+           "--num-attention-heads / --tp (", m.num_attention_heads, " / ", tp, " = ",
+           m.num_attention_heads / tp, ")");
+    if ((m.num_query_groups / tp) % cp != 0)
+      fail("--cp-comm-type a2a needs --cp (", cp, ") to divide the query groups per tp rank, "
+           "--num-query-groups / --tp (", m.num_query_groups, " / ", tp, " = ",
+           m.num_query_groups / tp, ")");
+  }
+}
+
 void check_pipeline(Options& o, const RawFlags& raw) {
   ParallelConfig& p = o.parallel;
   const int pp = p.pipeline_parallel, L = o.model.num_layers;
@@ -234,11 +261,10 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
       raw.expert_tensor_parallel_given ? raw.expert_tensor_parallel : p.tensor_parallel;
   p.token_dispatcher = raw.moe_token_dispatcher == "alltoall" ? TokenDispatcher::ALLTOALL
                                                               : TokenDispatcher::ALLGATHER;
-  // Context parallelism has its flag but no implementation yet, in the trainer or in the
-  // plan: both refuse it here, with the same line.
-  if (p.context_parallel > 1)
-    fail("--context-parallel-size ", p.context_parallel, ": context parallelism is not built "
-         "yet (sizes must be 1); data, tensor, sequence and pipeline parallelism train and plan");
+  p.cp_comm_type = raw.cp_comm_type == "a2a" ? CpCommType::A2A
+                  : raw.cp_comm_type == "p2p" ? CpCommType::P2P
+                                              : CpCommType::ALL_GATHER;
+  p.cp_layout = raw.cp_layout == "contiguous" ? CpLayout::CONTIGUOUS : CpLayout::ZIGZAG;
 
   // Attention shapes. The head dim is --kv-channels, or h/a when it is not given.
   if (raw.kv_channels_given)
@@ -279,6 +305,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   const int dp = p.data_parallel();
   if (m.num_attention_heads % tp != 0)
     fail("--tp (", tp, ") must divide --num-attention-heads (", m.num_attention_heads, ")");
+  check_context_parallel(o);
   if (m.num_query_groups % tp != 0)
     fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
   if (m.ffn_hidden_size % tp != 0)
@@ -297,9 +324,9 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     o.warnings.push_back("--sequence-parallel has no effect with --tp 1: turned off");
     p.sequence_parallel = false;
   }
-  if (p.sequence_parallel && m.seq_length % tp != 0)
-    fail("--sequence-parallel needs --tp (", tp, ") to divide --seq-length (", m.seq_length,
-         ")");
+  if (p.sequence_parallel && (m.seq_length / cp) % tp != 0)
+    fail("--sequence-parallel needs --tp (", tp, ") to divide the tokens per context-parallel "
+         "rank, --seq-length / --cp (", m.seq_length, " / ", cp, " = ", m.seq_length / cp, ")");
   // zb-h1's W reads the inputs of the weight GEMMs as the layer kept them (model/layer.h,
   // BackwardPart): selective mlp and norm drop fc1's activation and the norms' outputs.
   // The plan refuses it too: it would predict a run that cannot happen.

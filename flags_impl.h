@@ -37,6 +37,8 @@ struct RawFlags {
   int expert_tensor_parallel = 0;
   bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string moe_token_dispatcher = "allgather";
+  std::string cp_comm_type = "p2p";
+  std::string cp_layout = "zigzag";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (flags_check.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,

@@ -131,7 +131,18 @@ int train(const Options& o, const World& w) {
   const bool rank0 = w.rank == 0;
   if (o.verbose && rank0) std::printf("%s\n", describe_grid(topo.layout()).c_str());
 
-  const Plan plan = make_plan(o.model, o.train, par, plan_options(o));
+  // this rank's plan (the cp ranks of a contiguous layout differ: their attention work)
+  PlanOptions my_options = plan_options(o);
+  my_options.cp_rank = topo.coord().cp;
+  const Plan plan = make_plan(o.model, o.train, par, my_options);
+  // --cp-layout contiguous: every cp rank's plan, for the per-rank comparisons
+  std::vector<Plan> cp_plans;
+  for (int c = 0; par.cp_layout == CpLayout::CONTIGUOUS && c < par.context_parallel &&
+                  par.context_parallel > 1; ++c) {
+    PlanOptions options = plan_options(o);
+    options.cp_rank = c;
+    cp_plans.push_back(make_plan(o.model, o.train, par, options));
+  }
   const Peak peak = find_peak(o);
   const int dp = par.data_parallel(), dp_rank = topo.coord().dp;
 
@@ -152,7 +163,8 @@ int train(const Options& o, const World& w) {
   dp_options.unit_chunk = stage_unit_chunk(slice);
   dp_options.deferred_units = stage_deferred_units(o.model, slice);
   DataParallel data_parallel(stage_units(o.model, par.tensor_parallel, slice, expert_split(par)),
-                             &topo.dp(), dp_options, dev);
+                             par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp(), dp_options,
+                             dev);
   const TensorParallel tensor_parallel{&topo.tp(), par.sequence_parallel, dev};
   // Expert parallelism: the experts of this stage over the ep group, their parameters a
   // second data parallelism over the expert-data-parallel group (same options; ZeRO shards
@@ -170,24 +182,32 @@ int train(const Options& o, const World& w) {
     expert_options.deferred_units.clear();  // the experts are never tied
     expert_data_parallel.reset(new DataParallel(expert_units, &topo.edp(), expert_options, dev));
   }
+  // Context parallelism: each sequence over the cp group; the gradients of every
+  // parameter sum over dp x cp (the data parallelism above, one group)
+  const ContextParallel context_parallel{par.context_parallel > 1 ? &topo.cp() : nullptr,
+                                         par.cp_comm_type, par.cp_layout, dev};
   Transformer model(o.model, dev, &data_parallel, tensor_parallel, slice, &topo.pp(),
-                    &topo.embedding(), expert_parallel, expert_data_parallel.get());
+                    &topo.embedding(), expert_parallel, expert_data_parallel.get(),
+                    context_parallel);
   model.init_parameters(o.train.seed);
   AdamW optimizer(model, o.train);
   DataLoader data(o.data_path, o.model, o.train, dp);
   const int B = o.train.micro_batch_size, N = B * o.model.seq_length;
   const int k = data.grad_accum_steps();
   std::vector<std::vector<int>> tokens(k, std::vector<int>(N)), targets(tokens);
+  // what a stage sends on: this rank's tokens (S/cp of each sequence; N/t of them with sp)
+  const size_t message = (size_t)tensor_parallel.local_tokens(N / par.context_parallel) *
+                         o.model.hidden_size;
   // The schedule the plan simulated (1F1B over one stage without pipelining), run here.
   PipelineExecutor executor(plan.pipeline.schedule, pp_rank, &topo.pp(),
-                            (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
+                            message,
                             o.train.bf16 ? DType::BF16 : DType::F32);
   // --eval-interval: the forward-only pass over the held-out split, through the same stages
   std::unique_ptr<Evaluator> evaluator;
   if (o.eval_interval > 0)
     evaluator.reset(new Evaluator(model, data, plan.pipeline.schedule, pp_rank, &topo.pp(),
                                   &topo.world(),
-                                  (size_t)tensor_parallel.local_tokens(N) * o.model.hidden_size,
+                                  message,
                                   o.train.bf16 ? DType::BF16 : DType::F32, B, dp_rank));
   // Each world rank's pipeline stage and pipeline (its tp, cp, dp position), and the ranks
   // of rank 0's pipeline in stage order.
@@ -247,9 +267,10 @@ int train(const Options& o, const World& w) {
     model.sync_tied_embedding();
     const float lr = learning_rate(o.train, step);
     const float grad_norm = optimizer.step(lr);
-    model.update_expert_bias(&topo.dp());  // --moe-router-enable-expert-bias: next step's
+    model.update_expert_bias(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp());
     // the reported loss: mean over the global batch (every microbatch of every dp rank)
-    const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k), pp);
+    const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k),
+                                       pp, par.context_parallel);
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;
     const CommStats step_comm = CommStats::instance();  // before the report's own gather
@@ -287,9 +308,11 @@ int train(const Options& o, const World& w) {
         for (const MoeRouting& r : routing)
           routed_plans.push_back(make_plan(o.model, o.train, par, plan_options(o), r));
     }
-    std::vector<const Plan*> rank_plans;  // each rank's, with routed_plans
+    std::vector<const Plan*> rank_plans;  // each rank's, with routed_plans or cp_plans
     for (int r = 0; r < w.size && !routed_plans.empty(); ++r)
       rank_plans.push_back(&routed_plans.at(pipeline_of[r]));
+    for (int r = 0; r < w.size && routed_plans.empty() && !cp_plans.empty(); ++r)
+      rank_plans.push_back(&cp_plans.at(topo.layout().coord_of(r).cp));
     const Plan& step_plan = routed_plans.empty() ? plan : routed_plans.at(pipeline_of[0]);
     for (int l = 0; l < o.model.num_layers && o.model.moe.enabled(); ++l)
       s.moe_nonempty.push_back(model.moe_layers()[l].stats.nonempty_experts);

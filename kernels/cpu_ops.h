@@ -11,7 +11,8 @@
 //   kernels/cpu/elementwise.cpp     add .. bias_backward, gelu, swiglu, dropout
 //   kernels/cpu/embedding.cpp       vocab-range embedding, position embedding
 //   kernels/cpu/norms.cpp           layernorm, rmsnorm
-//   kernels/cpu/attention.cpp       qkv_split, heads_merge, rope, causal_softmax
+//   kernels/cpu/attention.cpp       qkv_split, heads_merge, rope, the naive attention pieces
+//                                   (softmax, rescale, dropout, delta) and the ring's merge
 //   kernels/cpu/moe.cpp             MoE router (top-k, balancing scores, aux and z loss),
 //                                   permute / unpermute, gated expert activations, shared gate
 //   kernels/cpu/flash_attention.cpp flash_attention_forward / _backward (tiled, online softmax)
@@ -24,6 +25,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/math.h"  // TokenPositions, AttentionRows, AttentionBlock
 
 namespace kernels {
 struct GemmGroup;  // kernels/ops.h
@@ -61,9 +64,9 @@ void embedding_forward(float* out, const int* tokens, const float* wte, int voca
 void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
                         int vocab_rows, int N, int C);
 void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
-                                int C);
+                                int C, const TokenPositions& pos);
 void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C);
+                                 int first_row, int C, const TokenPositions& pos);
 
 // ---- norms ----
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
@@ -83,33 +86,47 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
 
 // ---- dropout ----
 void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream);
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos, int width);
 void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p);
 
 // ---- attention layout ----
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A,
-                       int G, int D, float rope_theta);
+                       int G, int D, float rope_theta, const TokenPositions& pos);
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta);
+                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos);
 void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D);
 void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D);
 
-void rope_forward(float* x, int B, int H, int S, int D, float theta);
-void rope_backward(float* dx, int B, int H, int S, int D, float theta);
+void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos);
 
-// ---- attention, naive pieces ----
-void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale);
-void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
-                             int S, float scale);
+// ---- attention, one pass: the naive pieces and the merge ----
+void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk);
+void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk);
+void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk);
+void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
+                               float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk);
+void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows);
+void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows);
 
 // ---- attention, flash ----
 void flash_attention_forward(float* o, float* lse, const float* q, const float* k,
-                             const float* v, int B, int A, int G, int S, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream);
+                             const float* v, int B, int A, int G, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream,
+                             const AttentionBlock& blk);
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout,
                               const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream);
+                              const float* lse, int B, int A, int G, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream,
+                              const AttentionBlock& blk);
 
 // ---- mixture of experts ----
 void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,

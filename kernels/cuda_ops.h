@@ -9,8 +9,9 @@
 //
 // defined in: kernels/cuda/memory_gemm.cu (device, memory, GEMM, grouped GEMM), elementwise.cu
 // (elementwise, embedding, activations, dropout, convert), norms.cu, attention.cu (layout,
-// RoPE, naive softmax), flash_attention.cu, flash_attention_backward.cu, loss_optimizer.cu,
-// moe.cu (router, permute / unpermute, gated expert activations, shared gate).
+// RoPE, the naive attention pieces and the ring's merge), flash_attention.cu,
+// flash_attention_backward.cu, loss_optimizer.cu, moe.cu (router, permute / unpermute, gated
+// expert activations, shared gate).
 //
 // The bf16 section at the end mirrors ops.h's: the same kernels, instantiated on bf16
 // storage (each .cu file templates its kernels on the storage type T in {float, bf16}).
@@ -23,6 +24,11 @@
 
 namespace kernels {
 struct GemmGroup;  // kernels/ops.h
+// kernels/math.h: where a rank's tokens sit, and one pass of attention (passed by value to the
+// kernels, so their member functions run on the device).
+struct TokenPositions;
+struct AttentionRows;
+struct AttentionBlock;
 namespace cuda {
 
 // ---- device --------------------------------------------------------------------------------
@@ -67,10 +73,11 @@ void embedding_forward(float* out, const int* tokens, const float* wte, int voca
 void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
                         int vocab_rows, int N, int C);
 void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
-                                int C);
-// Deterministic: one thread per (position, channel) sums its rows in order.
+                                int C, const TokenPositions& pos);
+// Deterministic: one thread per (local position, channel) sums its rows in order into
+// dwpe[pos.at(s)] (at() is one to one, so no two threads share a table row).
 void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C);
+                                 int first_row, int C, const TokenPositions& pos);
 
 // ---- norms ---------------------------------------------------------------------------------
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
@@ -90,36 +97,53 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
 
 // ---- dropout -------------------------------------------------------------------------------
 void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p, uint64_t seed,
-                     uint64_t stream);
+                     uint64_t stream, const TokenPositions& pos, int width);
 void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p);
 
 // ---- attention layout ----------------------------------------------------------------------
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta);
+                       int D, float rope_theta, const TokenPositions& pos);
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta);
+                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos);
 void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D);
 void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D);
 
 // One thread per rotated pair (in place: it reads both halves before writing either).
-void rope_forward(float* x, int B, int H, int S, int D, float theta);
-void rope_backward(float* dx, int B, int H, int S, int D, float theta);
+void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos);
 
-// ---- attention, naive pieces ---------------------------------------------------------------
-void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale);
-void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
-                             int S, float scale);
+// ---- attention, one pass of query rows against key rows (attention.cu) ----------------------
+// The softmax and its backward run one block per probability row, the rescale and dropout
+// one thread per probability, delta and merge one warp per query row. Every lse and delta is
+// at the q view (bh * (head_stride / D) + i), hence D; a head_stride that is not whole rows
+// throws.
+void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk);
+void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk);
+void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk);
+void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
+                               float p, uint64_t seed, uint64_t stream, const AttentionBlock& blk);
+void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows);
+void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows);
 
 // ---- attention, flash ----------------------------------------------------------------------
 // Head dim D is limited by shared memory per block: D <= 192 fits the A100 (163 KiB),
 // D <= 256 the H100/H200 (227 KiB); a larger D throws.
+// Key tiles past the last visible key of a query tile's last row are skipped (and query tiles
+// none of whose rows sees a key tile, in the dk/dv kernel).
 void flash_attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
-                             int B, int A, int G, int S, int D, float scale, float dropout_p,
-                             uint64_t seed, uint64_t stream);
+                             int B, int A, int G, int D, float scale, float dropout_p,
+                             uint64_t seed, uint64_t stream, const AttentionBlock& blk);
+// dq, dk, dv "+=" (deterministic: each element has one owning thread, no atomics).
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* o, const float* lse,
-                              int B, int A, int G, int S, int D, float scale, float dropout_p,
-                              uint64_t seed, uint64_t stream);
+                              int B, int A, int G, int D, float scale, float dropout_p,
+                              uint64_t seed, uint64_t stream, const AttentionBlock& blk);
 
 // ---- mixture of experts --------------------------------------------------------------------
 // Router ops: one thread per token row (kernels/math.h moe_*_row). The two sums return to the
@@ -196,9 +220,9 @@ void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int vocab_
 void embedding_backward(bf16* dwte, const bf16* dout, const int* tokens, int vocab_start,
                         int vocab_rows, int N, int C);
 void position_embedding_forward(bf16* out, const bf16* wpe, int N, int seq_len, int first_row,
-                                int C);
+                                int C, const TokenPositions& pos);
 void position_embedding_backward(bf16* dwpe, const bf16* dout, int N, int seq_len, int first_row,
-                                 int C);
+                                 int C, const TokenPositions& pos);
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* x, const bf16* w,
                        const bf16* b, int N, int C, float eps);
 void layernorm_backward(bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x,
@@ -212,28 +236,41 @@ void gelu_backward(bf16* din, const bf16* dout, const bf16* in, size_t n);
 void swiglu_forward(bf16* out, const bf16* in, int N, int F);
 void swiglu_backward(bf16* din, const bf16* dout, const bf16* in, int N, int F);
 void dropout_forward(bf16* out, uint8_t* mask, const bf16* in, size_t n, float p, uint64_t seed,
-                     uint64_t stream);
+                     uint64_t stream, const TokenPositions& pos, int width);
 void dropout_backward(bf16* din, const bf16* dout, const uint8_t* mask, size_t n, float p);
 void qkv_split_forward(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta);
+                       int D, float rope_theta, const TokenPositions& pos);
 void qkv_split_backward(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S,
-                        int A, int G, int D, float rope_theta);
+                        int A, int G, int D, float rope_theta, const TokenPositions& pos);
 void heads_merge_forward(bf16* out, const bf16* o, int B, int S, int A, int D);
 void heads_merge_backward(bf16* d_o, const bf16* dout, int B, int S, int A, int D);
-void causal_softmax_forward(bf16* probs, const bf16* scores, int rows, int S, float scale);
-void causal_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs, int rows, int S,
-                             float scale);
+void attention_softmax_forward(bf16* probs, float* lse, const bf16* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk);
+void attention_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk);
+void attention_probs_rescale(bf16* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk);
+void attention_dropout_forward(bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p,
+                               uint64_t seed, uint64_t stream, const AttentionBlock& blk);
+void attention_delta(float* delta, const bf16* dout, const bf16* o, int BH, int D,
+                     const AttentionRows& rows);
+// o stays fp32 (the ring's accumulator); o_pass is the pass's bf16 output.
+void attention_merge(float* o, float* lse, const bf16* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows);
 void flash_attention_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                             int B, int A, int G, int S, int D, float scale, float dropout_p,
-                             uint64_t seed, uint64_t stream);
-void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                             int B, int A, int G, int D, float scale, float dropout_p,
+                             uint64_t seed, uint64_t stream, const AttentionBlock& blk);
+// dq fp32 (+=); dk, dv bf16 (+=: each block sums its share in fp32, adds it to the widened
+// value and rounds once).
+void flash_attention_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                               const bf16* k, const bf16* v, const bf16* o, const float* lse,
-                              int B, int A, int G, int S, int D, float scale, float dropout_p,
-                              uint64_t seed, uint64_t stream);
+                              int B, int A, int G, int D, float scale, float dropout_p,
+                              uint64_t seed, uint64_t stream, const AttentionBlock& blk);
 void gemm_grouped(bool trans_a, bool trans_b, float alpha, const bf16* A, int lda, const bf16* B,
                   int ldb, float beta, bf16* C, int ldc, const GemmGroup* groups, int count);
-void rope_forward(bf16* x, int B, int H, int S, int D, float theta);
-void rope_backward(bf16* dx, int B, int H, int S, int D, float theta);
+void rope_forward(bf16* x, int B, int H, int S, int D, float theta, const TokenPositions& pos);
+void rope_backward(bf16* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos);
 void moe_permute(bf16* out, float* out_gates, const bf16* in, const float* gates,
                  const int* row_pair, int M, int C, int k, bool fused);
 // unfused bf16: the k passes accumulate into an fp32 scratch (stream-ordered cudaMallocAsync)

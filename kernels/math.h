@@ -1,8 +1,10 @@
 // kernels/math.h: the per-element and per-row arithmetic that every CUDA kernel shares
 // with its CPU twin (notes/design.md, "Two backends, one code path").
 //
-// defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad, silu, silu_grad,
-//          rope_inv_freq, counter_uniform (dropout RNG), adamw_step, and the MoE router rows:
+// defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad,
+//          silu, silu_grad, rope_inv_freq, counter_uniform (dropout RNG), TokenPositions,
+//          AttentionRows, AttentionBlock, whole_sequence, visible_pairs,
+//          attention_merge_weights, attention_merge_value, adamw_step, and the MoE router rows:
 //          moe_topk_row, moe_topk_backward_row, moe_balancing_row, moe_balancing_backward_row,
 //          moe_logsumexp_row, moe_z_loss_backward_row
 #pragma once
@@ -145,6 +147,110 @@ HD float counter_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 // Dropout keeps an element when its uniform is >= p; kept values are scaled by 1/(1-p).
 HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
   return counter_uniform(seed, stream, index) >= p;
+}
+
+// ---- where a rank's tokens sit in the sequence (context parallelism) ------------------------
+// Local row i of a sequence slice is at global position start[i / chunk] + i % chunk: at most
+// two chunks, Megatron's load-balanced layout (rank r of cp holds chunks r and 2cp-1-r of
+// 2cp). The default is the whole sequence (one chunk from 0; local == length == 0 means
+// "no slicing": element() is the identity).
+struct TokenPositions {
+  int chunk = 1 << 30;        // rows per chunk
+  int start[2] = {0, 0};      // global position of each chunk's first row
+  int local = 0, length = 0;  // rows per sequence here, and in the full sequence (0: whole)
+  HD int at(int i) const {
+    const int c = i / chunk;
+    return start[c] + (i - c * chunk);
+  }
+  // How many of rows 0..rows-1 sit at a position <= p, when positions increase with the row
+  // (start[1] >= start[0] + chunk): the causal mask keeps a prefix of keys for each query.
+  HD int count_upto(int p, int rows) const {
+    const int first = rows < chunk ? rows : chunk;
+    int n0 = p - start[0] + 1;
+    n0 = n0 < 0 ? 0 : (n0 > first ? first : n0);
+    if (rows <= chunk) return n0;
+    int n1 = p - start[1] + 1;
+    n1 = n1 < 0 ? 0 : (n1 > rows - chunk ? rows - chunk : n1);
+    return n0 + n1;
+  }
+  // The single-rank index of element e of a (B * local, width) tensor of tokens (the hidden
+  // dropout's index, so that a context-parallel run draws the single-rank masks).
+  HD uint64_t element(uint64_t e, int width) const {
+    if (length == 0) return e;
+    const uint64_t row = e / (uint64_t)width, b = row / (uint64_t)local;
+    const int s = (int)(row % (uint64_t)local);
+    return (b * (uint64_t)length + (uint64_t)at(s)) * (uint64_t)width + e % (uint64_t)width;
+  }
+};
+
+// One pass of attention: a set of query rows against a set of key rows of every (b, head).
+// The whole sequence is one causal pass; ring attention (parallel/context_parallel.cpp) makes
+// one pass per step, on the local chunks or half of them. Rows of head (b, h) start at
+// (b*H + h) * head_stride elements and are D apart (q, o, dout, dq: H = A query heads, the q
+// view; k, v, dk, dv: H = G groups, the k view); the log-sum-exp and the softmax's row terms
+// (lse, delta) use the q view with head_stride / D.
+struct AttentionRows {
+  int rows = 0;
+  long long head_stride = 0;
+  TokenPositions pos;
+};
+struct AttentionBlock {
+  AttentionRows q, k;
+  bool causal = true;  // key j hidden from query i when k.pos.at(j) > q.pos.at(i)
+  // Attention dropout's index of probability (b, h, i, j), the naive single-rank P's element:
+  // ((b*dropout_heads + dropout_head0 + h)*dropout_length + q.pos.at(i))*dropout_length
+  //   + k.pos.at(j)
+  int dropout_heads = 0, dropout_head0 = 0, dropout_length = 0;
+  HD uint64_t dropout_index(int b, int h, int i, int j) const {
+    const uint64_t L = (uint64_t)dropout_length;
+    const uint64_t head = (uint64_t)b * dropout_heads + dropout_head0 + h;
+    return (head * L + (uint64_t)q.pos.at(i)) * L + (uint64_t)k.pos.at(j);
+  }
+  // keys 0..visible(i)-1 are the ones query i sees (a prefix: positions increase)
+  HD int visible(int i) const { return causal ? k.pos.count_upto(q.pos.at(i), k.rows) : k.rows; }
+};
+// The whole causal sequence of S rows, A query heads of D channels, as one pass.
+inline AttentionBlock whole_sequence(int S, int A, int D) {
+  AttentionBlock b;
+  b.q = AttentionRows{S, (long long)S * D, TokenPositions()};
+  b.k = AttentionRows{S, (long long)S * D, TokenPositions()};
+  b.dropout_heads = A;
+  b.dropout_length = S;
+  return b;
+}
+// The (query, key) pairs of one (b, head) that the block computes: sum_i visible(i), the
+// attention kernels' FLOP count (S(S+1)/2 for the whole causal sequence).
+inline long long visible_pairs(const AttentionBlock& blk) {
+  long long pairs = 0;
+  for (int i = 0; i < blk.q.rows; i++) pairs += blk.visible(i);
+  return pairs;
+}
+
+// Ring attention's log-sum-exp merge of one row (kernels/ops.h attention_merge): the merged
+//   lse' = log(e^lse + e^lse_pass) = hi + log1p(e^(lo - hi))   (hi, lo: the larger, smaller)
+// which never overflows, and the weights of the two partial outputs, w = e^(lse - lse'),
+// w_pass = e^(lse_pass - lse'), so that o' = o w + o_pass w_pass. Returns false when the pass
+// saw no key (lse_pass = -inf): the row stays as it is. When nothing was merged yet
+// (lse = -inf) w = 0 and w_pass = 1: the caller writes o' = o_pass, whatever o held.
+HD bool attention_merge_weights(float lse, float lse_pass, float* w, float* w_pass,
+                                float* lse_new) {
+  if (lse_pass == -INFINITY) return false;
+  if (lse == -INFINITY) {
+    *w = 0.0f;
+    *w_pass = 1.0f;
+    *lse_new = lse_pass;
+    return true;
+  }
+  const float hi = fmaxf(lse, lse_pass), lo = fminf(lse, lse_pass);
+  *lse_new = hi + log1pf(expf(lo - hi));
+  *w = expf(lse - *lse_new);
+  *w_pass = expf(lse_pass - *lse_new);
+  return true;
+}
+// One merged element, o' = o w + o_pass w_pass, where w = 0 drops o (which, before the first
+// merge, may be anything, even NaN).
+HD float attention_merge_value(float o, float o_pass, float w, float w_pass) {
+  return (w == 0.0f ? 0.0f : o * w) + o_pass * w_pass;
 }
 
 // One AdamW step on one element (Loshchilov & Hutter 2019; PyTorch AdamW semantics):

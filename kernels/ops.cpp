@@ -12,14 +12,17 @@
 //   gemm                      2 m n k
 //   gemm_strided_batched      2 m n k batch
 //   gemm_grouped              sum over the groups of 2 m_i n_i k_i
-//   flash forward             2 products (Q K^T, P V) over the pairs the causal mask keeps:
-//                             query i sees i+1 keys, sum_i (i+1) = S(S+1)/2 pairs per (b,
-//                             head), 2D FLOPs per pair per product:
-//                             2 * 2D * B A S(S+1)/2 = 4 D B A S(S+1)/2
+//   flash forward             2 products (Q K^T, P V) over the pairs the block's mask keeps:
+//                             query i sees blk.visible(i) keys, pairs = sum_i visible(i) per
+//                             (b, head) (kernels/math.h visible_pairs; S(S+1)/2 for the whole
+//                             causal sequence), 2D FLOPs per pair per product:
+//                             2 * 2D * B A pairs = 4 D B A pairs
 //   flash backward            5 products (Q K^T recomputed, dP' = dO V^T, dV, dQ, dK):
-//                             5 * 2D * B A S(S+1)/2 = 10 D B A S(S+1)/2
-// The tiled kernels also multiply the masked upper half of each diagonal tile (zeroed
-// afterwards); that work is not counted, as FlashAttention's own accounting leaves it out.
+//                             5 * 2D * B A pairs = 10 D B A pairs
+// The tiled kernels also multiply the masked part of each tile that straddles the mask
+// (zeroed afterwards); that work is not counted, as FlashAttention's own accounting leaves it
+// out. The naive attention pieces (softmax, rescale, dropout, delta, merge) count nothing:
+// their products are gemm calls, counted there.
 //
 // Each GEMM call is also counted per label (GemmLabel): one call and its FLOPs go to the label
 // in force, "other" when none; add_flops (the attention kernels) adds FLOPs to it too, so the
@@ -145,9 +148,9 @@ class GemmTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// B A S(S+1)/2: the (b, head, query i, key j <= i) pairs of causal attention.
-static double causal_pairs(int B, int A, int S) {
-  return (double)B * A * ((double)S * (S + 1) / 2.0);
+// B A sum_i visible(i): the (b, head, query i, visible key j) pairs of one attention pass.
+static double block_pairs(int B, int A, const AttentionBlock& blk) {
+  return (double)B * A * (double)visible_pairs(blk);
 }
 
 // ---- memory -----------------------------------------------------------------------------
@@ -226,12 +229,12 @@ void embedding_backward(Device d, float* dwte, const float* dout, const int* tok
   ON_DEVICE(embedding_backward, dwte, dout, tokens, vocab_start, vocab_rows, N, C);
 }
 void position_embedding_forward(Device d, float* out, const float* wpe, int N, int seq_len,
-                                int first_row, int C) {
-  ON_DEVICE(position_embedding_forward, out, wpe, N, seq_len, first_row, C);
+                                int first_row, int C, const TokenPositions& pos) {
+  ON_DEVICE(position_embedding_forward, out, wpe, N, seq_len, first_row, C, pos);
 }
 void position_embedding_backward(Device d, float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C) {
-  ON_DEVICE(position_embedding_backward, dwpe, dout, N, seq_len, first_row, C);
+                                 int first_row, int C, const TokenPositions& pos) {
+  ON_DEVICE(position_embedding_backward, dwpe, dout, N, seq_len, first_row, C, pos);
 }
 
 // ---- norms ------------------------------------------------------------------------------
@@ -272,8 +275,8 @@ void swiglu_backward(Device d, float* din, const float* dout, const float* in, i
 // ---- dropout ----------------------------------------------------------------------------
 
 void dropout_forward(Device d, float* out, uint8_t* mask, const float* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream) {
-  ON_DEVICE(dropout_forward, out, mask, in, n, p, seed, stream);
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
+  ON_DEVICE(dropout_forward, out, mask, in, n, p, seed, stream, pos, width);
 }
 void dropout_backward(Device d, float* din, const float* dout, const uint8_t* mask, size_t n,
                       float p) {
@@ -283,12 +286,13 @@ void dropout_backward(Device d, float* din, const float* dout, const uint8_t* ma
 // ---- attention layout -------------------------------------------------------------------
 
 void qkv_split_forward(Device d, float* q, float* k, float* v, const float* qkv, int B, int S,
-                       int A, int G, int D, float rope_theta) {
-  ON_DEVICE(qkv_split_forward, q, k, v, qkv, B, S, A, G, D, rope_theta);
+                       int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+  ON_DEVICE(qkv_split_forward, q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
 void qkv_split_backward(Device d, float* dqkv, const float* dq, const float* dk,
-                        const float* dv, int B, int S, int A, int G, int D, float rope_theta) {
-  ON_DEVICE(qkv_split_backward, dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+                        const float* dv, int B, int S, int A, int G, int D, float rope_theta,
+                        const TokenPositions& pos) {
+  ON_DEVICE(qkv_split_backward, dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
 void heads_merge_forward(Device d, float* out, const float* o, int B, int S, int A, int D) {
   ON_DEVICE(heads_merge_forward, out, o, B, S, A, D);
@@ -298,40 +302,62 @@ void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S,
   ON_DEVICE(heads_merge_backward, d_o, dout, B, S, A, D);
 }
 
-void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta) {
-  ON_DEVICE(rope_forward, x, B, H, S, D, theta);
+void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta,
+                  const TokenPositions& pos) {
+  ON_DEVICE(rope_forward, x, B, H, S, D, theta, pos);
 }
-void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta) {
-  ON_DEVICE(rope_backward, dx, B, H, S, D, theta);
+void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos) {
+  ON_DEVICE(rope_backward, dx, B, H, S, D, theta, pos);
 }
 
-// ---- attention, naive pieces ------------------------------------------------------------
+// ---- attention, one pass: naive pieces and the merge -------------------------------------
 
-void causal_softmax_forward(Device d, float* probs, const float* scores, int rows, int S,
-                            float scale) {
-  ON_DEVICE(causal_softmax_forward, probs, scores, rows, S, scale);
+void attention_softmax_forward(Device d, float* probs, float* lse, const float* scores, int BH,
+                               int D, float scale, const AttentionBlock& blk) {
+  ON_DEVICE(attention_softmax_forward, probs, lse, scores, BH, D, scale, blk);
 }
-void causal_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
-                             int rows, int S, float scale) {
-  ON_DEVICE(causal_softmax_backward, dscores, dprobs, probs, rows, S, scale);
+void attention_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk) {
+  ON_DEVICE(attention_softmax_backward, dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
+void attention_probs_rescale(Device d, float* probs, const float* lse_pass, const float* lse,
+                             int BH, int D, const AttentionBlock& blk) {
+  ON_DEVICE(attention_probs_rescale, probs, lse_pass, lse, BH, D, blk);
+}
+void attention_dropout_forward(Device d, float* out, uint8_t* mask, const float* probs, int B,
+                               int A, float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk) {
+  ON_DEVICE(attention_dropout_forward, out, mask, probs, B, A, p, seed, stream, blk);
+}
+void attention_delta(Device d, float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows) {
+  ON_DEVICE(attention_delta, delta, dout, o, BH, D, rows);
+}
+void attention_merge(Device d, float* o, float* lse, const float* o_pass, const float* lse_pass,
+                     int BH, int D, const AttentionRows& rows) {
+  ON_DEVICE(attention_merge, o, lse, o_pass, lse_pass, BH, D, rows);
 }
 
 // ---- attention, flash -------------------------------------------------------------------
 
 void flash_attention_forward(Device d, float* o, float* lse, const float* q, const float* k,
-                             const float* v, int B, int A, int G, int S, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream) {
-  add_flops(4.0 * D * causal_pairs(B, A, S));
-  ON_DEVICE(flash_attention_forward, o, lse, q, k, v, B, A, G, S, D, scale, dropout_p, seed,
-            stream);
+                             const float* v, int B, int A, int G, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream,
+                             const AttentionBlock& blk) {
+  add_flops(4.0 * D * block_pairs(B, A, blk));
+  ON_DEVICE(flash_attention_forward, o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed,
+            stream, blk);
 }
 void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const float* dout,
                               const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream) {
-  add_flops(10.0 * D * causal_pairs(B, A, S));
-  ON_DEVICE(flash_attention_backward, dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale,
-            dropout_p, seed, stream);
+                              const float* lse, int B, int A, int G, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream,
+                              const AttentionBlock& blk) {
+  add_flops(10.0 * D * block_pairs(B, A, blk));
+  ON_DEVICE(flash_attention_backward, dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale,
+            dropout_p, seed, stream, blk);
 }
 
 // ---- mixture of experts -----------------------------------------------------------------

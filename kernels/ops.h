@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 #include "kernels/common.h"
+#include "kernels/math.h"  // TokenPositions, AttentionRows, AttentionBlock
 
 namespace kernels {
 
@@ -114,12 +115,14 @@ void embedding_forward(Device d, float* out, const int* tokens, const float* wte
 void embedding_backward(Device d, float* dwte, const float* dout, const int* tokens,
                         int vocab_start, int vocab_rows, int N, int C);
 // Learned positions: row i of out(N,C) is token row first_row + i of a (batch, seq_len)
-// layout, at position (first_row + i) % seq_len: out[i] += wpe[that position].
+// layout, at local position s = (first_row + i) % seq_len, global position pos.at(s)
+// (context parallelism; the identity by default): out[i] += wpe[pos.at(s)].
 void position_embedding_forward(Device d, float* out, const float* wpe, int N, int seq_len,
-                                int first_row, int C);
-// dwpe[(first_row + i) % seq_len] += dout[i].
+                                int first_row, int C, const TokenPositions& pos = TokenPositions());
+// dwpe[pos.at((first_row + i) % seq_len)] += dout[i].
 void position_embedding_backward(Device d, float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C);
+                                 int first_row, int C,
+                                 const TokenPositions& pos = TokenPositions());
 
 // ---- norms --------------------------------------------------------------------------
 // LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (biased variance).
@@ -147,10 +150,13 @@ void swiglu_forward(Device d, float* out, const float* in, int N, int F);
 void swiglu_backward(Device d, float* din, const float* dout, const float* in, int N, int F);
 
 // ---- dropout --------------------------------------------------------------------------
-// Keep element i when counter_uniform(seed, stream, i) >= p (kernels/math.h); out = in *
-// keep / (1-p); mask[i] = keep (1 byte). p == 0 copies and sets mask to 1.
+// Keep element i when counter_uniform(seed, stream, pos.element(i, width)) >= p
+// (kernels/math.h); out = in * keep / (1-p); mask[i] = keep (1 byte). p == 0 copies and sets
+// mask to 1. pos and width: a (B * pos.local, width) tensor of a context-parallel rank's
+// tokens draws the single-rank run's bits (the default: index i itself).
 void dropout_forward(Device d, float* out, uint8_t* mask, const float* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream);
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos = TokenPositions(),
+                     int width = 1);
 // din = ("=") dout * mask / (1-p)
 void dropout_backward(Device d, float* din, const float* dout, const uint8_t* mask,
                       size_t n, float p);
@@ -162,36 +168,76 @@ void dropout_backward(Device d, float* din, const float* dout, const uint8_t* ma
 // tensor-parallel rank owns whole groups).
 // qkv(B*S, (A+2G)*D) -> q(B,A,S,D), k(B,G,S,D), v(B,G,S,D); when rope_theta > 0 rotates q and
 // k by position s (rotate-half RoPE, kernels/math.h).
+// pos: the tokens' global positions (context parallelism), which RoPE rotates by.
 void qkv_split_forward(Device d, float* q, float* k, float* v, const float* qkv, int B, int S,
-                       int A, int G, int D, float rope_theta);
+                       int A, int G, int D, float rope_theta,
+                       const TokenPositions& pos = TokenPositions());
 // The inverse: dqkv ("=") from dq, dk, dv, un-rotating dq and dk.
 void qkv_split_backward(Device d, float* dqkv, const float* dq, const float* dk,
-                        const float* dv, int B, int S, int A, int G, int D, float rope_theta);
+                        const float* dv, int B, int S, int A, int G, int D, float rope_theta,
+                        const TokenPositions& pos = TokenPositions());
 // o(B,A,S,D) -> out(B*S, A*D) and back ("=").
 void heads_merge_forward(Device d, float* out, const float* o, int B, int S, int A, int D);
 void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S, int A, int D);
 
-// ---- attention, naive pieces (the probabilities are materialised) ------------------------
-// In-place causal softmax of scores(rows, S, S) scaled by `scale`: row i of each matrix
-// keeps columns j <= i, the rest become 0.
-void causal_softmax_forward(Device d, float* probs, const float* scores, int rows, int S,
-                            float scale);
-// dscores ("=") = scale * P * (dP - rowsum(dP * P)).
-void causal_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
-                             int rows, int S, float scale);
+// ---- attention, one pass of query rows against key rows (kernels/math.h AttentionBlock) ----
+// The whole sequence is whole_sequence(S, A, D); ring attention's steps are passes on the
+// local chunks or their halves (parallel/context_parallel.cpp). q, o, dout, dq, lse point at
+// the q view's row 0 of head (0, 0), k, v, dk, dv at the k view's. GQA: query head h reads
+// group h / (A/G). The mask and the dropout keep bit of (b, h, i, j) come from the block
+// (causal by global position; keep = dropout_keep(seed, stream, blk.dropout_index(b,h,i,j))).
+//
+// Naive pieces (the probabilities are materialised, P of a pass is (B*A, q.rows, k.rows),
+// contiguous). EVERY lse and delta argument of every op here (naive and flash, forward,
+// backward, merge) sits at the q view: row i of head bh at bh * (q.head_stride / D) + i,
+// which is why the naive ops take D too (the lead's final rule; it supersedes any
+// "contiguous per pass" wording elsewhere).
+// probs ("=") = softmax over the keys query i sees of scale * scores, 0 for the others;
+// lse (may be nullptr) = log sum over those keys of e^(scale s_ij) (-inf when none). In place
+// (probs == scores) is fine.
+void attention_softmax_forward(Device d, float* probs, float* lse, const float* scores, int BH,
+                               int D, float scale, const AttentionBlock& blk);
+// dscores ("=") = scale * P * (dP - delta_i), 0 where masked. delta at the q view is the
+// whole row's dout_i . o_i (attention_delta); nullptr: rowsum(dP * P) of this pass, which
+// equals it when the pass is the whole row.
+void attention_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk);
+// probs *= e^(lse_pass_i - lse_i): a pass's probabilities become the whole row's once the
+// row's final lse is known (both at the q view).
+void attention_probs_rescale(Device d, float* probs, const float* lse_pass, const float* lse,
+                             int BH, int D, const AttentionBlock& blk);
+// out ("=") = probs * keep / (1-p), mask = keep, probs (B*A, q.rows, k.rows).
+void attention_dropout_forward(Device d, float* out, uint8_t* mask, const float* probs, int B,
+                               int A, float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk);
+// delta ("=") = dout_i . o_i for every row of the view (BH heads of rows.rows rows), at the
+// view (bh * (rows.head_stride / D) + i).
+void attention_delta(Device d, float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows);
+// Ring attention's log-sum-exp merge, at the view's rows (o, o_pass: D channels, lse, lse_pass:
+// head_stride / D), o fp32:
+//   lse' = log(e^lse + e^lse_pass),  o' = o e^(lse - lse') + o_pass e^(lse_pass - lse').
+// lse = -inf (nothing merged yet) gives o' = o_pass.
+void attention_merge(Device d, float* o, float* lse, const float* o_pass, const float* lse_pass,
+                     int BH, int D, const AttentionRows& rows);
 
 // ---- attention, flash (tiled, online softmax, saves only the log-sum-exp) ---------------
-// o(B,A,S,D) = softmax(q k^T * scale, causal) v with dropout p on the probabilities
-// (dropout_keep(seed, stream, ((b*A + h)*S + i)*S + j), the same index the naive path uses).
-// lse(B,A,S) = log sum_j exp(scale * q_i . k_j) over the unmasked j (before dropout).
+// o ("=") = softmax(q k^T * scale, the block's mask) v with dropout p on the probabilities,
+// lse ("=") = log sum_j e^(scale q_i . k_j) over the keys query i sees (before dropout; -inf
+// and o = 0 when it sees none), both at the q view.
 void flash_attention_forward(Device d, float* o, float* lse, const float* q, const float* k,
-                             const float* v, int B, int A, int G, int S, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream);
-// dq, dk, dv ("=") from do, recomputing the probabilities from q, k and lse.
+                             const float* v, int B, int A, int G, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream,
+                             const AttentionBlock& blk);
+// The pass's share of the gradients: dq (fp32, +=), dk, dv (+=), recomputing the
+// probabilities from q, k and the whole row's lse (P_ij = e^(scale q_i.k_j - lse_i)), with
+// the whole row's o for D_i = dout_i . o_i. Over the whole sequence it is the full backward.
 void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const float* dout,
                               const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream);
+                              const float* lse, int B, int A, int G, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream,
+                              const AttentionBlock& blk);
 
 // ---- mixture of experts (model/moe.h) -----------------------------------------------------
 // Router math is fp32 whatever the storage (logits, scores, gate values). N tokens, E
@@ -262,10 +308,12 @@ void moe_shared_gate_backward(Device d, float* dy, float* dz, const float* dout,
                               const float* z, int N, int C);
 
 // ---- rotary embedding alone (qk-layernorm: the norm comes between the split and RoPE) ----
-// x(B,H,S,D) rotated in place by position s (rotate-half, kernels/math.h); backward rotates
-// the gradient back (the inverse rotation).
-void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta);
-void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta);
+// x(B,H,S,D) rotated in place by global position pos.at(s) (rotate-half, kernels/math.h);
+// backward rotates the gradient back (the inverse rotation).
+void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta,
+                  const TokenPositions& pos = TokenPositions());
+void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos = TokenPositions());
 
 // ---- loss -------------------------------------------------------------------------------
 // Softmax cross-entropy fused with its backward, in three passes so that the vocabulary may
@@ -330,9 +378,10 @@ void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte,
 void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* tokens,
                         int vocab_start, int vocab_rows, int N, int C);
 void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int seq_len,
-                                int first_row, int C);
+                                int first_row, int C, const TokenPositions& pos = TokenPositions());
 void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, int seq_len,
-                                 int first_row, int C);
+                                 int first_row, int C,
+                                 const TokenPositions& pos = TokenPositions());
 void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,
                        const bf16* w, const bf16* b, int N, int C, float eps);
 void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout,
@@ -347,26 +396,42 @@ void gelu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, size_t
 void swiglu_forward(Device d, bf16* out, const bf16* in, int N, int F);
 void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int N, int F);
 void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream);
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos = TokenPositions(),
+                     int width = 1);
 void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
                       float p);
 void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
-                       int G, int D, float rope_theta);
+                       int G, int D, float rope_theta, const TokenPositions& pos = TokenPositions());
 void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
-                        int B, int S, int A, int G, int D, float rope_theta);
+                        int B, int S, int A, int G, int D, float rope_theta,
+                        const TokenPositions& pos = TokenPositions());
 void heads_merge_forward(Device d, bf16* out, const bf16* o, int B, int S, int A, int D);
 void heads_merge_backward(Device d, bf16* d_o, const bf16* dout, int B, int S, int A, int D);
-void causal_softmax_forward(Device d, bf16* probs, const bf16* scores, int rows, int S,
-                            float scale);
-void causal_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
-                             int rows, int S, float scale);
+void attention_softmax_forward(Device d, bf16* probs, float* lse, const bf16* scores, int BH,
+                               int D, float scale, const AttentionBlock& blk);
+void attention_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk);
+void attention_probs_rescale(Device d, bf16* probs, const float* lse_pass, const float* lse,
+                             int BH, int D, const AttentionBlock& blk);
+void attention_dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* probs, int B,
+                               int A, float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk);
+void attention_delta(Device d, float* delta, const bf16* dout, const bf16* o, int BH, int D,
+                     const AttentionRows& rows);
+// o stays fp32 (the ring's accumulator); o_pass is the pass's bf16 output.
+void attention_merge(Device d, float* o, float* lse, const bf16* o_pass, const float* lse_pass,
+                     int BH, int D, const AttentionRows& rows);
 void flash_attention_forward(Device d, bf16* o, float* lse, const bf16* q, const bf16* k,
-                             const bf16* v, int B, int A, int G, int S, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream);
-void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+                             const bf16* v, int B, int A, int G, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream,
+                             const AttentionBlock& blk);
+// dq fp32 (+=), dk, dv bf16 (+=: widened, added in fp32, rounded)
+void flash_attention_backward(Device d, float* dq, bf16* dk, bf16* dv, const bf16* dout,
                               const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream);
+                              const float* lse, int B, int A, int G, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream,
+                              const AttentionBlock& blk);
 void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const bf16* A, int lda,
                   const bf16* B, int ldb, float beta, bf16* C, int ldc,
                   const GemmGroup* groups, int count);
@@ -383,8 +448,10 @@ void moe_gelu_backward(Device d, bf16* din, float* dgates, const bf16* dout, con
 void moe_shared_gate_forward(Device d, bf16* out, const bf16* y, const bf16* z, int N, int C);
 void moe_shared_gate_backward(Device d, bf16* dy, bf16* dz, const bf16* dout, const bf16* y,
                               const bf16* z, int N, int C);
-void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta);
-void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta);
+void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta,
+                  const TokenPositions& pos = TokenPositions());
+void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos = TokenPositions());
 // AdamW on fp32 master weights with bf16 gradients; then params = round(master).
 void adamw_update(Device d, float* master, bf16* params, const bf16* grads, float* m, float* v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -53,7 +53,20 @@ struct Input {
   const float* data() const { return null ? nullptr : v.data(); }
 };
 
-double causal_pairs(int B, int A, int S) { return (double)B * A * ((double)S * (S + 1) / 2.0); }
+// B A sum_i visible(i): the pairs kernels/ops.cpp counts the flash FLOPs by.
+double block_pairs(int B, int A, const AttentionBlock& blk) {
+  return (double)B * A * (double)visible_pairs(blk);
+}
+// Elements from a view's first row to the end of its last head's last row: what a kernel on
+// the view (BH heads of rows.rows rows, D channels) can touch, the span to widen.
+size_t view_span(int BH, int D, const AttentionRows& rows) {
+  return BH > 0 && rows.rows > 0 ? (size_t)(BH - 1) * rows.head_stride + (size_t)rows.rows * D
+                                 : 0;
+}
+// Rows of a position table that positions 0..seq_len-1 reach (they increase: the last one's).
+size_t positions_used(const TokenPositions& pos, int seq_len) {
+  return seq_len > 0 ? (size_t)pos.at(seq_len - 1) + 1 : 0;
+}
 
 #ifndef PARALAB_CPU_ONLY
 #define ON_CUDA(CALL)        \
@@ -176,18 +189,18 @@ void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* token
   cpu::embedding_backward(de.data(), g.data(), tokens, vocab_start, vocab_rows, N, C);
 }
 void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int seq_len,
-                                int first_row, int C) {
-  ON_CUDA(position_embedding_forward(out, wpe, N, seq_len, first_row, C));
-  Input p(wpe, (size_t)seq_len * C);
+                                int first_row, int C, const TokenPositions& pos) {
+  ON_CUDA(position_embedding_forward(out, wpe, N, seq_len, first_row, C, pos));
+  Input p(wpe, positions_used(pos, seq_len) * C);
   Widened o(out, (size_t)N * C);
-  cpu::position_embedding_forward(o.data(), p.data(), N, seq_len, first_row, C);
+  cpu::position_embedding_forward(o.data(), p.data(), N, seq_len, first_row, C, pos);
 }
 void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, int seq_len,
-                                 int first_row, int C) {
-  ON_CUDA(position_embedding_backward(dwpe, dout, N, seq_len, first_row, C));
-  Widened dp(dwpe, (size_t)seq_len * C);
+                                 int first_row, int C, const TokenPositions& pos) {
+  ON_CUDA(position_embedding_backward(dwpe, dout, N, seq_len, first_row, C, pos));
+  Widened dp(dwpe, positions_used(pos, seq_len) * C);
   Input g(dout, (size_t)N * C);
-  cpu::position_embedding_backward(dp.data(), g.data(), N, seq_len, first_row, C);
+  cpu::position_embedding_backward(dp.data(), g.data(), N, seq_len, first_row, C, pos);
 }
 
 // ---- norms
@@ -247,11 +260,11 @@ void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int 
   cpu::swiglu_backward(D.data(), G.data(), I.data(), N, F);
 }
 void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream) {
-  ON_CUDA(dropout_forward(out, mask, in, n, p, seed, stream));
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
+  ON_CUDA(dropout_forward(out, mask, in, n, p, seed, stream, pos, width));
   Input I(in, n);
   Widened O(out, n);
-  cpu::dropout_forward(O.data(), mask, I.data(), n, p, seed, stream);
+  cpu::dropout_forward(O.data(), mask, I.data(), n, p, seed, stream, pos, width);
 }
 void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
                       float p) {
@@ -261,22 +274,22 @@ void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask
   cpu::dropout_backward(D.data(), G.data(), mask, n, p);
 }
 
-// ---- attention layout and naive softmax
+// ---- attention layout
 void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
-                       int G, int D, float theta) {
-  ON_CUDA(qkv_split_forward(q, k, v, qkv, B, S, A, G, D, theta));
+                       int G, int D, float theta, const TokenPositions& pos) {
+  ON_CUDA(qkv_split_forward(q, k, v, qkv, B, S, A, G, D, theta, pos));
   const size_t N = (size_t)B * S;
   Input X(qkv, N * (A + 2 * G) * D);
   Widened Q(q, N * A * D), K(k, N * G * D), V(v, N * G * D);
-  cpu::qkv_split_forward(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta);
+  cpu::qkv_split_forward(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta, pos);
 }
 void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
-                        int B, int S, int A, int G, int D, float theta) {
-  ON_CUDA(qkv_split_backward(dqkv, dq, dk, dv, B, S, A, G, D, theta));
+                        int B, int S, int A, int G, int D, float theta, const TokenPositions& pos) {
+  ON_CUDA(qkv_split_backward(dqkv, dq, dk, dv, B, S, A, G, D, theta, pos));
   const size_t N = (size_t)B * S;
   Input Q(dq, N * A * D), K(dk, N * G * D), V(dv, N * G * D);
   Widened X(dqkv, N * (A + 2 * G) * D);
-  cpu::qkv_split_backward(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta);
+  cpu::qkv_split_backward(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta, pos);
 }
 void heads_merge_forward(Device d, bf16* out, const bf16* o, int B, int S, int A, int D) {
   ON_CUDA(heads_merge_forward(out, o, B, S, A, D));
@@ -292,59 +305,95 @@ void heads_merge_backward(Device d, bf16* d_o, const bf16* dout, int B, int S, i
   Widened R(d_o, n);
   cpu::heads_merge_backward(R.data(), G.data(), B, S, A, D);
 }
-void causal_softmax_forward(Device d, bf16* probs, const bf16* scores, int rows, int S,
-                            float scale) {
-  ON_CUDA(causal_softmax_forward(probs, scores, rows, S, scale));
-  const size_t n = (size_t)rows * S * S;
+
+// ---- attention, one pass: naive pieces and the merge (probabilities (BH, q.rows, k.rows),
+// lse and delta fp32)
+void attention_softmax_forward(Device d, bf16* probs, float* lse, const bf16* scores, int BH,
+                               int D, float scale, const AttentionBlock& blk) {
+  ON_CUDA(attention_softmax_forward(probs, lse, scores, BH, D, scale, blk));
+  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
   Input X(scores, n);
   Widened P(probs, n);
-  cpu::causal_softmax_forward(P.data(), X.data(), rows, S, scale);
+  cpu::attention_softmax_forward(P.data(), lse, X.data(), BH, D, scale, blk);
 }
-void causal_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
-                             int rows, int S, float scale) {
-  ON_CUDA(causal_softmax_backward(dscores, dprobs, probs, rows, S, scale));
-  const size_t n = (size_t)rows * S * S;
+void attention_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk) {
+  ON_CUDA(attention_softmax_backward(dscores, dprobs, probs, delta, BH, D, scale, blk));
+  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
   Input G(dprobs, n), P(probs, n);
-  Widened D(dscores, n);
-  cpu::causal_softmax_backward(D.data(), G.data(), P.data(), rows, S, scale);
+  Widened DS(dscores, n);
+  cpu::attention_softmax_backward(DS.data(), G.data(), P.data(), delta, BH, D, scale, blk);
+}
+void attention_probs_rescale(Device d, bf16* probs, const float* lse_pass, const float* lse,
+                             int BH, int D, const AttentionBlock& blk) {
+  ON_CUDA(attention_probs_rescale(probs, lse_pass, lse, BH, D, blk));
+  Widened P(probs, (size_t)BH * blk.q.rows * blk.k.rows);
+  cpu::attention_probs_rescale(P.data(), lse_pass, lse, BH, D, blk);
+}
+void attention_dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* probs, int B,
+                               int A, float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk) {
+  ON_CUDA(attention_dropout_forward(out, mask, probs, B, A, p, seed, stream, blk));
+  const size_t n = (size_t)B * A * blk.q.rows * blk.k.rows;
+  Input P(probs, n);
+  Widened O(out, n);
+  cpu::attention_dropout_forward(O.data(), mask, P.data(), B, A, p, seed, stream, blk);
+}
+void attention_delta(Device d, float* delta, const bf16* dout, const bf16* o, int BH, int D,
+                     const AttentionRows& rows) {
+  ON_CUDA(attention_delta(delta, dout, o, BH, D, rows));
+  const size_t n = view_span(BH, D, rows);
+  Input G(dout, n), O(o, n);
+  cpu::attention_delta(delta, G.data(), O.data(), BH, D, rows);
+}
+void attention_merge(Device d, float* o, float* lse, const bf16* o_pass, const float* lse_pass,
+                     int BH, int D, const AttentionRows& rows) {
+  ON_CUDA(attention_merge(o, lse, o_pass, lse_pass, BH, D, rows));
+  Input P(o_pass, view_span(BH, D, rows));
+  cpu::attention_merge(o, lse, P.data(), lse_pass, BH, D, rows);
 }
 
-// ---- flash attention: the fp32 dispatcher counts the CPU FLOPs
+// ---- flash attention: the fp32 dispatcher counts the CPU FLOPs. The widened spans cover the
+// views (rows of other passes between them round-trip exactly).
 void flash_attention_forward(Device d, bf16* o, float* lse, const bf16* q, const bf16* k,
-                             const bf16* v, int B, int A, int G, int S, int D, float scale,
-                             float p, uint64_t seed, uint64_t stream) {
-  if (d == Device::CUDA) add_flops(4.0 * D * causal_pairs(B, A, S));
-  ON_CUDA(flash_attention_forward(o, lse, q, k, v, B, A, G, S, D, scale, p, seed, stream));
-  const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+                             const bf16* v, int B, int A, int G, int D, float scale, float p,
+                             uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  if (d == Device::CUDA) add_flops(4.0 * D * block_pairs(B, A, blk));
+  ON_CUDA(flash_attention_forward(o, lse, q, k, v, B, A, G, D, scale, p, seed, stream, blk));
+  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
   Input Q(q, nq), K(k, nk), V(v, nk);
   Widened O(o, nq);
-  flash_attention_forward(d, O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, S, D, scale, p,
-                          seed, stream);
+  flash_attention_forward(d, O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, D, scale, p,
+                          seed, stream, blk);
 }
-void flash_attention_backward(Device d, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+// dq is fp32 and accumulates in place; dk, dv widen, take the fp32 pass's += and round.
+void flash_attention_backward(Device d, float* dq, bf16* dk, bf16* dv, const bf16* dout,
                               const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float p, uint64_t seed, uint64_t stream) {
-  if (d == Device::CUDA) add_flops(10.0 * D * causal_pairs(B, A, S));
-  ON_CUDA(flash_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, S, D, scale, p,
-                                   seed, stream));
-  const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+                              const float* lse, int B, int A, int G, int D, float scale, float p,
+                              uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  if (d == Device::CUDA) add_flops(10.0 * D * block_pairs(B, A, blk));
+  ON_CUDA(flash_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, p, seed,
+                                   stream, blk));
+  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
   Input G_(dout, nq), Q(q, nq), K(k, nk), V(v, nk), O(o, nq);
-  Widened DQ(dq, nq), DK(dk, nk), DV(dv, nk);
-  flash_attention_backward(d, DQ.data(), DK.data(), DV.data(), G_.data(), Q.data(), K.data(),
-                           V.data(), O.data(), lse, B, A, G, S, D, scale, p, seed, stream);
+  Widened DK(dk, nk), DV(dv, nk);
+  flash_attention_backward(d, dq, DK.data(), DV.data(), G_.data(), Q.data(), K.data(), V.data(),
+                           O.data(), lse, B, A, G, D, scale, p, seed, stream, blk);
 }
 
 // ---- RoPE alone
-void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta) {
-  ON_CUDA(rope_forward(x, B, H, S, D, theta));
+void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta,
+                  const TokenPositions& pos) {
+  ON_CUDA(rope_forward(x, B, H, S, D, theta, pos));
   Widened X(x, (size_t)B * H * S * D);
-  cpu::rope_forward(X.data(), B, H, S, D, theta);
+  cpu::rope_forward(X.data(), B, H, S, D, theta, pos);
 }
-void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta) {
-  ON_CUDA(rope_backward(dx, B, H, S, D, theta));
+void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos) {
+  ON_CUDA(rope_backward(dx, B, H, S, D, theta, pos));
   Widened X(dx, (size_t)B * H * S * D);
-  cpu::rope_backward(X.data(), B, H, S, D, theta);
+  cpu::rope_backward(X.data(), B, H, S, D, theta, pos);
 }
 
 // ---- mixture of experts: token rows bf16, gates fp32

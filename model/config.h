@@ -9,6 +9,7 @@
 // defines: PipelineSchedule (the schedules are data, parallel/ owns them)
 #include "parallel/pipeline_schedule.h"
 // defines: TokenDispatcher (how tokens reach the experts of other ranks)
+#include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
 
 namespace paralab {
@@ -104,6 +105,10 @@ struct ModelConfig {
   int kv_channels = 0;           // head dim d; 0 -> h/a (a tensor-parallel rank's local
                                  // config keeps d while its heads are a/t)
   int seq_length = 32;           // s
+  // The plan's copy (make_plan) names the context-parallel rank it describes: each holds
+  // seq_length / context_parallel.size tokens of every sequence (plan/memory.cpp
+  // local_sizes). Elsewhere size 1 (the model's local config divides seq_length instead).
+  CpSpec context_parallel;
   int vocab_size = 256;          // V
   float hidden_dropout = 0.0f;   // after attention projection and after MLP (gpt)
   float attention_dropout = 0.0f;// on attention probabilities (gpt)
@@ -157,7 +162,11 @@ struct ParallelConfig {
   int world_size = 1;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  // Context parallelism (parallel/context_parallel.h): each sequence split over cp ranks,
+  // attention's keys and values exchanged by --cp-comm-type, tokens laid out by --cp-layout.
   int context_parallel = 1;
+  CpCommType cp_comm_type = CpCommType::P2P;
+  CpLayout cp_layout = CpLayout::ZIGZAG;
   // Expert parallelism (parallel/expert_parallel.h): the experts split over ep ranks, each
   // expert's width over etp ranks (Megatron's default etp = tp; the flags resolve it), the
   // expert-data-parallel ranks the rest: world = etp x ep x edp x pp.

@@ -21,14 +21,15 @@ Evaluator::Evaluator(Transformer& model, const DataLoader& data, const Schedule&
   targets_.assign(k_, std::vector<int>(N));
 }
 
-float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp) {
+float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp,
+                      int cp) {
   if (world.size() == 1) return rank_loss;
   const kernels::Device dev = world.device();
   kernels::memcpy_from_host(dev, scalar.data(), &rank_loss, sizeof rank_loss);
   world.all_reduce(scalar.data(), 1);
   float sum = 0;
   kernels::memcpy_to_host(dev, &sum, scalar.data(), sizeof sum);
-  return sum / (float)(world.size() / pp);
+  return sum / (float)(world.size() / (pp * cp));
 }
 
 EvalResult Evaluator::run(int eval_iters) {
@@ -54,7 +55,7 @@ EvalResult Evaluator::run(int eval_iters) {
   if (world_ && world_->size() > 1) {
     const int pp = model_.pipeline_group() ? model_.pipeline_group()->size() : 1;
     Buffer<float> scalar(dev, 1, Category::COMM_BUFFERS);
-    loss = world_mean_loss(*world_, scalar, loss, pp);
+    loss = world_mean_loss(*world_, scalar, loss, pp, model_.context_parallel().size());
   }
   kernels::synchronize(dev);
   EvalResult r;

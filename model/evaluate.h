@@ -30,10 +30,12 @@ namespace paralab {
 
 // The loss of a step or an evaluation over the whole batch, from this rank's mean over its
 // microbatches (0 off the last pipeline stage): only the last stage computes it and its tp
-// ranks hold the same value, so the sum over the world counts each dp rank's mean tp times,
-// and the mean is sum / (world / pp). `scalar` is one float on the device for the
+// ranks hold the same value, so the sum over the world counts each dp rank's mean tp times;
+// the cp ranks of a sequence hold shares that add up to its mean (model/transformer.cpp),
+// so the mean is sum / (world / (pp cp)). `scalar` is one float on the device for the
 // all-reduce (the trainer's lives all run: the plan counts it in comm_buffers).
-float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp);
+float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp,
+                      int cp);
 
 struct EvalResult {
   double loss = 0;                // mean token cross-entropy over the K batches

@@ -51,24 +51,15 @@ template <typename T>
 void allocate_module(const LayerContext& c, LayerActivations<T>& a, Module mod, Category cat) {
   const ModelConfig& m = c.model;
   const Device dev = c.device;
-  const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size, S = m.seq_length;
-  const size_t Nl = c.tp.local_tokens((int)N), A = m.num_attention_heads;
+  const size_t N = (size_t)c.B * m.seq_length, h = m.hidden_size;
+  const size_t Nl = c.tp.local_tokens((int)N);
   switch (mod) {
     case Module::NORM1:
       if (m.is_gpt()) a.norm1_mean.allocate(dev, Nl, cat);
       a.norm1_rstd.allocate(dev, Nl, cat);
       a.norm1_out.allocate(dev, Nl * h, cat);
       break;
-    case Module::CORE_ATTN:
-      if (m.attention == AttentionImpl::NAIVE) {
-        a.probs.allocate(dev, c.B * A * S * S, cat);
-        if (m.attention_dropout > 0.0f) {
-          a.attn_mask.allocate(dev, c.B * A * S * S, cat);
-          a.probs_dropped.allocate(dev, c.B * A * S * S, cat);
-        }
-      } else {
-        a.lse.allocate(dev, c.B * A * S, cat);
-      }
+    case Module::CORE_ATTN:  // the core allocates what it keeps (core_attention_forward)
       break;
     case Module::NORM2:
       if (m.is_gpt()) a.norm2_mean.allocate(dev, Nl, cat);
@@ -97,8 +88,7 @@ void close_recomputed(const LayerContext& c, LayerActivations<T>& a, Module mod)
   if (!recomputed(c.model, mod)) return;
   switch (mod) {
     case Module::NORM1: a.norm1_mean.reset(); a.norm1_rstd.reset(); a.norm1_out.reset(); break;
-    case Module::CORE_ATTN: a.probs.reset(); a.attn_mask.reset(); a.probs_dropped.reset();
-                            a.lse.reset(); break;
+    case Module::CORE_ATTN: a.core = CoreSaved<T>(); break;
     case Module::NORM2: a.norm2_mean.reset(); a.norm2_rstd.reset(); a.norm2_out.reset(); break;
     case Module::MLP: a.fc1_out.reset(); a.act_out.reset(); a.fc1_in.reset(); break;
   }
@@ -175,7 +165,7 @@ T* finish_block(const LayerContext& c, Workspace<T>& ws, const T* bias, uint8_t*
   if (bias) kernels::add_bias(c.device, y, bias, Nl, h);
   if (m.hidden_dropout > 0.0f)
     kernels::dropout_forward(c.device, y, mask, y, (size_t)Nl * h, m.hidden_dropout,
-                             c.dropout_seed, hidden_stream(c, which));
+                             c.dropout_seed, hidden_stream(c, which), c.positions, h);
   return y;
 }
 
@@ -234,12 +224,12 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   if (m.qk_layernorm) {  // the split without RoPE, then the norms and RoPE
     kernels::qkv_split_forward(dev, a.q_raw.data(), a.k_raw.data(), a.v.data(), ws.qkv.data(),
                                c.B, m.seq_length, m.num_attention_heads, m.groups(),
-                               m.head_dim(), 0.0f);
+                               m.head_dim(), 0.0f, c.positions);
     qk_norm_forward(c, w, a);
   } else {
     kernels::qkv_split_forward(dev, a.q.data(), a.k.data(), a.v.data(), ws.qkv.data(), c.B,
                                m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
-                               m.is_gpt() ? 0.0f : m.rope_theta);
+                               m.is_gpt() ? 0.0f : m.rope_theta, c.positions);
   }
   open_recomputed(c, a, Module::CORE_ATTN);
   attention_forward(c, a, ws);
@@ -351,7 +341,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   if (m.qk_layernorm) qk_norm_backward(c, w, g, a, ws);  // RoPE's, then the norms' backward
   kernels::qkv_split_backward(dev, ws.qkv.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c.B,
                               m.seq_length, m.num_attention_heads, m.groups(), m.head_dim(),
-                              m.is_gpt() || m.qk_layernorm ? 0.0f : m.rope_theta);
+                              m.is_gpt() || m.qk_layernorm ? 0.0f : m.rope_theta, c.positions);
   open_recomputed(c, a, Module::NORM1);
   if (rc.recompute_norm())  // norm1 again, from the layer input
     norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
@@ -405,12 +395,12 @@ void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivat
 }
 
 template <typename T>
-void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp, kernels::Device dev,
-                          int B) {
+void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
+                          const ContextParallel& cp, kernels::Device dev, int B) {
   const int N = B * m.seq_length;
   if (N == tokens) return;
   tokens = N;
-  const size_t n = N, Nl = tp.local_tokens(N), h = m.hidden_size, S = m.seq_length;
+  const size_t n = N, Nl = tp.local_tokens(N), h = m.hidden_size;
   const size_t A = m.num_attention_heads, G = m.groups(), d = m.head_dim();
   const bool sp = tp.sequence_parallel;
   const Category ws = Category::WORKSPACE;
@@ -435,13 +425,7 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp, kernel
     dact.reset();
     dfc1.reset();
   }
-  if (m.attention == AttentionImpl::NAIVE) {
-    scores.allocate(dev, B * A * S * S, ws);
-    dprobs.allocate(dev, B * A * S * S, ws);
-  } else {
-    scores.reset();
-    dprobs.reset();
-  }
+  core.ensure(core_shape(m, B, cp), spec_of(cp), dev);
   if (m.fused_cross_entropy) xf.allocate(dev, n * h, ws); else xf.reset();
   if (m.fused_cross_entropy && sp) {
     xf_local.allocate(dev, Nl * h, ws);

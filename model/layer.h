@@ -14,6 +14,7 @@
 #include "measure/ledger.h"
 #include "model/config.h"
 #include "model/moe.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace paralab {
@@ -51,10 +52,9 @@ struct LayerActivations {
   Buffer<float> norm1_mean, norm1_rstd;  // (N) each; mean gpt only
   Buffer<T> norm1_out;                   // (N, h)
   Buffer<T> q, k, v;                     // (B,a,S,d), (B,g,S,d), (B,g,S,d)
-  Buffer<T> probs;                       // naive: (B,a,S,S)
-  Buffer<uint8_t> attn_mask;             // naive with attention dropout: (B,a,S,S)
-  Buffer<T> probs_dropped;               // naive with attention dropout: (B,a,S,S)
-  Buffer<float> lse;                     // flash: (B,a,S)
+  CoreSaved<T> core;                     // the attention core's: flash the lse (B,a,S),
+                                         // naive each pass's P [+ mask, P'] (B,a,S,S at
+                                         // one rank; parallel/context_parallel.h)
   Buffer<T> ctx;                         // (N, a d)
   Buffer<uint8_t> proj_mask;             // hidden dropout: (N, h)
   Buffer<T> x_mid;                       // (N, h) residual after attention
@@ -99,20 +99,24 @@ struct Workspace {
   Buffer<T> dq, dk, dv;                  // (B,a,S,d), (B,g,S,d), (B,g,S,d)
   Buffer<T> dact;                        // (N, f)
   Buffer<T> dfc1;                        // (N, fc1)
-  Buffer<T> scores, dprobs;              // naive only: (B,a,S,S) each
+  CoreWorkspace<T> core;                 // the attention core's scratch: naive scores and
+                                         // dprobs, context parallelism's blocks
   Buffer<T> xf;                          // fused loss only: (N, h) final-norm output
   Buffer<T> xf_local;                    // fused loss with sp: (N_l, h) its own tokens
   Buffer<T> dxf_full;                    // fused loss with sp: (N, h) partial d(xf)
   Buffer<float> losses;                  // (N) per-token loss
   Buffer<float> loss_scratch;            // 3 x chunk: row max, sum of exp, target logit
-  // m: the rank's local model config (heads, groups, ffn divided by tp).
-  void ensure(const ModelConfig& m, const TensorParallel& tp, kernels::Device device, int B);
+  // m: the rank's local model config (heads, groups, ffn divided by tp, the sequence by cp).
+  void ensure(const ModelConfig& m, const TensorParallel& tp, const ContextParallel& cp,
+              kernels::Device device, int B);
 };
 
 struct LayerContext {
   const ModelConfig& model;  // this rank's local config: a/t heads, g/t groups, f/t ffn
   const TensorParallel& tp;
   const ExpertParallel& ep;  // where an MoE layer's experts live (parallel/expert_parallel.h)
+  const ContextParallel& cp; // the sequence's other ranks (parallel/context_parallel.h)
+  kernels::TokenPositions positions;  // the global positions of this rank's S/cp tokens
   kernels::Device device;
   int layer;             // index, keys the dropout streams 4l+1, 4l+2, 4l+3 (notes/model.md)
   int B;                 // microbatch size
@@ -125,6 +129,10 @@ struct LayerContext {
   bool forward_only = false;
   float grad_scale = 1.0f;
 };
+
+// The attention core's shape for this rank's local config (model/attention.cpp): heads and
+// groups after tp, S/cp tokens of the sequence; the dropout seed and stream left 0.
+CoreShape core_shape(const ModelConfig& m, int B, const ContextParallel& cp);
 
 // Instantiated for T = float and kernels::bf16 (model/layer.cpp, model/attention.cpp).
 template <typename T>

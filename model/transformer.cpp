@@ -76,7 +76,7 @@ ModelConfig local_model(const ModelConfig& m, int t) {
 Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp,
                          const TensorParallel& tp, const StageSlice& slice, Communicator* pp,
                          Communicator* embedding, const ExpertParallel& ep,
-                         DataParallel* expert_dp)
+                         DataParallel* expert_dp, const ContextParallel& cp)
     : config_(model),
       local_(local_model(model, tp.size())),
       device_(device),
@@ -87,8 +87,12 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       full_table_(param_table(model)),
       table_(stage_param_table(model, tp.size(), slice_, {ep.size(), ep.apart, ep.etp_size()})),
       expert_table_(stage_expert_table(model, slice_, {ep.size(), ep.apart, ep.etp_size()})),
-      ep_(ep) {
+      ep_(ep),
+      cp_(cp),
+      positions_(cp_positions(model.seq_length, cp.size(), cp.rank(), cp.layout)) {
   ep_.device = device;  // the dispatch's kernels run where the model's tensors live
+  cp_.device = device;
+  local_.seq_length = model.seq_length / cp.size();  // this rank's tokens of each sequence
   // each expert's slice of the width over etp (fc1's rows, fc2's columns)
   local_.moe.ffn_hidden_size = model.moe_ffn() / ep.etp_size();
   const std::vector<int64_t> units =
@@ -347,22 +351,34 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   ModelConfig eval_mode = m;
   eval_mode.hidden_dropout = eval_mode.attention_dropout = 0.0f;
   const ModelConfig& lm = data.forward_only ? eval_mode : m;
-  s.ws.ensure(m, tp_, dev, B);
+  s.ws.ensure(m, tp_, cp_, dev, B);
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
   if (receives_gradients(slice_)) output_gradient_input(B);
   // tokens (model stage 0) and targets (the last) live on the device for the forward
+  // With context parallelism the microbatch holds whole sequences and this rank takes its
+  // S/cp tokens of each; the loss is the mean over every valid token of the sequences, so
+  // each rank's share is its tokens' sum over that count and the cp ranks' shares add up.
   Buffer<int> tokens, targets;
   int valid = 0;
+  const int cp = cp_.size(), S_full = S * cp;
+  std::vector<int> mine(cp > 1 ? N : 0);
+  auto local = [&](const int* full) -> const int* {
+    if (cp == 1) return full;
+    cp_local_tokens(full, mine.data(), B, S_full, cp, cp_.rank(), cp_.layout);
+    return mine.data();
+  };
   if (first) {
+    const int* t = local(data.tokens);
     tokens.allocate(dev, N, Category::WORKSPACE);
-    kernels::memcpy_from_host(dev, tokens.data(), data.tokens, N * sizeof(int));
-    if (!data.forward_only) f.host_tokens.assign(data.tokens, data.tokens + N);  // its backward
+    kernels::memcpy_from_host(dev, tokens.data(), t, N * sizeof(int));
+    if (!data.forward_only) f.host_tokens.assign(t, t + N);  // its backward
   }
   if (last) {
+    for (int i = 0; i < B * S_full; ++i) valid += data.targets[i] >= 0;
+    const int* t = local(data.targets);
     targets.allocate(dev, N, Category::WORKSPACE);
-    kernels::memcpy_from_host(dev, targets.data(), data.targets, N * sizeof(int));
-    for (int i = 0; i < N; ++i) valid += data.targets[i] >= 0;
+    kernels::memcpy_from_host(dev, targets.data(), t, N * sizeof(int));
   }
 
   if (first) {
@@ -378,7 +394,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     if (m.is_gpt())
       kernels::position_embedding_forward(dev, f.input.data(),
                                           E + view("embedding.position").unit_offset, Nl, S,
-                                          tp_.first_token(N), h);
+                                          tp_.first_token(N), h, positions_);
     dp.release_params(E_unit);
   } else if (f.input.size() != (size_t)Nl * h) {
     throw std::logic_error("Transformer::forward: chunk " + std::to_string(chunk) +
@@ -393,7 +409,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{lm, tp_, ep_, dev, l, B, f.dropout_seed};
+    LayerContext c{lm, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
     c.forward_only = data.forward_only;
@@ -449,7 +465,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, ep_, dev, l, B, f.dropout_seed};
+    LayerContext c{m, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
@@ -457,7 +473,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
       while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
       for (int j = i0; j <= i; ++j) {
         const int lj = first_layer + j, uj = layer_unit_[lj];
-        LayerContext cj{m, tp_, ep_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
+        LayerContext cj{m, tp_, ep_, cp_, positions_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
         cj.moe = &moe_[lj];
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
@@ -489,7 +505,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
     const T* dres = s.ws.dres.data();
     if (m.is_gpt())
       kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset,
-                                           dres, Nl, S, tp_.first_token(N), h);
+                                           dres, Nl, S, tp_.first_token(N), h, positions_);
     const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
     vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
                                       tokens.data(), m.vocab_size, N, h);
@@ -515,7 +531,7 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   const int first_layer = slice_.chunk_first_layer[chunk];
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, ep_, device_, l, f.B, f.dropout_seed};
+    LayerContext c{m, tp_, ep_, cp_, positions_, device_, l, f.B, f.dropout_seed};
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     T* G = static_cast<T*>(dp.grads(u));

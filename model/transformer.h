@@ -57,7 +57,8 @@ class Transformer {
   Transformer(const ModelConfig& model, kernels::Device device, DataParallel* dp = nullptr,
               const TensorParallel& tp = TensorParallel(), const StageSlice& slice = {},
               Communicator* pp = nullptr, Communicator* embedding = nullptr,
-              const ExpertParallel& ep = ExpertParallel(), DataParallel* expert_dp = nullptr);
+              const ExpertParallel& ep = ExpertParallel(), DataParallel* expert_dp = nullptr,
+              const ContextParallel& cp = ContextParallel());
   ~Transformer();
 
   // Megatron's initialisation (notes/model.md) from a counter-based RNG keyed on seed.
@@ -139,6 +140,7 @@ class Transformer {
   // The expert parameters' data parallelism (ep > 1 and an MoE layer here), else nullptr.
   DataParallel* expert_data_parallel() { return expert_dp_; }
   const ExpertParallel& expert_parallel() const { return ep_; }
+  const ContextParallel& context_parallel() const { return cp_; }
   size_t num_params() const { return num_params_; }  // the dense flat vector's
   // Both data parallelisms: a microbatch starts (DataParallel::begin_microbatch); a step.
   void begin_microbatch(bool last);
@@ -195,6 +197,8 @@ class Transformer {
   std::unique_ptr<DataParallel> own_dp_;
   DataParallel* dp_;
   ExpertParallel ep_;
+  ContextParallel cp_;
+  kernels::TokenPositions positions_;  // this rank's tokens in the sequence (cp_positions)
   std::unique_ptr<DataParallel> own_expert_dp_;
   DataParallel* expert_dp_ = nullptr;
   size_t num_params_ = 0;

@@ -2,7 +2,9 @@
 #include "plan/flops.h"
 #include <algorithm>
 #include "model/param_table.h"  // padded_vocab
+#include "plan/context_parallel.h"  // cp_attention_pairs
 #include "plan/moe_memory.h"     // MoeRouting, moe_rows, moe_kept_step
+#include "plan/plan.h"           // plan_core_shape
 
 namespace paralab {
 
@@ -19,13 +21,20 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
                               const std::vector<int>& stage_layers) {
   // Doubles throughout: a 175B step is ~1e21 FLOPs, beyond int64; every term is an integer
   // below 2^53 for the sizes the tests check exactly.
-  const double B = micro_batch_size, S = m.seq_length, N = B * S;
+  // With context parallelism the rank's S = s/cp tokens of each sequence, and its pairs
+  // those of its passes (plan/context_parallel.h: the zigzag layout gives every rank
+  // s(s+1)/2cp causal pairs; contiguous rank r gives r (s/cp)^2 + (s/cp)(s/cp+1)/2).
+  const double B = micro_batch_size, S = m.seq_length / m.context_parallel.size, N = B * S;
   const double h = m.hidden_size, a = m.num_attention_heads / tp, g = m.groups() / tp,
                d = m.head_dim(), f = m.ffn() / tp, fc1 = m.fc1_size() / tp,
                V = (double)padded_vocab(m, tp) / tp, L = m.num_layers;
   const bool split = tp > 1;
-  // Query-key pairs one head scores in one sequence: all S^2, or the causal triangle.
-  const double full_pairs = S * S, causal_pairs = S * (S + 1) / 2;
+  // Query-key pairs one head scores in one sequence: all S^2 (each of the rank's queries
+  // against all s keys), or the causal triangle; the kernels' passes score full_pairs
+  // (naive: every pair of each pass's block) or causal_pairs (flash).
+  const AttentionPairs rank_pairs = cp_attention_pairs(m, tp);
+  const double full_pairs = rank_pairs.scored, causal_pairs = rank_pairs.causal;
+  const int passes = (int)core_passes(plan_core_shape(m, 1, tp), m.context_parallel).size();
   const double model_pairs = convention == AttentionFlops::CAUSAL ? causal_pairs : full_pairs;
   // One attention product (QK^T, PV, or one of their gradients): 2 d FLOPs per (query, key)
   // pair per query head. With GQA, k and v are shared but every query head multiplies.
@@ -88,8 +97,10 @@ static FlopsPlan rank_matmuls(const ModelConfig& m, int micro_batch_size,
     per_layer += flops;
     formula += (formula.empty() ? "" : " + ") + std::string(what);
   };
-  if (rc.recompute_core_attn() && naive)
+  if (rc.recompute_core_attn() && naive && passes == 1)
     term(attn_product(full_pairs), split ? "2 B (a/t) d S^2 (QK^T)" : "2 B a d S^2 (QK^T)");
+  if (rc.recompute_core_attn() && naive && passes > 1)  // a ring's merge needs P V too
+    term(2 * attn_product(full_pairs), "4 B (a/t) d (ring pairs) (QK^T, PV)");
   if (rc.recompute_core_attn() && !naive)
     term(2 * attn_product(causal_pairs),
          split ? "4 B (a/t) d S(S+1)/2 (flash fwd)" : "4 B a d S(S+1)/2 (flash fwd)");
@@ -149,7 +160,8 @@ static std::vector<bool> recomputed_layers(const ModelConfig& m,
 static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k,
                             const std::vector<int>& stage_layers, const MoeRouting& routing,
                             int etp) {
-  const double N = (double)B * m.seq_length, h = m.hidden_size, kd = (double)k;
+  const double N = (double)B * m.seq_length / m.context_parallel.size, h = m.hidden_size,
+               kd = (double)k;
   // one microbatch of any layer: the attention rows; one dense layer's MLP
   double attn_model = 0, attn_hw = 0, attn_fwd = 0, dense_model = 0, dense_hw = 0,
          dense_fwd = 0, head_model = 0, head_hw = 0;
@@ -271,11 +283,17 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   const double hw = p.hardware_per_microbatch + p.recompute_per_microbatch;
   // A microbatch is shared by the tp ranks of its group: the step's model FLOPs are the
   // whole model's (true vocabulary, no padding), its hardware FLOPs the ranks' sum.
+  // With context parallelism a microbatch is the cp ranks' too: the whole model's FLOPs at
+  // cp 1, the hardware's cp times this rank's (exact under the zigzag layout).
+  ModelConfig whole = m;
+  whole.context_parallel = CpSpec();
+  const int cp = m.context_parallel.size;
   const double model_whole =
-      tp == 1 ? p.model_per_microbatch
-              : rank_matmuls(m, micro_batch_size, convention, 1, stage_layers).model_per_microbatch;
+      tp == 1 && cp == 1
+          ? p.model_per_microbatch
+          : rank_matmuls(whole, micro_batch_size, convention, 1, stage_layers).model_per_microbatch;
   p.model_per_step = model_whole * microbatches_per_step;
-  p.hardware_per_step = hw * tp * microbatches_per_step;
+  p.hardware_per_step = hw * tp * cp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
   p.hardware_per_rank_step = hw * microbatches_per_rank;
   per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing, etp);

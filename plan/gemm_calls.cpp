@@ -2,6 +2,8 @@
 #include "plan/gemm_calls.h"
 #include <algorithm>
 #include <cmath>
+#include "parallel/attention_pass.h"  // attention_gemm_calls
+#include "plan/plan.h"                // plan_core_shape
 
 namespace paralab {
 
@@ -40,8 +42,22 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
   const Moe& moe = m.moe;
   const Recompute& rc = m.recompute;
   const double k = (double)plan.microbatches_per_rank;  // microbatches
-  const int64_t N = (int64_t)plan.train.micro_batch_size * m.seq_length;
+  const int64_t N = (int64_t)plan.train.micro_batch_size * m.seq_length / m.context_parallel.size;
   const bool naive = m.attention == AttentionImpl::NAIVE;
+  // naive attention's GEMM calls per product: one per pass, or one per head of a group for
+  // a ring pass on half the queries (parallel/attention_pass.h attention_gemm_calls)
+  const CoreShape core = plan_core_shape(m, plan.train.micro_batch_size, plan.tp);
+  const std::vector<CorePass> passes = core_passes(core, m.context_parallel);
+  double per_product = 0;
+  for (const CorePass& pass : passes) {
+    CoreShape shape = core;
+    if (m.context_parallel.type == CpCommType::A2A && m.context_parallel.size > 1)
+      shape.A /= m.context_parallel.size, shape.G /= m.context_parallel.size;
+    per_product += attention_gemm_calls(shape, pass.blk);
+  }
+  const double naive_fwd = naive ? 2 * per_product : 0, naive_bwd = naive ? 4 * per_product : 0;
+  // a naive recompute: Q K^T again, and P V too when a ring's passes are merged
+  const double naive_again = naive ? (passes.size() > 1 ? 2 : 1) * per_product : 0;
   GemmCallPrediction p;
   p.grouped = grouped;
   std::array<double, kNumGemmLabels>& c = p.calls;
@@ -59,7 +75,7 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
 
   // one forward of layer l, all k microbatches; experts_fwd: its experts' forward calls
   auto forward = [&](int l, double experts_fwd) {
-    c[ATTENTION] += k * (2 + (naive ? 2 : 0));
+    c[ATTENTION] += k * (2 + naive_fwd);
     if (!moe.is_moe_layer(l)) {
       c[MLP] += k * 2;
       return;
@@ -88,8 +104,8 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
       forward(l, experts_fwd);                      // the forward
       if (group[i] >= 0) forward(l, experts_fwd);   // full recompute: once more in backward
       // backward: every forward GEMM's dX and dW
-      c[ATTENTION] += k * (4 + (naive ? 4 : 0));
-      if (naive && rc.recompute_core_attn()) c[ATTENTION] += k;  // Q K^T again
+      c[ATTENTION] += k * (4 + naive_bwd);
+      if (rc.recompute_core_attn()) c[ATTENTION] += k * naive_again;
       if (!is_moe) {
         c[MLP] += k * 4;
         if (rc.recompute_mlp()) c[MLP] += k;  // fc1 again

@@ -31,9 +31,23 @@ int64_t MemoryPlan::total() const {
   return std::max(s - recompute, total_at_recompute);
 }
 
+CoreShape plan_core_shape(const ModelConfig& m, int B, int tp) {
+  CoreShape s;
+  s.B = B;
+  s.A = m.num_attention_heads / tp;
+  s.G = m.groups() / tp;
+  s.S = m.seq_length / m.context_parallel.size;
+  s.D = m.head_dim();
+  s.length = m.seq_length;
+  s.flash = m.attention == AttentionImpl::FLASH;
+  s.dropout = m.attention_dropout;
+  return s;
+}
+
 LocalSizes local_sizes(const ModelConfig& m, int B, int tp, bool sp) {
   LocalSizes l;
-  l.N = (int64_t)B * m.seq_length;
+  l.S = m.seq_length / m.context_parallel.size;
+  l.N = (int64_t)B * l.S;
   l.N_l = sp ? l.N / tp : l.N;
   l.heads = m.num_attention_heads / tp;
   l.groups = m.groups() / tp;
@@ -57,7 +71,7 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
                                                        int act_bytes, int mask_bytes, int tp,
                                                        bool sp) {
   const LocalSizes l = local_sizes(m, B, tp, sp);
-  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t N = l.N, Nl = l.N_l, h = m.hidden_size;
   const int64_t a = l.heads, g = l.groups, d = l.head_dim;
   const int64_t stats = m.is_gpt() ? 2 * Nl : Nl;  // LayerNorm mean + rstd; RMSNorm rstd
   // The model keeps a mask whenever a rate is > 0 (model/layer.cpp); llama's stay 0 by default.
@@ -80,14 +94,16 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
     add("attn.q_norm.stats", per_row * N * a, 4, true);
     add("attn.k_norm.stats", per_row * N * g, 4, true);
   }
-  if (m.attention == AttentionImpl::NAIVE) {
-    add("attn.probs", B * a * S * S, act_bytes);                // P   [softmax 2as^2b/t]
-    if (attn_drop) {
-      add("attn.probs_dropout_mask", B * a * S * S, mask_bytes);  //   [mask as^2b/t]
-      add("attn.probs_dropped", B * a * S * S, act_bytes);      // P'  [2as^2b/t]
-    }
-  } else {
-    add("attn.lse", B * a * S, 4);                              // log-sum-exp per query row
+  // The core's (parallel/context_parallel.h core_saved_buffers): naive P of each pass
+  // [softmax 2as^2b/t; one pass of S x S at cp 1, with cp the S/cp x (keys) blocks], with
+  // attention dropout its mask [as^2b/t] and P' [2as^2b/t]; flash the log-sum-exp per query
+  // row (fp32), and under a2a O head-split; a ring's naive passes also the rows' lse.
+  (void)attn_drop;
+  for (const CoreBuffer& b :
+       core_saved_buffers(plan_core_shape(m, B, tp), m.context_parallel, act_bytes)) {
+    const std::string name = b.name == "mask" ? "attn.probs_dropout_mask" : "attn." + b.name;
+    t.push_back({name, (int64_t)b.elements, b.name == "mask" ? mask_bytes : b.element_bytes,
+                 false});
   }
   add("attn.ctx", N * a * d, act_bytes);                        // ctx [proj input 2sbh/t]
   if (hidden_drop) add("attn.proj_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
@@ -170,10 +186,10 @@ int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp) {
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
                                                 int tp, bool sp) {
   const LocalSizes l = local_sizes(m, B, tp, sp);
-  const int64_t S = m.seq_length, N = l.N, Nl = l.N_l, h = m.hidden_size;
+  const int64_t N = l.N, Nl = l.N_l, h = m.hidden_size;
   const int64_t a = l.heads, g = l.groups, d = l.head_dim;
   std::vector<ActivationTensor> t;
-  auto add = [&](const char* name, int64_t elements, int bytes = 0) {
+  auto add = [&](const std::string& name, int64_t elements, int bytes = 0) {
     t.push_back({name, elements, bytes ? bytes : act_bytes, false});
   };
   add("dres", Nl * h);                   // gradient of the residual stream
@@ -197,10 +213,11 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
   // The loss's row max, sum of exponentials and target logit per row of a chunk
   // (parallel/tensor_parallel.h: the same three-pass loss at every tp, one rank included).
   add("loss_scratch", 3 * std::min<int64_t>(N, m.cross_entropy_chunk), 4);
-  if (m.attention == AttentionImpl::NAIVE) {
-    add("scores", B * a * S * S);
-    add("dprobs", B * a * S * S);
-  }
+  // the attention core's (core_workspace_buffers): naive's scores and dprobs of the largest
+  // pass, and with context parallelism the travelling, gathered or head-split blocks
+  for (const CoreBuffer& b :
+       core_workspace_buffers(plan_core_shape(m, B, tp), m.context_parallel, act_bytes))
+    add("core." + b.name, (int64_t)b.elements, b.element_bytes);
   if (m.fused_cross_entropy) {
     add("xf", N * h);                    // final-norm output (gathered with sp), read by the loss
     if (sp) {
@@ -255,7 +272,7 @@ int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool
 int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const ParallelConfig& p,
                           int moe_layers_here) {
   int64_t bytes = 0;
-  if (p.zero_stage >= 1 && p.data_parallel() > 1) bytes += 4;
+  if (p.zero_stage >= 1 && p.data_parallel() * p.context_parallel > 1) bytes += 4;
   if (p.tensor_parallel > 1) bytes += 4;
   if (p.pipeline_parallel > 1) bytes += 4;
   if (p.world_size > 1) bytes += 4;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include "model/param_table.h"
+#include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
 #include "plan/plan.h"
 #include "plan/recompute.h"  // total_at_recompute
@@ -246,7 +247,7 @@ void plan_pipeline(Plan& plan) {
         st.unit_begin,
         stage_step_calls(pp.schedule.ranks[r], chunk_units, slice.embedding ? 0 : -1,
                          slice.head ? U - 1 : -1, m.fused_cross_entropy, split, chunk_groups),
-        z, dp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice));
+        z, plan.dp_cp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice));
     const DataParallelPlan& d = st.data_parallel;
     // ep > 1: the stage's experts, the same calls over the expert-data-parallel group
     if (!st.expert_unit_begin.empty())
@@ -383,7 +384,8 @@ void plan_pipeline(Plan& plan) {
     add_entry(st.comm, CommGroup::PP, CommOp::SEND_RECV, p, calls,
               (st.activations_sent + st.gradients_sent) * pp.message_bytes);
     add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
-    for (const CommPlanEntry& e : data_parallel_comm(d, z, dp, grad_b, param_b))
+    for (const CommPlanEntry& e : data_parallel_comm(d, z, plan.dp_cp, grad_b, param_b,
+                                                     plan.cp > 1 ? CommGroup::DP_CP : CommGroup::DP))
       st.comm.push_back(e);
     if (experts)
       for (const CommPlanEntry& e : data_parallel_comm(*experts, z, par.expert_data_parallel(),
@@ -400,6 +402,7 @@ void plan_pipeline(Plan& plan) {
         }
       expert_parallel_comm(st.comm, m, par, B, act, plan.routing, stage_moe_layers, recomputed,
                            k);
+      context_parallel_comm(st.comm, m, B, act, tp, model_slice.layer_ids, recomputed, k);
     }
     expert_bias_comm(st.comm, m, dp, moe_layers);
     if (m.tied_embeddings() && (st.embedding || st.head))

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include "model/param_table.h"
+#include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
 #include "plan/recompute.h"  // selective recompute: what a layer no longer keeps
 
@@ -21,10 +22,20 @@ static void check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("plan: " + what);
 }
 
-Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
+Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelConfig& p,
                const PlanOptions& o, const MoeRouting& routing) {
   check(p.world_size >= 1, "world size must be >= 1");
-  check(p.context_parallel == 1, "context parallelism is not modelled yet (size must be 1)");
+  const int cp = p.context_parallel;
+  check(cp >= 1 && o.cp_rank >= 0 && o.cp_rank < cp, "context parallel rank out of range");
+  check(model.seq_length % (p.cp_layout == CpLayout::ZIGZAG && cp > 1 ? 2 * cp : cp) == 0,
+        "context parallel " + std::to_string(cp) + " must cut seq length " +
+            std::to_string(model.seq_length) + " into equal chunks");
+  check(!model.moe.enabled() || cp == 1,
+        "experts with context parallelism are not built yet");
+  // The model as this cp rank holds it: s/cp tokens of each sequence (local_sizes).
+  ModelConfig cp_model = model;
+  cp_model.context_parallel = CpSpec{cp, o.cp_rank, p.cp_comm_type, p.cp_layout};
+  const ModelConfig& m = cp_model;
   const int ep = p.expert_parallel, etp = p.expert_tensor_parallel;
   // etp (default tp) only matters with experts: expert tensor parallelism is not built
   check(ep >= 1 && etp >= 1, "expert parallel sizes must be >= 1");
@@ -43,9 +54,14 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   check(m.cross_entropy_chunk >= 1, "cross-entropy chunk must be >= 1");
   const int tp = p.tensor_parallel;
   const int pp = p.pipeline_parallel;
-  check(tp >= 1 && pp >= 1 && p.world_size % (tp * pp) == 0,
-        "tensor parallel " + std::to_string(tp) + " x pipeline parallel " + std::to_string(pp) +
-            " must divide world size " + std::to_string(p.world_size));
+  check(tp >= 1 && pp >= 1 && p.world_size % (tp * cp * pp) == 0,
+        "tensor parallel " + std::to_string(tp) + " x context parallel " + std::to_string(cp) +
+            " x pipeline parallel " + std::to_string(pp) + " must divide world size " +
+            std::to_string(p.world_size));
+  check(p.cp_comm_type != CpCommType::A2A ||
+            ((m.num_attention_heads / tp) % cp == 0 && (m.groups() / tp) % cp == 0),
+        "a2a context parallel " + std::to_string(cp) + " must divide the heads and query "
+        "groups per tensor-parallel rank");
   check(m.num_attention_heads % tp == 0 && m.groups() % tp == 0 && m.ffn() % tp == 0,
         "tensor parallel " + std::to_string(tp) + " must divide heads " +
             std::to_string(m.num_attention_heads) + ", query groups " +
@@ -59,16 +75,18 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
         "selective mlp recompute of an MoE layer is not built (model/layer.cpp)");
   check(!m.moe.enabled() || !m.moe.pad_to_capacity || m.moe.capacity_factor > 0,
         "padding to capacity needs a capacity factor");
-  check(!sp || (int64_t)B * m.seq_length % tp == 0,
-        "sequence parallelism splits N = micro batch x seq = " +
-            std::to_string((int64_t)B * m.seq_length) + " tokens over tensor parallel " +
-            std::to_string(tp) + ": not divisible");
+  check(!sp || (m.seq_length / cp) % tp == 0,
+        "sequence parallelism splits the s/cp = " + std::to_string(m.seq_length / cp) +
+            " tokens of each sequence over tensor parallel " + std::to_string(tp) +
+            ": not divisible");
   Plan plan;
   plan.model = m;
   plan.train = t;
   plan.parallel = p;
   plan.options = o;
   plan.dp = p.data_parallel();
+  plan.cp = cp;
+  plan.dp_cp = plan.dp * cp;
   plan.tp = tp;
   plan.sequence_parallel = sp;
   plan.padded_vocab = padded_vocab(m, tp);
@@ -133,7 +151,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
       units,
       microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
                        m.recompute.full_groups(m.num_layers)),
-      z, dp, o, plan.microbatches_per_rank);
+      z, plan.dp_cp, o, plan.microbatches_per_rank);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
   if (!expert_units.empty())
@@ -205,7 +223,8 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
   // norm and loss scalars (fp32 in both).
   plan.comm = tensor_parallel_comm(m, B, tp, sp, act, plan.microbatches_per_rank, p.zero_stage);
   for (const CommPlanEntry& e :
-       data_parallel_comm(d, z, dp, grad_b, param_b))
+       data_parallel_comm(d, z, plan.dp_cp, grad_b, param_b,
+                          cp > 1 ? CommGroup::DP_CP : CommGroup::DP))
     plan.comm.push_back(e);
   if (experts)
     for (const CommPlanEntry& e :
@@ -221,6 +240,10 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
     }
     expert_parallel_comm(plan.comm, m, p, B, act, routing, moe_layers, recomputed,
                          plan.microbatches_per_rank);
+    std::vector<int> all_layers(m.num_layers);
+    for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
+    context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
+                          plan.microbatches_per_rank);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   if (p.world_size > 1)
@@ -236,6 +259,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
     RankPlan& rp = plan.ranks[r];
     rp.rank = r;
     rp.tp_rank = r % tp;
+    rp.cp_rank = (r / tp) % cp;
     rp.dp_rank = (r / (tp * p.context_parallel)) % dp;
     rp.pp_rank = r / (tp * p.context_parallel * dp);
     rp.params = psi;

@@ -71,6 +71,9 @@ struct PlanOptions {
   bool overlap_param_gather = false;   // --overlap-param-gather: timing only, same bytes
   int64_t ddp_bucket_size = 40000000;  // --ddp-bucket-size, elements
   int zero3_prefetch_layers = 1;       // --zero3-prefetch-layers
+  // Context parallelism: the cp rank the plan describes (ranks differ only with
+  // --cp-layout contiguous: their attention work, and naive's probabilities).
+  int cp_rank = 0;
 };
 
 // One tensor the forward keeps for backward (notes/model.md, "What the model saves").
@@ -128,6 +131,7 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
 struct RankPlan {
   int rank = 0;
   int tp_rank = 0;
+  int cp_rank = 0;
   int dp_rank = 0;
   int pp_rank = 0;
   int64_t params = 0;         // parameters of the model slice this rank computes with
@@ -229,6 +233,10 @@ struct Plan {
   ParallelConfig parallel;
   PlanOptions options;
   int dp = 1;
+  int cp = 1;
+  // The gradients' data-parallel group: dp x cp ranks (ZeRO shards over it; dp alone
+  // without context parallelism).
+  int dp_cp = 1;
   int tp = 1;
   bool sequence_parallel = false;  // in effect: asked for and tp > 1
   int64_t padded_vocab = 0;   // Vp: V rounded up to a multiple of tp
@@ -326,6 +334,7 @@ Plan make_plan(const ModelConfig& m, const TrainConfig& t, const ParallelConfig&
 
 // ---- what one rank of a tp group works with (notes/model.md, "Tensor parallelism") ----
 struct LocalSizes {
+  int64_t S = 0;         // tokens of each sequence here: s/cp with context parallelism
   int64_t N = 0;         // B S tokens of the microbatch
   int64_t N_l = 0;       // tokens between the blocks: N/t with sequence parallelism, else N
   int64_t heads = 0;     // a_l = a/t
@@ -337,6 +346,9 @@ struct LocalSizes {
   int64_t vocab = 0;     // V_l = Vp/t, padding rows included
 };
 LocalSizes local_sizes(const ModelConfig& m, int B, int tp = 1, bool sp = false);
+// The attention core of one layer on a rank (parallel/context_parallel.h), from the plan's
+// model (m.context_parallel: which cp rank) and tp.
+CoreShape plan_core_shape(const ModelConfig& m, int B, int tp);
 
 // ---- activations (notes/model.md), one microbatch of B sequences -------------------
 // act_bytes: the storage type's bytes (4, or 2 with --bf16); the norm statistics and the

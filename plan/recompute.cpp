@@ -7,7 +7,7 @@ namespace paralab {
 RecomputeModule recompute_module_of(const std::string& name) {
   if (name == "norm1.stats" || name == "norm1.out") return RecomputeModule::NORM1;
   if (name == "attn.probs" || name == "attn.probs_dropout_mask" ||
-      name == "attn.probs_dropped" || name == "attn.lse")
+      name == "attn.probs_dropped" || name == "attn.lse" || name == "attn.o_heads")
     return RecomputeModule::CORE_ATTN;
   if (name == "norm2.stats" || name == "norm2.out") return RecomputeModule::NORM2;
   if (name == "mlp.fc1_out" || name == "mlp.act") return RecomputeModule::MLP;

@@ -12,7 +12,8 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
                                                 const ModelSlice& slice) {
   std::vector<CommPlanEntry> out;
   if (tp == 1) return out;
-  const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length, Nh = N * m.hidden_size;
+  const int64_t L = m.num_layers, N = (int64_t)B * m.seq_length / m.context_parallel.size,
+                Nh = N * m.hidden_size;
   const int64_t ends = (slice.embedding ? 1 : 0) + (slice.head ? 1 : 0);
   // The slice's layers, and which of them full recompute runs again (with its collectives).
   std::vector<int> layers = slice.layer_ids;

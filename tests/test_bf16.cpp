@@ -116,6 +116,60 @@ TEST(Bf16, AdamWUpdatesTheMasterAndRoundsTheParameter) {
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(params[i].bits, to_bf16(master[i]).bits);
 }
 
+// One ring pass in bf16 (the second half of 6 local rows against another rank's 6 keys, with
+// dropout): o is the rounded fp32 o; backward's dq stays fp32 and accumulates, dk and dv
+// widen, take the fp32 pass's share and round; the merge takes the widened o_pass.
+TEST(Bf16, FlashPassOnAViewIsTheFp32PassRounded) {
+  const int B = 1, A = 2, G = 1, D = 4, L = 6, half = 3;
+  kernels::AttentionBlock blk;
+  kernels::TokenPositions mine, theirs;
+  mine.start[0] = 9;  // my second chunk: positions 9..11
+  theirs.chunk = 3;   // their chunks: 3..5 and 6..8
+  theirs.start[0] = 3;
+  theirs.start[1] = 6;
+  blk.q = kernels::AttentionRows{half, (long long)L * D, mine};
+  blk.k = kernels::AttentionRows{L, (long long)L * D, theirs};
+  blk.causal = false;
+  blk.dropout_heads = A;
+  blk.dropout_length = 12;
+  const size_t nq = (size_t)B * A * L * D, nk = (size_t)B * G * L * D, off = (size_t)half * D;
+  auto q = rounded(random_values(nq, 20)), k = rounded(random_values(nk, 21));
+  auto v = rounded(random_values(nk, 22)), dout = rounded(random_values(nq, 23));
+  std::vector<bf16> o(nq);
+  std::vector<float> fo(nq), lse(B * A * L, 0.0f), flse(B * A * L, 0.0f);
+  kernels::flash_attention_forward(Device::CPU, o.data() + off, lse.data() + half, q.data() + off,
+                                   k.data(), v.data(), B, A, G, D, 0.5f, 0.2f, 3, 4, blk);
+  kernels::flash_attention_forward(Device::CPU, fo.data() + off, flse.data() + half,
+                                   widened(q).data() + off, widened(k).data(), widened(v).data(),
+                                   B, A, G, D, 0.5f, 0.2f, 3, 4, blk);
+  EXPECT_EQ(lse, flse);
+  for (size_t i = 0; i < nq; ++i) EXPECT_EQ(o[i].bits, to_bf16(fo[i]).bits) << i;
+
+  std::vector<float> dq = random_values(nq, 24), fdq = dq;
+  std::vector<bf16> dk = rounded(random_values(nk, 25)), dv = rounded(random_values(nk, 26));
+  std::vector<float> fdk = widened(dk), fdv = widened(dv);
+  kernels::flash_attention_backward(Device::CPU, dq.data() + off, dk.data(), dv.data(),
+                                    dout.data() + off, q.data() + off, k.data(), v.data(),
+                                    o.data() + off, lse.data() + half, B, A, G, D, 0.5f, 0.2f, 3,
+                                    4, blk);
+  kernels::flash_attention_backward(Device::CPU, fdq.data() + off, fdk.data(), fdv.data(),
+                                    widened(dout).data() + off, widened(q).data() + off,
+                                    widened(k).data(), widened(v).data(), widened(o).data() + off,
+                                    lse.data() + half, B, A, G, D, 0.5f, 0.2f, 3, 4, blk);
+  EXPECT_EQ(dq, fdq);
+  for (size_t i = 0; i < nk; ++i) EXPECT_EQ(dk[i].bits, to_bf16(fdk[i]).bits) << i;
+  for (size_t i = 0; i < nk; ++i) EXPECT_EQ(dv[i].bits, to_bf16(fdv[i]).bits) << i;
+
+  std::vector<float> acc = random_values(nq, 27), facc = acc, acc_lse(B * A * L, 0.3f);
+  std::vector<float> facc_lse = acc_lse;
+  kernels::attention_merge(Device::CPU, acc.data() + off, acc_lse.data() + half, o.data() + off,
+                           lse.data() + half, B * A, D, blk.q);
+  kernels::attention_merge(Device::CPU, facc.data() + off, facc_lse.data() + half,
+                           widened(o).data() + off, lse.data() + half, B * A, D, blk.q);
+  EXPECT_EQ(acc, facc);
+  EXPECT_EQ(acc_lse, facc_lse);
+}
+
 // Ten AdamW steps of a small llama and gpt in bf16 and in fp32 from the same initial
 // weights and data: the losses agree to 2e-2 relative and the bf16 loss falls. `moe`: the
 // MLPs (default: dense everywhere).

@@ -270,9 +270,19 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
       {{"--tp", "8"}, 8, "--tp (8) must divide --num-attention-heads (4)"},
       {{"--tp", "4", "--query-groups", "2"}, 4, "--tp (4) must divide --num-query-groups (2)"},
       {{"--pp", "4", "--layers", "6"}, 4, "--pp (4) must divide --num-layers (6)"},
-      {{"--cp", "2"}, 2,
-       "--context-parallel-size 2: context parallelism is not built yet (sizes must be 1); "
-       "data, tensor, sequence and pipeline parallelism train and plan"},
+      {{"--cp", "3"}, 3,
+       "--seq-length (32) must be divisible by 2 x --cp (6): the zigzag layout's chunks"},
+      {{"--cp", "3", "--cp-layout", "contiguous"}, 3,
+       "--seq-length (32) must be divisible by --cp (3)"},
+      {{"--cp", "2", "--cp-comm-type", "a2a", "--query-groups", "1"}, 2,
+       "--cp-comm-type a2a needs --cp (2) to divide the query groups per tp rank, "
+       "--num-query-groups / --tp (1 / 1 = 1)"},
+      {{"--cp", "4", "--cp-comm-type", "a2a", "--tp", "2"}, 8,
+       "--cp-comm-type a2a needs --cp (4) to divide the attention heads per tp rank, "
+       "--num-attention-heads / --tp (4 / 2 = 2)"},
+      {{"--cp", "2", "--tp", "4", "--sequence-parallel", "--seq-length", "12"}, 8,
+       "--sequence-parallel needs --tp (4) to divide the tokens per context-parallel rank, "
+       "--seq-length / --cp (12 / 2 = 6)"},
       {{"--ep", "0"}, 1, "--expert-model-parallel-size must be >= 1, got 0"},
       {{"--ep", "2"}, 2, "--expert-model-parallel-size needs --num-experts"},
       {{"--plan", "--world-size", "4", "--ep", "2"}, 1,

@@ -1,7 +1,9 @@
 // tests/test_kernels_attention.cpp: the attention kernels (QKV split with RoPE and GQA, heads
-// merge, causal softmax, flash attention) against double-precision references and finite
-// differences (method: tests/test_kernels_helpers.h), and flash attention against the naive
-// path assembled from gemm + causal_softmax + dropout.
+// merge, the naive softmax, flash attention) on the whole sequence (kernels/math.h
+// whole_sequence) against double-precision references and finite differences (method:
+// tests/test_kernels_helpers.h), and flash attention against the naive path assembled from
+// gemm + attention_softmax + attention_dropout. The passes of context parallelism's ring
+// (blocks of query rows against key rows) are tests/test_attention_block.cpp's.
 //
 // Shapes are chosen so the flash kernels' tiling is exercised: S = 70 and 130 are not
 // multiples of a 64-row tile, so there are full, partial and diagonal tiles and skipped
@@ -124,7 +126,7 @@ TEST_P(AttentionKernels, HeadsMergeAndItsInverse) {
   EXPECT_EQ(back.host(), o);
 }
 
-// ---- causal softmax -----------------------------------------------------------------------
+// ---- the naive softmax on the whole sequence ----------------------------------------------
 
 std::vector<double> ref_causal_softmax(const std::vector<double>& x, int rows, int S,
                                        double scale) {
@@ -140,29 +142,53 @@ std::vector<double> ref_causal_softmax(const std::vector<double>& x, int rows, i
   return p;
 }
 
+// attention_softmax on whole_sequence is the causal softmax; its lse is the row's
+// log sum_j e^(scale x_j); backward without delta (the row's own sum) and with delta =
+// rowsum(dP * P) handed in agree.
 TEST_P(AttentionKernels, CausalSoftmaxForwardBackward) {
-  const int rows = 3, S = 6;
+  const int rows = 3, S = 6, D = 4;
   const float scale = 0.5f;
   const size_t n = rows * S * S;
+  const kernels::AttentionBlock blk = kernels::whole_sequence(S, rows, D);
   std::vector<float> x = uniform(n, 56, -4.0f, 4.0f), R = uniform(n, 57);
-  DevBuf<float> dx_(dev(), x), probs(dev(), n), dR(dev(), R), gx(dev(), uniform(n, 58));
-  kernels::causal_softmax_forward(dev(), probs.get(), dx_.get(), rows, S, scale);
+  DevBuf<float> dx_(dev(), x), probs(dev(), n), dR(dev(), R), gx(dev(), uniform(n, 58)),
+      lse(dev(), rows * S);
+  kernels::attention_softmax_forward(dev(), probs.get(), lse.get(), dx_.get(), rows, D, scale,
+                                     blk);
   std::vector<float> P = probs.host();
   std::vector<double> want = ref_causal_softmax(to_double(x), rows, S, scale);
   EXPECT_LT(max_rel_err(P, want), 1e-6);
   for (int r = 0; r < rows; r++)
     for (int i = 0; i < S; i++)
       for (int j = i + 1; j < S; j++) EXPECT_EQ(P[(r * S + i) * S + j], 0.0f);
+  std::vector<double> want_lse(rows * S);
+  for (int r = 0; r < rows * S; r++) {
+    double sum = 0.0;
+    for (int j = 0; j <= r % S; j++) sum += std::exp(scale * (double)x[r * S + j]);
+    want_lse[r] = std::log(sum);
+  }
+  EXPECT_LT(max_rel_err(lse.host(), want_lse), 1e-6);
 
   DevBuf<float> inplace(dev(), x);
-  kernels::causal_softmax_forward(dev(), inplace.get(), inplace.get(), rows, S, scale);
+  kernels::attention_softmax_forward(dev(), inplace.get(), nullptr, inplace.get(), rows, D,
+                                     scale, blk);
   EXPECT_EQ(inplace.host(), P);
 
-  kernels::causal_softmax_backward(dev(), gx.get(), dR.get(), probs.get(), rows, S, scale);
+  kernels::attention_softmax_backward(dev(), gx.get(), dR.get(), probs.get(), nullptr, rows, D,
+                                      scale, blk);
   auto L = [&](const std::vector<double>& v) {
     return dot(ref_causal_softmax(v, rows, S, scale), to_double(R));
   };
-  EXPECT_LT(max_rel_err(gx.host(), fd_grad(L, to_double(x))), 1e-5);
+  const std::vector<float> g = gx.host();
+  EXPECT_LT(max_rel_err(g, fd_grad(L, to_double(x))), 1e-5);
+
+  std::vector<float> delta(rows * S, 0.0f);
+  for (int r = 0; r < rows * S; r++)
+    for (int j = 0; j <= r % S; j++) delta[r] += P[r * S + j] * R[r * S + j];
+  DevBuf<float> ddelta(dev(), delta), gx2(dev(), n);
+  kernels::attention_softmax_backward(dev(), gx2.get(), dR.get(), probs.get(), ddelta.get(),
+                                      rows, D, scale, blk);
+  EXPECT_LT(max_rel_err(gx2.host(), to_double(g)), 1e-6);
 }
 
 // ---- flash attention ----------------------------------------------------------------------
@@ -229,7 +255,8 @@ TEST_P(AttentionKernels, FlashForwardMatchesNaiveDouble) {
     DevBuf<float> dq(dev(), q), dk(dev(), k), dv(dev(), v), o(dev(), nq),
         lse(dev(), c.B * c.A * c.S);
     kernels::flash_attention_forward(dev(), o.get(), lse.get(), dq.get(), dk.get(), dv.get(), c.B,
-                                     c.A, c.G, c.S, c.D, scale, c.p, kSeed, kStream);
+                                     c.A, c.G, c.D, scale, c.p, kSeed, kStream,
+                                     kernels::whole_sequence(c.S, c.A, c.D));
     AttnRef ref = ref_attention(to_double(q), to_double(k), to_double(v), c, scale, kSeed, kStream);
     EXPECT_LT(max_rel_err(o.host(), ref.o), 1e-5);
     EXPECT_LT(max_rel_err(lse.host(), ref.lse), 1e-5);
@@ -247,14 +274,19 @@ TEST_P(AttentionKernels, FlashBackwardMatchesFiniteDifferences) {
                        v = uniform(nk, 65), R = uniform(nq, 66);
     DevBuf<float> dq_(dev(), q), dk_(dev(), k), dv_(dev(), v), o(dev(), nq),
         lse(dev(), c.B * c.A * c.S), dR(dev(), R);
-    // dq, dk, dv are "=": start them with junk.
-    DevBuf<float> gq(dev(), uniform(nq, 67)), gk(dev(), uniform(nk, 68)),
-        gv(dev(), uniform(nk, 69));
+    // dq, dk, dv are "+=": start them with junk J and take it away after.
+    const std::vector<float> Jq = uniform(nq, 67), Jk = uniform(nk, 68), Jv = uniform(nk, 69);
+    DevBuf<float> gq(dev(), Jq), gk(dev(), Jk), gv(dev(), Jv);
+    const kernels::AttentionBlock blk = kernels::whole_sequence(c.S, c.A, c.D);
     kernels::flash_attention_forward(dev(), o.get(), lse.get(), dq_.get(), dk_.get(), dv_.get(),
-                                     c.B, c.A, c.G, c.S, c.D, scale, c.p, kSeed, kStream);
+                                     c.B, c.A, c.G, c.D, scale, c.p, kSeed, kStream, blk);
     kernels::flash_attention_backward(dev(), gq.get(), gk.get(), gv.get(), dR.get(), dq_.get(),
                                       dk_.get(), dv_.get(), o.get(), lse.get(), c.B, c.A, c.G,
-                                      c.S, c.D, scale, c.p, kSeed, kStream);
+                                      c.D, scale, c.p, kSeed, kStream, blk);
+    auto minus = [](std::vector<float> a, const std::vector<float>& b) {
+      for (size_t i = 0; i < a.size(); i++) a[i] -= b[i];
+      return a;
+    };
     const std::vector<double> qd = to_double(q), kd = to_double(k), vd = to_double(v),
                               Rd = to_double(R);
     using Vec = std::vector<double>;
@@ -264,14 +296,15 @@ TEST_P(AttentionKernels, FlashBackwardMatchesFiniteDifferences) {
     auto Lq = [&](const Vec& t) { return L(t, kd, vd); };
     auto Lk = [&](const Vec& t) { return L(qd, t, vd); };
     auto Lv = [&](const Vec& t) { return L(qd, kd, t); };
-    EXPECT_LT(max_rel_err(gq.host(), fd_grad(Lq, qd)), 1e-4);
-    EXPECT_LT(max_rel_err(gk.host(), fd_grad(Lk, kd)), 1e-4);
-    EXPECT_LT(max_rel_err(gv.host(), fd_grad(Lv, vd)), 1e-4);
+    EXPECT_LT(max_rel_err(minus(gq.host(), Jq), fd_grad(Lq, qd)), 1e-4);
+    EXPECT_LT(max_rel_err(minus(gk.host(), Jk), fd_grad(Lk, kd)), 1e-4);
+    EXPECT_LT(max_rel_err(minus(gv.host(), Jv), fd_grad(Lv, vd)), 1e-4);
   }
 }
 
 // The naive path, from the ops the model uses when --attention naive: per head
-// scores = Q K^T, P = causal_softmax(scores * scale), P' = dropout(P), O = P' V; backward
+// scores = Q K^T, P = attention_softmax(scores * scale), P' = attention_dropout(P), O = P' V;
+// backward
 // dP' = dO V^T, dV += P'^T dO, dP = dropout_backward(dP'), dS = softmax_backward(dP),
 // dQ = dS K, dK += dS^T Q. Same seed and stream, so the same mask as flash.
 TEST_P(AttentionKernels, FlashEqualsNaiveOpsPath) {
@@ -290,12 +323,14 @@ TEST_P(AttentionKernels, FlashEqualsNaiveOpsPath) {
     return t.get() + ((size_t)(bh / c.A) * c.G + (bh % c.A) / (c.A / c.G)) * S * D;
   };
   auto mat = [&](DevBuf<float>& t, int bh) { return t.get() + (size_t)bh * S * S; };
+  const kernels::AttentionBlock blk = kernels::whole_sequence(S, c.A, D);
 
   for (int bh = 0; bh < BA; bh++)
     kernels::gemm(d, false, true, S, S, D, 1.0f, head(q, bh), D, group(k, bh), D, 0.0f,
                   mat(scores, bh), S);
-  kernels::causal_softmax_forward(d, P.get(), scores.get(), BA, S, scale);
-  kernels::dropout_forward(d, Pd.get(), mask.get(), P.get(), np, c.p, kSeed, kStream);
+  kernels::attention_softmax_forward(d, P.get(), nullptr, scores.get(), BA, D, scale, blk);
+  kernels::attention_dropout_forward(d, Pd.get(), mask.get(), P.get(), c.B, c.A, c.p, kSeed,
+                                     kStream, blk);
   for (int bh = 0; bh < BA; bh++)
     kernels::gemm(d, false, false, S, D, S, 1.0f, mat(Pd, bh), S, group(v, bh), D, 0.0f,
                   head(o_naive, bh), D);
@@ -306,7 +341,8 @@ TEST_P(AttentionKernels, FlashEqualsNaiveOpsPath) {
                   group(dv_naive, bh), D);
   }
   kernels::dropout_backward(d, dP.get(), dPd.get(), mask.get(), np, c.p);
-  kernels::causal_softmax_backward(d, dS.get(), dP.get(), P.get(), BA, S, scale);
+  kernels::attention_softmax_backward(d, dS.get(), dP.get(), P.get(), nullptr, BA, D, scale,
+                                      blk);
   for (int bh = 0; bh < BA; bh++) {
     kernels::gemm(d, false, false, S, D, S, 1.0f, mat(dS, bh), S, group(k, bh), D, 0.0f,
                   head(dq_naive, bh), D);
@@ -316,14 +352,31 @@ TEST_P(AttentionKernels, FlashEqualsNaiveOpsPath) {
 
   DevBuf<float> o(d, nq), lse(d, BA * S), dq(d, nq), dk(d, nk), dv(d, nk);
   kernels::flash_attention_forward(d, o.get(), lse.get(), q.get(), k.get(), v.get(), c.B, c.A,
-                                   c.G, S, D, scale, c.p, kSeed, kStream);
+                                   c.G, D, scale, c.p, kSeed, kStream, blk);
   kernels::flash_attention_backward(d, dq.get(), dk.get(), dv.get(), dO.get(), q.get(), k.get(),
-                                    v.get(), o.get(), lse.get(), c.B, c.A, c.G, S, D, scale, c.p,
-                                    kSeed, kStream);
+                                    v.get(), o.get(), lse.get(), c.B, c.A, c.G, D, scale, c.p,
+                                    kSeed, kStream, blk);
   EXPECT_LT(max_rel_err(o.host(), to_double(o_naive.host())), 1e-5);
   EXPECT_LT(max_rel_err(dq.host(), to_double(dq_naive.host())), 1e-5);
   EXPECT_LT(max_rel_err(dk.host(), to_double(dk_naive.host())), 1e-5);
   EXPECT_LT(max_rel_err(dv.host(), to_double(dv_naive.host())), 1e-5);
+}
+
+// On the whole sequence the pass's dropout draws what dropout_forward on P draws (index
+// ((b*A + h)*S + i)*S + j), bit for bit, and p = 0 copies.
+TEST_P(AttentionKernels, AttentionDropoutIsDropoutOnTheWholeSequence) {
+  const int B = 2, A = 3, S = 7, D = 4;
+  const size_t np = (size_t)B * A * S * S;
+  const kernels::AttentionBlock blk = kernels::whole_sequence(S, A, D);
+  DevBuf<float> P(dev(), uniform(np, 74, 0.0f, 1.0f)), out(dev(), np), want(dev(), np);
+  DevBuf<uint8_t> mask(dev(), np), want_mask(dev(), np);
+  for (float p : {0.0f, 0.3f}) {
+    kernels::attention_dropout_forward(dev(), out.get(), mask.get(), P.get(), B, A, p, kSeed,
+                                       kStream, blk);
+    kernels::dropout_forward(dev(), want.get(), want_mask.get(), P.get(), np, p, kSeed, kStream);
+    EXPECT_EQ(out.host(), want.host());
+    EXPECT_EQ(mask.host(), want_mask.host());
+  }
 }
 
 TEST(AttentionFlops, FlashCountsCausalPairs) {
@@ -331,15 +384,28 @@ TEST(AttentionFlops, FlashCountsCausalPairs) {
   std::vector<float> q(B * A * S * D, 0.1f), kv(B * G * S * D, 0.1f), o(q.size()), lse(B * A * S);
   std::vector<float> dq(q.size()), dk(kv.size()), dv(kv.size());
   const double pairs = B * A * S * (S + 1) / 2.0;  // query i sees keys 0..i
+  const kernels::AttentionBlock blk = kernels::whole_sequence(S, A, D);
+  EXPECT_EQ(kernels::visible_pairs(blk), S * (S + 1) / 2);
   kernels::reset_flop_counter();
   kernels::flash_attention_forward(Device::CPU, o.data(), lse.data(), q.data(), kv.data(),
-                                   kv.data(), B, A, G, S, D, 0.5f, 0.0f, 0, 0);
+                                   kv.data(), B, A, G, D, 0.5f, 0.0f, 0, 0, blk);
   EXPECT_EQ(kernels::flop_counter(), 2 * 2.0 * D * pairs);  // Q K^T and P V
   kernels::reset_flop_counter();
   kernels::flash_attention_backward(Device::CPU, dq.data(), dk.data(), dv.data(), q.data(),
                                     q.data(), kv.data(), kv.data(), o.data(), lse.data(), B, A,
-                                    G, S, D, 0.5f, 0.0f, 0, 0);
+                                    G, D, 0.5f, 0.0f, 0, 0, blk);
   EXPECT_EQ(kernels::flop_counter(), 5 * 2.0 * D * pairs);  // Q K^T, dP', dV, dQ, dK
+  kernels::reset_flop_counter();
+
+  // A pass of the last 2 rows against 3 earlier keys they all see: 2 * 3 pairs per head.
+  kernels::AttentionBlock pass;
+  pass.q = kernels::AttentionRows{2, (long long)S * D, kernels::TokenPositions()};
+  pass.q.pos.start[0] = 3;
+  pass.k = kernels::AttentionRows{3, (long long)S * D, kernels::TokenPositions()};
+  EXPECT_EQ(kernels::visible_pairs(pass), 6);
+  kernels::flash_attention_forward(Device::CPU, o.data(), lse.data(), q.data(), kv.data(),
+                                   kv.data(), B, A, G, D, 0.5f, 0.0f, 0, 0, pass);
+  EXPECT_EQ(kernels::flop_counter(), 2 * 2.0 * D * B * A * 6);
   kernels::reset_flop_counter();
 }
 

@@ -127,11 +127,13 @@ TEST(Plan, Bf16StorageFollowsNotes) {
   EXPECT_EQ(mem.master_params, parameter_count(m) * 4);
   EXPECT_EQ(mem.optimizer_states, parameter_count(m) * 8);
   // Workspace, flash, fused: dres tmp_h, qkv, o_heads dctx do_heads, dq dk dv, dact, dfc1,
-  // xf in bf16; losses and the loss scratch (3 N) fp32; tokens, targets int32.
+  // xf in bf16; losses and the loss scratch (3 N) fp32; tokens, targets int32; the flash
+  // backward's fp32 dq accumulator (B a S d = N h), bf16 only.
   EXPECT_EQ(mem.workspace,
             2 * (2 * N * h + 3 * N * h + 3 * N * h + 3 * N * h + N * f + N * f + N * h) +
-                4 * (N + 3 * N + 2 * N));
-  EXPECT_EQ(workspace_bytes(m, B, 2) * 2 - workspace_bytes(m, B, 4), 4 * (N + 3 * N + 2 * N));
+                4 * (N + 3 * N + 2 * N) + 4 * N * h);
+  EXPECT_EQ(workspace_bytes(m, B, 2) * 2 - workspace_bytes(m, B, 4),
+            4 * (N + 3 * N + 2 * N) + 8 * N * h);
   // Logits: fused, one chunk of fp32 logits and its bf16 gradient; unfused, all N rows.
   m.cross_entropy_chunk = 16;
   EXPECT_EQ(make_plan(m, batch(B, B, true), world(1, 0)).ranks[0].memory.logits, 16 * V * 6);

@@ -1,13 +1,14 @@
-// kernels/cpu/attention.cpp: the attention layout ops (QKV split with RoPE, heads merge) and
-// the naive path's causal softmax. The flash kernels are in flash_attention.cpp.
+// kernels/cpu/attention.cpp: the attention layout ops (QKV split with RoPE, heads merge), the
+// naive path's pieces of one attention pass (softmax, rescale, dropout, delta) and ring
+// attention's log-sum-exp merge. The flash kernels are in flash_attention.cpp.
 //
 // Layouts (kernels/ops.h): the fused projection row of token n = b*S + s holds G groups,
 //   group g = [ query heads g*A/G .. (g+1)*A/G - 1 | key head g | value head g ], each D wide,
 // so group g starts at channel g*(A/G + 2)*D. Attention wants head-major tensors
 // q(B,A,S,D), k(B,G,S,D), v(B,G,S,D), where a head's S x D matrix is contiguous.
 //
-// RoPE, rotate-half form: pair i < D/2 of a head at position s rotates by
-// angle = s * theta^(-2i/D):
+// RoPE, rotate-half form: pair i < D/2 of a head at global position t = pos.at(s) (s itself
+// on a single rank) rotates by angle = t * theta^(-2i/D):
 //   x'_i       = x_i cos - x_{i+D/2} sin
 //   x'_{i+D/2} = x_{i+D/2} cos + x_i sin
 // Its backward is the transposed rotation, i.e. the rotation by -angle.
@@ -16,8 +17,16 @@
 // (qk-layernorm puts the norm between the split and RoPE): split with theta 0 then rope_forward
 // computes what the split with theta does, bit for bit (the same rope_angles and copy_head).
 //
+// The naive pieces work on one pass (kernels/math.h AttentionBlock): the probabilities of a
+// pass are (BH, q.rows, k.rows), contiguous, row i of head bh keeping its first
+// blk.visible(i) keys. Every lse and delta sits at the q view, as the flash kernels' do: row i
+// of head bh at bh * (q.head_stride / D) + i, so a pass on half of the local rows reads and
+// writes the very entries the merge and the backward use. The merge and delta work at the
+// view's rows (o: head_stride apart per head, D per row).
+//
 // defines: qkv_split_forward, qkv_split_backward, heads_merge_forward, heads_merge_backward,
-//          rope_forward, rope_backward, causal_softmax_forward, causal_softmax_backward
+//          rope_forward, rope_backward, attention_softmax_forward, attention_softmax_backward,
+//          attention_probs_rescale, attention_dropout_forward, attention_delta, attention_merge
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -31,11 +40,11 @@ namespace cpu {
 
 namespace {
 
-// cos and sin of every pair's angle at position s: the same for all heads of a token.
-void rope_angles(std::vector<float>& cos_s, std::vector<float>& sin_s, int s, int D,
+// cos and sin of every pair's angle at position t: the same for all heads of a token.
+void rope_angles(std::vector<float>& cos_s, std::vector<float>& sin_s, int t, int D,
                  float theta) {
   for (int i = 0; i < D / 2; i++) {
-    float angle = (float)s * rope_inv_freq(i, D, theta);
+    float angle = (float)t * rope_inv_freq(i, D, theta);
     cos_s[i] = cosf(angle);
     sin_s[i] = sinf(angle);
   }
@@ -67,7 +76,7 @@ void check_shapes(int A, int G, int D, float rope_theta) {
 // Forward copies each head out of the fused row, rotating q and k by +angle; backward is the
 // same walk with source and destination swapped and the rotation by -angle.
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A,
-                       int G, int D, float rope_theta) {
+                       int G, int D, float rope_theta, const TokenPositions& pos) {
   check_shapes(A, G, D, rope_theta);
   const int heads_per_group = A / G;
   const int row_width = (A + 2 * G) * D;
@@ -75,7 +84,7 @@ void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, in
   std::vector<float> cos_s(D / 2), sin_s(D / 2);
   for (int b = 0; b < B; b++) {
     for (int s = 0; s < S; s++) {
-      if (rope) rope_angles(cos_s, sin_s, s, D, rope_theta);
+      if (rope) rope_angles(cos_s, sin_s, pos.at(s), D, rope_theta);
       const float* cs = rope ? cos_s.data() : nullptr;
       const float* sn = rope ? sin_s.data() : nullptr;
       const float* row = qkv + ((size_t)b * S + s) * row_width;  // seek to token (b, s)'s row
@@ -96,7 +105,7 @@ void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, in
 }
 
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta) {
+                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos) {
   check_shapes(A, G, D, rope_theta);
   const int heads_per_group = A / G;
   const int row_width = (A + 2 * G) * D;
@@ -104,7 +113,7 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
   std::vector<float> cos_s(D / 2), sin_s(D / 2);
   for (int b = 0; b < B; b++) {
     for (int s = 0; s < S; s++) {
-      if (rope) rope_angles(cos_s, sin_s, s, D, rope_theta);
+      if (rope) rope_angles(cos_s, sin_s, pos.at(s), D, rope_theta);
       const float* cs = rope ? cos_s.data() : nullptr;
       const float* sn = rope ? sin_s.data() : nullptr;
       float* row = dqkv + ((size_t)b * S + s) * row_width;  // seek to token (b, s)'s row
@@ -126,12 +135,13 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
 
 // In place: each head row is rotated into a copy and copied back (copy_head reads both halves
 // of a pair before writing either, but not in place).
-static void rope_apply(float* x, int B, int H, int S, int D, float theta, float sign) {
+static void rope_apply(float* x, int B, int H, int S, int D, float theta, float sign,
+                       const TokenPositions& pos) {
   if (theta <= 0.0f) return;
   if (D % 2 != 0) throw std::invalid_argument("rope: odd D");
   std::vector<float> cos_s(D / 2), sin_s(D / 2), row(D);
   for (int s = 0; s < S; s++) {
-    rope_angles(cos_s, sin_s, s, D, theta);
+    rope_angles(cos_s, sin_s, pos.at(s), D, theta);
     for (long long bh = 0; bh < (long long)B * H; bh++) {
       float* x_s = x + ((size_t)bh * S + s) * D;  // seek to x[b, h, s, :]
       copy_head(row.data(), x_s, D, cos_s.data(), sin_s.data(), sign);
@@ -140,11 +150,12 @@ static void rope_apply(float* x, int B, int H, int S, int D, float theta, float 
   }
 }
 
-void rope_forward(float* x, int B, int H, int S, int D, float theta) {
-  rope_apply(x, B, H, S, D, theta, 1.0f);
+void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+  rope_apply(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_backward(float* dx, int B, int H, int S, int D, float theta) {
-  rope_apply(dx, B, H, S, D, theta, -1.0f);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta,
+                   const TokenPositions& pos) {
+  rope_apply(dx, B, H, S, D, theta, -1.0f, pos);
 }
 
 // o(B,A,S,D) -> out(B*S, A*D): token (b, s)'s row is its A heads side by side.
@@ -172,40 +183,139 @@ void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, in
   }
 }
 
-// ---- causal softmax -----------------------------------------------------------------------
-// P_ij = exp(scale s_ij - m_i) / sum_{j' <= i} exp(scale s_ij' - m_i) for j <= i, 0 above the
-// diagonal, with m_i = max_{j <= i} scale s_ij subtracted so no exp overflows. Each row is read
-// before it is written, so probs == scores (in place) is fine.
+// ---- one attention pass, naive pieces -----------------------------------------------------
+// Row i of head bh sees keys j < n_i = blk.visible(i) (a prefix: positions increase). Over
+// them, with x_j = scale s_ij and m_i = max_j x_j subtracted so that no exp overflows,
+//   P_ij = e^(x_j - m_i) / l_i,  l_i = sum_j e^(x_j - m_i),  lse_i = m_i + log l_i,
+// and P_ij = 0 for j >= n_i; a row that sees no key is all 0 with lse_i = -inf. Each row is
+// read before it is written, so probs == scores (in place) is fine. On the whole sequence
+// (n_i = i + 1) this is the single-rank causal softmax, loop for loop.
 
-void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale) {
-  for (long long r = 0; r < (long long)rows * S; r++) {
-    const int i = (int)(r % S);            // query index inside its S x S matrix
-    const float* s_row = scores + r * S;  // seek to row i of matrix r / S
-    float* p_row = probs + r * S;
+void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk) {
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
+  const long long lse_stride = blk.q.head_stride / D;
+  for (long long r = 0; r < (long long)BH * Sq; r++) {
+    const int i = (int)(r % Sq);            // query row inside its head's Sq x Sk matrix
+    const float* s_row = scores + r * Sk;  // seek to row i of head r / Sq
+    float* p_row = probs + r * Sk;
+    float* lse_i = lse ? lse + r / Sq * lse_stride + i : nullptr;  // and to its lse
+    const int n = blk.visible(i);
+    if (n == 0) {
+      for (int j = 0; j < Sk; j++) p_row[j] = 0.0f;
+      if (lse_i) *lse_i = -INFINITY;
+      continue;
+    }
     // One tight loop per pass, so that each vectorises (kernels/cpu/simd_math.h).
-    for (int j = 0; j <= i; j++) p_row[j] = scale * s_row[j];
-    const float m = row_max(p_row, i + 1);
-    for (int j = 0; j <= i; j++) p_row[j] = exp_simd(p_row[j] - m);
-    const float inv = 1.0f / row_sum(p_row, i + 1);
-    for (int j = 0; j <= i; j++) p_row[j] *= inv;
-    for (int j = i + 1; j < S; j++) p_row[j] = 0.0f;
+    for (int j = 0; j < n; j++) p_row[j] = scale * s_row[j];
+    const float m = row_max(p_row, n);
+    for (int j = 0; j < n; j++) p_row[j] = exp_simd(p_row[j] - m);
+    const float l = row_sum(p_row, n);
+    const float inv = 1.0f / l;
+    for (int j = 0; j < n; j++) p_row[j] *= inv;
+    for (int j = n; j < Sk; j++) p_row[j] = 0.0f;
+    if (lse_i) *lse_i = m + logf(l);
   }
 }
 
 // Softmax Jacobian dP_j/dx_k = P_j (delta_jk - P_k), and x = scale * s, so
-//   dscores_j = scale * P_j (dP_j - sum_k P_k dP_k).
-// Masked entries have P = 0 and get gradient 0.
-void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
-                             int S, float scale) {
-  for (long long r = 0; r < (long long)rows * S; r++) {
-    const int i = (int)(r % S);
-    const float* p_row = probs + r * S;  // seek to row i of matrix r / S
-    const float* dp_row = dprobs + r * S;
-    float* ds_row = dscores + r * S;
-    float dot = 0.0f;
-    for (int j = 0; j <= i; j++) dot += p_row[j] * dp_row[j];
-    for (int j = 0; j <= i; j++) ds_row[j] = scale * p_row[j] * (dp_row[j] - dot);
-    for (int j = i + 1; j < S; j++) ds_row[j] = 0.0f;
+//   dscores_j = scale * P_j (dP_j - t_i),  t_i = sum_k P_ik dP_ik.
+// When the pass is the whole row t_i is the sum over its own keys (delta == nullptr); a ring
+// pass sees only some of the row's keys, so t_i comes from the whole row, t_i = dO_i . O_i
+// (attention_delta; P is then the whole row's, attention_probs_rescale). Masked entries have
+// P = 0 and get gradient 0.
+void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk) {
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
+  const long long delta_stride = blk.q.head_stride / D;
+  for (long long r = 0; r < (long long)BH * Sq; r++) {
+    const int i = (int)(r % Sq);
+    const float* p_row = probs + r * Sk;  // seek to row i of head r / Sq
+    const float* dp_row = dprobs + r * Sk;
+    float* ds_row = dscores + r * Sk;
+    const int n = blk.visible(i);
+    float t = 0.0f;
+    if (delta) {
+      t = delta[r / Sq * delta_stride + i];
+    } else {
+      for (int j = 0; j < n; j++) t += p_row[j] * dp_row[j];
+    }
+    for (int j = 0; j < n; j++) ds_row[j] = scale * p_row[j] * (dp_row[j] - t);
+    for (int j = n; j < Sk; j++) ds_row[j] = 0.0f;
+  }
+}
+
+// A pass's row was normalised by its own l_pass = e^(lse_pass - m); the whole row's softmax
+// divides by e^(lse - m) instead, so P_row = P_pass e^(lse_pass - lse). A row whose pass saw
+// no key (lse_pass = -inf) is 0 and stays 0.
+void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk) {
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
+  const long long lse_stride = blk.q.head_stride / D;
+  for (long long r = 0; r < (long long)BH * Sq; r++) {
+    const int i = (int)(r % Sq);
+    const long long at = r / Sq * lse_stride + i;  // row i of head r / Sq in the q view
+    if (lse_pass[at] == -INFINITY) continue;
+    const float f = expf(lse_pass[at] - lse[at]);
+    float* p_row = probs + r * Sk;  // seek to row i of head r / Sq
+    const int n = blk.visible(i);
+    for (int j = 0; j < n; j++) p_row[j] *= f;
+  }
+}
+
+// Dropout on a pass's probabilities with the single-rank P's keep bits: element (b, h, i, j)
+// draws at blk.dropout_index(b, h, i, j), which on the whole sequence is the element's own
+// index ((b*A + h)*S + i)*S + j, so this is dropout_forward on P there, bit for bit.
+void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
+                               float p, uint64_t seed, uint64_t stream,
+                               const AttentionBlock& blk) {
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
+  const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < A; h++) {
+      for (int i = 0; i < Sq; i++) {
+        const size_t row = (((size_t)b * A + h) * Sq + i) * Sk;  // seek to P[b, h, i, :]
+        for (int j = 0; j < Sk; j++) {
+          const bool keep =
+              p <= 0.0f || dropout_keep(seed, stream, blk.dropout_index(b, h, i, j), p);
+          mask[row + j] = keep ? 1 : 0;
+          out[row + j] = keep ? probs[row + j] * keep_scale : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// delta_i = dO_i . O_i = sum_j P_ij dP_ij over the whole row (the flash backward's D_i).
+void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows) {
+  const long long delta_stride = rows.head_stride / D;
+  for (int bh = 0; bh < BH; bh++) {
+    for (int i = 0; i < rows.rows; i++) {
+      const size_t at = (size_t)bh * rows.head_stride + (size_t)i * D;  // seek to row i
+      float dot = 0.0f;
+      for (int c = 0; c < D; c++) dot += dout[at + c] * o[at + c];
+      delta[(size_t)bh * delta_stride + i] = dot;
+    }
+  }
+}
+
+// o_i = sum_j e^(x_ij - lse_i) v_j over the keys seen so far, so two partial results over
+// disjoint key sets combine by their weights in the union's normaliser
+// (kernels/math.h attention_merge_weights).
+void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows) {
+  const long long lse_stride = rows.head_stride / D;
+  for (int bh = 0; bh < BH; bh++) {
+    for (int i = 0; i < rows.rows; i++) {
+      const size_t at = (size_t)bh * rows.head_stride + (size_t)i * D;  // seek to row i
+      const size_t r = (size_t)bh * lse_stride + i;
+      float w, w_pass;
+      if (!attention_merge_weights(lse[r], lse_pass[r], &w, &w_pass, &lse[r])) continue;
+      for (int c = 0; c < D; c++) o[at + c] = attention_merge_value(o[at + c], o_pass[at + c],
+                                                                    w, w_pass);
+    }
   }
 }
 

@@ -84,10 +84,12 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
 // ---- dropout ------------------------------------------------------------------------------
 // Inverted dropout: kept elements are scaled by 1/(1-p) at training time so that
 // E[out] = in and inference needs no rescaling. The mask is a pure function of
-// (seed, stream, i) (kernels/math.h), so a recompute redraws it exactly.
+// (seed, stream, index) (kernels/math.h), so a recompute redraws it exactly. The index of
+// element i is pos.element(i, width): i itself, or on a context-parallel rank the element's
+// index in the single-rank tensor, so that both runs drop the same elements.
 
 void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream) {
+                     uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
   if (p == 0.0f) {
     for (size_t i = 0; i < n; i++) {
       out[i] = in[i];
@@ -97,7 +99,7 @@ void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float
   }
   const float keep_scale = 1.0f / (1.0f - p);
   for (size_t i = 0; i < n; i++) {
-    bool keep = dropout_keep(seed, stream, i, p);
+    bool keep = dropout_keep(seed, stream, pos.element(i, width), p);
     mask[i] = keep ? 1 : 0;
     out[i] = keep ? in[i] * keep_scale : 0.0f;
   }

@@ -9,6 +9,8 @@
 //
 // Positions are separate so that a rank holding only some token rows (sequence parallelism:
 // rows [first_row, first_row + N) of the (batch, seq_len) layout) adds the right positions.
+// Row first_row + i sits at local position s = (first_row + i) % seq_len and global position
+// pos.at(s): a context-parallel rank's sequence is a slice of the full one (kernels/math.h).
 //
 // defines: embedding_forward, embedding_backward, position_embedding_forward,
 //          position_embedding_backward
@@ -51,19 +53,19 @@ void embedding_backward(float* dwte, const float* dout, const int* tokens, int v
 }
 
 void position_embedding_forward(float* out, const float* wpe, int N, int seq_len,
-                                int first_row, int C) {
+                                int first_row, int C, const TokenPositions& pos) {
   for (int i = 0; i < N; i++) {
     float* out_i = out + (size_t)i * C;
-    const float* wpe_s = wpe + (size_t)((first_row + i) % seq_len) * C;  // its position's row
+    const float* wpe_s = wpe + (size_t)pos.at((first_row + i) % seq_len) * C;  // its position
     for (int c = 0; c < C; c++) out_i[c] += wpe_s[c];
   }
 }
 
 void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C) {
+                                 int first_row, int C, const TokenPositions& pos) {
   for (int i = 0; i < N; i++) {
     const float* dout_i = dout + (size_t)i * C;
-    float* dwpe_s = dwpe + (size_t)((first_row + i) % seq_len) * C;
+    float* dwpe_s = dwpe + (size_t)pos.at((first_row + i) % seq_len) * C;
     for (int c = 0; c < C; c++) dwpe_s[c] += dout_i[c];
   }
 }

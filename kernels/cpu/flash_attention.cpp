@@ -1,5 +1,7 @@
-// kernels/cpu/flash_attention.cpp: causal attention without materialising the S x S
-// probabilities (FlashAttention, Dao et al. 2022; FlashAttention-2 loop order, 2023).
+// kernels/cpu/flash_attention.cpp: attention without materialising the S x S probabilities
+// (FlashAttention, Dao et al. 2022; FlashAttention-2 loop order, 2023), on one pass of query
+// rows against key rows (kernels/math.h AttentionBlock): the whole causal sequence, or one
+// step of ring attention (parallel/context_parallel.cpp).
 //
 // The naive path stores P = softmax(Q K^T scale) for every head: B A S^2 floats. Flash
 // attention walks Q in blocks of kBlockQ rows and, for each, K and V in blocks of kBlockK
@@ -16,8 +18,20 @@
 // o_i = acc_i / l_i and lse_i = m_i + log l_i. Dropout multiplies only what reaches V: l_i is
 // the softmax normaliser of the undropped probabilities.
 //
-// Causal: key j is visible to query i when j <= i. A key block whose first key is after the
-// block's last query is skipped whole; inside the diagonal tile the entries j > i are zeroed.
+// Views: head (b, h)'s Sq = blk.q.rows query rows start at (b*A + h) * q.head_stride, its
+// group's Sk = blk.k.rows key rows at (b*G + g) * k.head_stride, rows D apart; lse and D_i
+// at (b*A + h) * q.head_stride / D, one per row.
+//
+// Mask: query i sees keys j < n_i = blk.visible(i), a prefix that grows with i (by global
+// position, key j is hidden when it comes after query i; a non-causal block sees all Sk). A
+// key block starting at or after the block's last query's n_i is skipped whole; inside a
+// tile the entries j >= n_i are zeroed. A query that sees no key has l_i = 0: o_i = 0 and
+// lse_i = -inf (a ring pass may hold such rows; the merge then ignores them). On the whole
+// sequence n_i = i + 1: the single-rank causal kernel, tile for tile.
+//
+// Dropout: keep_ij = dropout_keep(seed, stream, blk.dropout_index(b, h, i, j)), the index of
+// the single-rank naive P's element at the rows' global positions, so a ring of passes drops
+// what one rank drops.
 //
 // Backward recomputes P from q, k and the saved lse, P_ij = e^(s_ij - lse_i), and with
 // P'_ij = P_ij keep_ij / (1-p) (what multiplied V) and dP' = dO V^T:
@@ -28,11 +42,17 @@
 //   dS  = P * (dP - D)                      (softmax backward, elementwise in the tile)
 //   dQ  = scale dS K,   dK = scale dS^T Q
 //
+// A ring pass's backward is the same with the whole row's lse and O (saved by the forward
+// after the last merge): then P_ij is the whole row's probability and D_i the whole row's, and
+// the passes' dQ, dK, dV sum to the single-rank gradients. So the outputs accumulate (+=) and
+// the caller zeroes them.
+//
 // Loop order: key blocks outside, query blocks inside (each key block's dK, dV tile is
-// finished before moving on, as FlashAttention-2 does on the GPU); dQ is accumulated across
-// key blocks. Every tile product is one sgemm; the softmax bookkeeping between them is plain
-// loops. GQA: query head h reads key/value group h / (A/G), and the group's dK, dV sum over
-// its A/G query heads.
+// finished before moving on, as FlashAttention-2 does on the GPU), starting at the first
+// query block with a row that sees the key block; dQ is accumulated across key blocks.
+// Every tile product is one sgemm; the softmax bookkeeping between them is plain loops. GQA:
+// query head h reads key/value group h / (A/G), and the group's dK, dV sum over its A/G query
+// heads.
 //
 // defines: flash_attention_forward, flash_attention_backward
 #include <cblas.h>
@@ -61,8 +81,21 @@ void tile_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* 
               n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Number of keys of the block starting at j0 (bk wide) that query i may see: j0 <= j <= i.
-int visible_keys(int i, int j0, int bk) { return std::max(0, std::min(bk, i - j0 + 1)); }
+// Number of keys of the block starting at j0 (bk wide) that a query seeing the first n keys
+// sees: j0 <= j < n.
+int visible_keys(int n, int j0, int bk) { return std::max(0, std::min(bk, n - j0)); }
+
+// The first query row that sees key j (visible(i) > j), Sq when none: visible grows with i,
+// so a binary search.
+int first_query_seeing(const AttentionBlock& blk, int j) {
+  int lo = 0, hi = blk.q.rows;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (blk.visible(mid) > j) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
 
 void check_groups(int A, int G) {
   if (G <= 0 || A % G != 0) throw std::invalid_argument("flash_attention: A % G != 0");
@@ -71,10 +104,12 @@ void check_groups(int A, int G) {
 }  // namespace
 
 void flash_attention_forward(float* o, float* lse, const float* q, const float* k,
-                             const float* v, int B, int A, int G, int S, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream) {
+                             const float* v, int B, int A, int G, int D, float scale,
+                             float dropout_p, uint64_t seed, uint64_t stream,
+                             const AttentionBlock& blk) {
   check_groups(A, G);
   const int heads_per_group = A / G;
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
   const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
   std::vector<float> s_tile((size_t)kBlockQ * kBlockK);  // scores, then P' of one tile
   std::vector<float> acc((size_t)kBlockQ * D);            // unnormalised o of a query block
@@ -84,21 +119,22 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
     for (int h = 0; h < A; h++) {
       const int g = h / heads_per_group;
       const size_t bh = (size_t)b * A + h;
-      const float* Q = q + bh * S * D;  // seek to head (b, h): an S x D matrix
-      const float* K = k + ((size_t)b * G + g) * S * D;  // and its group's keys, values
-      const float* V = v + ((size_t)b * G + g) * S * D;
-      float* O = o + bh * S * D;
-      float* LSE = lse + bh * S;
+      const float* Q = q + bh * blk.q.head_stride;  // seek to head (b, h): an Sq x D matrix
+      const float* K = k + ((size_t)b * G + g) * blk.k.head_stride;  // its group's keys, values
+      const float* V = v + ((size_t)b * G + g) * blk.k.head_stride;
+      float* O = o + bh * blk.q.head_stride;
+      float* LSE = lse + bh * (blk.q.head_stride / D);
 
-      for (int i0 = 0; i0 < S; i0 += kBlockQ) {
-        const int bq = std::min(kBlockQ, S - i0);
+      for (int i0 = 0; i0 < Sq; i0 += kBlockQ) {
+        const int bq = std::min(kBlockQ, Sq - i0);
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
         std::fill(acc.begin(), acc.end(), 0.0f);
 
-        // Key blocks starting after the last query i0 + bq - 1 are fully masked: skipped.
-        for (int j0 = 0; j0 < i0 + bq; j0 += kBlockK) {
-          const int bk = std::min(kBlockK, S - j0);
+        // Key blocks at or after the last query's visible count are fully masked: skipped.
+        const int keys = blk.visible(i0 + bq - 1);
+        for (int j0 = 0; j0 < keys; j0 += kBlockK) {
+          const int bk = std::min(kBlockK, Sk - j0);
           // s_tile(bq, bk) = scale * Q[i0:i0+bq] K[j0:j0+bk]^T
           tile_gemm(false, true, bq, bk, D, scale, Q + (size_t)i0 * D, D, K + (size_t)j0 * D,
                     D, 0.0f, s_tile.data(), kBlockK);
@@ -106,8 +142,8 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
           for (int r = 0; r < bq; r++) {
             const int i = i0 + r;
             float* s_r = s_tile.data() + (size_t)r * kBlockK;  // seek to query i's scores
-            const int nk = visible_keys(i, j0, bk);
-            if (nk == 0) {  // the whole row is above the diagonal: contributes nothing
+            const int nk = visible_keys(blk.visible(i), j0, bk);
+            if (nk == 0) {  // the whole row is masked: contributes nothing
               std::fill(s_r, s_r + bk, 0.0f);
               continue;
             }
@@ -118,8 +154,8 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
             l[r] = l[r] * correction + row_sum(s_r, nk);
             if (dropout_p > 0.0f) {
               for (int j = 0; j < nk; j++) {
-                // dropout index: ((b*A + h)*S + i)*S + j, the naive path's element of P
-                bool keep = dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+                bool keep = dropout_keep(seed, stream, blk.dropout_index(b, h, i, j0 + j),
+                                         dropout_p);
                 s_r[j] = keep ? s_r[j] * keep_scale : 0.0f;
               }
             }
@@ -136,6 +172,11 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
         for (int r = 0; r < bq; r++) {
           float* O_i = O + (size_t)(i0 + r) * D;  // seek to output row i
           const float* acc_r = acc.data() + (size_t)r * D;
+          if (l[r] == 0.0f) {  // saw no key
+            for (int c = 0; c < D; c++) O_i[c] = 0.0f;
+            LSE[i0 + r] = -INFINITY;
+            continue;
+          }
           const float inv_l = 1.0f / l[r];
           for (int c = 0; c < D; c++) O_i[c] = acc_r[c] * inv_l;
           LSE[i0 + r] = m[r] + logf(l[r]);
@@ -147,35 +188,35 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
 
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout,
                               const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, int B, int A, int G, int S, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream) {
+                              const float* lse, int B, int A, int G, int D, float scale,
+                              float dropout_p, uint64_t seed, uint64_t stream,
+                              const AttentionBlock& blk) {
   check_groups(A, G);
   const int heads_per_group = A / G;
+  const int Sq = blk.q.rows, Sk = blk.k.rows;
   const float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
-  // Outputs are "=", but every tile adds into them (and a group's heads add into one dK, dV).
-  memset_zero(dq, (size_t)B * A * S * D * sizeof(float));
-  memset_zero(dk, (size_t)B * G * S * D * sizeof(float));
-  memset_zero(dv, (size_t)B * G * S * D * sizeof(float));
   std::vector<float> p_tile((size_t)kBlockQ * kBlockK);   // scores, then P'
   std::vector<float> ds_tile((size_t)kBlockQ * kBlockK);  // dP', then dS
-  std::vector<float> delta(S);                            // D_i = dO_i . O_i
+  std::vector<float> delta(Sq);                           // D_i = dO_i . O_i
+  std::vector<int> visible(Sq);                           // n_i, keys query i sees
+  for (int i = 0; i < Sq; i++) visible[i] = blk.visible(i);
 
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < A; h++) {
       const int g = h / heads_per_group;
       const size_t bh = (size_t)b * A + h;
       const size_t bg = (size_t)b * G + g;
-      const float* Q = q + bh * S * D;  // seek to head (b, h) in every per-head tensor
-      const float* O = o + bh * S * D;
-      const float* dO = dout + bh * S * D;
-      const float* LSE = lse + bh * S;
-      float* dQ = dq + bh * S * D;
-      const float* K = k + bg * S * D;  // and to group g in the per-group ones
-      const float* V = v + bg * S * D;
-      float* dK = dk + bg * S * D;
-      float* dV = dv + bg * S * D;
+      const float* Q = q + bh * blk.q.head_stride;  // seek to head (b, h) in the q view
+      const float* O = o + bh * blk.q.head_stride;
+      const float* dO = dout + bh * blk.q.head_stride;
+      const float* LSE = lse + bh * (blk.q.head_stride / D);
+      float* dQ = dq + bh * blk.q.head_stride;
+      const float* K = k + bg * blk.k.head_stride;  // and to group g in the k view
+      const float* V = v + bg * blk.k.head_stride;
+      float* dK = dk + bg * blk.k.head_stride;
+      float* dV = dv + bg * blk.k.head_stride;
 
-      for (int i = 0; i < S; i++) {
+      for (int i = 0; i < Sq; i++) {
         const float* O_i = O + (size_t)i * D;  // seek to row i of O and dO
         const float* dO_i = dO + (size_t)i * D;
         float dot = 0.0f;
@@ -183,11 +224,11 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
         delta[i] = dot;
       }
 
-      for (int j0 = 0; j0 < S; j0 += kBlockK) {
-        const int bk = std::min(kBlockK, S - j0);
-        // Query blocks that end before key j0 cannot see this key block: start at j0's block.
-        for (int i0 = j0 / kBlockQ * kBlockQ; i0 < S; i0 += kBlockQ) {
-          const int bq = std::min(kBlockQ, S - i0);
+      for (int j0 = 0; j0 < Sk; j0 += kBlockK) {
+        const int bk = std::min(kBlockK, Sk - j0);
+        // Query blocks before the first query that sees key j0 cannot see this key block.
+        for (int i0 = first_query_seeing(blk, j0) / kBlockQ * kBlockQ; i0 < Sq; i0 += kBlockQ) {
+          const int bq = std::min(kBlockQ, Sq - i0);
           // p_tile = scale * Q_blk K_blk^T (recomputed scores), ds_tile = dO_blk V_blk^T = dP'
           tile_gemm(false, true, bq, bk, D, scale, Q + (size_t)i0 * D, D, K + (size_t)j0 * D,
                     D, 0.0f, p_tile.data(), kBlockK);
@@ -198,7 +239,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
             const int i = i0 + r;
             float* p_r = p_tile.data() + (size_t)r * kBlockK;  // seek to query i's row
             float* ds_r = ds_tile.data() + (size_t)r * kBlockK;
-            const int nk = visible_keys(i, j0, bk);
+            const int nk = visible_keys(visible[i], j0, bk);
             const float lse_i = LSE[i], delta_i = delta[i];
             if (dropout_p == 0.0f) {  // P' = P and dP = dP': a loop that vectorises
               for (int j = 0; j < nk; j++) {
@@ -208,7 +249,8 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
             } else {
               for (int j = 0; j < nk; j++) {
                 float p = exp_simd(p_r[j] - lse_i);
-                bool keep = dropout_keep(seed, stream, (bh * S + i) * S + (j0 + j), dropout_p);
+                bool keep = dropout_keep(seed, stream, blk.dropout_index(b, h, i, j0 + j),
+                                         dropout_p);
                 float dp = keep ? ds_r[j] * keep_scale : 0.0f;  // dP = dP' keep / (1-p)
                 p_r[j] = keep ? p * keep_scale : 0.0f;          // P', for dV
                 ds_r[j] = p * (dp - delta_i);                   // dS

@@ -1,5 +1,6 @@
-// kernels/cuda/attention.cu: attention layout (fused QKV split with RoPE, head merge) and
-// the naive path's causal softmax.
+// kernels/cuda/attention.cu: attention layout (fused QKV split with RoPE, head merge), the
+// naive path's pieces of one attention pass (kernels/math.h AttentionBlock: softmax, its
+// backward, the rescale to the whole row's lse, dropout, delta) and ring attention's merge.
 //
 // Layout ops are pure gathers: one thread per element of the fused tensor computes where
 // its element lives in the head-major tensors. The QKV row of a token holds G groups, each
@@ -7,7 +8,8 @@
 // is group c / ((A/G + 2) D), slot (c mod (A/G + 2) D) / D within the group (slots < A/G
 // are query heads, then k, then v), channel c mod D.
 //
-// RoPE, rotate-half form, for pair i < D/2 at position s with angle t = s * theta^(-2i/D):
+// RoPE, rotate-half form, for pair i < D/2 of the token at local row s, global position
+// pos.at(s) (context parallelism; s itself by default), with angle t = pos.at(s) theta^(-2i/D):
 //   forward   y_i = x_i cos t - x_{i+D/2} sin t      y_{i+D/2} = x_{i+D/2} cos t + x_i sin t
 //   backward  dx_i = dy_i cos t + dy_{i+D/2} sin t   dx_{i+D/2} = dy_{i+D/2} cos t - dy_i sin t
 // (the transpose of a rotation is the rotation by -t). Each thread reads its partner
@@ -17,7 +19,13 @@
 // (i, i + D/2), which reads both before writing either, through the same rope_rotate as the
 // split, so split(theta 0) then rope_forward equals split(theta) bit for bit.
 //
-// Causal softmax: one block per score row, threads stride over the row's columns.
+// One pass of attention, materialised: probs, scores and dprobs are (BH, q.rows, k.rows)
+// (BH = B*A), contiguous. Query row i sees keys j < blk.visible(i) (a prefix: positions
+// increase along the rows); the rest is masked. Every lse and delta sits at the q view: row i
+// of head bh at bh * (q.head_stride / D) + i (kernels/ops.h). The row ops run one block per
+// row, threads striding over its columns; delta and the merge work at the rows of a view (rows
+// of head bh start at bh * head_stride, D apart) with one warp per row, lanes striding over
+// the D channels.
 //
 // Every kernel is templated on the storage type T (float or bf16): loads widen with
 // to_float, RoPE and the softmax compute in fp32, store rounds. Without RoPE the layout ops
@@ -60,12 +68,12 @@ __device__ inline QkvSlot locate_qkv(size_t idx, int S, int A, int G, int D) {
 }
 
 // Rotates channel dd of a head row by RoPE (direction +1 forward, -1 backward); x is the
-// channel's own value and partner the value at channel (dd + D/2) mod D.
-__device__ inline float rope_rotate(float x, float partner, int dd, int s, int D, float theta,
-                                    float direction) {
+// channel's own value and partner the value at channel (dd + D/2) mod D; position is global.
+__device__ inline float rope_rotate(float x, float partner, int dd, int position, int D,
+                                    float theta, float direction) {
   const int half = D / 2;
   const int i = dd < half ? dd : dd - half;
-  const float angle = (float)s * rope_inv_freq(i, D, theta);
+  const float angle = (float)position * rope_inv_freq(i, D, theta);
   const float sign = dd < half ? -direction : direction;
   return x * cosf(angle) + sign * partner * sinf(angle);
 }
@@ -73,13 +81,14 @@ __device__ inline float rope_rotate(float x, float partner, int dd, int s, int D
 // mirrors cpu::qkv_split_forward
 template <typename T>
 __global__ void qkv_split_forward_kernel(T* q, T* k, T* v, const T* qkv, size_t total, int S,
-                                         int A, int G, int D, float rope_theta) {
+                                         int A, int G, int D, float rope_theta,
+                                         TokenPositions pos) {
   GRID_STRIDE_LOOP(idx, total) {
     QkvSlot slot = locate_qkv(idx, S, A, G, D);
     float x = to_float(qkv[idx]);
     if (rope_theta > 0.0f && slot.which < 2) {
       float partner = to_float(qkv[idx - slot.dd + (slot.dd + D / 2) % D]);
-      x = rope_rotate(x, partner, slot.dd, slot.s, D, rope_theta, 1.0f);
+      x = rope_rotate(x, partner, slot.dd, pos.at(slot.s), D, rope_theta, 1.0f);
     }
     T* dst = slot.which == 0 ? q : (slot.which == 1 ? k : v);
     store(dst[slot.offset], x);
@@ -90,14 +99,14 @@ __global__ void qkv_split_forward_kernel(T* q, T* k, T* v, const T* qkv, size_t 
 template <typename T>
 __global__ void qkv_split_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv,
                                           size_t total, int S, int A, int G, int D,
-                                          float rope_theta) {
+                                          float rope_theta, TokenPositions pos) {
   GRID_STRIDE_LOOP(idx, total) {
     QkvSlot slot = locate_qkv(idx, S, A, G, D);
     const T* src = slot.which == 0 ? dq : (slot.which == 1 ? dk : dv);
     float g = to_float(src[slot.offset]);
     if (rope_theta > 0.0f && slot.which < 2) {
       float partner = to_float(src[slot.offset - slot.dd + (slot.dd + D / 2) % D]);
-      g = rope_rotate(g, partner, slot.dd, slot.s, D, rope_theta, -1.0f);
+      g = rope_rotate(g, partner, slot.dd, pos.at(slot.s), D, rope_theta, -1.0f);
     }
     store(dqkv[idx], g);
   }
@@ -124,21 +133,22 @@ __global__ void heads_merge_kernel(T* dst, const T* src, size_t total, int S, in
 // One template launcher per op; the entry points are its float and bf16 instantiations.
 template <typename T>
 static void qkv_split_forward_launch(T* q, T* k, T* v, const T* qkv, int B, int S, int A, int G,
-                                     int D, float rope_theta) {
+                                     int D, float rope_theta, const TokenPositions& pos) {
   size_t total = (size_t)B * S * (A + 2 * G) * D;
   if (total == 0) return;
   qkv_split_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(q, k, v, qkv, total, S, A, G,
-                                                                      D, rope_theta);
+                                                                      D, rope_theta, pos);
   KERNEL_CHECK();
 }
 
 template <typename T>
 static void qkv_split_backward_launch(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int S,
-                                      int A, int G, int D, float rope_theta) {
+                                      int A, int G, int D, float rope_theta,
+                                      const TokenPositions& pos) {
   size_t total = (size_t)B * S * (A + 2 * G) * D;
   if (total == 0) return;
   qkv_split_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(dqkv, dq, dk, dv, total, S,
-                                                                       A, G, D, rope_theta);
+                                                                       A, G, D, rope_theta, pos);
   KERNEL_CHECK();
 }
 
@@ -152,20 +162,20 @@ static void heads_merge_launch(T* dst, const T* src, int B, int S, int A, int D,
 }
 
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta) {
-  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta);
+                       int D, float rope_theta, const TokenPositions& pos) {
+  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
 void qkv_split_forward(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta) {
-  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta);
+                       int D, float rope_theta, const TokenPositions& pos) {
+  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta) {
-  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
 void qkv_split_backward(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S,
-                        int A, int G, int D, float rope_theta) {
-  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta);
+                        int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
 void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
   heads_merge_launch(out, o, B, S, A, D, true);
@@ -182,113 +192,306 @@ void heads_merge_backward(bf16* d_o, const bf16* dout, int B, int S, int A, int 
 
 // ---- RoPE alone ----------------------------------------------------------------------------
 // mirrors cpu::rope_forward / rope_backward (direction +1 / -1): pair idx is pair i < D/2 of
-// head row idx / (D/2) of the (B*H*S, D) tensor, at position s = row % S.
+// head row idx / (D/2) of the (B*H*S, D) tensor, at local row s = row % S, global position
+// pos.at(s).
 template <typename T>
-__global__ void rope_kernel(T* x, size_t pairs, int S, int D, float theta, float direction) {
+__global__ void rope_kernel(T* x, size_t pairs, int S, int D, float theta, float direction,
+                            TokenPositions pos) {
   GRID_STRIDE_LOOP(idx, pairs) {
     const int half = D / 2;
     const size_t row = idx / half;
-    const int i = (int)(idx % half), s = (int)(row % S);
+    const int i = (int)(idx % half), position = pos.at((int)(row % S));
     T* x_row = x + row * D;
     const float lo = to_float(x_row[i]), hi = to_float(x_row[i + half]);
-    store(x_row[i], rope_rotate(lo, hi, i, s, D, theta, direction));
-    store(x_row[i + half], rope_rotate(hi, lo, i + half, s, D, theta, direction));
+    store(x_row[i], rope_rotate(lo, hi, i, position, D, theta, direction));
+    store(x_row[i + half], rope_rotate(hi, lo, i + half, position, D, theta, direction));
   }
 }
 
 template <typename T>
-static void rope_launch(T* x, int B, int H, int S, int D, float theta, float direction) {
+static void rope_launch(T* x, int B, int H, int S, int D, float theta, float direction,
+                        const TokenPositions& pos) {
   if (theta <= 0.0f) return;
   if (D % 2 != 0) throw std::invalid_argument("rope: odd D");
   const size_t pairs = (size_t)B * H * S * (D / 2);
   if (pairs == 0) return;
-  rope_kernel<<<grid_1d(pairs), kThreads, 0, stream()>>>(x, pairs, S, D, theta, direction);
+  rope_kernel<<<grid_1d(pairs), kThreads, 0, stream()>>>(x, pairs, S, D, theta, direction, pos);
   KERNEL_CHECK();
 }
 
-void rope_forward(float* x, int B, int H, int S, int D, float theta) {
-  rope_launch(x, B, H, S, D, theta, 1.0f);
+void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+  rope_launch(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_forward(bf16* x, int B, int H, int S, int D, float theta) {
-  rope_launch(x, B, H, S, D, theta, 1.0f);
+void rope_forward(bf16* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+  rope_launch(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_backward(float* dx, int B, int H, int S, int D, float theta) {
-  rope_launch(dx, B, H, S, D, theta, -1.0f);
+void rope_backward(float* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+  rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
-void rope_backward(bf16* dx, int B, int H, int S, int D, float theta) {
-  rope_launch(dx, B, H, S, D, theta, -1.0f);
+void rope_backward(bf16* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+  rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
 
-// ---- causal softmax ------------------------------------------------------------------------
-// mirrors cpu::causal_softmax_forward. Block = one row i of one (S, S) matrix; columns
-// j <= i get exp(scale s_j - max) / sum, the rest 0. probs may alias scores: every pass
-// before the last only reads, and in the last each thread reads then writes its own j.
+// ---- one attention pass, materialised --------------------------------------------------------
+// mirrors cpu::attention_softmax_forward. Block = one row (bh, i); over the visible keys
+// j < n = blk.visible(i), with x_j = scale s_j and m = max_j x_j:
+//   p_j = exp(x_j - m) / sum_j' exp(x_j' - m),  lse_i = m + log sum_j' exp(x_j' - m)
+// (exp_simd, as the CPU twin), p_j = 0 for j >= n; a row that sees no key gets lse = -inf.
+// probs may alias scores: every pass before the last only reads, and in the last each thread
+// reads then writes its own j.
 template <typename T>
-__global__ void causal_softmax_forward_kernel(T* probs, const T* scores, int S, float scale) {
-  const size_t row = blockIdx.x;
-  const int i = (int)(row % S);
-  const T* sr = scores + row * S;
-  T* pr = probs + row * S;
+__global__ void attention_softmax_forward_kernel(T* probs, float* lse, const T* scores,
+                                                 size_t lse_stride, float scale,
+                                                 AttentionBlock blk) {
+  const size_t row = blockIdx.x, bh = row / blk.q.rows;
+  const int i = (int)(row % blk.q.rows), L = blk.k.rows, n = blk.visible(i);
+  const T* sr = scores + row * L;
+  T* pr = probs + row * L;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, scale * to_float(sr[j]));
+  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, scale * to_float(sr[j]));
   mx = block_max(mx);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(scale * to_float(sr[j]) - mx);
-  const float inv = 1.0f / block_sum(sum);
-  for (int j = threadIdx.x; j < S; j += blockDim.x)
-    store(pr[j], j <= i ? expf(scale * to_float(sr[j]) - mx) * inv : 0.0f);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) sum += exp_simd(scale * to_float(sr[j]) - mx);
+  sum = block_sum(sum);
+  const float inv = n > 0 ? 1.0f / sum : 0.0f;
+  for (int j = threadIdx.x; j < L; j += blockDim.x)
+    store(pr[j], j < n ? exp_simd(scale * to_float(sr[j]) - mx) * inv : 0.0f);
+  if (lse && threadIdx.x == 0) lse[bh * lse_stride + i] = n > 0 ? mx + logf(sum) : -INFINITY;
 }
 
-// mirrors cpu::causal_softmax_backward: ds_j = scale P_j (dP_j - sum_k dP_k P_k), 0 above
-// the diagonal (P is 0 there). dscores may alias dprobs, as in the forward.
+// mirrors cpu::attention_softmax_backward: ds_j = scale P_j (dP_j - t) over the visible keys,
+// 0 for the rest, with t = delta_i (the whole row's dout . o) or, without delta, this pass's
+// sum_j P_j dP_j. dscores may alias dprobs, as in the forward.
 template <typename T>
-__global__ void causal_softmax_backward_kernel(T* dscores, const T* dprobs, const T* probs, int S,
-                                               float scale) {
-  const size_t row = blockIdx.x;
-  const int i = (int)(row % S);
-  const T* dpr = dprobs + row * S;
-  const T* pr = probs + row * S;
-  T* dsr = dscores + row * S;
-  float dot = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += to_float(dpr[j]) * to_float(pr[j]);
-  dot = block_sum(dot);
-  for (int j = threadIdx.x; j < S; j += blockDim.x)
-    store(dsr[j], j <= i ? scale * to_float(pr[j]) * (to_float(dpr[j]) - dot) : 0.0f);
+__global__ void attention_softmax_backward_kernel(T* dscores, const T* dprobs, const T* probs,
+                                                  const float* delta, size_t delta_stride,
+                                                  float scale, AttentionBlock blk) {
+  const size_t row = blockIdx.x, bh = row / blk.q.rows;
+  const int i = (int)(row % blk.q.rows), L = blk.k.rows, n = blk.visible(i);
+  const T* dpr = dprobs + row * L;
+  const T* pr = probs + row * L;
+  T* dsr = dscores + row * L;
+  float t;
+  if (delta) {
+    t = delta[bh * delta_stride + i];
+  } else {
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) dot += to_float(dpr[j]) * to_float(pr[j]);
+    t = block_sum(dot);
+  }
+  for (int j = threadIdx.x; j < L; j += blockDim.x)
+    store(dsr[j], j < n ? scale * to_float(pr[j]) * (to_float(dpr[j]) - t) : 0.0f);
+}
+
+// mirrors cpu::attention_probs_rescale: P_ij *= exp(lse_pass_i - lse_i) for the visible keys,
+// turning a pass's softmax into its share of the whole row's (masked entries are 0 and are
+// left alone). A row that saw no key here (lse_pass = -inf) is all zeros and stays so (the
+// factor is not computed: lse may be -inf too).
+template <typename T>
+__global__ void attention_probs_rescale_kernel(T* probs, const float* lse_pass, const float* lse,
+                                               size_t total, size_t lse_stride,
+                                               AttentionBlock blk) {
+  GRID_STRIDE_LOOP(e, total) {
+    const size_t row = e / blk.k.rows;
+    const int i = (int)(row % blk.q.rows), j = (int)(e % blk.k.rows);
+    const size_t at = row / blk.q.rows * lse_stride + i;
+    if (lse_pass[at] == -INFINITY || j >= blk.visible(i)) continue;
+    store(probs[e], to_float(probs[e]) * expf(lse_pass[at] - lse[at]));
+  }
+}
+
+// Kept values are scaled by 1/(1-p); p >= 1 drops everything, and the scale 0 avoids 0 * inf.
+static float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+// mirrors cpu::attention_dropout_forward: element (bh, i, j), bh = b A + h, is kept when
+// counter_uniform(seed, stream, blk.dropout_index(b, h, i, j)) >= p, the bit the flash kernels
+// and the single-rank naive pass draw for the same probability.
+template <typename T>
+__global__ void attention_dropout_forward_kernel(T* out, uint8_t* mask, const T* probs,
+                                                 size_t total, int A, float p, float kept_scale,
+                                                 uint64_t seed, uint64_t rng_stream,
+                                                 AttentionBlock blk) {
+  GRID_STRIDE_LOOP(e, total) {
+    const size_t row = e / blk.k.rows, bh = row / blk.q.rows;
+    const int i = (int)(row % blk.q.rows), j = (int)(e % blk.k.rows);
+    const int b = (int)(bh / A), h = (int)(bh % A);
+    const bool keep = p <= 0.0f || dropout_keep(seed, rng_stream, blk.dropout_index(b, h, i, j), p);
+    mask[e] = keep ? 1 : 0;
+    store(out[e], keep ? to_float(probs[e]) * kept_scale : 0.0f);
+  }
+}
+
+// Warp-per-row kernels: warp r of the grid takes view row r = bh * rows.rows + i, striding by
+// the grid's warp count.
+#define WARP_ROW_LOOP(r, n)                                                           \
+  for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < (size_t)(n); \
+       r += (size_t)gridDim.x * blockDim.x / 32)
+
+// mirrors cpu::attention_delta: delta_i = sum_c dout_ic o_ic, at the view's rows (delta with
+// stride head_stride / D per head).
+template <typename T>
+__global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, size_t n_rows,
+                                       int D, AttentionRows rows) {
+  const int lane = threadIdx.x % 32;
+  WARP_ROW_LOOP(r, n_rows) {
+    const size_t bh = r / rows.rows, i = r % rows.rows;
+    const size_t off = bh * rows.head_stride + i * D;
+    float s = 0.0f;
+    for (int c = lane; c < D; c += 32) s += to_float(dout[off + c]) * to_float(o[off + c]);
+    s = warp_sum(s);
+    if (lane == 0) delta[bh * (rows.head_stride / D) + i] = s;
+  }
+}
+
+// mirrors cpu::attention_merge, through the same kernels/math.h helpers: per row (lse,
+// lse_pass with stride head_stride / D) attention_merge_weights gives lse' = log(e^lse +
+// e^lse_pass) and the weights w, w_pass (false: the pass saw no key, the row stays), then
+// o' = o w + o_pass w_pass per channel (attention_merge_value). Every lane reads the row's lse
+// before lane 0 rewrites it (__syncwarp between).
+template <typename T>
+__global__ void attention_merge_kernel(float* o, float* lse, const T* o_pass,
+                                       const float* lse_pass, size_t n_rows, int D,
+                                       AttentionRows rows) {
+  const int lane = threadIdx.x % 32;
+  WARP_ROW_LOOP(r, n_rows) {
+    const size_t bh = r / rows.rows, i = r % rows.rows;
+    const size_t off = bh * rows.head_stride + i * D, at = bh * (rows.head_stride / D) + i;
+    float w, w_pass, merged;
+    // The same answer in every lane of the warp.
+    if (!attention_merge_weights(lse[at], lse_pass[at], &w, &w_pass, &merged)) continue;
+    for (int c = lane; c < D; c += 32)
+      o[off + c] = attention_merge_value(o[off + c], to_float(o_pass[off + c]), w, w_pass);
+    __syncwarp();
+    if (lane == 0) lse[at] = merged;
+  }
+}
+#undef WARP_ROW_LOOP
+
+// One block per probability row: BH * q.rows blocks.
+static unsigned row_blocks(int BH, const AttentionBlock& blk) {
+  const size_t rows = (size_t)BH * blk.q.rows;
+  if (rows > 0x7FFFFFFFu) throw std::invalid_argument("attention: too many rows for one grid");
+  return (unsigned)rows;
+}
+// Elements between the lse (or delta) of consecutive heads: the view's rows per head.
+static size_t row_stride(const AttentionRows& rows, int D) {
+  if (D <= 0 || rows.head_stride % D != 0)
+    throw std::invalid_argument("attention: the view's head_stride must be whole rows of D");
+  return (size_t)(rows.head_stride / D);
 }
 
 template <typename T>
-static void causal_softmax_forward_launch(T* probs, const T* scores, int rows, int S,
-                                          float scale) {
-  size_t blocks = (size_t)rows * S;
-  if (blocks == 0) return;
-  causal_softmax_forward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(probs, scores, S,
-                                                                             scale);
+static void attention_softmax_forward_launch(T* probs, float* lse, const T* scores, int BH, int D,
+                                             float scale, const AttentionBlock& blk) {
+  if (BH == 0 || blk.q.rows == 0) return;
+  attention_softmax_forward_kernel<<<row_blocks(BH, blk), kThreads, 0, stream()>>>(
+      probs, lse, scores, lse ? row_stride(blk.q, D) : 0, scale, blk);
   KERNEL_CHECK();
 }
 
 template <typename T>
-static void causal_softmax_backward_launch(T* dscores, const T* dprobs, const T* probs, int rows,
-                                           int S, float scale) {
-  size_t blocks = (size_t)rows * S;
-  if (blocks == 0) return;
-  causal_softmax_backward_kernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(dscores, dprobs,
-                                                                              probs, S, scale);
+static void attention_softmax_backward_launch(T* dscores, const T* dprobs, const T* probs,
+                                              const float* delta, int BH, int D, float scale,
+                                              const AttentionBlock& blk) {
+  if (BH == 0 || blk.q.rows == 0 || blk.k.rows == 0) return;
+  attention_softmax_backward_kernel<<<row_blocks(BH, blk), kThreads, 0, stream()>>>(
+      dscores, dprobs, probs, delta, delta ? row_stride(blk.q, D) : 0, scale, blk);
   KERNEL_CHECK();
 }
 
-void causal_softmax_forward(float* probs, const float* scores, int rows, int S, float scale) {
-  causal_softmax_forward_launch(probs, scores, rows, S, scale);
+template <typename T>
+static void attention_probs_rescale_launch(T* probs, const float* lse_pass, const float* lse,
+                                           int BH, int D, const AttentionBlock& blk) {
+  const size_t total = (size_t)BH * blk.q.rows * blk.k.rows;
+  if (total == 0) return;
+  attention_probs_rescale_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
+      probs, lse_pass, lse, total, row_stride(blk.q, D), blk);
+  KERNEL_CHECK();
 }
-void causal_softmax_forward(bf16* probs, const bf16* scores, int rows, int S, float scale) {
-  causal_softmax_forward_launch(probs, scores, rows, S, scale);
+
+template <typename T>
+static void attention_dropout_forward_launch(T* out, uint8_t* mask, const T* probs, int B, int A,
+                                             float p, uint64_t seed, uint64_t rng_stream,
+                                             const AttentionBlock& blk) {
+  const size_t total = (size_t)B * A * blk.q.rows * blk.k.rows;
+  if (total == 0) return;
+  attention_dropout_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
+      out, mask, probs, total, A, p, keep_scale(p), seed, rng_stream, blk);
+  KERNEL_CHECK();
 }
-void causal_softmax_backward(float* dscores, const float* dprobs, const float* probs, int rows,
-                             int S, float scale) {
-  causal_softmax_backward_launch(dscores, dprobs, probs, rows, S, scale);
+
+template <typename T>
+static void attention_delta_launch(float* delta, const T* dout, const T* o, int BH, int D,
+                                   const AttentionRows& rows) {
+  const size_t n_rows = (size_t)BH * rows.rows;
+  if (n_rows == 0) return;
+  row_stride(rows, D);  // throws unless whole rows
+  attention_delta_kernel<<<grid_1d(n_rows * 32), kThreads, 0, stream()>>>(delta, dout, o, n_rows,
+                                                                          D, rows);
+  KERNEL_CHECK();
 }
-void causal_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs, int rows, int S,
-                             float scale) {
-  causal_softmax_backward_launch(dscores, dprobs, probs, rows, S, scale);
+
+template <typename T>
+static void attention_merge_launch(float* o, float* lse, const T* o_pass, const float* lse_pass,
+                                   int BH, int D, const AttentionRows& rows) {
+  const size_t n_rows = (size_t)BH * rows.rows;
+  if (n_rows == 0) return;
+  row_stride(rows, D);  // throws unless whole rows
+  attention_merge_kernel<<<grid_1d(n_rows * 32), kThreads, 0, stream()>>>(o, lse, o_pass,
+                                                                          lse_pass, n_rows, D,
+                                                                          rows);
+  KERNEL_CHECK();
+}
+
+void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk) {
+  attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
+}
+void attention_softmax_forward(bf16* probs, float* lse, const bf16* scores, int BH, int D,
+                               float scale, const AttentionBlock& blk) {
+  attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
+}
+void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk) {
+  attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
+void attention_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs,
+                                const float* delta, int BH, int D, float scale,
+                                const AttentionBlock& blk) {
+  attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
+void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk) {
+  attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
+}
+void attention_probs_rescale(bf16* probs, const float* lse_pass, const float* lse, int BH,
+                             int D, const AttentionBlock& blk) {
+  attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
+}
+void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
+                               float p, uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
+}
+void attention_dropout_forward(bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p,
+                               uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
+}
+void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
+                     const AttentionRows& rows) {
+  attention_delta_launch(delta, dout, o, BH, D, rows);
+}
+void attention_delta(float* delta, const bf16* dout, const bf16* o, int BH, int D,
+                     const AttentionRows& rows) {
+  attention_delta_launch(delta, dout, o, BH, D, rows);
+}
+void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows) {
+  attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
+}
+void attention_merge(float* o, float* lse, const bf16* o_pass, const float* lse_pass, int BH,
+                     int D, const AttentionRows& rows) {
+  attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
 }
 
 }  // namespace cuda

@@ -147,12 +147,13 @@ __global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte
   }
 }
 
-// mirrors cpu::position_embedding_forward: out[n, c] += wpe[(first_row + n) % seq_len, c].
+// mirrors cpu::position_embedding_forward: out[n, c] += wpe[pos.at(s), c], s = (first_row + n)
+// mod seq_len the local position, pos.at(s) the global one.
 template <typename T>
 __global__ void position_embedding_forward_kernel(T* out, const T* wpe, size_t total, int seq_len,
-                                                  int first_row, int C) {
+                                                  int first_row, int C, TokenPositions pos) {
   GRID_STRIDE_LOOP(i, total) {
-    const size_t s = ((size_t)first_row + i / C) % seq_len;
+    const size_t s = (size_t)pos.at((int)(((size_t)first_row + i / C) % seq_len));
     store(out[i], to_float(out[i]) + to_float(wpe[s * C + i % C]));
   }
 }
@@ -215,20 +216,22 @@ __global__ void embedding_backward_wte_owner_kernel(T* dwte, const T* dout, cons
   }
 }
 
-// mirrors cpu::position_embedding_backward: dwpe[s, c] += sum over the rows n whose position
-// (first_row + n) % seq_len is s, i.e. n = n0, n0 + seq_len, ... with
+// mirrors cpu::position_embedding_backward: dwpe[pos.at(s), c] += sum over the rows n whose
+// local position (first_row + n) % seq_len is s, i.e. n = n0, n0 + seq_len, ... with
 // n0 = (s - first_row) mod seq_len. One thread per (s, c) walks its rows in order:
-// deterministic, and summed in fp32 before the one rounding into a bf16 dwpe.
+// deterministic, and summed in fp32 before the one rounding into a bf16 dwpe. pos.at is one
+// to one, so no two threads write the same table element.
 template <typename T>
 __global__ void position_embedding_backward_kernel(T* dwpe, const T* dout, int N, int seq_len,
-                                                   int first_row, int C) {
+                                                   int first_row, int C, TokenPositions pos) {
   GRID_STRIDE_LOOP(i, (size_t)seq_len * C) {
     const int s = (int)(i / C);
     const size_t c = i % C;
     const int n0 = ((s - first_row) % seq_len + seq_len) % seq_len;
     float acc = 0.0f;
     for (size_t n = n0; n < (size_t)N; n += seq_len) acc += to_float(dout[n * C + c]);
-    store(dwpe[i], to_float(dwpe[i]) + acc);
+    T& dst = dwpe[(size_t)pos.at(s) * C + c];
+    store(dst, to_float(dst) + acc);
   }
 }
 
@@ -259,21 +262,21 @@ static void embedding_backward_launch(T* dwte, const T* dout, const int* tokens,
 
 template <typename T>
 static void position_embedding_forward_launch(T* out, const T* wpe, int N, int seq_len,
-                                              int first_row, int C) {
+                                              int first_row, int C, const TokenPositions& pos) {
   const size_t total = (size_t)N * C;
   if (total == 0) return;
   position_embedding_forward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
-      out, wpe, total, seq_len, first_row, C);
+      out, wpe, total, seq_len, first_row, C, pos);
   KERNEL_CHECK();
 }
 
 template <typename T>
 static void position_embedding_backward_launch(T* dwpe, const T* dout, int N, int seq_len,
-                                               int first_row, int C) {
+                                               int first_row, int C, const TokenPositions& pos) {
   const size_t total = (size_t)seq_len * C;
   if (N == 0 || total == 0) return;
   position_embedding_backward_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(
-      dwpe, dout, N, seq_len, first_row, C);
+      dwpe, dout, N, seq_len, first_row, C, pos);
   KERNEL_CHECK();
 }
 
@@ -294,20 +297,20 @@ void embedding_backward(bf16* dwte, const bf16* dout, const int* tokens, int voc
   embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
 }
 void position_embedding_forward(float* out, const float* wpe, int N, int seq_len, int first_row,
-                                int C) {
-  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C);
+                                int C, const TokenPositions& pos) {
+  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C, pos);
 }
 void position_embedding_forward(bf16* out, const bf16* wpe, int N, int seq_len, int first_row,
-                                int C) {
-  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C);
+                                int C, const TokenPositions& pos) {
+  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C, pos);
 }
 void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C) {
-  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C);
+                                 int first_row, int C, const TokenPositions& pos) {
+  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C, pos);
 }
 void position_embedding_backward(bf16* dwpe, const bf16* dout, int N, int seq_len, int first_row,
-                                 int C) {
-  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C);
+                                 int C, const TokenPositions& pos) {
+  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C, pos);
 }
 
 // ---- activations ---------------------------------------------------------------------------
@@ -396,13 +399,15 @@ void swiglu_backward(bf16* din, const bf16* dout, const bf16* in, int N, int F) 
 // p >= 1 drops everything, and the scale 0 avoids 0 * inf = NaN.
 static float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-// mirrors cpu::dropout_forward: the mask is a pure function of (seed, stream, i), so it does
-// not depend on T.
+// mirrors cpu::dropout_forward: the mask is a pure function of (seed, stream, index), with
+// index = pos.element(i, width) the element's single-rank index (i itself by default), so it
+// does not depend on T.
 template <typename T>
 __global__ void dropout_forward_kernel(T* out, uint8_t* mask, const T* in, size_t n, float p,
-                                       float kept_scale, uint64_t seed, uint64_t stream) {
+                                       float kept_scale, uint64_t seed, uint64_t stream,
+                                       TokenPositions pos, int width) {
   GRID_STRIDE_LOOP(i, n) {
-    bool keep = p <= 0.0f || dropout_keep(seed, stream, i, p);
+    bool keep = p <= 0.0f || dropout_keep(seed, stream, pos.element(i, width), p);
     mask[i] = keep ? 1 : 0;
     store(out[i], keep ? to_float(in[i]) * kept_scale : 0.0f);
   }
@@ -416,10 +421,12 @@ __global__ void dropout_backward_kernel(T* din, const T* dout, const uint8_t* ma
 
 template <typename T>
 static void dropout_forward_launch(T* out, uint8_t* mask, const T* in, size_t n, float p,
-                                   uint64_t seed, uint64_t stream_id) {
+                                   uint64_t seed, uint64_t stream_id, const TokenPositions& pos,
+                                   int width) {
   if (n == 0) return;
+  if (width <= 0) throw std::invalid_argument("dropout_forward: width must be positive");
   dropout_forward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(out, mask, in, n, p, keep_scale(p),
-                                                                seed, stream_id);
+                                                                seed, stream_id, pos, width);
   KERNEL_CHECK();
 }
 template <typename T>
@@ -431,12 +438,12 @@ static void dropout_backward_launch(T* din, const T* dout, const uint8_t* mask, 
 }
 
 void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p, uint64_t seed,
-                     uint64_t stream_id) {
-  dropout_forward_launch(out, mask, in, n, p, seed, stream_id);
+                     uint64_t stream_id, const TokenPositions& pos, int width) {
+  dropout_forward_launch(out, mask, in, n, p, seed, stream_id, pos, width);
 }
 void dropout_forward(bf16* out, uint8_t* mask, const bf16* in, size_t n, float p, uint64_t seed,
-                     uint64_t stream_id) {
-  dropout_forward_launch(out, mask, in, n, p, seed, stream_id);
+                     uint64_t stream_id, const TokenPositions& pos, int width) {
+  dropout_forward_launch(out, mask, in, n, p, seed, stream_id, pos, width);
 }
 void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p) {
   dropout_backward_launch(din, dout, mask, n, p);

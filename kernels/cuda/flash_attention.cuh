@@ -1,16 +1,17 @@
 // kernels/cuda/flash_attention.cuh: what the flash attention forward and backward kernels
-// share: the tile geometry, tile loads, the dropout index, shared-memory set-up.
+// share: the tile geometry, tile loads, the dropout index, the tiles a pass needs, shared-memory
+// set-up.
 //
 // Tiles are 32 query rows by 32 key rows: 32 is the warp width, so lane j of a warp can
 // own key j of a tile and reduce over keys with shuffles. A block has 4 warps; warp w owns
 // rows w, w + 4, ..., w + 28 of its tile.
 //
-// The kernels are templated on the storage type T (float or bf16) of q, k, v, o and their
-// gradients. Shared-memory tiles are always fp32: load_tile widens as it copies, so all the
-// tile arithmetic is the fp32 kernel's, and only the final writes round (store). lse stays
-// float in both.
+// The kernels are templated on the storage type T (float or bf16) of q, k, v, o, dout, dk
+// and dv. Shared-memory tiles are always fp32: load_tile widens as it copies, so all the
+// tile arithmetic is the fp32 kernel's, and only the final writes round (store). lse and dq
+// stay float in both (dq sums the ring's passes, so it is not rounded between them).
 //
-// defines: kTile, kWarps, kRowsPerWarp, kFlashThreads, load_tile, dot, kept,
+// defines: kTile, kWarps, kRowsPerWarp, kFlashThreads, load_tile, dot, kept, key_tiles,
 //          check_flash_shape, prepare_smem
 #pragma once
 #include <string>
@@ -28,7 +29,7 @@ constexpr int kRowsPerWarp = kTile / kWarps;
 constexpr int kFlashThreads = kWarps * 32;
 
 // Copies `rows` rows of a (rows, D) head slice into a (kTile, stride) shared tile and
-// zero-fills the rest, so partial tiles at the end of the sequence need no special case.
+// zero-fills the rest, so partial tiles at the end of a pass's rows need no special case.
 // Key tiles use stride D + 1: lane j reads row j, and an odd stride puts the 32 lanes'
 // reads of one channel in 32 different banks.
 template <typename T>
@@ -45,18 +46,27 @@ __device__ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// Dropout keep bit of probability (i, j) of head bh = b*A + h: the index
-// ((b*A + h)*S + i)*S + j is the one the naive path's dropout_forward uses on P (B, A, S, S).
-__device__ inline bool kept(float p, uint64_t seed, uint64_t rng_stream, size_t bh, int S, int i,
-                            int j) {
-  return p <= 0.0f || dropout_keep(seed, rng_stream, ((uint64_t)bh * S + i) * S + j, p);
+// Dropout keep bit of probability (i, j) of query head h of batch b in the pass blk (i, j the
+// pass's local query and key rows): the index blk.dropout_index(b, h, i, j) is the one the
+// naive path's attention_dropout_forward draws, and the single-rank whole sequence's for the
+// same global positions.
+__device__ inline bool kept(float p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk,
+                            int b, int h, int i, int j) {
+  return p <= 0.0f || dropout_keep(seed, rng_stream, blk.dropout_index(b, h, i, j), p);
 }
 
-inline void check_flash_shape(int A, int G, int D) {
-  if (G <= 0 || A % G != 0 || D <= 0)
+// Key tiles a query tile needs: keys j < blk.visible(last row) (visible grows along the rows).
+__device__ inline int key_tiles(const AttentionBlock& blk, int last_row) {
+  return (blk.visible(last_row) + kTile - 1) / kTile;
+}
+
+// The lse of a view sits at head_stride / D per head, so the q view's stride must be whole rows.
+inline void check_flash_shape(int A, int G, int D, const AttentionBlock& blk) {
+  if (G <= 0 || A % G != 0 || D <= 0 || blk.q.head_stride % D != 0)
     throw std::runtime_error(
-        "flash attention: need G > 0, A % G == 0 and D > 0 (A=" + std::to_string(A) +
-        " G=" + std::to_string(G) + " D=" + std::to_string(D) + ")");
+        "flash attention: need G > 0, A % G == 0, D > 0 and whole rows per head (A=" +
+        std::to_string(A) + " G=" + std::to_string(G) + " D=" + std::to_string(D) +
+        " q head_stride=" + std::to_string(blk.q.head_stride) + ")");
 }
 
 // Tiles of a large head dim exceed the default 48 KiB of dynamic shared memory per block;

@@ -23,7 +23,9 @@
 // their fp32 bounds.
 //
 // The harness (Twin, the metric, check) is op_check.h; this file holds main and the memory and
-// conversion rows, op_check_{dense,attention,loss}.cpp the rest, one op family each.
+// conversion rows, op_check_{dense,attention,loss,moe}.cpp the rest, one op family each. A
+// log-sum-exp may hold -inf (a row that sees no key): err_lse requires both twins to agree on
+// where.
 //
 // Exit status: 0 when every row passes, 1 otherwise, 2 when no GPU is visible.
 // Built and run by scripts/gpu_check.sh.
@@ -104,6 +106,7 @@ int main() {
   check_embedding<float>(3, 41, 96, 50);
   check_norms<float>();
   check_attention_layout<float>();
+  check_attention_naive<float>();
   check_flash_cases<float>();
   check_loss_optimizer();
   check_moe_router();
@@ -117,6 +120,7 @@ int main() {
   check_embedding<bf16>(4, 150, 300, 50);
   check_norms<bf16>();
   check_attention_layout<bf16>();
+  check_attention_naive<bf16>();
   check_flash_cases<bf16>();
   check_optimizer_bf16();
   check_moe<bf16>();

@@ -5,12 +5,15 @@
 // The checks live by op family:
 //   op_check.cpp            main, memory, fp32 <-> bf16 conversion
 //   op_check_dense.cpp      gemm, elementwise, embedding, norms
-//   op_check_attention.cpp  attention layout and softmax, flash attention
+//   op_check_attention.cpp  attention layout, the naive pieces of an attention pass, the ring's
+//                           merge, flash attention on the whole sequence and on cp passes
+//   op_check_moe.cpp        grouped GEMM, the MoE ops, RoPE alone
 //   op_check_loss.cpp       cross-entropy, AdamW, sum of squares
 // Each check_X<T> runs the fp32 rows (T = float) or the bf16 rows (T = bf16) of its ops.
 //
 // defines: rng, random_floats, round_all, random_values, random_ints, Twin, written, Precision,
-//          rel_err, widen, err, worst, mismatches, failures, check, and the check_X below
+//          rel_err, widen, err, err_lse, worst, mismatches, cp_positions, cp_chunk, failures,
+//          check, and the check_X below
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -129,6 +132,16 @@ template <typename T>
 double err(const Twin<T>& t) {
   return rel_err(widen(t.fetch()), widen(t.cpu));
 }
+// A log-sum-exp, where a row that sees no key holds -inf: both twins must put -inf at the same
+// rows (else inf), and the other rows are compared as err does.
+inline double err_lse(const Twin<float>& t) {
+  Floats g = t.fetch(), c = t.cpu;
+  for (size_t i = 0; i < c.size(); i++) {
+    if ((g[i] == -INFINITY) != (c[i] == -INFINITY)) return INFINITY;
+    if (c[i] == -INFINITY) g[i] = c[i] = 0.0f;
+  }
+  return rel_err(g, c);
+}
 // The worst of several outputs' errors (they may differ in type).
 inline double worst(std::initializer_list<double> errs) { return std::max(errs); }
 // Elements whose bytes differ: masks, and the outputs that must match bit for bit.
@@ -138,6 +151,26 @@ double mismatches(const Twin<T>& t) {
   double n = 0;
   for (size_t i = 0; i < g.size(); i++) n += std::memcmp(&g[i], &t.cpu[i], sizeof(T)) != 0;
   return n;
+}
+
+// Context parallelism's token positions (kernels/math.h TokenPositions): rank r of cp holds
+// chunks r and 2cp-1-r of a sequence of 2 cp chunks (Megatron's load-balanced layout), and
+// cp_chunk one of them alone (half 0 or 1 of that rank's rows: a half-block pass's view).
+inline kernels::TokenPositions cp_positions(int chunk, int rank, int cp) {
+  kernels::TokenPositions p;
+  p.chunk = chunk;
+  p.start[0] = rank * chunk;
+  p.start[1] = (2 * cp - 1 - rank) * chunk;
+  p.local = 2 * chunk;
+  p.length = 2 * cp * chunk;
+  return p;
+}
+inline kernels::TokenPositions cp_chunk(int chunk, int rank, int cp, int half) {
+  kernels::TokenPositions p;
+  p.chunk = chunk;
+  p.start[0] = cp_positions(chunk, rank, cp).start[half];
+  p.start[1] = p.start[0] + chunk;  // unused: a view of one chunk has no second one
+  return p;
 }
 
 inline int failures = 0;
@@ -166,6 +199,7 @@ template <typename T> void check_elementwise();  // op_check_dense.cpp
 template <typename T> void check_embedding(int B, int S, int C, int V);  // op_check_dense.cpp
 template <typename T> void check_norms();        // op_check_dense.cpp
 template <typename T> void check_attention_layout();  // op_check_attention.cpp
+template <typename T> void check_attention_naive();   // op_check_attention.cpp
 template <typename T> void check_flash_cases();       // op_check_attention.cpp
 void check_loss_optimizer();  // op_check_loss.cpp
 void check_optimizer_bf16();  // op_check_loss.cpp

@@ -1,7 +1,9 @@
 // tests/gpu/op_check_attention.cpp: op_check's rows for attention: the layout ops (qkv split
-// with and without RoPE, heads merge), the materialised causal softmax, and flash attention
-// forward and backward on shapes that exercise partial tiles and GQA, each on both storage
-// types (see op_check.cpp for the metric and the bounds).
+// with and without RoPE, at the whole sequence's and at a context-parallel rank's positions,
+// heads merge), the naive pieces of an attention pass (softmax and its backward, the rescale to
+// the row's final lse, dropout, delta), ring attention's merge, and flash attention forward and
+// backward, on the whole sequence (shapes with partial tiles and GQA) and on passes of cp = 2,
+// each on both storage types (see op_check.cpp for the metric and the bounds).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -9,35 +11,110 @@
 #include <type_traits>
 #include <vector>
 
-#include "tests/gpu/op_check.h"  // defines: Twin, written, Precision, err, worst, check, ...
+#include "tests/gpu/op_check.h"  // defines: Twin, written, Precision, err, err_lse, check, ...
 
 namespace op_check {
+
+using kernels::AttentionBlock;
+using kernels::AttentionRows;
+using kernels::TokenPositions;
+
+namespace {
+
+// One pass of attention over local tensors of q_local (k_local) rows per head: the block, and
+// the rows of those tensors its q and k views start at.
+struct Pass {
+  std::string name;
+  AttentionBlock blk;
+  int q_first = 0, k_first = 0, q_local = 0, k_local = 0;
+  bool whole() const { return blk.q.rows == q_local; }  // the q view covers its tensor
+};
+
+Pass whole_pass(int S, int A, int D) {
+  Pass p;
+  p.name = "";
+  p.blk = kernels::whole_sequence(S, A, D);
+  p.q_local = p.k_local = S;
+  return p;
+}
+
+// Passes of cp = 2 over S = 4 chunk positions, seen from the ranks' local tensors of 2 chunk
+// rows (rank 0 holds positions [0, c) and [3c, 4c), rank 1 [c, 3c)):
+//   diagonal  rank 0's rows against its own, causal;
+//   q half    rank 0's second chunk (positions 3c..) against rank 1's rows: all visible;
+//   k half    rank 1's rows against rank 0's first chunk, causal off (all visible);
+//   no key    rank 0's rows against rank 1's first chunk, causal: the rows of rank 0's first
+//             chunk see no key (lse -inf, o 0), the others all of it.
+std::vector<Pass> cp_passes(int c, int A, int D) {
+  const long long stride = 2LL * c * D;
+  auto block = [&](int q_rows, const TokenPositions& qp, int k_rows, const TokenPositions& kp,
+                   bool causal) {
+    AttentionBlock b;
+    b.q = AttentionRows{q_rows, stride, qp};
+    b.k = AttentionRows{k_rows, stride, kp};
+    b.causal = causal;
+    b.dropout_heads = A;
+    b.dropout_length = 4 * c;
+    return b;
+  };
+  const TokenPositions r0 = cp_positions(c, 0, 2), r1 = cp_positions(c, 1, 2);
+  std::vector<Pass> passes(4);
+  passes[0].name = " cp diagonal";
+  passes[0].blk = block(2 * c, r0, 2 * c, r0, true);
+  passes[1].name = " cp q half";
+  passes[1].blk = block(c, cp_chunk(c, 0, 2, 1), 2 * c, r1, true);
+  passes[1].q_first = c;
+  passes[2].name = " cp k half";
+  passes[2].blk = block(2 * c, r1, c, cp_chunk(c, 0, 2, 0), false);
+  passes[3].name = " cp no key";
+  passes[3].blk = block(2 * c, r0, c, cp_chunk(c, 1, 2, 0), true);
+  for (Pass& p : passes) p.q_local = p.k_local = 2 * c;
+  return passes;
+}
+
+// An output of the q view: "=" garbage that differs between the twins when the view covers the
+// tensor, else the same values (rows outside the view are not written and must stay equal).
+template <typename T>
+std::unique_ptr<Twin<T>> view_output(const Pass& pass, size_t n) {
+  if (pass.whole()) return written<T>(n);
+  return std::make_unique<Twin<T>>(random_values<T>(n));
+}
+
+}  // namespace
 
 // Layout ops without RoPE only move values (P::layout: exact in bf16); RoPE computes.
 template <typename T>
 void check_attention_layout() {
   using P = Precision<T>;
-  const int B = 2, S = 37, A = 6, G = 2, D = 16, W = (A + 2 * G) * D;
+  const int B = 2, S = 38, A = 6, G = 2, D = 16, W = (A + 2 * G) * D;
   const size_t nq = (size_t)B * A * S * D, nkv = (size_t)B * G * S * D;
   Twin<T> qkv(random_values<T>((size_t)B * S * W));
   Twin<T> dq(random_values<T>(nq)), dk(random_values<T>(nkv)), dv(random_values<T>(nkv));
-  for (float theta : {0.0f, 10000.0f}) {
-    const std::string tag = std::string(theta > 0 ? " rope" : "") + P::tag;
-    const double bound = theta > 0 ? P::elementwise : P::layout;
+  // The whole sequence without and with RoPE, then RoPE at rank 0 of cp 2's positions
+  // ([0, 19) and [57, 76)).
+  struct Case {
+    float theta;
+    TokenPositions pos;
+    const char* name;
+  };
+  for (const Case& c : {Case{0.0f, TokenPositions(), ""}, Case{10000.0f, TokenPositions(), " rope"},
+                        Case{10000.0f, cp_positions(S / 2, 0, 2), " rope cp"}}) {
+    const std::string tag = c.name + std::string(P::tag);
+    const double bound = c.theta > 0 ? P::elementwise : P::layout;
     check("qkv_split_forward" + tag, bound, [&] {
       std::unique_ptr<Twin<T>> q(written<T>(nq)), k(written<T>(nkv)), v(written<T>(nkv));
       kernels::qkv_split_forward(Device::CPU, q->c(), k->c(), v->c(), qkv.c(), B, S, A, G, D,
-                                 theta);
+                                 c.theta, c.pos);
       kernels::qkv_split_forward(Device::CUDA, q->g(), k->g(), v->g(), qkv.g(), B, S, A, G, D,
-                                 theta);
+                                 c.theta, c.pos);
       return worst({err(*q), err(*k), err(*v)});
     });
     check("qkv_split_backward" + tag, bound, [&] {
       std::unique_ptr<Twin<T>> dqkv(written<T>((size_t)B * S * W));
       kernels::qkv_split_backward(Device::CPU, dqkv->c(), dq.c(), dk.c(), dv.c(), B, S, A, G, D,
-                                  theta);
+                                  c.theta, c.pos);
       kernels::qkv_split_backward(Device::CUDA, dqkv->g(), dq.g(), dk.g(), dv.g(), B, S, A, G, D,
-                                  theta);
+                                  c.theta, c.pos);
       return err(*dqkv);
     });
   }
@@ -53,73 +130,187 @@ void check_attention_layout() {
     kernels::heads_merge_backward(Device::CUDA, d_o->g(), dq.g(), B, S, A, D);
     return err(*d_o);
   });
-
-  const int rows = B * A, L = 300;  // L > the block size: threads loop over columns
-  const size_t nss = (size_t)rows * L * L;
-  Twin<T> probs(random_values<T>(nss, -4.0f, 4.0f));
-  check(std::string("causal_softmax_forward (in place)") + P::tag, P::reduction, [&] {
-    kernels::causal_softmax_forward(Device::CPU, probs.c(), probs.c(), rows, L, 0.7f);
-    kernels::causal_softmax_forward(Device::CUDA, probs.g(), probs.g(), rows, L, 0.7f);
-    return err(probs);
-  });
-  check(std::string("causal_softmax_backward") + P::tag, P::reduction, [&] {
-    Twin<T> dprobs(random_values<T>(nss));
-    std::unique_ptr<Twin<T>> dscores(written<T>(nss));
-    // Both twins differentiate the same P (the CPU one's), so only the backward is compared.
-    kernels::memcpy_from_host(Device::CUDA, probs.g(), probs.c(), nss * sizeof(T));
-    kernels::causal_softmax_backward(Device::CPU, dscores->c(), dprobs.c(), probs.c(), rows, L,
-                                     0.7f);
-    kernels::causal_softmax_backward(Device::CUDA, dscores->g(), dprobs.g(), probs.g(), rows, L,
-                                     0.7f);
-    return err(*dscores);
-  });
 }
 
-// Flash attention: tiles of 32 on the GPU, 64 on the CPU, so S not a multiple of either
-// exercises partial tiles; GQA (A/G = 2) exercises the group sums of dk, dv. lse is fp32 in
-// both storage types.
+// The naive pieces of one pass: probabilities (B*A, q.rows, k.rows) contiguous, lse and delta
+// fp32 at the q view (bh * q_local + i), so their rows of a partial view leave the rest alone.
+// The whole sequence has L > the block size (threads loop over columns); the cp passes check
+// the views, the masks of other positions and the rows that see no key.
 template <typename T>
-void check_flash(int B, int A, int G, int S, int D, float p) {
+void check_attention_naive() {
   using P = Precision<T>;
-  char tag[96];
-  std::snprintf(tag, sizeof(tag), " B%d A%d G%d S%d D%d p=%g%s", B, A, G, S, D, p, P::tag);
-  const size_t nq = (size_t)B * A * S * D, nkv = (size_t)B * G * S * D;
+  using F = Precision<float>;
+  const int B = 2, A = 3, D = 8, BH = B * A;
+  const float scale = 0.7f;
+  std::vector<Pass> passes = cp_passes(48, A, D);
+  passes.insert(passes.begin(), whole_pass(300, A, D));
+  for (const Pass& pass : passes) {
+    const std::string tag = pass.name + P::tag;
+    const AttentionBlock& blk = pass.blk;
+    const size_t np = (size_t)BH * blk.q.rows * blk.k.rows, nl = (size_t)BH * pass.q_local;
+    const size_t first = pass.q_first;  // the view's row 0 in an lse or delta of the q view
+    // The whole sequence in place (probs holds the scores); the passes into an "=" output.
+    Twin<T> scores(random_values<T>(np, -4.0f, 4.0f));
+    std::unique_ptr<Twin<T>> probs_owner =
+        pass.whole() ? std::make_unique<Twin<T>>(scores.cpu) : written<T>(np);
+    Twin<T>& probs = *probs_owner;
+    Twin<T>& from = pass.whole() ? probs : scores;
+    std::unique_ptr<Twin<float>> lse(view_output<float>(pass, nl));
+    check("attention_softmax_forward (probs, lse)" +
+              std::string(pass.whole() ? " (in place)" : "") + tag,
+          P::reduction, [&] {
+            kernels::attention_softmax_forward(Device::CPU, probs.c(), lse->c() + first, from.c(),
+                                               BH, D, scale, blk);
+            kernels::attention_softmax_forward(Device::CUDA, probs.g(), lse->g() + first,
+                                               from.g(), BH, D, scale, blk);
+            return worst({err(probs), err_lse(*lse)});
+          });
+    // The rest differentiate, rescale and drop the CPU forward's P and lse on both twins.
+    kernels::memcpy_from_host(Device::CUDA, probs.g(), probs.c(), np * sizeof(T));
+    kernels::memcpy_from_host(Device::CUDA, lse->g(), lse->c(), nl * sizeof(float));
+    Twin<T> dprobs(random_values<T>(np));
+    for (bool with_delta : {false, true}) {
+      check(std::string("attention_softmax_backward") + (with_delta ? " (delta)" : "") + tag,
+            P::reduction, [&] {
+              Twin<float> delta(random_floats(nl));
+              std::unique_ptr<Twin<T>> dscores(written<T>(np));
+              const float* dc = with_delta ? delta.c() + first : nullptr;
+              const float* dg = with_delta ? delta.g() + first : nullptr;
+              kernels::attention_softmax_backward(Device::CPU, dscores->c(), dprobs.c(), probs.c(),
+                                                  dc, BH, D, scale, blk);
+              kernels::attention_softmax_backward(Device::CUDA, dscores->g(), dprobs.g(),
+                                                  probs.g(), dg, BH, D, scale, blk);
+              return err(*dscores);
+            });
+    }
+    check("attention_probs_rescale" + tag, P::elementwise, [&] {
+      // The row's final lse is at least the pass's: the pass's plus [0, 2), or any value for
+      // a row this pass gave nothing (its probabilities are 0 and stay so).
+      Floats final_lse = random_floats(nl, 0.0f, 2.0f);
+      for (size_t r = 0; r < nl; r++)
+        if (lse->cpu[r] != -INFINITY) final_lse[r] += lse->cpu[r];
+      Twin<float> whole_lse(final_lse);
+      Twin<T> p(probs.cpu);
+      kernels::attention_probs_rescale(Device::CPU, p.c(), lse->c() + first, whole_lse.c() + first,
+                                       BH, D, blk);
+      kernels::attention_probs_rescale(Device::CUDA, p.g(), lse->g() + first,
+                                       whole_lse.g() + first, BH, D, blk);
+      return err(p);
+    });
+    for (float p : {0.0f, 0.3f}) {
+      check("attention_dropout_forward (out, mask) p=" + std::string(p > 0 ? "0.3" : "0") + tag,
+            P::elementwise, [&] {
+              std::unique_ptr<Twin<T>> out(written<T>(np));
+              Twin<uint8_t> mask(std::vector<uint8_t>(np, 7));
+              kernels::attention_dropout_forward(Device::CPU, out->c(), mask.c(), probs.c(), B, A,
+                                                 p, 99, 5, blk);
+              kernels::attention_dropout_forward(Device::CUDA, out->g(), mask.g(), probs.g(), B,
+                                                 A, p, 99, 5, blk);
+              return mismatches(mask) > 0 ? INFINITY : err(*out);
+            });
+    }
+    // delta and the merge at the q view's rows of (B, A, q_local, D) tensors; their outputs
+    // are fp32, so the fp32 bounds.
+    const size_t no = nl * D, off = first * D;
+    check("attention_delta" + tag, F::reduction, [&] {
+      Twin<T> dout(random_values<T>(no)), o(random_values<T>(no));
+      std::unique_ptr<Twin<float>> delta(view_output<float>(pass, nl));
+      kernels::attention_delta(Device::CPU, delta->c() + first, dout.c() + off, o.c() + off, BH, D,
+                               blk.q);
+      kernels::attention_delta(Device::CUDA, delta->g() + first, dout.g() + off, o.g() + off, BH,
+                               D, blk.q);
+      return err(*delta);
+    });
+    check("attention_merge (o, lse)" + tag, F::elementwise, [&] {
+      // Rows with nothing merged yet (lse -inf, o garbage: NaN in the view's rows where the
+      // pass brings something, which must not leak) and rows the pass saw nothing of
+      // (lse_pass -inf: unchanged).
+      Floats o0 = random_floats(no), l0 = random_floats(nl, -2.0f, 2.0f);
+      Floats lp = random_floats(nl, -2.0f, 2.0f);
+      for (size_t r = 0; r < nl; r++) {
+        const size_t i = r % pass.q_local;
+        const bool in_view = i >= first && i < first + blk.q.rows;
+        if (r % 7 == 3) lp[r] = -INFINITY;
+        if (r % 5 == 1) {
+          l0[r] = -INFINITY;
+          if (in_view && lp[r] != -INFINITY)
+            for (int c = 0; c < D; c++) o0[r * D + c] = NAN;
+        }
+      }
+      Twin<float> o(o0), l(l0), lse_pass(lp);
+      Twin<T> o_pass(random_values<T>(no));
+      kernels::attention_merge(Device::CPU, o.c() + off, l.c() + first, o_pass.c() + off,
+                               lse_pass.c() + first, BH, D, blk.q);
+      kernels::attention_merge(Device::CUDA, o.g() + off, l.g() + first, o_pass.g() + off,
+                               lse_pass.g() + first, BH, D, blk.q);
+      return worst({err(o), err_lse(l)});
+    });
+  }
+}
+
+// Flash attention on one pass: tiles of 32 on the GPU, 64 on the CPU, so rows not a multiple of
+// either exercise partial tiles; GQA (A/G = 2) exercises the group sums of dk, dv. lse and dq
+// are fp32 in both storage types; the backward's dq, dk, dv are "+=", so both twins start from
+// the same values.
+template <typename T>
+void check_flash(int B, int A, int G, int D, float p, const Pass& pass) {
+  using P = Precision<T>;
+  const AttentionBlock& blk = pass.blk;
+  char tag[128];
+  std::snprintf(tag, sizeof(tag), " B%d A%d G%d S%d D%d p=%g%s%s", B, A, G, pass.q_local, D, p,
+                pass.name.c_str(), P::tag);
+  const size_t nq = (size_t)B * A * pass.q_local * D, nkv = (size_t)B * G * pass.k_local * D;
+  const size_t nl = (size_t)B * A * pass.q_local;
+  const size_t qo = (size_t)pass.q_first * D, ko = (size_t)pass.k_first * D, lo = pass.q_first;
   const float scale = 1.0f / std::sqrt((float)D);
   Twin<T> q(random_values<T>(nq, -2.0f, 2.0f)), k(random_values<T>(nkv, -2.0f, 2.0f));
   Twin<T> v(random_values<T>(nkv)), dout(random_values<T>(nq));
-  Twin<T> o(random_values<T>(nq), random_values<T>(nq));
-  Twin<float> lse(random_floats((size_t)B * A * S), random_floats((size_t)B * A * S));
+  std::unique_ptr<Twin<T>> o(view_output<T>(pass, nq));
+  std::unique_ptr<Twin<float>> lse(view_output<float>(pass, nl));
   check(std::string("flash_attention_forward") + tag, P::reduction, [&] {
-    kernels::flash_attention_forward(Device::CPU, o.c(), lse.c(), q.c(), k.c(), v.c(), B, A, G, S,
-                                     D, scale, p, 7, 11);
-    kernels::flash_attention_forward(Device::CUDA, o.g(), lse.g(), q.g(), k.g(), v.g(), B, A, G, S,
-                                     D, scale, p, 7, 11);
-    return worst({err(o), err(lse)});
+    kernels::flash_attention_forward(Device::CPU, o->c() + qo, lse->c() + lo, q.c() + qo,
+                                     k.c() + ko, v.c() + ko, B, A, G, D, scale, p, 7, 11, blk);
+    kernels::flash_attention_forward(Device::CUDA, o->g() + qo, lse->g() + lo, q.g() + qo,
+                                     k.g() + ko, v.g() + ko, B, A, G, D, scale, p, 7, 11, blk);
+    return worst({err(*o), err_lse(*lse)});
   });
-  check(std::string("flash_attention_backward") + tag, P::reduction, [&] {
+  check(std::string("flash_attention_backward (+=)") + tag, P::reduction, [&] {
     // Both twins differentiate the CPU forward's o and lse.
-    kernels::memcpy_from_host(Device::CUDA, o.g(), o.c(), nq * sizeof(T));
-    kernels::memcpy_from_host(Device::CUDA, lse.g(), lse.c(), lse.cpu.size() * sizeof(float));
-    std::unique_ptr<Twin<T>> dq(written<T>(nq)), dk(written<T>(nkv)), dv(written<T>(nkv));
-    kernels::flash_attention_backward(Device::CPU, dq->c(), dk->c(), dv->c(), dout.c(), q.c(),
-                                      k.c(), v.c(), o.c(), lse.c(), B, A, G, S, D, scale, p, 7, 11);
-    kernels::flash_attention_backward(Device::CUDA, dq->g(), dk->g(), dv->g(), dout.g(), q.g(),
-                                      k.g(), v.g(), o.g(), lse.g(), B, A, G, S, D, scale, p, 7, 11);
-    return worst({err(*dq), err(*dk), err(*dv)});
+    kernels::memcpy_from_host(Device::CUDA, o->g(), o->c(), nq * sizeof(T));
+    kernels::memcpy_from_host(Device::CUDA, lse->g(), lse->c(), nl * sizeof(float));
+    Twin<float> dq(random_floats(nq));
+    Twin<T> dk(random_values<T>(nkv)), dv(random_values<T>(nkv));
+    kernels::flash_attention_backward(Device::CPU, dq.c() + qo, dk.c() + ko, dv.c() + ko,
+                                      dout.c() + qo, q.c() + qo, k.c() + ko, v.c() + ko,
+                                      o->c() + qo, lse->c() + lo, B, A, G, D, scale, p, 7, 11,
+                                      blk);
+    kernels::flash_attention_backward(Device::CUDA, dq.g() + qo, dk.g() + ko, dv.g() + ko,
+                                      dout.g() + qo, q.g() + qo, k.g() + ko, v.g() + ko,
+                                      o->g() + qo, lse->g() + lo, B, A, G, D, scale, p, 7, 11,
+                                      blk);
+    return worst({err(dq), err(dk), err(dv)});
   });
 }
 
 template <typename T>
 void check_flash_cases() {
-  check_flash<T>(2, 4, 2, 77, 40, 0.0f);
-  check_flash<T>(2, 4, 2, 77, 40, 0.2f);
-  check_flash<T>(1, 3, 3, 130, 64, 0.0f);
-  check_flash<T>(1, 2, 1, 33, 128, 0.1f);
+  struct Shape {
+    int B, A, G, S, D;
+    float p;
+  };
+  for (const Shape& s : {Shape{2, 4, 2, 77, 40, 0.0f}, Shape{2, 4, 2, 77, 40, 0.2f},
+                         Shape{1, 3, 3, 130, 64, 0.0f}, Shape{1, 2, 1, 33, 128, 0.1f}})
+    check_flash<T>(s.B, s.A, s.G, s.D, s.p, whole_pass(s.S, s.A, s.D));
+  // cp = 2 on S = 96: chunks of 24 rows, so the passes' views have partial tiles too.
+  for (float p : {0.0f, 0.2f})
+    for (const Pass& pass : cp_passes(24, 4, 40)) check_flash<T>(2, 4, 2, 40, p, pass);
 }
 
 // The two storage types main runs.
 template void check_attention_layout<float>();
 template void check_attention_layout<bf16>();
+template void check_attention_naive<float>();
+template void check_attention_naive<bf16>();
 template void check_flash_cases<float>();
 template void check_flash_cases<bf16>();
 

@@ -1,6 +1,7 @@
 // tests/gpu/op_check_dense.cpp: op_check's rows for the dense ops: gemm (plain and strided
-// batched), the elementwise ops (add, bias, GeLU, SwiGLU, dropout), the embeddings and the
-// norms, each on both storage types (see op_check.cpp for the metric and the bounds).
+// batched), the elementwise ops (add, bias, GeLU, SwiGLU, dropout, also at a context-parallel
+// rank's positions), the embeddings (positions also at a cp rank's) and the norms, each on
+// both storage types (see op_check.cpp for the metric and the bounds).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -144,6 +145,19 @@ void check_elementwise() {
       return err(*din);
     });
   }
+  // Rank 1 of cp 2 on sequences of 4 * 13 tokens: (B * 26, C) rows of its positions [13, 39)
+  // draw the single-rank bits of those positions (index pos.element(i, C)).
+  const kernels::TokenPositions pos = cp_positions(13, 1, 2);
+  const size_t n_cp = (size_t)2 * pos.local * C;
+  Twin<T> x_cp(random_values<T>(n_cp));
+  check("dropout_forward (out, mask) p=0.3 cp" + tag, P::elementwise, [&] {
+    std::unique_ptr<Twin<T>> out(written<T>(n_cp));
+    Twin<uint8_t> mask(std::vector<uint8_t>(n_cp, 7));
+    kernels::dropout_forward(Device::CPU, out->c(), mask.c(), x_cp.c(), n_cp, 0.3f, 99, 5, pos, C);
+    kernels::dropout_forward(Device::CUDA, out->g(), mask.g(), x_cp.g(), n_cp, 0.3f, 99, 5, pos,
+                             C);
+    return mismatches(mask) > 0 ? INFINITY : err(*out);
+  });
 }
 
 // V < N: tokens repeat. The bf16 token gradient sums a token's rows in chunks of 256 rows and
@@ -194,6 +208,31 @@ void check_embedding(int B, int S, int C, int V) {
       Twin<T> dwpe(random_values<T>((size_t)S * C));
       kernels::position_embedding_backward(Device::CPU, dwpe.c(), dout.c(), N, S, first, C);
       kernels::position_embedding_backward(Device::CUDA, dwpe.g(), dout.g(), N, S, first, C);
+      return err(dwpe);
+    });
+  }
+  // Rank 0 of cp 2: local sequences of 2 * chunk rows at positions [0, chunk) and
+  // [3 chunk, 4 chunk) of a table of 4 chunk rows, from the first row and from mid-sequence.
+  const int chunk = S / 4 + 1, S_cp = 2 * chunk, N_cp = B * S_cp;
+  const kernels::TokenPositions pos = cp_positions(chunk, 0, 2);
+  Twin<T> wpe_cp(random_values<T>((size_t)pos.length * C));
+  Twin<T> dout_cp(random_values<T>((size_t)N_cp * C));
+  for (int first : {0, chunk + 1}) {
+    const std::string at = " cp first=" + std::to_string(first) + tag;
+    check("position_embedding_forward" + at, P::elementwise, [&] {
+      Twin<T> out(random_values<T>((size_t)N_cp * C));
+      kernels::position_embedding_forward(Device::CPU, out.c(), wpe_cp.c(), N_cp, S_cp, first, C,
+                                          pos);
+      kernels::position_embedding_forward(Device::CUDA, out.g(), wpe_cp.g(), N_cp, S_cp, first, C,
+                                          pos);
+      return err(out);
+    });
+    check("position_embedding_backward" + at, P::reduction, [&] {
+      Twin<T> dwpe(random_values<T>((size_t)pos.length * C));
+      kernels::position_embedding_backward(Device::CPU, dwpe.c(), dout_cp.c(), N_cp, S_cp, first,
+                                           C, pos);
+      kernels::position_embedding_backward(Device::CUDA, dwpe.g(), dout_cp.g(), N_cp, S_cp, first,
+                                           C, pos);
       return err(dwpe);
     });
   }

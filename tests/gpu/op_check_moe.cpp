@@ -8,7 +8,8 @@
 //                       per-group gemm calls on CUDA, permute / unpermute (fused and unfused;
 //                       copies and fixed-order fp32 sums: 0 mismatches, and unfused == fused
 //                       bit for bit on the GPU), the gated activations with their fp32 dgates,
-//                       the shared gate, RoPE (and split(theta 0) + rope == split(theta) on CUDA).
+//                       the shared gate, RoPE at the whole sequence's and at a cp rank's
+//                       positions (and split(theta 0) + rope == split(theta) on CUDA).
 // main (op_check.cpp) calls check_moe_router(), check_moe<float>() and check_moe<bf16>().
 #include <cmath>
 #include <cstdio>
@@ -279,36 +280,48 @@ void check_moe() {
     return worst({err(*dy), err(*dz)});
   });
 
-  // ---- RoPE alone
-  const int B = 2, H = 6, S = 37, D = 16;
-  const std::vector<T> v = random_values<T>((size_t)B * H * S * D);
-  check("rope_forward" + tag, P::elementwise, [&] {
-    Twin<T> t(v);
-    kernels::rope_forward(Device::CPU, t.c(), B, H, S, D, 10000.0f);
-    kernels::rope_forward(Device::CUDA, t.g(), B, H, S, D, 10000.0f);
-    return err(t);
-  });
-  check("rope_backward" + tag, P::elementwise, [&] {
-    Twin<T> t(v);
-    kernels::rope_backward(Device::CPU, t.c(), B, H, S, D, 10000.0f);
-    kernels::rope_backward(Device::CUDA, t.g(), B, H, S, D, 10000.0f);
-    return err(t);
-  });
-  check("split(theta 0) + rope == split(theta) (cuda)" + tag, 0.0, [&] {
-    const int A = H, G = 2, Wq = (A + 2 * G) * D;
-    Twin<T> qkv(random_values<T>((size_t)B * S * Wq));
-    const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
-    Twin<T> q1(random_values<T>(nq)), k1(random_values<T>(nk)), v1(random_values<T>(nk));
-    Twin<T> q2(random_values<T>(nq)), k2(random_values<T>(nk)), v2(random_values<T>(nk));
-    kernels::qkv_split_forward(Device::CUDA, q1.g(), k1.g(), v1.g(), qkv.g(), B, S, A, G, D,
-                               10000.0f);
-    kernels::qkv_split_forward(Device::CUDA, q2.g(), k2.g(), v2.g(), qkv.g(), B, S, A, G, D, 0.0f);
-    kernels::rope_forward(Device::CUDA, q2.g(), B, A, S, D, 10000.0f);
-    kernels::rope_forward(Device::CUDA, k2.g(), B, G, S, D, 10000.0f);
-    q1.cpu = q2.fetch();
-    k1.cpu = k2.fetch();
-    return mismatches(q1) + mismatches(k1);
-  });
+  // ---- RoPE alone: the whole sequence (odd S), and rank 1 of cp 2 (local rows at positions
+  // [19, 57) of 76)
+  const int B = 2, H = 6, D = 16;
+  struct Rows {
+    int S;
+    kernels::TokenPositions pos;
+    const char* name;
+  };
+  for (const Rows& r : {Rows{37, kernels::TokenPositions(), ""},
+                        Rows{38, cp_positions(19, 1, 2), " cp"}}) {
+    const int S = r.S;
+    const std::string rtag = r.name + tag;
+    const std::vector<T> v = random_values<T>((size_t)B * H * S * D);
+    check("rope_forward" + rtag, P::elementwise, [&] {
+      Twin<T> t(v);
+      kernels::rope_forward(Device::CPU, t.c(), B, H, S, D, 10000.0f, r.pos);
+      kernels::rope_forward(Device::CUDA, t.g(), B, H, S, D, 10000.0f, r.pos);
+      return err(t);
+    });
+    check("rope_backward" + rtag, P::elementwise, [&] {
+      Twin<T> t(v);
+      kernels::rope_backward(Device::CPU, t.c(), B, H, S, D, 10000.0f, r.pos);
+      kernels::rope_backward(Device::CUDA, t.g(), B, H, S, D, 10000.0f, r.pos);
+      return err(t);
+    });
+    check("split(theta 0) + rope == split(theta) (cuda)" + rtag, 0.0, [&] {
+      const int A = H, G = 2, Wq = (A + 2 * G) * D;
+      Twin<T> qkv(random_values<T>((size_t)B * S * Wq));
+      const size_t nq = (size_t)B * A * S * D, nk = (size_t)B * G * S * D;
+      Twin<T> q1(random_values<T>(nq)), k1(random_values<T>(nk)), v1(random_values<T>(nk));
+      Twin<T> q2(random_values<T>(nq)), k2(random_values<T>(nk)), v2(random_values<T>(nk));
+      kernels::qkv_split_forward(Device::CUDA, q1.g(), k1.g(), v1.g(), qkv.g(), B, S, A, G, D,
+                                 10000.0f, r.pos);
+      kernels::qkv_split_forward(Device::CUDA, q2.g(), k2.g(), v2.g(), qkv.g(), B, S, A, G, D,
+                                 0.0f, r.pos);
+      kernels::rope_forward(Device::CUDA, q2.g(), B, A, S, D, 10000.0f, r.pos);
+      kernels::rope_forward(Device::CUDA, k2.g(), B, G, S, D, 10000.0f, r.pos);
+      q1.cpu = q2.fetch();
+      k1.cpu = k2.fetch();
+      return mismatches(q1) + mismatches(k1);
+    });
+  }
 }
 
 template void check_moe<float>();

@@ -58,9 +58,6 @@ void check_context_parallel(Options& o) {
   const ParallelConfig& p = o.parallel;
   const int cp = p.context_parallel, tp = p.tensor_parallel;
   if (cp == 1) return;
-  if (m.moe.num_experts > 0)
-    fail("--context-parallel-size ", cp, " with --num-experts ", m.moe.num_experts,
-         ": experts under context parallelism are not built yet");
   const int chunks = p.cp_layout == CpLayout::ZIGZAG ? 2 * cp : cp;
   if (m.seq_length % chunks != 0)
     fail("--seq-length (", m.seq_length, ") must be divisible by ",

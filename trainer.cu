@@ -45,6 +45,7 @@
 #include "model/transformer.h"
 #include "plan/plan.h"
 #include "report/moe_report.h"
+#include "report/report_cp.h"
 #include "report/report_moe.h"
 #include "report/rank_metrics.h"
 #include "report/report.h"
@@ -304,9 +305,12 @@ int train(const Options& o, const World& w) {
     if (o.model.moe.enabled() && (o.model.moe.capacity_factor > 0 || ep * etp > 1)) {
       const std::vector<MoeRouting> routing =
           gather_moe_routing(topo.world(), model, k, pipeline_of);
-      if (rank0)
-        for (const MoeRouting& r : routing)
-          routed_plans.push_back(make_plan(o.model, o.train, par, plan_options(o), r));
+      // pipeline i = tp_rank + tp (cp_rank + cp dp_rank): its cp rank's plan
+      for (int i = 0; rank0 && i < (int)routing.size(); ++i) {
+        PlanOptions options = plan_options(o);
+        options.cp_rank = (i / par.tensor_parallel) % par.context_parallel;
+        routed_plans.push_back(make_plan(o.model, o.train, par, options, routing[i]));
+      }
     }
     std::vector<const Plan*> rank_plans;  // each rank's, with routed_plans or cp_plans
     for (int r = 0; r < w.size && !routed_plans.empty(); ++r)
@@ -414,6 +418,8 @@ int train(const Options& o, const World& w) {
       if (!moe.empty())
         std::printf("%s\n%s\n", moe_table(moe, plan).c_str(),
                     gemm_calls_table(step_plan, s, w.rank, &s.moe_nonempty).c_str());
+      if (step == 1 && par.context_parallel > 1)
+        std::printf("%s\n", cp_plan_text(step_plan, &peak).c_str());
       if (w.size > 1) std::printf("%s\n", rank_memory_table(step_plan, ranks).c_str());
       if (w.size > 1)
         std::printf("%s\n%s\n", comm_table(plan, &step_comm).c_str(),

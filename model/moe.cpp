@@ -158,25 +158,30 @@ bool balancing_on(const Moe& m) {
 // d(aux)/d(p_e(t)) for the tokens of each group (aux_loss: one group; seq_aux_loss: one per
 // sequence, averaged over the B groups): alpha E / (k T_g^2) c_{g,e} / groups. c counts the
 // top-k of the balancing scores, which rank like the logits: the router's choice without the
-// expert bias. Under sequence parallelism the rank holds N of the microbatch's N tp tokens
-// (one group: seq_aux_loss with tp > 1 is refused): the counts are summed over tp (one
-// all-reduce of E int32) and T is the whole microbatch's, as Megatron's aux loss over the
-// tensor-parallel group, so the tp ranks' partial losses add up to the one-rank loss.
+// expert bias. The rank may hold a part of each group, as Megatron's aux loss over the tensor
+// x context parallel group: under sequence parallelism N of the microbatch's N tp tokens (one
+// group: seq_aux_loss with tp > 1 is refused), under context parallelism S/cp of each
+// sequence's S (the local sequences are the groups' parts, in order). The counts are summed
+// over tp, then over cp (an all-reduce of groups E int32 each) and T_g is the whole group's,
+// T_g = group tp cp, so the ranks' partial losses (their own tokens' p) add up to the
+// one-rank loss.
 std::vector<float> aux_weights(const LayerContext& c, const std::vector<int>& topk_experts,
                                int N, int k) {
   const Moe& m = c.model.moe;
-  const int E = m.num_experts, S = c.model.seq_length, tp = c.tp.sequence_parallel ? c.tp.size() : 1;
+  const int E = m.num_experts, S = c.model.seq_length, cp = c.cp.size();
+  const int tp = c.tp.sequence_parallel ? c.tp.size() : 1;
   const bool per_sequence = m.balancing == Moe::Balancing::SEQ_AUX_LOSS;
-  const int group = per_sequence ? S : N, groups = N / group;
+  const int group = per_sequence ? S : N, groups = N / group;  // S: the rank's S/cp
   std::vector<int> counts((size_t)groups * E, 0);
   for (int p = 0; p < N * k; ++p) counts[(size_t)(p / k / group) * E + topk_experts[p]]++;
-  if (tp > 1) {
+  if (tp > 1 || cp > 1) {
     Buffer<int> sum(c.device, counts.size(), Category::WORKSPACE);
     kernels::memcpy_from_host(c.device, sum.data(), counts.data(), counts.size() * 4);
-    c.tp.tp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
+    if (tp > 1) c.tp.tp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
+    if (cp > 1) c.cp.cp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
     kernels::memcpy_to_host(c.device, counts.data(), sum.data(), counts.size() * 4);
   }
-  const double T = (double)group * tp;
+  const double T = (double)group * tp * cp;
   const double scale = (double)m.aux_loss_coeff * E / ((double)k * T * T) / groups;
   std::vector<float> w((size_t)groups * E, 0.0f);
   for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(scale * (double)counts[i]);
@@ -193,8 +198,11 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   const ModelConfig& m = c.model;
   const Moe& moe = m.moe;
   const Device dev = c.device;
-  // the rank's tokens (N/tp under sequence parallelism), of the microbatch's N_all
-  const int N_all = c.B * m.seq_length, N = c.tp.local_tokens(N_all);
+  // the rank's tokens: B S/cp of the local sequences (S/cp of each under context
+  // parallelism), N/tp of them under sequence parallelism; N_all the whole microbatch's B S
+  // tokens (the z-loss's mean: the ranks' partial sums add up to it)
+  const int N = c.tp.local_tokens(c.B * m.seq_length);
+  const int N_all = c.B * m.seq_length * c.cp.size();
   const int h = m.hidden_size, E = moe.num_experts, k = moe.topk;
   const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size();
   const Category act = Category::ACTIVATIONS;
@@ -323,8 +331,11 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
   const ModelConfig& m = c.model;
   const Moe& moe = m.moe;
   const Device dev = c.device;
-  // the rank's tokens (N/tp under sequence parallelism), of the microbatch's N_all
-  const int N_all = c.B * m.seq_length, N = c.tp.local_tokens(N_all);
+  // the rank's tokens: B S/cp of the local sequences (S/cp of each under context
+  // parallelism), N/tp of them under sequence parallelism; N_all the whole microbatch's B S
+  // tokens (the z-loss's mean: the ranks' partial sums add up to it)
+  const int N = c.tp.local_tokens(c.B * m.seq_length);
+  const int N_all = c.B * m.seq_length * c.cp.size();
   const int h = m.hidden_size, E = moe.num_experts, k = moe.topk;
   const int fe = m.moe_ffn(), fc1e = m.moe_fc1_size();
   const Category ws = Category::WORKSPACE;

@@ -32,7 +32,11 @@
 //                         e (a count); = alpha at perfect balance. seq_aux_loss: the same per
 //                         sequence (N -> S), averaged over the B sequences.
 //   z loss                beta mean_t logsumexp(logits_t)^2 (ST-MoE).
-// Their gradients are scaled like the LM loss's (the microbatch's grad_scale).
+// Their gradients are scaled like the LM loss's (the microbatch's grad_scale). N and S are
+// the whole microbatch's and sequence's: under sequence parallelism (N/tp tokens a rank) and
+// context parallelism (S/cp of each sequence) the counts c are summed over the tp and cp
+// ranks (Megatron's tensor x context parallel group), and each rank's partial losses, over
+// its own tokens' p and logits, add up to the one-rank losses.
 //
 // Capacity (--moe-expert-capacity-factor cf): an expert takes at most C = ceil(N k / E cf)
 // rows; beyond that a pair (token, expert) is dropped, by gate value (probs: the C largest
@@ -48,7 +52,7 @@
 // Expert bias (--moe-router-enable-expert-bias, aux-loss-free balancing, DeepSeek-V3): a
 // per-expert bias added to the sigmoid scores for the selection only (never to the gates),
 // updated once per step: b_e += rate * sign(mean_e' c_e' - c_e), c the pairs each expert ran
-// in the step, summed over data parallelism.
+// in the step, summed over data parallelism (dp x cp under context parallelism).
 //
 // defines: MoeLayerStats, MoeLayerState, MoeWeights, MoeGrads, MoeActivations, Dispatch,
 //          expert_capacity, plan_dispatch, update_expert_bias, moe_forward, moe_backward

@@ -19,7 +19,8 @@ void Transformer::update_expert_bias(Communicator* data_parallel_group) {
     if (!moe_[l].expert_bias.empty()) layers.push_back(l);
   if (layers.empty()) return;
   // the pairs each expert ran this step, every layer's in one all-reduce over data
-  // parallelism (int32: exact): (MoE layers here) x E x 4 bytes
+  // parallelism (the trainer passes dp x cp under context parallelism: its cp ranks routed
+  // the other parts of the same sequences) (int32: exact): (MoE layers here) x E x 4 bytes
   std::vector<int> counts(layers.size() * E, 0);
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::vector<long long>& kept = moe_[layers[i]].stats.kept_per_expert;

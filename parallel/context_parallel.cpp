@@ -45,9 +45,8 @@
 // half block; the plan states it at the hardware's bandwidth, the report measures the
 // exposed (waited) time.
 //
-// defines: cp_comm_type_name, cp_layout_name, cp_positions, cp_local_tokens, core_passes,
-//          core_saved_buffers, core_workspace_buffers, CoreWorkspace::ensure,
-//          core_attention_forward, core_attention_backward
+// defines: core_attention_forward, core_attention_backward (the layout, the passes and the
+//          buffers: parallel/context_parallel_layout.cpp)
 #include "parallel/context_parallel.h"
 
 #include <stdexcept>
@@ -61,203 +60,6 @@ namespace paralab {
 using kernels::AttentionBlock;
 using kernels::AttentionRows;
 using kernels::TokenPositions;
-
-const char* cp_comm_type_name(CpCommType t) {
-  return t == CpCommType::P2P ? "p2p" : t == CpCommType::ALL_GATHER ? "all_gather" : "a2a";
-}
-const char* cp_layout_name(CpLayout l) { return l == CpLayout::ZIGZAG ? "zigzag" : "contiguous"; }
-
-TokenPositions cp_positions(int S, int cp, int rank, CpLayout layout) {
-  TokenPositions p;
-  if (cp == 1) return p;
-  p.local = S / cp;
-  p.length = S;
-  if (layout == CpLayout::CONTIGUOUS) {
-    p.chunk = S / cp;
-    p.start[0] = p.start[1] = rank * p.chunk;
-  } else {
-    p.chunk = S / (2 * cp);
-    p.start[0] = rank * p.chunk;
-    p.start[1] = (2 * cp - 1 - rank) * p.chunk;
-  }
-  return p;
-}
-
-void cp_local_tokens(const int* full, int* local, int B, int S, int cp, int rank,
-                     CpLayout layout) {
-  const TokenPositions p = cp_positions(S, cp, rank, layout);
-  const int Sl = S / cp;
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < Sl; ++i) local[b * Sl + i] = full[b * S + (cp == 1 ? i : p.at(i))];
-}
-
-// ---- the passes of a rank ------------------------------------------------------------------
-namespace {
-
-AttentionRows rows_of(int rows, int S, int D, const TokenPositions& pos) {
-  return AttentionRows{rows, (long long)S * D, pos};
-}
-// The first or second chunk of a zig-zag rank's rows, as a view of its own.
-AttentionRows half_of(const CoreShape& s, const TokenPositions& pos, int which) {
-  TokenPositions h;
-  h.chunk = pos.chunk;
-  h.start[0] = h.start[1] = pos.start[which];
-  h.local = pos.local;
-  h.length = pos.length;
-  return rows_of(pos.chunk, s.S, s.D, h);
-}
-
-}  // namespace
-
-std::vector<CorePass> core_passes(const CoreShape& s, const CpSpec& cp) {
-  std::vector<CorePass> passes;
-  auto dropout_of = [&](AttentionBlock& b, int heads, int head0) {
-    b.dropout_heads = heads;
-    b.dropout_head0 = head0;
-    b.dropout_length = s.length;
-  };
-  if (cp.type != CpCommType::P2P || cp.size == 1) {
-    CorePass p;
-    const int L = s.length;
-    if (cp.type == CpCommType::A2A && cp.size > 1) {  // a/cp heads, the whole sequence
-      p.blk.q = rows_of(L, L, s.D, TokenPositions());
-      p.blk.k = p.blk.q;
-      dropout_of(p.blk, s.A, cp.rank * (s.A / cp.size));
-    } else {  // the local queries against the whole (gathered) sequence
-      p.blk.q = rows_of(s.S, s.S, s.D, cp_positions(L, cp.size, cp.rank, cp.layout));
-      p.blk.k = rows_of(L, L, s.D, TokenPositions());
-      dropout_of(p.blk, s.A, 0);
-    }
-    passes.push_back(p);
-    return passes;
-  }
-  const TokenPositions mine = cp_positions(s.length, cp.size, cp.rank, cp.layout);
-  for (int i = 0; i < cp.size; ++i) {
-    const int j = ((cp.rank - i) % cp.size + cp.size) % cp.size;  // forward order
-    const TokenPositions theirs = cp_positions(s.length, cp.size, j, cp.layout);
-    CorePass p;
-    p.source = j;
-    p.blk.q = rows_of(s.S, s.S, s.D, mine);
-    p.blk.k = rows_of(s.S, s.S, s.D, theirs);
-    p.blk.causal = j == cp.rank;
-    if (j > cp.rank && cp.layout == CpLayout::CONTIGUOUS) continue;  // all in the future
-    if (j < cp.rank && cp.layout == CpLayout::ZIGZAG) p.blk.k = half_of(s, theirs, 0);
-    if (j > cp.rank && cp.layout == CpLayout::ZIGZAG) {
-      p.blk.q = half_of(s, mine, 1);
-      p.q_row0 = mine.chunk;
-    }
-    dropout_of(p.blk, s.A, 0);
-    passes.push_back(p);
-  }
-  return passes;
-}
-
-// ---- the buffers (plan/memory.cpp counts these lists) ----------------------------------------
-namespace {
-size_t pass_probs(const CoreShape& s, const CpSpec& cp, const CorePass& p) {
-  const size_t heads = cp.type == CpCommType::A2A && cp.size > 1 ? s.A / cp.size : s.A;
-  return (size_t)s.B * heads * p.blk.q.rows * p.blk.k.rows;
-}
-}  // namespace
-
-std::vector<CoreBuffer> core_saved_buffers(const CoreShape& s, const CpSpec& cp, int e) {
-  std::vector<CoreBuffer> out;
-  const size_t rows = (size_t)s.B * s.A * s.S;  // every (b, head, local token): lse's size
-  const bool a2a = cp.type == CpCommType::A2A && cp.size > 1;
-  if (s.flash) {
-    out.push_back({"lse", rows, 4});
-    if (a2a) out.push_back({"o_heads", rows * s.D, e});  // O head-split, for the backward
-    return out;
-  }
-  const std::vector<CorePass> passes = core_passes(s, cp);
-  for (const CorePass& p : passes) {
-    out.push_back({"probs", pass_probs(s, cp, p), e});
-    if (s.dropout > 0.0f) {
-      out.push_back({"mask", pass_probs(s, cp, p), 1});
-      out.push_back({"probs_dropped", pass_probs(s, cp, p), e});
-    }
-  }
-  if (passes.size() > 1) out.push_back({"lse", rows, 4});
-  return out;
-}
-
-std::vector<CoreBuffer> core_workspace_buffers(const CoreShape& s, const CpSpec& cp, int e) {
-  std::vector<CoreBuffer> out;
-  const size_t q = (size_t)s.B * s.A * s.S * s.D, kv = (size_t)s.B * s.G * s.S * s.D;
-  const size_t rows = (size_t)s.B * s.A * s.S, c = cp.size;
-  const bool many = cp.size > 1;
-  if (many && cp.type == CpCommType::P2P) {
-    for (const char* n : {"kv", "kv", "kv", "kv", "dkv", "dkv", "dkv", "dkv"})
-      out.push_back({n, kv, e});
-    out.push_back({"o_pass", q, e});
-    if (s.flash) out.push_back({"lse_pass", rows, 4});
-    else out.push_back({"lse_passes", c * rows, 4});
-    if (!s.flash) out.push_back({"delta", rows, 4});
-    if (e != 4) out.push_back({"o_acc", q, 4});
-  }
-  if (many && cp.type == CpCommType::ALL_GATHER) {
-    const size_t full = kv * c;
-    for (const char* n : {"gathered", "gathered", "natural", "natural", "dk_heads", "dv_heads"})
-      out.push_back({n, full, e});
-  }
-  if (many && cp.type == CpCommType::A2A) {
-    for (const char* n : {"send", "recv", "q_heads", "o_heads", "do_heads"})
-      out.push_back({n, q, e});
-    for (const char* n : {"k_heads", "v_heads", "dk_heads", "dv_heads"}) out.push_back({n, kv, e});
-    if (!s.flash) out.push_back({"dq_heads", q, e});
-  }
-  if (s.flash && (e != 4 || (many && cp.type == CpCommType::A2A))) out.push_back({"dq_acc", q, 4});
-  if (!s.flash) {
-    size_t most = 0;
-    for (const CorePass& p : core_passes(s, cp)) most = std::max(most, pass_probs(s, cp, p));
-    out.push_back({"scores", most, e});
-    out.push_back({"dprobs", most, e});
-  }
-  return out;
-}
-
-template <typename T>
-void CoreWorkspace<T>::ensure(const CoreShape& s, const CpSpec& cp, kernels::Device d) {
-  const int e = (int)sizeof(T);
-  if (s.B == shape.B && s.S == shape.S && s.A == shape.A && e == element_bytes) return;
-  shape = s;
-  element_bytes = e;
-  *this = CoreWorkspace<T>();
-  shape = s;
-  element_bytes = e;
-  int kv_n = 0, dkv_n = 0, gathered_n = 0, natural_n = 0;
-  for (const CoreBuffer& b : core_workspace_buffers(s, cp, e)) {
-    const Category w = Category::WORKSPACE;
-    Buffer<T>* t = nullptr;
-    Buffer<float>* f = nullptr;
-    const std::string& n = b.name;
-    if (n == "kv") t = &kv[kv_n / 2][kv_n % 2], ++kv_n;
-    else if (n == "dkv") t = &dkv[dkv_n / 2][dkv_n % 2], ++dkv_n;
-    else if (n == "gathered") t = &gathered[gathered_n++];
-    else if (n == "natural") t = &natural[natural_n++];
-    else if (n == "o_pass") t = &o_pass;
-    else if (n == "send") t = &send;
-    else if (n == "recv") t = &recv;
-    else if (n == "q_heads") t = &q_heads;
-    else if (n == "k_heads") t = &k_heads;
-    else if (n == "v_heads") t = &v_heads;
-    else if (n == "o_heads") t = &o_heads;
-    else if (n == "do_heads") t = &do_heads;
-    else if (n == "dq_heads") t = &dq_heads;
-    else if (n == "dk_heads") t = &dk_heads;
-    else if (n == "dv_heads") t = &dv_heads;
-    else if (n == "scores") t = &scores;
-    else if (n == "dprobs") t = &dprobs;
-    else if (n == "o_acc") f = &o_acc;
-    else if (n == "lse_pass") f = &lse_pass;
-    else if (n == "lse_passes") f = &lse_passes;
-    else if (n == "delta") f = &delta;
-    else if (n == "dq_acc") f = &dq_acc;
-    else throw std::logic_error("CoreWorkspace: unknown buffer " + n);
-    if (t) t->allocate(d, b.elements, w);
-    if (f) f->allocate(d, b.elements, w);
-  }
-}
 
 // ---- moving chunks and heads -------------------------------------------------------------
 namespace {
@@ -341,6 +143,29 @@ void allocate_saved(const CoreShape& s, const CpSpec& cp, kernels::Device d, Cor
   }
 }
 
+// On the MPI backend a posted transfer moves only inside MPI calls, so the ring's flash passes
+// run one (batch, group) at a time with comm_progress() between: the block travels during
+// the step's attention, and the report's exposed time shows what that hid. Each call is the
+// pass on one group's R = A/G heads (B = 1, G = 1), its dropout index's head offset
+// carrying (b, g); the heads are independent, so the results are the same bits. run(qh, kh,
+// blk): the call at q-view offset qh and k-view offset kh (elements).
+template <typename Run>
+void flash_by_group(bool split, const CoreShape& s, const AttentionBlock& blk, Run&& run) {
+  if (!split) {
+    run((size_t)0, (size_t)0, blk, s.B, s.A, s.G);
+    return;
+  }
+  const int R = s.A / s.G;
+  for (int b = 0; b < s.B; ++b)
+    for (int g = 0; g < s.G; ++g) {
+      AttentionBlock one = blk;
+      one.dropout_head0 += b * blk.dropout_heads + g * R;
+      run((size_t)(b * s.A + g * R) * blk.q.head_stride, (size_t)(b * s.G + g) * blk.k.head_stride,
+          one, 1, R, 1);
+      comm_progress();
+    }
+}
+
 // The a2a pass's shape: a/cp heads and g/cp groups of whole sequences.
 CoreShape heads_shape(const CoreShape& s, int cp) {
   CoreShape h = s;
@@ -366,13 +191,17 @@ void core_attention_forward(const ContextParallel& cp, const CoreShape& s, Buffe
   allocate_saved(s, spec, d, saved, saved_as);
   // a single pass is every row's whole softmax: a naive recompute needs only its P again
   const bool probs_only = recompute && !s.flash && passes.size() == 1;
+  const bool split = c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
   auto attend = [&](const CoreShape& sh, const CorePass& p, size_t n, const T* qp, const T* kp,
                     const T* vp, T* out, float* lse) {
     const size_t row0 = p.q_row0, off = row0 * sh.D;
     if (sh.flash) {
-      kernels::flash_attention_forward(d, out + off, lse + row0, qp + off, kp, vp, sh.B, sh.A,
-                                       sh.G, sh.D, sh.scale, sh.dropout, sh.seed, sh.stream,
-                                       p.blk);
+      flash_by_group(split, sh, p.blk, [&](size_t qh, size_t kh, const AttentionBlock& blk,
+                                           int B, int A, int G) {
+        kernels::flash_attention_forward(d, out + off + qh, lse + row0 + qh / sh.D,
+                                         qp + off + qh, kp + kh, vp + kh, B, A, G, sh.D,
+                                         sh.scale, sh.dropout, sh.seed, sh.stream, blk);
+      });
       return;
     }
     T* dropped = sh.dropout > 0.0f ? saved.probs_dropped[n].data() : nullptr;
@@ -480,14 +309,19 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
   float* dq_acc = nullptr;
   if constexpr (std::is_same<T, float>::value) dq_acc = dq;
   if (!ws.dq_acc.empty()) dq_acc = ws.dq_acc.data();
+  const bool split = c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
   auto backward = [&](const CoreShape& sh, const CorePass& p, size_t n, const T* qp,
                       const T* kp, const T* vp, const T* op, const T* dop, T* dq_t, float* dq_f,
                       T* dkp, T* dvp, const float* delta) {
     const size_t row0 = p.q_row0, off = row0 * sh.D;
     if (sh.flash) {
-      kernels::flash_attention_backward(d, dq_f + off, dkp, dvp, dop + off, qp + off, kp, vp,
-                                        op + off, saved.lse.data() + row0, sh.B, sh.A, sh.G,
-                                        sh.D, sh.scale, sh.dropout, sh.seed, sh.stream, p.blk);
+      flash_by_group(split, sh, p.blk, [&](size_t qh, size_t kh, const AttentionBlock& blk,
+                                           int B, int A, int G) {
+        kernels::flash_attention_backward(d, dq_f + off + qh, dkp + kh, dvp + kh, dop + off + qh,
+                                          qp + off + qh, kp + kh, vp + kh, op + off + qh,
+                                          saved.lse.data() + row0 + qh / sh.D, B, A, G, sh.D,
+                                          sh.scale, sh.dropout, sh.seed, sh.stream, blk);
+      });
       return;
     }
     const T* dropped = sh.dropout > 0.0f ? saved.probs_dropped[n].data() : nullptr;
@@ -588,7 +422,6 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
 }
 
 #define PARALAB_CORE(T)                                                                      \
-  template struct CoreWorkspace<T>;                                                          \
   template void core_attention_forward(const ContextParallel&, const CoreShape&, Buffer<T>&, \
                                        Buffer<T>&, Buffer<T>&, T*, CoreSaved<T>&,            \
                                        CoreWorkspace<T>&, Category, bool, bool);             \

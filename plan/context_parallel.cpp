@@ -17,15 +17,37 @@ void add(std::vector<CommPlanEntry>& comm, CommOp op, int n, int64_t calls, int6
 }
 }  // namespace
 
+std::vector<CpExchange> cp_layer_exchanges(const ModelConfig& m, int B, int e, int tp) {
+  const CpSpec& cp = m.context_parallel;
+  const int c = cp.size;
+  if (c == 1) return {};
+  const int64_t S = m.seq_length / c, d = m.head_dim();
+  const int64_t a = m.num_attention_heads / tp, g = m.groups() / tp;
+  // one of K, V (B g S d e bytes), and q or o (B a S d e)
+  const int64_t K = (int64_t)B * g * S * d * e, Q = (int64_t)B * a * S * d * e;
+  using X = CpExchange;
+  switch (cp.type) {
+    case CpCommType::P2P:
+      return {{X::FORWARD, CommOp::SEND_RECV, "K, V blocks", c - 1, (c - 1) * 2 * K},
+              {X::BACKWARD, CommOp::SEND_RECV, "K, V blocks", c - 1, (c - 1) * 2 * K},
+              {X::BACKWARD, CommOp::SEND_RECV, "dK, dV accumulators", c - 1, (c - 1) * 2 * K}};
+    case CpCommType::ALL_GATHER:
+      return {{X::FORWARD, CommOp::ALL_GATHER, "K, V", 2, 2 * c * K},
+              {X::BACKWARD, CommOp::ALL_GATHER, "K, V", 2, 2 * c * K},
+              {X::BACKWARD, CommOp::REDUCE_SCATTER, "dK, dV", 2, 2 * c * K}};
+    case CpCommType::A2A:
+      return {{X::FORWARD, CommOp::ALL_TO_ALL, "q, k, v", 3, Q + 2 * K},
+              {X::OUTPUT, CommOp::ALL_TO_ALL, "o", 1, Q},
+              {X::BACKWARD, CommOp::ALL_TO_ALL, "dO in; dq, dk, dv out", 4, 2 * Q + 2 * K}};
+  }
+  return {};
+}
+
 void context_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int B,
                            int e, int tp, const std::vector<int>& layers,
                            const std::vector<bool>& recomputed, int64_t microbatches) {
-  const CpSpec& cp = m.context_parallel;
-  const int c = cp.size;
-  if (c == 1) return;
-  const int64_t S = m.seq_length / c, d = m.head_dim();
-  const int64_t a = m.num_attention_heads / tp, g = m.groups() / tp;
-  const int64_t K = (int64_t)B * g * S * d * e, Q = (int64_t)B * a * S * d * e;
+  const std::vector<CpExchange> exchanges = cp_layer_exchanges(m, B, e, tp);
+  const int c = m.context_parallel.size;
   const bool core_again = m.recompute.recompute_core_attn();
   for (int l : layers) {
     const bool full_again = !recomputed.empty() && recomputed[l];
@@ -33,20 +55,11 @@ void context_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& 
     // selective core_attn: the core's, without a2a's output exchange)
     const int64_t forwards = 1 + (full_again || core_again ? 1 : 0);
     const int64_t outputs = 1 + (full_again ? 1 : 0);
-    const int64_t k = microbatches;
-    switch (cp.type) {
-      case CpCommType::P2P:
-        add(comm, CommOp::SEND_RECV, c, k * (forwards + 2) * (c - 1),
-            k * (forwards + 2) * (c - 1) * 2 * K);
-        break;
-      case CpCommType::ALL_GATHER:
-        add(comm, CommOp::ALL_GATHER, c, k * 2 * (forwards + 1), k * 2 * (forwards + 1) * c * K);
-        add(comm, CommOp::REDUCE_SCATTER, c, k * 2, k * 2 * c * K);
-        break;
-      case CpCommType::A2A:
-        add(comm, CommOp::ALL_TO_ALL, c, k * (3 * forwards + outputs + 4),
-            k * (forwards * (Q + 2 * K) + outputs * Q + 2 * Q + 2 * K));
-        break;
+    for (const CpExchange& x : exchanges) {
+      const int64_t times = microbatches * (x.phase == CpExchange::FORWARD  ? forwards
+                                            : x.phase == CpExchange::OUTPUT ? outputs
+                                                                            : 1);
+      add(comm, x.op, c, times * x.calls, times * x.payload_bytes);
     }
   }
 }

@@ -13,12 +13,24 @@
 // Recompute runs the core's forward again before its backward: full recompute its whole
 // forward, selective core_attn its exchanges without a2a's output (o is kept as ctx).
 //
-// defines: context_parallel_comm, cp_attention_pairs
+// defines: CpExchange, cp_layer_exchanges, context_parallel_comm, AttentionPairs,
+//          cp_attention_pairs
 #pragma once
 #include <vector>
 #include "plan/plan.h"
 
 namespace paralab {
+
+// One exchange of one layer and microbatch: the forward's (made again by a recompute), the
+// a2a output's (not made again by selective core_attn, which keeps ctx), or the backward's.
+struct CpExchange {
+  enum Phase { FORWARD, OUTPUT, BACKWARD } phase;
+  CommOp op;
+  const char* what;  // "K, V blocks", "dK, dV accumulators", ...
+  int64_t calls = 0, payload_bytes = 0;
+};
+// The exchanges of m.context_parallel's comm type (none at cp 1).
+std::vector<CpExchange> cp_layer_exchanges(const ModelConfig& m, int B, int act_bytes, int tp);
 
 // Adds to `comm` the step's context-parallel calls of the rank m.context_parallel names,
 // over the `layers` it holds (global indices), `recomputed[l]` where full recompute runs

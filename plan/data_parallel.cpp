@@ -244,21 +244,24 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
 namespace paralab {
 
 // The expert bias's update (model/transformer.cpp update_expert_bias): one all-reduce per
-// step over dp of E int32 counts per MoE layer the rank holds, merged into the dp
+// step over dp (dp x cp under context parallelism: the cp ranks routed parts of the same
+// sequences) of E int32 counts per MoE layer the rank holds, merged into that group's
 // all-reduce row (calls and payload add).
 void expert_bias_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int dp,
                       int moe_layers_here) {
-  if (!m.moe.enabled() || !m.moe.expert_bias || dp <= 1 || moe_layers_here == 0) return;
+  const int cp = m.context_parallel.size, n = dp * cp;
+  const CommGroup group = cp > 1 ? CommGroup::DP_CP : CommGroup::DP;
+  if (!m.moe.enabled() || !m.moe.expert_bias || n <= 1 || moe_layers_here == 0) return;
   const int64_t payload = 4 * (int64_t)m.moe.num_experts * moe_layers_here;
   for (CommPlanEntry& e : comm)
-    if (e.group == CommGroup::DP && e.op == CommOp::ALL_REDUCE) {
+    if (e.group == group && e.op == CommOp::ALL_REDUCE) {
       e.calls += 1;
       e.payload_bytes += payload;
-      e.bus_bytes += bus_factor(CommOp::ALL_REDUCE, dp) * (double)payload;
+      e.bus_bytes += bus_factor(CommOp::ALL_REDUCE, n) * (double)payload;
       return;
     }
-  comm.push_back({CommGroup::DP, CommOp::ALL_REDUCE, 1, payload,
-                  bus_factor(CommOp::ALL_REDUCE, dp) * (double)payload});
+  comm.push_back({group, CommOp::ALL_REDUCE, 1, payload,
+                  bus_factor(CommOp::ALL_REDUCE, n) * (double)payload});
 }
 
 }  // namespace paralab

@@ -23,15 +23,27 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
                           const std::vector<int>& layers, const std::vector<bool>& recomputed,
                           int64_t microbatches) {
   const int ep = p.expert_parallel, T = p.expert_tensor_parallel, P = ep * T;
-  if (P <= 1 || layers.empty()) return;
   const int64_t h = m.hidden_size, k = m.moe.topk, E = m.moe.num_experts;
+  // The aux loss's expert counts summed over cp (model/moe.cpp aux_weights), at every forward
+  // of an MoE layer, as tensor_parallel_comm counts their sum over tp: groups E int32 (groups:
+  // the B sequences with seq_aux_loss, else 1), whatever ep.
+  const int cp = m.context_parallel.size;
+  const Moe& x = m.moe;
+  if (cp > 1 && x.enabled() && x.balancing != Moe::Balancing::NONE && x.aux_loss_coeff > 0) {
+    const int64_t groups = x.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
+    for (int l : layers) {
+      const int64_t forwards = (recomputed.empty() || !recomputed[l] ? 1 : 2) * microbatches;
+      add(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, forwards, forwards * groups * E * 4);
+    }
+  }
+  if (P <= 1 || layers.empty()) return;
   const CommGroup EP = CommGroup::EP, ETP = CommGroup::ETP, ETP_EP = CommGroup::ETP_EP;
   const CommOp AG = CommOp::ALL_GATHER, RS = CommOp::REDUCE_SCATTER, A2A = CommOp::ALL_TO_ALL_V;
   for (int l : layers) {
     const int forwards = recomputed.empty() || !recomputed[l] ? 1 : 2;
     for (int64_t i = 0; i < microbatches; ++i) {
       const MoeRows r = moe_layer_rows(m, p, B, routing, l, (int)i);
-      const int64_t N = r.N;  // the rank's tokens (B S / tp under sequence parallelism)
+      const int64_t N = r.N;  // the rank's tokens (B S/cp, over tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {
         const int64_t M = r.M, R = r.R, Re = r.R_ep;
         add(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);

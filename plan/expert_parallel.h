@@ -4,8 +4,8 @@
 //
 // Per MoE layer and microbatch (e the storage bytes, M the rows the rank's tokens send, R the
 // rows its experts run, R_ep the rows it received over ep (its block; R = R_ep at etp 1),
-// N its tokens (B S, or B S / tp under sequence parallelism), k top-k, E experts, P = etp ep),
-// forward (twice when full recompute runs the layer again) and backward:
+// N its tokens (B S/cp, or B S/cp / tp under sequence parallelism), k top-k, E experts,
+// P = etp ep), forward (twice when full recompute runs the layer again) and backward:
 //   alltoall   etp_ep all-gather    P E 4                       forward
 //              ep all-to-all-v      M h e, M 4, R_ep h e        forward (dispatch, gates,
 //                                                                combine), at ep > 1
@@ -19,9 +19,12 @@
 //              etp_ep reduce-scatter P N h e                    forward
 //                                   P N h e, P N k 4            backward
 // Plus, per step, the gradient norm's expert share summed over ep (etp_ep at etp > 1): one
-// fp32 all-reduce. With padding to capacity M = R_ep = E min(C, N), R = etp M exactly;
-// dropless M = N k exactly and R, R_ep are the routing's (the plan's value is the uniform
-// expectation R_ep = M, labelled as one).
+// fp32 all-reduce. Under context parallelism with the aux loss, whatever ep, a cp all-reduce
+// of the expert counts per MoE layer and forward (twice with full recompute): groups E 4
+// (groups: B with seq_aux_loss, else 1; tp's sum of them is in tensor_parallel_comm).
+// With padding to capacity M = R_ep = E min(C, N), R = etp M exactly; dropless M = N k
+// exactly and R, R_ep are the routing's (the plan's value is the uniform expectation R_ep =
+// M, labelled as one).
 //
 // defines: expert_parallel_comm
 #pragma once
@@ -32,7 +35,7 @@ namespace paralab {
 
 // Adds to `comm` the step's expert-parallel calls of a rank holding the MoE layers `layers`
 // (global indices), `recomputed[l]` true where full recompute runs layer l's forward again;
-// microbatches per step, act_bytes the storage bytes. Nothing at ep 1.
+// microbatches per step, act_bytes the storage bytes. Nothing at ep 1 but cp's counts.
 void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                           const ParallelConfig& p, int B, int act_bytes,
                           const MoeRouting& routing, const std::vector<int>& layers,

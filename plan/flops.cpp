@@ -185,8 +185,9 @@ static void per_layer_flops(FlopsPlan& p, const ModelConfig& m, int B, int64_t k
       attn_fwd += mm.model_forward;
   }
   const Moe& e = m.moe;
-  // an MoE layer routes the rank's tokens: N / tp under sequence parallelism (which experts
-  // under tensor parallelism need), their router and shared expert whole on each rank
+  // an MoE layer routes the rank's tokens: its B S/cp (N), N / tp of them under sequence
+  // parallelism (which experts under tensor parallelism need), their router and shared
+  // expert whole on each rank
   const int split = p.tensor_parallel;
   const double Nl = N / split;
   const double E = e.num_experts, fc1e = m.moe_fc1_size(), fe = m.moe_ffn();
@@ -284,7 +285,8 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   // A microbatch is shared by the tp ranks of its group: the step's model FLOPs are the
   // whole model's (true vocabulary, no padding), its hardware FLOPs the ranks' sum.
   // With context parallelism a microbatch is the cp ranks' too: the whole model's FLOPs at
-  // cp 1, the hardware's cp times this rank's (exact under the zigzag layout).
+  // cp 1, the hardware's the cp ranks' sum (cp times this rank's under the zigzag layout,
+  // where they are equal; each rank's own under the contiguous one).
   ModelConfig whole = m;
   whole.context_parallel = CpSpec();
   const int cp = m.context_parallel.size;
@@ -293,16 +295,34 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
           ? p.model_per_microbatch
           : rank_matmuls(whole, micro_batch_size, convention, 1, stage_layers).model_per_microbatch;
   p.model_per_step = model_whole * microbatches_per_step;
-  p.hardware_per_step = hw * tp * cp * microbatches_per_step;
+  double hw_cp = hw * cp;
+  if (cp > 1 && m.context_parallel.layout == CpLayout::CONTIGUOUS) {
+    hw_cp = 0;
+    for (int r = 0; r < cp; ++r) {
+      ModelConfig rank_r = m;
+      rank_r.context_parallel.rank = r;
+      const FlopsPlan q = rank_matmuls(rank_r, micro_batch_size, convention, tp, stage_layers);
+      hw_cp += q.hardware_per_microbatch + q.recompute_per_microbatch;
+    }
+  }
+  p.hardware_per_step = hw_cp * tp * microbatches_per_step;
   p.model_per_rank_step = p.model_per_microbatch * microbatches_per_rank;
   p.hardware_per_rank_step = hw * microbatches_per_rank;
+  const double unrouted_rank_step = p.model_per_rank_step;  // all but the MoE layers' own rows
   per_layer_flops(p, m, micro_batch_size, microbatches_per_rank, stage_layers, routing, etp);
   if (m.moe.enabled()) {
-    // with experts the step is the stage's ranks' steps (dp x tp: each tp rank routes its own
-    // tokens), each routed like this one (with a measured routing; the expectation otherwise)
-    const double ranks = (double)microbatches_per_step / (double)microbatches_per_rank * tp;
-    p.model_per_step = p.model_per_rank_step * ranks;
-    p.hardware_per_step = p.hardware_per_rank_step * ranks;
+    // With experts every rank of the stage (dp x cp x tp: each cp and tp rank routes its own
+    // tokens) runs the MoE rows (router, experts, shared expert) of its own tokens, routed
+    // like this one (with a measured routing; the expectation otherwise): the step's model
+    // FLOPs are the whole model's other matmuls (as without experts) plus the ranks' MoE
+    // rows; its hardware FLOPs the ranks', alike but for the contiguous layout's attention:
+    // its cp ranks' sum (hw_cp) in place of cp times this rank's.
+    const double ranks =
+        (double)microbatches_per_step / (double)microbatches_per_rank * tp * cp;
+    const double routed_rank_step = p.model_per_rank_step - unrouted_rank_step;
+    p.model_per_step = model_whole * microbatches_per_step + routed_rank_step * ranks;
+    p.hardware_per_step =
+        p.hardware_per_rank_step * ranks + (hw_cp - hw * cp) * tp * microbatches_per_step;
   }
   return p;
 }

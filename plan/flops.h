@@ -102,7 +102,8 @@ struct FlopsPlan {
 //   shared.fc1   2 N h fc1_s,  shared.fc2 2 N f_s h,  shared.gate 2 N h (with its gate)
 // each x3 with backward; fc1, fc2 count the dense layers only. Full recompute reruns an MoE
 // layer's forward (router, experts at the same M, shared). routing (plan/moe_memory.h): the
-// measured M and kept pairs; empty: the configuration's.
+// measured M and kept pairs; empty: the configuration's. The step's model FLOPs: the whole
+// model's other matmuls plus every rank's MoE rows (dp x cp x tp ranks, each its own tokens).
 struct MoeRouting;
 FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microbatches_per_step,
                      int64_t microbatches_per_rank, AttentionFlops convention, int tp = 1,

@@ -276,10 +276,11 @@ int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const Parall
   if (p.tensor_parallel > 1) bytes += 4;
   if (p.pipeline_parallel > 1) bytes += 4;
   if (p.world_size > 1) bytes += 4;
-  // the expert bias's update sums each expert's pairs over dp in one all-reduce: E int32
-  // per MoE layer the rank holds (model/transformer.cpp update_expert_bias)
+  // the expert bias's update sums each expert's pairs over dp (dp x cp under context
+  // parallelism) in one all-reduce: E int32 per MoE layer the rank holds
+  // (model/transformer.cpp update_expert_bias)
   const int moe_layers = moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m);
-  if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() > 1)
+  if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() * p.context_parallel > 1)
     bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
   // experts apart, and here: the norm's expert share over ep (etp_ep with etp > 1;
   // model/optimizer.cpp), and their own ZeRO >= 1 all-reduce over the expert-data-parallel
@@ -313,8 +314,9 @@ double korthikanti_full_recompute_bytes(double s, double b, double h) { return 2
 
 KorthikantiCheck korthikanti_check(const Plan& plan) {
   const ModelConfig& m = plan.model;
-  const double s = m.seq_length, b = plan.train.micro_batch_size, h = m.hidden_size,
-               a = m.num_attention_heads, t = plan.tp;
+  // with context parallelism the rank's s/cp tokens: the closed form at s/cp
+  const double s = m.seq_length / plan.cp, b = plan.train.micro_batch_size,
+               h = m.hidden_size, a = m.num_attention_heads, t = plan.tp;
   const bool sp = plan.sequence_parallel, naive = m.attention == AttentionImpl::NAIVE;
   KorthikantiCheck c;
   c.plan_bytes = sum_bytes(plan.layer_activations, false);
@@ -350,6 +352,11 @@ KorthikantiCheck korthikanti_check(const Plan& plan) {
   differs(naive && m.attention_dropout <= 0,
           "no attention dropout: no mask nor dropped P (3as/(ht) of the 5as/(ht))");
   differs(!naive, "flash attention: no 5as/(ht) term; an fp32 log-sum-exp of 4bas/t instead");
+  std::snprintf(buf, sizeof buf,
+                "context parallelism %d: s = %d tokens per rank; naive keeps each pass's P "
+                "(its queries x the keys it saw), not (s/cp)^2",
+                plan.cp, m.seq_length / plan.cp);
+  differs(plan.cp > 1 && naive, buf);
   return c;
 }
 

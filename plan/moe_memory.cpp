@@ -20,19 +20,24 @@ int64_t moe_capacity(const ModelConfig& m, int64_t N) {
   return (int64_t)std::ceil((double)N * e.topk / e.num_experts * (double)e.capacity_factor);
 }
 
+int64_t moe_tokens(const ModelConfig& m, int B, int split) {
+  // B sequences of the rank's S/cp tokens each, N/split of them under sequence parallelism
+  return (int64_t)B * (m.seq_length / m.context_parallel.size) / split;
+}
+
 bool moe_rows_exact(const ModelConfig& m) {
   // dropless keeps every pair (M = N k); padding fixes every expert's rows
   return !(m.moe.capacity_factor > 0) || m.moe.pad_to_capacity;
 }
 
 int64_t moe_expected_kept(const ModelConfig& m, int B, int split) {
-  const int64_t N = (int64_t)B * m.seq_length / split, pairs = N * m.moe.topk;
+  const int64_t N = moe_tokens(m, B, split), pairs = N * m.moe.topk;
   const int64_t C = moe_capacity(m, N);
   return C < 0 ? pairs : std::min<int64_t>(m.moe.num_experts * C, pairs);
 }
 
 int64_t moe_expected_rows(const ModelConfig& m, int B, int split) {
-  const int64_t N = (int64_t)B * m.seq_length / split;
+  const int64_t N = moe_tokens(m, B, split);
   if (m.moe.pad_to_capacity && m.moe.capacity_factor > 0)
     return m.moe.num_experts * std::min(moe_capacity(m, N), N);
   return moe_expected_kept(m, B, split);
@@ -60,7 +65,7 @@ MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, con
                        int layer, int microbatch) {
   MoeRows rows;
   const int split = moe_token_split(p);
-  rows.N = (int64_t)B * m.seq_length / split;
+  rows.N = moe_tokens(m, B, split);
   rows.split = split;
   rows.M = moe_rows(m, B, r, layer, microbatch, split);
   const int etp = p.expert_tensor_parallel, ep = p.expert_parallel;
@@ -97,7 +102,7 @@ int dense_layer_count(const ModelConfig& m) { return m.num_layers - moe_layer_co
 
 std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
                                           const MoeRows& rows) {
-  (void)B;  // the layer's tokens are rows.N (B S, or B S / tp under sequence parallelism)
+  (void)B;  // the layer's tokens are rows.N (moe_tokens: B S/cp, over tp under sp)
   const Moe& e = m.moe;
   const int64_t N = rows.N, h = m.hidden_size, E = e.num_experts,
                 k = e.topk, M = rows.M, R = rows.R;
@@ -172,7 +177,8 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   };
   if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
   if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
-  if (balancing && rows.split > 1) fwd(routed, groups * E * 4);  // the counts' all-reduce
+  // the counts' all-reduces over tp (sp) and cp, in one buffer
+  if (balancing && (rows.split > 1 || m.context_parallel.size > 1)) fwd(routed, groups * E * 4);
   if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
   const int64_t row = h * act + 4;  // a row and its gate
   if (alltoall) {

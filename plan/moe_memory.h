@@ -1,12 +1,13 @@
 // plan/moe_memory.h: the bytes one layer holds, MoE or dense, as model/moe.cpp and
 // model/layer.cpp allocate them, and the routing that sizes an MoE layer's experts.
 //
-// An MoE layer (model/moe.h) saves, per microbatch of its N tokens (B S; B S / tp under
-// sequence parallelism), beside a dense layer's tensors but mlp.fc1_out and mlp.act (E
-// experts, k top-k, h hidden, f_e the expert's width, fc1_e its fc1 output: 2 f_e with
-// SwiGLU, both 1/etp on a rank; f_s, fc1_s the shared expert's; act the storage bytes, 4 or
-// 2 with --bf16; M the rows the rank's tokens send, R the rows its experts run, R_ep the
-// block it received over ep (R = R_ep at etp 1; R = M on one rank); P = etp ep):
+// An MoE layer (model/moe.h) saves, per microbatch of its N tokens (B S/cp: S/cp of each
+// sequence under context parallelism; N / tp of them under sequence parallelism), beside a
+// dense layer's tensors but mlp.fc1_out and mlp.act (E experts, k top-k, h hidden, f_e the
+// expert's width, fc1_e its fc1 output: 2 f_e with SwiGLU, both 1/etp on a rank; f_s, fc1_s
+// the shared expert's; act the storage bytes, 4 or 2 with --bf16; M the rows the rank's
+// tokens send, R the rows its experts run, R_ep the block it received over ep (R = R_ep at
+// etp 1; R = M on one rank); P = etp ep):
 //   moe.logits N E x4   moe.gates N k x4   moe.experts N k x4 (int32)
 //   moe.row_pair M x4   moe.slots N k x4                        (the dispatch's maps)
 //   P > 1, alltoall: moe.regroup R x4, moe.ungroup R x4
@@ -19,7 +20,7 @@
 // workspace (Workspace::ensure, which skips dact/dfc1 when every layer is MoE):
 //   forward  bf16 only: u_f N h x4 + w_f E h x4 (the router's fp32 copies)
 //            expert bias with balancing: g2, e2 N k x4 each (the choice without the bias)
-//            under sp with balancing: the counts' all-reduce (groups E) x4
+//            under sp or cp with balancing: the counts' all-reduces (groups E) x4
 //            statistics with balancing: scores N E x4 + weights (groups E) x4
 //            dispatch, alltoall: counts P E x4; then send M (h act + 4) with the block R_ep
 //                     (h act + 4); at etp > 1 the gathered R (h act + 4) beside the block
@@ -58,8 +59,8 @@
 // permuted_rows), so the same formulas evaluated at it hold the ledger to the byte.
 //
 // defines: MoeRouting, moe_capacity, moe_expected_rows, moe_rows_exact, moe_expected_kept,
-//          moe_rows, moe_tensors, LayerFootprint, layer_footprint, qk_norm_transient_bytes,
-//          moe_layer_count, dense_layer_count
+//          moe_rows, moe_tokens, moe_tensors, LayerFootprint, layer_footprint,
+//          qk_norm_transient_bytes, moe_layer_count, dense_layer_count
 #pragma once
 #include <cstdint>
 #include <string>
@@ -92,8 +93,12 @@ struct MoeRouting {
 
 // C = ceil(N k / E cf) for N tokens (model/moe.cpp expert_capacity); -1 dropless.
 int64_t moe_capacity(const ModelConfig& m, int64_t N);
+// The tokens a rank routes in one MoE layer and microbatch of B sequences: B S/cp (its S/cp
+// of each sequence, m.context_parallel), over `split` under sequence parallelism.
+int64_t moe_tokens(const ModelConfig& m, int B, int split = 1);
 // The configuration's M of one MoE layer and microbatch of B sequences (above); split: the
-// sequence-parallel ranks its tokens are split over (each routes B S / split: moe_token_split).
+// sequence-parallel ranks its tokens are split over (each routes moe_tokens(m, B, split):
+// moe_token_split).
 int64_t moe_expected_rows(const ModelConfig& m, int B, int split = 1);
 // True when moe_expected_rows is exact (padding to capacity), false when an expectation.
 bool moe_rows_exact(const ModelConfig& m);
@@ -113,7 +118,7 @@ int64_t moe_expert_rows(const ModelConfig& m, int B, const MoeRouting& routing, 
 // One MoE layer and microbatch on one rank: the rows its tokens send (M), the rows its
 // experts run (R), and how they travel (parallel/expert_parallel.h).
 struct MoeRows {
-  int64_t N = 0;  // the tokens it routes: B S, or B S / tp under sequence parallelism
+  int64_t N = 0;  // the tokens it routes: B S/cp, or B S/cp / tp under sequence parallelism
   int split = 1;  // over how many tp ranks the microbatch's tokens are split
   int64_t M = 0, R = 0;
   int64_t R_ep = 0;  // alltoall: the rows received over ep (= R at etp 1; R = etp R_ep

@@ -30,8 +30,6 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   check(model.seq_length % (p.cp_layout == CpLayout::ZIGZAG && cp > 1 ? 2 * cp : cp) == 0,
         "context parallel " + std::to_string(cp) + " must cut seq length " +
             std::to_string(model.seq_length) + " into equal chunks");
-  check(!model.moe.enabled() || cp == 1,
-        "experts with context parallelism are not built yet");
   // The model as this cp rank holds it: s/cp tokens of each sequence (local_sizes).
   ModelConfig cp_model = model;
   cp_model.context_parallel = CpSpec{cp, o.cp_rank, p.cp_comm_type, p.cp_layout};

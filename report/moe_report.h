@@ -1,9 +1,9 @@
 // report/moe_report.h: what the MoE routers did in one step, over every rank: the tokens each
 // expert received, the pairs dropped over capacity, the auxiliary losses (model/moe.h).
 //
-// Per MoE layer, summed over the step's microbatches and over data parallelism (each layer
-// lives on one pipeline stage; tensor parallelism with experts is refused, so no rank counts
-// twice): tokens per expert and its min, mean, max and max/mean (1 = perfect balance, E/k at
+// Per MoE layer, summed over the step's microbatches and over every rank (each layer lives
+// on one pipeline stage; its tp (with sp) and cp ranks route disjoint tokens, so no token
+// counts twice): tokens per expert and its min, mean, max and max/mean (1 = perfect balance, E/k at
 // worst: every token on the same k experts), dropped (token, expert) pairs. The losses are
 // the step's as the objective sees them: per microbatch, coefficient included, averaged over
 // the microbatches of the global batch (like the LM loss) and summed over the layers.

@@ -41,26 +41,26 @@ std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& 
   // (stages, ZeRO shards, the tp slices of the vocabulary) and a difference shows as two
   // numbers one above the other.
   static const char* const kShort[kNumMemoryCategories] = {
-      "params", "grads", "master", "optim", "activ", "recomp", "comm_buf", "logits", "workspace"};
+      "params", "grads", "master", "optim", "activ", "recomp", "comm_buf", "logits", "work"};
   std::string t =
       "memory per rank (MiB): each category is its own peak in the step; total is the peak of "
       "their sum\n  (not the sum of the peaks: the categories do not all peak at once)\n"
       "  master = master_params, optim = optimizer_states, activ = activations, recomp = "
-      "recompute, comm_buf = comm_buffers\n";
-  t += strprintf("  %4s %2s %2s %2s %-4s", "rank", "pp", "tp", "dp", "");
-  for (int c = 0; c < kNumMemoryCategories; ++c) t += strprintf(" %9s", kShort[c]);
-  t += strprintf(" %9s\n", "total");
+      "recompute,\n  comm_buf = comm_buffers, work = workspace\n";
+  t += strprintf("  %4s %2s %2s %2s %2s %-4s", "rank", "pp", "tp", "cp", "dp", "");
+  for (int c = 0; c < kNumMemoryCategories; ++c) t += strprintf(" %8s", kShort[c]);
+  t += strprintf(" %8s\n", "total");
   for (const RankMetrics& r : ranks) {
     const RankPlan& rp = plan.ranks.at(r.rank);
-    std::string pred = strprintf("  %4d %2d %2d %2d %-4s", r.rank, rp.pp_rank, rp.tp_rank,
-                                 rp.dp_rank, "pred");
-    std::string meas = strprintf("  %4s %2s %2s %2s %-4s", "", "", "", "", "meas");
+    std::string pred = strprintf("  %4d %2d %2d %2d %2d %-4s", r.rank, rp.pp_rank, rp.tp_rank,
+                                 rp.cp_rank, rp.dp_rank, "pred");
+    std::string meas = strprintf("  %4s %2s %2s %2s %2s %-4s", "", "", "", "", "", "meas");
     for (int c = 0; c < kNumMemoryCategories; ++c) {
-      pred += strprintf(" %9s", format_mib((double)rp.memory.at(c)).c_str());
-      meas += strprintf(" %9s", format_mib((double)r.memory_bytes[c]).c_str());
+      pred += strprintf(" %8s", format_mib((double)rp.memory.at(c)).c_str());
+      meas += strprintf(" %8s", format_mib((double)r.memory_bytes[c]).c_str());
     }
-    t += pred + strprintf(" %9s\n", format_mib((double)rp.memory.total()).c_str());
-    t += meas + strprintf(" %9s\n", format_mib((double)r.peak_memory_bytes).c_str());
+    t += pred + strprintf(" %8s\n", format_mib((double)rp.memory.total()).c_str());
+    t += meas + strprintf(" %8s\n", format_mib((double)r.peak_memory_bytes).c_str());
   }
   return t;
 }
@@ -72,7 +72,7 @@ void ranks_json(JsonWriter& j, const Plan& common_plan, const std::vector<RankMe
     const Plan& plan = rank_plans ? *rank_plans->at(r.rank) : common_plan;
     const RankPlan& rp = plan.ranks.at(r.rank);
     j.begin_object().field("rank", r.rank).field("pp_rank", rp.pp_rank);
-    j.field("tp_rank", rp.tp_rank).field("dp_rank", rp.dp_rank);
+    j.field("tp_rank", rp.tp_rank).field("cp_rank", rp.cp_rank).field("dp_rank", rp.dp_rank);
     if (r.bubble >= 0) j.field("bubble", r.bubble);
     if (r.bubble_predicted >= 0) j.field("bubble_predicted", r.bubble_predicted);
     j.key("hardware_flops").begin_object().field("measured", r.hardware_flops);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <utility>
 #include "report/report_impl.h"  // CommRow, comm_rows
+#include "report/report_cp.h"    // cp_plan_text
 #include "report/report_moe.h"   // moe_plan_text
 #include "report/timeline.h"     // pipeline_text
 
@@ -127,6 +128,10 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
                      : "",
                  (long long)f.microbatches_per_rank,
                  piped ? "; each pipeline stage runs its own layers' share (rows below)" : "");
+  if (plan.cp > 1)
+    t += strprintf("  context parallel rank %d of %d: S = s/cp = %d tokens of each sequence; "
+                   "attention scores the pairs of its passes (context parallelism below)\n",
+                   plan.model.context_parallel.rank, plan.cp, plan.model.seq_length / plan.cp);
   t += strprintf("  %-11s %-9s %-20s %12s %12s\n", "matmul", "reduces", "forward, 1 microbatch",
            "model", "hardware");
   double model_whole = 0, hardware_whole = 0;
@@ -145,8 +150,9 @@ std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured)
   t += rc + "\n";
   hardware_whole += f.recompute_per_microbatch * k;
   t += strprintf("  %-42s %12s %12s\n",
-                 piped ? "total, whole model (the stages' sum)"
-                       : "total, rank = whole model (bwd = 2 fwd)",
+                 piped        ? "total, whole model (the stages' sum)"
+                 : plan.cp > 1 ? "total, this rank's tokens (bwd = 2 fwd)"
+                               : "total, rank = whole model (bwd = 2 fwd)",
                  format_si(model_whole).c_str(), format_si(hardware_whole).c_str());
   for (const PipelineStagePlan& st : plan.pipeline.stages) {
     int layers = 0;
@@ -298,6 +304,7 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
   t += moe_plan_text(plan);  // "" for a dense model (report/report_moe.h)
+  t += cp_plan_text(plan, peak);  // "" without context parallelism (report/report_cp.h)
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
 #include "report/moe_report.h"
+#include "report/report_cp.h"    // cp_plan_json
 #include "report/report_moe.h"   // moe_plan_json
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/summary.h"      // perplexity
@@ -231,6 +232,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
   j.end_array();
   pipeline_json(j, plan);
   moe_plan_json(j, plan);  // "moe", with --num-experts only (report/report_moe.h)
+  cp_plan_json(j, plan, peak);  // "context_parallel", with --cp > 1 only (report/report_cp.h)
   if (peak) {
     j.key("peak").begin_object();
     j.field("tflops", peak->tflops).field("source", peak->source).end_object();

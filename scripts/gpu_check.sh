@@ -9,8 +9,9 @@
 #      softmax instead of flash), and the tiny MoE with grouped and with per-expert GEMMs;
 #      the 20 losses of the two devices must agree to a relative
 #      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|;
-#   4. the same with 2 ranks on the one GPU (--comm mpi): pp 2 (1f1b, zb-h1, interleaved)
-#      and tp 2 + sp.
+#   4. the same with 2 ranks on the one GPU (--comm mpi): pp 2 (1f1b, zb-h1, interleaved),
+#      tp 2 + sp, expert parallelism, and context parallelism cp 2 with each comm type (the
+#      ring's block passes and merges, flash and naive).
 #
 # Prints a summary table and exits non-zero when anything fails. When $OUT is set, the whole
 # log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
@@ -180,10 +181,12 @@ train_both "moe per-expert" --config configs/models/tiny-moe.toml --moe-grouped-
 # on one device): the pipeline executor, zb-h1's split and tp + sp on the CUDA kernels,
 # against the same run on the CPU; and expert parallelism (4 experts over 2 ranks) with each
 # token dispatcher, and each expert's width over etp 2: the dispatch's permutes, all-to-alls
-# and partial sums on CUDA buffers.
+# and partial sums on CUDA buffers; and context parallelism over 2 ranks: the ring's passes
+# (flash, and naive's per-pass probabilities), the all-gather's and the all-to-all's
+# reorders, the log-sum-exp merge on CUDA buffers.
 moe_ep="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --ep 2 --moe-token-dispatcher-type"
 moe_etp="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --etp 2 --moe-token-dispatcher-type alltoall"
-for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp"; do
+for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp" "--cp 2" "--cp 2 --attention naive" "--cp 2 --cp-comm-type all_gather" "--cp 2 --cp-comm-type a2a"; do
   name="2 ranks ${variant// --/ }"
   name=${name//--/}
   ok=1

@@ -77,15 +77,13 @@ bad "world-size needs plan"   "--world-size"            --world-size 8
 bad "world-size positive"     "--world-size must be >= 1, got 0" --plan --world-size 0
 bad "plan needs world-size"   "= 2; to plan for more ranks than were launched, add --world-size N (a multiple of 2)" \
                                                         --plan --pp 2
-# Context parallelism: the layout's chunks, a2a's heads, the comm type's name, experts.
+# Context parallelism: the layout's chunks, a2a's heads, the comm type's name.
 bad "cp chunks"               "--seq-length (32) must be divisible by 2 x --cp (6): the zigzag layout's chunks" \
                                                         --plan --world-size 3 --cp 3
 bad "cp a2a groups"           "--cp-comm-type a2a needs --cp (4) to divide the query groups per tp rank" \
                                                         --plan --world-size 4 --cp 4 --cp-comm-type a2a --num-query-groups 2
 bad "cp comm type"            "--cp-comm-type must be one of p2p, all_gather, allgather, a2a, got ring" \
                                                         --cp-comm-type ring
-bad "cp with experts"         "experts under context parallelism are not built yet" \
-                                                        --plan --world-size 2 --cp 2 --num-experts 4
 # Expert parallelism splits experts: a dense model has none.
 bad "ep needs experts"        "--expert-model-parallel-size needs --num-experts" --ep 2
 bad "ep needs experts, plan"  "--expert-model-parallel-size needs --num-experts" --plan --world-size 2 --ep 2

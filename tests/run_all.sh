@@ -2,7 +2,7 @@
 # Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
-# parallelism, Korthikanti's formulas measured) and every lesson's check. Takes the
+# and context parallelism, Korthikanti's formulas measured) and every lesson's check. Takes the
 # binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel}, whichever build they are.
 #
@@ -36,6 +36,7 @@ else
   run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
   run "MoE equals the single-rank run (dp, pp)" bash tests/mpi/moe.sh ./trainer
   run "expert parallelism equals the single-rank run" bash tests/mpi/expert_parallel.sh ./trainer
+  run "context parallelism equals the single-rank run" bash tests/mpi/context_parallel.sh ./trainer
   run "validation loss equals the single-rank run" bash tests/mpi/eval.sh ./trainer
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
   run "every rank in --trace, memory per rank" bash tests/mpi/trace.sh ./trainer

@@ -5,6 +5,7 @@
 //   - a rank's model states: the dense vector over dp, the experts' over edp (ZeRO 0-3);
 //   - the dispatchers' bytes per step, padded to capacity (every size from the
 //     configuration), worked out here from parallel/expert_parallel.cpp's table;
+//   - context parallelism: the rank's B S/cp tokens routed, the aux counts summed over cp;
 //   - Qwen3-30B-A3B at ep 8 on 64 ranks: per-rank parameters and the all-to-all's bytes.
 #include <gtest/gtest.h>
 #include <cstdint>
@@ -209,6 +210,63 @@ TEST(ExpertParallelPlan, FoldedOverTensorParallelism) {
   EXPECT_EQ(ar_aux->payload_bytes - ar->payload_bytes, k * 4 * 4);  // E = 4 int32
   // each tp rank routes N / tp = 2 of the microbatch's 4 tokens: M = N k / tp
   EXPECT_EQ(plan.moe_rows, 2 * 2);
+}
+
+// Context parallelism: each cp rank routes its B S/cp tokens (the dispatch, the MoE tensors
+// and FLOPs at them), and the aux loss's counts are summed over cp once per MoE layer and
+// forward (E int32; B E with seq_aux_loss; twice per microbatch with full recompute). The
+// step's FLOPs are the cp ranks' together: the one-rank run's.
+TEST(ExpertParallelPlan, ContextParallelRoutesTheRanksTokens) {
+  ModelConfig m = tiny_moe();  // S 4: zigzag chunks of one token at cp 2
+  m.moe.aux_loss_coeff = 1e-2f;
+  ParallelConfig p = grid(2, 1);
+  p.context_parallel = 2;
+  const int64_t B = 2, k = 4, E = 4, N = B * 4 / 2;  // 4 microbatches of 2 sequences
+  const Plan plan = make_plan(m, batch(B, B * k), p);
+  EXPECT_EQ(plan.moe_rows, N * 2);  // dropless: M = N k, N = B S/cp
+  bool logits = false;
+  for (const ActivationTensor& t : plan.moe_layer_activations)
+    if (t.name == "moe.logits") {
+      logits = true;
+      EXPECT_EQ(t.elements, N * E);
+    }
+  EXPECT_TRUE(logits);
+  const CommPlanEntry* ar = find_comm(plan.comm, CommGroup::CP, CommOp::ALL_REDUCE);
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->calls, k);  // the one MoE layer, once per microbatch
+  EXPECT_EQ(ar->payload_bytes, k * E * 4);
+  m.moe.balancing = Moe::Balancing::SEQ_AUX_LOSS;  // per sequence: the B sequences' counts
+  const Plan seq = make_plan(m, batch(B, B * k), p);
+  ar = find_comm(seq.comm, CommGroup::CP, CommOp::ALL_REDUCE);
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->payload_bytes, k * B * E * 4);
+  m.moe.balancing = Moe::Balancing::AUX_LOSS;
+  ModelConfig full = m;
+  full.recompute.granularity = Recompute::Granularity::FULL;
+  full.recompute.method = Recompute::Method::UNIFORM;
+  full.recompute.num_layers = 1;
+  ar = find_comm(make_plan(full, batch(B, B * k), p).comm, CommGroup::CP, CommOp::ALL_REDUCE);
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->calls, 2 * k);
+  // without the aux loss nothing is summed over cp but attention's
+  m.moe.aux_loss_coeff = 0;
+  EXPECT_EQ(find_comm(make_plan(m, batch(B, B * k), p).comm, CommGroup::CP, CommOp::ALL_REDUCE),
+            nullptr);
+  // the step's model FLOPs: the whole model's attention and head, and the two cp ranks' MoE
+  // rows (each its B S/cp tokens'): the one-rank step's
+  m.moe.aux_loss_coeff = 1e-2f;
+  const Plan one = make_plan(m, batch(B, B * k), grid(1, 1));
+  EXPECT_DOUBLE_EQ(plan.flops.model_per_step, one.flops.model_per_step);
+  // the contiguous layout's cp ranks differ in attention: the step's hardware FLOPs are the
+  // two ranks' (dp 1: each runs every microbatch's half)
+  p.cp_layout = CpLayout::CONTIGUOUS;
+  PlanOptions second;
+  second.cp_rank = 1;
+  const Plan c0 = make_plan(m, batch(B, B * k), p), c1 = make_plan(m, batch(B, B * k), p, second);
+  EXPECT_NE(c0.flops.hardware_per_rank_step, c1.flops.hardware_per_rank_step);
+  EXPECT_DOUBLE_EQ(c0.flops.hardware_per_step,
+                   c0.flops.hardware_per_rank_step + c1.flops.hardware_per_rank_step);
+  EXPECT_DOUBLE_EQ(c1.flops.hardware_per_step, c0.flops.hardware_per_step);
 }
 
 // Qwen3-30B-A3B (configs/models/qwen3-30b-a3b.toml) at ep 8 on 64 ranks, bf16, dropless: each

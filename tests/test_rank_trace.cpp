@@ -141,9 +141,9 @@ TEST(RankTrace, MemoryPerRankEveryCategory) {
     EXPECT_LE(line.size(), 120u) << line;
     pred += line.find(" pred ") != std::string::npos;
     meas += line.find(" meas ") != std::string::npos;
-    if (line.find("rank pp tp dp") == std::string::npos) continue;
+    if (line.find("rank pp tp cp dp") == std::string::npos) continue;
     for (const char* c : {"params", "grads", "master", "optim", "activ", "recomp", "comm_buf",
-                          "logits", "workspace", "total"}) {
+                          "logits", "work", "total"}) {
       EXPECT_NE(line.find(c), std::string::npos) << c;
     }
   }

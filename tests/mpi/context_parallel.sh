@@ -64,7 +64,69 @@ for type in p2p all_gather a2a; do
   check "llama-cp2-selective-$type" $llama_ref 2 $llama $common --cp 2 --cp-comm-type $type \
     --recompute-granularity selective --recompute-modules core_attn
 done
+# --bf16 storage: the ring's fp32 running output and dq, the blocks in bf16; sums in another
+# order round differently: bf16's bound (2e-2), the ledger and comm still exact
+run llama-bf16-ref 1 $llama $common --bf16 || { echo "bf16 reference run failed"; exit 1; }
+for type in p2p all_gather a2a; do
+  for attention in flash naive; do
+    RTOL=2e-2 check "llama-bf16-$attention-cp2-$type" llama-bf16-ref 2 $llama $common --bf16 \
+      --cp 2 --cp-comm-type $type --attention $attention
+  done
+done
+# every selective module, and full recompute by block with naive a2a; zb-h1's split backward
+check "llama-cp2-selective-all-modules" $llama_ref 2 $llama $common --cp 2 \
+  --recompute-granularity selective --recompute-modules core_attn mlp norm
+check "llama-naive-cp2-a2a-full-block" llama-naive-ref 2 $llama $common --cp 2 \
+  --attention naive --cp-comm-type a2a --recompute-granularity full --recompute-method block \
+  --recompute-num-layers 1
+check "llama-cp2-pp2-zb-h1" $llama_ref 4 $llama $common --cp 2 --pp 2 --pipeline-schedule zb-h1
+# the validation loss: every cp rank's share of the held-out sequences
+run llama-eval-ref 1 $llama $common --eval-interval 2 --eval-iters 2 ||
+  { echo "reference run failed"; exit 1; }
+check "llama-cp2-eval" llama-eval-ref 2 $llama $common --cp 2 --eval-interval 2 --eval-iters 2
 # eight ranks: cp 2 x tp 2 x dp 2
 check "llama-cp2-tp2-sp-dp2" $llama_ref 8 $llama $common --cp 2 --tp 2 --sequence-parallel \
   --micro-batch-size 2
+# cp x ep: MoE models (tests/mpi/moe_models.sh: dropless, microbatches of one sequence, as the
+# reference's; a capacity would cut each cp rank's S/cp tokens apart, as Megatron's does per
+# rank, so it is left out). Each cp rank routes its S/cp tokens of every sequence; the aux
+# loss's counts are summed over cp (and tp) and the z-loss is over the whole microbatch, so
+# the cp ranks' partial losses add up to the one-rank losses. The expert grid folds the cp
+# ranks into ep (and edp).
+source "$here/moe_models.sh"  # moe, llama, gpt, common, ref (replacing the dense ones above)
+ref llama-moe-ref $llama --moe-grouped-gemm
+moe_cp="--moe-grouped-gemm --cp 2"
+check "llama-moe-cp2-ep1" llama-moe-ref 2 $llama $moe_cp $common
+for dispatcher in alltoall allgather; do
+  # the cp ranks are the ep ranks
+  check "llama-moe-cp2-ep2-$dispatcher" llama-moe-ref 2 $llama $moe_cp $common --ep 2 \
+    --moe-token-dispatcher-type $dispatcher
+done
+check "llama-moe-cp2-dp2-ep4" llama-moe-ref 4 $llama $moe_cp $common --ep 4 \
+  --moe-token-dispatcher-type alltoall
+check "llama-moe-cp2-dp2-ep2-zero1" llama-moe-ref 4 $llama $moe_cp $common --ep 2 --zero-stage 1
+check "llama-moe-cp2-tp2-sp-ep2-alltoall" llama-moe-ref 4 $llama $moe_cp $common --tp 2 \
+  --sequence-parallel --etp 1 --ep 2 --moe-token-dispatcher-type alltoall
+check "llama-moe-cp2-tp2-sp-etp2-ep2-allgather" llama-moe-ref 4 $llama $moe_cp $common --tp 2 \
+  --sequence-parallel --ep 2
+check "llama-moe-cp2-a2a-ep2" llama-moe-ref 2 $llama $moe_cp $common --cp-comm-type a2a --ep 2 \
+  --moe-token-dispatcher-type alltoall
+check "llama-moe-cp2-pp2-ep2" llama-moe-ref 4 $llama $moe_cp $common --pp 2 --ep 2
+# full recompute runs each MoE layer's forward, its counts' all-reduce and exchange, twice
+check "llama-moe-cp2-ep2-full-recompute" llama-moe-ref 2 $llama $moe_cp $common --ep 2 \
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 \
+  --moe-token-dispatcher-type alltoall
+ref gpt-moe-ref $gpt --moe-grouped-gemm
+check "gpt-moe-cp2-ep2" gpt-moe-ref 2 $gpt $moe_cp $common --ep 2 \
+  --moe-token-dispatcher-type alltoall
+# seq_aux_loss: each sequence's counts summed over its cp ranks (2 sequences a microbatch,
+# the reference's too), with sigmoid routing and the expert bias (its counts over dp x cp)
+bias="--moe-router-score-function sigmoid --moe-router-enable-expert-bias"
+bias+=" --moe-router-bias-update-rate 1e-2 --moe-router-load-balancing-type seq_aux_loss"
+common_mb2=${common/--micro-batch-size 1/--micro-batch-size 2}
+run llama-moe-bias-ref 1 $llama --moe-grouped-gemm $bias $common_mb2 ||
+  { echo "reference run failed"; cat "$work/llama-moe-bias-ref.log"; exit 1; }
+check "llama-moe-bias-cp2-ep2" llama-moe-bias-ref 2 $llama $moe_cp $bias $common_mb2 --ep 2
+check "llama-moe-bias-cp2-dp2-ep2" llama-moe-bias-ref 4 $llama $moe_cp $bias $common_mb2 --ep 2 \
+  --moe-token-dispatcher-type alltoall
 finish

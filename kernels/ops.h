@@ -401,7 +401,8 @@ void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t 
 void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
                       float p);
 void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
-                       int G, int D, float rope_theta, const TokenPositions& pos = TokenPositions());
+                       int G, int D, float rope_theta,
+                       const TokenPositions& pos = TokenPositions());
 void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
                         int B, int S, int A, int G, int D, float rope_theta,
                         const TokenPositions& pos = TokenPositions());

@@ -473,7 +473,8 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
       while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
       for (int j = i0; j <= i; ++j) {
         const int lj = first_layer + j, uj = layer_unit_[lj];
-        LayerContext cj{m, tp_, ep_, cp_, positions_, dev, lj, B, f.dropout_seed};  // no statistics: a second time
+        // no statistics: a second time
+        LayerContext cj{m, tp_, ep_, cp_, positions_, dev, lj, B, f.dropout_seed};
         cj.moe = &moe_[lj];
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);

@@ -40,10 +40,12 @@
 // and an all-to-all brings the output back; backward the mirror (dO in, dq, dk, dv out).
 // Each all-to-all moves (cp-1)/cp of its tensor; heads and query groups must divide by cp.
 //
-// Overlap (p2p). Step i's transfer hides behind step i's attention when a block's attention
-// time >= its transfer time: 4 b (a/cp) (s/2cp)(s/cp) d / F >= KV bytes / bandwidth per
-// half block; the plan states it at the hardware's bandwidth, the report measures the
-// exposed (waited) time.
+// Overlap (p2p). Step i's transfer hides behind step i's attention when the step's attention
+// time >= its transfer time: 4 d b a (s/2cp)(s/cp) / F >= KV / bandwidth, F the rank's FLOP/s;
+// the plan prints the bandwidth that needs at the rank's peak, the report the exposed
+// (waited) time. On the MPI backend a transfer moves only inside MPI calls, so the flash
+// passes run one (batch, query group) at a time with comm_progress() between (NCCL's grouped
+// send/recv runs on the cp communicator's own stream).
 //
 // defines: core_attention_forward, core_attention_backward (the layout, the passes and the
 //          buffers: parallel/context_parallel_layout.cpp)
@@ -160,8 +162,8 @@ void flash_by_group(bool split, const CoreShape& s, const AttentionBlock& blk, R
     for (int g = 0; g < s.G; ++g) {
       AttentionBlock one = blk;
       one.dropout_head0 += b * blk.dropout_heads + g * R;
-      run((size_t)(b * s.A + g * R) * blk.q.head_stride, (size_t)(b * s.G + g) * blk.k.head_stride,
-          one, 1, R, 1);
+      run((size_t)(b * s.A + g * R) * blk.q.head_stride,
+          (size_t)(b * s.G + g) * blk.k.head_stride, one, 1, R, 1);
       comm_progress();
     }
 }
@@ -191,7 +193,8 @@ void core_attention_forward(const ContextParallel& cp, const CoreShape& s, Buffe
   allocate_saved(s, spec, d, saved, saved_as);
   // a single pass is every row's whole softmax: a naive recompute needs only its P again
   const bool probs_only = recompute && !s.flash && passes.size() == 1;
-  const bool split = c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
+  const bool split =
+      c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
   auto attend = [&](const CoreShape& sh, const CorePass& p, size_t n, const T* qp, const T* kp,
                     const T* vp, T* out, float* lse) {
     const size_t row0 = p.q_row0, off = row0 * sh.D;
@@ -309,7 +312,8 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
   float* dq_acc = nullptr;
   if constexpr (std::is_same<T, float>::value) dq_acc = dq;
   if (!ws.dq_acc.empty()) dq_acc = ws.dq_acc.data();
-  const bool split = c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
+  const bool split =
+      c > 1 && cp.comm_type == CpCommType::P2P && cp.cp->backend() == CommBackend::MPI;
   auto backward = [&](const CoreShape& sh, const CorePass& p, size_t n, const T* qp,
                       const T* kp, const T* vp, const T* op, const T* dop, T* dq_t, float* dq_f,
                       T* dkp, T* dvp, const float* delta) {

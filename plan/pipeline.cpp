@@ -384,8 +384,8 @@ void plan_pipeline(Plan& plan) {
     add_entry(st.comm, CommGroup::PP, CommOp::SEND_RECV, p, calls,
               (st.activations_sent + st.gradients_sent) * pp.message_bytes);
     add_entry(st.comm, CommGroup::PP, CommOp::ALL_REDUCE, p, 1, 4);  // the gradient norm
-    for (const CommPlanEntry& e : data_parallel_comm(d, z, plan.dp_cp, grad_b, param_b,
-                                                     plan.cp > 1 ? CommGroup::DP_CP : CommGroup::DP))
+    const CommGroup dp_group = plan.cp > 1 ? CommGroup::DP_CP : CommGroup::DP;
+    for (const CommPlanEntry& e : data_parallel_comm(d, z, plan.dp_cp, grad_b, param_b, dp_group))
       st.comm.push_back(e);
     if (experts)
       for (const CommPlanEntry& e : data_parallel_comm(*experts, z, par.expert_data_parallel(),

@@ -26,10 +26,10 @@ log, n = open(sys.argv[1]).read(), int(sys.argv[2])
 head = "memory per rank (MiB): each category is its own peak in the step; total is the peak of their sum"
 assert head in log, "no memory per rank table"
 table = log[log.rindex(head):].split("\n\n")[0].splitlines()
-cols = "params grads master optim activ recomp comm_buf logits workspace total".split()
-header = next(l for l in table if l.split()[:4] == ["rank", "pp", "tp", "dp"])
-assert header.split()[4:] == cols, header
-pred = [l for l in table if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+ pred", l)]
+cols = "params grads master optim activ recomp comm_buf logits work total".split()
+header = next(l for l in table if l.split()[:5] == ["rank", "pp", "tp", "cp", "dp"])
+assert header.split()[5:] == cols, header
+pred = [l for l in table if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+ pred", l)]
 meas = [l for l in table if re.match(r"\s+meas", l)]
 assert [int(l.split()[0]) for l in pred] == list(range(n)), pred
 assert len(meas) == n and all(len(l.split()) == 11 for l in meas), meas

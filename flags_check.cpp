@@ -53,11 +53,15 @@ void check_unit_interval(const char* flag, double value) {  // [0, 1)
 // Pipeline: virtual stages, the schedule, the layers of each stage (pipeline_schedule.h).
 // Context parallelism: the layout's chunks must cut the sequence evenly, and a2a splits
 // this tensor-parallel rank's heads and query groups over the cp ranks.
-void check_context_parallel(Options& o) {
+void check_context_parallel(Options& o, const RawFlags& raw) {
   const ModelConfig& m = o.model;
   const ParallelConfig& p = o.parallel;
   const int cp = p.context_parallel, tp = p.tensor_parallel;
-  if (cp == 1) return;
+  if (cp == 1) {
+    if (raw.cp_comm_type != "p2p" || raw.cp_layout != "zigzag")
+      o.warnings.push_back("--cp-comm-type and --cp-layout have no effect with --cp 1");
+    return;
+  }
   const int chunks = p.cp_layout == CpLayout::ZIGZAG ? 2 * cp : cp;
   if (m.seq_length % chunks != 0)
     fail("--seq-length (", m.seq_length, ") must be divisible by ",
@@ -302,7 +306,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   const int dp = p.data_parallel();
   if (m.num_attention_heads % tp != 0)
     fail("--tp (", tp, ") must divide --num-attention-heads (", m.num_attention_heads, ")");
-  check_context_parallel(o);
+  check_context_parallel(o, raw);
   if (m.num_query_groups % tp != 0)
     fail("--tp (", tp, ") must divide --num-query-groups (", m.num_query_groups, ")");
   if (m.ffn_hidden_size % tp != 0)

@@ -134,5 +134,24 @@ TEST(Flags, Recompute) {
   for (const auto& [args, message] : bad) EXPECT_EQ(error_of(args), message);
 }
 
+// Context parallelism: the comm type (Megatron's allgather spelling too) and the layout; at
+// cp 1 they change nothing, and say so.
+TEST(Flags, ContextParallel) {
+  Options o = parse({"--cp", "2", "--cp-comm-type", "allgather", "--cp-layout", "contiguous"}, 2);
+  EXPECT_EQ(o.parallel.context_parallel, 2);
+  EXPECT_EQ(o.parallel.cp_comm_type, CpCommType::ALL_GATHER);
+  EXPECT_EQ(o.parallel.cp_layout, CpLayout::CONTIGUOUS);
+  EXPECT_EQ(o.parallel.data_parallel(), 1);
+  o = parse({"--cp", "2", "--cp-comm-type", "a2a"}, 4);
+  EXPECT_EQ(o.parallel.cp_comm_type, CpCommType::A2A);
+  EXPECT_EQ(o.parallel.cp_layout, CpLayout::ZIGZAG);
+  EXPECT_EQ(o.parallel.data_parallel(), 2);
+  EXPECT_TRUE(o.warnings.empty());
+  EXPECT_EQ(parse({"--cp-comm-type", "a2a"}).warnings,
+            (std::vector<std::string>{"--cp-comm-type and --cp-layout have no effect with --cp 1"}));
+  EXPECT_EQ(error_of({"--cp-comm-type", "ring"}),
+            "--cp-comm-type must be one of p2p, all_gather, allgather, a2a, got ring");
+}
+
 }  // namespace
 }  // namespace paralab

@@ -148,7 +148,8 @@ TEST(Flags, ContextParallel) {
   EXPECT_EQ(o.parallel.data_parallel(), 2);
   EXPECT_TRUE(o.warnings.empty());
   EXPECT_EQ(parse({"--cp-comm-type", "a2a"}).warnings,
-            (std::vector<std::string>{"--cp-comm-type and --cp-layout have no effect with --cp 1"}));
+            (std::vector<std::string>{
+                "--cp-comm-type and --cp-layout have no effect with --cp 1"}));
   EXPECT_EQ(error_of({"--cp-comm-type", "ring"}),
             "--cp-comm-type must be one of p2p, all_gather, allgather, a2a, got ring");
 }

@@ -227,7 +227,8 @@ TEST(Flags, EveryPresetLoads) {
   EXPECT_EQ(l7.model.arch, Arch::LLAMA);
   EXPECT_EQ(l7.model.ffn_hidden_size, 11008);
 
-  const char* parallel[][2] = {{"dp2-zero1", "2"}, {"dp4-zero3", "4"}, {"tp2", "2"}};
+  const char* parallel[][2] = {{"dp2-zero1", "2"}, {"dp4-zero3", "4"}, {"tp2", "2"},
+                               {"cp2-ring", "2"}};
   for (auto& p : parallel) {
     std::vector<std::string> args = {"--config", repo_path("configs/models/tiny.toml"),
                                      "--config",

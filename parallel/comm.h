@@ -27,8 +27,9 @@
 //
 // Errors: fail() ends every rank with one message (MPI_Abort), never a hang.
 //
-// defines: CommBackend, DType, ReduceOp, P2POp, CommHandle, Communicator, comm_progress,
-//          World, init_world, finalize_world, FatalError, fail, exit_all_ranks, run_main
+// defines: CommBackend, DType, comm_type, ReduceOp, P2POp, CommHandle, Communicator,
+//          comm_progress, World, init_world, finalize_world, FatalError, fail, exit_all_ranks,
+//          run_main
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,11 @@ enum class ReduceOp { SUM, MAX };  // MAX: the vocab-parallel loss's row maximum
 
 inline size_t dtype_size(DType t) {
   return t == DType::U8 ? 1 : t == DType::BF16 ? 2 : 4;
+}
+// The DType of a storage type T: float, or kernels::bf16 (2 bytes).
+template <typename T>
+DType comm_type() {
+  return sizeof(T) == 2 ? DType::BF16 : DType::F32;
 }
 const char* backend_name(CommBackend b);
 

@@ -67,10 +67,6 @@ using kernels::TokenPositions;
 namespace {
 
 template <typename T>
-DType dtype_of() {
-  return std::is_same<T, float>::value ? DType::F32 : DType::BF16;
-}
-template <typename T>
 void widen(kernels::Device d, float* dst, const T* src, size_t n) {
   if constexpr (std::is_same<T, float>::value) kernels::memcpy_device(d, dst, src, n * 4);
   else kernels::convert(d, dst, src, n);
@@ -119,7 +115,7 @@ void to_heads(const ContextParallel& cp, const CoreShape& s, int H, const T* x, 
               CoreWorkspace<T>& ws) {
   const size_t per = (size_t)s.B * (H / cp.size()) * s.S * s.D;
   pack_heads(cp.device, ws.send.data(), const_cast<T*>(x), s, H, cp.size(), true);
-  cp.cp->all_to_all(ws.send.data(), ws.recv.data(), per, dtype_of<T>());
+  cp.cp->all_to_all(ws.send.data(), ws.recv.data(), per, comm_type<T>());
   reorder_chunks(cp.device, heads, ws.recv.data(), s, H / cp.size(), spec_of(cp), true);
 }
 template <typename T>
@@ -128,7 +124,7 @@ void from_heads(const ContextParallel& cp, const CoreShape& s, int H, const T* h
   const size_t per = (size_t)s.B * (H / cp.size()) * s.S * s.D;
   reorder_chunks(cp.device, const_cast<T*>(heads), ws.send.data(), s, H / cp.size(),
                  spec_of(cp), false);
-  cp.cp->all_to_all(ws.send.data(), ws.recv.data(), per, dtype_of<T>());
+  cp.cp->all_to_all(ws.send.data(), ws.recv.data(), per, comm_type<T>());
   pack_heads(cp.device, ws.recv.data(), x, s, H, cp.size(), false);
 }
 
@@ -166,6 +162,16 @@ void flash_by_group(bool split, const CoreShape& s, const AttentionBlock& blk, R
           (size_t)(b * s.G + g) * blk.k.head_stride, one, 1, R, 1);
       comm_progress();
     }
+}
+
+// One ring hop: a K/V pair (or its dK/dV accumulator, n elements each) to rank `to`, the next
+// pair from rank `from` into (k_in, v_in); one batched send/recv, asynchronous.
+template <typename T>
+CommHandle ring_hop(const ContextParallel& cp, const T* k, const T* v, int to, T* k_in, T* v_in,
+                    int from, size_t n) {
+  return cp.cp->send_recv_async(
+      {P2POp::send(k, n, to, comm_type<T>()), P2POp::send(v, n, to, comm_type<T>()),
+       P2POp::recv(k_in, n, from, comm_type<T>()), P2POp::recv(v_in, n, from, comm_type<T>())});
 }
 
 // The a2a pass's shape: a/cp heads and g/cp groups of whole sequences.
@@ -216,8 +222,8 @@ void core_attention_forward(const ContextParallel& cp, const CoreShape& s, Buffe
   };
 
   if (c > 1 && cp.comm_type == CpCommType::ALL_GATHER) {
-    cp.cp->all_gather(k.data(), ws.gathered[0].data(), kv_n, dtype_of<T>());
-    cp.cp->all_gather(v.data(), ws.gathered[1].data(), kv_n, dtype_of<T>());
+    cp.cp->all_gather(k.data(), ws.gathered[0].data(), kv_n, comm_type<T>());
+    cp.cp->all_gather(v.data(), ws.gathered[1].data(), kv_n, comm_type<T>());
     for (int t = 0; t < 2; ++t)
       reorder_chunks(d, ws.natural[t].data(), ws.gathered[t].data(), s, s.G, spec, true);
     attend(s, passes[0], 0, q.data(), ws.natural[0].data(), ws.natural[1].data(), o,
@@ -252,13 +258,9 @@ void core_attention_forward(const ContextParallel& cp, const CoreShape& s, Buffe
   size_t n = 0;
   for (int i = 0; i < c; ++i) {
     CommHandle transfer;
-    if (i < c - 1) {  // 1. the held block on to r+1, the next from r-1
-      T* kn = ws.kv[i % 2][0].data();
-      T* vn = ws.kv[i % 2][1].data();
-      transfer = cp.cp->send_recv_async(
-          {P2POp::send(kb, kv_n, next, dtype_of<T>()), P2POp::send(vb, kv_n, next, dtype_of<T>()),
-           P2POp::recv(kn, kv_n, prev, dtype_of<T>()), P2POp::recv(vn, kv_n, prev, dtype_of<T>())});
-    }
+    if (i < c - 1)  // 1. the held block on to r+1, the next from r-1
+      transfer = ring_hop(cp, kb, vb, next, ws.kv[i % 2][0].data(), ws.kv[i % 2][1].data(), prev,
+                          kv_n);
     const int j = (r - i + c) % c;
     if (n < passes.size() && passes[n].source == j) {  // 2. attend, 3. merge
       const CorePass& p = passes[n];
@@ -337,8 +339,8 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
   auto zero = [&](void* p, size_t bytes) { kernels::memset_zero(d, p, bytes); };
 
   if (c > 1 && cp.comm_type == CpCommType::ALL_GATHER) {
-    cp.cp->all_gather(k.data(), ws.gathered[0].data(), kv_n, dtype_of<T>());
-    cp.cp->all_gather(v.data(), ws.gathered[1].data(), kv_n, dtype_of<T>());
+    cp.cp->all_gather(k.data(), ws.gathered[0].data(), kv_n, comm_type<T>());
+    cp.cp->all_gather(v.data(), ws.gathered[1].data(), kv_n, comm_type<T>());
     for (int t = 0; t < 2; ++t)
       reorder_chunks(d, ws.natural[t].data(), ws.gathered[t].data(), s, s.G, spec, true);
     zero(ws.dk_heads.data(), ws.dk_heads.size() * sizeof(T));
@@ -348,8 +350,8 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
              dq_acc, ws.dk_heads.data(), ws.dv_heads.data(), nullptr);
     reorder_chunks(d, ws.dk_heads.data(), ws.gathered[0].data(), s, s.G, spec, false);
     reorder_chunks(d, ws.dv_heads.data(), ws.gathered[1].data(), s, s.G, spec, false);
-    cp.cp->reduce_scatter(ws.gathered[0].data(), dk, kv_n, dtype_of<T>());
-    cp.cp->reduce_scatter(ws.gathered[1].data(), dv, kv_n, dtype_of<T>());
+    cp.cp->reduce_scatter(ws.gathered[0].data(), dk, kv_n, comm_type<T>());
+    cp.cp->reduce_scatter(ws.gathered[1].data(), dv, kv_n, comm_type<T>());
     if (s.flash && (void*)dq_acc != (void*)dq) narrow(d, dq, dq_acc, q_n);
     return;
   }
@@ -387,12 +389,8 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
   for (int i = 0; i < c; ++i) {
     CommHandle transfer;
     if (i < c - 1)
-      transfer = cp.cp->send_recv_async({P2POp::send(kb, kv_n, prev, dtype_of<T>()),
-                                         P2POp::send(vb, kv_n, prev, dtype_of<T>()),
-                                         P2POp::recv(ws.kv[i % 2][0].data(), kv_n, next,
-                                                     dtype_of<T>()),
-                                         P2POp::recv(ws.kv[i % 2][1].data(), kv_n, next,
-                                                     dtype_of<T>())});
+      transfer = ring_hop(cp, kb, vb, prev, ws.kv[i % 2][0].data(), ws.kv[i % 2][1].data(), next,
+                          kv_n);
     const int j = (r + i) % c;
     T* dkp = dk;
     T* dvp = dv;
@@ -407,10 +405,8 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
         backward(s, passes[n], n, q.data(), kb, vb, o, dout, dq, dq_acc, dkp, dvp,
                  merged && !s.flash ? ws.delta.data() : nullptr);
     if (i > 0)  // on to r-1; the last send reaches block j's owner
-      accumulated = cp.cp->send_recv_async(
-          {P2POp::send(dkp, kv_n, prev, dtype_of<T>()), P2POp::send(dvp, kv_n, prev, dtype_of<T>()),
-           P2POp::recv(ws.dkv[(i + 1) % 2][0].data(), kv_n, next, dtype_of<T>()),
-           P2POp::recv(ws.dkv[(i + 1) % 2][1].data(), kv_n, next, dtype_of<T>())});
+      accumulated = ring_hop(cp, (const T*)dkp, (const T*)dvp, prev, ws.dkv[(i + 1) % 2][0].data(),
+                             ws.dkv[(i + 1) % 2][1].data(), next, kv_n);
     if (i < c - 1) {
       transfer.wait();
       kb = ws.kv[i % 2][0].data();

@@ -114,11 +114,6 @@ using kernels::Device;
 constexpr Category kWorkspace = Category::WORKSPACE;
 constexpr Category kActivations = Category::ACTIVATIONS;
 
-template <typename T>
-DType dtype_of() {
-  return std::is_same<T, float>::value ? DType::F32 : DType::BF16;
-}
-
 void upload(Device dev, Buffer<int>& b, const std::vector<int>& host, Category c) {
   b.allocate(dev, host.size(), c);
   if (!host.empty()) kernels::memcpy_from_host(dev, b.data(), host.data(), host.size() * 4);
@@ -304,7 +299,7 @@ void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool
       Buffer<float> send_gates(dev, x.M, kWorkspace);
       kernels::moe_permute(dev, send.data(), send_gates.data(), u, gates, x.row_pair.data(), x.M,
                            h, k, fused);
-      exchange(ep, send.data(), x.send_rows, received.data(), x.recv_rows, h, dtype_of<T>());
+      exchange(ep, send.data(), x.send_rows, received.data(), x.recv_rows, h, comm_type<T>());
       exchange(ep, send_gates.data(), x.send_rows, received_gates.data(), x.recv_rows, 1,
                DType::F32);
     }
@@ -314,7 +309,7 @@ void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool
     if (ep.etp_size() > 1) {
       gathered.allocate(dev, (size_t)x.R * h, kWorkspace);
       gathered_gates.allocate(dev, x.R, kWorkspace);
-      gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, dtype_of<T>());
+      gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, comm_type<T>());
       gather_blocks(ep, received_gates.data(), x.etp_rows, gathered_gates.data(), 1, DType::F32);
       std::swap(received, gathered);  // the rows to regroup; the block itself is freed
       std::swap(received_gates, gathered_gates);
@@ -338,7 +333,7 @@ void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool
   mine.insert(mine.end(), routing.slots->begin(), routing.slots->end());
   kernels::memcpy_from_host(dev, all_routing.data() + me * per_rank, mine.data(), per_rank * 4);
   CommHandle hidden =
-      ep.etp_ep->all_gather_async(u, all_u.data(), (size_t)N * h, dtype_of<T>());
+      ep.etp_ep->all_gather_async(u, all_u.data(), (size_t)N * h, comm_type<T>());
   CommHandle probs = ep.etp_ep->all_gather_async(gates, all_gates.data(), (size_t)N * k);
   ep.etp_ep->all_gather(all_routing.data() + me * per_rank, all_routing.data(), per_rank,
                         DType::I32);
@@ -371,13 +366,13 @@ void combine_tokens(const ExpertParallel& ep, const ExpertExchange& x, const T* 
       Buffer<T> ungrouped(dev, (size_t)x.R * h, kWorkspace);
       kernels::moe_permute(dev, ungrouped.data(), nullptr, y, nullptr, x.ungroup.data(), x.R, h,
                            1, x.fused);
-      reduce_blocks(ep, ungrouped.data(), x.etp_rows, block.data(), h, dtype_of<T>());
+      reduce_blocks(ep, ungrouped.data(), x.etp_rows, block.data(), h, comm_type<T>());
     } else {
       kernels::moe_permute(dev, block.data(), nullptr, y, nullptr, x.ungroup.data(), x.R, h, 1,
                            x.fused);
     }
     Buffer<T> returned(dev, (size_t)x.M * h, kWorkspace);
-    exchange(ep, block.data(), x.recv_rows, returned.data(), x.send_rows, h, dtype_of<T>());
+    exchange(ep, block.data(), x.recv_rows, returned.data(), x.send_rows, h, comm_type<T>());
     kernels::moe_unpermute(dev, out, returned.data(), x.slots.data(), x.N, h, x.k, x.fused);
     return;
   }
@@ -385,7 +380,7 @@ void combine_tokens(const ExpertParallel& ep, const ExpertExchange& x, const T* 
   const int P = ep.etp_ep->size();
   Buffer<T> full(dev, (size_t)P * x.N * h, kWorkspace);
   kernels::moe_unpermute(dev, full.data(), y, x.local_slots.data(), P * x.N, h, x.k, x.fused);
-  ep.etp_ep->reduce_scatter(full.data(), out, (size_t)x.N * h, dtype_of<T>());
+  ep.etp_ep->reduce_scatter(full.data(), out, (size_t)x.N * h, comm_type<T>());
 }
 
 template <typename T>
@@ -404,11 +399,11 @@ void combine_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x, 
       Buffer<T> permuted(dev, (size_t)x.M * h, kWorkspace);
       kernels::moe_permute(dev, permuted.data(), nullptr, dout, nullptr, x.row_pair.data(), x.M,
                            h, x.k, x.fused);
-      exchange(ep, permuted.data(), x.send_rows, received.data(), x.recv_rows, h, dtype_of<T>());
+      exchange(ep, permuted.data(), x.send_rows, received.data(), x.recv_rows, h, comm_type<T>());
     }
     if (ep.etp_size() > 1) {  // every etp slice needs every block's output gradient
       Buffer<T> gathered(dev, (size_t)x.R * h, kWorkspace);
-      gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, dtype_of<T>());
+      gather_blocks(ep, received.data(), x.etp_rows, gathered.data(), h, comm_type<T>());
       std::swap(received, gathered);  // the block itself is freed at the scope's end
     }
     kernels::moe_permute(dev, dy, nullptr, received.data(), nullptr, x.regroup.data(), x.R, h, 1,
@@ -417,7 +412,7 @@ void combine_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x, 
   }
   const int P = ep.etp_ep->size();
   Buffer<T> gathered(dev, (size_t)P * x.N * h, kWorkspace);
-  ep.etp_ep->all_gather(dout, gathered.data(), (size_t)x.N * h, dtype_of<T>());
+  ep.etp_ep->all_gather(dout, gathered.data(), (size_t)x.N * h, comm_type<T>());
   kernels::moe_permute(dev, dy, nullptr, gathered.data(), nullptr, x.source_pair.data(), x.R, h,
                        x.k, x.fused);
 }
@@ -443,7 +438,7 @@ void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
       Buffer<float> ungrouped_gates(dev, x.R, kWorkspace);
       kernels::moe_permute(dev, ungrouped.data(), ungrouped_gates.data(), dexpert_in,
                            dexpert_gates, x.ungroup.data(), x.R, h, 1, x.fused);
-      reduce_blocks(ep, ungrouped.data(), x.etp_rows, block.data(), h, dtype_of<T>());
+      reduce_blocks(ep, ungrouped.data(), x.etp_rows, block.data(), h, comm_type<T>());
       reduce_blocks(ep, ungrouped_gates.data(), x.etp_rows, block_gates.data(), 1, DType::F32);
     } else {
       kernels::moe_permute(dev, block.data(), block_gates.data(), dexpert_in, dexpert_gates,
@@ -451,7 +446,7 @@ void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
     }
     Buffer<T> returned(dev, (size_t)x.M * h, kWorkspace);
     Buffer<float> returned_gates(dev, x.M, kWorkspace);
-    exchange(ep, block.data(), x.recv_rows, returned.data(), x.send_rows, h, dtype_of<T>());
+    exchange(ep, block.data(), x.recv_rows, returned.data(), x.send_rows, h, comm_type<T>());
     exchange(ep, block_gates.data(), x.recv_rows, returned_gates.data(), x.send_rows, 1,
              DType::F32);
     kernels::moe_unpermute(dev, du, returned.data(), x.slots.data(), x.N, h, x.k, x.fused);
@@ -463,7 +458,7 @@ void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
     Buffer<T> full(dev, (size_t)P * x.N * h, kWorkspace);
     kernels::moe_unpermute(dev, full.data(), dexpert_in, x.local_slots.data(), P * x.N, h, x.k,
                            x.fused);
-    ep.etp_ep->reduce_scatter(full.data(), du, (size_t)x.N * h, dtype_of<T>());
+    ep.etp_ep->reduce_scatter(full.data(), du, (size_t)x.N * h, comm_type<T>());
   }
   Buffer<float> full_gates(dev, (size_t)P * pairs, kWorkspace);
   kernels::moe_unpermute_gates(dev, full_gates.data(), dexpert_gates, x.local_slots.data(),

@@ -11,11 +11,6 @@ namespace paralab {
 
 namespace {
 
-template <typename T>
-DType comm_type() {
-  return sizeof(T) == 2 ? DType::BF16 : DType::F32;
-}
-
 bool active(const TensorParallel& tp) { return tp.tp && tp.tp->size() > 1; }
 
 }  // namespace

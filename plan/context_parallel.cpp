@@ -3,20 +3,6 @@
 
 namespace paralab {
 
-namespace {
-void add(std::vector<CommPlanEntry>& comm, CommOp op, int n, int64_t calls, int64_t payload) {
-  if (calls == 0) return;
-  for (CommPlanEntry& e : comm)
-    if (e.group == CommGroup::CP && e.op == op) {
-      e.calls += calls;
-      e.payload_bytes += payload;
-      e.bus_bytes += bus_factor(op, n) * (double)payload;
-      return;
-    }
-  comm.push_back({CommGroup::CP, op, calls, payload, bus_factor(op, n) * (double)payload});
-}
-}  // namespace
-
 std::vector<CpExchange> cp_layer_exchanges(const ModelConfig& m, int B, int e, int tp) {
   const CpSpec& cp = m.context_parallel;
   const int c = cp.size;
@@ -59,7 +45,7 @@ void context_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& 
       const int64_t times = microbatches * (x.phase == CpExchange::FORWARD  ? forwards
                                             : x.phase == CpExchange::OUTPUT ? outputs
                                                                             : 1);
-      add(comm, x.op, c, times * x.calls, times * x.payload_bytes);
+      add_comm(comm, CommGroup::CP, x.op, c, times * x.calls, times * x.payload_bytes);
     }
   }
 }
@@ -70,9 +56,7 @@ AttentionPairs cp_attention_pairs(const ModelConfig& m, int tp) {
   AttentionPairs p;
   const double per_head = cp.type == CpCommType::A2A && cp.size > 1 ? 1.0 / cp.size : 1.0;
   for (const CorePass& pass : core_passes(s, cp)) {
-    double causal = 0;
-    for (int i = 0; i < pass.blk.q.rows; ++i) causal += pass.blk.visible(i);
-    p.causal += causal * per_head;
+    p.causal += (double)kernels::visible_pairs(pass.blk) * per_head;
     p.scored += (double)pass.blk.q.rows * pass.blk.k.rows * per_head;
   }
   return p;

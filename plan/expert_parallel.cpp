@@ -3,21 +3,6 @@
 
 namespace paralab {
 
-namespace {
-void add(std::vector<CommPlanEntry>& comm, CommGroup g, CommOp op, int n, int64_t calls,
-         int64_t payload) {
-  if (calls == 0) return;
-  for (CommPlanEntry& e : comm)
-    if (e.group == g && e.op == op) {
-      e.calls += calls;
-      e.payload_bytes += payload;
-      e.bus_bytes += bus_factor(op, n) * (double)payload;
-      return;
-    }
-  comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
-}
-}  // namespace
-
 void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                           const ParallelConfig& p, int B, int e, const MoeRouting& routing,
                           const std::vector<int>& layers, const std::vector<bool>& recomputed,
@@ -33,7 +18,7 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
     const int64_t groups = x.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
     for (int l : layers) {
       const int64_t forwards = (recomputed.empty() || !recomputed[l] ? 1 : 2) * microbatches;
-      add(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, forwards, forwards * groups * E * 4);
+      add_comm(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, forwards, forwards * groups * E * 4);
     }
   }
   if (P <= 1 || layers.empty()) return;
@@ -46,27 +31,27 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
       const int64_t N = r.N;  // the rank's tokens (B S/cp, over tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {
         const int64_t M = r.M, R = r.R, Re = r.R_ep;
-        add(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);
+        add_comm(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);
         if (ep > 1) {  // dispatch rows and gates, combine; backward: dy, then dx and dgates
-          add(comm, EP, A2A, ep, 3 * forwards, forwards * (M * h * e + M * 4 + Re * h * e));
-          add(comm, EP, A2A, ep, 3, M * h * e + Re * h * e + Re * 4);
+          add_comm(comm, EP, A2A, ep, 3 * forwards, forwards * (M * h * e + M * 4 + Re * h * e));
+          add_comm(comm, EP, A2A, ep, 3, M * h * e + Re * h * e + Re * 4);
         }
         if (T > 1) {  // the blocks' gathers (etp copies) and the partial sums' scatters
-          add(comm, ETP, A2A, T, 3 * forwards,
+          add_comm(comm, ETP, A2A, T, 3 * forwards,
               forwards * (T * Re * h * e + T * Re * 4 + R * h * e));
-          add(comm, ETP, A2A, T, 3, T * Re * h * e + R * h * e + R * 4);
+          add_comm(comm, ETP, A2A, T, 3, T * Re * h * e + R * h * e + R * 4);
         }
       } else {
-        add(comm, ETP_EP, AG, P, 3 * forwards,
+        add_comm(comm, ETP_EP, AG, P, 3 * forwards,
             forwards * (P * N * h * e + P * N * k * 4 + P * (E + N * k) * 4));
-        add(comm, ETP_EP, RS, P, forwards, forwards * P * N * h * e);
-        add(comm, ETP_EP, AG, P, 1, P * N * h * e);
-        add(comm, ETP_EP, RS, P, 2, P * N * h * e + P * N * k * 4);
+        add_comm(comm, ETP_EP, RS, P, forwards, forwards * P * N * h * e);
+        add_comm(comm, ETP_EP, AG, P, 1, P * N * h * e);
+        add_comm(comm, ETP_EP, RS, P, 2, P * N * h * e + P * N * k * 4);
       }
     }
   }
   // the gradient norm's expert share: over ep, or etp x ep with the widths split
-  add(comm, T > 1 ? ETP_EP : EP, CommOp::ALL_REDUCE, T > 1 ? P : ep, 1, 4);
+  add_comm(comm, T > 1 ? ETP_EP : EP, CommOp::ALL_REDUCE, T > 1 ? P : ep, 1, 4);
 }
 
 }  // namespace paralab

@@ -17,6 +17,19 @@ int64_t layer_output_bytes(const Plan& plan) {
   return 0;
 }
 
+void add_comm(std::vector<CommPlanEntry>& comm, CommGroup g, CommOp op, int n, int64_t calls,
+              int64_t payload) {
+  if (calls == 0) return;
+  for (CommPlanEntry& e : comm)
+    if (e.group == g && e.op == op) {
+      e.calls += calls;
+      e.payload_bytes += payload;
+      e.bus_bytes += bus_factor(op, n) * (double)payload;
+      return;
+    }
+  comm.push_back({g, op, calls, payload, bus_factor(op, n) * (double)payload});
+}
+
 // ---- the plan -------------------------------------------------------------------------
 static void check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("plan: " + what);

@@ -43,7 +43,7 @@
 // defines: PlanOptions, ActivationTensor, MemoryPlan, RankPlan, CommPlanEntry,
 //          ZeroStepSimulation, simulate_zero_step, DataParallelPlan, Plan, make_plan, the
 //          activation list, ZeRO and Korthikanti closed forms, KorthikantiCheck,
-//          tensor_parallel_comm, workspace_bytes, ModelSlice, PipelineStagePlan,
+//          add_comm, tensor_parallel_comm, workspace_bytes, ModelSlice, PipelineStagePlan,
 //          PipelinePlan, plan_pipeline, data_parallel_plan, data_parallel_comm
 #pragma once
 #include <array>
@@ -448,6 +448,11 @@ struct ModelSlice {
   // model's full-recompute groups); with MoE layers, which kind each is matters.
   std::vector<int> layer_ids, recomputed_ids;
 };
+// Adds `calls` calls of `payload` bytes in all to comm's (g, op) row, made when missing; the
+// bus bytes at the bus factor of a group of n ranks. Nothing when calls is 0.
+void add_comm(std::vector<CommPlanEntry>& comm, CommGroup g, CommOp op, int n, int64_t calls,
+              int64_t payload);
+
 std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int tp, bool sp,
                                                 int act_bytes, int64_t microbatches,
                                                 int zero_stage, const ModelSlice& slice = {});

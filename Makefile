@@ -33,7 +33,8 @@ LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 # before it; tests/check_layout.sh (make lint) holds it.
 LAYERS := kernels measure parallel model plan report
 HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp \
-             flags_toml.cpp flags_messages.cpp flags_moe.cpp
+             flags_toml.cpp flags_messages.cpp flags_moe.cpp \
+             $(wildcard benchmark*.cpp) projection.cpp
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)

@@ -319,6 +319,35 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "write the pipeline timeline as Chrome trace JSON, one process per rank "
                  "(ui.perfetto.dev): simulated with --plan, else the last step's as measured")
       ->type_name("FILE")->group(kReport);
+  app.add_option("--hardware", o.hardware,
+                 "hardware profile for the time model and the fit check: a name in "
+                 "configs/hardware/ (h100-sxm, a100-80gb, cpu, ...) or a .toml file (from "
+                 "--benchmark-save); default: the profile matching the GPU, on CPU "
+                 "configs/hardware/cpu.toml")
+      ->type_name("NAME|FILE")->group(kReport);
+  app.add_option("--plan-tokens", o.plan_tokens,
+                 "with --plan: project the wall-clock time to train this many tokens (e.g. "
+                 "300e9), by the time model and by Narayanan et al. eq. 4")
+      ->group(kReport);
+  add_switch(app, "--allow-oom", o.allow_oom,
+             "train even when the plan's peak memory per rank exceeds what the device (GPU: "
+             "its free memory; CPU: the host's available memory over the ranks on the node) "
+             "has")
+      ->group(kReport);
+  add_switch(app, "--benchmark", o.benchmark,
+             "measure the machine and exit: GEMM TFLOP/s by size, memory bandwidth, kernel "
+             "launch overhead, and per group size the bus bandwidth and latency of "
+             "all-reduce, all-gather, reduce-scatter, all-to-all and send/recv (nccl-tests' "
+             "convention); names a rank far slower than its peers")
+      ->group(kReport);
+  app.add_option("--benchmark-max-mib", o.benchmark_max_mib,
+                 "with --benchmark: the largest GEMM operand and message, MiB; 0: 64 on CPU, "
+                 "1024 on GPU")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--benchmark-save", o.benchmark_save,
+                 "with --benchmark: write the measured hardware profile to this .toml file "
+                 "(use it with --hardware FILE)")
+      ->type_name("FILE")->group(kReport);
   app.add_option("--metrics-jsonl", o.metrics_jsonl,
                  "write one JSON object per step, with every reported field, to this file "
                  "(replacing it)")

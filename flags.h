@@ -63,6 +63,18 @@ struct Options {
   bool print_schedule = false;          // with --plan: each pipeline rank's simulated timeline
   std::string trace;                    // with --plan: the simulated timeline as Chrome trace JSON
 
+  // Time model and fit (issue 14): the hardware profile (a configs/hardware/ name or a
+  // .toml file; empty: the one matched to the GPU, or configs/hardware/cpu.toml on CPU),
+  // tokens to project the training time of, and running although the plan does not fit.
+  std::string hardware;
+  double plan_tokens = 0;               // 0: no training-time projection
+  bool allow_oom = false;
+  // Measure the machine (benchmark.h): GEMMs, memory bandwidth, collectives; the largest
+  // buffer and message in MiB (0: the backend's default), and a profile to write.
+  bool benchmark = false;
+  double benchmark_max_mib = 0;
+  std::string benchmark_save;
+
   // Reporting.
   std::string metrics_jsonl;            // one JSON object per step; empty: off
   std::string save;                     // final parameters as a tensor file; empty: off

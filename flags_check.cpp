@@ -221,7 +221,13 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (raw.world_size_given && !o.plan)
     fail("--world-size (", raw.world_size,
          ") is only for --plan; a run's world size is the number of ranks mpirun starts");
-  if (o.json && !o.plan) fail("--json only applies to --plan");
+  if (o.json && !o.plan && !o.benchmark) fail("--json only applies to --plan and --benchmark");
+  // --benchmark measures the machine and exits: it neither plans nor trains.
+  if (o.benchmark && o.plan)
+    fail("--benchmark measures this machine and --plan predicts without running: give one");
+  if (!o.benchmark_save.empty() && !o.benchmark)
+    fail("--benchmark-save (", o.benchmark_save,
+         ") writes what --benchmark measures: add --benchmark");
   p.world_size = raw.world_size_given ? raw.world_size : o.launched_world_size;
   const char* world_from = raw.world_size_given ? "--world-size" : "launched world size";
 
@@ -254,6 +260,10 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_at_least("--eval-iters", o.eval_iters, 1);
   check_at_least("--peak-tflops", o.peak_tflops, 0);
   check_finite("--peak-tflops", o.peak_tflops);
+  check_at_least("--plan-tokens", o.plan_tokens, 0);
+  check_finite("--plan-tokens", o.plan_tokens);
+  check_at_least("--benchmark-max-mib", o.benchmark_max_mib, 0);
+  check_finite("--benchmark-max-mib", o.benchmark_max_mib);
   check_at_least(world_from, p.world_size, 1);
   // Expert tensor parallelism defaults to --tp (Megatron's); check_moe checks the layout.
   if (raw.expert_tensor_parallel_given)
@@ -410,6 +420,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_output_path("--trace", o.trace);
   check_output_path("--metrics-jsonl", o.metrics_jsonl);
   check_output_path("--save", o.save);
+  check_output_path("--benchmark-save", o.benchmark_save);
 
   // Last, as it reads the file: the data must fit the model it feeds.
   if (!o.data_path.empty()) check_data_file(o.data_path, m.vocab_size, m.seq_length);

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "benchmark.h"  // run_benchmark: --benchmark
 #include "flags.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
@@ -45,7 +46,9 @@
 #include "model/transformer.h"
 #include "plan/plan.h"
 #include "report/moe_report.h"
+#include "projection.h"
 #include "report/report_cp.h"
+#include "report/report_time.h"
 #include "report/report_moe.h"
 #include "report/rank_metrics.h"
 #include "report/report.h"
@@ -97,6 +100,7 @@ PlanOptions plan_options(const Options& o) {
   p.overlap_param_gather = o.overlap_param_gather;
   p.ddp_bucket_size = o.ddp_bucket_size;
   p.zero3_prefetch_layers = o.zero3_prefetch_layers;
+  p.flash_ring_by_group = o.comm == Comm::MPI;
   return p;
 }
 
@@ -144,6 +148,20 @@ int train(const Options& o, const World& w) {
     options.cp_rank = c;
     cp_plans.push_back(make_plan(o.model, o.train, par, options));
   }
+  // The projected step (plan/time_model.h) on the profile, printed beside the measured one
+  HardwareChoice hardware;
+  StepTime projected;
+  try {
+    hardware = choose_hardware(o, true);
+    if (hardware.found) projected = project_step_time(plan, hardware.profile, false);
+  } catch (const InputError& e) {
+    exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+  } catch (const std::invalid_argument& e) {
+    exit_on_input_error(FlagError(std::string("--hardware: ") + e.what()), w.rank,
+                        [](int) { finalize_world(); });
+  }
+  // Before anything is allocated: does every rank's plan fit its memory? (exit 2 if not)
+  check_run_fits(o, plan, w, topo);
   const Peak peak = find_peak(o);
   const int dp = par.data_parallel(), dp_rank = topo.coord().dp;
 
@@ -248,6 +266,7 @@ int train(const Options& o, const World& w) {
     kernels::reset_flop_counter();
     kernels::reset_gemm_seconds();
     kernels::reset_gemm_counts();
+    kernels::reset_kernel_counts();
     model.reset_moe_stats();
     CommStats::instance().reset();
     kernels::synchronize(dev);
@@ -277,6 +296,7 @@ int train(const Options& o, const World& w) {
     const CommStats step_comm = CommStats::instance();  // before the report's own gather
     const std::vector<std::pair<std::string, kernels::GemmCount>> gemm_counts =
         kernels::gemm_counts();
+    const kernels::KernelCount kernel_count = kernels::kernel_counts();
 
     StepMetrics s;
     s.step = step;
@@ -293,6 +313,9 @@ int train(const Options& o, const World& w) {
       s.resident_bytes[c] = (int64_t)Ledger::instance().current(Category(c));
     s.resident_measured = true;
     s.hardware_flops = kernels::flop_counter();
+    s.kernel_launches = kernel_count.launches;
+    s.kernel_bytes = kernel_count.bytes;
+    s.attention_launches = kernel_count.attention_launches;
     // the routers' step over every rank: a collective (every rank, every step), after the
     // step's ledger was read (its buffers are the report's, not the training's)
     const MoeStepReport moe = o.model.moe.enabled()
@@ -342,6 +365,9 @@ int train(const Options& o, const World& w) {
     mine.memory_bytes = s.memory_bytes;
     mine.peak_memory_bytes = s.peak_memory_bytes;
     mine.hardware_flops = s.hardware_flops;
+    mine.kernel_launches = s.kernel_launches;
+    mine.kernel_bytes = s.kernel_bytes;
+    mine.attention_launches = s.attention_launches;
     mine.comm = step_comm;
     mine.actions = timing.actions;
     mine.exchanges = timing.exchanges;
@@ -381,6 +407,13 @@ int train(const Options& o, const World& w) {
     }
     costs = measured_costs(plan.pipeline.schedule, pipeline);
     fill_rates(s, step_plan, peak);
+    MeasuredTime measured_time;
+    measured_time.step = seconds;
+    measured_time.gemm = s.gemm_seconds;
+    measured_time.comm = &step_comm;
+    if (pp > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)
+      measured_time.bubble = report_ranks[0].bubble * seconds;
+    if (hardware.found) s.projected_time = &projected, s.measured_time = measured_time;
 
     // The step line: the loss averaged since the previous line (Megatron's logged loss),
     // elapsed wall time and ETA = elapsed / steps done x steps left.
@@ -418,6 +451,10 @@ int train(const Options& o, const World& w) {
       if (!moe.empty())
         std::printf("%s\n%s\n", moe_table(moe, plan).c_str(),
                     gemm_calls_table(step_plan, s, w.rank, &s.moe_nonempty).c_str());
+      if (hardware.found)
+        std::printf("%s\n", time_measured_text(projected, measured_time).c_str());
+      else if (step == 1)
+        std::printf("time per step: no projection (%s)\n\n", hardware.reason.c_str());
       if (step == 1 && par.context_parallel > 1)
         std::printf("%s\n", cp_plan_text(step_plan, &peak).c_str());
       if (w.size > 1) std::printf("%s\n", rank_memory_table(step_plan, ranks).c_str());
@@ -471,6 +508,7 @@ int main(int argc, char** argv) {
     const Options o = parse_flags_or_exit(argc, argv, w.size, w.rank,
                                           [](int) { finalize_world(); });
     print_resolved_options(o, w.rank);  // --verbose, before the plan or the run
+    if (o.benchmark) return run_benchmark(o, w);
     if (o.plan) {
       Plan plan;
       try {
@@ -479,9 +517,23 @@ int main(int argc, char** argv) {
         exit_on_input_error(FlagError(e.what()), w.rank,
                             [](int) { finalize_world(); });
       }
+      // the time model and the fit check on the hardware profile (projection.h)
+      PlanExtras extras;
+      Peak peak{o.peak_tflops,
+                o.peak_tflops > 0 ? "flag" : "give --peak-tflops or --hardware for MFU"};
+      try {
+        const HardwareChoice hw = choose_hardware(o, false);
+        plan_extras(extras, o, plan, hw);
+        if (hw.found && o.peak_tflops <= 0) peak = peak_from_profile(hw.profile, o.train.bf16);
+      } catch (const InputError& e) {
+        exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+      }
       if (w.rank == 0) {
-        const Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "give --peak-tflops for MFU"};
-        std::printf("%s\n", o.json ? plan_json(plan, &peak).c_str() : plan_text(plan, &peak).c_str());
+        if (o.json)
+          std::printf("%s\n", plan_json(plan, &peak, true, &extras.view).c_str());
+        else
+          std::printf("%s\n%s\n", plan_text(plan, &peak).c_str(),
+                      time_plan_text(plan, extras.view).c_str());
         // The pipeline's simulated timeline: text beside the plan (stderr keeps --json
         // parseable), and as a Chrome trace at 1 ms per cost unit.
         const PipelinePlan& pp = plan.pipeline;

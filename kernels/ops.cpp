@@ -1,43 +1,20 @@
 // kernels/ops.cpp: kernels::NAME(Device d, ...) -> kernels::cpu::NAME or kernels::cuda::NAME,
-// and the host-side FLOP counter.
+// each call counted as kernels/counters.h says (FLOPs, GEMM calls per label, the other
+// kernels' launches and bytes, GEMM wall time).
 //
 // The dispatch is the only place that knows both backends exist: model/ and parallel/ call
 // kernels::NAME with the Device they were configured with. In a CPU_ONLY build
 // (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) the CUDA branch throws instead of linking
 // against kernels/cuda/.
 //
-// FLOPs are counted here, at launch, from the arguments alone (so both backends count the
-// same and the CUDA count needs no device round trip). Only matrix products are counted, one
-// multiply-add = 2 FLOPs (plan/flops.h compares them with the plan):
-//   gemm                      2 m n k
-//   gemm_strided_batched      2 m n k batch
-//   gemm_grouped              sum over the groups of 2 m_i n_i k_i
-//   flash forward             2 products (Q K^T, P V) over the pairs the block's mask keeps:
-//                             query i sees blk.visible(i) keys, pairs = sum_i visible(i) per
-//                             (b, head) (kernels/math.h visible_pairs; S(S+1)/2 for the whole
-//                             causal sequence), 2D FLOPs per pair per product:
-//                             2 * 2D * B A pairs = 4 D B A pairs
-//   flash backward            5 products (Q K^T recomputed, dP' = dO V^T, dV, dQ, dK):
-//                             5 * 2D * B A pairs = 10 D B A pairs
-// The tiled kernels also multiply the masked part of each tile that straddles the mask
-// (zeroed afterwards); that work is not counted, as FlashAttention's own accounting leaves it
-// out. The naive attention pieces (softmax, rescale, dropout, delta, merge) count nothing:
-// their products are gemm calls, counted there.
-//
-// Each GEMM call is also counted per label (GemmLabel): one call and its FLOPs go to the label
-// in force, "other" when none; add_flops (the attention kernels) adds FLOPs to it too, so the
-// labels' FLOPs sum to flop_counter(). The labels are a few string literals: a short vector
-// kept sorted by name, looked up by strcmp, is all the storage they need.
-//
-// GEMM wall time is measured here too, around the dispatch: on the CPU backend the call
-// returns when the product is done, so the elapsed time is the GEMM's. A CUDA launch returns
-// at once; timing it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
-//
-// defines: everything declared in kernels/ops.h, cuda_compiled, cuda_device_count
+// defines: the dispatchers declared in kernels/ops.h (their counters: kernels/counters.cpp),
+//          cuda_compiled, cuda_device_count
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/counters.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/ops.h"
 #ifndef PARALAB_CPU_ONLY
@@ -91,66 +68,17 @@ void cuda_select_device(int) { no_cuda(); }
   return cpu::NAME(__VA_ARGS__)
 #endif
 
-// ---- FLOP counter -----------------------------------------------------------------------
-
-static double g_flops = 0.0;
-static const char* g_label = nullptr;  // the innermost live GemmLabel's, null: "other"
-static std::vector<std::pair<std::string, GemmCount>> g_counts;  // sorted by label
-
-// The count of the label in force, created (in sorted place) at its first use.
-static GemmCount& current_count() {
-  const char* label = g_label ? g_label : "other";
-  auto it = g_counts.begin();
-  while (it != g_counts.end() && std::strcmp(it->first.c_str(), label) < 0) ++it;
-  if (it == g_counts.end() || it->first != label) it = g_counts.insert(it, {label, GemmCount{}});
-  return it->second;
-}
-
-double flop_counter() { return g_flops; }
-void reset_flop_counter() { g_flops = 0.0; }
-void add_flops(double f) {
-  g_flops += f;
-  current_count().flops += f;
-}
-void count_gemm(double flops) {
-  add_flops(flops);
-  current_count().calls += 1;
-}
-
-std::vector<std::pair<std::string, GemmCount>> gemm_counts() { return g_counts; }
-void reset_gemm_counts() { g_counts.clear(); }
-GemmLabel::GemmLabel(const char* label) : previous_(g_label) { g_label = label; }
-GemmLabel::~GemmLabel() { g_label = previous_; }
-
-// ---- GEMM wall time ----------------------------------------------------------------------
-
-static double g_gemm_seconds = 0.0;
-static bool g_gemm_on_cuda = false;  // a CUDA GEMM since the reset: the time is unknown
-
-double gemm_seconds() { return g_gemm_on_cuda ? -1.0 : g_gemm_seconds; }
-void reset_gemm_seconds() {
-  g_gemm_seconds = 0.0;
-  g_gemm_on_cuda = false;
-}
-
-// Lives for one GEMM call and adds its duration to g_gemm_seconds when it ends.
-class GemmTimer {
- public:
-  explicit GemmTimer(Device d) : start_(std::chrono::steady_clock::now()) {
-    if (d == Device::CUDA) g_gemm_on_cuda = true;
-  }
-  ~GemmTimer() {
-    g_gemm_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_;
-};
-
 // B A sum_i visible(i): the (b, head, query i, visible key j) pairs of one attention pass.
 static double block_pairs(int B, int A, const AttentionBlock& blk) {
   return (double)B * A * (double)visible_pairs(blk);
+}
+
+// The bytes of a stored element in this file's ops (fp32; kernels/ops_bf16.cpp's are 2).
+constexpr double kE = sizeof(float);
+
+// Elements of a naive pass's probabilities: BH heads of q.rows x k.rows.
+static double pass_probs(int BH, const AttentionBlock& blk) {
+  return (double)BH * blk.q.rows * blk.k.rows;
 }
 
 // ---- memory -----------------------------------------------------------------------------
@@ -164,9 +92,13 @@ void memcpy_from_host(Device d, void* dst, const void* host_src, size_t bytes) {
   ON_DEVICE(memcpy_from_host, dst, host_src, bytes);
 }
 void memcpy_device(Device d, void* dst, const void* src, size_t bytes) {
+  count_kernel(2.0 * bytes);
   ON_DEVICE(memcpy_device, dst, src, bytes);
 }
-void memset_zero(Device d, void* p, size_t bytes) { ON_DEVICE(memset_zero, p, bytes); }
+void memset_zero(Device d, void* p, size_t bytes) {
+  count_kernel((double)bytes);
+  ON_DEVICE(memset_zero, p, bytes);
+}
 void synchronize(Device d) { ON_DEVICE(synchronize, ); }
 
 // ---- GEMM -------------------------------------------------------------------------------
@@ -205,16 +137,23 @@ void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const float
 // ---- elementwise ------------------------------------------------------------------------
 
 void add(Device d, float* out, const float* a, const float* b, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_DEVICE(add, out, a, b, n);
 }
 void accumulate(Device d, float* out, const float* a, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_DEVICE(accumulate, out, a, n);
 }
-void scale(Device d, float* x, float s, size_t n) { ON_DEVICE(scale, x, s, n); }
+void scale(Device d, float* x, float s, size_t n) {
+  count_kernel(2.0 * n * kE);
+  ON_DEVICE(scale, x, s, n);
+}
 void add_bias(Device d, float* y, const float* bias, int N, int C) {
+  count_kernel((2.0 * N * C + C) * kE);
   ON_DEVICE(add_bias, y, bias, N, C);
 }
 void bias_backward(Device d, float* dbias, const float* dy, int N, int C) {
+  count_kernel(((double)N * C + 2.0 * C) * kE);
   ON_DEVICE(bias_backward, dbias, dy, N, C);
 }
 
@@ -222,18 +161,22 @@ void bias_backward(Device d, float* dbias, const float* dy, int N, int C) {
 
 void embedding_forward(Device d, float* out, const int* tokens, const float* wte,
                        int vocab_start, int vocab_rows, int N, int C) {
+  count_kernel(4.0 * N + 2.0 * N * C * kE);
   ON_DEVICE(embedding_forward, out, tokens, wte, vocab_start, vocab_rows, N, C);
 }
 void embedding_backward(Device d, float* dwte, const float* dout, const int* tokens,
                         int vocab_start, int vocab_rows, int N, int C) {
+  count_kernel(4.0 * N + 3.0 * N * C * kE);
   ON_DEVICE(embedding_backward, dwte, dout, tokens, vocab_start, vocab_rows, N, C);
 }
 void position_embedding_forward(Device d, float* out, const float* wpe, int N, int seq_len,
                                 int first_row, int C, const TokenPositions& pos) {
+  count_kernel((2.0 * N + std::min(N, seq_len)) * C * kE);
   ON_DEVICE(position_embedding_forward, out, wpe, N, seq_len, first_row, C, pos);
 }
 void position_embedding_backward(Device d, float* dwpe, const float* dout, int N, int seq_len,
                                  int first_row, int C, const TokenPositions& pos) {
+  count_kernel(((double)N + 2.0 * std::min(N, seq_len)) * C * kE);
   ON_DEVICE(position_embedding_backward, dwpe, dout, N, seq_len, first_row, C, pos);
 }
 
@@ -241,34 +184,42 @@ void position_embedding_backward(Device d, float* dwpe, const float* dout, int N
 
 void layernorm_forward(Device d, float* out, float* mean, float* rstd, const float* x,
                        const float* w, const float* b, int N, int C, float eps) {
+  count_kernel((2.0 * N * C + 2.0 * C) * kE + 8.0 * N);
   ON_DEVICE(layernorm_forward, out, mean, rstd, x, w, b, N, C, eps);
 }
 void layernorm_backward(Device d, float* dx, float* dw, float* db, const float* dout,
                         const float* x, const float* w, const float* mean, const float* rstd,
                         int N, int C) {
+  count_kernel((4.0 * N * C + 5.0 * C) * kE + 8.0 * N, 2);
   ON_DEVICE(layernorm_backward, dx, dw, db, dout, x, w, mean, rstd, N, C);
 }
 void rmsnorm_forward(Device d, float* out, float* rstd, const float* x, const float* w, int N,
                      int C, float eps) {
+  count_kernel((2.0 * N * C + C) * kE + 4.0 * N);
   ON_DEVICE(rmsnorm_forward, out, rstd, x, w, N, C, eps);
 }
 void rmsnorm_backward(Device d, float* dx, float* dw, const float* dout, const float* x,
                       const float* w, const float* rstd, int N, int C) {
+  count_kernel((4.0 * N * C + 3.0 * C) * kE + 4.0 * N, 2);
   ON_DEVICE(rmsnorm_backward, dx, dw, dout, x, w, rstd, N, C);
 }
 
 // ---- activations ------------------------------------------------------------------------
 
 void gelu_forward(Device d, float* out, const float* in, size_t n) {
+  count_kernel(2.0 * n * kE);
   ON_DEVICE(gelu_forward, out, in, n);
 }
 void gelu_backward(Device d, float* din, const float* dout, const float* in, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_DEVICE(gelu_backward, din, dout, in, n);
 }
 void swiglu_forward(Device d, float* out, const float* in, int N, int F) {
+  count_kernel(3.0 * N * F * kE);
   ON_DEVICE(swiglu_forward, out, in, N, F);
 }
 void swiglu_backward(Device d, float* din, const float* dout, const float* in, int N, int F) {
+  count_kernel(5.0 * N * F * kE);
   ON_DEVICE(swiglu_backward, din, dout, in, N, F);
 }
 
@@ -276,10 +227,12 @@ void swiglu_backward(Device d, float* din, const float* dout, const float* in, i
 
 void dropout_forward(Device d, float* out, uint8_t* mask, const float* in, size_t n, float p,
                      uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
+  count_kernel(2.0 * n * kE + n);
   ON_DEVICE(dropout_forward, out, mask, in, n, p, seed, stream, pos, width);
 }
 void dropout_backward(Device d, float* din, const float* dout, const uint8_t* mask, size_t n,
                       float p) {
+  count_kernel(2.0 * n * kE + n);
   ON_DEVICE(dropout_backward, din, dout, mask, n, p);
 }
 
@@ -287,27 +240,33 @@ void dropout_backward(Device d, float* din, const float* dout, const uint8_t* ma
 
 void qkv_split_forward(Device d, float* q, float* k, float* v, const float* qkv, int B, int S,
                        int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+  count_kernel(2.0 * B * S * (A + 2.0 * G) * D * kE);
   ON_DEVICE(qkv_split_forward, q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
 void qkv_split_backward(Device d, float* dqkv, const float* dq, const float* dk,
                         const float* dv, int B, int S, int A, int G, int D, float rope_theta,
                         const TokenPositions& pos) {
+  count_kernel(2.0 * B * S * (A + 2.0 * G) * D * kE);
   ON_DEVICE(qkv_split_backward, dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
 void heads_merge_forward(Device d, float* out, const float* o, int B, int S, int A, int D) {
+  count_kernel(2.0 * B * S * A * D * kE);
   ON_DEVICE(heads_merge_forward, out, o, B, S, A, D);
 }
 void heads_merge_backward(Device d, float* d_o, const float* dout, int B, int S, int A,
                           int D) {
+  count_kernel(2.0 * B * S * A * D * kE);
   ON_DEVICE(heads_merge_backward, d_o, dout, B, S, A, D);
 }
 
 void rope_forward(Device d, float* x, int B, int H, int S, int D, float theta,
                   const TokenPositions& pos) {
+  count_kernel(2.0 * B * H * S * D * kE);
   ON_DEVICE(rope_forward, x, B, H, S, D, theta, pos);
 }
 void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta,
                    const TokenPositions& pos) {
+  count_kernel(2.0 * B * H * S * D * kE);
   ON_DEVICE(rope_backward, dx, B, H, S, D, theta, pos);
 }
 
@@ -315,28 +274,34 @@ void rope_backward(Device d, float* dx, int B, int H, int S, int D, float theta,
 
 void attention_softmax_forward(Device d, float* probs, float* lse, const float* scores, int BH,
                                int D, float scale, const AttentionBlock& blk) {
+  count_kernel(2.0 * pass_probs(BH, blk) * kE + (lse ? 4.0 * BH * blk.q.rows : 0));
   ON_DEVICE(attention_softmax_forward, probs, lse, scores, BH, D, scale, blk);
 }
 void attention_softmax_backward(Device d, float* dscores, const float* dprobs, const float* probs,
                                 const float* delta, int BH, int D, float scale,
                                 const AttentionBlock& blk) {
+  count_kernel(3.0 * pass_probs(BH, blk) * kE + (delta ? 4.0 * BH * blk.q.rows : 0));
   ON_DEVICE(attention_softmax_backward, dscores, dprobs, probs, delta, BH, D, scale, blk);
 }
 void attention_probs_rescale(Device d, float* probs, const float* lse_pass, const float* lse,
                              int BH, int D, const AttentionBlock& blk) {
+  count_kernel(2.0 * pass_probs(BH, blk) * kE + 8.0 * BH * blk.q.rows);
   ON_DEVICE(attention_probs_rescale, probs, lse_pass, lse, BH, D, blk);
 }
 void attention_dropout_forward(Device d, float* out, uint8_t* mask, const float* probs, int B,
                                int A, float p, uint64_t seed, uint64_t stream,
                                const AttentionBlock& blk) {
+  count_kernel((2.0 * kE + 1) * pass_probs(B * A, blk));
   ON_DEVICE(attention_dropout_forward, out, mask, probs, B, A, p, seed, stream, blk);
 }
 void attention_delta(Device d, float* delta, const float* dout, const float* o, int BH, int D,
                      const AttentionRows& rows) {
+  count_kernel((2.0 * D * kE + 4) * BH * rows.rows);
   ON_DEVICE(attention_delta, delta, dout, o, BH, D, rows);
 }
 void attention_merge(Device d, float* o, float* lse, const float* o_pass, const float* lse_pass,
                      int BH, int D, const AttentionRows& rows) {
+  count_kernel(((8.0 + kE) * D + 12) * BH * rows.rows);
   ON_DEVICE(attention_merge, o, lse, o_pass, lse_pass, BH, D, rows);
 }
 
@@ -347,6 +312,7 @@ void flash_attention_forward(Device d, float* o, float* lse, const float* q, con
                              float dropout_p, uint64_t seed, uint64_t stream,
                              const AttentionBlock& blk) {
   add_flops(4.0 * D * block_pairs(B, A, blk));
+  count_attention_kernel(1);
   ON_DEVICE(flash_attention_forward, o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed,
             stream, blk);
 }
@@ -356,6 +322,7 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
                               float dropout_p, uint64_t seed, uint64_t stream,
                               const AttentionBlock& blk) {
   add_flops(10.0 * D * block_pairs(B, A, blk));
+  count_attention_kernel(2);  // the dq kernel, then the dk, dv kernel
   ON_DEVICE(flash_attention_backward, dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale,
             dropout_p, seed, stream, blk);
 }
@@ -365,68 +332,85 @@ void flash_attention_backward(Device d, float* dq, float* dk, float* dv, const f
 void moe_router_topk(Device d, float* gates, int* experts, const float* logits,
                      const float* expert_bias, int N, int E, int k, int score, bool pre_softmax,
                      float scaling) {
+  count_kernel(4.0 * N * E + (expert_bias ? 4.0 * E : 0) + 8.0 * N * k);
   ON_DEVICE(moe_router_topk, gates, experts, logits, expert_bias, N, E, k, score, pre_softmax,
             scaling);
 }
 void moe_router_topk_backward(Device d, float* dlogits, const float* dgates, const float* logits,
                               const int* experts, int N, int E, int k, int score,
                               bool pre_softmax, float scaling) {
+  count_kernel(8.0 * N * E + 8.0 * N * k);
   ON_DEVICE(moe_router_topk_backward, dlogits, dgates, logits, experts, N, E, k, score,
             pre_softmax, scaling);
 }
 void moe_balancing_scores(Device d, float* scores, const float* logits, int N, int E, int score) {
+  count_kernel(8.0 * N * E);
   ON_DEVICE(moe_balancing_scores, scores, logits, N, E, score);
 }
 void moe_balancing_scores_backward(Device d, float* dlogits, const float* dscores,
                                    const float* logits, int N, int E, int score) {
+  count_kernel(16.0 * N * E);
   ON_DEVICE(moe_balancing_scores_backward, dlogits, dscores, logits, N, E, score);
 }
 double moe_weighted_sum(Device d, const float* scores, const float* weights, int N, int E,
                         int group) {
+  count_kernel(4.0 * N * E + 4.0 * (N / group) * E);
   ON_DEVICE(moe_weighted_sum, scores, weights, N, E, group);
 }
 void moe_weighted_sum_backward(Device d, float* dscores, const float* weights, int N, int E,
                                int group) {
+  count_kernel(4.0 * N * E + 4.0 * (N / group) * E);
   ON_DEVICE(moe_weighted_sum_backward, dscores, weights, N, E, group);
 }
 double moe_z_loss_sum(Device d, const float* logits, int N, int E) {
+  count_kernel(4.0 * N * E);
   ON_DEVICE(moe_z_loss_sum, logits, N, E);
 }
 void moe_z_loss_backward(Device d, float* dlogits, const float* logits, int N, int E,
                          float coeff) {
+  count_kernel(12.0 * N * E);
   ON_DEVICE(moe_z_loss_backward, dlogits, logits, N, E, coeff);
 }
 void moe_permute(Device d, float* out, float* out_gates, const float* in, const float* gates,
                  const int* row_pair, int M, int C, int k, bool fused) {
+  count_moe_permute(M, C, out_gates != nullptr, fused, (int)kE);
   ON_DEVICE(moe_permute, out, out_gates, in, gates, row_pair, M, C, k, fused);
 }
 void moe_unpermute(Device d, float* out, const float* in, const int* slots, int N, int C, int k,
                    bool fused) {
+  count_moe_unpermute(N, C, k, fused, (int)kE);
   ON_DEVICE(moe_unpermute, out, in, slots, N, C, k, fused);
 }
 void moe_unpermute_gates(Device d, float* dgates, const float* dperm_gates, const int* slots,
                          int pairs) {
+  count_kernel(12.0 * pairs);
   ON_DEVICE(moe_unpermute_gates, dgates, dperm_gates, slots, pairs);
 }
 void moe_swiglu_forward(Device d, float* out, const float* in, const float* gates, int M, int F) {
+  count_kernel(3.0 * M * F * kE + 4.0 * M);
   ON_DEVICE(moe_swiglu_forward, out, in, gates, M, F);
 }
 void moe_swiglu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
                          const float* gates, int M, int F) {
+  count_kernel(5.0 * M * F * kE + 8.0 * M);
   ON_DEVICE(moe_swiglu_backward, din, dgates, dout, in, gates, M, F);
 }
 void moe_gelu_forward(Device d, float* out, const float* in, const float* gates, int M, int F) {
+  count_kernel(2.0 * M * F * kE + 4.0 * M);
   ON_DEVICE(moe_gelu_forward, out, in, gates, M, F);
 }
 void moe_gelu_backward(Device d, float* din, float* dgates, const float* dout, const float* in,
                        const float* gates, int M, int F) {
+  count_kernel(3.0 * M * F * kE + 8.0 * M);
   ON_DEVICE(moe_gelu_backward, din, dgates, dout, in, gates, M, F);
 }
 void moe_shared_gate_forward(Device d, float* out, const float* y, const float* z, int N, int C) {
+  count_kernel((3.0 * N * C + N) * kE);
   ON_DEVICE(moe_shared_gate_forward, out, y, z, N, C);
 }
 void moe_shared_gate_backward(Device d, float* dy, float* dz, const float* dout, const float* y,
                               const float* z, int N, int C) {
+  count_kernel((3.0 * N * C + 2.0 * N) * kE);
   ON_DEVICE(moe_shared_gate_backward, dy, dz, dout, y, z, N, C);
 }
 
@@ -434,17 +418,20 @@ void moe_shared_gate_backward(Device d, float* dy, float* dz, const float* dout,
 
 void cross_entropy_row_max(Device d, float* row_max, const float* logits, int N, int V,
                            int valid) {
+  count_kernel(4.0 * N * valid + 4.0 * N);
   ON_DEVICE(cross_entropy_row_max, row_max, logits, N, V, valid);
 }
 void cross_entropy_sum_exp(Device d, float* sum_exp, float* target_logit, const float* logits,
                            const float* row_max, const int* targets, int N, int V, int valid,
                            int vocab_start) {
+  count_kernel(4.0 * N * valid + 16.0 * N);
   ON_DEVICE(cross_entropy_sum_exp, sum_exp, target_logit, logits, row_max, targets, N, V, valid,
             vocab_start);
 }
 void cross_entropy_finish(Device d, float* losses, float* logits, const int* targets,
                           const float* row_max, const float* sum_exp, const float* target_logit,
                           int N, int V, int valid, int vocab_start, float grad_scale) {
+  count_kernel(4.0 * N * valid + 4.0 * N * V + 20.0 * N);
   ON_DEVICE(cross_entropy_finish, losses, logits, targets, row_max, sum_exp, target_logit, N, V,
             valid, vocab_start, grad_scale);
 }
@@ -454,9 +441,13 @@ void cross_entropy_finish(Device d, float* losses, float* logits, const int* tar
 void adamw_update(Device d, float* params, const float* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float bias1, float bias2, float grad_scale) {
+  count_kernel(28.0 * n);
   ON_DEVICE(adamw_update, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
             bias2, grad_scale);
 }
-double sum_squares(Device d, const float* x, size_t n) { ON_DEVICE(sum_squares, x, n); }
+double sum_squares(Device d, const float* x, size_t n) {
+  count_kernel(n * kE);
+  ON_DEVICE(sum_squares, x, n);
+}
 
 }  // namespace kernels

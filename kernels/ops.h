@@ -96,6 +96,26 @@ double grouped_flops(const GemmGroup* groups, int count);
 double gemm_seconds();
 void reset_gemm_seconds();
 
+// Launches of the kernels that are not GEMM calls since the last reset, and the bytes they
+// read plus write (plan/kernel_traffic.h states the convention and predicts both). The
+// flash attention kernels are counted apart, launches only (their time is their FLOPs).
+struct KernelCount {
+  long long launches = 0;
+  double bytes = 0;
+  long long attention_launches = 0;
+};
+KernelCount kernel_counts();
+void reset_kernel_counts();
+// One call's count: `launches` CUDA kernels moving `bytes` (nothing when bytes is 0: the CUDA
+// twins launch nothing then). The dispatchers (kernels/ops.cpp, ops_bf16.cpp) call these;
+// model code has no need to.
+void count_kernel(double bytes, int launches = 1);
+void count_attention_kernel(int launches);
+// What moe_permute and moe_unpermute count (their launches depend on the fusion), e the
+// bytes of a row element.
+void count_moe_permute(int M, int C, bool gates, bool fused, int e);
+void count_moe_unpermute(int N, int C, int k, bool fused, int e);
+
 // ---- elementwise ------------------------------------------------------------------
 void add(Device d, float* out, const float* a, const float* b, size_t n);   // out = a + b
 void accumulate(Device d, float* out, const float* a, size_t n);            // out += a

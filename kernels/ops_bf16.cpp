@@ -1,4 +1,5 @@
-// kernels/ops_bf16.cpp: the bf16-storage ops of kernels/ops.h, dispatched by device.
+// kernels/ops_bf16.cpp: the bf16-storage ops of kernels/ops.h, dispatched by device (the
+// attention ones: kernels/ops_bf16_attention.cpp).
 //
 // CPU twin of every bf16 op: widen the bf16 inputs to fp32 (exact), run the fp32 CPU twin,
 // round the outputs back to bf16 (nearest even). So a bf16 run computes exactly what the
@@ -8,7 +9,9 @@
 // twin's working memory, like cuBLAS's workspace, and not a tensor the ledger tracks.
 // CUDA: the templated kernels of kernels/cuda/ (kernels/cuda_ops.h); FLOPs (and the labelled
 // GEMM calls, count_gemm) are counted here with the same formulas as kernels/ops.cpp; the CPU
-// path counts through the fp32 dispatcher it calls.
+// path counts through the fp32 dispatcher it calls. The other kernels (kernel_counts) are
+// counted here on both paths, with kernels/ops.cpp's formulas at 2 bytes a stored element
+// (flash attention's launches: the CUDA path here, the CPU path in the fp32 dispatcher).
 // The MoE ops keep their gates, probabilities and logits fp32 (ops.h): only the token rows
 // are widened and rounded.
 #include <algorithm>
@@ -17,71 +20,14 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
+#include "kernels/ops_bf16_impl.h"
 #ifndef PARALAB_CPU_ONLY
 #include "kernels/cuda_ops.h"
 #endif
 
 namespace kernels {
 
-namespace {
-
-std::vector<float> widen(const bf16* x, size_t n) {
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = to_float(x[i]);
-  return out;
-}
-void round_into(bf16* dst, const std::vector<float>& src) {
-  for (size_t i = 0; i < src.size(); ++i) dst[i] = to_bf16(src[i]);
-}
-// Elements a strided row-major matrix spans: rows of ld, the last one cols long.
-size_t span(int rows, int cols, int ld) {
-  return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0;
-}
-// A widened copy that writes itself back (rounded) when it goes out of scope: the output
-// (or in-out) argument of an fp32 twin.
-struct Widened {
-  bf16* dst;
-  std::vector<float> v;
-  Widened(bf16* p, size_t n) : dst(p), v(p ? widen(p, n) : std::vector<float>()) {}
-  ~Widened() { if (dst) round_into(dst, v); }
-  float* data() { return dst ? v.data() : nullptr; }
-};
-struct Input {
-  std::vector<float> v;
-  bool null;
-  Input(const bf16* p, size_t n) : v(p ? widen(p, n) : std::vector<float>()), null(!p) {}
-  const float* data() const { return null ? nullptr : v.data(); }
-};
-
-// B A sum_i visible(i): the pairs kernels/ops.cpp counts the flash FLOPs by.
-double block_pairs(int B, int A, const AttentionBlock& blk) {
-  return (double)B * A * (double)visible_pairs(blk);
-}
-// Elements from a view's first row to the end of its last head's last row: what a kernel on
-// the view (BH heads of rows.rows rows, D channels) can touch, the span to widen.
-size_t view_span(int BH, int D, const AttentionRows& rows) {
-  return BH > 0 && rows.rows > 0 ? (size_t)(BH - 1) * rows.head_stride + (size_t)rows.rows * D
-                                 : 0;
-}
-// Rows of a position table that positions 0..seq_len-1 reach (they increase: the last one's).
-size_t positions_used(const TokenPositions& pos, int seq_len) {
-  return seq_len > 0 ? (size_t)pos.at(seq_len - 1) + 1 : 0;
-}
-
-#ifndef PARALAB_CPU_ONLY
-#define ON_CUDA(CALL)        \
-  if (d == Device::CUDA) {   \
-    cuda::CALL;              \
-    return;                  \
-  }
-#else
-#define ON_CUDA(CALL)                                                                     \
-  if (d == Device::CUDA)                                                                  \
-    throw std::runtime_error("--device cuda: this binary was built without CUDA (make " \
-                             "CPU_ONLY=1)");
-#endif
-
-}  // namespace
+using namespace bf16_impl;
 
 // ---- GEMM: the fp32 dispatcher counts FLOPs and GEMM time for the CPU path
 void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
@@ -133,30 +79,36 @@ void gemm_grouped(Device d, bool ta, bool tb, float alpha, const bf16* A, int ld
 }
 
 void convert(Device d, bf16* out, const float* in, size_t n) {
+  count_kernel(6.0 * n);
   ON_CUDA(convert(out, in, n));
   for (size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }
 void convert(Device d, float* out, const bf16* in, size_t n) {
+  count_kernel(6.0 * n);
   ON_CUDA(convert(out, in, n));
   for (size_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
 }
 
 // ---- elementwise
 void add(Device d, bf16* out, const bf16* a, const bf16* b, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_CUDA(add(out, a, b, n));
   for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
 }
 void accumulate(Device d, bf16* out, const bf16* a, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_CUDA(accumulate(out, a, n));
   for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(out[i]) + to_float(a[i]));
 }
 void add_bias(Device d, bf16* y, const bf16* bias, int N, int C) {
+  count_kernel((2.0 * N * C + C) * kE);
   ON_CUDA(add_bias(y, bias, N, C));
   Widened Y(y, (size_t)N * C);
   Input b(bias, C);
   cpu::add_bias(Y.data(), b.data(), N, C);
 }
 void bias_backward(Device d, bf16* dbias, const bf16* dy, int N, int C) {
+  count_kernel(((double)N * C + 2.0 * C) * kE);
   ON_CUDA(bias_backward(dbias, dy, N, C));
   Widened db(dbias, C);
   Input g(dy, (size_t)N * C);
@@ -176,6 +128,7 @@ static int rows_used(const int* tokens, int vocab_start, int vocab_rows, int N) 
 }
 void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte, int vocab_start,
                        int vocab_rows, int N, int C) {
+  count_kernel(4.0 * N + 2.0 * N * C * kE);
   ON_CUDA(embedding_forward(out, tokens, wte, vocab_start, vocab_rows, N, C));
   Input e(wte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
   Widened o(out, (size_t)N * C);
@@ -183,6 +136,7 @@ void embedding_forward(Device d, bf16* out, const int* tokens, const bf16* wte, 
 }
 void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* tokens,
                         int vocab_start, int vocab_rows, int N, int C) {
+  count_kernel(4.0 * N + 3.0 * N * C * kE);
   ON_CUDA(embedding_backward(dwte, dout, tokens, vocab_start, vocab_rows, N, C));
   Widened de(dwte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
   Input g(dout, (size_t)N * C);
@@ -190,6 +144,7 @@ void embedding_backward(Device d, bf16* dwte, const bf16* dout, const int* token
 }
 void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int seq_len,
                                 int first_row, int C, const TokenPositions& pos) {
+  count_kernel((2.0 * N + std::min(N, seq_len)) * C * kE);
   ON_CUDA(position_embedding_forward(out, wpe, N, seq_len, first_row, C, pos));
   Input p(wpe, positions_used(pos, seq_len) * C);
   Widened o(out, (size_t)N * C);
@@ -197,6 +152,7 @@ void position_embedding_forward(Device d, bf16* out, const bf16* wpe, int N, int
 }
 void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, int seq_len,
                                  int first_row, int C, const TokenPositions& pos) {
+  count_kernel(((double)N + 2.0 * std::min(N, seq_len)) * C * kE);
   ON_CUDA(position_embedding_backward(dwpe, dout, N, seq_len, first_row, C, pos));
   Widened dp(dwpe, positions_used(pos, seq_len) * C);
   Input g(dout, (size_t)N * C);
@@ -206,6 +162,7 @@ void position_embedding_backward(Device d, bf16* dwpe, const bf16* dout, int N, 
 // ---- norms
 void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16* x,
                        const bf16* w, const bf16* b, int N, int C, float eps) {
+  count_kernel((2.0 * N * C + 2.0 * C) * kE + 8.0 * N);
   ON_CUDA(layernorm_forward(out, mean, rstd, x, w, b, N, C, eps));
   Input X(x, (size_t)N * C), W(w, C), Bb(b, C);
   Widened o(out, (size_t)N * C);
@@ -213,6 +170,7 @@ void layernorm_forward(Device d, bf16* out, float* mean, float* rstd, const bf16
 }
 void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x,
                         const bf16* w, const float* mean, const float* rstd, int N, int C) {
+  count_kernel((4.0 * N * C + 5.0 * C) * kE + 8.0 * N, 2);
   ON_CUDA(layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C));
   Widened DX(dx, (size_t)N * C), DW(dw, C), DB(db, C);
   Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
@@ -221,6 +179,7 @@ void layernorm_backward(Device d, bf16* dx, bf16* dw, bf16* db, const bf16* dout
 }
 void rmsnorm_forward(Device d, bf16* out, float* rstd, const bf16* x, const bf16* w, int N,
                      int C, float eps) {
+  count_kernel((2.0 * N * C + C) * kE + 4.0 * N);
   ON_CUDA(rmsnorm_forward(out, rstd, x, w, N, C, eps));
   Input X(x, (size_t)N * C), W(w, C);
   Widened o(out, (size_t)N * C);
@@ -228,6 +187,7 @@ void rmsnorm_forward(Device d, bf16* out, float* rstd, const bf16* x, const bf16
 }
 void rmsnorm_backward(Device d, bf16* dx, bf16* dw, const bf16* dout, const bf16* x,
                       const bf16* w, const float* rstd, int N, int C) {
+  count_kernel((4.0 * N * C + 3.0 * C) * kE + 4.0 * N, 2);
   ON_CUDA(rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C));
   Widened DX(dx, (size_t)N * C), DW(dw, C);
   Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
@@ -236,24 +196,28 @@ void rmsnorm_backward(Device d, bf16* dx, bf16* dw, const bf16* dout, const bf16
 
 // ---- activations and dropout
 void gelu_forward(Device d, bf16* out, const bf16* in, size_t n) {
+  count_kernel(2.0 * n * kE);
   ON_CUDA(gelu_forward(out, in, n));
   Input I(in, n);
   Widened O(out, n);
   cpu::gelu_forward(O.data(), I.data(), n);
 }
 void gelu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, size_t n) {
+  count_kernel(3.0 * n * kE);
   ON_CUDA(gelu_backward(din, dout, in, n));
   Input G(dout, n), I(in, n);
   Widened D(din, n);
   cpu::gelu_backward(D.data(), G.data(), I.data(), n);
 }
 void swiglu_forward(Device d, bf16* out, const bf16* in, int N, int F) {
+  count_kernel(3.0 * N * F * kE);
   ON_CUDA(swiglu_forward(out, in, N, F));
   Input I(in, (size_t)N * 2 * F);
   Widened O(out, (size_t)N * F);
   cpu::swiglu_forward(O.data(), I.data(), N, F);
 }
 void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int N, int F) {
+  count_kernel(5.0 * N * F * kE);
   ON_CUDA(swiglu_backward(din, dout, in, N, F));
   Input G(dout, (size_t)N * F), I(in, (size_t)N * 2 * F);
   Widened D(din, (size_t)N * 2 * F);
@@ -261,6 +225,7 @@ void swiglu_backward(Device d, bf16* din, const bf16* dout, const bf16* in, int 
 }
 void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t n, float p,
                      uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
+  count_kernel(2.0 * n * kE + n);
   ON_CUDA(dropout_forward(out, mask, in, n, p, seed, stream, pos, width));
   Input I(in, n);
   Widened O(out, n);
@@ -268,132 +233,11 @@ void dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* in, size_t 
 }
 void dropout_backward(Device d, bf16* din, const bf16* dout, const uint8_t* mask, size_t n,
                       float p) {
+  count_kernel(2.0 * n * kE + n);
   ON_CUDA(dropout_backward(din, dout, mask, n, p));
   Input G(dout, n);
   Widened D(din, n);
   cpu::dropout_backward(D.data(), G.data(), mask, n, p);
-}
-
-// ---- attention layout
-void qkv_split_forward(Device d, bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A,
-                       int G, int D, float theta, const TokenPositions& pos) {
-  ON_CUDA(qkv_split_forward(q, k, v, qkv, B, S, A, G, D, theta, pos));
-  const size_t N = (size_t)B * S;
-  Input X(qkv, N * (A + 2 * G) * D);
-  Widened Q(q, N * A * D), K(k, N * G * D), V(v, N * G * D);
-  cpu::qkv_split_forward(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta, pos);
-}
-void qkv_split_backward(Device d, bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv,
-                        int B, int S, int A, int G, int D, float theta, const TokenPositions& pos) {
-  ON_CUDA(qkv_split_backward(dqkv, dq, dk, dv, B, S, A, G, D, theta, pos));
-  const size_t N = (size_t)B * S;
-  Input Q(dq, N * A * D), K(dk, N * G * D), V(dv, N * G * D);
-  Widened X(dqkv, N * (A + 2 * G) * D);
-  cpu::qkv_split_backward(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta, pos);
-}
-void heads_merge_forward(Device d, bf16* out, const bf16* o, int B, int S, int A, int D) {
-  ON_CUDA(heads_merge_forward(out, o, B, S, A, D));
-  const size_t n = (size_t)B * S * A * D;
-  Input O(o, n);
-  Widened R(out, n);
-  cpu::heads_merge_forward(R.data(), O.data(), B, S, A, D);
-}
-void heads_merge_backward(Device d, bf16* d_o, const bf16* dout, int B, int S, int A, int D) {
-  ON_CUDA(heads_merge_backward(d_o, dout, B, S, A, D));
-  const size_t n = (size_t)B * S * A * D;
-  Input G(dout, n);
-  Widened R(d_o, n);
-  cpu::heads_merge_backward(R.data(), G.data(), B, S, A, D);
-}
-
-// ---- attention, one pass: naive pieces and the merge (probabilities (BH, q.rows, k.rows),
-// lse and delta fp32)
-void attention_softmax_forward(Device d, bf16* probs, float* lse, const bf16* scores, int BH,
-                               int D, float scale, const AttentionBlock& blk) {
-  ON_CUDA(attention_softmax_forward(probs, lse, scores, BH, D, scale, blk));
-  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
-  Input X(scores, n);
-  Widened P(probs, n);
-  cpu::attention_softmax_forward(P.data(), lse, X.data(), BH, D, scale, blk);
-}
-void attention_softmax_backward(Device d, bf16* dscores, const bf16* dprobs, const bf16* probs,
-                                const float* delta, int BH, int D, float scale,
-                                const AttentionBlock& blk) {
-  ON_CUDA(attention_softmax_backward(dscores, dprobs, probs, delta, BH, D, scale, blk));
-  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
-  Input G(dprobs, n), P(probs, n);
-  Widened DS(dscores, n);
-  cpu::attention_softmax_backward(DS.data(), G.data(), P.data(), delta, BH, D, scale, blk);
-}
-void attention_probs_rescale(Device d, bf16* probs, const float* lse_pass, const float* lse,
-                             int BH, int D, const AttentionBlock& blk) {
-  ON_CUDA(attention_probs_rescale(probs, lse_pass, lse, BH, D, blk));
-  Widened P(probs, (size_t)BH * blk.q.rows * blk.k.rows);
-  cpu::attention_probs_rescale(P.data(), lse_pass, lse, BH, D, blk);
-}
-void attention_dropout_forward(Device d, bf16* out, uint8_t* mask, const bf16* probs, int B,
-                               int A, float p, uint64_t seed, uint64_t stream,
-                               const AttentionBlock& blk) {
-  ON_CUDA(attention_dropout_forward(out, mask, probs, B, A, p, seed, stream, blk));
-  const size_t n = (size_t)B * A * blk.q.rows * blk.k.rows;
-  Input P(probs, n);
-  Widened O(out, n);
-  cpu::attention_dropout_forward(O.data(), mask, P.data(), B, A, p, seed, stream, blk);
-}
-void attention_delta(Device d, float* delta, const bf16* dout, const bf16* o, int BH, int D,
-                     const AttentionRows& rows) {
-  ON_CUDA(attention_delta(delta, dout, o, BH, D, rows));
-  const size_t n = view_span(BH, D, rows);
-  Input G(dout, n), O(o, n);
-  cpu::attention_delta(delta, G.data(), O.data(), BH, D, rows);
-}
-void attention_merge(Device d, float* o, float* lse, const bf16* o_pass, const float* lse_pass,
-                     int BH, int D, const AttentionRows& rows) {
-  ON_CUDA(attention_merge(o, lse, o_pass, lse_pass, BH, D, rows));
-  Input P(o_pass, view_span(BH, D, rows));
-  cpu::attention_merge(o, lse, P.data(), lse_pass, BH, D, rows);
-}
-
-// ---- flash attention: the fp32 dispatcher counts the CPU FLOPs. The widened spans cover the
-// views (rows of other passes between them round-trip exactly).
-void flash_attention_forward(Device d, bf16* o, float* lse, const bf16* q, const bf16* k,
-                             const bf16* v, int B, int A, int G, int D, float scale, float p,
-                             uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
-  if (d == Device::CUDA) add_flops(4.0 * D * block_pairs(B, A, blk));
-  ON_CUDA(flash_attention_forward(o, lse, q, k, v, B, A, G, D, scale, p, seed, stream, blk));
-  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
-  Input Q(q, nq), K(k, nk), V(v, nk);
-  Widened O(o, nq);
-  flash_attention_forward(d, O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, D, scale, p,
-                          seed, stream, blk);
-}
-// dq is fp32 and accumulates in place; dk, dv widen, take the fp32 pass's += and round.
-void flash_attention_backward(Device d, float* dq, bf16* dk, bf16* dv, const bf16* dout,
-                              const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                              const float* lse, int B, int A, int G, int D, float scale, float p,
-                              uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
-  if (d == Device::CUDA) add_flops(10.0 * D * block_pairs(B, A, blk));
-  ON_CUDA(flash_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, p, seed,
-                                   stream, blk));
-  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
-  Input G_(dout, nq), Q(q, nq), K(k, nk), V(v, nk), O(o, nq);
-  Widened DK(dk, nk), DV(dv, nk);
-  flash_attention_backward(d, dq, DK.data(), DV.data(), G_.data(), Q.data(), K.data(), V.data(),
-                           O.data(), lse, B, A, G, D, scale, p, seed, stream, blk);
-}
-
-// ---- RoPE alone
-void rope_forward(Device d, bf16* x, int B, int H, int S, int D, float theta,
-                  const TokenPositions& pos) {
-  ON_CUDA(rope_forward(x, B, H, S, D, theta, pos));
-  Widened X(x, (size_t)B * H * S * D);
-  cpu::rope_forward(X.data(), B, H, S, D, theta, pos);
-}
-void rope_backward(Device d, bf16* dx, int B, int H, int S, int D, float theta,
-                   const TokenPositions& pos) {
-  ON_CUDA(rope_backward(dx, B, H, S, D, theta, pos));
-  Widened X(dx, (size_t)B * H * S * D);
-  cpu::rope_backward(X.data(), B, H, S, D, theta, pos);
 }
 
 // ---- mixture of experts: token rows bf16, gates fp32
@@ -406,6 +250,7 @@ static size_t rows_named(const int* idx, size_t n, int divisor) {
 }
 void moe_permute(Device d, bf16* out, float* out_gates, const bf16* in, const float* gates,
                  const int* row_pair, int M, int C, int k, bool fused) {
+  count_moe_permute(M, C, out_gates != nullptr, fused, (int)kE);
   ON_CUDA(moe_permute(out, out_gates, in, gates, row_pair, M, C, k, fused));
   Input I(in, rows_named(row_pair, M, k) * C);
   Widened O(out, (size_t)M * C);
@@ -413,12 +258,14 @@ void moe_permute(Device d, bf16* out, float* out_gates, const bf16* in, const fl
 }
 void moe_unpermute(Device d, bf16* out, const bf16* in, const int* slots, int N, int C, int k,
                    bool fused) {
+  count_moe_unpermute(N, C, k, fused, (int)kE);
   ON_CUDA(moe_unpermute(out, in, slots, N, C, k, fused));
   Input I(in, rows_named(slots, (size_t)N * k, 1) * C);
   Widened O(out, (size_t)N * C);
   cpu::moe_unpermute(O.data(), I.data(), slots, N, C, k, fused);
 }
 void moe_swiglu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F) {
+  count_kernel(3.0 * M * F * kE + 4.0 * M);
   ON_CUDA(moe_swiglu_forward(out, in, gates, M, F));
   Input I(in, (size_t)M * 2 * F);
   Widened O(out, (size_t)M * F);
@@ -426,12 +273,14 @@ void moe_swiglu_forward(Device d, bf16* out, const bf16* in, const float* gates,
 }
 void moe_swiglu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
                          const float* gates, int M, int F) {
+  count_kernel(5.0 * M * F * kE + 8.0 * M);
   ON_CUDA(moe_swiglu_backward(din, dgates, dout, in, gates, M, F));
   Input G(dout, (size_t)M * F), I(in, (size_t)M * 2 * F);
   Widened D(din, (size_t)M * 2 * F);
   cpu::moe_swiglu_backward(D.data(), dgates, G.data(), I.data(), gates, M, F);
 }
 void moe_gelu_forward(Device d, bf16* out, const bf16* in, const float* gates, int M, int F) {
+  count_kernel(2.0 * M * F * kE + 4.0 * M);
   ON_CUDA(moe_gelu_forward(out, in, gates, M, F));
   Input I(in, (size_t)M * F);
   Widened O(out, (size_t)M * F);
@@ -439,12 +288,14 @@ void moe_gelu_forward(Device d, bf16* out, const bf16* in, const float* gates, i
 }
 void moe_gelu_backward(Device d, bf16* din, float* dgates, const bf16* dout, const bf16* in,
                        const float* gates, int M, int F) {
+  count_kernel(3.0 * M * F * kE + 8.0 * M);
   ON_CUDA(moe_gelu_backward(din, dgates, dout, in, gates, M, F));
   Input G(dout, (size_t)M * F), I(in, (size_t)M * F);
   Widened D(din, (size_t)M * F);
   cpu::moe_gelu_backward(D.data(), dgates, G.data(), I.data(), gates, M, F);
 }
 void moe_shared_gate_forward(Device d, bf16* out, const bf16* y, const bf16* z, int N, int C) {
+  count_kernel((3.0 * N * C + N) * kE);
   ON_CUDA(moe_shared_gate_forward(out, y, z, N, C));
   Input Y(y, (size_t)N * C), Z(z, N);
   Widened O(out, (size_t)N * C);
@@ -452,6 +303,7 @@ void moe_shared_gate_forward(Device d, bf16* out, const bf16* y, const bf16* z, 
 }
 void moe_shared_gate_backward(Device d, bf16* dy, bf16* dz, const bf16* dout, const bf16* y,
                               const bf16* z, int N, int C) {
+  count_kernel((3.0 * N * C + 2.0 * N) * kE);
   ON_CUDA(moe_shared_gate_backward(dy, dz, dout, y, z, N, C));
   Input G(dout, (size_t)N * C), Y(y, (size_t)N * C), Z(z, N);
   Widened DY(dy, (size_t)N * C), DZ(dz, N);
@@ -462,6 +314,7 @@ void moe_shared_gate_backward(Device d, bf16* dy, bf16* dz, const bf16* dout, co
 void adamw_update(Device d, float* master, bf16* params, const bf16* grads, float* m, float* v,
                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                   float bias1, float bias2, float grad_scale) {
+  count_kernel(28.0 * n);
   ON_CUDA(adamw_update(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
                        bias2, grad_scale));
   Input g(grads, n);
@@ -470,6 +323,7 @@ void adamw_update(Device d, float* master, bf16* params, const bf16* grads, floa
   for (size_t i = 0; i < n; ++i) params[i] = to_bf16(master[i]);
 }
 double sum_squares(Device d, const bf16* x, size_t n) {
+  count_kernel(n * kE);
   if (d == Device::CUDA) {
 #ifndef PARALAB_CPU_ONLY
     return cuda::sum_squares(x, n);

@@ -5,7 +5,8 @@
 //   2. the configs/hardware/*.toml profile whose `match` names the GPU; dense figures
 //      from vendor datasheets (dense = half the "with sparsity" number; notes/formulas.md).
 //      bf16 training uses bf16_tflops; fp32 uses fp32_tflops (CUDA-core fp32) when the
-//      profile has it, else the bf16 figure with a note.  source "configs/hardware/<file>"
+//      profile has it, else the bf16 figure with a note (HardwareProfile::peak_tflops,
+//      peak_from_profile).                              source "configs/hardware/<file>"
 //   3. a timed GEMM at start-up (the CPU backend): the caller passes the GEMM as a
 //      callable, so measure/ needs no GEMM of its own.   source "measured sgemm, ..."
 //      A shared CPU makes one timing noisy (0.01-0.07 TFLOP/s per rank were seen between
@@ -15,39 +16,21 @@
 // A profile with confirmed = false (H20) says "unconfirmed" in the source: the number may
 // be wrong, and the output says so rather than print it as fact.
 //
-// defines: HardwareProfile, Peak, parse_hardware_profile, load_hardware_profiles,
-//          match_hardware_profile, measure_peak_tflops, resolve_peak, describe_peak
+// The profiles themselves (their file format, parser, matching) live in measure/hardware.h.
+//
+// defines: Peak, peak_from_profile, measure_peak_tflops, resolve_peak, describe_peak
 #pragma once
 #include <functional>
 #include <string>
-#include <vector>
+#include "measure/hardware.h"  // defines: HardwareProfile, load_hardware_profiles,
+                               //          match_hardware_profile
 
 namespace paralab {
-
-struct HardwareProfile {
-  std::string file;                // path it was read from
-  std::string name;                // "H100 SXM"
-  std::vector<std::string> match;  // substrings of the CUDA device name
-  double bf16_tflops = 0;          // dense
-  double fp32_tflops = 0;          // dense, non-tensor; 0 = not stated
-  double memory_bandwidth_gbs = 0; // 0 = not stated
-  bool confirmed = true;
-};
 
 struct Peak {
   double tflops = 0;   // per rank; 0 = unknown (MFU prints n/a)
   std::string source;  // "flag", "configs/hardware/h200.toml, bf16 dense", "measured sgemm"
 };
-
-// Reads the flat `key = value` subset of TOML the profiles use (strings, numbers, booleans,
-// one-line string arrays, # comments). Throws std::runtime_error naming file and line.
-HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file);
-// Every *.toml in dir, sorted by file name; empty when dir does not exist.
-std::vector<HardwareProfile> load_hardware_profiles(const std::string& dir);
-// The profile with the longest `match` pattern found in gpu_name as a whole word
-// ("H20" does not match "NVIDIA H200"; "H100 PCIe" beats "H100"); nullptr when none.
-const HardwareProfile* match_hardware_profile(const std::vector<HardwareProfile>& profiles,
-                                              const std::string& gpu_name);
 
 constexpr int kPeakTrials = 5;
 constexpr double kPeakTrialSeconds = 0.04;
@@ -59,6 +42,11 @@ constexpr double kPeakTrialSeconds = 0.04;
 double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_call,
                            double trial_seconds = kPeakTrialSeconds, int trials = kPeakTrials,
                            double* worst = nullptr);
+
+// The peak a profile gives a run: p.peak_tflops(bf16), and a source naming the file and the
+// figure: "configs/hardware/h200.toml, bf16 dense", "..., fp32 dense", "..., bf16 dense (no
+// fp32 figure)"; ", unconfirmed" added when !p.confirmed.
+Peak peak_from_profile(const HardwareProfile& p, bool bf16);
 
 // flag_tflops <= 0: not given. gpu_name empty: no GPU. measure may be empty; it returns
 // TFLOP/s (e.g. wrapping measure_peak_tflops around the CPU sgemm).

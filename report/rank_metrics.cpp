@@ -13,7 +13,7 @@ namespace {
 // Doubles per rank: memory, peak, resident (4), flops, run seconds, start seconds, event count, events
 // dropped, the actions' and exchanges' start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
-  return kNumMemoryCategories + 10 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+  return kNumMemoryCategories + 13 + 2 * (actions + exchanges) + CommStats::kVectorSize;
 }
 
 double steady_now() {
@@ -86,6 +86,9 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   v[at++] = mine.start_seconds;
   v[at++] = (double)mine.comm.events().size();
   v[at++] = (double)mine.comm.events_dropped();
+  v[at++] = (double)mine.kernel_launches;
+  v[at++] = mine.kernel_bytes;
+  v[at++] = (double)mine.attention_launches;
   for (size_t k = 0; k < actions; ++k) {
     if (k < mine.actions.size()) {
       v[at] = mine.actions[k].start;
@@ -137,6 +140,9 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
     m.start_seconds = x[i++];
     const size_t n_events = (size_t)x[i++];
     m.comm_events_dropped = (uint64_t)x[i++];
+    m.kernel_launches = (long long)x[i++];
+    m.kernel_bytes = x[i++];
+    m.attention_launches = (long long)x[i++];
     if (with_trace) {
       const size_t stride = events.size() / size;
       for (size_t k = 0; k < n_events; ++k) {

@@ -1,5 +1,6 @@
 // report/rank_report.cpp: see rank_report.h.
 #include "report/rank_report.h"
+#include "report/report_kernels.h"  // kernel_traffic_json
 #include <algorithm>
 #include <map>
 #include "report/json.h"
@@ -80,6 +81,10 @@ void ranks_json(JsonWriter& j, const Plan& common_plan, const std::vector<RankMe
                              ? plan.flops.hardware_per_rank_step
                              : plan.pipeline.stages.at(rp.pp_rank).hardware_flops);
     j.end_object();
+    if (r.kernel_launches >= 0)
+      kernel_traffic_json(j, kernel_traffic_plan(plan, r.rank),
+                          kernels::KernelCount{r.kernel_launches, r.kernel_bytes,
+                                               r.attention_launches});
     j.key("memory").begin_object();
     for (int c = 0; c < kNumMemoryCategories; ++c) {
       j.key(kMemoryCategoryNames[c]).begin_object();

@@ -41,6 +41,9 @@ struct RankMetrics {
   // The ledger after the optimizer step: params, grads, master_params, optimizer_states.
   std::array<int64_t, 4> resident_bytes{};
   double hardware_flops = 0;  // the kernels' FLOP counter
+  // The non-GEMM kernels (kernels::kernel_counts): launches, bytes, flash launches; -1: none.
+  long long kernel_launches = -1, attention_launches = -1;
+  double kernel_bytes = -1;
   CommStats comm;             // the step's record
   // The pipeline executor's (parallel/pipeline_parallel.h), seconds from the rank's start.
   std::vector<ActionTiming> actions, exchanges;

@@ -37,10 +37,12 @@
 #include "measure/peak.h"
 #include "plan/plan.h"
 #include "report/rank_report.h"  // RankMetrics
+#include "report/report_time.h"  // MeasuredTime, StepTime
 
 namespace paralab {
 
 struct MoeStepReport;  // report/moe_report.h
+struct PlanProjection;  // report/report_time.h
 
 // The measured numbers of one step on one rank. Negative = not measured / column absent.
 struct StepMetrics {
@@ -85,6 +87,14 @@ struct StepMetrics {
   double aux_loss = NAN, z_loss = NAN;
   double dropped_pairs = -1;
   const MoeStepReport* moe = nullptr;
+  // The time model's projected step beside the measured one (report_time.h), when the run
+  // has a hardware profile; --metrics-jsonl's "time".
+  const StepTime* projected_time = nullptr;
+  MeasuredTime measured_time;
+  // Non-GEMM kernel launches and bytes this step (kernels::kernel_counts), beside
+  // plan/kernel_traffic.h's prediction in --metrics-jsonl's "kernels"; -1: not measured.
+  long long kernel_launches = -1, attention_launches = -1;
+  double kernel_bytes = -1;
 };
 
 void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak);
@@ -142,6 +152,8 @@ std::string plan_text(const Plan& plan, const Peak* peak);
 // data_parallel {buckets, padded_total, shard_numel, state_numel, params/grads_transient_peak},
 // comm [per step: {group, op, calls, payload_bytes, bus_bytes}, in the tables' order: group,
 // then operation], peak (when given).
-std::string plan_json(const Plan& plan, const Peak* peak, bool pretty = true);
+// projection (report/report_time.h): the time model's "time", "training" and "fit" keys.
+std::string plan_json(const Plan& plan, const Peak* peak, bool pretty = true,
+                      const PlanProjection* projection = nullptr);
 
 }  // namespace paralab

@@ -10,6 +10,8 @@
 #include "report/moe_report.h"
 #include "report/report_cp.h"    // cp_plan_json
 #include "report/report_moe.h"   // moe_plan_json
+#include "report/report_kernels.h"  // kernel_traffic_json
+#include "report/report_time.h"  // time_plan_json, time_step_json
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/summary.h"      // perplexity
 #include "report/timeline.h"     // pipeline_json
@@ -67,6 +69,11 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (std::isfinite(s.aux_loss)) j.field("aux_loss", s.aux_loss).field("z_loss", s.z_loss);
   if (s.dropped_pairs >= 0) j.field("dropped_pairs", s.dropped_pairs);
   if (s.moe) moe_json(j, *s.moe, plan);
+  if (s.projected_time) time_step_json(j, *s.projected_time, s.measured_time);
+  if (s.kernel_launches >= 0)  // this rank's non-GEMM kernels beside plan/kernel_traffic.h
+    kernel_traffic_json(j, kernel_traffic_plan(plan, rank),
+                        kernels::KernelCount{s.kernel_launches, s.kernel_bytes,
+                                             s.attention_launches});
   if (!s.gemm_calls.empty())  // this rank's GEMM calls by label beside the plan's
     gemm_calls_json(j, plan, s, rank, s.moe_nonempty.empty() ? nullptr : &s.moe_nonempty);
   j.key("memory").begin_object();
@@ -121,7 +128,8 @@ static void tensor_list(JsonWriter& j, const char* key, const std::vector<Activa
   j.end_array();
 }
 
-std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
+std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
+                      const PlanProjection* projection) {
   const ModelConfig& m = plan.model;
   const ParallelConfig& p = plan.parallel;
   const FlopsPlan& f = plan.flops;
@@ -237,6 +245,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty) {
     j.key("peak").begin_object();
     j.field("tflops", peak->tflops).field("source", peak->source).end_object();
   }
+  if (projection) time_plan_json(j, plan, *projection);
   j.end_object();
   return j.str() + "\n";
 }

@@ -266,6 +266,18 @@ else
 fi
 
 # --verbose: the resolved options before the plan (on stderr under --json, keeping stdout JSON).
+# The time model and the fit check (issue 14): a profile that does not exist; a run whose
+# plan needs more memory than the host has for it (llama-7b on this CPU: ~100 GiB per rank)
+# stops before allocating, naming the bytes and --allow-oom.
+bad "unknown hardware"        "--hardware no-such-gpu: no profile" --plan --hardware no-such-gpu
+bad "hardware file"           "--hardware: " --plan --hardware "$tmp/typo.toml"
+bad "run, unknown hardware"   "--hardware no-such-gpu: no profile" --train-iters 1 --hardware no-such-gpu
+bad "run does not fit"        "exceeds the" --config configs/models/llama-7b.toml --train-iters 1
+bad "plan tokens"             "--plan-tokens must be >= 0" --plan --plan-tokens -5
+bad "benchmark-save alone"    "--benchmark-save ($tmp/b.toml) writes what --benchmark measures" \
+    --benchmark-save "$tmp/b.toml"
+bad "benchmark and plan"      "--benchmark measures this machine and --plan" --benchmark --plan
+
 printf 'num-layers = 4\n' >"$tmp/verbose.toml"
 "$trainer" --config "$tmp/verbose.toml" --plan --verbose --lr 0.01 >"$tmp/stdout" 2>"$tmp/stderr"
 if grep -q "^resolved options" "$tmp/stdout" \

@@ -2,7 +2,8 @@
 # Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
-# and context parallelism, Korthikanti's formulas measured) and every lesson's check. Takes the
+# and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
+# benchmark and the time model against measured steps) and every lesson's check. Takes the
 # binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel}, whichever build they are.
 #
@@ -40,6 +41,9 @@ else
   run "validation loss equals the single-rank run" bash tests/mpi/eval.sh ./trainer
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
   run "every rank in --trace, memory per rank" bash tests/mpi/trace.sh ./trainer
+  run "non-GEMM kernels equal the plan on every rank" bash tests/mpi/kernel_traffic.sh ./trainer
+  run "--benchmark's tables and profile" bash tests/mpi/benchmark.sh ./trainer
+  run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
 fi
 if [ "$mode" = all ]; then
   for lesson in lessons/[0-9]*/; do

@@ -332,7 +332,7 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
        "starts"},
       {{"--plan", "--world-size", "6", "--tp", "4"}, 1,
        "--world-size (6) must be divisible by --tp (4) x --cp (1) x --pp (1) = 4"},
-      {{"--json"}, 1, "--json only applies to --plan"},
+      {{"--json"}, 1, "--json only applies to --plan and --benchmark"},
       {{"--world-size", "0"}, 1,
        "--world-size (0) is only for --plan; a run's world size is the number of ranks mpirun "
        "starts"},

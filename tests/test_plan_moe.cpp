@@ -25,6 +25,7 @@
 #include "plan/moe_memory.h"         // defines: MoeRouting, moe_expected_rows
 #include "plan/plan.h"               // defines: make_plan, Plan
 #include "tests/test_plan_helpers.h"
+#include "tests/test_routing_helpers.h"
 
 namespace paralab {
 namespace {
@@ -116,17 +117,7 @@ std::vector<MoeCase> cases() {
 
 class PlanMoeTest : public ::testing::TestWithParam<MoeCase> {};
 
-// The step's routing as the run recorded it (model/moe.h MoeLayerStats).
-MoeRouting measured_routing(const Transformer& model) {
-  MoeRouting r;
-  for (const MoeLayerState& s : model.moe_layers()) {
-    r.rows.push_back(s.stats.permuted_rows);
-    long long kept = 0;
-    for (long long x : s.stats.kept_per_expert) kept += x;
-    r.kept.push_back(s.stats.permuted_rows.empty() ? -1 : kept);
-  }
-  return r;
-}
+using routing_test::measured_routing;
 
 TEST_P(PlanMoeTest, LedgerAndFlopCounterEqualThePlan) {
   const MoeCase& mc = GetParam();

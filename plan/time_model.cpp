@@ -1,0 +1,378 @@
+// plan/time_model.cpp: see time_model.h for the costs, the links and the overlaps.
+//
+// The compute side: one layer's forward, input-gradient, weight-gradient and recompute
+// seconds per microbatch on a rank, from the FLOPs plan's rows (one rank's share) and the
+// kernel-traffic plan; then each model stage's F, B, W and the simulated schedule. The
+// communication side is plan/time_model_comm.cpp.
+#include "plan/time_model.h"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include "parallel/attention_pass.h"  // attention_gemm_calls
+#include "plan/gemm_calls.h"          // expected_nonempty_experts
+#include "plan/kernel_traffic.h"
+#include "plan/time_model_comm.h"
+
+namespace paralab {
+
+namespace {
+
+// What one GEMM, attention pass or memory-bound kernel costs on the profile.
+struct Device {
+  const HardwareProfile& hw;
+  bool bf16;
+  double peak;  // FLOP/s
+  double gemm(double flops, double bytes, double calls = 1) const {
+    return calls > 0 ? calls * hw.gemm_seconds(flops / calls, bytes / calls, bf16) : 0;
+  }
+  double attention(double flops, double launches) const {
+    return flops / (peak * hw.attention_efficiency) + launches * hw.launch_overhead_us * 1e-6;
+  }
+  double memory(const KernelTraffic& t) const {
+    const double bw = hw.memory_bandwidth_gbs * 1e9 * hw.memory_efficiency;
+    return (bw > 0 ? t.bytes / bw : 0) + t.launches * hw.launch_overhead_us * 1e-6;
+  }
+};
+
+// One layer, one microbatch, seconds; gemm_* are also counted apart for the breakdown.
+struct LayerCost {
+  double forward = 0, input_grad = 0, weight_grad = 0, recompute = 0;
+  double gemm = 0, attention = 0, memory = 0;  // of the above, by kind (recompute apart)
+  double gemm_calls = 0, launches = 0;
+  double core = 0;  // the attention core's forward and backward (flash or naive products)
+};
+
+// A matmul row of the FLOPs plan (one rank's share, one microbatch, all its layers).
+const MatmulFlops* find_row(const FlopsPlan& f, const std::string& name) {
+  for (const MatmulFlops& mm : f.matmuls)
+    if (mm.name == name) return &mm;
+  return nullptr;
+}
+
+class LayerCoster {
+ public:
+  LayerCoster(const Plan& plan, const Device& dev, const KernelTrafficPlan& traffic)
+      : plan_(plan), dev_(dev), traffic_(traffic) {
+    const ModelConfig& m = plan.model;
+    e_ = plan.train.bf16 ? 2 : 4;
+    const LocalSizes ls = local_sizes(m, plan.train.micro_batch_size, plan.tp,
+                                      plan.sequence_parallel);
+    h_ = (double)m.hidden_size;
+    N_ = (double)ls.N;
+    naive_ = m.attention == AttentionImpl::NAIVE;
+    // naive attention: GEMM calls per product and layer (gemm_calls.cpp's count)
+    const CoreShape core = plan_core_shape(m, plan.train.micro_batch_size, plan.tp);
+    const std::vector<CorePass> passes = core_passes(core, m.context_parallel);
+    passes_ = (double)passes.size();
+    for (const CorePass& pass : passes) {
+      CoreShape shape = core;
+      if (m.context_parallel.type == CpCommType::A2A && m.context_parallel.size > 1)
+        shape.A /= m.context_parallel.size, shape.G /= m.context_parallel.size;
+      per_product_calls_ += attention_gemm_calls(shape, pass.blk);
+    }
+    // the per-expert calls of one projection in one layer and microbatch (gemm_calls.h)
+    expert_calls_ = m.moe.grouped_gemm ? 1 : expected_nonempty_experts(m.moe, ls.N);
+  }
+
+  // A linear's forward of `flops` FLOPs as `calls` GEMMs of width n, reducing over k: the
+  // rows follow from the FLOPs (2 rows n k); bytes = e (rows k + k n + rows n) per call.
+  void linear(LayerCost& c, const MatmulFlops* row, double n, double k, double calls = 1,
+              int bytes = 0) {
+    if (!row || row->layers == 0) return;
+    const double fwd = row->hardware / 3.0 / row->layers;  // forward = a third
+    const double e = bytes ? bytes : e_;
+    const double rows = fwd / calls / (2 * n * k);
+    const double moved = calls * e * (rows * k + k * n + rows * n);
+    const double t = dev_.gemm(fwd, moved, calls);
+    c.forward += t, c.input_grad += t, c.weight_grad += t;  // dX and dW: the forward's FLOPs
+    c.gemm += 3 * t, c.gemm_calls += 3 * calls;
+    last_forward_ += t;
+  }
+
+  LayerCost cost(int l) {
+    const ModelConfig& m = plan_.model;
+    const FlopsPlan& f = plan_.flops;
+    const LocalSizes ls = local_sizes(m, plan_.train.micro_batch_size, plan_.tp,
+                                      plan_.sequence_parallel);
+    LayerCost c;
+    last_forward_ = 0;
+    linear(c, find_row(f, "qkv"), (double)ls.qkv, h_);
+    linear(c, find_row(f, "proj"), h_, (double)(ls.heads * ls.head_dim));
+    double fc1_again = 0;  // selective mlp recompute: fc1's forward once more
+    if (!m.moe.is_moe_layer(l)) {
+      const double before = last_forward_;
+      linear(c, find_row(f, "fc1"), (double)ls.fc1, h_);
+      fc1_again = last_forward_ - before;
+      linear(c, find_row(f, "fc2"), h_, (double)ls.ffn);
+    } else {
+      const int etp = plan_.parallel.expert_tensor_parallel;
+      linear(c, find_row(f, "router"), (double)m.moe.num_experts, h_, 1, 4);  // fp32
+      linear(c, find_row(f, "experts.fc1"), (double)m.moe_fc1_size() / etp, h_,
+             expert_calls_);
+      linear(c, find_row(f, "experts.fc2"), h_, (double)m.moe_ffn() / etp, expert_calls_);
+      linear(c, find_row(f, "shared.fc1"), (double)m.shared_fc1_size(), h_);
+      linear(c, find_row(f, "shared.fc2"), h_, (double)m.moe.shared_expert_size);
+      linear(c, find_row(f, "shared.gate"), 1, h_);
+    }
+    const double linear_forward = last_forward_;
+    // The attention core: scores and av rows (hardware: naive 3 + 3 products, flash 4 + 3,
+    // of which 2 run forward). Per layer.
+    const MatmulFlops* scores = find_row(f, "scores");
+    const MatmulFlops* av = find_row(f, "av");
+    const double core = (scores ? scores->hardware : 0) + (av ? av->hardware : 0);
+    const double core_layer = scores && scores->layers ? core / scores->layers : 0;
+    double core_forward = 0;
+    if (naive_) {  // 6 products as batched GEMMs: 2 forward, 4 backward
+      const double product = core_layer / 6;
+      const double calls = per_product_calls_;
+      const double t = dev_.gemm(product, 0, calls);  // bytes: the softmax's, counted below
+      core_forward = 2 * t;
+      c.core = 6 * t;
+      c.forward += 2 * t, c.input_grad += 4 * t;
+      c.gemm += 6 * t, c.gemm_calls += 6 * calls;
+    } else {  // flash: 2 of 7 products forward, 5 backward (QK^T recomputed)
+      const double fl = l < (int)traffic_.layer_attention_forward.size()
+                            ? (double)traffic_.layer_attention_forward[l].launches : 0;
+      const double bl = l < (int)traffic_.layer_attention_backward.size()
+                            ? (double)traffic_.layer_attention_backward[l].launches : 0;
+      core_forward = dev_.attention(core_layer * 2 / 7, fl);
+      const double backward = dev_.attention(core_layer * 5 / 7, bl);
+      c.forward += core_forward, c.input_grad += backward;
+      c.attention += core_forward + backward;
+      c.core = core_forward + backward;
+    }
+    // The memory-bound kernels (the weight-gradient side has none of its own here: they
+    // are counted with the input gradient).
+    auto traffic_at = [&](const std::vector<KernelTraffic>& v) {
+      return l < (int)v.size() ? v[l] : KernelTraffic{};
+    };
+    const KernelTraffic fwd_mem = traffic_at(traffic_.layer_forward);
+    const KernelTraffic bwd_mem = traffic_at(traffic_.layer_backward);
+    const double mem_f = dev_.memory(fwd_mem), mem_b = dev_.memory(bwd_mem);
+    c.forward += mem_f, c.input_grad += mem_b, c.memory += mem_f + mem_b;
+    c.launches += (double)(fwd_mem.launches + bwd_mem.launches);
+    // Recompute, on the backward's side: full reruns the forward; selective the core's
+    // forward (naive: Q K^T, and P V with a ring's merge) or fc1.
+    const Recompute& rc = m.recompute;
+    const double recomputed =
+        l < (int)f.layer_recompute_step.size() ? f.layer_recompute_step[l] : 0;
+    if (recomputed > 0) {
+      const KernelTraffic again = traffic_at(traffic_.layer_recompute);
+      c.recompute += dev_.memory(again);
+      c.launches += (double)again.launches;
+      if (rc.full()) {
+        c.recompute += linear_forward + core_forward;
+      } else {
+        if (rc.recompute_core_attn())
+          c.recompute += naive_ ? core_forward / 2 * (passes_ > 1 ? 2 : 1) : core_forward;
+        if (rc.recompute_mlp()) c.recompute += fc1_again;
+      }
+    }
+    return c;
+  }
+
+ private:
+  const Plan& plan_;
+  const Device& dev_;
+  const KernelTrafficPlan& traffic_;
+  double e_ = 4, h_ = 0, N_ = 0, passes_ = 1, per_product_calls_ = 0, expert_calls_ = 1;
+  bool naive_ = false;
+  double last_forward_ = 0;
+};
+
+// The head (final norm, output layer, loss) of one microbatch: forward and backward GEMMs
+// (the fused loss runs its backward GEMMs inside the forward, chunk by chunk).
+struct HeadCost {
+  double forward = 0, input_grad = 0, weight_grad = 0, gemm = 0, memory = 0;
+  double gemm_calls = 0;
+};
+HeadCost head_cost(const Plan& plan, const Device& dev, const KernelTrafficPlan& traffic) {
+  HeadCost c;
+  const ModelConfig& m = plan.model;
+  const MatmulFlops* head = find_row(plan.flops, "head");
+  if (head) {
+    const LocalSizes ls = local_sizes(m, plan.train.micro_batch_size, plan.tp,
+                                      plan.sequence_parallel);
+    const int64_t chunk = std::min<int64_t>(ls.N, std::max(1, m.cross_entropy_chunk));
+    const double chunks = m.fused_cross_entropy ? (double)((ls.N + chunk - 1) / chunk) : 1;
+    const double fwd = head->hardware / 3, n = (double)ls.vocab, k = (double)m.hidden_size;
+    const double rows = fwd / chunks / (2 * n * k), e = plan.train.bf16 ? 2 : 4;
+    const double t = dev.gemm(fwd, chunks * e * (rows * k + k * n + rows * n), chunks);
+    c.forward = t;
+    if (m.fused_cross_entropy) c.forward += 2 * t;  // dX and dW inside the forward
+    else c.input_grad = t, c.weight_grad = t;
+    c.gemm = 3 * t, c.gemm_calls = 3 * chunks;
+  }
+  const double mf = dev.memory(traffic.head_forward), mb = dev.memory(traffic.head_backward);
+  c.forward += mf, c.input_grad += mb, c.memory = mf + mb;
+  return c;
+}
+
+}  // namespace
+
+bool group_fits_node(int stride, int group_size, int gpus_per_node) {
+  return (int64_t)stride * group_size <= gpus_per_node;
+}
+
+StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sensitivity) {
+  const bool bf16 = plan.train.bf16;
+  const double peak_tflops = hw.peak_tflops(bf16);
+  if (peak_tflops <= 0)
+    throw std::invalid_argument(hw.file + ": the profile states no " +
+                                (bf16 ? "bf16" : "fp32") + " peak");
+  StepTime st;
+  st.hardware = hw.name + (hw.file.empty() ? "" : " (" + hw.file + ")");
+  st.peak_tflops = peak_tflops;
+  const Device dev{hw, bf16, peak_tflops * 1e12};
+  const PipelinePlan& pipe = plan.pipeline;
+  const int p = pipe.shape.p, v = pipe.shape.v;
+  const int world = plan.parallel.world_size;
+  const double k = (double)plan.microbatches_per_rank;
+
+  // Each model stage c p + s (chunk c of pp rank s): its layers' and its ends' costs.
+  st.stages.assign((size_t)p * v, StageTime{});
+  std::vector<RankCompute> rank_compute(p);  // per pp rank: the overlaps' budgets
+  for (int s = 0; s < p; ++s) {
+    const int rank = s * (world / p);  // the stage's first rank (tp, cp, dp rank 0)
+    const KernelTrafficPlan traffic = kernel_traffic_plan(plan, rank);
+    LayerCoster coster(plan, dev, traffic);
+    std::vector<int> first{0}, count{plan.model.num_layers};
+    bool embedding = true, head = true;
+    if (!pipe.stages.empty()) {
+      first = pipe.stages.at(s).chunk_first_layer;
+      count = pipe.stages.at(s).chunk_layers;
+      embedding = pipe.stages.at(s).embedding;
+      head = pipe.stages.at(s).head;
+    }
+    double gemm = 0, attention = 0, memory = 0, recompute = 0, gemm_calls = 0, launches = 0;
+    double attention_core = 0;  // flash kernels, or naive's products: what a cp ring hides in
+    for (size_t c = 0; c < first.size(); ++c) {
+      StageTime& stage = st.stages.at(c * p + s);
+      for (int i = 0; i < count[c]; ++i) {
+        const LayerCost lc = coster.cost(first[c] + i);
+        stage.F += lc.forward;
+        stage.B += lc.input_grad + lc.recompute;
+        stage.W += lc.weight_grad;
+        gemm += lc.gemm, attention += lc.attention, memory += lc.memory;
+        attention_core += lc.core;
+        recompute += lc.recompute;
+        gemm_calls += lc.gemm_calls, launches += lc.launches;
+      }
+      if (embedding && c == 0) {
+        const double f = dev.memory(traffic.embedding_forward);
+        const double b = dev.memory(traffic.embedding_backward);
+        stage.F += f, stage.B += b, memory += f + b;
+        launches += (double)(traffic.embedding_forward.launches +
+                             traffic.embedding_backward.launches);
+      }
+      if (head && c + 1 == first.size()) {
+        const HeadCost hc = head_cost(plan, dev, traffic);
+        stage.F += hc.forward, stage.B += hc.input_grad, stage.W += hc.weight_grad;
+        gemm += hc.gemm, memory += hc.memory, gemm_calls += hc.gemm_calls;
+        launches += (double)(traffic.head_forward.launches + traffic.head_backward.launches);
+      }
+    }
+    RankCompute& budget = rank_compute[s];
+    budget.total = k * (gemm + attention + memory + recompute);
+    budget.attention = k * attention_core;
+    budget.chunks = (int)first.size();
+    for (size_t c = 0; c < first.size(); ++c) {
+      budget.first_forward += st.stages.at(c * p + s).F;
+      budget.last_backward += st.stages.at(c * p + s).B + st.stages.at(c * p + s).W;
+    }
+    if (s == 0) {
+      st.gemm = k * gemm, st.attention = k * attention, st.memory = k * memory;
+      st.recompute = k * recompute;
+      st.optimizer = dev.memory(traffic.step_other);
+      st.gemm_calls = (int64_t)std::llround(k * gemm_calls);
+      st.kernel_launches = traffic.step_total.launches + traffic.step_attention.launches;
+      st.launch_seconds = (double)st.kernel_launches * hw.launch_overhead_us * 1e-6;
+      st.compute = st.gemm + st.attention + st.memory + st.recompute + st.optimizer;
+    }
+  }
+
+  // Communication inside the layers is charged to the stages' actions; the rest after.
+  const CommTime comm = project_comm_time(plan, hw, st.stages, rank_compute);
+  st.comm = comm.groups;
+  ActionCosts costs;
+  costs.F = costs.B = costs.W = 0;
+  costs.comm = comm.message_seconds;
+  for (size_t i = 0; i < st.stages.size(); ++i) {
+    costs.stage_F.push_back(st.stages[i].F + comm.per_action_forward[i]);
+    costs.stage_B.push_back(st.stages[i].B + comm.per_action_backward[i]);
+    costs.stage_W.push_back(st.stages[i].W);
+  }
+  const Simulation sim = simulate(pipe.schedule, costs);
+  st.bubble = sim.idle.empty() ? 0 : sim.idle[0];
+  st.exposed_comm = 0;
+  for (const GroupTime& g : st.comm) st.exposed_comm += g.exposed;
+  st.step = sim.step_time + comm.after_pipeline_seconds + st.optimizer;
+  const double tokens = (double)plan.tokens_per_step;
+  st.tokens_per_second = st.step > 0 ? tokens / st.step : 0;
+  const double denominator = st.step * dev.peak * world;
+  st.mfu = denominator > 0 ? plan.flops.model_per_step / denominator : 0;
+  st.hfu = denominator > 0 ? plan.flops.hardware_per_step / denominator : 0;
+  st.assumptions = comm.assumptions;
+  char curve[256];
+  std::snprintf(curve, sizeof curve,
+                "GEMM efficiency eff(F) = %.3g F / (F + %.3g GFLOP), flash attention at %.3g "
+                "of the peak, memory-bound kernels at %.3g of %.0f GB/s, %.3g us per launch",
+                hw.gemm_efficiency, hw.gemm_half_gflop, hw.attention_efficiency,
+                hw.memory_efficiency, hw.memory_bandwidth_gbs, hw.launch_overhead_us);
+  st.assumptions.insert(st.assumptions.begin(), curve);
+  if (plan.model.moe.enabled() && plan.model.moe.grouped_gemm)
+    st.assumptions.push_back("a grouped GEMM costs as one GEMM of its summed FLOPs");
+  if (!hw.assumed.empty()) {
+    std::string keys;
+    for (const std::string& key : hw.assumed) keys += (keys.empty() ? "" : ", ") + key;
+    st.assumptions.push_back("assumed by the profile, not from a datasheet or a measurement: " +
+                             keys);
+  }
+  if (!hw.confirmed)
+    st.assumptions.push_back("profile " + hw.name + ": its datasheet figures are unconfirmed");
+  if (!sensitivity || st.step <= 0) return st;
+  // 2x worse, one figure at a time
+  struct Knob {
+    const char* key;
+    double HardwareProfile::*field;
+    double factor;
+  };
+  const Knob knobs[] = {
+      {"gemm_efficiency", &HardwareProfile::gemm_efficiency, 0.5},
+      {"gemm_half_gflop", &HardwareProfile::gemm_half_gflop, 2},
+      {"attention_efficiency", &HardwareProfile::attention_efficiency, 0.5},
+      {"memory_efficiency", &HardwareProfile::memory_efficiency, 0.5},
+      {"launch_overhead_us", &HardwareProfile::launch_overhead_us, 2},
+      {"intra_node_gbs", &HardwareProfile::intra_node_gbs, 0.5},
+      {"collective_latency_us", &HardwareProfile::collective_latency_us, 2},
+      {"inter_node_gbs", &HardwareProfile::inter_node_gbs, 0.5},
+      {"inter_node_latency_us", &HardwareProfile::inter_node_latency_us, 2},
+  };
+  for (const Knob& knob : knobs) {
+    HardwareProfile worse = hw;
+    worse.*knob.field *= knob.factor;
+    const double step = project_step_time(plan, worse, false).step;
+    st.sensitivity.push_back({knob.key, hw.is_assumed(knob.key), step / st.step - 1});
+  }
+  std::stable_sort(st.sensitivity.begin(), st.sensitivity.end(),
+                   [](const auto& a, const auto& b) { return a.change > b.change; });
+  return st;
+}
+
+TrainingTime project_training_time(const Plan& plan, const StepTime& t, double tokens) {
+  TrainingTime r;
+  r.tokens = tokens;
+  r.steps = plan.tokens_per_step > 0 ? std::ceil(tokens / (double)plan.tokens_per_step) : 0;
+  r.seconds = r.steps * t.step;
+  // Narayanan et al. 2021 eq. 4: T tokens, P parameters, n GPUs, X FLOP/s achieved per GPU;
+  // 8 = 6 (forward 2 + backward 4 per parameter and token) + 2 (full recompute's forward).
+  r.narayanan_factor = plan.model.recompute.full() ? 8 : 6;
+  const double n = plan.parallel.world_size;
+  const double X = t.step > 0 ? plan.flops.hardware_per_step / t.step / n : 0;
+  r.narayanan_seconds =
+      X > 0 ? r.narayanan_factor * tokens * (double)plan.params_total / (n * X) : 0;
+  return r;
+}
+
+}  // namespace paralab

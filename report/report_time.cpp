@@ -1,0 +1,251 @@
+// report/report_time.cpp: see report_time.h.
+#include "report/report_time.h"
+#include <algorithm>
+#include <cmath>
+#include "report/report.h"  // format_si
+#include "report/text.h"
+
+namespace paralab {
+
+namespace {
+
+std::string gib(double bytes) { return strprintf("%.2f GiB", bytes / 1073741824.0); }
+
+// Seconds in the unit a reader wants: ms below 10 s, else s, min, h, days.
+std::string seconds_text(double s) {
+  if (s < 10) return strprintf("%.2f ms", s * 1e3);
+  if (s < 600) return strprintf("%.1f s", s);
+  if (s < 3 * 3600) return strprintf("%.1f min", s / 60);
+  if (s < 3 * 86400) return strprintf("%.1f h", s / 3600);
+  return strprintf("%.1f days", s / 86400);
+}
+
+std::string group_op(const GroupTime& g) {
+  return std::string(group_name(g.group)) + " " + op_name(g.op);
+}
+
+// The measured exposed seconds of a group (every operation), -1 when not measured.
+double measured_exposed(const CommStats* comm, CommGroup g) {
+  if (!comm) return -1;
+  double s = 0;
+  for (int op = 0; op < kNumCommOps; ++op) s += comm->get(g, CommOp(op)).exposed_s;
+  return s;
+}
+
+// The projection's exposed seconds per group, in first-seen order.
+std::vector<std::pair<CommGroup, double>> exposed_by_group(const StepTime& t) {
+  std::vector<std::pair<CommGroup, double>> out;
+  for (const GroupTime& g : t.comm) {
+    auto it = std::find_if(out.begin(), out.end(), [&](auto& x) { return x.first == g.group; });
+    if (it == out.end()) out.push_back({g.group, g.exposed});
+    else it->second += g.exposed;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string fit_line(const FitCheck& f) {
+  if (!f.checked()) return "memory fit: not checked (" + f.capacity_source + ")\n";
+  const double peak = (double)f.peak_bytes;
+  if (f.fits())
+    return strprintf("memory fit: fits: peak %s on rank %d of %s (%s), %s to spare\n",
+                     gib(peak).c_str(), f.peak_rank, gib(f.capacity_bytes).c_str(),
+                     f.capacity_source.c_str(), gib(f.capacity_bytes - peak).c_str());
+  std::string would;
+  if (f.largest_micro_batch > 0)
+    would += strprintf("--micro-batch-size %d", f.largest_micro_batch);
+  if (f.smallest_zero_stage >= 0)
+    would += (would.empty() ? "" : ", or ") + strprintf("--zero-stage %d", f.smallest_zero_stage);
+  if (f.smallest_tp > 0)
+    would += (would.empty() ? "" : ", or ") + strprintf("--tp %d", f.smallest_tp);
+  return strprintf("memory fit: does NOT fit: peak %s on rank %d > %s (%s), short by %s; %s\n",
+                   gib(peak).c_str(), f.peak_rank, gib(f.capacity_bytes).c_str(),
+                   f.capacity_source.c_str(), gib(peak - f.capacity_bytes).c_str(),
+                   would.empty() ? "no single change of micro batch, ZeRO stage or tp fits"
+                                 : ("would fit with " + would + " (one change each)").c_str());
+}
+
+std::string fit_error(const FitCheck& f) {
+  return strprintf("the plan's peak memory %s (%.0f bytes, rank %d) exceeds the %s available "
+                   "(%s); lower --micro-batch-size, raise --zero-stage or --tp, or pass "
+                   "--allow-oom to try anyway",
+                   gib((double)f.peak_bytes).c_str(), (double)f.peak_bytes, f.peak_rank,
+                   gib(f.capacity_bytes).c_str(), f.capacity_source.c_str());
+}
+
+std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
+  std::string s;
+  if (!p.time) {
+    s += "time per step: no projection (" + p.no_time + ")\n";
+  } else {
+    const StepTime& t = *p.time;
+    s += strprintf("time per step, PROJECTED on %s, %.4g TFLOP/s/rank %s peak "
+                   "(plan/time_model.h; a model, not a measurement)\n",
+                   t.hardware.c_str(), t.peak_tflops, plan.train.bf16 ? "bf16" : "fp32");
+    s += strprintf("  %-34s %14s %8s\n", "rank 0", "seconds", "of step");
+    auto row = [&](const std::string& name, double sec, const std::string& note) {
+      s += strprintf("  %-34s %14s %7.1f%%  %s\n", name.c_str(), seconds_text(sec).c_str(),
+                     t.step > 0 ? 100 * sec / t.step : 0.0, note.c_str());
+    };
+    row("GEMMs", t.gemm, strprintf("%lld calls", (long long)t.gemm_calls));
+    row("attention (flash kernels)", t.attention, "");
+    row("memory-bound kernels", t.memory, "");
+    if (t.recompute > 0) row("recompute", t.recompute, "in backward");
+    row("optimizer and step kernels", t.optimizer, "");
+    s += strprintf("  %-34s %14s %8s  %lld launches x %.3g us = %s, inside the rows above\n",
+                   "  (launch overhead)", "", "", (long long)t.kernel_launches,
+                   t.launch_seconds / std::max<int64_t>(1, t.kernel_launches) * 1e6,
+                   seconds_text(t.launch_seconds).c_str());
+    for (const GroupTime& g : t.comm)
+      row("exposed " + group_op(g), g.exposed,
+          strprintf("of %s; %s, %s %.0f GB/s", seconds_text(g.seconds).c_str(),
+                    g.overlap.c_str(), g.intra_node ? "in node" : "across nodes",
+                    g.bandwidth_gbs));
+    if (plan.pipeline.shape.p > 1) row("pipeline bubble", t.bubble, "rank 0's idle, simulated");
+    row("step", t.step, "the slowest pipeline rank's view");
+    s += strprintf("  tokens/s %s; MFU %.1f%% (model FLOPs, %s attention); HFU %.1f%% "
+                   "(hardware FLOPs as run, recompute included)\n",
+                   format_si(t.tokens_per_second).c_str(), 100 * t.mfu,
+                   attention_flops_name(plan.flops.convention), 100 * t.hfu);
+    if (p.training) {
+      const TrainingTime& r = *p.training;
+      s += strprintf("  training %s tokens: %.0f steps x %s = %s; Narayanan et al. eq. 4 "
+                     "(%dTP/(nX), X = %s FLOP/s/GPU projected): %s\n",
+                     format_si(r.tokens).c_str(), r.steps, seconds_text(t.step).c_str(),
+                     seconds_text(r.seconds).c_str(), r.narayanan_factor,
+                     format_si(t.step > 0 ? plan.flops.hardware_per_step / t.step /
+                                                plan.parallel.world_size
+                                          : 0).c_str(),
+                     seconds_text(r.narayanan_seconds).c_str());
+    }
+    s += "  assumptions:\n";
+    for (const std::string& a : t.assumptions) s += "    - " + a + "\n";
+    if (!t.sensitivity.empty()) {
+      s += "  what moves it: the step if one profile figure were 2x worse (efficiency or "
+           "bandwidth halved, latency doubled)\n   ";
+      for (const StepTime::Sensitivity& x : t.sensitivity)
+        if (x.change > 0.0005)
+          s += strprintf(" %s%s %+.1f%%;", x.key.c_str(), x.assumed ? " (assumed)" : "",
+                         100 * x.change);
+      s += "\n";
+    }
+  }
+  if (p.fit) s += fit_line(*p.fit);
+  return s;
+}
+
+void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
+  if (p.time) {
+    const StepTime& t = *p.time;
+    j.key("time").begin_object();
+    j.field("projected", true).field("hardware", t.hardware).field("peak_tflops", t.peak_tflops);
+    j.field("step_s", t.step).field("gemm_s", t.gemm).field("attention_s", t.attention);
+    j.field("memory_s", t.memory).field("recompute_s", t.recompute);
+    j.field("optimizer_s", t.optimizer).field("compute_s", t.compute);
+    j.field("launch_overhead_s", t.launch_seconds).field("kernel_launches", t.kernel_launches);
+    j.field("gemm_calls", t.gemm_calls);
+    j.field("exposed_comm_s", t.exposed_comm).field("bubble_s", t.bubble);
+    j.key("comm").begin_array();
+    for (const GroupTime& g : t.comm) {
+      j.begin_object().field("group", group_name(g.group)).field("op", op_name(g.op));
+      j.field("calls", g.calls).field("bus_bytes", g.bus_bytes);
+      j.field("intra_node", g.intra_node).field("bandwidth_gbs", g.bandwidth_gbs);
+      j.field("latency_us", g.latency_us).field("seconds", g.seconds);
+      j.field("exposed_s", g.exposed).field("overlap", g.overlap).end_object();
+    }
+    j.end_array();
+    j.key("stages").begin_array();
+    for (const StageTime& st : t.stages)
+      j.begin_object().field("F_s", st.F).field("B_s", st.B).field("W_s", st.W).end_object();
+    j.end_array();
+    j.field("tokens_per_second", t.tokens_per_second).field("mfu", t.mfu).field("hfu", t.hfu);
+    j.field("mfu_convention", std::string("model FLOPs, ") +
+                                  attention_flops_name(plan.flops.convention) + " attention");
+    j.field("hfu_convention", "hardware FLOPs as run, recompute included");
+    j.key("assumptions").begin_array();
+    for (const std::string& a : t.assumptions) j.value(a);
+    j.end_array();
+    j.key("sensitivity").begin_array();
+    for (const StepTime::Sensitivity& x : t.sensitivity)
+      j.begin_object().field("key", x.key).field("assumed", x.assumed)
+          .field("step_change", x.change).end_object();
+    j.end_array().end_object();
+  } else {
+    j.key("time").begin_object().field("projected", false).field("reason", p.no_time).end_object();
+  }
+  if (p.training) {
+    const TrainingTime& r = *p.training;
+    j.key("training").begin_object().field("tokens", r.tokens).field("steps", r.steps);
+    j.field("seconds", r.seconds).field("narayanan_seconds", r.narayanan_seconds);
+    j.field("narayanan_factor", r.narayanan_factor).end_object();
+  }
+  if (p.fit) {
+    const FitCheck& f = *p.fit;
+    j.key("fit").begin_object().field("checked", f.checked()).field("fits", f.fits());
+    j.field("peak_bytes", f.peak_bytes).field("peak_rank", f.peak_rank);
+    j.field("capacity_bytes", f.capacity_bytes).field("capacity_source", f.capacity_source);
+    if (f.largest_micro_batch > 0) j.field("largest_micro_batch", f.largest_micro_batch);
+    if (f.smallest_zero_stage >= 0) j.field("smallest_zero_stage", f.smallest_zero_stage);
+    if (f.smallest_tp > 0) j.field("smallest_tp", f.smallest_tp);
+    j.end_object();
+  }
+}
+
+std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
+  std::string s = strprintf("time per step, rank 0: projected on %s vs measured\n",
+                            t.hardware.c_str());
+  s += strprintf("  %-26s %13s %13s %8s\n", "phase", "projected ms", "measured ms",
+                 "ratio");
+  auto row = [&](const std::string& name, double projected, double measured) {
+    if (measured < 0)
+      s += strprintf("  %-26s %13.2f %13s %8s\n", name.c_str(), projected * 1e3, "-", "");
+    else
+      s += strprintf("  %-26s %13.2f %13.2f %8.2f\n", name.c_str(), projected * 1e3,
+                     measured * 1e3, measured > 0 ? projected / measured : 0.0);
+  };
+  double projected_rest = t.step, measured_rest = m.step;
+  row("step", t.step, m.step);
+  row("GEMMs", t.gemm, m.gemm);
+  for (const auto& [group, exposed] : exposed_by_group(t)) {
+    const double measured = measured_exposed(m.comm, group);
+    if (group == CommGroup::PP) {
+      // a stage blocked on its pp messages is idle: the bubble (below) counts that time
+      row("exposed pp (in the bubble)", exposed, measured);
+      continue;
+    }
+    row(std::string("exposed ") + group_name(group), exposed, measured);
+    projected_rest -= exposed;
+    if (measured >= 0 && measured_rest >= 0) measured_rest -= measured;
+  }
+  if (t.bubble > 0 || m.bubble >= 0) {
+    row("pipeline bubble", t.bubble, m.bubble);
+    projected_rest -= t.bubble;
+    if (m.bubble >= 0 && measured_rest >= 0) measured_rest -= m.bubble;
+  }
+  row("compute (the rest)", projected_rest, measured_rest);
+  s += "  ratio = projected / measured; the projection's assumptions: trainer --plan "
+       "--hardware ...\n";
+  return s;
+}
+
+void time_step_json(JsonWriter& j, const StepTime& t, const MeasuredTime& m) {
+  j.key("time").begin_object().field("hardware", t.hardware);
+  j.key("step_s").begin_object().field("projected", t.step).field("measured", m.step).end_object();
+  j.key("gemm_s").begin_object().field("projected", t.gemm);
+  if (m.gemm >= 0) j.field("measured", m.gemm);
+  j.end_object();
+  j.key("exposed_comm_s").begin_array();
+  for (const auto& [group, exposed] : exposed_by_group(t)) {
+    j.begin_object().field("group", group_name(group)).field("projected", exposed);
+    const double measured = measured_exposed(m.comm, group);
+    if (measured >= 0) j.field("measured", measured);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("bubble_s").begin_object().field("projected", t.bubble);
+  if (m.bubble >= 0) j.field("measured", m.bubble);
+  j.end_object().end_object();
+}
+
+}  // namespace paralab

@@ -11,7 +11,9 @@
 #      LOSS_RTOL (default 1e-3): max_t |loss_cuda(t) - loss_cpu(t)| / |loss_cpu(t)|;
 #   4. the same with 2 ranks on the one GPU (--comm mpi): pp 2 (1f1b, zb-h1, interleaved),
 #      tp 2 + sp, expert parallelism, and context parallelism cp 2 with each comm type (the
-#      ring's block passes and merges, flash and naive).
+#      ring's block passes and merges, flash and naive);
+#   5. trainer --benchmark saved as a profile, and a llama-100m bf16 run with it: the time
+#      model's projected step beside the measured one.
 #
 # Prints a summary table and exits non-zero when anything fails. When $OUT is set, the whole
 # log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
@@ -209,6 +211,22 @@ for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pip
   TABLE+=("$(printf '%-14s %-36s %s' "${name:0:14}" "$result" "$verdict")")
   record "losses $name" "$result" "$verdict"
 done
+
+# ---- 5. the machine measured, and the time model against a measured GPU step -------------
+# trainer --benchmark on the GPU (cuBLAS bf16 and fp32 GEMMs, the kernel mix, flash, NCCL at
+# one rank: no collective rows) saved as a profile, then llama-100m trained in bf16 with it:
+# the run's "time per step, projected vs measured" table goes to the log and its metrics to
+# $OUT (time{step_s{projected, measured}}), for notes/performance.md. Recorded, not judged:
+# PASS when both run.
+if run "benchmark" ./trainer --benchmark --device cuda --benchmark-save "$WORK/gpu.toml" &&
+   run "time model on the GPU" ./trainer --config configs/models/llama-100m.toml --bf16 \
+       --device cuda --seq-length 1024 --micro-batch-size 8 --global-batch-size 8 \
+       --train-iters 6 --hardware "$WORK/gpu.toml" --metrics-jsonl "$WORK/time_gpu.jsonl"; then
+  record "benchmark + time model" "profile and projected step" PASS
+else
+  record "benchmark + time model" "a run failed" FAIL
+fi
+[[ -n "$OUT_DIR" ]] && cp "$WORK/gpu.toml" "$OUT_DIR"/ 2>/dev/null
 
 say ""
 say "==== losses, $ITERS steps, cuda vs cpu (bound $LOSS_RTOL)"

@@ -23,7 +23,7 @@ timed() {  # NAME RANKS PROFILE FLAGS...
   case "$name" in *"$filter"*) ;; *) return ;; esac
   local result launch=("$trainer")
   [ "$np" -gt 1 ] && launch=(timeout 300 mpirun -np "$np" "$trainer")
-  if "${launch[@]}" "$@" --hardware "$profile" --train-iters 4 --log-interval 100 \
+  if "${launch[@]}" "$@" --hardware "$profile" --train-iters 3 --log-interval 100 \
        --metrics-jsonl "$work/$name.jsonl" > "$work/$name.log" 2>&1 < /dev/null &&
      result=$(python3 "$here/time_ratio.py" "$work/$name.jsonl" --min 0.5 --max 2.0); then
     passed=$((passed + 1)); echo "ok    $name: $result"

@@ -77,9 +77,10 @@ class LayerCoster {
 
   // A linear's forward of `flops` FLOPs as `calls` GEMMs of width n, reducing over k: the
   // rows follow from the FLOPs (2 rows n k); bytes = e (rows k + k n + rows n) per call.
-  void linear(LayerCost& c, const MatmulFlops* row, double n, double k, double calls = 1,
-              int bytes = 0) {
-    if (!row || row->layers == 0) return;
+  // Returns the forward's seconds (0 without the row).
+  double linear(LayerCost& c, const MatmulFlops* row, double n, double k, double calls = 1,
+                int bytes = 0) const {
+    if (!row || row->layers == 0) return 0;
     const double fwd = row->hardware / 3.0 / row->layers;  // forward = a third
     const double e = bytes ? bytes : e_;
     const double rows = fwd / calls / (2 * n * k);
@@ -87,7 +88,7 @@ class LayerCoster {
     const double t = dev_.gemm(fwd, moved, calls);
     c.forward += t, c.input_grad += t, c.weight_grad += t;  // dX and dW: the forward's FLOPs
     c.gemm += 3 * t, c.gemm_calls += 3 * calls;
-    last_forward_ += t;
+    return t;
   }
 
   LayerCost cost(int l) {
@@ -96,14 +97,11 @@ class LayerCoster {
     const LocalSizes ls = local_sizes(m, plan_.train.micro_batch_size, plan_.tp,
                                       plan_.sequence_parallel);
     LayerCost c;
-    last_forward_ = 0;
     linear(c, find_row(f, "qkv"), (double)ls.qkv, h_);
     linear(c, find_row(f, "proj"), h_, (double)(ls.heads * ls.head_dim));
     double fc1_again = 0;  // selective mlp recompute: fc1's forward once more
     if (!m.moe.is_moe_layer(l)) {
-      const double before = last_forward_;
-      linear(c, find_row(f, "fc1"), (double)ls.fc1, h_);
-      fc1_again = last_forward_ - before;
+      fc1_again = linear(c, find_row(f, "fc1"), (double)ls.fc1, h_);
       linear(c, find_row(f, "fc2"), h_, (double)ls.ffn);
     } else {
       const int etp = plan_.parallel.expert_tensor_parallel;
@@ -115,7 +113,7 @@ class LayerCoster {
       linear(c, find_row(f, "shared.fc2"), h_, (double)m.moe.shared_expert_size);
       linear(c, find_row(f, "shared.gate"), 1, h_);
     }
-    const double linear_forward = last_forward_;
+    const double linear_forward = c.forward;  // the linears' alone, so far
     // The attention core: scores and av rows (hardware: naive 3 + 3 products, flash 4 + 3,
     // of which 2 run forward). Per layer.
     const MatmulFlops* scores = find_row(f, "scores");
@@ -178,7 +176,6 @@ class LayerCoster {
   const KernelTrafficPlan& traffic_;
   double e_ = 4, h_ = 0, N_ = 0, passes_ = 1, per_product_calls_ = 0, expert_calls_ = 1;
   bool naive_ = false;
-  double last_forward_ = 0;
 };
 
 // The head (final norm, output layer, loss) of one microbatch: forward and backward GEMMs

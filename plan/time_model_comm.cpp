@@ -26,7 +26,7 @@ GroupShape group_shape(const Plan& plan, CommGroup g) {
     case CommGroup::ETP: return {1, etp};
     case CommGroup::ETP_EP: return {1, etp * ep};
     case CommGroup::EDP: return {etp * ep, world / (pp * etp * ep)};
-    case CommGroup::EMBEDDING: return {world / pp * (pp - 1 > 0 ? pp - 1 : 1), 2};
+    case CommGroup::EMBEDDING: return {world / pp * std::max(1, pp - 1), 2};  // first, last
     default: return {1, world};
   }
 }

@@ -6,6 +6,7 @@
 #   make run        set-up, build, train the demo model
 #   make test       set-up, build, run every test (tests/run_all.sh)
 #   make unit-test  the GoogleTest binary alone;  make mpi-test  the MPI suites alone
+#   make lessons    every lesson's check (lessons/NN-topic/check.sh)
 #   make plan       print the plan of the demo model
 #   make lint       the include order of the layers (tests/check_layout.sh)
 #
@@ -62,7 +63,7 @@ LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
 TEST_BINS := unit_tests test_comm test_data_parallel
 SUBMAKE := $(MAKE) --no-print-directory
 
-.PHONY: all run test unit-test mpi-test plan clean setup lint binaries packages FORCE
+.PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE
 all: setup
 	+@$(SUBMAKE) trainer
 
@@ -88,6 +89,10 @@ unit-test: setup
 mpi-test: setup
 	+@$(SUBMAKE) binaries
 	bash tests/run_all.sh --mpi-only
+
+lessons: setup
+	+@$(SUBMAKE) trainer
+	bash tests/run_all.sh --lessons
 
 lint:
 	bash tests/check_layout.sh

@@ -244,7 +244,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--cp-layout", raw.cp_layout,
                  "which tokens each context-parallel rank holds: zigzag (chunks r and 2cp-1-r "
                  "of 2cp, Megatron's: equal causal attention work) or contiguous (the r-th "
-                 "s/cp tokens, picotron's: rank cp-1 does cp times rank 0's attention)")
+                 "s/cp tokens, picotron's: rank cp-1 does about 2cp-1 times rank 0's attention)")
       ->check(one_of({"zigzag", "contiguous"}))->capture_default_str()->group(kParallel);
   app.add_option("--expert-model-parallel-size,--ep", p.expert_parallel,
                  "expert parallel ranks ep (mixture of experts): each MoE layer's E experts "

@@ -181,7 +181,7 @@ void add_moe_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--num-experts", e.num_experts,
                  "experts E (>= 2) of each MoE layer (--moe-layer-freq): E copies of the family's "
                  "MLP without biases behind a router h -> E (fp32); 0: a dense model. Every "
-                 "--moe-* flag needs it; --tp > 1 is not built with it yet")
+                 "--moe-* flag needs it")
       ->capture_default_str()->group(kMoe);
   app.add_option("--moe-ffn-hidden-size", e.ffn_hidden_size,
                  "each expert's inner width (llama: of each of gate and up); >= 1; default "

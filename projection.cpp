@@ -1,5 +1,6 @@
 // projection.cpp: see projection.h.
 #include "projection.h"
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include "kernels/common.h"           // cuda_device_name
@@ -8,13 +9,29 @@
 
 namespace paralab {
 
-static const char* kHardwareDir = "configs/hardware";
+// The profiles: configs/hardware under the working directory (a checkout's root), else
+// beside the binary (./trainer links to build/<flavour>/trainer: the checkout holding it),
+// so a run started in a scratch folder finds them too.
+static std::string hardware_dir() {
+  namespace fs = std::filesystem;
+  const fs::path here = "configs/hardware";
+  std::error_code missing;  // a folder that is not there is an answer here, not an error
+  if (fs::is_directory(here, missing)) return here.string();
+  std::error_code unreadable;
+  fs::path dir = fs::canonical("/proc/self/exe", unreadable).parent_path();
+  for (int up = 0; !unreadable && up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
+    if (fs::is_directory(dir / here, missing)) return (dir / here).string();
+    if (dir == dir.root_path()) break;
+  }
+  return here.string();  // its absence is reported where a profile is looked up
+}
 
 HardwareChoice choose_hardware(const Options& o, bool training) {
   HardwareChoice c;
+  const std::string directory = hardware_dir();
   if (!o.hardware.empty()) {
     try {
-      c.profile = find_hardware_profile(o.hardware, kHardwareDir);
+      c.profile = find_hardware_profile(o.hardware, directory);
     } catch (const std::runtime_error& e) {
       const std::string what = e.what();
       throw FlagError(what.rfind("--hardware", 0) == 0 ? what : "--hardware: " + what);
@@ -24,7 +41,7 @@ HardwareChoice choose_hardware(const Options& o, bool training) {
   }
   if (o.device == kernels::Device::CUDA) {
     const std::string gpu = kernels::cuda_device_name();
-    const std::vector<HardwareProfile> all = load_hardware_profiles(kHardwareDir);
+    const std::vector<HardwareProfile> all = load_hardware_profiles(directory);
     if (const HardwareProfile* p = match_hardware_profile(all, gpu)) {
       c.profile = *p;
       c.found = true;
@@ -33,9 +50,9 @@ HardwareChoice choose_hardware(const Options& o, bool training) {
     }
     return c;
   }
-  const std::string cpu = std::string(kHardwareDir) + "/cpu.toml";
+  const std::string cpu = directory + "/cpu.toml";
   if (training && std::ifstream(cpu).good()) {
-    c.profile = find_hardware_profile(cpu, kHardwareDir);
+    c.profile = find_hardware_profile(cpu, directory);
     c.found = true;
     return c;
   }

@@ -38,7 +38,7 @@
 // ranks (Megatron's tensor x context parallel group), and each rank's partial losses, over
 // its own tokens' p and logits, add up to the one-rank losses.
 //
-// Capacity (--moe-expert-capacity-factor cf): an expert takes at most C = ceil(N k / E cf)
+// Capacity (--moe-expert-capacity-factor cf): an expert takes at most C = ceil(cf N k / E)
 // rows; beyond that a pair (token, expert) is dropped, by gate value (probs: the C largest
 // gates, ties to the earlier token) or by position (the C earliest tokens). A dropped pair
 // contributes nothing: the token keeps its residual (and the shared expert). With

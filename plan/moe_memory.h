@@ -49,7 +49,7 @@
 // M, R and R_ep are data-dependent. The plan's value of M (moe_expected_rows), R_ep = M and
 // R = etp M:
 //   --moe-pad-expert-input-to-capacity  every expert runs min(C, N) rows: M = E min(C, N),
-//                                       exact from the configuration; C = ceil(N k / E cf)
+//                                       exact from the configuration; C = ceil(cf N k / E)
 //   capacity, no padding                the uniform-routing expectation min(E C, N k)
 //   dropless                            every pair runs: M = N k, exact (only each expert's
 //                                       share of M depends on the routing)
@@ -91,7 +91,7 @@ struct MoeRouting {
   int microbatches() const;
 };
 
-// C = ceil(N k / E cf) for N tokens (model/moe.cpp expert_capacity); -1 dropless.
+// C = ceil(cf N k / E) for N tokens (model/moe.cpp expert_capacity); -1 dropless.
 int64_t moe_capacity(const ModelConfig& m, int64_t N);
 // The tokens a rank routes in one MoE layer and microbatch of B sequences: B S/cp (its S/cp
 // of each sequence, m.context_parallel), over `split` under sequence parallelism.

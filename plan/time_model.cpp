@@ -12,6 +12,7 @@
 #include "parallel/attention_pass.h"  // attention_gemm_calls
 #include "plan/gemm_calls.h"          // expected_nonempty_experts
 #include "plan/kernel_traffic.h"
+#include "plan/moe_params.h"           // param_counts: an MoE's active parameters
 #include "plan/time_model_comm.h"
 
 namespace paralab {
@@ -283,7 +284,9 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
       st.recompute = k * recompute;
       st.optimizer = dev.memory(traffic.step_other);
       st.gemm_calls = (int64_t)std::llround(k * gemm_calls);
-      st.kernel_launches = traffic.step_total.launches + traffic.step_attention.launches;
+      // every launch: one per GEMM call, and the other kernels' as they count them
+      st.kernel_launches =
+          st.gemm_calls + traffic.step_total.launches + traffic.step_attention.launches;
       st.launch_seconds = (double)st.kernel_launches * hw.launch_overhead_us * 1e-6;
       st.compute = st.gemm + st.attention + st.memory + st.recompute + st.optimizer;
     }
@@ -367,8 +370,11 @@ TrainingTime project_training_time(const Plan& plan, const StepTime& t, double t
   r.narayanan_factor = plan.model.recompute.full() ? 8 : 6;
   const double n = plan.parallel.world_size;
   const double X = t.step > 0 ? plan.flops.hardware_per_step / t.step / n : 0;
-  r.narayanan_seconds =
-      X > 0 ? r.narayanan_factor * tokens * (double)plan.params_total / (n * X) : 0;
+  // P is what each token multiplies with: an MoE's active parameters (k of E experts;
+  // plan/moe_params.h), not its total, which would count the E - k experts a token skips.
+  r.narayanan_params = plan.model.moe.enabled() ? (double)param_counts(plan.model).active
+                                                : (double)plan.params_total;
+  r.narayanan_seconds = X > 0 ? r.narayanan_factor * tokens * r.narayanan_params / (n * X) : 0;
   return r;
 }
 

@@ -26,8 +26,9 @@
 // network's (inter_node_gbs, inter_node_latency_us). What is exposed, per mechanism as the
 // trainer implements it:
 //   tp, ep, etp, cp all_gather / a2a, embedding, world   blocking calls: all exposed
-//   cp p2p ring   each hop's K/V transfer runs during the previous block's attention:
-//                 exposed max(0, hop - block) per hop
+//   cp p2p ring   each hop's K/V transfer runs during a block's attention, (cp - 1)/cp of
+//                 the rank's attention compute A in all: exposed max(one hop, ring - A (cp -
+//                 1)/cp), summed over the step (not hop by hop)
 //   dp reductions  after the last backward; --overlap-grad-reduce: during it, exposed
 //                 max(one bucket, reductions - last microbatch's backward compute)
 //   dp gathers    ZeRO-1/2 after the optimizer; --overlap-param-gather: during the next
@@ -109,6 +110,7 @@ struct TrainingTime {
   double seconds = 0;             // steps x projected step
   double narayanan_seconds = 0;   // eq. 4 with X = projected hardware FLOP/s per GPU
   int narayanan_factor = 6;       // 8 with full recompute, else 6
+  double narayanan_params = 0;    // P: the parameters (an MoE's active ones)
 };
 TrainingTime project_training_time(const Plan& plan, const StepTime& t, double tokens);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <utility>
+#include "plan/moe_params.h"     // flops_conventions
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/report_cp.h"    // cp_plan_text
 #include "report/report_moe.h"   // moe_plan_text
@@ -102,6 +103,32 @@ std::string step_row(const StepMetrics& s) {
     if (s.bubble_predicted >= 0) r += " (pred " + percent(s.bubble_predicted) + ")";
   }
   return r;
+}
+
+// ---- FLOPs per token, three conventions (plan/moe_params.h: the formulas and sources) -------
+// MFU depends on which FLOPs count as the model's: the same run reads 1.8x apart at 49K tokens
+// between a full S x S attention count (paralab's default, torchtitan) and a causal one
+// (Megatron), so the plan prints all three per token and per step.
+std::string flops_conventions_text(const Plan& plan) {
+  const FlopsConventions f = flops_conventions(plan);
+  const double T = (double)plan.tokens_per_step;
+  const bool moe = plan.model.moe.enabled();
+  std::string t = "\ntraining FLOPs per token (forward + backward), per step x tokens\n";
+  t += strprintf("  %-72s %12s %12s\n", "", "per token", "per step");
+  t += strprintf("  %-72s %12s %12s\n", ("paralab: " + f.paralab_note).c_str(),
+                 format_si(f.paralab).c_str(), format_si(f.paralab * T).c_str());
+  t += strprintf("  %-72s %12s %12s\n",
+                 moe ? "torchtitan: 6 x active (lookups out) + 12 L a d s (full S x S)"
+                     : "torchtitan: 6 x params (lookups out) + 12 L a d s (full S x S)",
+                 format_si(f.torchtitan).c_str(), format_si(f.torchtitan * T).c_str());
+  t += strprintf("  %-72s %12s %12s\n",
+                 moe ? "Megatron: 6 x (attn, k experts, shared, Vp h) + 6 L a d s (causal)"
+                     : "Megatron: 6 x (attn, mlp, Vp h) + 6 L a d s (causal)",
+                 format_si(f.megatron).c_str(), format_si(f.megatron * T).c_str());
+  t += strprintf("  (attention core: torchtitan %s, Megatron %s per token; Megatron counts no "
+                 "%snorm)\n", format_si(f.torchtitan_attention).c_str(),
+                 format_si(f.megatron_attention).c_str(), moe ? "router, gate or " : "");
+  return t;
 }
 
 // ---- FLOPs breakdown -----------------------------------------------------------------------
@@ -303,6 +330,7 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
                  "model, true vocabulary), hardware %s\n",
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
+  t += flops_conventions_text(plan);
   t += moe_plan_text(plan);  // "" for a dense model (report/report_moe.h)
   t += cp_plan_text(plan, peak);  // "" without context parallelism (report/report_cp.h)
   return t;

@@ -12,6 +12,7 @@
 //   flops_table        per matmul: model FLOPs and hardware FLOPs, recompute as its own row
 //                      (hardware only), the whole model's total, with pp each stage's row
 //                      (one scope per row); measured vs predicted for the rank
+//   flops_conventions_text  training FLOPs per token: paralab's, torchtitan's, Megatron's
 //   comm_table         per group and operation: calls, payload, bus bytes, predicted beside
 //                      measured (a step's CommStats); times are measured only (no time model
 //                      yet): CommStats::table prints them, in the same row order
@@ -122,6 +123,7 @@ std::string korthikanti_line(const Plan& plan);
 // core_attn saves only the log-sum-exp (little). "" otherwise.
 std::string recompute_line(const Plan& plan);
 std::string flops_table(const Plan& plan, int rank, const StepMetrics* measured);
+std::string flops_conventions_text(const Plan& plan);  // --plan, after the FLOPs table
 
 // measured: one step's record (e.g. CommStats::instance() before its reset), or nullptr.
 // Rows: the plan's entries, then whatever else ran; a row whose calls or payload differ

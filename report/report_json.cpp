@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 #include <vector>
+#include "plan/moe_params.h"     // flops_conventions
 #include "report/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
@@ -184,7 +185,9 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   }
   j.end_array();
   j.key("activations").begin_object();
-  j.field("per_layer_bytes", plan.activation_bytes_per_layer);
+  j.field("per_layer_bytes", plan.activation_bytes_per_layer);  // a dense layer's
+  if (plan.model.moe.enabled())  // an MoE layer's, at the plan's M permuted rows
+    j.field("moe_per_layer_bytes", plan.moe_activation_bytes_per_layer);
   j.field("per_microbatch_bytes", plan.activation_bytes_per_microbatch);
   j.field("selective_saved_per_layer_bytes",
           selective_saved_bytes_per_layer(m, plan.train.micro_batch_size, storage_bytes(plan.train),
@@ -192,6 +195,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
                                           plan.sequence_parallel));
   tensor_list(j, "embedding", plan.embedding_activations);
   tensor_list(j, "layer", plan.layer_activations);
+  if (plan.model.moe.enabled()) tensor_list(j, "moe_layer", plan.moe_layer_activations);
   tensor_list(j, "head", plan.head_activations);
   const KorthikantiCheck k = korthikanti_check_recompute(plan);
   j.key("korthikanti").begin_object();
@@ -216,6 +220,12 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   j.field("recomputed_layers", f.recomputed_layers);
   j.field("recompute_formula", f.recompute_formula);
   j.field("microbatches_per_step", f.microbatches_per_step);
+  const FlopsConventions conventions = flops_conventions(plan);  // plan/moe_params.h
+  j.key("per_token").begin_object();
+  j.field("paralab", conventions.paralab).field("torchtitan", conventions.torchtitan);
+  j.field("megatron", conventions.megatron);
+  j.field("torchtitan_attention", conventions.torchtitan_attention);
+  j.field("megatron_attention", conventions.megatron_attention).end_object();
   j.key("matmuls").begin_array();
   for (const auto& mm : f.matmuls) {
     j.begin_object().field("name", mm.name).field("reduces_over", mm.reduces_over);

@@ -4,6 +4,7 @@
 // (the ZeRO paper's model states), the per-layer activations beside Korthikanti's closed
 // form, and what selective recompute saves. Split from report.cpp (the other writers).
 #include <utility>
+#include "plan/moe_memory.h"  // moe_layer_count
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"
 #include "report/report_impl.h"  // total_is_exact, vocab_padding_note
@@ -17,6 +18,18 @@ std::string vocab_padding_note(const Plan& plan) {
   if (plan.padded_vocab == plan.model.vocab_size) return "";
   return strprintf("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
              (long long)plan.padded_vocab, plan.tp);
+}
+
+// One layer's activations as the notes print them: a dense layer's, an MoE layer's, or both
+// when the model has both kinds (an MoE layer keeps its router's and experts' tensors instead
+// of the dense MLP's, plan.cpp).
+static std::string per_layer_mib(const Plan& plan) {
+  const int moe = moe_layer_count(plan.model);
+  const std::string dense = format_mib((double)plan.activation_bytes_per_layer) + " MiB";
+  const std::string expert = format_mib((double)plan.moe_activation_bytes_per_layer) + " MiB";
+  if (moe == 0) return dense;
+  if (moe == plan.model.num_layers) return expert + " (MoE)";
+  return dense + " dense, " + expert + " MoE";
 }
 
 // Why a category holds what it holds, in a few words beside its row.
@@ -45,43 +58,44 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
                format_si((double)d.grads_resident).c_str(),
                format_si((double)d.sim.grads_transient_peak).c_str());
   if ((c == 0 || c == 1) && z >= 1 && d.layout.padded_total > d.layout.total)
-    return strprintf("%d bucket(s) padded to multiples of dp %d: +%lld elements", nb, plan.dp,
+    return strprintf("%d bucket(s) padded to multiples of %s %d: +%lld elements", nb,
+               plan.cp > 1 ? "dp x cp" : "dp", plan.dp_cp,
                (long long)(d.layout.padded_total - d.layout.total));
   if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
   if ((c == 2 || c == 3) && z >= 1 && experts.layout.total > 0)  // expert parallelism
     return strprintf("zero %d: dense shard %s elements, 1/%d; experts' %s, 1/%d (edp)", z,
-                     format_si((double)d.state_numel).c_str(), plan.dp,
+                     format_si((double)d.state_numel).c_str(), plan.dp_cp,
                      format_si((double)experts.state_numel).c_str(),
                      plan.parallel.expert_data_parallel());
   if ((c == 2 || c == 3) && z >= 1)
-    return strprintf("zero %d: shard of %s elements, 1/%d", z,
-               format_si((double)d.state_numel).c_str(), plan.dp);
+    return strprintf("zero %d: shard of %s elements, 1/%d%s", z,
+               format_si((double)d.state_numel).c_str(), plan.dp_cp,
+               plan.cp > 1 ? " (dp x cp: the cp ranks hold the same weights)" : "");
   const ModelConfig& m = plan.model;
   if (c == 4 && m.recompute.full())
     return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
-                     "groups' outputs; backward makes one group again (%s MiB a layer)",
+                     "groups' outputs; backward makes one group again (%s a layer)",
                      piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
                                        schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
                                        rp.microbatches_held).c_str()
                            : "",
                      m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
-                     m.recompute.num_layers, format_mib(plan.activation_bytes_per_layer).c_str());
+                     m.recompute.num_layers, per_layer_mib(plan).c_str());
   if (piped && c == 4) {
     const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
     const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
                                                                     : " + head";
-    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s MiB%s)%s",
+    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s%s)%s",
                schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
-               st.chunk_layers[0], format_mib(plan.activation_bytes_per_layer).c_str(), head,
+               st.chunk_layers[0], per_layer_mib(plan).c_str(), head,
                splits_backward(plan.pipeline.shape.kind)
                    ? "; from B to W a layer keeps its linears' inputs and output gradients"
                    : "");
   }
   if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
   switch (c) {
-    case 4: return strprintf("%d microbatch x (%d layers x %s MiB + embedding, head)%s",
-                       rp.microbatches_held, m.num_layers,
-                       format_mib(plan.activation_bytes_per_layer).c_str(),
+    case 4: return strprintf("%d microbatch x (%d layers x %s + embedding, head)%s",
+                       rp.microbatches_held, m.num_layers, per_layer_mib(plan).c_str(),
                        plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
     case 5:
       if (rp.memory.recompute)
@@ -115,10 +129,9 @@ std::string recompute_line(const Plan& plan) {
   for (auto [on, name] : {std::pair<bool, const char*>{r.core_attn, "core_attn"},
                           {r.mlp, "mlp"}, {r.norm, "norm"}})
     if (on) modules += (modules.empty() ? "" : ", ") + std::string(name);
-  std::string t = strprintf("  selective recompute (%s): a layer keeps %s MiB, %lld B less; "
+  std::string t = strprintf("  selective recompute (%s): a layer keeps %s, %lld B less; "
                             "recompute holds one layer's internals, max(norm1, core, norm2 + "
-                            "mlp)\n", modules.c_str(),
-                            format_mib((double)plan.activation_bytes_per_layer).c_str(),
+                            "mlp)\n", modules.c_str(), per_layer_mib(plan).c_str(),
                             (long long)saved);
   if (r.core_attn && m.attention == AttentionImpl::FLASH) {
     ModelConfig core_only = m;
@@ -140,12 +153,19 @@ std::string recompute_line(const Plan& plan) {
 std::string korthikanti_line(const Plan& plan) {
   const KorthikantiCheck k = korthikanti_check_recompute(plan);
   const int64_t layer = k.plan_bytes + k.norm_statistics_bytes;
-  std::string t = strprintf("  activations per layer: %s MiB (norm statistics %s MiB included)\n",
-                            format_mib((double)layer).c_str(),
+  const int moe = moe_layer_count(plan.model);
+  if (moe == plan.model.num_layers)  // no dense layer: the paper's Table 2 has nothing to check
+    return strprintf("  activations per layer: %s (norm statistics %s MiB included); "
+                     "Korthikanti's formulas count a dense MLP, which no layer here has\n",
+                     per_layer_mib(plan).c_str(),
+                     format_mib((double)k.norm_statistics_bytes).c_str());
+  std::string t = strprintf("  activations per layer: %s (norm statistics %s MiB included)\n",
+                            moe ? per_layer_mib(plan).c_str()
+                                : (format_mib((double)layer) + " MiB").c_str(),
                             format_mib((double)k.norm_statistics_bytes).c_str());
-  t += strprintf("  Korthikanti %s = %s MiB counts no norm statistics: plan - statistics = %s MiB",
+  t += strprintf("  Korthikanti %s = %s MiB counts no norm statistics: plan%s - statistics = %s MiB",
                  k.formula.c_str(), format_mib(k.closed_form_bytes).c_str(),
-                 format_mib((double)k.plan_bytes).c_str());
+                 moe ? " (dense layer)" : "", format_mib((double)k.plan_bytes).c_str());
   if (k.applicable())
     return t + ((double)k.plan_bytes == k.closed_form_bytes ? ": equal\n"
                                                             : ": DIFFER (a plan bug)\n");

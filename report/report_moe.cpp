@@ -1,7 +1,7 @@
 // report/report_moe.cpp: see report_moe.h.
 #include "report/report_moe.h"
 #include <cmath>
-#include "plan/moe_params.h"  // param_counts, flops_conventions
+#include "plan/moe_params.h"  // param_counts
 #include "report/text.h"      // strprintf
 
 namespace paralab {
@@ -38,7 +38,7 @@ std::string capacity_text(const Plan& plan) {
   if (moe.capacity_factor <= 0) return "dropless (no capacity)";
   const double N = (double)plan.train.micro_batch_size * plan.model.seq_length;
   const int C = (int)std::ceil(N * moe.topk / moe.num_experts * (double)moe.capacity_factor);
-  std::string t = strprintf("capacity factor %g: C = ceil(N k / E cf) = %d rows per expert per "
+  std::string t = strprintf("capacity factor %g: C = ceil(cf N k / E) = %d rows per expert per "
                             "microbatch, drops by %s", moe.capacity_factor, C,
                             moe.drop_policy == Moe::DropPolicy::PROBS ? "probs" : "position");
   if (moe.pad_to_capacity)
@@ -124,22 +124,6 @@ std::string moe_plan_text(const Plan& plan) {
                  pc.moe_layers,
                  (long long)paper_per_expert_calls(m, 2, true));
 
-  // ---- FLOPs per token, three conventions
-  const FlopsConventions f = flops_conventions(plan);
-  const double T = (double)plan.tokens_per_step;
-  t += "\ntraining FLOPs per token (forward + backward), per step x tokens\n";
-  t += strprintf("  %-72s %12s %12s\n", "", "per token", "per step");
-  t += strprintf("  %-72s %12s %12s\n", ("paralab: " + f.paralab_note).c_str(),
-                 format_si(f.paralab).c_str(), format_si(f.paralab * T).c_str());
-  t += strprintf("  %-72s %12s %12s\n",
-                 "torchtitan: 6 x active (lookups out) + 12 L a d s (full S x S)",
-                 format_si(f.torchtitan).c_str(), format_si(f.torchtitan * T).c_str());
-  t += strprintf("  %-72s %12s %12s\n",
-                 "Megatron: 6 x (attn, k experts, shared, Vp h) + 6 L a d s (causal)",
-                 format_si(f.megatron).c_str(), format_si(f.megatron * T).c_str());
-  t += strprintf("  (attention core: torchtitan %s, Megatron %s per token; Megatron counts no "
-                 "router, norm or gate)\n", format_si(f.torchtitan_attention).c_str(),
-                 format_si(f.megatron_attention).c_str());
   return t;
 }
 
@@ -183,11 +167,6 @@ void moe_plan_json(JsonWriter& j, const Plan& plan) {
   j.field("per_microbatch_experts_per_expert_hf_unfused", paper_per_expert_calls(m, 3, false));
   j.field("per_microbatch_experts_grouped", paper_per_expert_calls(m, 2, true));
   j.end_object();
-  const FlopsConventions f = flops_conventions(plan);
-  j.key("flops_per_token").begin_object();
-  j.field("paralab", f.paralab).field("torchtitan", f.torchtitan).field("megatron", f.megatron);
-  j.field("torchtitan_attention", f.torchtitan_attention);
-  j.field("megatron_attention", f.megatron_attention).end_object();
   j.end_object();
 }
 

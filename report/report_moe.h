@@ -3,8 +3,8 @@
 //
 //   moe_plan_text / moe_plan_json   the routing convention in force, parameters total and
 //       active with the per-layer breakdown (plan/moe_params.h), the GEMM calls per step per
-//       label for --moe-grouped-gemm AND per expert side by side (plan/gemm_calls.h), and
-//       the FLOPs-per-token conventions side by side (paralab, torchtitan, Megatron)
+//       label for --moe-grouped-gemm AND per expert side by side (plan/gemm_calls.h); the
+//       FLOPs-per-token conventions are the FLOPs section's (report/report.h)
 //   gemm_calls_table / gemm_calls_json   a step's StepMetrics::gemm_calls (kernels'
 //       gemm_counts) beside predict_gemm_calls for the setting in force, per label. The
 //       per-expert experts row is an expectation unless padded to capacity, or unless the

@@ -93,8 +93,10 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
     row("memory-bound kernels", t.memory, "");
     if (t.recompute > 0) row("recompute", t.recompute, "in backward");
     row("optimizer and step kernels", t.optimizer, "");
-    s += strprintf("  %-34s %14s %8s  %lld launches x %.3g us = %s, inside the rows above\n",
+    s += strprintf("  %-34s %14s %8s  %lld launches (%lld GEMM calls + %lld other kernels) x "
+                   "%.3g us = %s, inside the rows above\n",
                    "  (launch overhead)", "", "", (long long)t.kernel_launches,
+                   (long long)t.gemm_calls, (long long)(t.kernel_launches - t.gemm_calls),
                    t.launch_seconds / std::max<int64_t>(1, t.kernel_launches) * 1e6,
                    seconds_text(t.launch_seconds).c_str());
     for (const GroupTime& g : t.comm)
@@ -111,9 +113,11 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
     if (p.training) {
       const TrainingTime& r = *p.training;
       s += strprintf("  training %s tokens: %.0f steps x %s = %s; Narayanan et al. eq. 4 "
-                     "(%dTP/(nX), X = %s FLOP/s/GPU projected): %s\n",
+                     "(%dTP/(nX), P = %s%s, X = %s FLOP/s/GPU projected): %s\n",
                      format_si(r.tokens).c_str(), r.steps, seconds_text(t.step).c_str(),
                      seconds_text(r.seconds).c_str(), r.narayanan_factor,
+                     format_si(r.narayanan_params).c_str(),
+                     plan.model.moe.enabled() ? " active" : "",
                      format_si(t.step > 0 ? plan.flops.hardware_per_step / t.step /
                                                 plan.parallel.world_size
                                           : 0).c_str(),
@@ -178,7 +182,8 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
     const TrainingTime& r = *p.training;
     j.key("training").begin_object().field("tokens", r.tokens).field("steps", r.steps);
     j.field("seconds", r.seconds).field("narayanan_seconds", r.narayanan_seconds);
-    j.field("narayanan_factor", r.narayanan_factor).end_object();
+    j.field("narayanan_factor", r.narayanan_factor);
+    j.field("narayanan_params", r.narayanan_params).end_object();
   }
   if (p.fit) {
     const FitCheck& f = *p.fit;

@@ -10,8 +10,9 @@
 # The host's apt sources are used, so a local mirror or snapshot applies. No CUDA toolkit
 # inside: this is the CPU-only path; .ci/run covers the nvcc build on the host.
 #
-# usage (as root): bash scripts/fresh_root_check.sh [--quick]   (--quick: `make run` and one
-#                  suite of each kind, tests/run_all.sh --quick, instead of `make test`)
+# usage (as root): bash scripts/fresh_root_check.sh [--quick]   (--quick: `make run`, then the
+#                  test binaries and one suite of each kind, tests/run_all.sh --quick, which
+#                  includes scripts/plot's charts (matplotlib), instead of `make test`)
 # Prints the time of each phase; exits non-zero if either command fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,8 @@ git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$
 inner='set -e; cd /root/paralab; t0=$(date +%s)
 make run
 t1=$(date +%s); echo "fresh root: make run took $((t1 - t0)) s"
-if [ "$1" = 1 ]; then bash tests/run_all.sh --quick; else make -j"$(nproc)" test; fi
+if [ "$1" = 1 ]; then make -j"$(nproc)" binaries && bash tests/run_all.sh --quick
+else make -j"$(nproc)" test; fi
 echo "fresh root: the tests took $(( $(date +%s) - t1 )) s"'
 keep_env=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
 for v in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do [ -n "${!v:-}" ] && keep_env+=("$v=${!v}"); done

@@ -9,9 +9,10 @@ set -euo pipefail
 
 # g++ and pkg-config build it (the Makefile asks pkg-config for the MPI and BLAS flags);
 # MPICH launches the ranks; CLI11 parses the flags; OpenBLAS is the CPU GEMM; GoogleTest
-# runs the tests; python3 runs the tests' and lessons' comparisons (standard library only).
+# runs the tests; python3 runs the tests' and lessons' comparisons (standard library only);
+# python3-matplotlib draws scripts/plot's charts.
 packages=(g++ make pkg-config mpich libmpich-dev libcli11-dev libopenblas-dev googletest
-          libgtest-dev python3)
+          libgtest-dev python3 python3-matplotlib)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian/Ubuntu system; install g++, pkg-config, MPICH, CLI11," \

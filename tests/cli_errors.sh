@@ -291,5 +291,15 @@ else
   head -5 "$tmp/stdout" | sed 's/^/    | /'
 fi
 
+# A profile by name from outside the checkout: found beside the binary (its checkout's
+# configs/hardware), not only under the working directory.
+if (cd "$tmp" && "$trainer" --plan --hardware h20) >"$tmp/stdout" 2>"$tmp/stderr" \
+   && grep -q "PROJECTED on H20" "$tmp/stdout"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL --hardware h20 from another folder: want the projection"
+  head -3 "$tmp/stderr" | sed 's/^/    | /'
+fi
+
 echo "cli_errors: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -3,17 +3,20 @@
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
-# benchmark and the time model against measured steps) and every lesson's check. Takes the
+# benchmark and the time model against measured steps), the instructors' tools
+# (scripts/ablate, scripts/plot) and every lesson's check. Takes the
 # binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel}, whichever build they are.
 #
 #   bash tests/run_all.sh              everything (make test)
 #   bash tests/run_all.sh --mpi-only   the MPI suites (make mpi-test)
+#   bash tests/run_all.sh --lessons    every lesson's check.sh (make lessons)
 #   bash tests/run_all.sh --quick      one suite of each kind (the fresh-root CI check)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
-case $mode in all|--mpi-only|--quick) ;; *) echo "usage: tests/run_all.sh [--mpi-only|--quick]" >&2; exit 2 ;; esac
+case $mode in all|--mpi-only|--lessons|--quick) ;;
+  *) echo "usage: tests/run_all.sh [--mpi-only|--lessons|--quick]" >&2; exit 2 ;; esac
 passed=0; failed=0
 run() {  # name, command...
   local name=$1; shift
@@ -27,11 +30,12 @@ if [ "$mode" = all ] || [ "$mode" = --quick ]; then
   run "layering of the includes" bash tests/check_layout.sh
   run "command-line errors" bash tests/cli_errors.sh ./trainer
 fi
-run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
+[ "$mode" = --lessons ] || run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
 if [ "$mode" = --quick ]; then
   run "equivalence (dp and tp subset)" bash tests/mpi/equivalence.sh ./trainer 'dp2-zero1'
   run "lesson 01-memory" bash lessons/01-memory/check.sh ./trainer
-else
+  run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
+elif [ "$mode" != --lessons ]; then
   run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
   run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
   run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
@@ -46,6 +50,10 @@ else
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
 fi
 if [ "$mode" = all ]; then
+  run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
+  run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
+fi
+if [ "$mode" = all ] || [ "$mode" = --lessons ]; then
   for lesson in lessons/[0-9]*/; do
     run "lesson ${lesson#lessons/}" bash "${lesson}check.sh" ./trainer
   done

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <cmath>
 #include "plan/fit.h"
+#include "plan/kernel_traffic.h"
+#include "plan/moe_params.h"
 #include "plan/time_model.h"
 #include "tests/test_plan_helpers.h"
 
@@ -16,6 +18,7 @@ using plan_test::batch;
 using plan_test::find_comm;
 using plan_test::gpt;
 using plan_test::llama;
+using plan_test::tiny_moe;
 using plan_test::world;
 
 // 1 TFLOP/s, every kernel at the peak, no launch cost, memory free; links 1 GB/s, no latency.
@@ -63,6 +66,11 @@ TEST(TimeModel, SmallGemmsReachLessOfThePeak) {
   hw.launch_overhead_us = 10;  // each GEMM call costs 10 us more
   const StepTime t = project_step_time(plan, hw, false);
   EXPECT_NEAR(t.gemm - slow, t.gemm_calls * 10e-6, 1e-9);
+  // every launch the overhead line counts: one per GEMM call and the other kernels'
+  const KernelTrafficPlan traffic = kernel_traffic_plan(plan);
+  EXPECT_EQ(t.kernel_launches,
+            t.gemm_calls + traffic.step_total.launches + traffic.step_attention.launches);
+  EXPECT_NEAR(t.launch_seconds, t.kernel_launches * 10e-6, 1e-12);
 }
 
 TEST(TimeModel, BlockingDataParallelAllReduceIsBusBytesOverTheLink) {
@@ -151,6 +159,18 @@ TEST(TimeModel, TrainingTimeAndNarayananEquationFour) {
   EXPECT_EQ(r.narayanan_factor, 8);
   const double X = plan.flops.hardware_per_step / t.step;  // one GPU
   EXPECT_LT(relative(r.narayanan_seconds, 8 * 1e6 * plan.params_total / X), 1e-12);
+}
+
+TEST(TimeModel, NarayananEquationFourTakesAnMoesActiveParameters) {
+  // 6TP counts the weights a token multiplies with: k of an MoE layer's E experts
+  const Plan plan = make_plan(tiny_moe(), batch(2, 4), world(1, 0));
+  const StepTime t = project_step_time(plan, ideal(), false);
+  const TrainingTime r = project_training_time(plan, t, 1e6);
+  const double active = (double)param_counts(plan.model).active;
+  EXPECT_LT(active, (double)plan.params_total);
+  EXPECT_EQ(r.narayanan_params, active);
+  const double X = plan.flops.hardware_per_step / t.step;
+  EXPECT_LT(relative(r.narayanan_seconds, 6 * 1e6 * active / X), 1e-12);
 }
 
 TEST(TimeModel, SensitivityRanksTheFigureThatMovesTheStepMost) {

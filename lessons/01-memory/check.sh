@@ -3,7 +3,9 @@
 #   bash lessons/01-memory/check.sh [TRAINER]     (default: the repository's ./trainer)
 # Plans four variants (flash / naive attention, with and without dropout), trains four
 # (flash / naive x fused / unfused loss) for two steps on one rank, and checks the README's
-# formulas against --plan --json and --metrics-jsonl. Prints "N passed, M failed" last.
+# formulas against --plan --json and --metrics-jsonl; then the course's "15 GB of logits": the
+# Qwen3-30B-A3B preset planned at 49K tokens, fused and unfused, and two --bf16 runs that
+# measure the same byte convention. Prints "N passed, M failed" last.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 config=(--config lessons/01-memory/model.toml)
 
@@ -20,6 +22,17 @@ for variant in flash naive; do
       --metrics-jsonl "$work/run_${variant}_$loss.jsonl" > "$work/run_${variant}_$loss.log" 2>&1 ||
       fail_run "--attention $variant ${flag[*]}"
   done
+done
+# The course's 15 GB of logits: the Qwen3-30B-A3B preset at 49K tokens, planned fused and
+# unfused, and the bf16 byte convention measured on the lesson's model.
+qwen=(--config configs/models/qwen3-30b-a3b.toml --seq-length 49152 --micro-batch-size 1)
+"$trainer" "${qwen[@]}" --plan --json > "$work/plan_qwen_fused.json" || fail_run "--plan qwen3"
+"$trainer" "${qwen[@]}" --plan --json --no-fused-ce > "$work/plan_qwen_unfused.json" ||
+  fail_run "--plan qwen3 --no-fused-ce"
+for loss in fused unfused; do
+  flag=(); [ "$loss" = unfused ] && flag=(--no-fused-ce)
+  "$trainer" "${config[@]}" --bf16 "${flag[@]}" --metrics-jsonl "$work/run_bf16_$loss.jsonl" \
+    > "$work/run_bf16_$loss.log" 2>&1 || fail_run "--bf16 ${flag[*]}"
 done
 
 python3 - "$work" <<'EOF'
@@ -119,6 +132,25 @@ for att in ("flash", "naive"):
           min(N, chunk) * V * 4)
     check("%s: activations the same fused or unfused (d(xf) or xf, both N h)" % att,
           measured(att, "unfused", "activations"), measured(att, "fused", "activations"))
+
+print("the course's 15 GB of logits: Qwen3-30B-A3B at S = 49152, one sequence")
+for loss in ("fused", "unfused"):
+    q = plan("qwen_%s" % loss)
+    qN = q["batch"]["micro_batch_size"] * q["model"]["seq_length"]
+    qV = q["model"]["vocab_size"]
+    if loss == "fused":
+        check("N V 2 (the course's bf16 logits) = 14,935,916,544 bytes", qN * qV * 2,
+              14935916544)
+    want = (qN if loss == "unfused" else min(qN, chunk)) * qV * 6
+    check("qwen3 %s logits = %s V (4 + 2) (fp32 + bf16 gradient)" % (
+              loss, "N" if loss == "unfused" else "min(N, 1024)"), q["memory"][0]["logits"], want)
+for loss in ("fused", "unfused"):
+    steps = run("bf16_%s" % loss)
+    logits = steps[-1]["memory"]["logits"]
+    check("--bf16 %s, measured: logits = %s V 6 == predicted" % (
+              loss, "N" if loss == "unfused" else "min(N, 1024)"),
+          (logits["measured"], logits["predicted"]),
+          ((N if loss == "unfused" else min(N, chunk)) * V * 6,) * 2)
 
 finish()
 EOF

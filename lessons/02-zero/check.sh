@@ -4,7 +4,8 @@
 # Part 1 plans GPT-2 124M at dp 2 and 4 for ZeRO stages 0-3 (fp32 and --bf16) and checks
 # the per-rank model states and the dp traffic against the closed forms. Part 2 trains
 # lessons/02-zero/model.toml for 2 steps under `mpirun -np 2` at every stage and checks
-# measured == predicted. Prints "N passed, M failed" last; exits non-zero on a failure.
+# measured == predicted. Part 3 plans the llama-7b preset at dp 4 for the course's table.
+# Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 command -v mpirun >/dev/null || give_up "mpirun not found (apt-get install mpich)"
 
@@ -24,6 +25,11 @@ done
 # the preset's own batch: 512 sequences = 16 microbatches of 8 per rank at dp 4
 "$trainer" "${gpt2[@]}" --plan --json --world-size 4 --zero-stage 2 > "$work/plan_accum.json" ||
   fail_run "--plan --world-size 4 --zero-stage 2"
+# Part 3: the course's "7B model + Adam on 4 GPUs", one 4096-token sequence per rank
+for z in 0 1 2 3; do
+  "$trainer" --config configs/models/llama-7b.toml --plan --json --world-size 4 --zero-stage "$z" \
+    --global-batch-size 4 > "$work/plan_7b_z$z.json" || fail_run "llama-7b --plan --zero-stage $z"
+done
 for z in 0 1 2 3; do
   mpirun -np 2 "$trainer" --config lessons/02-zero/model.toml --zero-stage "$z" \
     --metrics-jsonl "$work/run_z$z.jsonl" > "$work/run_z$z.log" 2>&1 ||
@@ -122,6 +128,46 @@ check("stage 3: params below stage 2's", measured(3, "params") < measured(2, "pa
 for z in (1, 2, 3):
     check("stage %d: step-%d loss equals stage 0's (rel 1e-5)" % (z, last[z]["step"]),
           last[z]["loss"], last[0]["loss"], 1e-5)
+
+print("part 3: the course's 7B + Adam on 4 GPUs, llama-7b --plan --world-size 4")
+L, h, f, V = 32, 4096, 11008, 32000
+psi7 = L * (4 * h * h + 3 * h * f + 2 * h) + 2 * V * h + h
+plans7 = [load("plan_7b_z%d.json" % z) for z in range(4)]
+check("Psi = L(4h^2 + 3hf + 2h) + 2Vh + h", plans7[0]["params"]["total"], psi7)
+course = [112, 35, 28, 7]                       # GB per GPU, as the course prints them
+for z, p in enumerate(plans7):
+    mem, dp = p["memory"][0], p["data_parallel"]
+    resident = (mem["params"] - 2 * dp["params_transient_peak"] +
+                mem["grads"] - 2 * dp["grads_transient_peak"] +
+                mem["master_params"] + mem["optimizer_states"])
+    check("stage %d: resident = %.4g Psi (2 + 2 + 12)" % (z, paper(z, psi7, 4) / psi7),
+          resident, int(paper(z, psi7, 4)))
+    # the course's column beside its own convention's (arithmetic, not a trainer check)
+    print("      stage %d: at Psi = 7e9 the course prints %d GB, 2 + 2 + 12 gives %g GB" % (
+              z, course[z], paper(z, 7e9, 4) / 1e9))
+m0 = plans7[0]["memory"][0]
+check("stage 0 split: params 2Psi, grads 2Psi, master 4Psi, optimizer_states (m, v) 8Psi",
+      [m0[c] for c in ("params", "grads", "master_params", "optimizer_states")],
+      [2 * psi7, 2 * psi7, 4 * psi7, 8 * psi7])
+print("      the course's optimizer states: 56 GB = 8 x 7e9 (m, v); with the master 12 x 7e9 = 84")
+def dp_bus(p, op):
+    return sum(c["bus_bytes"] for c in p["comm"] if c["group"] == "dp" and c["op"] == op)
+ddp = dp_bus(plans7[0], "all-reduce")
+check("stage 0: all-reduce bus = 2 x 2Psi x 3/4", ddp, 2 * 2 * psi7 * 3 // 4)
+for z in (1, 2):
+    check("stage %d: reduce-scatter + all-gather = DDP's bytes" % z,
+          (dp_bus(plans7[z], "reduce-scatter"), dp_bus(plans7[z], "all-gather")),
+          (ddp // 2, ddp // 2))
+rs3, ag3 = dp_bus(plans7[3], "reduce-scatter"), dp_bus(plans7[3], "all-gather")
+check("stage 3: reduce-scatter 2Psi 3/4, all-gather 2(2Psi - Vh) 3/4 (the head gathered once)",
+      (rs3, ag3), (2 * psi7 * 3 // 4, 2 * (2 * psi7 - V * h) * 3 // 4))
+check("stage 3 / DDP = 1.4903", round((rs3 + ag3) / ddp, 4), 1.4903)
+gathers = [c["calls"] for c in plans7[3]["comm"] if c["group"] == "dp" and c["op"] == "all-gather"]
+check("stage 3: 2 x 34 units - 1 = 67 all-gathers", gathers, [67])
+c3 = {c["op"]: c["bus_bytes"]["measured"] for c in last[3]["comm"] if c["group"] == "dp"}
+c0 = {c["op"]: c["bus_bytes"]["measured"] for c in last[0]["comm"] if c["group"] == "dp"}
+check("part 2 measured: ZeRO-3 / DDP bus bytes = 1.5 (tied embedding)",
+      (c3["reduce-scatter"] + c3["all-gather"]) / c0["all-reduce"], 1.5)
 
 finish()
 EOF

@@ -150,6 +150,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--clip-grad", t.clip_grad,
                  "clip the global gradient norm to this value; 0 disables clipping")
       ->capture_default_str()->group(kTrain);
+  app.add_option("--max-skipped-steps", t.max_skipped_steps,
+                 "a step whose loss or gradient norm is NaN or Inf is skipped (no optimizer "
+                 "update, counted in the step line and --metrics-jsonl); this many skipped in "
+                 "a row stop the run with exit status 3; >= 1")
+      ->capture_default_str()->group(kTrain);
   app.add_option("--adam-beta1", t.adam_beta1, "AdamW first-moment decay, in [0, 1)")
       ->capture_default_str()->group(kTrain);
   app.add_option("--adam-beta2", t.adam_beta2, "AdamW second-moment decay, in [0, 1)")
@@ -295,6 +300,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "communication backend; default nccl with --device cuda, mpi with cpu; "
                  "nccl needs --device cuda")
       ->check(one_of({"nccl", "mpi"}))->group(kRun);
+  app.add_option("--collective-timeout", o.collective_timeout,
+                 "seconds a rank waits for one collective or pipeline message before it ends "
+                 "the job, naming the group, the operation and the step (a rank died or "
+                 "hangs); 0: wait forever")
+      ->capture_default_str()->group(kRun);
   app.add_option("--data-path", o.data_path,
                  "training tokens: an llm.c token file (.bin, uint16 tokens) or plain text "
                  "(one token per byte); without it, a synthetic corpus made from --seed")

@@ -46,6 +46,9 @@ struct Options {
   // Backends.
   kernels::Device device = kernels::Device::CPU;
   Comm comm = Comm::MPI;
+  // The comm layer's watchdog: a wait for a collective or a pipeline message longer than this
+  // ends the job with the group, the call and the step (a peer died or hangs); 0: none.
+  double collective_timeout = 300;
 
   // Data: empty means the synthetic corpus.
   std::string data_path;

@@ -395,6 +395,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
          t.lr_decay_iters, ")");
   check_at_least("--weight-decay", t.weight_decay, 0);
   check_finite("--weight-decay", t.weight_decay);
+  check_at_least("--max-skipped-steps", t.max_skipped_steps, 1);
   check_at_least("--clip-grad", t.clip_grad, 0);
   check_finite("--clip-grad", t.clip_grad);
   check_unit_interval("--adam-beta1", t.adam_beta1);
@@ -415,6 +416,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     o.comm = raw.comm == "nccl" ? Comm::NCCL : Comm::MPI;
   if (o.comm == Comm::NCCL && o.device != kernels::Device::CUDA)
     fail("--comm nccl needs --device cuda (use --comm mpi on the CPU backend)");
+  check_at_least("--collective-timeout", o.collective_timeout, 0);
+  check_finite("--collective-timeout", o.collective_timeout);
 
   // The files written at the end, for a run and for --plan alike (every rank checks).
   check_output_path("--trace", o.trace);

@@ -129,6 +129,7 @@ int train(const Options& o, const World& w) {
   const ParallelConfig& par = o.parallel;
   const kernels::Device dev = o.device;
   if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
+  set_collective_timeout(o.collective_timeout);  // the comm layer's watchdog (parallel/comm.h)
   Topology topo(GridSpec{w.size, par.tensor_parallel, par.context_parallel,
                          par.pipeline_parallel, par.expert_parallel,
                          par.expert_tensor_parallel},
@@ -259,9 +260,12 @@ int train(const Options& o, const World& w) {
   LogAverage logged_loss;
   RunSummary run;
   int64_t my_peak = 0, my_eval_peak = -1;
+  int skipped_steps = 0, skipped_in_a_row = 0;  // steps with a loss or gradient norm not finite
+  std::string stopped;  // why the loop ended early (exit status 3), else empty
   kernels::synchronize(dev);
   const double train_start = now_seconds();
   for (int step = 1; step <= o.train.train_iters; ++step) {
+    set_comm_step(step);
     Ledger::instance().reset_peaks();
     kernels::reset_flop_counter();
     kernels::reset_gemm_seconds();
@@ -286,11 +290,23 @@ int train(const Options& o, const World& w) {
     const PipelineTiming timing = executor.run(stage);
     model.sync_tied_embedding();
     const float lr = learning_rate(o.train, step);
-    const float grad_norm = optimizer.step(lr);
-    model.update_expert_bias(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp());
-    // the reported loss: mean over the global batch (every microbatch of every dp rank)
+    // the reported loss: mean over the global batch (every microbatch of every dp rank);
+    // taken before the update, so that a step whose loss is not finite updates nothing
     const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k),
                                        pp, par.context_parallel);
+    const float grad_norm = optimizer.step(lr, !std::isfinite(loss));
+    const bool skipped = optimizer.skipped();  // alike on every rank: loss and norm are global
+    model.update_expert_bias(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp(), !skipped);
+    skipped_in_a_row = skipped ? skipped_in_a_row + 1 : 0;
+    skipped_steps += skipped;
+    // Every rank stops alike (the loss and the norm are global), after this step's report;
+    // what was written is whole: the step lines and --metrics-jsonl records so far, no
+    // summary, no --save.
+    if (skipped_in_a_row >= o.train.max_skipped_steps)
+      stopped = strprintf("stopped at step %d: %d steps in a row skipped (%d-%d), their loss "
+                          "or gradient norm not finite; --max-skipped-steps %d",
+                          step, skipped_in_a_row, step - skipped_in_a_row + 1, step,
+                          o.train.max_skipped_steps);
     kernels::synchronize(dev);
     const double seconds = now_seconds() - t0;
     const CommStats step_comm = CommStats::instance();  // before the report's own gather
@@ -303,6 +319,8 @@ int train(const Options& o, const World& w) {
     s.loss = loss;
     s.lr = lr;
     s.grad_norm = grad_norm;
+    s.skipped = skipped;
+    s.skipped_steps = skipped_steps;
     s.step_seconds = seconds;
     for (int c = 0; c < kNumCategories; ++c)
       s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
@@ -388,7 +406,10 @@ int train(const Options& o, const World& w) {
       eval = evaluator->run(o.eval_iters);
       my_eval_peak = std::max(my_eval_peak, eval.peak_memory_bytes);
     }
-    if (!rank0) continue;
+    if (!rank0) {
+      if (!stopped.empty()) break;
+      continue;
+    }
     std::vector<RankMetrics> report_ranks = ranks;  // with their predicted bubble, below
     if (gather) {
       s.hardware_flops_all = 0;
@@ -417,8 +438,8 @@ int train(const Options& o, const World& w) {
 
     // The step line: the loss averaged since the previous line (Megatron's logged loss),
     // elapsed wall time and ETA = elapsed / steps done x steps left.
-    const bool line = step == 1 || last || step % o.log_interval == 0;
-    logged_loss.add(loss);
+    const bool line = step == 1 || last || step % o.log_interval == 0 || skipped;
+    if (!skipped) logged_loss.add(loss);  // Megatron's logged loss leaves skipped steps out
     s.log_interval = o.log_interval;
     s.elapsed_seconds = now_seconds() - train_start;
     s.eta_seconds = s.elapsed_seconds / step * (o.train.train_iters - step);
@@ -430,6 +451,7 @@ int train(const Options& o, const World& w) {
       logged_loss.reset();
     }
     run.add_step((double)plan.tokens_per_step, seconds, s.mfu, s.hfu);
+    run.skipped_steps = skipped_steps;
     if (evaluate) {
       s.valid_loss = eval.loss;
       run.add_eval(step, eval.loss, eval.seconds, o.eval_iters);
@@ -478,9 +500,14 @@ int train(const Options& o, const World& w) {
       std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o.trace.c_str());
     }
     std::fflush(stdout);
+    if (!stopped.empty()) break;
   }
   data_parallel.drain();
   if (expert_data_parallel) expert_data_parallel->drain();
+  if (!stopped.empty()) {
+    if (rank0) std::fprintf(stderr, "paralab: %s\n", stopped.c_str());
+    return 3;
+  }
   // The summary: every rank's largest step and evaluation totals, to rank 0 (one gather).
   const std::vector<double> peaks =
       all_gather_doubles(topo.world(), {(double)my_peak, (double)my_eval_peak});

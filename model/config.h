@@ -155,6 +155,9 @@ struct TrainConfig {
   float adam_eps = 1e-8f;
   uint64_t seed = 1234;
   bool bf16 = false;             // parameter/gradient/activation storage precision
+  // A step whose loss or gradient norm is not finite is skipped (no update); this many in a
+  // row stop the run (exit 3): the weights are gone, more steps would only repeat the NaN.
+  int max_skipped_steps = 10;
 };
 
 // The parallel layout; issue 2 runs every dimension at 1 except data parallelism.

@@ -47,7 +47,7 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), trai
   }
 }
 
-float AdamW::step(float lr) {
+float AdamW::step(float lr, bool skip) {
   DataParallel& dp = model_.data_parallel();
   DataParallel* experts = model_.expert_data_parallel();
   const kernels::Device dev = model_.device();
@@ -79,11 +79,12 @@ float AdamW::step(float lr) {
   if (Communicator* pp = model_.pipeline_group())
     squares = sum_over(*pp, pp_norm_scalar_, squares);
   const double norm = std::sqrt(squares);
+  skipped_ = skip || !std::isfinite(norm);
   // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
   float clip = 1.0f;
   if (train_.clip_grad > 0.0f && norm > train_.clip_grad)
     clip = (float)(train_.clip_grad / (norm + 1e-6));
-  ++step_;
+  if (!skipped_) ++step_;  // Adam's bias correction counts the updates made
   const float bias1 = 1.0f - std::pow(train_.adam_beta1, (float)step_);
   const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
   // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: update
@@ -113,8 +114,12 @@ float AdamW::step(float lr) {
       }
     }
   };
-  update(dp, false, 0);
-  if (experts) update(*experts, true, expert_state_offset_);
+  if (!skipped_) {
+    update(dp, false, 0);
+    if (experts) update(*experts, true, expert_state_offset_);
+  }
+  // ZeRO's parameter all-gather runs either way (unchanged shards on a skipped step): the
+  // step's collectives stay the plan's
   dp.after_optimizer_step();
   if (experts) experts->after_optimizer_step();
   return (float)norm;

@@ -23,9 +23,13 @@ class AdamW {
   // Completes the gradient reduction, takes the global gradient norm (sqrt of the sum of
   // squares over every parameter, each counted once), clips by clip_grad, applies one AdamW
   // step at learning rate lr to the owned parameters, and lets data parallelism share the
-  // result. Returns the norm before clipping.
-  float step(float lr);
+  // result. Returns the norm before clipping. With skip (the step's loss was not finite) or
+  // a norm that is not finite, nothing is updated: no parameter, moment or step count moves
+  // (skipped() says so), while the collectives still run as planned (every rank decides
+  // alike: the loss and the norm are global).
+  float step(float lr, bool skip = false);
   int steps_taken() const { return step_; }
+  bool skipped() const { return skipped_; }  // the last step()
 
  private:
   Transformer& model_;
@@ -37,6 +41,7 @@ class AdamW {
   Buffer<float> ep_norm_scalar_;  // ep > 1: the experts' share over the ep group
   int64_t expert_state_offset_ = 0;  // ep > 1: where the experts' states start
   int step_ = 0;
+  bool skipped_ = false;
 };
 
 }  // namespace paralab

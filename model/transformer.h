@@ -123,7 +123,8 @@ class Transformer {
   // Aux-loss-free balancing, once per step after the last microbatch, before the reset:
   // each layer's expert bias moves by the sign of its load error, the counts summed over
   // the data-parallel group (nullptr or size 1: this rank's).
-  void update_expert_bias(Communicator* data_parallel_group);
+  // apply false (a skipped step): the counts' all-reduce runs, as planned, the bias stays
+  void update_expert_bias(Communicator* data_parallel_group, bool apply = true);
   std::vector<float> expert_bias(int layer) const;  // host copy, (E) or empty
 
   const ModelConfig& config() const { return config_; }

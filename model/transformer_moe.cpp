@@ -11,7 +11,7 @@ void Transformer::reset_moe_stats() {
   for (MoeLayerState& s : moe_) s.stats = MoeLayerStats();
 }
 
-void Transformer::update_expert_bias(Communicator* data_parallel_group) {
+void Transformer::update_expert_bias(Communicator* data_parallel_group, bool apply) {
   if (!config_.moe.expert_bias) return;
   const int E = config_.moe.num_experts;
   std::vector<int> layers;  // this stage's MoE layers
@@ -34,6 +34,7 @@ void Transformer::update_expert_bias(Communicator* data_parallel_group) {
     data_parallel_group->all_reduce(buf, counts.size(), ReduceOp::SUM, DType::I32);
     kernels::memcpy_to_host(device_, counts.data(), buf, counts.size() * sizeof(int));
   }
+  if (!apply) return;
   for (size_t i = 0; i < layers.size(); ++i) {
     MoeLayerState& s = moe_[layers[i]];
     std::vector<float> bias(E);

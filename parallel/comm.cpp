@@ -51,18 +51,30 @@ struct OpState {
 };
 
 bool g_oversubscribed = false;
+double g_collective_timeout_s = 0;
+int g_step = 0;
 
 // With a core per rank, sched_yield keeps the latency of a small all-reduce at ~10 us.
 // With more ranks than cores, Linux's CFS rarely gives the core to the rank that has the
 // work after a sched_yield: 8 ranks on 2 cores measured ~9 ms per 64-byte all-reduce. A
 // 10 us nanosleep (~60 us with the kernel's timer slack) does hand it over: ~0.7 ms.
-void wait_until_done(PendingOp& op) {
+void wait_until_done(PendingOp& op, const std::string& what) {
   const timespec nap{0, 10000};
-  while (!op.test()) {
+  const Clock::time_point start = Clock::now();
+  for (uint64_t tries = 1; !op.test(); ++tries) {
     if (g_oversubscribed)
       nanosleep(&nap, nullptr);
     else
       sched_yield();
+    // a peer that died or stopped never arrives: every other rank gets here within the
+    // limit, and fail()'s MPI_Abort takes the job down (the stopped rank with it)
+    if (g_collective_timeout_s > 0 && tries % 1024 == 0 &&
+        seconds_since(start) > g_collective_timeout_s)
+      fail("--collective-timeout " + std::to_string((long long)g_collective_timeout_s) +
+               " s passed waiting for " + what +
+               (g_step > 0 ? " at step " + std::to_string(g_step) : std::string()) +
+               ": a rank of the group has died or hangs",
+           1);
   }
 }
 
@@ -110,7 +122,8 @@ CommHandle::~CommHandle() {
 void CommHandle::wait() {
   if (!state_ || state_->done) return;
   const Clock::time_point t0 = Clock::now();
-  detail::wait_until_done(*state_->op);
+  detail::wait_until_done(*state_->op, std::string(group_name(state_->group)) + " " +
+                                           op_name(state_->kind));
   state_->finish(seconds_since(t0));
 }
 
@@ -255,6 +268,9 @@ void exit_all_ranks(const std::string& msg, int code) {
   finalize_world();
   std::exit(code);
 }
+
+void set_collective_timeout(double seconds) { detail::g_collective_timeout_s = seconds; }
+void set_comm_step(int step) { detail::g_step = step; }
 
 int run_main(const std::function<int()>& body) {
   try {

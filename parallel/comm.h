@@ -112,8 +112,12 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Backend> bootstrap,
                                            void* compute_stream);
 // Loop on `op.test()`, giving the core away between tries: sched_yield, or a 10 us
 // nanosleep when g_oversubscribed (more ranks than cores on the node; set by init_world).
-void wait_until_done(PendingOp& op);
+// The watchdog: past g_collective_timeout_s seconds (0: never) it ends the job with fail(),
+// naming `what` (the group and the operation) and g_step.
+void wait_until_done(PendingOp& op, const std::string& what);
 extern bool g_oversubscribed;
+extern double g_collective_timeout_s;  // --collective-timeout
+extern int g_step;                     // the training step in flight, for that message
 struct OpState;  // comm.cpp: a posted call and its timing
 }  // namespace detail
 
@@ -237,6 +241,9 @@ struct FatalError : std::runtime_error {
 // "paralab: msg", then every rank finalises MPI and exits with `code`. Only call it from
 // all ranks, or it hangs in MPI_Finalize; otherwise use fail().
 [[noreturn]] void exit_all_ranks(const std::string& msg, int code);
+// The watchdog's limit and the step its message names (detail::wait_until_done).
+void set_collective_timeout(double seconds);
+void set_comm_step(int step);
 // Runs main's body; an exception becomes fail(what, code) (FatalError's code, else 1).
 int run_main(const std::function<int()>& body);
 

@@ -102,6 +102,9 @@ std::string step_row(const StepMetrics& s) {
     r += "  " + percent(s.bubble);
     if (s.bubble_predicted >= 0) r += " (pred " + percent(s.bubble_predicted) + ")";
   }
+  if (s.skipped)
+    r += strprintf("  skipped: loss or gradient norm not finite, no update (%d so far)",
+                   s.skipped_steps);
   return r;
 }
 

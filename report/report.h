@@ -49,6 +49,8 @@ struct PlanProjection;  // report/report_time.h
 struct StepMetrics {
   int step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
+  bool skipped = false;   // loss or gradient norm not finite: no update (--max-skipped-steps)
+  int skipped_steps = 0;  // skipped so far in the run, this step included
   double step_seconds = 0;
   // Ledger peaks this step (Ledger::reset_peaks at step start), in ledger Category order.
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};

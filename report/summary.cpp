@@ -25,7 +25,11 @@ static std::string percent_or_na(double f) {
 
 std::string summary_text(const RunSummary& s) {
   std::string t = "summary\n";
-  t += strprintf("  %-16s %d steps, %.0f tokens\n", "trained", s.steps, s.tokens);
+  t += strprintf("  %-16s %d steps, %.0f tokens%s\n", "trained", s.steps, s.tokens,
+                 s.skipped_steps > 0
+                     ? strprintf("; %d skipped (loss or gradient norm not finite, no update)",
+                                 s.skipped_steps).c_str()
+                     : "");
   t += strprintf("  %-16s %s (steps %s, evaluation %s)\n", "wall time",
                  format_duration(s.wall_seconds).c_str(), format_duration(s.step_seconds).c_str(),
                  format_duration(s.eval_seconds).c_str());
@@ -57,6 +61,7 @@ std::string summary_json(const RunSummary& s) {
   JsonWriter j;
   j.begin_object();
   j.field("type", "summary").field("steps", s.steps).field("tokens", s.tokens);
+  j.field("skipped_steps", s.skipped_steps);
   j.field("wall_s", s.wall_seconds).field("step_s", s.step_seconds).field("eval_s", s.eval_seconds);
   j.field("tokens_per_s", s.tokens_per_second()).field("mfu", s.mfu()).field("hfu", s.hfu());
   if (s.peak_memory_bytes >= 0)

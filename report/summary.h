@@ -43,6 +43,7 @@ class LogAverage {
 
 struct RunSummary {
   int steps = 0;
+  int skipped_steps = 0;  // steps without an update: loss or gradient norm not finite
   double tokens = 0;
   double wall_seconds = 0, step_seconds = 0, eval_seconds = 0;
   double mfu_seconds = 0, hfu_seconds = 0;  // sum over steps of MFU x step time (NaN: unknown)

@@ -58,6 +58,8 @@ bad "negative seed"           "--seed must be an integer from 0 to 1844674407370
                                                         --seed -1
 bad "lr positive"             "--lr must be > 0, got -1" --lr -1
 bad "lr finite"               "--lr must be a finite number, got inf" --lr inf
+bad "max skipped steps"       "--max-skipped-steps must be >= 1, got 0" --max-skipped-steps 0
+bad "collective timeout"      "--collective-timeout must be >= 0, got -1" --collective-timeout -1
 bad "missing value"           "--seq-length"            --seq-length
 # Inconsistent sizes.
 bad "heads divide hidden"     "--num-attention-heads (6) must divide --hidden-size (64)" \

@@ -3,7 +3,7 @@
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
-# benchmark and the time model against measured steps), the instructors' tools
+# benchmark and the time model against measured steps, NaN steps skipped), the instructors' tools
 # (scripts/ablate, scripts/plot) and every lesson's check. Takes the
 # binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel}, whichever build they are.
@@ -48,6 +48,8 @@ elif [ "$mode" != --lessons ]; then
   run "non-GEMM kernels equal the plan on every rank" bash tests/mpi/kernel_traffic.sh ./trainer
   run "--benchmark's tables and profile" bash tests/mpi/benchmark.sh ./trainer
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
+  run "NaN steps skipped, then exit 3 (1-2 ranks)" bash tests/mpi/skipped_steps.sh ./trainer
+  run "a stopped or killed rank ends the job" bash tests/mpi/faults.sh ./trainer
 fi
 if [ "$mode" = all ]; then
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer

@@ -6,7 +6,8 @@
 #
 # It benchmarks the machine twice (one rank, and two ranks sharing it: a profile holds the
 # per-rank figures at its benchmark's ranks per node), then trains 2-layer GPT-2 and Llama
-# shapes (h 768, seq 128, micro batch 2) on one rank and on two (dp 2, tp 2, pp 2), each
+# shapes (h 768, seq 128, micro batch 2, a vocabulary of 8192: the head of 50257 made each
+# step 3x longer) on one rank and on two (dp 2, tp 2, pp 2), each
 # with the matching profile, and checks that rank 0's median projected step is within 2x of
 # the measured one (time_ratio.py). Timings vary with the machine's load, so the bound is
 # wide: the 20% comparison is bench/time_model.sh's, recorded in notes/performance.md.
@@ -31,7 +32,7 @@ timed() {  # NAME RANKS PROFILE FLAGS...
     failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"
   fi
 }
-shape=(--num-layers 2 --seq-length 128 --micro-batch-size 2 --lr-warmup-iters 0)
+shape=(--num-layers 2 --seq-length 128 --micro-batch-size 2 --lr-warmup-iters 0 --vocab-size 8192)
 for model in gpt2-124m llama-100m; do
   cfg=(--config "configs/models/$model.toml" "${shape[@]}")
   timed "$model-1rank" 1 "$work/cpu1.toml" "${cfg[@]}" --global-batch-size 2

@@ -58,7 +58,7 @@ int g_step = 0;
 // With more ranks than cores, Linux's CFS rarely gives the core to the rank that has the
 // work after a sched_yield: 8 ranks on 2 cores measured ~9 ms per 64-byte all-reduce. A
 // 10 us nanosleep (~60 us with the kernel's timer slack) does hand it over: ~0.7 ms.
-void wait_until_done(PendingOp& op, const std::string& what) {
+void wait_until_done(PendingOp& op, const char* group, const char* operation) {
   const timespec nap{0, 10000};
   const Clock::time_point start = Clock::now();
   for (uint64_t tries = 1; !op.test(); ++tries) {
@@ -71,7 +71,7 @@ void wait_until_done(PendingOp& op, const std::string& what) {
     if (g_collective_timeout_s > 0 && tries % 1024 == 0 &&
         seconds_since(start) > g_collective_timeout_s)
       fail("--collective-timeout " + std::to_string((long long)g_collective_timeout_s) +
-               " s passed waiting for " + what +
+               " s passed waiting for " + group + " " + operation +
                (g_step > 0 ? " at step " + std::to_string(g_step) : std::string()) +
                ": a rank of the group has died or hangs",
            1);
@@ -122,8 +122,7 @@ CommHandle::~CommHandle() {
 void CommHandle::wait() {
   if (!state_ || state_->done) return;
   const Clock::time_point t0 = Clock::now();
-  detail::wait_until_done(*state_->op, std::string(group_name(state_->group)) + " " +
-                                           op_name(state_->kind));
+  detail::wait_until_done(*state_->op, group_name(state_->group), op_name(state_->kind));
   state_->finish(seconds_since(t0));
 }
 

@@ -113,8 +113,8 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Backend> bootstrap,
 // Loop on `op.test()`, giving the core away between tries: sched_yield, or a 10 us
 // nanosleep when g_oversubscribed (more ranks than cores on the node; set by init_world).
 // The watchdog: past g_collective_timeout_s seconds (0: never) it ends the job with fail(),
-// naming `what` (the group and the operation) and g_step.
-void wait_until_done(PendingOp& op, const std::string& what);
+// naming `group` and `operation` (static strings: no allocation on this path) and g_step.
+void wait_until_done(PendingOp& op, const char* group, const char* operation);
 extern bool g_oversubscribed;
 extern double g_collective_timeout_s;  // --collective-timeout
 extern int g_step;                     // the training step in flight, for that message

@@ -80,8 +80,8 @@ class NcclBackend : public detail::Backend {
                                                           : kernels::cuda::current_stream())) {
     ncclUniqueId id;
     if (boot_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    detail::wait_until_done(*boot_->broadcast(&id, sizeof id, DType::U8, 0),
-                            "the NCCL unique id's broadcast");
+    detail::wait_until_done(*boot_->broadcast(&id, sizeof id, DType::U8, 0), "the NCCL id's",
+                            "broadcast");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     nccl_check(ncclCommInitRank(&comm_, boot_->size(), id, boot_->rank()), "ncclCommInitRank");
   }

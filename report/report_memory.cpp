@@ -159,10 +159,9 @@ std::string korthikanti_line(const Plan& plan) {
                      "Korthikanti's formulas count a dense MLP, which no layer here has\n",
                      per_layer_mib(plan).c_str(),
                      format_mib((double)k.norm_statistics_bytes).c_str());
+  const std::string per_layer = moe ? per_layer_mib(plan) : format_mib((double)layer) + " MiB";
   std::string t = strprintf("  activations per layer: %s (norm statistics %s MiB included)\n",
-                            moe ? per_layer_mib(plan).c_str()
-                                : (format_mib((double)layer) + " MiB").c_str(),
-                            format_mib((double)k.norm_statistics_bytes).c_str());
+                            per_layer.c_str(), format_mib((double)k.norm_statistics_bytes).c_str());
   t += strprintf("  Korthikanti %s = %s MiB counts no norm statistics: plan%s - statistics = %s MiB",
                  k.formula.c_str(), format_mib(k.closed_form_bytes).c_str(),
                  moe ? " (dense layer)" : "", format_mib((double)k.plan_bytes).c_str());

@@ -34,8 +34,8 @@ LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 # before it; tests/check_layout.sh (make lint) holds it.
 LAYERS := kernels measure parallel model plan report
 HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp \
-             flags_toml.cpp flags_messages.cpp flags_moe.cpp \
-             $(wildcard benchmark*.cpp) projection.cpp
+             flags_toml.cpp flags_messages.cpp flags_moe.cpp flags_checkpoint.cpp \
+             $(wildcard benchmark*.cpp) projection.cpp checkpoint_run.cpp
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)
@@ -60,7 +60,7 @@ TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
 # What `make` builds, under $(BUILD); ./trainer and build/<test> are links to the build
 # made last, so the commands in the README work whichever build it was.
-TEST_BINS := unit_tests test_comm test_data_parallel
+TEST_BINS := unit_tests test_comm test_data_parallel hf_logits
 SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE
@@ -156,6 +156,10 @@ $(BUILD)/test_comm: $(BUILD)/tests/mpi/test_comm.o $(LIB_OBJS)
 
 $(BUILD)/test_data_parallel: $(BUILD)/tests/mpi/test_data_parallel.o $(LIB_OBJS)
 	$(CXX) -o $@ $^ -lgtest $(LDLIBS) $(CUDA_LIBS)
+
+# paralab's logits of a Hugging Face export, for scripts/hf_check.py (tests/scripts/hf_check.sh)
+$(BUILD)/hf_logits: $(BUILD)/tests/tools/hf_logits.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 clean:
 	rm -rf build trainer

@@ -30,7 +30,7 @@
 #include "benchmark.h"
 #include "report/text.h"  // strprintf
 // defines: JsonWriter
-#include "report/json.h"
+#include "model/json.h"
 #ifndef PARALAB_CPU_ONLY
 #include <cuda_runtime_api.h>  // cudaMemGetInfo: the device's total memory
 #endif

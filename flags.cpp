@@ -362,11 +362,12 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "write one JSON object per step, with every reported field, to this file "
                  "(replacing it)")
       ->type_name("FILE")->group(kReport);
-  app.add_option("--save", o.save,
-                 "at the end, write every parameter and, as grad.<name>, the last step's "
-                 "summed gradient, at full shape (gathered over dp and tp), to this tensor "
-                 "file (model/tensor_file.h)")
+  app.add_option("--save-tensors", o.save_tensors,
+                 "tests: at the end, write every parameter and, as grad.<name>, the last "
+                 "step's summed gradient, at full shape (gathered over dp and tp), to this "
+                 "tensor file (model/tensor_file.h)")
       ->type_name("FILE")->group(kReport);
+  add_checkpoint_flags(app, o);  // flags_checkpoint.cpp: --save, --load, --export-hf, ...
   app.add_option("--report-interval", o.report_interval,
                  "print the full ledger tables every N steps (always at step 1 and at the "
                  "end); 0: only then")

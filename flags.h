@@ -80,7 +80,16 @@ struct Options {
 
   // Reporting.
   std::string metrics_jsonl;            // one JSON object per step; empty: off
-  std::string save;                     // final parameters as a tensor file; empty: off
+  std::string save_tensors;             // tests: final parameters and gradients, a tensor file
+  // Checkpoints (model/checkpoint.h; Megatron's names) and Hugging Face (model/hugging_face.h).
+  std::string save;                     // --save DIR: checkpoints; empty: off
+  int save_interval = 0;                // every N steps (and at the end); 0: at the end only
+  std::string load;                     // --load DIR: resume from DIR/latest (none: step 1)
+  bool no_load_optim = false;           // weights (and position) only; Adam starts afresh
+  int exit_interval = 0;                // stop after a step divisible by N (saving first)
+  std::string export_hf;                // --export-hf DIR: the weights at the end, HF layout
+  std::string load_hf;                  // --load-hf DIR: start from a Hugging Face export
+  bool convert = false;                 // --convert: --load DIR to --export-hf OUT, no training
   int report_interval = 0;              // full ledger tables every N steps; 0: first and last only
   int log_interval = 1;                 // step line every N steps; its loss: the mean since the last
   int eval_interval = 0;                // validation loss every N steps and at the end; 0: off

@@ -422,7 +422,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   // The files written at the end, for a run and for --plan alike (every rank checks).
   check_output_path("--trace", o.trace);
   check_output_path("--metrics-jsonl", o.metrics_jsonl);
-  check_output_path("--save", o.save);
+  check_output_path("--save-tensors", o.save_tensors);
+  check_checkpoint_flags(o);  // flags_checkpoint.cpp
   check_output_path("--benchmark-save", o.benchmark_save);
 
   // Last, as it reads the file: the data must fit the model it feeds.

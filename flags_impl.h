@@ -5,7 +5,7 @@
 // files: flags.h is the interface.
 //
 // defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
+//          check_moe, add_checkpoint_flags, check_checkpoint_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
 //          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
@@ -86,6 +86,9 @@ void record_moe_flags_given(const CLI::App& app, RawFlags& raw);
 // Resolves o.model.moe (the layer pattern, the expert width) and checks the MoE flags; after
 // the parallel layout and recompute are resolved. Throws FlagError.
 void check_moe(Options& o, const RawFlags& raw);
+// flags_checkpoint.cpp: --save, --load, --export-hf and their kin, and their checks.
+void add_checkpoint_flags(CLI::App& app, Options& o);
+void check_checkpoint_flags(const Options& o);
 
 // ---- flags_toml.cpp ----
 // One key = value of a --config file and the option it sets.

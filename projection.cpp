@@ -1,5 +1,7 @@
 // projection.cpp: see projection.h.
 #include "projection.h"
+
+#include "report/checkpoint_report.h"
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -75,6 +77,7 @@ void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const Hard
     throw FlagError(std::string("--hardware: ") + e.what());
   }
   out.view.time = &out.time;
+  out.view.checkpoint_seconds = checkpoint_seconds(plan, &hw.profile);
   const double capacity = hw.profile.memory_gib * 1073741824.0;
   out.fit = check_fit(plan, capacity,
                       capacity > 0 ? hw.profile.name + " memory_gib"

@@ -20,6 +20,7 @@
 // At the end: the run's summary (report/summary.h).
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 #include "benchmark.h"  // run_benchmark: --benchmark
+#include "checkpoint_run.h"  // --load checks, --export-hf, --convert
 #include "flags.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
@@ -38,13 +40,16 @@
 #include "parallel/pipeline_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
+#include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/evaluate.h"
+#include "model/hugging_face.h"
 #include "model/optimizer.h"
 #include "model/pipeline_stage.h"
 #include "model/tensor_file.h"
 #include "model/transformer.h"
 #include "plan/plan.h"
+#include "report/checkpoint_report.h"
 #include "report/moe_report.h"
 #include "projection.h"
 #include "report/report_cp.h"
@@ -104,8 +109,15 @@ PlanOptions plan_options(const Options& o) {
   return p;
 }
 
-// --save: every parameter at full shape, by table name (collective: ZeRO-3 gathers).
-// --save: every parameter, and as grad.<name> the last step's summed gradient, at full
+// SIGINT / SIGTERM (Slurm's preemption signal): finish the step, save, stop. The handler only
+// raises the flag; a second signal ends the process at once (the default action restored).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int signal) {
+  g_stop_signal = signal;
+  std::signal(signal, SIG_DFL);
+}
+
+// --save-tensors: every parameter, and as grad.<name> the last step's summed gradient, at full
 // shape by table name (collective: gathered over dp and tp).
 void save_parameters(Transformer& model, const std::string& path, bool rank0) {
   const std::vector<float> params = model.gather_full(false);
@@ -210,7 +222,63 @@ int train(const Options& o, const World& w) {
                     &topo.embedding(), expert_parallel, expert_data_parallel.get(),
                     context_parallel);
   model.init_parameters(o.train.seed);
+  // --load: a checkpoint's state at this layout (model/reshard.h), --load-hf: the weights of
+  // a Hugging Face export; the optimizer is built on the loaded parameters (bf16: its master
+  // starts as them), then takes the checkpoint's moments and master.
+  std::unique_ptr<CheckpointReader> checkpoint;
+  TrainingPosition start;
+  const auto input_error = [&](const InputError& e) {
+    exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+  };
+  const double load_start = now_seconds();
+  try {
+    if (!o.load.empty()) {
+      checkpoint.reset(new CheckpointReader(o.load, &topo.world(), &o.model, o.train.bf16));
+      if (!checkpoint->found()) {
+        if (rank0) std::printf("checkpoint: none in %s (no %s/latest): training from step 1\n",
+                               o.load.c_str(), o.load.c_str());
+        checkpoint.reset();
+      } else {
+        check_resumable(o, checkpoint->manifest(), checkpoint->folder());
+        start = checkpoint->position();
+        load_parameters(model, checkpoint->source());
+      }
+    }
+    if (!o.load_hf.empty()) {
+      check_hugging_face_config(o.load_hf, o.model);
+      const LogicalTensors weights = import_hugging_face(o.load_hf, o.model);
+      load_parameters(model, [&](const ParamSpec& spec, const std::string&) {
+        return weights.at(spec.name);
+      });
+    }
+  } catch (const InputError& e) {
+    input_error(e);
+  }
   AdamW optimizer(model, o.train);
+  if (checkpoint) {
+    if (!o.no_load_optim) {
+      load_optimizer_state(model, optimizer, checkpoint->source());
+      optimizer.set_steps_taken(start.adam_steps);
+    }
+    for (int l = 0; l < (int)model.moe_layers().size(); ++l)
+      if (!model.moe_layers()[l].expert_bias.empty()) {
+        const std::vector<float> bias = checkpoint->expert_bias(l);
+        if (!bias.empty()) model.set_expert_bias(l, bias);
+      }
+    kernels::synchronize(dev);
+    if (rank0)
+      std::printf("checkpoint: resumed from %s at iteration %d (%s) in %.3f s, rank 0 read "
+                  "%.1f MB\n",
+                  checkpoint->folder().c_str(), start.iteration,
+                  o.no_load_optim ? "weights only: --no-load-optim" : "weights and optimizer",
+                  now_seconds() - load_start, checkpoint->bytes_read() / 1e6);
+    checkpoint.reset();  // its shard files closed
+  }
+  const CheckpointPlace place{par.zero_stage,
+                              (par.context_parallel > 1 ? topo.dp_cp() : topo.dp()).rank(),
+                              topo.edp().rank()};
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   DataLoader data(o.data_path, o.model, o.train, dp);
   const int B = o.train.micro_batch_size, N = B * o.model.seq_length;
   const int k = data.grad_accum_steps();
@@ -241,7 +309,8 @@ int train(const Options& o, const World& w) {
   ActionCosts costs = plan.pipeline.costs;  // the plan's units until a step was measured
   // the loss's all-reduce over the world happens on the device, like every collective
   Buffer<float> loss_scalar;
-  if (w.size > 1) loss_scalar.allocate(dev, 1, Category::COMM_BUFFERS);
+  // (with the stop flag beside it: a signal on any rank stops every rank after the same step)
+  if (w.size > 1) loss_scalar.allocate(dev, 2, Category::COMM_BUFFERS);
 
   std::unique_ptr<std::ofstream> jsonl;
   if (rank0 && !o.metrics_jsonl.empty()) {
@@ -260,11 +329,13 @@ int train(const Options& o, const World& w) {
   LogAverage logged_loss;
   RunSummary run;
   int64_t my_peak = 0, my_eval_peak = -1;
-  int skipped_steps = 0, skipped_in_a_row = 0;  // steps with a loss or gradient norm not finite
+  // steps with a loss or gradient norm not finite (a resumed run continues the counts)
+  int skipped_steps = start.skipped_steps, skipped_in_a_row = start.skipped_in_a_row;
   std::string stopped;  // why the loop ended early (exit status 3), else empty
+  std::string exited;   // why it ended early and well (--exit-interval, a signal), else empty
   kernels::synchronize(dev);
   const double train_start = now_seconds();
-  for (int step = 1; step <= o.train.train_iters; ++step) {
+  for (int step = start.iteration + 1; step <= o.train.train_iters; ++step) {
     set_comm_step(step);
     Ledger::instance().reset_peaks();
     kernels::reset_flop_counter();
@@ -292,8 +363,9 @@ int train(const Options& o, const World& w) {
     const float lr = learning_rate(o.train, step);
     // the reported loss: mean over the global batch (every microbatch of every dp rank);
     // taken before the update, so that a step whose loss is not finite updates nothing
+    bool signalled = g_stop_signal != 0;
     const float loss = world_mean_loss(topo.world(), loss_scalar, (float)(stage.loss_sum() / k),
-                                       pp, par.context_parallel);
+                                       pp, par.context_parallel, &signalled);
     const float grad_norm = optimizer.step(lr, !std::isfinite(loss));
     const bool skipped = optimizer.skipped();  // alike on every rank: loss and norm are global
     model.update_expert_bias(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp(), !skipped);
@@ -406,8 +478,24 @@ int train(const Options& o, const World& w) {
       eval = evaluator->run(o.eval_iters);
       my_eval_peak = std::max(my_eval_peak, eval.peak_memory_bytes);
     }
+    // Early and well: --exit-interval, or SIGINT / SIGTERM on any rank (every rank learnt it
+    // from the loss's all-reduce). A checkpoint (--save) at --save-interval, at the last
+    // step and before such an exit; never after bad numbers (stopped).
+    if (stopped.empty() && o.exit_interval > 0 && step % o.exit_interval == 0 && !last)
+      exited = strprintf("--exit-interval %d", o.exit_interval);
+    if (stopped.empty() && signalled && !last) exited = "SIGINT or SIGTERM";
+    SaveStats saved;
+    const bool save = !o.save.empty() && stopped.empty() &&
+                      (last || !exited.empty() ||
+                       (o.save_interval > 0 && step % o.save_interval == 0));
+    if (save) {
+      const TrainingPosition position{step, optimizer.steps_taken(), skipped_steps,
+                                      skipped_in_a_row};
+      saved = save_checkpoint(o.save, position, model, optimizer, place, topo.world(), o.train,
+                              par);
+    }
     if (!rank0) {
-      if (!stopped.empty()) break;
+      if (!stopped.empty() || !exited.empty()) break;
       continue;
     }
     std::vector<RankMetrics> report_ranks = ranks;  // with their predicted bubble, below
@@ -442,7 +530,7 @@ int train(const Options& o, const World& w) {
     if (!skipped) logged_loss.add(loss);  // Megatron's logged loss leaves skipped steps out
     s.log_interval = o.log_interval;
     s.elapsed_seconds = now_seconds() - train_start;
-    s.eta_seconds = s.elapsed_seconds / step * (o.train.train_iters - step);
+    s.eta_seconds = s.elapsed_seconds / (step - start.iteration) * (o.train.train_iters - step);
     if (line) {
       s.loss_mean = logged_loss.mean();
       s.loss_steps = logged_loss.count();
@@ -499,8 +587,19 @@ int train(const Options& o, const World& w) {
                          processes);
       std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o.trace.c_str());
     }
+    if (save) {
+      const HardwareProfile* profile = hardware.found ? &hardware.profile : nullptr;
+      std::printf("%s", checkpoint_text(saved, plan, profile).c_str());
+      if (jsonl) *jsonl << checkpoint_json(saved, plan, profile, step) << "\n" << std::flush;
+    }
     std::fflush(stdout);
-    if (!stopped.empty()) break;
+    if (!stopped.empty() || !exited.empty()) {
+      if (!exited.empty())
+        std::printf("stopped after step %d (%s)%s\n", step, exited.c_str(),
+                    o.save.empty() ? ": no --save, nothing saved"
+                                   : (": resume with --load " + o.save).c_str());
+      break;
+    }
   }
   data_parallel.drain();
   if (expert_data_parallel) expert_data_parallel->drain();
@@ -523,7 +622,8 @@ int train(const Options& o, const World& w) {
     if (jsonl) *jsonl << summary_json(run) << "\n" << std::flush;
     std::fflush(stdout);
   }
-  if (!o.save.empty()) save_parameters(model, o.save, rank0);
+  if (!o.save_tensors.empty()) save_parameters(model, o.save_tensors, rank0);
+  if (!o.export_hf.empty()) export_weights(model, o, rank0);
   return 0;
 }
 
@@ -536,6 +636,13 @@ int main(int argc, char** argv) {
                                           [](int) { finalize_world(); });
     print_resolved_options(o, w.rank);  // --verbose, before the plan or the run
     if (o.benchmark) return run_benchmark(o, w);
+    if (o.convert) {
+      try {
+        return run_convert(o, w);
+      } catch (const InputError& e) {
+        exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+      }
+    }
     if (o.plan) {
       Plan plan;
       try {
@@ -548,8 +655,9 @@ int main(int argc, char** argv) {
       PlanExtras extras;
       Peak peak{o.peak_tflops,
                 o.peak_tflops > 0 ? "flag" : "give --peak-tflops or --hardware for MFU"};
+      HardwareChoice hw;
       try {
-        const HardwareChoice hw = choose_hardware(o, false);
+        hw = choose_hardware(o, false);
         plan_extras(extras, o, plan, hw);
         if (hw.found && o.peak_tflops <= 0) peak = peak_from_profile(hw.profile, o.train.bf16);
       } catch (const InputError& e) {
@@ -559,8 +667,9 @@ int main(int argc, char** argv) {
         if (o.json)
           std::printf("%s\n", plan_json(plan, &peak, true, &extras.view).c_str());
         else
-          std::printf("%s\n%s\n", plan_text(plan, &peak).c_str(),
-                      time_plan_text(plan, extras.view).c_str());
+          std::printf("%s\n%s\n%s", plan_text(plan, &peak).c_str(),
+                      time_plan_text(plan, extras.view).c_str(),
+                      checkpoint_plan_text(plan, hw.found ? &hw.profile : nullptr).c_str());
         // The pipeline's simulated timeline: text beside the plan (stderr keeps --json
         // parseable), and as a Chrome trace at 1 ms per cost unit.
         const PipelinePlan& pp = plan.pipeline;

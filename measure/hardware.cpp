@@ -45,6 +45,7 @@ const NumberKey kNumbers[] = {
     {"gemm_half_gflop", &HardwareProfile::gemm_half_gflop, false},
     {"attention_efficiency", &HardwareProfile::attention_efficiency, true},
     {"memory_efficiency", &HardwareProfile::memory_efficiency, true},
+    {"storage_write_gbs", &HardwareProfile::storage_write_gbs, false},
 };
 
 // The keys `assumed` may name: every figure (the numbers, the node size, the link), not the

@@ -58,6 +58,8 @@ struct HardwareProfile {
   double gemm_half_gflop = 1.0;      // the GEMM size (GFLOP per call) reaching half of it
   double attention_efficiency = 0.4; // flash attention kernels, of the dense peak
   double memory_efficiency = 0.8;    // elementwise kernels, of memory_bandwidth_gbs
+  // Storage: what one node writes a checkpoint at, GB/s; 0 = not stated (no save time).
+  double storage_write_gbs = 0;
   std::vector<std::string> assumed;  // keys that are assumptions, not datasheet or measured
 
   bool is_assumed(const std::string& key) const;

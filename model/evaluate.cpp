@@ -22,14 +22,16 @@ Evaluator::Evaluator(Transformer& model, const DataLoader& data, const Schedule&
 }
 
 float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp,
-                      int cp) {
+                      int cp, bool* stop) {
   if (world.size() == 1) return rank_loss;
   const kernels::Device dev = world.device();
-  kernels::memcpy_from_host(dev, scalar.data(), &rank_loss, sizeof rank_loss);
-  world.all_reduce(scalar.data(), 1);
-  float sum = 0;
-  kernels::memcpy_to_host(dev, &sum, scalar.data(), sizeof sum);
-  return sum / (float)(world.size() / (pp * cp));
+  float values[2] = {rank_loss, stop && *stop ? 1.0f : 0.0f};
+  const int count = stop ? 2 : 1;
+  kernels::memcpy_from_host(dev, scalar.data(), values, count * sizeof(float));
+  world.all_reduce(scalar.data(), count);
+  kernels::memcpy_to_host(dev, values, scalar.data(), count * sizeof(float));
+  if (stop) *stop = values[1] > 0;
+  return values[0] / (float)(world.size() / (pp * cp));
 }
 
 EvalResult Evaluator::run(int eval_iters) {

@@ -34,8 +34,11 @@ namespace paralab {
 // the cp ranks of a sequence hold shares that add up to its mean (model/transformer.cpp),
 // so the mean is sum / (world / (pp cp)). `scalar` is one float on the device for the
 // all-reduce (the trainer's lives all run: the plan counts it in comm_buffers).
+// stop (the trainer's step): a second float rides along, 1 where this rank caught SIGINT or
+// SIGTERM; *stop comes back true when any rank did, so that every rank stops after the same
+// step (scalar holds two floats then: 8 bytes, the plan's world all-reduce).
 float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_loss, int pp,
-                      int cp);
+                      int cp, bool* stop = nullptr);
 
 struct EvalResult {
   double loss = 0;                // mean token cross-entropy over the K batches

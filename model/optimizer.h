@@ -31,6 +31,15 @@ class AdamW {
   int steps_taken() const { return step_; }
   bool skipped() const { return skipped_; }  // the last step()
 
+  // ---- checkpoints (model/checkpoint.h): the states on the device, element
+  // OwnedSegment::state_offset of a dense segment at [0], of an expert segment at
+  // [expert_state_offset()]; master() is nullptr in fp32 (the parameters are the master).
+  float* exp_avg() { return m_.data(); }
+  float* exp_avg_sq() { return v_.data(); }
+  float* master() { return master_.size() > 0 ? master_.data() : nullptr; }
+  int64_t expert_state_offset() const { return expert_state_offset_; }
+  void set_steps_taken(int steps) { step_ = steps; }  // a resumed run's bias correction
+
  private:
   Transformer& model_;
   TrainConfig train_;

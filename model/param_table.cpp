@@ -111,14 +111,15 @@ std::vector<std::pair<int64_t, int64_t>> owned_rows(const ParamSpec& full, int t
     }
   }
 }
-}  // namespace
-
-std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,
-                                int rank) {
+// Rank `rank`'s part of a full tensor of any element type; `pad` fills the vocabulary
+// padding rows (0 for values, -1 for shard_indices).
+template <typename T>
+std::vector<T> shard_as(const ParamSpec& full, const std::vector<T>& values, int tp, int rank,
+                        T pad) {
   if (full.split == TpSplit::REPLICATED || tp == 1) return values;
   const int64_t rows = full.shape[0];
   const int64_t row = full.shape.size() > 1 ? full.numel() / rows : 1;
-  std::vector<float> out;
+  std::vector<T> out;
   if (full.split == TpSplit::COLUMNS) {  // (rows, cols): block `rank` of every row
     const int64_t cols = full.shape[1] / tp;
     for (int64_t i = 0; i < rows; ++i)
@@ -131,10 +132,52 @@ std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>&
       if (i < rows)
         out.insert(out.end(), values.begin() + i * row, values.begin() + (i + 1) * row);
       else
-        out.insert(out.end(), row, 0.0f);  // vocabulary padding
+        out.insert(out.end(), row, pad);  // vocabulary padding
     }
   }
   return out;
+}
+
+// One expert's 2-D slice of an expert tensor (E, a, b), split like a tensor over tp.
+ParamSpec expert_slice(const ParamSpec& full) {
+  ParamSpec one;
+  one.shape = {full.shape[1], full.shape[2]};
+  one.split = full.etp_split;
+  return one;
+}
+
+template <typename T>
+std::vector<T> shard_experts_as(const ParamSpec& full, const std::vector<T>& values, int ep,
+                                int ep_rank, int etp, int etp_rank) {
+  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E;
+  const ParamSpec one = expert_slice(full);
+  std::vector<T> out;
+  for (int64_t e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
+    const std::vector<T> expert(values.begin() + e * per, values.begin() + (e + 1) * per);
+    const std::vector<T> mine = shard_as<T>(one, expert, etp, etp_rank, T(0));
+    out.insert(out.end(), mine.begin(), mine.end());
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,
+                                int rank) {
+  return shard_as<float>(full, values, tp, rank, 0.0f);
+}
+
+std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>& values, int ep,
+                                 int ep_rank, int etp, int etp_rank) {
+  return shard_experts_as<float>(full, values, ep, ep_rank, etp, etp_rank);
+}
+
+std::vector<int64_t> shard_indices(const ParamSpec& full, const TensorSlice& slice) {
+  std::vector<int64_t> iota(full.numel());
+  for (size_t i = 0; i < iota.size(); ++i) iota[i] = (int64_t)i;
+  if (slice.expert)
+    return shard_experts_as<int64_t>(full, iota, slice.ep, slice.ep_rank, slice.etp,
+                                     slice.etp_rank);
+  return shard_as<int64_t>(full, iota, slice.tp, slice.tp_rank, -1);
 }
 
 std::vector<float> unshard_tensor(const ParamSpec& full,
@@ -159,29 +202,6 @@ std::vector<float> unshard_tensor(const ParamSpec& full,
         if (i < rows)
           std::copy(parts[r].begin() + local * row, parts[r].begin() + (local + 1) * row,
                     out.begin() + i * row);
-  }
-  return out;
-}
-
-namespace {
-// One expert's 2-D slice of an expert tensor (E, a, b), split like a tensor over tp.
-ParamSpec expert_slice(const ParamSpec& full) {
-  ParamSpec one;
-  one.shape = {full.shape[1], full.shape[2]};
-  one.split = full.etp_split;
-  return one;
-}
-}  // namespace
-
-std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>& values, int ep,
-                                 int ep_rank, int etp, int etp_rank) {
-  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E;
-  const ParamSpec one = expert_slice(full);
-  std::vector<float> out;
-  for (int64_t e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
-    const std::vector<float> expert(values.begin() + e * per, values.begin() + (e + 1) * per);
-    const std::vector<float> mine = shard_tensor(one, expert, etp, etp_rank);
-    out.insert(out.end(), mine.begin(), mine.end());
   }
   return out;
 }

@@ -153,4 +153,19 @@ std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>
 std::vector<float> unshard_experts(const ParamSpec& full,
                                    const std::vector<std::vector<std::vector<float>>>& parts);
 
+// ---- the resharding map (model/checkpoint.h) ----------------------------------------------
+// Which part of a full tensor one rank's local tensor is: tp rank tp_rank of tp, or (an
+// expert tensor apart from the dense ones) ep rank ep_rank's experts, each cut to etp rank
+// etp_rank's share of its width.
+struct TensorSlice {
+  bool expert = false;
+  int tp = 1, tp_rank = 0;
+  int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
+};
+// For each element of that local tensor (shard_tensor's or shard_experts' order), its flat
+// index in the full tensor, or -1 for a vocabulary padding row. A checkpoint names what each
+// rank saved by (tensor, slice, local range); any other layout finds its elements through this
+// map, so a save at one tp / ep / etp loads at another.
+std::vector<int64_t> shard_indices(const ParamSpec& full, const TensorSlice& slice);
+
 }  // namespace paralab

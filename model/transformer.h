@@ -126,6 +126,7 @@ class Transformer {
   // apply false (a skipped step): the counts' all-reduce runs, as planned, the bias stays
   void update_expert_bias(Communicator* data_parallel_group, bool apply = true);
   std::vector<float> expert_bias(int layer) const;  // host copy, (E) or empty
+  void set_expert_bias(int layer, const std::vector<float>& bias);  // a checkpoint's, (E)
 
   const ModelConfig& config() const { return config_; }
   // This rank's slice: a/t heads, g/t groups, f/t ffn, Vp/t vocabulary rows (kv_channels d).

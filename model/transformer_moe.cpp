@@ -54,4 +54,13 @@ std::vector<float> Transformer::expert_bias(int layer) const {
   return bias;
 }
 
+void Transformer::set_expert_bias(int layer, const std::vector<float>& bias) {
+  MoeLayerState& s = moe_.at(layer);
+  if (bias.size() != s.expert_bias.size())
+    throw std::logic_error("Transformer::set_expert_bias: layer " + std::to_string(layer) +
+                           " holds " + std::to_string(s.expert_bias.size()) + " biases, got " +
+                           std::to_string(bias.size()));
+  kernels::memcpy_from_host(device_, s.expert_bias.data(), bias.data(), bias.size() * sizeof(float));
+}
+
 }  // namespace paralab

@@ -25,7 +25,8 @@
 // rebuilds the bucket from the slices. The rank's shard is its slices of all buckets, in
 // bucket order: shard elements = sum over buckets of padded / dp.
 //
-// defines: Bucket, BucketLayout, chunk_of, chunk_first_unit, make_bucket_layout
+// defines: Bucket, BucketLayout, chunk_of, chunk_first_unit, make_bucket_layout,
+//          owned_elements
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -90,6 +91,17 @@ inline BucketLayout make_bucket_layout(const std::vector<int64_t>& unit_begin,
     hi = lo - 1;
   }
   return l;
+}
+
+// The real (not padding) elements dp rank r owns under ZeRO >= 1: its slice of each bucket,
+// cut at the bucket's end (the last ranks' slices hold the padding).
+inline int64_t owned_elements(const BucketLayout& l, int r) {
+  int64_t n = 0;
+  for (const Bucket& b : l.buckets) {
+    const int64_t first = (int64_t)r * b.slice;
+    n += first >= b.numel() ? 0 : (b.numel() - first < b.slice ? b.numel() - first : b.slice);
+  }
+  return n;
 }
 
 }  // namespace paralab

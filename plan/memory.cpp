@@ -268,14 +268,15 @@ int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp, bool
 }
 
 // fp32 scalars that collectives reduce on the device (notes/model.md): the gradient norm's
-// over dp (ZeRO >= 1) and over tp, and the trainer's loss average over the world.
+// over dp (ZeRO >= 1) and over tp, and the trainer's loss average over the world (with the
+// stop flag beside it).
 int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const ParallelConfig& p,
                           int moe_layers_here) {
   int64_t bytes = 0;
   if (p.zero_stage >= 1 && p.data_parallel() * p.context_parallel > 1) bytes += 4;
   if (p.tensor_parallel > 1) bytes += 4;
   if (p.pipeline_parallel > 1) bytes += 4;
-  if (p.world_size > 1) bytes += 4;
+  if (p.world_size > 1) bytes += 8;  // the loss and the stop flag (model/evaluate.h)
   // the expert bias's update sums each expert's pairs over dp (dp x cp under context
   // parallelism) in one all-reduce: E int32 per MoE layer the rank holds
   // (model/transformer.cpp update_expert_bias)

@@ -408,7 +408,7 @@ void plan_pipeline(Plan& plan) {
     if (m.tied_embeddings() && (st.embedding || st.head))
       add_entry(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE, 2, 1, word_local * grad_b);
     add_entry(st.comm, CommGroup::WORLD, CommOp::ALL_REDUCE, par.world_size,
-              par.world_size > 1 ? 1 : 0, 4);
+              par.world_size > 1 ? 1 : 0, 8);  // the loss and the stop flag
     pp.stages.push_back(std::move(st));
   }
 

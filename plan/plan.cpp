@@ -257,9 +257,10 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
                           plan.microbatches_per_rank);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
+  // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)
   if (p.world_size > 1)
-    plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 4,
-                         bus_factor(CommOp::ALL_REDUCE, p.world_size) * 4});
+    plan.comm.push_back({CommGroup::WORLD, CommOp::ALL_REDUCE, 1, 8,
+                         bus_factor(CommOp::ALL_REDUCE, p.world_size) * 8});
 
   // Rank order tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank +
   // dp pp_rank)). The ranks of a tp group hold the same shapes (local_param_table pads the
@@ -279,6 +280,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     rp.memory = mem;
   }
   plan_pipeline(plan);
+  plan_checkpoint(plan);
   return plan;
 }
 

@@ -143,6 +143,10 @@ struct RankPlan {
   int64_t params_stored = 0;  // elements in its params buffer (ZeRO-3 shard, padding)
   int microbatches_held = 1;  // activations alive at the peak: (microbatch, chunk) pairs
   MemoryPlan memory;
+  // Its shard of a checkpoint (model/checkpoint.h), tensor data: the owned elements (DDP: dp
+  // rank 0 alone; ZeRO >= 1: its slices) x (storage bytes + 8 for Adam's m and v + 4 for the
+  // bf16 master), plus 4 E per MoE layer's expert bias on dense replica 0, tp rank 0.
+  int64_t checkpoint_bytes = 0;
 };
 
 // One (group, operation) of the communication of one step on one rank.
@@ -494,6 +498,8 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zer
 // Workspace stays the whole model's scratch (an upper bound until the executor trims it);
 // logits only on the last stage. ZeRO-2/3 transients replay one stage sweep per microbatch.
 void plan_pipeline(Plan& plan);
+// RankPlan::checkpoint_bytes of every rank (plan/checkpoint.cpp), after plan_pipeline.
+void plan_checkpoint(Plan& plan);
 
 // Workspace: the buffers of notes/model.md's "Workspace" sections. act_bytes per element of
 // the storage type (4, or 2 with --bf16); losses fp32, tokens and targets int32. Most are

@@ -17,7 +17,7 @@
 #include "parallel/comm.h"
 #include "plan/moe_memory.h"  // MoeRouting, moe_layer_rows
 #include "plan/plan.h"        // Plan
-#include "report/json.h"
+#include "model/json.h"
 
 namespace paralab {
 

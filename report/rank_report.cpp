@@ -3,7 +3,7 @@
 #include "report/report_kernels.h"  // kernel_traffic_json
 #include <algorithm>
 #include <map>
-#include "report/json.h"
+#include "model/json.h"
 #include "report/report.h"
 #include "report/report_impl.h"
 #include "report/text.h"

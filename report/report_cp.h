@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 #include "measure/peak.h"
-#include "report/json.h"
+#include "model/json.h"
 #include "report/report.h"  // Plan
 
 namespace paralab {

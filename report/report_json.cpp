@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 #include "plan/moe_params.h"     // flops_conventions
-#include "report/json.h"         // JsonWriter
+#include "model/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
 #include "report/moe_report.h"
@@ -174,6 +174,14 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   j.field("per_rank_stored", plan.ranks.at(0).params_stored);
   j.field("zero_shard", plan.zero_shard);
   j.field("vocab_size", m.vocab_size).field("padded_vocab", plan.padded_vocab).end_object();
+  // a checkpoint's tensor data per rank (plan/checkpoint.cpp)
+  j.key("checkpoint").begin_object().key("bytes_per_rank").begin_array();
+  int64_t checkpoint_total = 0;
+  for (const RankPlan& rp : plan.ranks) j.value(rp.checkpoint_bytes), checkpoint_total += rp.checkpoint_bytes;
+  j.end_array().field("total_bytes", checkpoint_total);
+  if (projection && projection->checkpoint_seconds >= 0)
+    j.field("write_seconds", projection->checkpoint_seconds);
+  j.end_object();
   j.key("memory").begin_array();
   for (const RankPlan& rp : plan.ranks) {
     j.begin_object().field("rank", rp.rank).field("tp_rank", rp.tp_rank);

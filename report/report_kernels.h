@@ -13,7 +13,7 @@
 #pragma once
 #include "kernels/ops.h"         // KernelCount
 #include "plan/kernel_traffic.h"  // KernelTrafficPlan
-#include "report/json.h"         // JsonWriter
+#include "model/json.h"         // JsonWriter
 
 namespace paralab {
 

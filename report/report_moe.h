@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 #include "plan/gemm_calls.h"
-#include "report/json.h"
+#include "model/json.h"
 #include "report/report.h"  // Plan, StepMetrics
 
 namespace paralab {

@@ -18,7 +18,7 @@
 #include "measure/comm_stats.h"
 #include "plan/fit.h"
 #include "plan/time_model.h"
-#include "report/json.h"
+#include "model/json.h"
 
 namespace paralab {
 
@@ -27,6 +27,7 @@ struct PlanProjection {
   const StepTime* time = nullptr;
   const FitCheck* fit = nullptr;
   const TrainingTime* training = nullptr;
+  double checkpoint_seconds = -1;  // report/checkpoint_report.h; -1: no storage_write_gbs
   std::string no_time;  // why there is no projection (no profile), when time is null
 };
 

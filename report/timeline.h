@@ -19,7 +19,7 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "report/json.h"
+#include "model/json.h"
 #include "plan/plan.h"
 #include "parallel/pipeline_schedule.h"
 

@@ -120,8 +120,16 @@ bad "metrics unwritable"      "--metrics-jsonl: cannot write /nonexistent/dir/m.
                                                         --train-iters 1 --metrics-jsonl /nonexistent/dir/m.jsonl
 bad "trace unwritable"        "--trace: cannot write /nonexistent/dir/t.json" \
                                                         --plan --world-size 2 --pp 2 --trace /nonexistent/dir/t.json
-bad "save unwritable, plan"   "--save: cannot write /nonexistent/dir/p.bin: no such directory /nonexistent/dir" \
-                                                        --plan --save /nonexistent/dir/p.bin
+bad "save-tensors unwritable" "--save-tensors: cannot write /nonexistent/dir/p.bin: no such directory /nonexistent/dir" \
+                                                        --plan --save-tensors /nonexistent/dir/p.bin
+bad "save folder unmakable"   "--save: cannot make /nonexistent/dir/ckpt: no such directory /nonexistent/dir" \
+                                                        --train-iters 1 --save /nonexistent/dir/ckpt
+bad "save interval alone"     "--save-interval 5 needs --save DIR (where to write)" \
+                                                        --train-iters 1 --save-interval 5
+bad "no-load-optim alone"     "--no-load-optim needs --load DIR" --train-iters 1 --no-load-optim
+bad "convert alone"           "--convert needs --load DIR (the checkpoint) and --export-hf OUT (where to write)" \
+                                                        --convert --export-hf "$tmp/hf"
+bad "export-hf gqa gpt"       "--export-hf: " --train-iters 1 --num-query-groups 2 --export-hf "$tmp/hf"
 bad "metrics is a directory"  "--metrics-jsonl: cannot write $tmp: it is a directory" \
                                                         --plan --metrics-jsonl "$tmp"
 bad "zero stage range"        "--zero-stage"            --zero-stage 4

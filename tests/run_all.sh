@@ -3,10 +3,11 @@
 # layering of the includes, the command-line error checks, the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
-# benchmark and the time model against measured steps, NaN steps skipped), the instructors' tools
-# (scripts/ablate, scripts/plot) and every lesson's check. Takes the
-# binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
-# test_data_parallel}, whichever build they are.
+# benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
+# resharded, killed and refused), the instructors' tools (scripts/ablate, scripts/plot), the
+# Hugging Face exports against transformers, the fuzzed file readers and every lesson's check.
+# Takes the binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
+# test_data_parallel,hf_logits}, whichever build they are.
 #
 #   bash tests/run_all.sh              everything (make test)
 #   bash tests/run_all.sh --mpi-only   the MPI suites (make mpi-test)
@@ -50,10 +51,14 @@ elif [ "$mode" != --lessons ]; then
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
   run "NaN steps skipped, then exit 3 (1-2 ranks)" bash tests/mpi/skipped_steps.sh ./trainer
   run "a stopped or killed rank ends the job" bash tests/mpi/faults.sh ./trainer
+  run "checkpoints resume bitwise, reshard to 1e-5" bash tests/mpi/checkpoint.sh ./trainer
+  run "checkpoints: kill mid-save, signals, bad files" bash tests/mpi/checkpoint_faults.sh ./trainer
 fi
 if [ "$mode" = all ]; then
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
+  run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer
+  run "fuzzed readers (30 s, with clang++)" env FUZZ_SECONDS=30 bash tests/fuzz/run.sh
 fi
 if [ "$mode" = all ] || [ "$mode" = --lessons ]; then
   for lesson in lessons/[0-9]*/; do

@@ -92,7 +92,8 @@ TEST(FlagsConfig, HelpReadsWell) {
   EXPECT_NE(text.find("  --no-fused-ce "), std::string::npos);
   EXPECT_EQ(text.find("... ..."), std::string::npos);
   EXPECT_NE(text.find("--recompute-modules MODULE ..."), std::string::npos);
-  EXPECT_NE(text.find("--save FILE"), std::string::npos);
+  EXPECT_NE(text.find("--save-tensors FILE"), std::string::npos);
+  EXPECT_NE(text.find("--save DIR"), std::string::npos);
   EXPECT_NE(text.find("grad.<name>"), std::string::npos);
   EXPECT_NE(text.find("-h,--help"), std::string::npos);
   EXPECT_EQ(text.find("Options:"), std::string::npos);  // no group holding only --help

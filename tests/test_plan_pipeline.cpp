@@ -91,7 +91,7 @@ TEST(PlanPipeline, StagesByHand) {
   EXPECT_EQ(w.backward, 4 * N);  // the embedding's backward reads the tokens again
   EXPECT_EQ(s0.memory.workspace, w.common + 4 * N + 4 * N * h);
   EXPECT_EQ(s1.memory.workspace, w.common + 4 * N);
-  EXPECT_EQ(s0.memory.comm_buffers, 4 + 4);  // the norm over pp, the loss over the world
+  EXPECT_EQ(s0.memory.comm_buffers, 4 + 8);  // the norm over pp, the loss and stop flag over the world
 
   // Messages: N h fp32. Stage 0 sends 4 activations, stage 1 4 gradients, in 5 exchanges each:
   // rank 0 runs F0 | F1 B0 F2 B1 F3 B2 | B3 and rank 1 F0 B0 F1 B1 F2 B2 F3 B3.

@@ -92,8 +92,9 @@ TEST(Plan, PerRankModelStatesEveryStage) {
           EXPECT_EQ(r.memory.grads, (d.grads_resident + d.sim.grads_transient_peak) * pb);
           EXPECT_EQ(r.memory.master_params, bf16 ? shard * 4 : 0);
           EXPECT_EQ(r.memory.optimizer_states, shard * 8);
-          // the dp gradient norm's scalar (ZeRO >= 1), the trainer's loss scalar (world > 1)
-          EXPECT_EQ(r.memory.comm_buffers, (z >= 1 && dp > 1 ? 4 : 0) + (dp > 1 ? 4 : 0));
+          // the dp gradient norm's scalar (ZeRO >= 1), the trainer's loss and stop flag
+          // (world > 1)
+          EXPECT_EQ(r.memory.comm_buffers, (z >= 1 && dp > 1 ? 4 : 0) + (dp > 1 ? 8 : 0));
           EXPECT_EQ(r.params, psi);
           EXPECT_EQ(r.params_stored, z >= 3 ? shard : full);
           EXPECT_EQ(r.dp_rank, r.rank);
@@ -210,7 +211,7 @@ TEST(Plan, ZeroTwoTotalReplayedNotSummed) {
   EXPECT_EQ(r.logits, N * 256 * 4);  // fused: one chunk of min(N, 1024) rows, fp32
   EXPECT_GT(r.total_replayed, 0);
   EXPECT_EQ(r.total(), sum - r.logits - tokens_targets);
-  EXPECT_EQ(r.total(), 56696840);
+  EXPECT_EQ(r.total(), 56696844);
   // without transients (ZeRO 0-1) the replay is the validated total, term for term: fused
   // and unfused, both families, bf16, selective recompute, tp + sp
   for (bool fused : {true, false})
@@ -357,7 +358,7 @@ TEST(Plan, DataParallelCommunication) {
           const CommPlanEntry* loss = find_comm(p, CommGroup::WORLD, CommOp::ALL_REDUCE);
           ASSERT_TRUE(ar && loss);
           EXPECT_EQ(loss->calls, 1);
-          EXPECT_EQ(loss->payload_bytes, 4);
+          EXPECT_EQ(loss->payload_bytes, 8);  // the loss and the stop flag
           double bus = 0;
           if (z == 0) {
             EXPECT_EQ(ar->calls, nb);

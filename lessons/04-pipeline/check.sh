@@ -186,9 +186,9 @@ check("p2_1f1b: embedding all-reduce V h 4 on both stages",
 check("p2_1f1b: embedding, pp, world all-reduce calls per rank",
       [[int(comm(r, g, "all-reduce")["calls"]["measured"]) for g in ("embedding", "pp", "world")]
        for r in (r0, r1)], [[1, 1, 1]] * 2)
-check("p2_1f1b: pp all-reduce (gradient norm) and world all-reduce (loss), bytes",
+check("p2_1f1b: pp all-reduce (gradient norm) and world all-reduce (loss, stop flag), bytes",
       [[int(comm(r, g, "all-reduce")["payload_bytes"]["measured"]) for g in ("pp", "world")]
-       for r in (r0, r1)], [[4, 4]] * 2)
+       for r in (r0, r1)], [[4, 8]] * 2)
 for name, want in (("p2_gpipe", [7, 8]), ("p2_interleaved", [11, 11]), ("p2_zb", [5, 7]),
                    ("p4_gpipe", [7, 9, 9, 8]), ("p4_1f1b", [7, 9, 9, 5])):
     check(f"{name}: exchanges (send/recv calls) per rank", p2p(name, "calls"), want)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare two trainer runs: per-step losses (--metrics-jsonl) and final parameters (--save).
+"""Compare two trainer runs: per-step losses (--metrics-jsonl) and final parameters (--save-tensors).
 
 usage: compare_runs.py REF.jsonl REF.bin RUN.jsonl RUN.bin [--rtol 1e-5]
 

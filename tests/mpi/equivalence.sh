@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Equivalence with the single-rank run (notes/design.md, "Correctness is equivalence"): every
 # data- and tensor-parallel configuration must give the losses, the final parameters and the last
-# step's gradients (gathered to full shape by --save) of one rank training the same global
+# step's gradients (gathered to full shape by --save-tensors) of one rank training the same global
 # batch, to 1e-5 relative over 5 steps (fp32, CPU backend, MPI ranks).
 #
 # usage: tests/mpi/equivalence.sh ./trainer [filter]   (filter: substring of a case name)

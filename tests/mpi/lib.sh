@@ -2,7 +2,7 @@
 # share; sourced, not run. From the script's arguments (TRAINER [FILTER]) it sets `trainer`
 # and `filter`, makes a scratch folder `work` (removed on exit) and defines:
 #   run NAME RANKS FLAGS...        one training run (mpirun above one rank) writing
-#                                  $work/NAME.{log,jsonl,bin} (--metrics-jsonl, --save)
+#                                  $work/NAME.{log,jsonl,bin} (--metrics-jsonl, --save-tensors)
 #   check NAME REF RANKS FLAGS...  when NAME contains FILTER: run it, then compare_runs.py
 #                                  against REF's files at RTOL (default 1e-5); counts it
 #   finish                         prints "N passed, M failed"; fails when any failed
@@ -19,7 +19,7 @@ run() {
   local name=$1 np=$2; shift 2
   local launch=("$trainer")
   [ "$np" -gt 1 ] && launch=(timeout 300 mpirun -np "$np" "$trainer")
-  "${launch[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" --save "$work/$name.bin" \
+  "${launch[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" --save-tensors "$work/$name.bin" \
     > "$work/$name.log" 2>&1 < /dev/null
 }
 

@@ -2,7 +2,7 @@
 # Pipeline parallelism is equivalent to the single-rank run (notes/design.md, "Correctness is
 # equivalence"): every schedule on 2 and 4 stages, with m = 1, p, 2p and an odd number of
 # microbatches, gives the losses, the final parameters and the last step's gradients (every
-# stage's, gathered by --save) of one rank training the same global batch, to 1e-5 relative
+# stage's, gathered by --save-tensors) of one rank training the same global batch, to 1e-5 relative
 # over 5 steps; and on every rank the ledger and the communication equal the plan
 # (compare_runs.py reads each rank from --metrics-jsonl's "ranks").
 #

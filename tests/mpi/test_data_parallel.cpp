@@ -208,9 +208,9 @@ void run_case(const Case& c) {
       }
     }
     d.after_optimizer_step();
-    if (g_topo->layout().world() > 1) {  // the trainer's loss average, on a device scalar
-      Buffer<float> loss(kernels::Device::CPU, 1, Category::COMM_BUFFERS);
-      g_topo->world().all_reduce(loss.data(), 1);
+    if (g_topo->layout().world() > 1) {  // the trainer's loss average and stop flag
+      Buffer<float> loss(kernels::Device::CPU, 2, Category::COMM_BUFFERS);
+      g_topo->world().all_reduce(loss.data(), 2);
     }
 
     // The step is over: its memory and communication against the plan.

@@ -1,4 +1,5 @@
-// report/json.h: a tiny JSON writer for --metrics-jsonl and `--plan --json`.
+// model/json.h: a tiny JSON writer for --metrics-jsonl, `--plan --json`, the checkpoint manifest
+// and Hugging Face's config.json (model/json_reader.h reads them back).
 //
 // Streaming, no document tree: the report writes keys and values in order, and the writer
 // only tracks whether a comma is due. Compact (one line, for JSON lines) or indented.
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -38,9 +40,13 @@ class JsonWriter {
   JsonWriter& value(double v) {
     separate();
     if (!std::isfinite(v)) { out_ += "null"; return *this; }
+    // the shortest %.Ng that reads back as the same double (17 digits always do): exact,
+    // FLOP counts above 2^53 as precise as computed, and 1e-05 written as 1e-05
     char buf[32];
-    // %.17g round-trips a double exactly; FLOP counts above 2^53 stay as precise as computed.
-    std::snprintf(buf, sizeof buf, "%.17g", v);
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
     out_ += buf;
     return *this;
   }

@@ -67,12 +67,26 @@ const ModelField kIntFields[] = {
      [](ModelConfig& m, int64_t v) { m.moe.expert_bias = v != 0; }},
 };
 
+// The numbers the maths uses (not the shapes): read back for --convert's export, whose
+// refusals and config.json need them. positive: > 0, else >= 0.
 struct FloatField {
   const char* key;
-  float ModelConfig::*member;
+  float (*get)(const ModelConfig&);
+  void (*set)(ModelConfig&, float);
+  bool positive;
 };
-const FloatField kFloatFields[] = {{"norm_epsilon", &ModelConfig::norm_epsilon},
-                                   {"rotary_base", &ModelConfig::rope_theta}};
+const FloatField kFloatFields[] = {
+    {"norm_epsilon", [](const ModelConfig& m) { return m.norm_epsilon; },
+     [](ModelConfig& m, float v) { m.norm_epsilon = v; }, true},
+    {"rotary_base", [](const ModelConfig& m) { return m.rope_theta; },
+     [](ModelConfig& m, float v) { m.rope_theta = v; }, true},
+    {"moe_router_topk_scaling_factor", [](const ModelConfig& m) { return m.moe.topk_scaling_factor; },
+     [](ModelConfig& m, float v) { m.moe.topk_scaling_factor = v; }, false},
+    {"moe_expert_capacity_factor", [](const ModelConfig& m) { return m.moe.capacity_factor; },
+     [](ModelConfig& m, float v) { m.moe.capacity_factor = v; }, false},
+    {"moe_aux_loss_coeff", [](const ModelConfig& m) { return m.moe.aux_loss_coeff; },
+     [](ModelConfig& m, float v) { m.moe.aux_loss_coeff = v; }, false},
+};
 
 [[noreturn]] void refuse(const std::string& path, const std::string& rule) {
   throw CheckpointError(path + ": " + rule);
@@ -145,7 +159,7 @@ std::string manifest_json(const Manifest& m) {
   j.key("model").begin_object();
   j.field("arch", m.model.arch == Arch::LLAMA ? "llama" : "gpt");
   for (const ModelField& f : kIntFields) j.field(f.key, f.get(m.model));
-  for (const FloatField& f : kFloatFields) j.field(f.key, (double)(m.model.*f.member));
+  for (const FloatField& f : kFloatFields) j.field(f.key, (double)f.get(m.model));
   j.key("moe_layer_pattern").begin_array();
   for (int l = 0; l < m.model.num_layers && m.model.moe.enabled(); ++l)
     j.value((int)m.model.moe.is_moe_layer(l));
@@ -246,8 +260,9 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   for (const ModelField& f : kIntFields) f.set(m.model, integer(model, f.key, 0, 1 << 30, path));
   for (const FloatField& f : kFloatFields) {
     const double v = member(model, f.key, K::NUMBER, path).as_double();
-    if (!(v > 0) || !std::isfinite(v)) refuse(path, std::string("\"") + f.key + "\" is not > 0");
-    m.model.*f.member = (float)v;
+    if (!std::isfinite(v) || v > 3e38 || (f.positive ? !(v > 0) : !(v >= 0)))
+      refuse(path, std::string("\"") + f.key + "\" is not " + (f.positive ? "> 0" : ">= 0"));
+    f.set(m.model, (float)v);
   }
   for (const JsonValue& v : member(model, "moe_layer_pattern", K::ARRAY, path).as_array()) {
     if (!v.is_number()) refuse(path, "\"moe_layer_pattern\" holds a non-number");

@@ -3,7 +3,8 @@
 // Rank 0 writes it last, after every rank's shard is on disk (model/checkpoint.h): its
 // presence is what makes an iteration folder a checkpoint. It says
 //   what was trained: the model (every size the tensors' shapes depend on, and the numbers
-//     the maths uses: norm epsilon, rotary base), the parameters' storage type (F32 or
+//     the maths uses: norm epsilon, rotary base, the router's top-k, score function, gate
+//     scaling and capacity factor), the parameters' storage type (F32 or
 //     BF16), the layout it was saved from (tp, cp, pp, vpp, dp, ep, etp, ZeRO stage), the
 //     seed and the global batch (together they fix the data order: model/data.h);
 //   where training stands: the iteration (steps done; the learning-rate schedule and the

@@ -58,7 +58,7 @@ if [ "$mode" = all ]; then
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer
-  run "fuzzed readers (30 s, with clang++)" env FUZZ_SECONDS=30 bash tests/fuzz/run.sh
+  run "fuzzed readers (15 s, with clang++)" env FUZZ_SECONDS=15 bash tests/fuzz/run.sh
 fi
 if [ "$mode" = all ] || [ "$mode" = --lessons ]; then
   for lesson in lessons/[0-9]*/; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh: builds each libFuzzer target with clang++ (ASan + UBSan, no MPI) into
 # build/fuzz/ (all at once), seeds its corpus, build/fuzz/corpus/NAME/, with a few valid
-# inputs, runs them side by side for FUZZ_SECONDS (default 60; `make test`: 30) seconds of
+# inputs, runs them side by side for FUZZ_SECONDS (default 60; `make test`: 15) seconds of
 # wall time, and prints "PASS NAME: N runs in S s" or "FAIL NAME: ..." per target, then "N passed, M failed". A failing input is kept as
 # build/fuzz/crash-NAME-*, the run's output as build/fuzz/NAME.log. Exits 0 with a SKIP line
 # when clang++ cannot build a fuzzer.

@@ -104,12 +104,14 @@ reference() {  # NAME RANKS FLAGS: an uninterrupted 6-step run
 model=("${tiny[@]}")
 reference single 1
 reference ddp 2
+reference zero2 2 --zero-stage 2 --overlap-grad-reduce --overlap-param-gather
 reference zero3 2 --zero-stage 3
 reference tp2sp 2 --tp 2 --sequence-parallel
 reference cp2 2 --cp 2
 reference pp2 2 --pp 2
 resume single      single bitwise 1 ""                          1 ""
 resume ddp         ddp    bitwise 2 ""                          2 ""
+resume zero2       zero2  bitwise 2 "--zero-stage 2 --overlap-grad-reduce --overlap-param-gather" 2 "--zero-stage 2 --overlap-grad-reduce --overlap-param-gather"
 resume zero3       zero3  bitwise 2 "--zero-stage 3"            2 "--zero-stage 3"
 resume tp2sp       tp2sp  bitwise 2 "--tp 2 --sequence-parallel" 2 "--tp 2 --sequence-parallel"
 resume cp2         cp2    bitwise 2 "--cp 2"                    2 "--cp 2"
@@ -144,5 +146,6 @@ reference moe-ep2 2 --ep 2
 resume moe-ep2       moe-ep2 bitwise 2 "--ep 2"                  2 "--ep 2"
 resume moe-ep2-to-1  moe     rtol    2 "--ep 2"                  1 ""
 resume moe-1-to-ep2z1 moe    rtol    1 ""                        2 "--ep 2 --zero-stage 1"
+resume moe-ep2-to-etp2 moe   rtol    2 "--ep 2"                  2 "--etp 2"
 
 finish

@@ -8,6 +8,7 @@
 #              end (gathered from every rank); hf_logits imports it (--load-hf) and computes
 #              the logits of a fixed batch; scripts/hf_check.py loads the folder with
 #              transformers and compares: max|paralab - hf| / max|hf| <= 1e-4
+#   convert    `trainer --convert` of that run's checkpoint writes the same files, byte for byte
 #   random     hf_logits exports random weights at a scale where each tensor shows in the
 #              logits (a swapped norm or a permuted key row would not hide), the same check
 # and for gpt and llama a run that starts from the export (--load-hf) at tp 2 has the
@@ -35,11 +36,21 @@ family() {  # name ranks "layout flags" model flags...
   local launch=("$trainer") v
   [ "$np" -gt 1 ] && launch=(mpirun -np "$np" "$trainer")
   # shellcheck disable=SC2086
-  if ! "${launch[@]}" "$@" $layout --train-iters 3 --export-hf "$work/$name" > "$work/$name.log" 2>&1 ||
+  if ! "${launch[@]}" "$@" $layout --train-iters 3 --export-hf "$work/$name" --save "$work/$name.ckpt" \
+       > "$work/$name.log" 2>&1 ||
      ! "$logits" "$@" --load-hf "$work/$name" --out "$work/$name.logits" > "$work/$name.logits.log" 2>&1; then
     flunk "$name (trained): $(tail -1 "$work/$name.log") $(tail -1 "$work/$name.logits.log")"; return
   fi
   pairs+=("$work/$name" "$work/$name.logits")
+  # --convert of the run's last checkpoint: the same export, byte for byte
+  if "$trainer" --convert --load "$work/$name.ckpt" --export-hf "$work/$name.converted" \
+       > "$work/$name.convert.log" 2>&1 &&
+     cmp -s "$work/$name/model.safetensors" "$work/$name.converted/model.safetensors" &&
+     cmp -s "$work/$name/config.json" "$work/$name.converted/config.json"; then
+    pass "$name: --convert of the checkpoint == the run's --export-hf, byte for byte"
+  else
+    flunk "$name: --convert differs from --export-hf: $(tail -1 "$work/$name.convert.log")"
+  fi
   if ! "$logits" "$@" --export-hf "$work/$name.random" --random-weights --out "$work/$name.random.logits" \
        > "$work/$name.random.log" 2>&1; then
     flunk "$name (random): $(tail -1 "$work/$name.random.log")"; return

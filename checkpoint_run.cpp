@@ -1,12 +1,76 @@
 // checkpoint_run.cpp: see checkpoint_run.h.
 #include "checkpoint_run.h"
 
+#include <chrono>
 #include <cstdio>
 #include "model/checkpoint.h"
 #include "model/hugging_face.h"
 #include "model/param_table.h"
+#include "model/reshard.h"
+#include "kernels/ops.h"
 
 namespace paralab {
+
+namespace {
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Communicator& world,
+                                      int rank) {
+  ResumePoint resume;
+  resume.start_seconds = now_seconds();
+  try {
+    if (!o.load.empty()) {
+      resume.checkpoint.reset(new CheckpointReader(o.load, &world, &o.model, o.train.bf16));
+      if (!resume.checkpoint->found()) {
+        if (rank == 0)
+          std::printf("checkpoint: none in %s (no %s/latest): training from step 1\n",
+                      o.load.c_str(), o.load.c_str());
+        resume.checkpoint.reset();
+      } else {
+        check_resumable(o, resume.checkpoint->manifest(), resume.checkpoint->folder());
+        resume.position = resume.checkpoint->position();
+        load_parameters(model, resume.checkpoint->source());
+      }
+    }
+    if (!o.load_hf.empty()) {
+      check_hugging_face_config(o.load_hf, o.model);
+      const LogicalTensors weights = import_hugging_face(o.load_hf, o.model);
+      load_parameters(model, [&](const ParamSpec& spec, const std::string&) {
+        return weights.at(spec.name);
+      });
+    }
+  } catch (const InputError& e) {
+    exit_on_input_error(e, rank, [](int) { finalize_world(); });
+  }
+  return resume;
+}
+
+void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer& model,
+                              AdamW& optimizer, bool rank0) {
+  CheckpointReader* checkpoint = resume.checkpoint.get();
+  if (!checkpoint) return;
+  if (!o.no_load_optim) {
+    load_optimizer_state(model, optimizer, checkpoint->source());
+    optimizer.set_steps_taken(resume.position.adam_steps);
+  }
+  for (int l = 0; l < (int)model.moe_layers().size(); ++l)
+    if (!model.moe_layers()[l].expert_bias.empty()) {
+      const std::vector<float> bias = checkpoint->expert_bias(l);
+      if (!bias.empty()) model.set_expert_bias(l, bias);
+    }
+  kernels::synchronize(model.device());
+  if (rank0)
+    std::printf("checkpoint: resumed from %s at iteration %d (%s) in %.3f s, rank 0 read "
+                "%.1f MB\n",
+                checkpoint->folder().c_str(), resume.position.iteration,
+                o.no_load_optim ? "weights only: --no-load-optim" : "weights and optimizer",
+                now_seconds() - resume.start_seconds, checkpoint->bytes_read() / 1e6);
+  resume.checkpoint.reset();  // its shard files closed
+}
 
 void check_resumable(const Options& o, const Manifest& m, const std::string& folder) {
   if (m.seed != o.train.seed)

@@ -43,7 +43,6 @@
 #include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/evaluate.h"
-#include "model/hugging_face.h"
 #include "model/optimizer.h"
 #include "model/pipeline_stage.h"
 #include "model/tensor_file.h"
@@ -222,58 +221,12 @@ int train(const Options& o, const World& w) {
                     &topo.embedding(), expert_parallel, expert_data_parallel.get(),
                     context_parallel);
   model.init_parameters(o.train.seed);
-  // --load: a checkpoint's state at this layout (model/reshard.h), --load-hf: the weights of
-  // a Hugging Face export; the optimizer is built on the loaded parameters (bf16: its master
-  // starts as them), then takes the checkpoint's moments and master.
-  std::unique_ptr<CheckpointReader> checkpoint;
-  TrainingPosition start;
-  const auto input_error = [&](const InputError& e) {
-    exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
-  };
-  const double load_start = now_seconds();
-  try {
-    if (!o.load.empty()) {
-      checkpoint.reset(new CheckpointReader(o.load, &topo.world(), &o.model, o.train.bf16));
-      if (!checkpoint->found()) {
-        if (rank0) std::printf("checkpoint: none in %s (no %s/latest): training from step 1\n",
-                               o.load.c_str(), o.load.c_str());
-        checkpoint.reset();
-      } else {
-        check_resumable(o, checkpoint->manifest(), checkpoint->folder());
-        start = checkpoint->position();
-        load_parameters(model, checkpoint->source());
-      }
-    }
-    if (!o.load_hf.empty()) {
-      check_hugging_face_config(o.load_hf, o.model);
-      const LogicalTensors weights = import_hugging_face(o.load_hf, o.model);
-      load_parameters(model, [&](const ParamSpec& spec, const std::string&) {
-        return weights.at(spec.name);
-      });
-    }
-  } catch (const InputError& e) {
-    input_error(e);
-  }
+  // --load / --load-hf (checkpoint_run.h): the parameters, then the optimizer built on them
+  // (bf16: its master starts as them) takes the checkpoint's moments and master.
+  ResumePoint resume = load_parameters_to_resume(o, model, topo.world(), w.rank);
   AdamW optimizer(model, o.train);
-  if (checkpoint) {
-    if (!o.no_load_optim) {
-      load_optimizer_state(model, optimizer, checkpoint->source());
-      optimizer.set_steps_taken(start.adam_steps);
-    }
-    for (int l = 0; l < (int)model.moe_layers().size(); ++l)
-      if (!model.moe_layers()[l].expert_bias.empty()) {
-        const std::vector<float> bias = checkpoint->expert_bias(l);
-        if (!bias.empty()) model.set_expert_bias(l, bias);
-      }
-    kernels::synchronize(dev);
-    if (rank0)
-      std::printf("checkpoint: resumed from %s at iteration %d (%s) in %.3f s, rank 0 read "
-                  "%.1f MB\n",
-                  checkpoint->folder().c_str(), start.iteration,
-                  o.no_load_optim ? "weights only: --no-load-optim" : "weights and optimizer",
-                  now_seconds() - load_start, checkpoint->bytes_read() / 1e6);
-    checkpoint.reset();  // its shard files closed
-  }
+  load_optimizer_to_resume(resume, o, model, optimizer, rank0);
+  const TrainingPosition start = resume.position;
   const CheckpointPlace place{par.zero_stage,
                               (par.context_parallel > 1 ? topo.dp_cp() : topo.dp()).rank(),
                               topo.edp().rank()};

@@ -32,10 +32,8 @@ LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
 
 # The folders in their dependency order (notes/design.md): each includes only from those
 # before it; tests/check_layout.sh (make lint) holds it.
-LAYERS := kernels measure parallel model plan report
-HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS))) flags.cpp flags_check.cpp \
-             flags_toml.cpp flags_messages.cpp flags_moe.cpp flags_checkpoint.cpp \
-             $(wildcard benchmark*.cpp) projection.cpp checkpoint_run.cpp
+LAYERS := kernels measure parallel model checkpoint plan report cli app
+HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS)))
 TEST_SRCS := $(wildcard tests/*.cpp)
 
 ifeq ($(CPU_ONLY),1)

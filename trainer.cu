@@ -19,7 +19,6 @@
 //   --report-interval / the end the ledgers, measured beside plan/'s prediction.
 // At the end: the run's summary (report/summary.h).
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -27,11 +26,12 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "benchmark.h"  // run_benchmark: --benchmark
-#include "checkpoint_run.h"  // --load checks, --export-hf, --convert
-#include "flags.h"
+#include "app/benchmark.h"  // run_benchmark: --benchmark
+#include "app/checkpoint_run.h"  // --load checks, --export-hf, --convert
+#include "cli/flags.h"
 #include "kernels/math.h"
 #include "kernels/ops.h"
+#include "measure/clock.h"  // now_seconds
 #include "measure/comm_stats.h"
 #include "measure/ledger.h"
 #include "measure/peak.h"
@@ -40,20 +40,20 @@
 #include "parallel/pipeline_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/topology.h"
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/data.h"
 #include "model/evaluate.h"
 #include "model/optimizer.h"
 #include "model/pipeline_stage.h"
-#include "model/tensor_file.h"
+#include "checkpoint/tensor_file.h"
 #include "model/transformer.h"
 #include "plan/plan.h"
 #include "report/checkpoint_report.h"
-#include "report/moe_report.h"
-#include "projection.h"
+#include "report/moe_routing.h"
+#include "app/projection.h"
 #include "report/report_cp.h"
 #include "report/report_time.h"
-#include "report/report_moe.h"
+#include "report/moe_plan.h"
 #include "report/rank_metrics.h"
 #include "report/report.h"
 #include "report/summary.h"
@@ -63,11 +63,6 @@
 using namespace paralab;
 
 namespace {
-
-double now_seconds() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
 
 // The peak per rank: --peak-tflops, the GPU's configs/hardware profile, or a timed sgemm.
 Peak find_peak(const Options& o) {
@@ -221,7 +216,7 @@ int train(const Options& o, const World& w) {
                     &topo.embedding(), expert_parallel, expert_data_parallel.get(),
                     context_parallel);
   model.init_parameters(o.train.seed);
-  // --load / --load-hf (checkpoint_run.h): the parameters, then the optimizer built on them
+  // --load / --load-hf (app/checkpoint_run.h): the parameters, then the optimizer built on them
   // (bf16: its master starts as them) takes the checkpoint's moments and master.
   ResumePoint resume = load_parameters_to_resume(o, model, topo.world(), w.rank);
   AdamW optimizer(model, o.train);
@@ -604,7 +599,7 @@ int main(int argc, char** argv) {
         exit_on_input_error(FlagError(e.what()), w.rank,
                             [](int) { finalize_world(); });
       }
-      // the time model and the fit check on the hardware profile (projection.h)
+      // the time model and the fit check on the hardware profile (app/projection.h)
       PlanExtras extras;
       Peak peak{o.peak_tflops,
                 o.peak_tflops > 0 ? "flag" : "give --peak-tflops or --hardware for MFU"};

@@ -65,7 +65,7 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
 // Opens and checks a --data-path file (format, header, length >= seq_length + 1 tokens,
 // every token id < vocab_size) and releases it. Throws DataError naming the file and the
-// problem. flags_check.cpp calls it so that a bad file stops the run with the other flag
+// problem. cli/flags_check.cpp calls it so that a bad file stops the run with the other flag
 // errors.
 void check_data_file(const std::string& path, int vocab_size, int seq_length);
 
@@ -89,7 +89,7 @@ std::vector<int32_t> synthetic_corpus(uint64_t seed, int vocab_size, size_t n_to
 class DataLoader {
  public:
   // data_path empty: the synthetic corpus. global batch and dp must already be consistent
-  // (flags_check.cpp checks G % (B dp) == 0). Throws DataError on a bad file.
+  // (cli/flags_check.cpp checks G % (B dp) == 0). Throws DataError on a bad file.
   DataLoader(const std::string& data_path, const ModelConfig& model, const TrainConfig& train,
              int data_parallel);
   ~DataLoader();

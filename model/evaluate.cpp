@@ -1,8 +1,8 @@
 // model/evaluate.cpp: the validation loss (model/evaluate.h).
 #include "model/evaluate.h"
-#include <chrono>
 #include "kernels/ops.h"
 #include "model/pipeline_stage.h"
+#include "measure/clock.h"  // now_seconds
 
 namespace paralab {
 
@@ -35,10 +35,9 @@ float world_mean_loss(Communicator& world, Buffer<float>& scalar, float rank_los
 }
 
 EvalResult Evaluator::run(int eval_iters) {
-  using clock = std::chrono::steady_clock;
   const kernels::Device dev = model_.device();
   kernels::synchronize(dev);
-  const auto t0 = clock::now();
+  const double t0 = now_seconds();
   Ledger::instance().reset_peaks();
   double loss_sum = 0;  // this rank's microbatch means (0 off the last stage)
   for (int j = 0; j < eval_iters; ++j) {
@@ -62,7 +61,7 @@ EvalResult Evaluator::run(int eval_iters) {
   kernels::synchronize(dev);
   EvalResult r;
   r.loss = loss;
-  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  r.seconds = now_seconds() - t0;
   r.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
   return r;
 }

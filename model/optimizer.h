@@ -31,7 +31,7 @@ class AdamW {
   int steps_taken() const { return step_; }
   bool skipped() const { return skipped_; }  // the last step()
 
-  // ---- checkpoints (model/checkpoint.h): the states on the device, element
+  // ---- checkpoints (checkpoint/checkpoint.h): the states on the device, element
   // OwnedSegment::state_offset of a dense segment at [0], of an expert segment at
   // [expert_state_offset()]; master() is nullptr in fp32 (the parameters are the master).
   float* exp_avg() { return m_.data(); }

@@ -153,7 +153,7 @@ std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>
 std::vector<float> unshard_experts(const ParamSpec& full,
                                    const std::vector<std::vector<std::vector<float>>>& parts);
 
-// ---- the resharding map (model/checkpoint.h) ----------------------------------------------
+// ---- the resharding map (checkpoint/checkpoint.h) ----------------------------------------------
 // Which part of a full tensor one rank's local tensor is: tp rank tp_rank of tp, or (an
 // expert tensor apart from the dense ones) ep rank ep_rank's experts, each cut to etp rank
 // etp_rank's share of its width.

@@ -1,15 +1,8 @@
 // parallel/pipeline_parallel.cpp: the executor (pipeline_parallel.h).
 #include "parallel/pipeline_parallel.h"
-#include <chrono>
+#include "measure/clock.h"  // now_seconds
 
 namespace paralab {
-
-namespace {
-double now_seconds() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 double PipelineTiming::busy() const {
   double sum = 0;

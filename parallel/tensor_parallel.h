@@ -39,8 +39,10 @@
 // identical gradients on every rank without sequence parallelism; with it each rank sees
 // only its tokens, so their gradients are all-reduced over tp (reduce_replicated_grads).
 //
-// defines: TensorParallel (the operators on one tp group), ColumnParallelLinear,
-//          RowParallelLinear, VocabParallelEmbedding, vocab_parallel_cross_entropy
+// defines: TensorParallel (the operators on one tp group); Megatron's ColumnParallelLinear,
+//          RowParallelLinear and VocabParallelEmbedding as functions: column_parallel_forward
+//          / _backward, row_parallel_forward / _backward, linear_weight_backward,
+//          vocab_parallel_embedding_forward / _backward, vocab_parallel_cross_entropy
 #pragma once
 #include <cstdint>
 #include "measure/ledger.h"

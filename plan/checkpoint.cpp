@@ -1,5 +1,5 @@
 // plan/checkpoint.cpp: the bytes of each rank's checkpoint shard, from the configuration alone
-// (model/checkpoint.h writes them; tests/mpi/checkpoint.sh holds the two equal).
+// (checkpoint/checkpoint.h writes them; tests/mpi/checkpoint.sh holds the two equal).
 //
 // A rank saves the elements it owns, once over its data-parallel replicas: under DDP the dense
 // parameters' dp (x cp) rank 0 and the experts' edp rank 0 save everything they hold, under

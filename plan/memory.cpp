@@ -114,7 +114,7 @@ std::vector<ActivationTensor> layer_activation_tensors(const ModelConfig& m, int
   add("mlp.act", N * l.ffn, act_bytes);                         // m   [fc2 input 8sbh/t]
   if (hidden_drop) add("mlp.fc2_dropout_mask", Nl * h, mask_bytes);  // [mask sbh]
   add("out", Nl * h, act_bytes);                                // x, the next norm1 input
-  // Selective recompute keeps none of its modules' tensors (plan_recompute.h).
+  // Selective recompute keeps none of its modules' tensors (plan/recompute.h).
   t.erase(std::remove_if(t.begin(), t.end(),
                          [&](const ActivationTensor& x) {
                            return is_recomputed(m, recompute_module_of(x.name));

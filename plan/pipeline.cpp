@@ -211,7 +211,7 @@ void plan_pipeline(Plan& plan) {
     st.chunk_first_layer = slice.chunk_first_layer;
     st.chunk_layers = slice.chunk_layers;
     // One (microbatch, chunk): its input, its layers (full recompute: the groups' outputs),
-    // the head's on the last model stage (plan_recompute.h, chunk_activations).
+    // the head's on the last model stage (plan/recompute.h, chunk_activations).
     // Each chunk's own layers (MoE and dense differ); per microbatch with a measured routing.
     int layers = 0;
     const size_t sets = plan.layer_footprints.size();

@@ -176,7 +176,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   fill_model_states(mem, d, t, experts);
   // Without pipelining each microbatch's backward frees its activations before the next
   // forward, so one microbatch is held at the peak (with full recompute: its stored group
-  // inputs, and one group made again in backward; plan_recompute.h).
+  // inputs, and one group made again in backward; plan/recompute.h).
   const int held = 1;
   // Per microbatch (they differ with a measured routing), the one with the largest peak.
   ChunkActivations chunk;

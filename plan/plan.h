@@ -31,7 +31,7 @@
 // attention and MLP internals hold all N tokens of the rank's a/t heads and f/t columns.
 // Ranks: tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank + dp pp_rank)).
 //
-// Pipeline parallelism p (parallel/pipeline_schedule.h; plan_parallel.cpp): each pp rank
+// Pipeline parallelism p (parallel/pipeline_schedule.h; plan/pipeline.cpp): each pp rank
 // holds the units of its model chunks (the first the embedding, the last the head, and with
 // gpt's tied embedding a copy of the word embedding for the head), and everything above is
 // counted on that restricted local vector: ZeRO shards each stage's vector over dp. Its
@@ -99,11 +99,11 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t activations = 0;  // peak: microbatches_held x one microbatch's saved tensors
   int64_t recompute = 0, comm_buffers = 0, logits = 0, workspace = 0;
   // The ledger's total while the recompute buffers peak, inside a layer, when the head's
-  // tensors and the logits are not alive (plan_recompute.h); 0 without recompute.
+  // tensors and the logits are not alive (plan/recompute.h); 0 without recompute.
   int64_t total_at_recompute = 0;
   // Full recompute (one stage): the peak of the total, replayed by phase (plan.cpp); 0 else.
   int64_t total_full_recompute = 0;
-  // A pipeline stage: the peak of the total replayed over its actions (plan_parallel.cpp).
+  // A pipeline stage: the peak of the total replayed over its actions (plan/pipeline.cpp).
   int64_t total_stage = 0;
   // ZeRO-2/3 or a layer's workspace transients on one stage (no full recompute), or a
   // pipeline stage without recompute: the peak of the total replayed call by call with the
@@ -143,7 +143,7 @@ struct RankPlan {
   int64_t params_stored = 0;  // elements in its params buffer (ZeRO-3 shard, padding)
   int microbatches_held = 1;  // activations alive at the peak: (microbatch, chunk) pairs
   MemoryPlan memory;
-  // Its shard of a checkpoint (model/checkpoint.h), tensor data: the owned elements (DDP: dp
+  // Its shard of a checkpoint (checkpoint/checkpoint.h), tensor data: the owned elements (DDP: dp
   // rank 0 alone; ZeRO >= 1: its slices) x (storage bytes + 8 for Adam's m and v + 4 for the
   // bf16 master), plus 4 E per MoE layer's expert bias on dense replica 0, tp rank 0.
   int64_t checkpoint_bytes = 0;
@@ -331,7 +331,7 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
                              const std::vector<SplitLayerBytes>& split = {},
                              const DataParallelPlan* experts = nullptr);
 
-// One layer's output (N_l h): what a full-recompute group keeps (plan_recompute.h).
+// One layer's output (N_l h): what a full-recompute group keeps (plan/recompute.h).
 int64_t layer_output_bytes(const Plan& plan);
 
 // Throws std::invalid_argument when the sizes are inconsistent (the CLI checks first and
@@ -486,7 +486,7 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zer
                                               int grad_bytes, int param_bytes,
                                               CommGroup group = CommGroup::DP);
 
-// ---- pipeline parallelism (plan_parallel.cpp) ------------------------------------------
+// ---- pipeline parallelism (plan/pipeline.cpp) ------------------------------------------
 // Fills plan.pipeline from a plan make_plan has built for the whole model and, with pp > 1,
 // replaces each rank's params, memory and comm by its stage's. Per stage, e the storage
 // bytes, N_l h the message:

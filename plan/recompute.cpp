@@ -1,4 +1,4 @@
-// plan/recompute.cpp: see plan_recompute.h.
+// plan/recompute.cpp: see plan/recompute.h.
 #include "plan/recompute.h"
 #include <algorithm>
 

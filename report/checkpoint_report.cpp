@@ -2,7 +2,7 @@
 #include "report/checkpoint_report.h"
 
 #include <algorithm>
-#include "model/json.h"
+#include "checkpoint/json.h"
 #include "report/text.h"
 
 namespace paralab {

@@ -7,13 +7,13 @@
 //   predicted time    the busiest node's bytes / the profile's storage_write_gbs (a node's
 //                     ranks write at once: gpus_per_node consecutive ranks); none when the
 //                     profile does not state it
-//   measured time     the save, barrier to barrier (model/checkpoint.h)
+//   measured time     the save, barrier to barrier (checkpoint/checkpoint.h)
 //
 // defines: checkpoint_seconds, checkpoint_plan_text, checkpoint_text, checkpoint_json
 #pragma once
 #include <string>
 #include "measure/hardware.h"
-#include "model/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "plan/plan.h"
 
 namespace paralab {

@@ -1,11 +1,11 @@
 // report/rank_metrics.cpp: see rank_metrics.h.
 #include "report/rank_metrics.h"
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include "kernels/ops.h"
+#include "measure/clock.h"  // now_seconds
 
 namespace paralab {
 
@@ -14,11 +14,6 @@ namespace {
 // dropped, the actions' and exchanges' start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
   return kNumMemoryCategories + 13 + 2 * (actions + exchanges) + CommStats::kVectorSize;
-}
-
-double steady_now() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
 // On rank 0: every rank's steady clock minus rank 0's (rank_metrics.h). Rank 0 sends to
@@ -36,16 +31,16 @@ std::vector<double> clock_offsets(Communicator& world) {
     double best = std::numeric_limits<double>::infinity();
     for (int k = 0; k < kRounds && (me == 0 || me == r); ++k) {
       if (me == 0) {
-        const double sent = steady_now();
+        const double sent = now_seconds();
         world.send_recv({P2POp::send(buf.data(), sizeof(double), r, DType::U8)});
         world.send_recv({P2POp::recv(buf.data(), sizeof(double), r, DType::U8)});
-        const double back = steady_now();
+        const double back = now_seconds();
         double remote = 0;
         kernels::memcpy_to_host(dev, &remote, buf.data(), sizeof remote);
         if (back - sent < best) best = back - sent, offset[r] = remote - (sent + back) / 2;
       } else {
         world.send_recv({P2POp::recv(buf.data(), sizeof(double), 0, DType::U8)});
-        const double now = steady_now();
+        const double now = now_seconds();
         kernels::memcpy_from_host(dev, buf.data(), &now, sizeof now);
         world.send_recv({P2POp::send(buf.data(), sizeof(double), 0, DType::U8)});
       }

@@ -3,7 +3,7 @@
 #include "report/report_kernels.h"  // kernel_traffic_json
 #include <algorithm>
 #include <map>
-#include "model/json.h"
+#include "checkpoint/json.h"
 #include "report/report.h"
 #include "report/report_impl.h"
 #include "report/text.h"

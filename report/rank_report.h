@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 #include "measure/comm_stats.h"
-#include "model/json.h"
+#include "checkpoint/json.h"
 #include "measure/ledger.h"
 #include "plan/plan.h"
 #include "report/timeline.h"  // TraceSpan, TraceFlow

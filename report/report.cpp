@@ -10,7 +10,7 @@
 #include "plan/moe_params.h"     // flops_conventions
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/report_cp.h"    // cp_plan_text
-#include "report/report_moe.h"   // moe_plan_text
+#include "report/moe_plan.h"   // moe_plan_text
 #include "report/timeline.h"     // pipeline_text
 
 namespace paralab {
@@ -334,7 +334,7 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
            format_si(plan.flops.model_per_step).c_str(),
            format_si(plan.flops.hardware_per_step).c_str());
   t += flops_conventions_text(plan);
-  t += moe_plan_text(plan);  // "" for a dense model (report/report_moe.h)
+  t += moe_plan_text(plan);  // "" for a dense model (report/moe_plan.h)
   t += cp_plan_text(plan, peak);  // "" without context parallelism (report/report_cp.h)
   return t;
 }

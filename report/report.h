@@ -42,7 +42,7 @@
 
 namespace paralab {
 
-struct MoeStepReport;  // report/moe_report.h
+struct MoeStepReport;  // report/moe_routing.h
 struct PlanProjection;  // report/report_time.h
 
 // The measured numbers of one step on one rank. Negative = not measured / column absent.
@@ -85,7 +85,7 @@ struct StepMetrics {
   // MoE: per layer of the model the experts with rows this step, summed over microbatches
   // (model/moe.h MoeLayerStats::nonempty_experts): the per-expert GEMM count's measure.
   std::vector<long long> moe_nonempty;
-  // MoE (report/moe_report.h): the step's auxiliary losses (NaN: dense), dropped pairs (-1:
+  // MoE (report/moe_routing.h): the step's auxiliary losses (NaN: dense), dropped pairs (-1:
   // dropless), and the routers' per-layer report.
   double aux_loss = NAN, z_loss = NAN;
   double dropped_pairs = -1;
@@ -119,7 +119,7 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
 // Plan::activation_bytes_per_layer, the one per-layer figure everywhere), then "Korthikanti
 // sbh(...) = Y MiB counts no norm statistics: plan - statistics = X - Z MiB", ": equal" when the run makes the paper's assumptions, else the difference in bytes
 // and one line per assumption that differs (korthikanti_check_recompute,
-// plan_recompute.h: Table 2's selective row under selective core_attn).
+// plan/recompute.h: Table 2's selective row under selective core_attn).
 std::string korthikanti_line(const Plan& plan);
 // With selective recompute: the bytes a layer keeps and saves; with flash attention, that
 // core_attn saves only the log-sum-exp (little). "" otherwise.
@@ -137,7 +137,7 @@ std::string comm_table(const Plan& plan, const CommStats* measured);
 // total} when the trainer filled resident_bytes; with measured_comm, a "comm" list of predicted and measured per group and op;
 // with ranks (rank 0 of a multi-rank run), "ranks": every rank's (rank_report.h), each
 // beside rank_plans[r] when given (MoE with a capacity: the plan at the routing rank r's
-// pipeline measured), else `plan`; "gemm_calls" (report_moe.h) when gemm_calls is filled.
+// pipeline measured), else `plan`; "gemm_calls" (moe_plan.h) when gemm_calls is filled.
 std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
                       const CommStats* measured_comm = nullptr,
                       const std::vector<RankMetrics>* ranks = nullptr,

@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 #include "measure/peak.h"
-#include "model/json.h"
+#include "checkpoint/json.h"
 #include "report/report.h"  // Plan
 
 namespace paralab {

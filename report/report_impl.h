@@ -10,7 +10,7 @@
 #include <vector>
 #include "measure/comm_stats.h"  // CommGroup, CommOp, CommStats
 #include "plan/plan.h"        // CommPlanEntry
-#include "model/json.h"      // JsonWriter
+#include "checkpoint/json.h"      // JsonWriter
 
 namespace paralab {
 

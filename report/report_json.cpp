@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 #include "plan/moe_params.h"     // flops_conventions
-#include "model/json.h"         // JsonWriter
+#include "checkpoint/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"       // StepMetrics, step_json, plan_json
-#include "report/moe_report.h"
+#include "report/moe_routing.h"
 #include "report/report_cp.h"    // cp_plan_json
-#include "report/report_moe.h"   // moe_plan_json
+#include "report/moe_plan.h"   // moe_plan_json
 #include "report/report_kernels.h"  // kernel_traffic_json
 #include "report/report_time.h"  // time_plan_json, time_step_json
 #include "report/report_impl.h"  // CommRow, comm_rows
@@ -258,7 +258,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   }
   j.end_array();
   pipeline_json(j, plan);
-  moe_plan_json(j, plan);  // "moe", with --num-experts only (report/report_moe.h)
+  moe_plan_json(j, plan);  // "moe", with --num-experts only (report/moe_plan.h)
   cp_plan_json(j, plan, peak);  // "context_parallel", with --cp > 1 only (report/report_cp.h)
   if (peak) {
     j.key("peak").begin_object();

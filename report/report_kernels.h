@@ -13,7 +13,7 @@
 #pragma once
 #include "kernels/ops.h"         // KernelCount
 #include "plan/kernel_traffic.h"  // KernelTrafficPlan
-#include "model/json.h"         // JsonWriter
+#include "checkpoint/json.h"         // JsonWriter
 
 namespace paralab {
 

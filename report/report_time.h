@@ -18,7 +18,7 @@
 #include "measure/comm_stats.h"
 #include "plan/fit.h"
 #include "plan/time_model.h"
-#include "model/json.h"
+#include "checkpoint/json.h"
 
 namespace paralab {
 

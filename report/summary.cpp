@@ -1,6 +1,6 @@
 // report/summary.cpp: see summary.h.
 #include "report/summary.h"
-#include "model/json.h"    // JsonWriter
+#include "checkpoint/json.h"    // JsonWriter
 #include "report/report.h"  // format_mib, format_si, format_duration
 #include "report/text.h"    // strprintf
 

@@ -19,7 +19,7 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "model/json.h"
+#include "checkpoint/json.h"
 #include "plan/plan.h"
 #include "parallel/pipeline_schedule.h"
 

@@ -3,7 +3,7 @@
 
     python3 scripts/hf_check.py EXPORT_DIR LOGITS_FILE [EXPORT_DIR LOGITS_FILE ...]
 
-EXPORT_DIR is a Hugging Face export (model/hugging_face.h: config.json and the safetensors),
+EXPORT_DIR is a Hugging Face export (checkpoint/hugging_face.h: config.json and the safetensors),
 LOGITS_FILE what tests/tools/hf_logits wrote for it: "tokens" I32 [B, S] and paralab's
 "logits" F32 [B S, V]. transformers loads the folder as is (AutoModelForCausalLM, float32,
 eval mode, eager attention), runs the same tokens, and the checks are:

@@ -18,7 +18,7 @@ Golden data is computed in float64 from weights that are already float32 values,
 as float32: the C++ model starts from exactly the same numbers and only its own float32
 rounding separates it from the file. Everything is seeded; reruns write identical bytes.
 
-File layout: model/tensor_file.h ("PLTF"). Tensors, in order:
+File layout: checkpoint/tensor_file.h ("PLTF"). Tensors, in order:
   config.*            int32 / float32 scalars: the ModelConfig (and micro_batch_size);
                       MoE files add config.num_experts, moe_ffn_hidden_size, moe_topk,
                       moe_aux_loss_coeff, moe_z_loss_coeff, moe_shared_expert_size,
@@ -401,7 +401,7 @@ def config_tensors(c):
 
 
 def write_tensor_file(path, tensors):
-    """tensors: [(name, 'f' | 'i', shape, values)] in the format of model/tensor_file.h."""
+    """tensors: [(name, 'f' | 'i', shape, values)] in the format of checkpoint/tensor_file.h."""
     parts = [b"PLTF", struct.pack("<IQ", 1, len(tensors))]
     for name, kind, shape, values in tensors:
         flat = values.reshape(-1).tolist() if torch.is_tensor(values) else list(values)

@@ -83,7 +83,7 @@ std::string data_error(const std::string& path, int vocab, int seq) {
     DataLoader d(path, model(seq, vocab), train(1, 1), 1);
   } catch (const DataError& e) {
     std::string msg = e.what();
-    // check_data_file, which flags_check.cpp runs, must say the same.
+    // check_data_file, which cli/flags_check.cpp runs, must say the same.
     try {
       check_data_file(path, vocab, seq);
       ADD_FAILURE() << "check_data_file accepted " << path;

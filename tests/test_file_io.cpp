@@ -1,4 +1,4 @@
-// tests/test_file_io.cpp: CRC32C (model/file_io.h) gives the standard check value, chains
+// tests/test_file_io.cpp: CRC32C (checkpoint/file_io.h) gives the standard check value, chains
 // across pieces, and reads a file to the same value as its bytes; an AtomicFile makes its
 // file only on commit, and one dropped without commit leaves the old file and no temporary.
 #include <dirent.h>
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "model/file_io.h"
+#include "checkpoint/file_io.h"
 
 namespace paralab {
 namespace {

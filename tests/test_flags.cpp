@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "flags.h"
+#include "cli/flags.h"
 #include "tests/test_flags_helpers.h"
 
 namespace paralab {

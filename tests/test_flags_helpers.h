@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 #include <vector>
-#include "flags.h"
+#include "cli/flags.h"
 
 namespace paralab {
 namespace flags_test {

@@ -6,7 +6,7 @@
 
 #include <string>
 #include <vector>
-#include "flags.h"
+#include "cli/flags.h"
 #include "tests/test_flags_helpers.h"
 
 namespace paralab {

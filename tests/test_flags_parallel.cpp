@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
-#include "flags.h"
+#include "cli/flags.h"
 #include "tests/test_flags_helpers.h"
 
 namespace paralab {

@@ -1,7 +1,7 @@
 // tests/test_golden.cpp: the model and the optimiser against scripts/reference.py, a second,
 // independent statement of notes/model.md in PyTorch (autograd does its backward).
 //
-// tests/data/golden_{gpt,llama,moe,moe_shared}.bin (model/tensor_file.h) hold the config, the
+// tests/data/golden_{gpt,llama,moe,moe_shared}.bin (checkpoint/tensor_file.h) hold the config, the
 // weights, one batch with its logits, loss and every gradient, and ten AdamW steps (losses,
 // gradient norms, learning rates, final weights). The reference computes in float64 from
 // float32 weights, so what separates it from this float32 model is only float32 rounding.
@@ -46,7 +46,7 @@
 
 #include "model/config.h"        // defines: ModelConfig, TrainConfig
 #include "model/optimizer.h"     // defines: AdamW, learning_rate
-#include "model/tensor_file.h"   // defines: read_tensor_file, NamedTensor
+#include "checkpoint/tensor_file.h"   // defines: read_tensor_file, NamedTensor
 #include "model/transformer.h"   // defines: Transformer
 #include "model/moe.h"           // defines: MoeLayerStats
 

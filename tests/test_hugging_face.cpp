@@ -1,4 +1,4 @@
-// tests/test_hugging_face.cpp: the Hugging Face export and import (model/hugging_face.h).
+// tests/test_hugging_face.cpp: the Hugging Face export and import (checkpoint/hugging_face.h).
 //
 // Export then import is the identity, bit for bit in F32, for every family (GPT-2, Llama with
 // grouped-query attention, Qwen3, Qwen3-MoE with a dense layer, Mixtral); BF16 stores
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 #include "kernels/math.h"  // mix64, to_bf16, to_float
-#include "model/hugging_face.h"
-#include "model/json_reader.h"
+#include "checkpoint/hugging_face.h"
+#include "checkpoint/json_reader.h"
 #include "model/param_table.h"
 
 namespace paralab {

@@ -1,12 +1,12 @@
-// tests/test_json_reader.cpp: the strict JSON reader (model/json_reader.h). Valid documents
+// tests/test_json_reader.cpp: the strict JSON reader (checkpoint/json_reader.h). Valid documents
 // read back exactly (nesting, escapes, surrogate pairs, integers above 2^53); each rule
 // broken throws JsonError naming the first byte that breaks it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
-#include "model/json.h"
-#include "model/json_reader.h"
+#include "checkpoint/json.h"
+#include "checkpoint/json_reader.h"
 
 namespace paralab {
 namespace {

@@ -17,7 +17,7 @@
 #include "plan/gemm_calls.h"         // defines: predict_gemm_calls, kGemmLabels
 #include "plan/moe_params.h"         // defines: param_counts
 #include "plan/plan.h"               // defines: make_plan, Plan
-#include "report/report_moe.h"       // defines: moe_plan_text, gemm_calls_table
+#include "report/moe_plan.h"       // defines: moe_plan_text, gemm_calls_table
 #include "tests/test_plan_helpers.h"
 
 namespace paralab {

@@ -1,4 +1,4 @@
-// tests/test_safetensors.cpp: the safetensors writer and reader (model/safetensors.h).
+// tests/test_safetensors.cpp: the safetensors writer and reader (checkpoint/safetensors.h).
 // What the writer writes reads back bit for bit (F32, BF16 rounded to nearest even, I32,
 // I64, a 0-element tensor, metadata) in the format's exact layout; F16 widens exactly; and
 // every rule of the reader, broken by a hand-made file, throws SafetensorsError with one line
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 #include "kernels/math.h"  // to_bf16, to_float
-#include "model/file_io.h"
-#include "model/safetensors.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/safetensors.h"
 
 namespace paralab {
 namespace {

@@ -2,7 +2,7 @@
 // line's loss averaged over the steps since the previous line, elapsed time and ETA, the
 // validation line (report/summary.h), the end-of-run summary as text and JSON; and the
 // flags behind them: --eval-interval / --eval-iters, and a preset's warm-up clamped to a
-// --train-iters shortened on the command line (flags_check.cpp).
+// --train-iters shortened on the command line (cli/flags_check.cpp).
 #include <gtest/gtest.h>
 #include <cmath>
 #include <string>

@@ -1,11 +1,11 @@
-// tests/fuzz/fuzz_json.cpp: libFuzzer target for the strict JSON reader (model/json_reader.h).
+// tests/fuzz/fuzz_json.cpp: libFuzzer target for the strict JSON reader (checkpoint/json_reader.h).
 // Any bytes either parse or throw JsonError; another exception escapes and ends the run (a
 // bug), as do a crash and a sanitizer's report. A parsed document's numbers are read with
 // every accessor, so that as_int's and as_double's paths run on hostile text too.
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "model/json_reader.h"
+#include "checkpoint/json_reader.h"
 
 namespace {
 

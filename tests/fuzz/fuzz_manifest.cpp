@@ -1,5 +1,5 @@
 // tests/fuzz/fuzz_manifest.cpp: libFuzzer target for a checkpoint's manifest reader
-// (model/checkpoint_manifest.h). parse_manifest either passes or throws CheckpointError; a
+// (checkpoint/checkpoint_manifest.h). parse_manifest either passes or throws CheckpointError; a
 // manifest that passes and describes a small model is also checked against that model
 // (check_manifest: every piece's slice and range, the coverage of every tensor), which
 // must pass or throw CheckpointError too. Anything else (another exception, a crash, a
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "model/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

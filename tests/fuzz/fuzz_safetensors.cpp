@@ -1,11 +1,11 @@
 // tests/fuzz/fuzz_safetensors.cpp: libFuzzer target for the safetensors header checks
-// (model/safetensors.h parse_safetensors_header), the bytes taken as a whole file. They
+// (checkpoint/safetensors.h parse_safetensors_header), the bytes taken as a whole file. They
 // either pass or throw SafetensorsError; when they pass, every tensor must lie inside the
 // buffer with exactly numel x dtype bytes (else abort: the checks let a hostile file by).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   paralab::SafetensorsHeader h;

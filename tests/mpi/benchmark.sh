@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `trainer --benchmark` (benchmark.h) on 1 and 2 ranks with small buffers (--benchmark-max-mib
+# `trainer --benchmark` (app/benchmark.h) on 1 and 2 ranks with small buffers (--benchmark-max-mib
 # 1: a few seconds a run). Checks the invariants of its --json, not its timings (bench/README:
 # tests assert no time): every collective row's busbw = algbw x the nccl-tests bus factor of
 # its operation and group size, algbw = bytes / time, every time > 0, the efficiencies in

@@ -21,7 +21,7 @@ import sys
 
 
 def read_tensor_file(path):
-    """model/tensor_file.h: "PLTF", version, count, then (name, dtype, dims, data)."""
+    """checkpoint/tensor_file.h: "PLTF", version, count, then (name, dtype, dims, data)."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] != b"PLTF":

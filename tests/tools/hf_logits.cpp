@@ -20,10 +20,10 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "flags.h"                // parse_flags
+#include "cli/flags.h"                // parse_flags
 #include "kernels/math.h"         // mix64
-#include "model/hugging_face.h"   // export_hugging_face, import_hugging_face
-#include "model/safetensors.h"    // SafetensorsWriter
+#include "checkpoint/hugging_face.h"   // export_hugging_face, import_hugging_face
+#include "checkpoint/safetensors.h"    // SafetensorsWriter
 #include "model/transformer.h"    // Transformer
 
 namespace {

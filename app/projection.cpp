@@ -1,0 +1,116 @@
+// app/projection.cpp: see app/projection.h.
+#include "app/projection.h"
+
+#include "report/checkpoint_report.h"
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include "kernels/common.h"           // cuda_device_name
+#include "measure/device_memory.h"
+#include "report/rank_metrics.h"      // all_gather_doubles
+
+namespace paralab {
+
+// The profiles: configs/hardware under the working directory (a checkout's root), else
+// beside the binary (./trainer links to build/<flavour>/trainer: the checkout holding it),
+// so a run started in a scratch folder finds them too.
+static std::string hardware_dir() {
+  namespace fs = std::filesystem;
+  const fs::path here = "configs/hardware";
+  std::error_code missing;  // a folder that is not there is an answer here, not an error
+  if (fs::is_directory(here, missing)) return here.string();
+  std::error_code unreadable;
+  fs::path dir = fs::canonical("/proc/self/exe", unreadable).parent_path();
+  for (int up = 0; !unreadable && up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
+    if (fs::is_directory(dir / here, missing)) return (dir / here).string();
+    if (dir == dir.root_path()) break;
+  }
+  return here.string();  // its absence is reported where a profile is looked up
+}
+
+HardwareChoice choose_hardware(const Options& o, bool training) {
+  HardwareChoice c;
+  const std::string directory = hardware_dir();
+  if (!o.hardware.empty()) {
+    try {
+      c.profile = find_hardware_profile(o.hardware, directory);
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      throw FlagError(what.rfind("--hardware", 0) == 0 ? what : "--hardware: " + what);
+    }
+    c.found = true;
+    return c;
+  }
+  if (o.device == kernels::Device::CUDA) {
+    const std::string gpu = kernels::cuda_device_name();
+    const std::vector<HardwareProfile> all = load_hardware_profiles(directory);
+    if (const HardwareProfile* p = match_hardware_profile(all, gpu)) {
+      c.profile = *p;
+      c.found = true;
+    } else {
+      c.reason = "no configs/hardware profile matches \"" + gpu + "\"; give --hardware";
+    }
+    return c;
+  }
+  const std::string cpu = directory + "/cpu.toml";
+  if (training && std::ifstream(cpu).good()) {
+    c.profile = find_hardware_profile(cpu, directory);
+    c.found = true;
+    return c;
+  }
+  c.reason = training ? "no " + cpu + ": make it with trainer --benchmark --benchmark-save " + cpu
+                      : "give --hardware NAME (configs/hardware: h100-sxm, a100-80gb, cpu, ...)";
+  return c;
+}
+
+void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const HardwareChoice& hw) {
+  out.view = PlanProjection{};
+  if (!hw.found) {
+    out.view.no_time = hw.reason;
+    out.fit = check_fit(plan, 0, "no hardware profile", false);
+    out.view.fit = &out.fit;
+    return;
+  }
+  try {
+    out.time = project_step_time(plan, hw.profile);
+  } catch (const std::invalid_argument& e) {
+    throw FlagError(std::string("--hardware: ") + e.what());
+  }
+  out.view.time = &out.time;
+  out.view.checkpoint_seconds = checkpoint_seconds(plan, &hw.profile);
+  const double capacity = hw.profile.memory_gib * 1073741824.0;
+  out.fit = check_fit(plan, capacity,
+                      capacity > 0 ? hw.profile.name + " memory_gib"
+                                   : "the profile states no memory_gib",
+                      true);
+  out.view.fit = &out.fit;
+  if (o.plan_tokens > 0) {
+    out.training = project_training_time(plan, out.time, o.plan_tokens);
+    out.view.training = &out.training;
+  }
+}
+
+void check_run_fits(const Options& o, const Plan& plan, const World& w, Topology& topo) {
+  const AvailableMemory mine =
+      available_memory(o.device == kernels::Device::CUDA, w.local_size);
+  // this rank's own predicted peak (its stage, its tp and cp share)
+  const int64_t peak = plan.ranks.at(w.rank).memory.total();
+  std::vector<double> all = {mine.bytes, (double)peak};
+  if (w.size > 1) all = all_gather_doubles(topo.world(), all);
+  for (int r = 0; r < (int)all.size() / 2; ++r) {
+    const double capacity = all[2 * r], needed = all[2 * r + 1];
+    if (capacity <= 0 || needed <= capacity || o.allow_oom) continue;
+    FitCheck f;
+    f.capacity_bytes = capacity;
+    f.capacity_source = r == w.rank ? mine.source
+                        : "rank " + std::to_string(r) +
+                              (o.device == kernels::Device::CUDA
+                                   ? "'s GPU free memory"
+                                   : "'s share of its host's MemAvailable");
+    f.peak_bytes = (int64_t)needed;
+    f.peak_rank = r;
+    exit_all_ranks("error: " + fit_error(f), 2);
+  }
+}
+
+}  // namespace paralab

@@ -1,0 +1,358 @@
+// checkpoint/checkpoint.cpp: save_checkpoint and CheckpointReader (the design is in checkpoint.h).
+#include "checkpoint/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include "kernels/ops.h"
+#include "measure/clock.h"  // now_seconds
+#include "checkpoint/file_io.h"
+#include "checkpoint/json.h"
+#include "checkpoint/json_reader.h"
+
+namespace paralab {
+
+namespace {
+
+std::string iteration_folder(const std::string& dir, int iteration) {
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07d", iteration);
+  return dir + "/" + name;
+}
+
+std::string shard_name(int rank) {
+  char name[40];
+  std::snprintf(name, sizeof name, "rank_%05d.safetensors", rank);
+  return name;
+}
+
+// Every rank's string, in rank order: an all-gather of the lengths (int32), then one of the
+// bytes, each padded to the longest.
+std::vector<std::string> all_gather_strings(Communicator& world, const std::string& mine,
+                                            kernels::Device dev) {
+  const int W = world.size();
+  Buffer<int> lengths(dev, W, Category::COMM_BUFFERS);
+  const int length = (int)mine.size();
+  kernels::memcpy_from_host(dev, lengths.data() + world.rank(), &length, sizeof length);
+  world.all_gather(lengths.data() + world.rank(), lengths.data(), 1, DType::I32);
+  std::vector<int> sizes(W);
+  kernels::memcpy_to_host(dev, sizes.data(), lengths.data(), W * sizeof(int));
+  const size_t longest = (size_t)*std::max_element(sizes.begin(), sizes.end());
+  Buffer<uint8_t> bytes(dev, longest * W + 1, Category::COMM_BUFFERS);
+  std::string padded = mine;
+  padded.resize(longest, ' ');
+  kernels::memcpy_from_host(dev, bytes.data() + longest * world.rank(), padded.data(), longest);
+  world.all_gather(bytes.data() + longest * world.rank(), bytes.data(), longest, DType::U8);
+  std::string all(longest * W, ' ');
+  kernels::memcpy_to_host(dev, &all[0], bytes.data(), longest * W);
+  std::vector<std::string> out;
+  for (int r = 0; r < W; ++r) out.push_back(all.substr(longest * r, (size_t)sizes[r]));
+  return out;
+}
+
+std::string read_small_file(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot read");
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, (size_t)in.gcount());
+    if (text.size() > limit) throw CheckpointError(path + ": larger than " + std::to_string(limit) + " bytes");
+  }
+  return text;
+}
+
+// One piece this rank saves: the owned elements [lo, hi) of a view's local tensor.
+struct OwnedPiece {
+  const TensorView* view;
+  const OwnedSegment* segment;
+  bool expert;
+  int64_t lo, hi;  // flat indices in the owner's vector
+};
+
+std::vector<OwnedPiece> owned_pieces(Transformer& model, const CheckpointPlace& place) {
+  std::vector<OwnedPiece> out;
+  for (bool expert : {false, true}) {
+    DataParallel* owner = expert ? model.expert_data_parallel() : &model.data_parallel();
+    if (!owner) continue;
+    for (const OwnedSegment& seg : owner->owned_segments())
+      for (const TensorView& v : model.views()) {
+        if (v.expert != expert || !place.writes(v)) continue;
+        const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
+        const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
+        if (lo < hi) out.push_back({&v, &seg, expert, lo, hi});
+      }
+  }
+  return out;
+}
+
+// The layers whose expert bias this rank saves: dense replica 0, tp rank 0, every MoE layer
+// of its stage.
+std::vector<int> saved_bias_layers(const Transformer& model, const CheckpointPlace& place) {
+  std::vector<int> layers;
+  if (place.dense_replica != 0 || model.tensor_parallel().rank() != 0) return layers;
+  for (int l = 0; l < (int)model.moe_layers().size(); ++l)
+    if (!model.moe_layers()[l].expert_bias.empty()) layers.push_back(l);
+  return layers;
+}
+
+}  // namespace
+
+bool CheckpointPlace::writes(const TensorView& view) const {
+  if (zero_stage >= 1) return true;  // the owned slices are disjoint over the replicas
+  return (view.expert ? expert_replica : dense_replica) == 0;
+}
+
+SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
+                          Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
+                          Communicator& world, const TrainConfig& train,
+                          const ParallelConfig& parallel) {
+  const kernels::Device dev = model.device();
+  model.data_parallel().drain();  // --overlap-param-gather: the updated parameters, complete
+  if (model.expert_data_parallel()) model.expert_data_parallel()->drain();
+  kernels::synchronize(dev);
+  world.barrier();
+  const double t0 = now_seconds();
+  SaveStats stats;
+  stats.folder = iteration_folder(dir, position.iteration);
+  make_folders(stats.folder);
+  // A folder being rewritten is not a checkpoint until its new manifest lands.
+  if (world.rank() == 0) std::remove((stats.folder + "/manifest.json").c_str());
+  world.barrier();
+
+  // The shard: every piece's entries declared (their sizes make the header), then streamed
+  // from the device through one bounded buffer, in that order.
+  const bool bf16 = model.data_parallel().bf16();
+  const size_t param_bytes = bf16 ? 2 : 4;
+  std::vector<std::pair<const char*, float*>> states = {{"exp_avg", optimizer.exp_avg()},
+                                                        {"exp_avg_sq", optimizer.exp_avg_sq()}};
+  if (optimizer.master()) states.push_back({"master", optimizer.master()});
+  const std::vector<OwnedPiece> pieces = owned_pieces(model, place);
+  ManifestShard mine;  // this rank's entry of the manifest, sent to rank 0
+  mine.rank = world.rank();
+  mine.file = shard_name(world.rank());
+  mine.expert_bias_layers = saved_bias_layers(model, place);
+  std::vector<SafetensorsStream::Tensor> entries;
+  for (const OwnedPiece& p : pieces) {
+    const std::string entry = std::to_string(mine.pieces.size());
+    entries.push_back({"param/" + entry, bf16 ? SafeDType::BF16 : SafeDType::F32, {p.hi - p.lo}});
+    for (const auto& state : states)
+      entries.push_back({std::string(state.first) + "/" + entry, SafeDType::F32, {p.hi - p.lo}});
+    mine.pieces.push_back({p.view->spec->name, rank_slice(model, *p.view),
+                           (int64_t)(p.lo - p.view->offset), (int64_t)(p.hi - p.view->offset),
+                           entry});
+  }
+  for (int l : mine.expert_bias_layers)
+    entries.push_back({"expert_bias/" + std::to_string(l), SafeDType::F32,
+                       {(int64_t)model.moe_layers()[l].expert_bias.size()}});
+  SafetensorsStream shard(stats.folder + "/" + mine.file, entries,
+                          {{"format", "paralab checkpoint shard"},
+                           {"rank", std::to_string(world.rank())}});
+  std::vector<uint8_t> buffer(size_t(4) << 20);
+  const auto stream = [&](const void* device, size_t bytes) {
+    for (size_t done = 0; done < bytes; done += buffer.size()) {
+      const size_t n = std::min(buffer.size(), bytes - done);
+      kernels::memcpy_to_host(dev, buffer.data(), static_cast<const uint8_t*>(device) + done, n);
+      shard.write(buffer.data(), n);
+    }
+  };
+  for (const OwnedPiece& p : pieces) {
+    const int64_t n = p.hi - p.lo, at = p.lo - p.segment->flat_begin;
+    const int64_t state = (p.expert ? optimizer.expert_state_offset() : 0) +
+                          p.segment->state_offset + at;
+    stream(static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
+    for (const auto& kind_state : states) stream(kind_state.second + state, n * sizeof(float));
+  }
+  for (int l : mine.expert_bias_layers) {
+    const std::vector<float> bias = model.expert_bias(l);
+    shard.write(bias.data(), bias.size() * sizeof(float));
+  }
+  const SafetensorsStream::Written written = shard.commit();
+  mine.bytes = stats.file_bytes = written.file_bytes;
+  mine.crc32c = written.crc32c;
+  mine.payload_bytes = stats.payload_bytes = written.payload_bytes;
+
+  // Every shard is on disk once every rank has sent its entry: rank 0 writes the manifest.
+  JsonWriter entry;
+  write_manifest_shard(entry, mine);
+  std::vector<ManifestShard> shards;
+  for (const std::string& text : all_gather_strings(world, entry.str(), dev)) {
+    shards.push_back(parse_manifest_shard(parse_json(text), model.config().num_layers,
+                                          "the shard list"));
+    stats.total_file_bytes += shards.back().bytes;
+    stats.rank_payload_bytes.push_back(shards.back().payload_bytes);
+  }
+  if (world.rank() == 0) {
+    Manifest m;
+    m.iteration = position.iteration;
+    m.model = model.config();
+    m.parallel = parallel;
+    m.bf16 = bf16;
+    m.seed = train.seed;
+    m.global_batch_size = train.global_batch_size;
+    m.adam_steps = position.adam_steps;
+    m.skipped_steps = position.skipped_steps;
+    m.skipped_in_a_row = position.skipped_in_a_row;
+    for (const ParamSpec& p : param_table(model.config())) {
+      m.tensors.push_back(p.name);
+      m.shapes.push_back(p.shape);
+    }
+    m.shards = shards;
+    AtomicFile manifest(stats.folder + "/manifest.json");
+    manifest.write(manifest_json(m));
+    manifest.commit();
+    stats.total_file_bytes += manifest.bytes();
+    AtomicFile latest(dir + "/latest");
+    latest.write(std::to_string(position.iteration) + "\n");
+    latest.commit();
+  }
+  world.barrier();
+  stats.seconds = now_seconds() - t0;
+  return stats;
+}
+
+// ---- loading --------------------------------------------------------------------------------
+
+CheckpointReader::CheckpointReader(const std::string& dir, Communicator* world,
+                                   const ModelConfig* run, bool run_bf16)
+    : run_bf16_(run_bf16), dir_(dir) {
+  const std::string latest = dir + "/latest";
+  struct stat st;
+  if (stat(latest.c_str(), &st) != 0) return;  // no checkpoint: Megatron trains from scratch
+  found_ = true;
+  const std::string text = read_small_file(latest, 64);
+  int iteration = 0;
+  size_t used = 0;
+  try {
+    iteration = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || iteration < 1 || text.find_first_not_of("0123456789\n", 0) != std::string::npos)
+    throw CheckpointError(latest + ": not an iteration number");
+  folder_ = iteration_folder(dir, iteration);
+  const std::string path = folder_ + "/manifest.json";
+  manifest_ = parse_manifest(read_small_file(path, 1u << 30), path);
+  if (manifest_.iteration != iteration)
+    throw CheckpointError(path + ": iteration " + std::to_string(manifest_.iteration) +
+                          ", but " + latest + " says " + std::to_string(iteration));
+  check_manifest(manifest_, run ? *run : manifest_.model, path);
+  // Each rank checks the shards s = rank, rank + W, ...: a bad one ends the job (its own
+  // message), the barrier keeps the others from reading on before every check passed.
+  const int W = world ? world->size() : 1, me = world ? world->rank() : 0;
+  for (int s = me; s < (int)manifest_.shards.size(); s += W) {
+    const ManifestShard& shard = manifest_.shards[s];
+    const std::string file = folder_ + "/" + shard.file;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    try {
+      crc = crc32c_file(file, &bytes);
+    } catch (const std::runtime_error& e) {
+      fail(e.what(), 2);
+    }
+    if (bytes != shard.bytes)
+      fail(file + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+               std::to_string(shard.bytes) + " (a truncated or replaced shard)", 2);
+    if (crc != shard.crc32c) {
+      char line[160];
+      std::snprintf(line, sizeof line, ": CRC32C %08x, the manifest says %08x (a corrupted shard)",
+                    crc, shard.crc32c);
+      fail(file + line, 2);
+    }
+    bytes_read_ += bytes;
+  }
+  if (world) world->barrier();
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+SafetensorsReader& CheckpointReader::shard(int s) {
+  auto it = shards_.find(s);
+  if (it == shards_.end()) {
+    const std::string file = folder_ + "/" + manifest_.shards.at(s).file;
+    try {
+      it = shards_.emplace(s, std::unique_ptr<SafetensorsReader>(new SafetensorsReader(file))).first;
+    } catch (const InputError& e) {
+      fail(e.what(), 2);
+    }
+  }
+  return *it->second;
+}
+
+const std::vector<int64_t>& CheckpointReader::indices(const ParamSpec& spec,
+                                                      const TensorSlice& slice) {
+  // the kinds of one tensor follow each other (load_parameters, load_optimizer_state): keep
+  // that tensor's maps only
+  if (index_tensor_ != spec.name) index_cache_.clear(), index_tensor_ = spec.name;
+  const std::string key = std::to_string(slice.expert) + "/" + std::to_string(slice.tp) + "/" +
+                          std::to_string(slice.tp_rank) + "/" + std::to_string(slice.ep) + "/" +
+                          std::to_string(slice.ep_rank) + "/" + std::to_string(slice.etp) + "/" +
+                          std::to_string(slice.etp_rank);
+  auto it = index_cache_.find(key);
+  if (it == index_cache_.end()) it = index_cache_.emplace(key, shard_indices(spec, slice)).first;
+  return it->second;
+}
+
+std::vector<float> CheckpointReader::full(const ParamSpec& spec, const std::string& kind) {
+  // fp32 runs read the master weights of a bf16 checkpoint, the exact values; bf16 runs
+  // without them (an fp32 checkpoint) start their master from the fp32 parameters
+  std::string from = kind;
+  if (kind == "param" && manifest_.bf16 && !run_bf16_) from = "master";
+  if (kind == "master" && !manifest_.bf16) from = "param";
+  std::vector<float> out(spec.numel(), 0.0f);
+  for (int s = 0; s < (int)manifest_.shards.size(); ++s)
+    for (const ManifestPiece& p : manifest_.shards[s].pieces) {
+      if (p.tensor != spec.name) continue;
+      SafetensorsReader& reader = shard(s);
+      const std::string name = from + "/" + p.entry;
+      const SafeTensor* t = reader.header().find(name);
+      if (!t || t->numel() != p.end - p.begin)
+        fail(reader.path() + ": no entry " + name + " of " + std::to_string(p.end - p.begin) +
+                 " elements (the manifest's piece of " + spec.name + ")", 2);
+      const std::vector<float> values = reader.read_floats(*t);
+      bytes_read_ += t->end - t->begin;
+      // a weight or a moment that is not finite would only train NaN
+      for (size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values[i]))
+          fail(reader.path() + ": " + name + " (" + spec.name + ") holds " +
+                   (std::isnan(values[i]) ? "NaN" : "Inf") + " at its element " + std::to_string(i), 2);
+      // a slice that is the whole tensor (tp 1, replicated, one expert rank) maps i to i
+      const bool whole = p.slice.expert ? p.slice.ep == 1 && p.slice.etp == 1
+                                        : p.slice.tp == 1 || spec.split == TpSplit::REPLICATED;
+      if (whole) {
+        std::copy(values.begin(), values.end(), out.begin() + p.begin);
+        continue;
+      }
+      const std::vector<int64_t>& index = indices(spec, p.slice);
+      for (int64_t i = p.begin; i < p.end; ++i)
+        if (index[i] >= 0) out[index[i]] = values[i - p.begin];
+    }
+  return out;
+}
+
+std::vector<float> CheckpointReader::expert_bias(int layer) {
+  for (int s = 0; s < (int)manifest_.shards.size(); ++s)
+    for (int l : manifest_.shards[s].expert_bias_layers)
+      if (l == layer) {
+        SafetensorsReader& reader = shard(s);
+        const std::string name = "expert_bias/" + std::to_string(layer);
+        const SafeTensor* t = reader.header().find(name);
+        if (!t) fail(reader.path() + ": no entry " + name + " (the manifest lists it)", 2);
+        return reader.read_floats(*t);
+      }
+  return {};
+}
+
+TrainingPosition CheckpointReader::position() const {
+  TrainingPosition p;
+  p.iteration = manifest_.iteration;
+  p.adam_steps = manifest_.adam_steps;
+  p.skipped_steps = manifest_.skipped_steps;
+  p.skipped_in_a_row = manifest_.skipped_in_a_row;
+  return p;
+}
+
+}  // namespace paralab

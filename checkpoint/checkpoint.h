@@ -1,0 +1,111 @@
+// checkpoint/checkpoint.h: save the training state, and resume it bit for bit at any layout.
+//
+// The lesson. What a training run must keep to continue as if it never stopped:
+//   parameters (in their storage type), Adam's m and v, with bf16 the fp32 master weights;
+//   Adam's update count (its bias correction), the iteration (the learning-rate schedule's
+//   position and the data position: model/data.h derives every microbatch from (seed, step),
+//   and dropout masks from a counter keyed on (seed, step, microbatch)); the routers' expert
+//   bias (aux-loss-free balancing); the skipped-step counters.
+// Nothing else: gradients are zeroed every step, activations live within one.
+//
+// Layout on disk (Megatron's names: --save DIR, --load DIR, DIR/latest):
+//   DIR/iter_NNNNNNN/rank_RRRRR.safetensors   one shard per rank: the elements that rank
+//       owns (OwnedSegment), once over its data-parallel replicas (ZeRO >= 1: every dp rank
+//       its slice; DDP: dp rank 0). As in Megatron, what tp ranks or stages hold alike (norms,
+//       biases, gpt's tied copy of the word embedding on the last stage) each saves: equal
+//       values, so that a rank's shard is its owned state, no more, no less.
+//   DIR/iter_NNNNNNN/manifest.json            rank 0, after every shard is on disk
+//       (checkpoint/checkpoint_manifest.h: the model, the pieces, a CRC32C per shard)
+//   DIR/latest                                the last complete iteration, rank 0, last
+// Every file is written atomically (checkpoint/file_io.h): a crash or a kill during a save leaves
+// the previous checkpoint, which `latest` still names, loadable.
+// Collectives: one all-gather of each rank's piece list, a barrier before the manifest.
+//
+// Loading reads the manifest (every rank; a bad one ends every rank alike, exit 2), checks
+// each shard's CRC32C (rank r the shards r, r + W, ...; a bad one ends the job, exit 2), and
+// gives each rank its slices (checkpoint/reshard.h) from the pieces, at whatever layout it runs.
+//
+// defines: CheckpointPlace, TrainingPosition, SaveStats, save_checkpoint, CheckpointReader
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include "checkpoint/checkpoint_manifest.h"
+#include "model/optimizer.h"
+#include "checkpoint/reshard.h"
+#include "checkpoint/safetensors.h"
+#include "model/transformer.h"
+#include "parallel/comm.h"
+
+namespace paralab {
+
+// Who writes what among replicas: the rank's place in the dense parameters' data-parallel
+// group (dp, or dp x cp) and in the experts' (edp).
+struct CheckpointPlace {
+  int zero_stage = 0;
+  int dense_replica = 0;   // rank in the dense group
+  int expert_replica = 0;  // rank in the expert-data-parallel group
+  // Does this rank save the owned elements of a view? (the rule in the header)
+  bool writes(const TensorView& view) const;
+};
+
+struct TrainingPosition {
+  int iteration = 0;  // steps done
+  int adam_steps = 0, skipped_steps = 0, skipped_in_a_row = 0;
+};
+
+struct SaveStats {
+  std::string folder;
+  double seconds = 0;             // the whole save, barrier to barrier
+  uint64_t payload_bytes = 0;     // this rank's tensor data
+  uint64_t file_bytes = 0;        // this rank's shard file
+  uint64_t total_file_bytes = 0;  // every shard and the manifest
+  std::vector<uint64_t> rank_payload_bytes;  // every rank's tensor data (plan: checkpoint_bytes)
+};
+
+// Collective over the world. Writes DIR/iter_<iteration>/ and then DIR/latest.
+SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
+                          Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
+                          Communicator& world, const TrainConfig& train,
+                          const ParallelConfig& parallel);
+
+class CheckpointReader {
+ public:
+  // DIR/latest -> the iteration folder and its manifest, checked against `run` (nullptr:
+  // the manifest's own model, for --convert). found() is false when DIR has no `latest`.
+  // Collective over `world` (the checksum check is shared out, then a barrier).
+  // run_bf16: the run stores bf16 (its master weights come from a bf16 checkpoint's master,
+  // or an fp32 one's parameters; an fp32 run takes a bf16 checkpoint's master).
+  CheckpointReader(const std::string& dir, Communicator* world, const ModelConfig* run,
+                   bool run_bf16);
+  ~CheckpointReader();
+  bool found() const { return found_; }
+  const std::string& folder() const { return folder_; }
+  const Manifest& manifest() const { return manifest_; }
+  // The full tensor of one kind, assembled from every rank's pieces (checkpoint/reshard.h).
+  std::vector<float> full(const ParamSpec& spec, const std::string& kind);
+  FullTensor source() {
+    return [this](const ParamSpec& spec, const std::string& kind) { return full(spec, kind); };
+  }
+  // Each MoE layer's expert bias, from the shard that saved it (empty when none was).
+  std::vector<float> expert_bias(int layer);
+  TrainingPosition position() const;
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  SafetensorsReader& shard(int s);
+  // shard_indices of a piece's slice, kept for the tensor being read
+  const std::vector<int64_t>& indices(const ParamSpec& spec, const TensorSlice& slice);
+  std::string index_tensor_;
+  std::map<std::string, std::vector<int64_t>> index_cache_;
+  bool found_ = false;
+  bool run_bf16_ = false;
+  std::string dir_, folder_;
+  Manifest manifest_;
+  std::map<int, std::unique_ptr<SafetensorsReader>> shards_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace paralab

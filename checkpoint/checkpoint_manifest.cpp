@@ -1,0 +1,384 @@
+// checkpoint/checkpoint_manifest.cpp: manifest.json written, read strictly, and checked against the
+// run's model (the format is in checkpoint_manifest.h).
+#include "checkpoint/checkpoint_manifest.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include "checkpoint/json.h"
+#include "checkpoint/json_reader.h"
+
+namespace paralab {
+
+namespace {
+
+// The model fields a manifest carries: each with the flag that sets it, read from and written
+// into a ModelConfig. `shape` fields decide a tensor's shape: a run must match them to load.
+struct ModelField {
+  const char* key;
+  const char* flag;
+  bool shape;
+  int64_t (*get)(const ModelConfig&);
+  void (*set)(ModelConfig&, int64_t);
+};
+
+const ModelField kIntFields[] = {
+    {"num_layers", "--num-layers", true, [](const ModelConfig& m) -> int64_t { return m.num_layers; },
+     [](ModelConfig& m, int64_t v) { m.num_layers = (int)v; }},
+    {"hidden_size", "--hidden-size", true, [](const ModelConfig& m) -> int64_t { return m.hidden_size; },
+     [](ModelConfig& m, int64_t v) { m.hidden_size = (int)v; }},
+    {"ffn_hidden_size", "--ffn-hidden-size", true, [](const ModelConfig& m) -> int64_t { return m.ffn(); },
+     [](ModelConfig& m, int64_t v) { m.ffn_hidden_size = (int)v; }},
+    {"num_attention_heads", "--num-attention-heads", true,
+     [](const ModelConfig& m) -> int64_t { return m.num_attention_heads; },
+     [](ModelConfig& m, int64_t v) { m.num_attention_heads = (int)v; }},
+    {"num_query_groups", "--num-query-groups", true, [](const ModelConfig& m) -> int64_t { return m.groups(); },
+     [](ModelConfig& m, int64_t v) { m.num_query_groups = (int)v; }},
+    {"kv_channels", "--kv-channels", true, [](const ModelConfig& m) -> int64_t { return m.head_dim(); },
+     [](ModelConfig& m, int64_t v) { m.kv_channels = (int)v; }},
+    {"seq_length", "--seq-length", true, [](const ModelConfig& m) -> int64_t { return m.seq_length; },
+     [](ModelConfig& m, int64_t v) { m.seq_length = (int)v; }},
+    {"vocab_size", "--vocab-size", true, [](const ModelConfig& m) -> int64_t { return m.vocab_size; },
+     [](ModelConfig& m, int64_t v) { m.vocab_size = (int)v; }},
+    {"qk_layernorm", "--qk-layernorm", true, [](const ModelConfig& m) -> int64_t { return m.qk_layernorm; },
+     [](ModelConfig& m, int64_t v) { m.qk_layernorm = v != 0; }},
+    {"num_experts", "--num-experts", true, [](const ModelConfig& m) -> int64_t { return m.moe.num_experts; },
+     [](ModelConfig& m, int64_t v) { m.moe.num_experts = (int)v; }},
+    {"moe_ffn_hidden_size", "--moe-ffn-hidden-size", true,
+     [](const ModelConfig& m) -> int64_t { return m.moe.enabled() ? m.moe_ffn() : 0; },
+     [](ModelConfig& m, int64_t v) { m.moe.ffn_hidden_size = (int)v; }},
+    {"moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", true,
+     [](const ModelConfig& m) -> int64_t { return m.moe.shared_expert_size; },
+     [](ModelConfig& m, int64_t v) { m.moe.shared_expert_size = (int)v; }},
+    {"moe_shared_expert_gate", "--moe-shared-expert-gate", true,
+     [](const ModelConfig& m) -> int64_t { return m.moe.shared_expert_gate; },
+     [](ModelConfig& m, int64_t v) { m.moe.shared_expert_gate = v != 0; }},
+    {"moe_router_topk", "--moe-router-topk", false, [](const ModelConfig& m) -> int64_t { return m.moe.topk; },
+     [](ModelConfig& m, int64_t v) { m.moe.topk = (int)v; }},
+    {"moe_router_pre_softmax", "--moe-router-pre-softmax", false,
+     [](const ModelConfig& m) -> int64_t { return m.moe.pre_softmax; },
+     [](ModelConfig& m, int64_t v) { m.moe.pre_softmax = v != 0; }},
+    {"moe_router_sigmoid", "--moe-router-score-function", false,
+     [](const ModelConfig& m) -> int64_t { return m.moe.score == Moe::Score::SIGMOID; },
+     [](ModelConfig& m, int64_t v) { m.moe.score = v ? Moe::Score::SIGMOID : Moe::Score::SOFTMAX; }},
+    {"moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", true,
+     [](const ModelConfig& m) -> int64_t { return m.moe.expert_bias; },
+     [](ModelConfig& m, int64_t v) { m.moe.expert_bias = v != 0; }},
+};
+
+// The numbers the maths uses (not the shapes): read back for --convert's export, whose
+// refusals and config.json need them. positive: > 0, else >= 0.
+struct FloatField {
+  const char* key;
+  float (*get)(const ModelConfig&);
+  void (*set)(ModelConfig&, float);
+  bool positive;
+};
+const FloatField kFloatFields[] = {
+    {"norm_epsilon", [](const ModelConfig& m) { return m.norm_epsilon; },
+     [](ModelConfig& m, float v) { m.norm_epsilon = v; }, true},
+    {"rotary_base", [](const ModelConfig& m) { return m.rope_theta; },
+     [](ModelConfig& m, float v) { m.rope_theta = v; }, true},
+    {"moe_router_topk_scaling_factor", [](const ModelConfig& m) { return m.moe.topk_scaling_factor; },
+     [](ModelConfig& m, float v) { m.moe.topk_scaling_factor = v; }, false},
+    {"moe_expert_capacity_factor", [](const ModelConfig& m) { return m.moe.capacity_factor; },
+     [](ModelConfig& m, float v) { m.moe.capacity_factor = v; }, false},
+    {"moe_aux_loss_coeff", [](const ModelConfig& m) { return m.moe.aux_loss_coeff; },
+     [](ModelConfig& m, float v) { m.moe.aux_loss_coeff = v; }, false},
+};
+
+[[noreturn]] void refuse(const std::string& path, const std::string& rule) {
+  throw CheckpointError(path + ": " + rule);
+}
+
+// A number in [lo, hi] that is an integer, else the rule naming the key.
+int64_t integer(const JsonValue& object, const char* key, int64_t lo, int64_t hi,
+                const std::string& path) {
+  const JsonValue* v = object.find(key);
+  if (!v) refuse(path, std::string("missing \"") + key + "\"");
+  int64_t n = 0;
+  try {
+    n = v->as_int();
+  } catch (const JsonError&) {
+    refuse(path, std::string("\"") + key + "\" is not an integer");
+  }
+  if (n < lo || n > hi)
+    refuse(path, std::string("\"") + key + "\" is " + std::to_string(n) + ", outside [" +
+                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return n;
+}
+
+const JsonValue& member(const JsonValue& object, const char* key, JsonValue::Kind kind,
+                        const std::string& path) {
+  const JsonValue* v = object.find(key);
+  if (!v) refuse(path, std::string("missing \"") + key + "\"");
+  if (v->kind != kind) refuse(path, std::string("\"") + key + "\" has the wrong type");
+  return *v;
+}
+
+// A shard's file name is ours alone: rank_NNNNN.safetensors, nothing that leaves the folder.
+bool safe_file_name(const std::string& s) {
+  if (s.empty() || s.size() > 64 || s[0] == '.') return false;
+  for (char c : s)
+    if (!(std::isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-')) return false;
+  return true;
+}
+
+constexpr int64_t kMaxDim = int64_t(1) << 40;  // far above any real tensor, below overflow
+
+}  // namespace
+
+void write_manifest_shard(JsonWriter& j, const ManifestShard& s) {
+  j.begin_object();
+  j.field("rank", s.rank).field("file", s.file).field("bytes", (int64_t)s.bytes);
+  j.field("crc32c", (int64_t)s.crc32c).field("payload_bytes", (int64_t)s.payload_bytes);
+  j.key("expert_bias_layers").begin_array();
+  for (int l : s.expert_bias_layers) j.value(l);
+  j.end_array();
+  j.key("pieces").begin_array();
+  for (const ManifestPiece& p : s.pieces) {
+    j.begin_object().field("tensor", p.tensor).field("entry", p.entry);
+    j.field("begin", p.begin).field("end", p.end);
+    if (p.slice.expert)
+      j.field("ep", p.slice.ep).field("ep_rank", p.slice.ep_rank)
+          .field("etp", p.slice.etp).field("etp_rank", p.slice.etp_rank);
+    else
+      j.field("tp", p.slice.tp).field("tp_rank", p.slice.tp_rank);
+    j.end_object();
+  }
+  j.end_array().end_object();
+}
+
+std::string manifest_json(const Manifest& m) {
+  JsonWriter j(true);
+  j.begin_object();
+  j.field("format", "paralab checkpoint");
+  j.field("version", m.version);
+  j.field("iteration", m.iteration);
+  j.key("model").begin_object();
+  j.field("arch", m.model.arch == Arch::LLAMA ? "llama" : "gpt");
+  for (const ModelField& f : kIntFields) j.field(f.key, f.get(m.model));
+  for (const FloatField& f : kFloatFields) j.field(f.key, (double)f.get(m.model));
+  j.key("moe_layer_pattern").begin_array();
+  for (int l = 0; l < m.model.num_layers && m.model.moe.enabled(); ++l)
+    j.value((int)m.model.moe.is_moe_layer(l));
+  j.end_array();
+  j.end_object();
+  j.key("parallel").begin_object();
+  j.field("tensor_parallel", m.parallel.tensor_parallel);
+  j.field("context_parallel", m.parallel.context_parallel);
+  j.field("pipeline_parallel", m.parallel.pipeline_parallel);
+  j.field("virtual_pipeline", m.parallel.virtual_pipeline);
+  j.field("data_parallel", m.parallel.data_parallel());
+  j.field("expert_parallel", m.parallel.expert_parallel);
+  j.field("expert_tensor_parallel", m.parallel.expert_tensor_parallel);
+  j.field("zero_stage", m.parallel.zero_stage);
+  j.field("world_size", m.parallel.world_size);
+  j.end_object();
+  j.field("bf16", m.bf16);
+  j.field("optimizer", m.optimizer);
+  j.field("seed", (int64_t)m.seed);
+  j.field("global_batch_size", m.global_batch_size);
+  j.field("adam_steps", m.adam_steps);
+  j.field("skipped_steps", m.skipped_steps);
+  j.field("skipped_in_a_row", m.skipped_in_a_row);
+  j.key("tensors").begin_array();
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    j.begin_object().field("name", m.tensors[i]).key("shape").begin_array();
+    for (int64_t d : m.shapes[i]) j.value(d);
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.key("shards").begin_array();
+  for (const ManifestShard& s : m.shards) write_manifest_shard(j, s);
+  j.end_array();
+  j.end_object();
+  return j.str() + "\n";
+}
+
+ManifestShard parse_manifest_shard(const JsonValue& s, int num_layers, const std::string& path) {
+  if (!s.is_object()) refuse(path, "a \"shards\" entry is not an object");
+  using K = JsonValue::Kind;
+  ManifestShard shard;
+  shard.rank = (int)integer(s, "rank", 0, 1 << 20, path);
+  shard.file = member(s, "file", K::STRING, path).as_string();
+  if (!safe_file_name(shard.file)) refuse(path, "shard file name \"" + shard.file + "\" is not allowed");
+  shard.bytes = (uint64_t)integer(s, "bytes", 8, INT64_MAX, path);
+  shard.crc32c = (uint32_t)integer(s, "crc32c", 0, UINT32_MAX, path);
+  shard.payload_bytes = (uint64_t)integer(s, "payload_bytes", 0, INT64_MAX, path);
+  for (const JsonValue& l : member(s, "expert_bias_layers", K::ARRAY, path).as_array()) {
+    if (!l.is_number()) refuse(path, "\"expert_bias_layers\" holds a non-number");
+    const double layer = l.as_double();
+    if (!(layer >= 0 && layer < num_layers) || layer != std::floor(layer))
+      refuse(path, "\"expert_bias_layers\" names a layer the model does not have");
+    shard.expert_bias_layers.push_back((int)layer);
+  }
+  for (const JsonValue& p : member(s, "pieces", K::ARRAY, path).as_array()) {
+    if (!p.is_object()) refuse(path, "a piece is not an object");
+    ManifestPiece piece;
+    piece.tensor = member(p, "tensor", K::STRING, path).as_string();
+    piece.entry = member(p, "entry", K::STRING, path).as_string();
+    piece.begin = integer(p, "begin", 0, kMaxDim, path);
+    piece.end = integer(p, "end", piece.begin, kMaxDim, path);
+    piece.slice.expert = p.find("ep") != nullptr;
+    if (piece.slice.expert) {
+      piece.slice.ep = (int)integer(p, "ep", 1, 1 << 20, path);
+      piece.slice.ep_rank = (int)integer(p, "ep_rank", 0, piece.slice.ep - 1, path);
+      piece.slice.etp = (int)integer(p, "etp", 1, 1 << 20, path);
+      piece.slice.etp_rank = (int)integer(p, "etp_rank", 0, piece.slice.etp - 1, path);
+    } else {
+      piece.slice.tp = (int)integer(p, "tp", 1, 1 << 20, path);
+      piece.slice.tp_rank = (int)integer(p, "tp_rank", 0, piece.slice.tp - 1, path);
+    }
+    shard.pieces.push_back(piece);
+  }
+  return shard;
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& path) {
+  JsonValue root;
+  try {
+    root = parse_json(text);
+  } catch (const JsonError& e) {
+    refuse(path, std::string("not JSON: ") + e.what());
+  }
+  if (!root.is_object()) refuse(path, "not a JSON object");
+  using K = JsonValue::Kind;
+  if (member(root, "format", K::STRING, path).as_string() != "paralab checkpoint")
+    refuse(path, "\"format\" is not \"paralab checkpoint\"");
+  Manifest m;
+  m.version = (int)integer(root, "version", 0, 1 << 30, path);
+  if (m.version != kCheckpointVersion)
+    refuse(path, "version " + std::to_string(m.version) + ", this trainer reads version " +
+                     std::to_string(kCheckpointVersion));
+  m.iteration = (int)integer(root, "iteration", 1, 1 << 30, path);
+  const JsonValue& model = member(root, "model", K::OBJECT, path);
+  const std::string& arch = member(model, "arch", K::STRING, path).as_string();
+  if (arch != "gpt" && arch != "llama") refuse(path, "\"arch\" is neither gpt nor llama");
+  m.model.arch = arch == "llama" ? Arch::LLAMA : Arch::GPT;
+  for (const ModelField& f : kIntFields) f.set(m.model, integer(model, f.key, 0, 1 << 30, path));
+  for (const FloatField& f : kFloatFields) {
+    const double v = member(model, f.key, K::NUMBER, path).as_double();
+    if (!std::isfinite(v) || v > 3e38 || (f.positive ? !(v > 0) : !(v >= 0)))
+      refuse(path, std::string("\"") + f.key + "\" is not " + (f.positive ? "> 0" : ">= 0"));
+    f.set(m.model, (float)v);
+  }
+  for (const JsonValue& v : member(model, "moe_layer_pattern", K::ARRAY, path).as_array()) {
+    if (!v.is_number()) refuse(path, "\"moe_layer_pattern\" holds a non-number");
+    m.model.moe.layer_pattern.push_back(v.as_double() != 0);
+  }
+  if (m.model.moe.enabled() &&
+      (int)m.model.moe.layer_pattern.size() != m.model.num_layers)
+    refuse(path, "\"moe_layer_pattern\" does not have num_layers entries");
+  if (m.model.num_layers < 1 || m.model.hidden_size < 1 || m.model.num_attention_heads < 1 ||
+      m.model.vocab_size < 1 || m.model.seq_length < 1 || m.model.groups() < 1 ||
+      m.model.num_attention_heads % m.model.groups() != 0)
+    refuse(path, "the model's sizes are not a model");
+  const JsonValue& par = member(root, "parallel", K::OBJECT, path);
+  m.parallel.tensor_parallel = (int)integer(par, "tensor_parallel", 1, 1 << 20, path);
+  m.parallel.context_parallel = (int)integer(par, "context_parallel", 1, 1 << 20, path);
+  m.parallel.pipeline_parallel = (int)integer(par, "pipeline_parallel", 1, 1 << 20, path);
+  m.parallel.virtual_pipeline = (int)integer(par, "virtual_pipeline", 1, 1 << 20, path);
+  m.parallel.expert_parallel = (int)integer(par, "expert_parallel", 1, 1 << 20, path);
+  m.parallel.expert_tensor_parallel = (int)integer(par, "expert_tensor_parallel", 1, 1 << 20, path);
+  m.parallel.zero_stage = (int)integer(par, "zero_stage", 0, 3, path);
+  m.parallel.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
+  m.bf16 = member(root, "bf16", K::BOOL, path).as_bool();
+  m.optimizer = member(root, "optimizer", K::BOOL, path).as_bool();
+  m.seed = (uint64_t)integer(root, "seed", 0, INT64_MAX, path);
+  m.global_batch_size = (int)integer(root, "global_batch_size", 1, 1 << 30, path);
+  m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
+  m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
+  m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
+  for (const JsonValue& t : member(root, "tensors", K::ARRAY, path).as_array()) {
+    if (!t.is_object()) refuse(path, "a \"tensors\" entry is not an object");
+    m.tensors.push_back(member(t, "name", K::STRING, path).as_string());
+    std::vector<int64_t> shape;
+    for (const JsonValue& d : member(t, "shape", K::ARRAY, path).as_array()) {
+      if (!d.is_number()) refuse(path, "tensor " + m.tensors.back() + ": a dimension is not a number");
+      int64_t n = 0;
+      try {
+        n = d.as_int();
+      } catch (const JsonError&) {
+        refuse(path, "tensor " + m.tensors.back() + ": a dimension is not an integer");
+      }
+      if (n < 1 || n > kMaxDim) refuse(path, "tensor " + m.tensors.back() + ": a dimension out of range");
+      shape.push_back(n);
+    }
+    m.shapes.push_back(shape);
+  }
+  for (const JsonValue& s : member(root, "shards", K::ARRAY, path).as_array()) {
+    ManifestShard shard = parse_manifest_shard(s, m.model.num_layers, path);
+    if (shard.rank != (int)m.shards.size())
+      refuse(path, "shard " + std::to_string(m.shards.size()) + " says rank " +
+                       std::to_string(shard.rank));
+    m.shards.push_back(shard);
+  }
+  if (m.shards.empty()) refuse(path, "no shards");
+  return m;
+}
+
+void check_manifest(const Manifest& m, const ModelConfig& run, const std::string& path) {
+  if ((m.model.arch == Arch::LLAMA) != (run.arch == Arch::LLAMA))
+    refuse(path, std::string("arch is ") + (m.model.arch == Arch::LLAMA ? "llama" : "gpt") +
+                     ", the run has " + (run.arch == Arch::LLAMA ? "llama" : "gpt") + " (--arch)");
+  for (const ModelField& f : kIntFields)
+    if (f.shape && f.get(m.model) != f.get(run))
+      refuse(path, std::string(f.key) + " is " + std::to_string(f.get(m.model)) +
+                       ", the run has " + std::to_string(f.get(run)) + " (" + f.flag + ")");
+  for (int l = 0; l < run.num_layers && run.moe.enabled(); ++l)
+    if (m.model.moe.is_moe_layer(l) != run.moe.is_moe_layer(l))
+      refuse(path, "layer " + std::to_string(l) + " is " +
+                       (m.model.moe.is_moe_layer(l) ? "MoE" : "dense") + ", the run's is not (--moe-layer-freq)");
+  const std::vector<ParamSpec> table = param_table(run);
+  if (table.size() != m.tensors.size())
+    refuse(path, std::to_string(m.tensors.size()) + " tensors, the model has " +
+                     std::to_string(table.size()));
+  for (size_t i = 0; i < table.size(); ++i)
+    if (table[i].name != m.tensors[i] || table[i].shape != m.shapes[i])
+      refuse(path, "tensor " + std::to_string(i) + " is " + m.tensors[i] + ", the model's is " +
+                       table[i].name + " of another shape");
+  // Coverage: every element of every tensor saved exactly once, over all ranks' pieces.
+  for (const ParamSpec& spec : table) {
+    // what several ranks hold alike (tp-replicated tensors, gpt's tied copy) each saves
+    const bool shared = (spec.split == TpSplit::REPLICATED && !spec.expert) ||
+                        (spec.name == "embedding.word" && run.tied_embeddings());
+    std::vector<char> held(spec.numel(), 0);
+    for (const ManifestShard& s : m.shards)
+      for (const ManifestPiece& p : s.pieces) {
+        if (p.tensor != spec.name) continue;
+        const TensorSlice& c = p.slice;
+        const auto divides = [](int64_t n, int k) { return k >= 1 && n % k == 0; };
+        bool valid;
+        if (c.expert) {
+          const int64_t E = spec.shape[0];
+          valid = spec.expert && spec.shape.size() == 3 && divides(E, c.ep) &&
+                  divides(spec.shape[spec.etp_split == TpSplit::COLUMNS ? 2 : 1] /
+                              (spec.etp_split == TpSplit::HALVES ? 2 : 1),
+                          c.etp);
+        } else {
+          switch (spec.split) {
+            case TpSplit::ROWS: valid = divides(spec.shape[0], c.tp); break;
+            case TpSplit::HALVES: valid = spec.shape[0] % 2 == 0 && divides(spec.shape[0] / 2, c.tp); break;
+            case TpSplit::COLUMNS: valid = spec.shape.size() == 2 && divides(spec.shape[1], c.tp); break;
+            default: valid = true;
+          }
+        }
+        if (!valid) refuse(path, "a piece of " + spec.name + " has a slice the tensor cannot have");
+        const std::vector<int64_t> index = shard_indices(spec, c);
+        if (p.end > (int64_t)index.size())
+          refuse(path, "a piece of " + spec.name + " ends past its slice");
+        for (int64_t i = p.begin; i < p.end; ++i) {
+          if (index[i] < 0) continue;  // vocabulary padding
+          if (held[index[i]] && !shared)
+            refuse(path, spec.name + ": element " + std::to_string(index[i]) + " saved twice");
+          held[index[i]] = 1;
+        }
+      }
+    for (size_t i = 0; i < held.size(); ++i)
+      if (!held[i]) refuse(path, spec.name + ": element " + std::to_string(i) + " saved by no rank");
+  }
+}
+
+}  // namespace paralab

@@ -1,0 +1,91 @@
+// checkpoint/reshard.cpp: full tensors into this rank's slices (the idea is in reshard.h).
+#include "checkpoint/reshard.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include "kernels/ops.h"
+
+namespace paralab {
+
+TensorSlice rank_slice(const Transformer& model, const TensorView& view) {
+  TensorSlice s;
+  if (view.expert) {
+    const ExpertParallel& ep = model.expert_parallel();
+    s.expert = true;
+    s.ep = ep.size(), s.ep_rank = ep.rank();
+    s.etp = ep.etp_size(), s.etp_rank = ep.etp_rank();
+  } else {
+    s.tp = model.tensor_parallel().size(), s.tp_rank = model.tensor_parallel().rank();
+  }
+  return s;
+}
+
+const ParamSpec& full_spec(const std::vector<ParamSpec>& table, const std::string& name) {
+  for (const ParamSpec& p : table)
+    if (p.name == name) return p;
+  throw std::logic_error("full_spec: no tensor " + name);
+}
+
+namespace {
+
+// This rank's local tensor of the view, from the full tensor.
+std::vector<float> local_slice(const Transformer& model, const ParamSpec& spec,
+                               const TensorView& view, const std::vector<float>& full) {
+  const TensorSlice s = rank_slice(model, view);
+  std::vector<float> local = s.expert ? shard_experts(spec, full, s.ep, s.ep_rank, s.etp, s.etp_rank)
+                                      : shard_tensor(spec, full, s.tp, s.tp_rank);
+  if (local.size() != view.numel)
+    throw std::logic_error("reshard: " + spec.name + " slice of the wrong size");
+  return local;
+}
+
+}  // namespace
+
+void load_parameters(Transformer& model, const FullTensor& full) {
+  const std::vector<ParamSpec> table = param_table(model.config());
+  for (bool expert : {false, true}) {
+    DataParallel* owner = expert ? model.expert_data_parallel() : &model.data_parallel();
+    if (!owner) continue;
+    size_t flat = 0;
+    for (const TensorView& v : model.views())
+      if (v.expert == expert) flat = std::max(flat, v.offset + v.numel);
+    std::vector<float> values(flat, 0.0f);
+    for (const TensorView& v : model.views()) {
+      if (v.expert != expert) continue;
+      const ParamSpec& spec = full_spec(table, v.spec->name);
+      const std::vector<float> local = local_slice(model, spec, v, full(spec, "param"));
+      std::copy(local.begin(), local.end(), values.begin() + v.offset);
+    }
+    owner->load_params(values);
+  }
+}
+
+void load_optimizer_state(Transformer& model, AdamW& optimizer, const FullTensor& full) {
+  const std::vector<ParamSpec> table = param_table(model.config());
+  const kernels::Device dev = model.device();
+  std::vector<std::pair<const char*, float*>> kinds = {{"exp_avg", optimizer.exp_avg()},
+                                                       {"exp_avg_sq", optimizer.exp_avg_sq()}};
+  if (optimizer.master()) kinds.push_back({"master", optimizer.master()});
+  for (bool expert : {false, true}) {
+    DataParallel* owner = expert ? model.expert_data_parallel() : &model.data_parallel();
+    if (!owner) continue;
+    const int64_t base = expert ? optimizer.expert_state_offset() : 0;
+    for (const TensorView& v : model.views()) {
+      if (v.expert != expert) continue;
+      const ParamSpec& spec = full_spec(table, v.spec->name);
+      for (const auto& [kind, state] : kinds) {
+        std::vector<float> local;  // read only when this rank owns part of the view
+        for (const OwnedSegment& seg : owner->owned_segments()) {
+          const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
+          const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
+          if (lo >= hi) continue;
+          if (local.empty()) local = local_slice(model, spec, v, full(spec, kind));
+          kernels::memcpy_from_host(dev, state + base + seg.state_offset + (lo - seg.flat_begin),
+                                    local.data() + (lo - v.offset), (hi - lo) * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace paralab

@@ -1,0 +1,133 @@
+// cli/flags_impl.h: what cli/flags.cpp (the flags), cli/flags_check.cpp (the checks), cli/flags_moe.cpp (the
+// MoE flags and their checks), cli/flags_toml.cpp (the --config files) and cli/flags_messages.cpp
+// (CLI11's errors, the manual's layout, --verbose) share: the string flags as typed, and the
+// steps that turn them and the parsed Options into one validated Options. Not for other
+// files: cli/flags.h is the interface.
+//
+// defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
+//          check_moe, add_checkpoint_flags, check_checkpoint_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
+//          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
+#pragma once
+#include <CLI/CLI.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+#include "cli/flags.h"  // defines: Options, FlagError
+
+namespace paralab {
+
+// String flags are kept as text while parsing (so --help lists the choices by name) and
+// mapped to the enums of model/config.h once parsing is done.
+struct RawFlags {
+  std::string arch = "gpt", attention = "flash", lr_decay_style = "cosine";
+  std::string attention_flops = "full", device, comm;
+  bool use_distributed_optimizer = false;
+  int world_size = 0;  // --world-size
+  bool world_size_given = false;  // set after parsing: 0 is an error, not "unset"
+  std::string pipeline_schedule;   // empty: 1f1b, or interleaved with virtual stages
+  int virtual_pipeline = 0;        // 0 = not given
+  int layers_per_virtual_stage = 0;
+  // Recompute (model/config.h Recompute), as typed; "" / empty / 0: not given.
+  std::string recompute_granularity, recompute_method;
+  int recompute_num_layers = 0;
+  bool recompute_num_layers_given = false;  // set after parsing: 0 is an error, not "unset"
+  std::vector<std::string> recompute_modules;
+  // Expert parallelism: --expert-tensor-parallel-size as typed (unset: --tp, Megatron's
+  // default) and --moe-token-dispatcher-type.
+  int expert_tensor_parallel = 0;
+  bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
+  std::string moe_token_dispatcher = "allgather";
+  std::string cp_comm_type = "p2p";
+  std::string cp_layout = "zigzag";
+  // Typed on the command line (not read from a --config file): a preset's warm-up may be
+  // clamped to a decay the user shortened there (cli/flags_check.cpp), the user's own never.
+  bool warmup_on_command_line = false, train_iters_on_command_line = false,
+       decay_iters_on_command_line = false;
+  bool kv_channels_given = false;  // set after parsing: 0 is an error, not "h/a"
+  bool rotary_base_given = false;  // set after parsing: gpt warns that it ignores it
+  // Mixture of experts (cli/flags_moe.cpp), as typed.
+  std::string moe_layer_freq = "1";  // an int N or a list expression, read by check_moe
+  std::string moe_score_function = "softmax", moe_load_balancing = "aux_loss",
+              moe_drop_policy = "probs";
+  // Set after parsing: the --moe-* flags given (a switch: given true), in the manual's order,
+  // and which of the "unset = none" numbers were given (0 is then an error, not "none").
+  std::vector<std::string> moe_flags_given;
+  bool moe_ffn_given = false, moe_capacity_given = false, moe_topk_scaling_given = false;
+};
+
+// Streams its arguments into one FlagError: fail("--x (", 3, ") must ...").
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  throw FlagError(s.str());
+}
+
+// A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
+inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
+                               const std::string& help) {
+  return app.add_flag(names, value, help)->default_function([&value] {
+    return std::string(value ? "true" : "false");
+  });
+}
+
+// Fills the derived values and checks every constraint, the cheap ones first (cli/flags_check.cpp).
+// Throws FlagError (or check_data_file's DataError) naming the flags, the constraint, the values.
+void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus);
+
+// ---- cli/flags_moe.cpp ----
+// The type name of an option that takes an integer or a quoted string (--moe-layer-freq): the
+// --config reader accepts either for it.
+constexpr const char* kIntOrList = "N|LIST";
+// --num-experts and the --moe-* flags, in their own group of the manual.
+void add_moe_flags(CLI::App& app, Options& o, RawFlags& raw);
+// After parsing: which --moe-* flags were given (raw.moe_flags_given and the *_given bools).
+void record_moe_flags_given(const CLI::App& app, RawFlags& raw);
+// Resolves o.model.moe (the layer pattern, the expert width) and checks the MoE flags; after
+// the parallel layout and recompute are resolved. Throws FlagError.
+void check_moe(Options& o, const RawFlags& raw);
+// cli/flags_checkpoint.cpp: --save, --load, --export-hf and their kin, and their checks.
+void add_checkpoint_flags(CLI::App& app, Options& o);
+void check_checkpoint_flags(const Options& o);
+
+// ---- cli/flags_toml.cpp ----
+// One key = value of a --config file and the option it sets.
+struct ConfigEntry {
+  std::string file;
+  int line = 0;
+  std::string key;  // as written
+  const CLI::Option* option = nullptr;
+};
+// Reads each file as the TOML subset paralab accepts and checks that every key names a flag
+// and every value has its type. Returns the entries of all files, in order (a later file
+// overrides an earlier one). Throws FlagError "--config FILE:LINE: ...".
+std::vector<ConfigEntry> check_config_files(const CLI::App& app,
+                                            const std::vector<std::string>& files);
+
+// ---- cli/flags_messages.cpp ----
+// Whether one of opt's names was typed on the command line (`--x v`, `--x=v`, `-v`), as
+// opposed to read from a --config file (CLI11 counts both alike).
+bool typed_on_command_line(const CLI::Option& opt, int argc, const char* const* argv);
+// CLI11's error, as one line in the checks' style ("--lr must be a number, got fast"),
+// naming the file and the line when the value came from a --config file.
+std::string cli11_error_message(const CLI::App& app, const CLI::Error& e, int argc,
+                                const char* const* argv, const std::vector<ConfigEntry>& config);
+// The manual's layout: a negated switch shows its --no-x name alone.
+class ManualFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override;
+};
+// A choice among names, checked on the value that counts (a flag given twice takes the
+// last): "must be one of gpt, llama, got bert".
+CLI::Validator one_of(const std::vector<std::string>& names);
+// --seed: an integer in [0, 2^64 - 1] (CLI11 would wrap a negative one).
+CLI::Validator seed_range();
+// --verbose: every option's final value and where it came from (default, a --config
+// file's line, the command line); `given` holds each option's value as parsed, before
+// resolve_and_check derived the defaults. The options' default functions read the values.
+// The --moe-* rows only when show_moe (a MoE model).
+std::string resolved_options_text(CLI::App& app, int argc, const char* const* argv,
+                                  const std::vector<ConfigEntry>& config,
+                                  const std::vector<std::string>& given, bool show_moe);
+
+}  // namespace paralab

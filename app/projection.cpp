@@ -8,6 +8,8 @@
 #include "kernels/common.h"           // cuda_device_name
 #include "measure/device_memory.h"
 #include "report/rank_metrics.h"      // all_gather_doubles
+#include "report/report.h"
+#include "report/timeline.h"
 
 namespace paralab {
 
@@ -26,6 +28,17 @@ static std::string hardware_dir() {
     if (dir == dir.root_path()) break;
   }
   return here.string();  // its absence is reported where a profile is looked up
+}
+
+PlanOptions plan_options(const Options& o) {
+  PlanOptions p;
+  p.attention_flops = o.attention_flops;
+  p.overlap_grad_reduce = o.overlap_grad_reduce;
+  p.overlap_param_gather = o.overlap_param_gather;
+  p.ddp_bucket_size = o.ddp_bucket_size;
+  p.zero3_prefetch_layers = o.zero3_prefetch_layers;
+  p.flash_ring_by_group = o.comm == Comm::MPI;
+  return p;
 }
 
 HardwareChoice choose_hardware(const Options& o, bool training) {
@@ -111,6 +124,55 @@ void check_run_fits(const Options& o, const Plan& plan, const World& w, Topology
     f.peak_rank = r;
     exit_all_ranks("error: " + fit_error(f), 2);
   }
+}
+
+int run_plan(const Options& o, const World& w) {
+  Plan plan;
+  try {
+    plan = make_plan(o.model, o.train, o.parallel, plan_options(o));
+  } catch (const std::invalid_argument& e) {
+    exit_on_input_error(FlagError(e.what()), w.rank, [](int) { finalize_world(); });
+  }
+  // the time model and the fit check on the hardware profile
+  PlanExtras extras;
+  Peak peak{o.peak_tflops, o.peak_tflops > 0 ? "flag" : "give --peak-tflops or --hardware for MFU"};
+  HardwareChoice hw;
+  try {
+    hw = choose_hardware(o, false);
+    plan_extras(extras, o, plan, hw);
+    if (hw.found && o.peak_tflops <= 0) peak = peak_from_profile(hw.profile, o.train.bf16);
+  } catch (const InputError& e) {
+    exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+  }
+  if (w.rank != 0) return 0;
+  if (o.json)
+    std::printf("%s\n", plan_json(plan, &peak, true, &extras.view).c_str());
+  else
+    std::printf("%s\n%s\n%s", plan_text(plan, &peak).c_str(),
+                time_plan_text(plan, extras.view).c_str(),
+                checkpoint_plan_text(plan, hw.found ? &hw.profile : nullptr).c_str());
+  // The pipeline's simulated timeline: text beside the plan (stderr keeps --json parseable),
+  // and as a Chrome trace at 1 ms per cost unit.
+  const PipelinePlan& pp = plan.pipeline;
+  if (o.print_schedule)
+    std::fprintf(o.json ? stderr : stdout, "%s",
+                 render_timeline(pp.schedule, pp.sim, pp.costs).c_str());
+  if (!o.trace.empty()) {
+    std::vector<TraceSpan> spans;
+    std::vector<TraceFlow> flows;
+    schedule_trace(pp.schedule, pp.sim, pp.costs, 1000.0, &spans, &flows);
+    try {
+      write_chrome_trace(o.trace, spans, flows,
+                         std::string("paralab --plan: simulated ") +
+                             schedule_name(pp.shape.kind) + " schedule, 1 ms per cost unit");
+    } catch (const std::runtime_error& e) {
+      exit_on_input_error(FlagError(e.what()), w.rank, [](int) { finalize_world(); });
+    }
+    std::fprintf(o.json ? stderr : stdout,
+                 "trace: wrote %s (simulated, 1 ms per cost unit; open in ui.perfetto.dev)\n",
+                 o.trace.c_str());
+  }
+  return 0;
 }
 
 }  // namespace paralab

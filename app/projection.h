@@ -8,7 +8,8 @@
 // measurement of the machine it was made on: `trainer --benchmark --benchmark-save`).
 // Without one there is no projection, and the output says how to get one.
 //
-// defines: HardwareChoice, choose_hardware, PlanExtras, plan_extras, check_run_fits
+// defines: plan_options, HardwareChoice, choose_hardware, PlanExtras, plan_extras,
+//          check_run_fits, run_plan
 #pragma once
 #include <string>
 #include "cli/flags.h"
@@ -20,6 +21,9 @@
 #include "report/report_time.h"
 
 namespace paralab {
+
+// The plan's view of the run flags that are not in the configuration structs.
+PlanOptions plan_options(const Options& o);
 
 struct HardwareChoice {
   bool found = false;
@@ -46,5 +50,10 @@ void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const Hard
 // the world; when a rank does not fit (and no --allow-oom), every rank exits with status 2
 // and rank 0 prints one line naming the bytes. Collective.
 void check_run_fits(const Options& o, const Plan& plan, const World& w, Topology& topo);
+
+// `trainer --plan`: the plan, its projection on the hardware profile and the checkpoint's
+// bytes (--json: one object), the simulated schedule (--print-schedule, --trace); rank 0
+// prints. Exit status.
+int run_plan(const Options& o, const World& w);
 
 }  // namespace paralab

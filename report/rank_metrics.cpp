@@ -50,6 +50,26 @@ std::vector<double> clock_offsets(Communicator& world) {
 }
 }  // namespace
 
+RankMetrics rank_metrics_of(int rank, const StepMetrics& s, const CommStats& comm,
+                            const PipelineTiming& timing) {
+  RankMetrics m;
+  m.rank = rank;
+  m.memory_bytes = s.memory_bytes;
+  m.peak_memory_bytes = s.peak_memory_bytes;
+  for (size_t c = 0; c < m.resident_bytes.size(); ++c) m.resident_bytes[c] = s.resident_bytes[c];
+  m.hardware_flops = s.hardware_flops;
+  m.kernel_launches = s.kernel_launches;
+  m.kernel_bytes = s.kernel_bytes;
+  m.attention_launches = s.attention_launches;
+  m.comm = comm;
+  m.comm_events = comm.events();  // --trace's comm lane
+  m.actions = timing.actions;
+  m.exchanges = timing.exchanges;
+  m.run_seconds = timing.run_seconds;
+  m.start_seconds = timing.start_seconds;
+  return m;
+}
+
 std::vector<double> all_gather_doubles(Communicator& world, const std::vector<double>& mine) {
   const kernels::Device dev = world.device();
   const size_t bytes = mine.size() * sizeof(double);

@@ -11,14 +11,21 @@
 // rank 0, offset = t_remote - (t_sent + t_back) / 2 of the fastest of a few round trips
 // (error under half its round trip); PARALAB_CLOCK_PINGPONG=1 forces them on one node.
 //
-// defines: gather_rank_metrics, all_gather_doubles
+// defines: rank_metrics_of, gather_rank_metrics, all_gather_doubles
 #pragma once
 #include <vector>
+#include "parallel/pipeline_parallel.h"  // PipelineTiming
 #include "report/rank_report.h"
+#include "report/report.h"  // StepMetrics
 #include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace paralab {
+
+// This rank's measurements of a step as the gather carries them: the step's ledger, FLOP and
+// kernel counters (StepMetrics), its communication record and its executor's timings.
+RankMetrics rank_metrics_of(int rank, const StepMetrics& s, const CommStats& comm,
+                            const PipelineTiming& timing);
 
 // Every rank's block of doubles (all the same length), in rank order, on every rank: one
 // all-gather of raw bytes. Byte counts below 2^53 pass exactly.

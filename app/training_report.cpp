@@ -1,0 +1,191 @@
+// app/training_report.cpp: what a run prints (app/training.h): begin (the header), report
+// (rank 0, each step: the step line, the ledgers beside the plan, --metrics-jsonl, the
+// measured timeline and --trace, the checkpoint's line) and finish (the summary and the
+// end-of-run files).
+#include <algorithm>
+#include <cstdio>
+#include "app/training.h"
+#include "checkpoint/tensor_file.h"
+#include "kernels/ops.h"
+#include "measure/clock.h"
+#include "report/checkpoint_report.h"
+#include "report/moe_plan.h"
+#include "report/rank_metrics.h"
+#include "report/report_cp.h"
+#include "report/report_time.h"
+#include "report/text.h"
+#include "report/timeline.h"
+
+namespace paralab {
+namespace {
+
+// --save-tensors: every parameter, and as grad.<name> the last step's summed gradient, at full
+// shape by table name (collective: gathered over dp and tp).
+void save_parameters(Transformer& model, const std::string& path, bool rank0) {
+  const std::vector<float> params = model.gather_full(false);
+  const std::vector<float> grads = model.gather_full(true);
+  if (!rank0) return;
+  std::vector<NamedTensor> tensors;
+  size_t offset = 0;
+  for (const ParamSpec& p : param_table(model.config())) {
+    const size_t n = p.numel();
+    tensors.push_back(NamedTensor::floats(
+        p.name, p.shape, std::vector<float>(params.begin() + offset, params.begin() + offset + n)));
+    tensors.push_back(NamedTensor::floats(
+        "grad." + p.name, p.shape,
+        std::vector<float>(grads.begin() + offset, grads.begin() + offset + n)));
+    offset += n;
+  }
+  write_tensor_file(path, tensors);
+}
+
+}  // namespace
+
+void Training::begin() {
+  if (rank0_) {
+    for (const std::string& warning : o_.warnings)
+      std::fprintf(stderr, "paralab: warning: %s\n", warning.c_str());
+    std::printf("%s\n", run_header(plan_, kernels::device_name(o_.device), &peak_).c_str());
+    std::printf("data: %s\n", data_->describe().c_str());
+  }
+  kernels::synchronize(o_.device);
+  train_start_ = now_seconds();
+}
+
+void Training::report(StepRecord& r) {
+  if (!rank0_) return;
+  StepMetrics& s = r.metrics;
+  const Plan& step_plan = *r.step_plan;
+  const int step = r.step;
+  const double seconds = s.step_seconds;
+  std::vector<RankMetrics> report_ranks = r.ranks;  // with their predicted bubble, below
+  if (r.gathered) {
+    s.hardware_flops_all = 0;
+    for (const RankMetrics& m : r.ranks) s.hardware_flops_all += m.hardware_flops;
+  }
+  // The pipeline of rank 0's (tp, dp) position, measured, and its simulation with the
+  // previous step's measured costs (the plan's unit costs at step 1).
+  std::vector<const RankMetrics*> pipeline;
+  for (int q : pipeline_ranks_) pipeline.push_back(&r.ranks[q]);
+  const Simulation measured = measured_timeline(pipeline);
+  if (pp_ > 1) {
+    const Simulation predicted = simulate(plan_.pipeline.schedule, costs_);
+    s.bubble = measured.bubble;
+    s.bubble_predicted = predicted.bubble;
+    fill_bubbles(report_ranks, pipeline_of_, pp_rank_of_, predicted);
+  }
+  costs_ = measured_costs(plan_.pipeline.schedule, pipeline);
+  fill_rates(s, step_plan, peak_);
+  MeasuredTime measured_time;
+  measured_time.step = seconds;
+  measured_time.gemm = s.gemm_seconds;
+  measured_time.comm = &r.comm;
+  if (pp_ > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)
+    measured_time.bubble = report_ranks[0].bubble * seconds;
+  if (hardware_.found) s.projected_time = &projected_, s.measured_time = measured_time;
+
+  // The step line: the loss averaged since the previous line (Megatron's logged loss),
+  // elapsed wall time and ETA = elapsed / steps done x steps left.
+  const bool line = step == 1 || r.last || step % o_.log_interval == 0 || s.skipped;
+  if (!s.skipped) logged_loss_.add(s.loss);  // Megatron's logged loss leaves skipped steps out
+  s.log_interval = o_.log_interval;
+  s.elapsed_seconds = now_seconds() - train_start_;
+  s.eta_seconds = s.elapsed_seconds / (step - start_.iteration) * (o_.train.train_iters - step);
+  if (line) {
+    s.loss_mean = logged_loss_.mean();
+    s.loss_steps = logged_loss_.count();
+    run_.final_train_loss = s.loss_mean;
+    run_.final_train_first = step - s.loss_steps + 1;
+    logged_loss_.reset();
+  }
+  run_.add_step((double)plan_.tokens_per_step, seconds, s.mfu, s.hfu);
+  run_.skipped_steps = skipped_steps_;
+  if (r.evaluated) {
+    s.valid_loss = r.eval.loss;
+    run_.add_eval(step, r.eval.loss, r.eval.seconds, o_.eval_iters);
+  }
+
+  if (step == 1) std::printf("%s\n", step_header(s).c_str());
+  if (line) std::printf("%s\n", step_row(s).c_str());
+  if (r.evaluated)
+    std::printf("%s\n", validation_line(step, r.last, r.eval.loss, o_.eval_iters,
+                                        (int)plan_.global_batch, r.eval.seconds).c_str());
+  if (jsonl_)
+    *jsonl_ << step_json(s, step_plan, w_.rank, &r.comm, r.gathered ? &report_ranks : nullptr,
+                         r.rank_plans.empty() ? nullptr : &r.rank_plans)
+            << "\n"
+            << std::flush;
+  if (r.report) {
+    std::printf("\n%s\n%s\n", memory_table(step_plan, w_.rank, &s).c_str(),
+                flops_table(step_plan, w_.rank, &s).c_str());
+    if (!r.moe.empty())
+      std::printf("%s\n%s\n", moe_table(r.moe, plan_).c_str(),
+                  gemm_calls_table(step_plan, s, w_.rank, &s.moe_nonempty).c_str());
+    if (hardware_.found)
+      std::printf("%s\n", time_measured_text(projected_, measured_time).c_str());
+    else if (step == 1)
+      std::printf("time per step: no projection (%s)\n\n", hardware_.reason.c_str());
+    if (step == 1 && o_.parallel.context_parallel > 1)
+      std::printf("%s\n", cp_plan_text(step_plan, &peak_).c_str());
+    if (w_.size > 1) std::printf("%s\n", rank_memory_table(step_plan, r.ranks).c_str());
+    if (w_.size > 1)
+      std::printf("%s\n%s\n", comm_table(plan_, &r.comm).c_str(),
+                  r.comm.table("communication time (measured only), rank 0").c_str());
+    if (!r.last) std::printf("%s\n", step_header(s).c_str());
+  }
+  // The last step's pipeline as measured: the terminal timeline and the Chrome trace.
+  if (r.last && o_.print_schedule)
+    std::printf("%s", measured_timelines(plan_, r.ranks, pipeline_of_).c_str());
+  if (r.last && !o_.trace.empty()) {
+    std::vector<TraceSpan> spans;
+    std::vector<TraceFlow> flows;
+    std::vector<TraceProcess> processes;
+    measured_trace(plan_, r.ranks, pipeline_of_, &processes, &spans, &flows);
+    write_chrome_trace(o_.trace, spans, flows,
+                       strprintf("paralab: measured %s schedule, step %d, every rank",
+                                 schedule_name(plan_.pipeline.shape.kind), step),
+                       processes);
+    std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o_.trace.c_str());
+  }
+  if (r.saved) {
+    const HardwareProfile* profile = hardware_.found ? &hardware_.profile : nullptr;
+    std::printf("%s", checkpoint_text(r.save, plan_, profile).c_str());
+    if (jsonl_) *jsonl_ << checkpoint_json(r.save, plan_, profile, step) << "\n" << std::flush;
+  }
+  std::fflush(stdout);
+  if (!r.exited.empty())
+    std::printf("stopped after step %d (%s)%s\n", step, r.exited.c_str(),
+                o_.save.empty() ? ": no --save, nothing saved"
+                                : (": resume with --load " + o_.save).c_str());
+}
+
+// The end: the overlapped collectives drained; after bad numbers exit 3 with the one line;
+// else the summary (every rank's largest step and evaluation totals, to rank 0: one gather),
+// --save-tensors and --export-hf.
+int Training::finish(const StepRecord& last) {
+  data_parallel_->drain();
+  if (expert_data_parallel_) expert_data_parallel_->drain();
+  if (!last.stopped.empty()) {
+    if (rank0_) std::fprintf(stderr, "paralab: %s\n", last.stopped.c_str());
+    return 3;
+  }
+  const std::vector<double> peaks =
+      all_gather_doubles(topo_->world(), {(double)my_peak_, (double)my_eval_peak_});
+  if (rank0_) {
+    run_.wall_seconds = now_seconds() - train_start_;
+    for (int q = 0; q < (int)peaks.size() / 2; ++q) {
+      if (peaks[2 * q] > run_.peak_memory_bytes)
+        run_.peak_memory_bytes = (int64_t)peaks[2 * q], run_.peak_memory_rank = q;
+      if (peaks[2 * q + 1] > run_.eval_peak_memory_bytes)
+        run_.eval_peak_memory_bytes = (int64_t)peaks[2 * q + 1], run_.eval_peak_memory_rank = q;
+    }
+    std::printf("\n%s", summary_text(run_).c_str());
+    if (jsonl_) *jsonl_ << summary_json(run_) << "\n" << std::flush;
+    std::fflush(stdout);
+  }
+  if (!o_.save_tensors.empty()) save_parameters(*model_, o_.save_tensors, rank0_);
+  if (!o_.export_hf.empty()) export_weights(*model_, o_, rank0_);
+  return 0;
+}
+
+}  // namespace paralab

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the GoogleTest binary (kernels, plan, flags, data, golden, ledger), the
-# layering of the includes, the command-line error checks, the multi-rank MPI tests
+# layering of the includes, the command-line error checks, every ./trainer command of the
+# README and docs/ (planned), the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
 # benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
@@ -30,6 +31,9 @@ if [ "$mode" = all ] || [ "$mode" = --quick ]; then
   run "unit tests (gtest)" build/unit_tests
   run "layering of the includes" bash tests/check_layout.sh
   run "command-line errors" bash tests/cli_errors.sh ./trainer
+fi
+if [ "$mode" = all ]; then
+  run "every ./trainer command of README and docs/ plans" bash tests/docs_commands.sh ./trainer
 fi
 [ "$mode" = --lessons ] || run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
 if [ "$mode" = --quick ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What a multi-rank run shows of every rank (README "Per rank", "Timeline"): --trace has a
-# process per world rank with its actions on a compute lane and its collectives (tp, dp,
-# pp exchanges) on comm lanes, no empty slices, no flow pointing backwards
+# What a multi-rank run shows of every rank (docs/output.md "Every rank", "Timelines"):
+# --trace has a process per world rank with its actions on a compute lane and its
+# collectives (tp, dp, pp exchanges) on comm lanes, no empty slices, no flow pointing backwards
 # (tests/mpi/check_trace.py); the report's "memory per rank" table lists every rank with
 # every ledger category, predicted above measured, for dp, tp and pp alike; and
 # --print-schedule draws every pipeline, its scale stated once.

@@ -100,6 +100,11 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "vocabulary V: embedding rows and logits per token; every token id of "
                  "--data-path must be below it (plain text needs >= 256)")
       ->capture_default_str()->group(kModel);
+  app.add_option("--make-vocab-size-divisible-by", m.vocab_divisible_by,
+                 "pad the embedding and output layer to a multiple of this x tp rows "
+                 "(Megatron's; 128: GPT-2's 50257 -> 50304) so the output layer's GEMMs take "
+                 "the fast kernels; the padding is masked out of the loss; >= 1")
+      ->capture_default_str()->group(kModel);
   app.add_option("--hidden-dropout", m.hidden_dropout,
                  "dropout probability after the attention projection and after the MLP, "
                  "in [0, 1); saves a 1-byte mask per element for backward")

@@ -245,6 +245,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_at_least("--num-query-groups", m.num_query_groups, 0);
   check_at_least("--seq-length", m.seq_length, 1);
   check_at_least("--vocab-size", m.vocab_size, 1);
+  check_at_least("--make-vocab-size-divisible-by", m.vocab_divisible_by, 1);
   check_at_least("--micro-batch-size", t.micro_batch_size, 1);
   check_at_least("--global-batch-size", t.global_batch_size, 0);
   check_at_least("--train-iters", t.train_iters, 1);

@@ -110,6 +110,11 @@ struct ModelConfig {
   // local_sizes). Elsewhere size 1 (the model's local config divides seq_length instead).
   CpSpec context_parallel;
   int vocab_size = 256;          // V
+  // Megatron's --make-vocab-size-divisible-by: the embedding and output layer hold V rounded
+  // up to a multiple of this x tp rows (padded_vocab), so the output layer's GEMMs have
+  // leading dimensions the fast kernels take (GPT-2: 50257 -> 50304). The padding rows are
+  // initialised like the rest and masked out of the loss; checkpoints and exports hold V.
+  int vocab_divisible_by = 128;
   float hidden_dropout = 0.0f;   // after attention projection and after MLP (gpt)
   float attention_dropout = 0.0f;// on attention probabilities (gpt)
   float norm_epsilon = 1e-5f;

@@ -62,7 +62,11 @@ float Transformer::head_forward(State<T>& s, InFlight<T>& f, const T* x, int val
   // ---- output layer and loss: the gradient of the mean loss over the valid tokens, x grad_scale
   const float ce_scale = valid > 0 ? grad_scale / valid : 0.0f;
   const bool keep = keep_logits_ && tp_.size() == 1;
-  if (keep) last_logits_.assign((size_t)N * V, 0.0f);
+  if (keep) {
+    last_logits_.assign((size_t)N * V, 0.0f);
+    last_logits_columns_ = V;
+    last_logits_valid_ = cols;
+  }
   // the output weight: in the head unit, or (gpt on one stage) the embedding's word table
   const TensorView& head = view(m.tied_embeddings() ? "embedding.word" : "output.weight");
   const bool elsewhere = head.unit != H_unit;

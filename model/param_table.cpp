@@ -22,6 +22,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
   // parallelism can all-reduce their (partial) gradients in one call per unit.
   if (m.is_gpt()) add("embedding.position", {s, h}, true, R);
   add("embedding.word", {V, h}, true, TpSplit::VOCAB);
+  t.back().vocab_multiple = m.vocab_divisible_by;
   for (int i = 0; i < m.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     const bool moe = m.moe.is_moe_layer(i);
@@ -68,12 +69,22 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
   }
   add("final_norm.weight", {h}, false, R);
   if (bias) add("final_norm.bias", {h}, false, R);
-  if (!m.tied_embeddings()) add("output.weight", {V, h}, true, TpSplit::VOCAB);
+  if (!m.tied_embeddings()) {
+    add("output.weight", {V, h}, true, TpSplit::VOCAB);
+    t.back().vocab_multiple = m.vocab_divisible_by;
+  }
   return t;
 }
 
 int64_t padded_vocab(const ModelConfig& m, int tp) {
-  return (m.vocab_size + tp - 1) / tp * tp;
+  const int64_t multiple = (int64_t)m.vocab_divisible_by * tp;
+  return (m.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+int64_t padded_rows(const ParamSpec& full, int tp) {
+  if (full.split != TpSplit::VOCAB) return full.shape[0];
+  const int64_t multiple = full.vocab_multiple * tp;
+  return (full.shape[0] + multiple - 1) / multiple * multiple;
 }
 
 std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep, int etp) {
@@ -106,7 +117,7 @@ std::vector<std::pair<int64_t, int64_t>> owned_rows(const ParamSpec& full, int t
       return {{r * block, block}, {half + r * block, block}};
     }
     default: {  // VOCAB: rows r*Vp/t .. clipped to the real vocabulary
-      const int64_t local = (rows + tp - 1) / tp;
+      const int64_t local = padded_rows(full, tp) / tp;
       return {{r * local, local}};
     }
   }
@@ -116,7 +127,8 @@ std::vector<std::pair<int64_t, int64_t>> owned_rows(const ParamSpec& full, int t
 template <typename T>
 std::vector<T> shard_as(const ParamSpec& full, const std::vector<T>& values, int tp, int rank,
                         T pad) {
-  if (full.split == TpSplit::REPLICATED || tp == 1) return values;
+  if (full.split == TpSplit::REPLICATED || (tp == 1 && padded_rows(full, 1) == full.shape[0]))
+    return values;
   const int64_t rows = full.shape[0];
   const int64_t row = full.shape.size() > 1 ? full.numel() / rows : 1;
   std::vector<T> out;
@@ -183,7 +195,8 @@ std::vector<int64_t> shard_indices(const ParamSpec& full, const TensorSlice& sli
 std::vector<float> unshard_tensor(const ParamSpec& full,
                                   const std::vector<std::vector<float>>& parts) {
   const int tp = (int)parts.size();
-  if (full.split == TpSplit::REPLICATED || tp == 1) return parts.at(0);
+  if (full.split == TpSplit::REPLICATED || (tp == 1 && padded_rows(full, 1) == full.shape[0]))
+    return parts.at(0);
   const int64_t rows = full.shape[0];
   const int64_t row = full.shape.size() > 1 ? full.numel() / rows : 1;
   std::vector<float> out(full.numel());

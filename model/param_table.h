@@ -37,7 +37,8 @@
 //             up half, so SwiGLU pairs stay on one rank.
 //   COLUMNS   row-parallel weights: the input dimension (dim 1) in t blocks.
 //   VOCAB     embedding.word / output.weight: rows split over the vocabulary, padded to a
-//             multiple of t (the padding rows are zero and masked out of the loss).
+//             multiple of vocab_multiple x t (Megatron's --make-vocab-size-divisible-by);
+//             the padding rows are drawn like the rest and masked out of the loss.
 //   REPLICATED norms, position embedding, row-parallel biases: every rank holds all of it;
 //             under sequence parallelism each rank sees only its tokens, so the gradients
 //             of these are partial sums and are all-reduced over tp (sp_partial_grad).
@@ -60,6 +61,8 @@ struct ParamSpec {
   // An expert tensor's split of each expert over etp (as TpSplit over tp, on the expert's own
   // 2-D slice): fc1 ROWS (gpt) or HALVES (llama's [gate | up]), fc2 COLUMNS.
   TpSplit etp_split = TpSplit::REPLICATED;
+  // VOCAB: the full rows are padded to a multiple of vocab_multiple x tp (padded_rows).
+  int64_t vocab_multiple = 1;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -74,8 +77,12 @@ std::vector<ParamSpec> param_table(const ModelConfig& m);
 // 1/etp of each expert's width (etp_split).
 std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep = 1,
                                          int etp = 1);
-// The vocabulary rounded up to a multiple of tp (Megatron pads it the same way).
+// The vocabulary rounded up to a multiple of --make-vocab-size-divisible-by x tp (Megatron's
+// _vocab_size_with_padding): the rows the tp ranks hold together, Vp/tp each.
 int64_t padded_vocab(const ModelConfig& m, int tp);
+// A full tensor's rows as the tp ranks hold them together: VOCAB tensors padded as above,
+// the others as they are.
+int64_t padded_rows(const ParamSpec& full, int tp);
 // Sum of numel over the full table: the parameter count Psi.
 int64_t parameter_count(const ModelConfig& m);
 // Where each unit starts in a rank's flat vector (size L+3, last = its parameter count):

@@ -221,7 +221,14 @@ void Transformer::init_parameters(uint64_t seed) {
       // the projections back into the residual stream: attention's, the MLP's, the experts'
       const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
                                name.find("fc2.weight") != std::string::npos;
-      std::vector<float> full(p.numel());
+      // the vocabulary's padding rows are drawn like the rest (Megatron's padded tensor):
+      // rows V.. of the full tensor continue its element index, so rows < V do not move
+      ParamSpec drawn = p;
+      if (p.split == TpSplit::VOCAB) {
+        drawn.shape[0] = padded_rows(p, tp_.size());
+        drawn.vocab_multiple = 1;
+      }
+      std::vector<float> full(drawn.numel());
       for (size_t i = 0; i < full.size(); ++i) {
         if (bias) full[i] = 0.0f;
         else if (norm) full[i] = 1.0f;
@@ -235,7 +242,7 @@ void Transformer::init_parameters(uint64_t seed) {
       // experts apart: this rank's experts (a block of dim 0), its etp slice of each
       const std::vector<float> mine =
           experts ? shard_experts(p, full, ep_.size(), ep_.rank(), ep_.etp_size(), ep_.etp_rank())
-                  : shard_tensor(p, full, tp_.size(), tp_.rank());
+                  : shard_tensor(drawn, full, tp_.size(), tp_.rank());
       local.insert(local.end(), mine.begin(), mine.end());
     }
     return local;

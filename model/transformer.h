@@ -153,15 +153,18 @@ class Transformer {
   std::vector<float> gather_full(bool grads);
 
   // Host copies of this rank's (local) tensor by name (tests, golden files); collective
-  // over dp.
+  // over dp. The vocabulary's padding rows are left out: on one tp rank these are the full
+  // tensors, (V, h) as the golden files and Hugging Face hold them.
   std::vector<float> get_param(const std::string& name);
   void set_param(const std::string& name, const std::vector<float>& values);
   std::vector<float> get_grad(const std::string& name);
-  // Logits (B*S, V) of the last forward; only kept when keep_logits(true) was set (tests).
+  // Logits (B*S, V) of the last forward, this rank's real vocabulary columns (the padding
+  // left out); only kept when keep_logits(true) was set (tests).
   void keep_logits(bool keep) { keep_logits_ = keep; }
-  std::vector<float> last_logits() const { return last_logits_; }
+  std::vector<float> last_logits() const;
 
  private:
+  size_t unpadded_numel(const TensorView& v) const;  // without the vocabulary's padding
   // The (microbatch, chunk) pairs in flight and the scratch, per storage type (float or
   // kernels::bf16); model/transformer_state.h.
   template <typename T>
@@ -205,7 +208,8 @@ class Transformer {
   DataParallel* expert_dp_ = nullptr;
   size_t num_params_ = 0;
   bool keep_logits_ = false;
-  std::vector<float> last_logits_;
+  std::vector<float> last_logits_;          // (B*S, V local) as the head made them
+  int last_logits_columns_ = 0, last_logits_valid_ = 0;
   // Per global layer held here, the unit-relative offset of each of its tensors (-1:
   // absent, e.g. llama biases).
   std::vector<LayerTensorOffsets> layer_offsets_;

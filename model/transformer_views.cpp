@@ -75,27 +75,46 @@ std::vector<float> Transformer::gather_full(bool grads) {
   return out;
 }
 
+// Elements of a local tensor without the vocabulary's padding rows: its real rows come first
+// (padded_rows), so they are a prefix.
+size_t Transformer::unpadded_numel(const TensorView& v) const {
+  if (v.spec->split != TpSplit::VOCAB) return v.numel;
+  const int64_t rows = v.spec->shape[0], row = (int64_t)v.numel / rows;
+  const int64_t real = std::max<int64_t>(0, std::min<int64_t>(
+                                                rows, config_.vocab_size - tp_.rank() * rows));
+  return (size_t)(real * row);
+}
+
 std::vector<float> Transformer::get_param(const std::string& name) {
   const TensorView& v = view(name);
   const std::vector<float> all = (v.expert ? expert_dp_ : dp_)->gather_params();
-  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
+  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + unpadded_numel(v));
 }
 
 void Transformer::set_param(const std::string& name, const std::vector<float>& values) {
   const TensorView& v = view(name);
-  if (values.size() != v.numel)
-    throw std::runtime_error(name + ": expected " + std::to_string(v.numel) + " values, got " +
-                             std::to_string(values.size()));
+  if (values.size() != unpadded_numel(v))
+    throw std::runtime_error(name + ": expected " + std::to_string(unpadded_numel(v)) +
+                             " values, got " + std::to_string(values.size()));
   DataParallel* owner = v.expert ? expert_dp_ : dp_;
   std::vector<float> all = owner->gather_params();
   std::copy(values.begin(), values.end(), all.begin() + v.offset);
   owner->load_params(all);
 }
 
+std::vector<float> Transformer::last_logits() const {
+  const size_t V = (size_t)last_logits_columns_, rows = V > 0 ? last_logits_.size() / V : 0;
+  std::vector<float> out;
+  out.reserve(rows * last_logits_valid_);
+  for (size_t i = 0; i < rows; ++i)
+    out.insert(out.end(), last_logits_.begin() + i * V, last_logits_.begin() + i * V + last_logits_valid_);
+  return out;
+}
+
 std::vector<float> Transformer::get_grad(const std::string& name) {
   const TensorView& v = view(name);
   const std::vector<float> all = (v.expert ? expert_dp_ : dp_)->gather_grads();
-  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + v.numel);
+  return std::vector<float>(all.begin() + v.offset, all.begin() + v.offset + unpadded_numel(v));
 }
 
 }  // namespace paralab

@@ -26,9 +26,10 @@
 //
 // Tensor parallelism t (notes/model.md, "Tensor parallelism"; parallel/tensor_parallel.h):
 // every count above is of the rank's LOCAL flat vector, local_param_table(m, t), whose
-// vocabulary rows are padded to Vp = t ceil(V/t); ZeRO shards that vector over dp. With
-// sequence parallelism the tensors between the blocks hold N_l = N/t tokens, else N; the
-// attention and MLP internals hold all N tokens of the rank's a/t heads and f/t columns.
+// vocabulary rows are padded to Vp = m t ceil(V/(m t)) (m: --make-vocab-size-divisible-by,
+// 128 by default, as Megatron); ZeRO shards that vector over dp. With sequence parallelism
+// the tensors between the blocks hold N_l = N/t tokens, else N; the attention and MLP
+// internals hold all N tokens of the rank's a/t heads and f/t columns.
 // Ranks: tp fastest, then cp, dp, pp: rank = tp_rank + t (cp_rank + cp (dp_rank + dp pp_rank)).
 //
 // Pipeline parallelism p (parallel/pipeline_schedule.h; plan/pipeline.cpp): each pp rank
@@ -247,7 +248,7 @@ struct Plan {
   int dp_cp = 1;
   int tp = 1;
   bool sequence_parallel = false;  // in effect: asked for and tp > 1
-  int64_t padded_vocab = 0;   // Vp: V rounded up to a multiple of tp
+  int64_t padded_vocab = 0;   // Vp: V rounded up to a multiple of m x tp (model/param_table.h)
   int64_t global_batch = 0;   // sequences per step, all ranks
   int64_t microbatches_per_rank = 0;  // gradient-accumulation steps
   int64_t tokens_per_step = 0;

@@ -13,11 +13,14 @@
 namespace paralab {
 
 // ---- memory ledger -----------------------------------------------------------------------
-// Megatron pads the vocabulary to a multiple of tp; the rank's table holds the zero rows.
+// Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp; each
+// rank's table holds its share of the padding rows (drawn like the rest, masked in the loss).
 std::string vocab_padding_note(const Plan& plan) {
   if (plan.padded_vocab == plan.model.vocab_size) return "";
-  return strprintf("vocab %d padded to %lld for tp %d", plan.model.vocab_size,
-             (long long)plan.padded_vocab, plan.tp);
+  const int multiple = plan.model.vocab_divisible_by;
+  return strprintf("vocab %d padded to %lld for tp %d%s", plan.model.vocab_size,
+                   (long long)plan.padded_vocab, plan.tp,
+                   multiple > 1 ? strprintf(" (a multiple of %d x tp)", multiple).c_str() : "");
 }
 
 // One layer's activations as the notes print them: a dense layer's, an MoE layer's, or both

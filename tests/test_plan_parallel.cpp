@@ -327,6 +327,28 @@ TEST(PlanTensorParallel, ReportShowsTheCheck) {
 }
 
 // gpt3-175b on tp 8 x dp 128, `--plan --json`: no allocation, at once.
+// Megatron's _vocab_size_with_padding: V rounded up to a multiple of
+// --make-vocab-size-divisible-by x tp (GPT-2's 50257: 50304 at tp 1, 50432 at tp 2, 51200 at
+// tp 8, as Megatron prints "padded vocab (size: 50257) with 943 dummy tokens (new size:
+// 51200)" at tp 8). Each rank holds Vp/t rows of each vocabulary tensor; Psi stays V's.
+TEST(PlanTensorParallel, VocabPaddingAsMegatron) {
+  for (auto [t, Vp] : std::vector<std::pair<int, int64_t>>{{1, 50304}, {2, 50432}, {8, 51200}}) {
+    SCOPED_TRACE("tp " + std::to_string(t));
+    ModelConfig m = gpt(2, 64, 8, 32, 50257);
+    m.vocab_divisible_by = 128;
+    const Plan p = make_plan(m, batch(1, 8, true), grid(t, 1, true, 1));
+    EXPECT_EQ(p.padded_vocab, Vp);
+    const int64_t h = 64, replicated = 2 * 6 * h + 32 * h + 2 * h;
+    EXPECT_EQ(p.ranks[0].params * t, p.params_total + (Vp - 50257) * h + (t - 1) * replicated);
+    EXPECT_EQ(p.params_total, parameter_count(m));  // Psi: the real vocabulary's
+    EXPECT_NE(plan_text(p, nullptr).find("vocab 50257 padded to " + std::to_string(Vp)),
+              std::string::npos);
+  }
+  // 1: tp alone (the behaviour before the flag), as the tests above count it
+  ModelConfig m = gpt(2, 64, 8, 32, 50257);
+  EXPECT_EQ(make_plan(m, batch(1, 8, true), grid(8, 1, true, 1)).padded_vocab, 50264);
+}
+
 TEST(PlanTensorParallel, Gpt3Tp8Dp128) {
   ModelConfig m = gpt(96, 12288, 96, 2048, 50257);
   const auto start = std::chrono::steady_clock::now();

@@ -176,7 +176,8 @@ for s in (4096, 49152):
           want)
 
 p = load("gpt3_naive_sel")
-L, h, s, V = 96, 12288, 2048, 50257
+L, h, s = 96, 12288, 2048
+V = int(p["params"]["padded_vocab"])  # 50304: the FLOPs count Megatron's padded vocabulary
 x = Fr(s, 6 * h) + Fr(V, 12 * h * L)
 want = 1 + Fr(s, 36 * h) / (1 + x)
 check(f"gpt3-175b naive, selective: hardware/model = 1 + (s/36h)/(1 + s/6h + V/12hL) = {float(want):.4f}",

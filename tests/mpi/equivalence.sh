@@ -55,11 +55,15 @@ check "gpt-tp4" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4
 check "gpt-tp4-sp" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4 --sequence-parallel
 check "llama-tp4" "llama4-ref" 4 $llama4 $common --micro-batch-size 8 --tp 4
 check "llama-tp4-sp" "llama4-ref" 4 $llama4 $common --micro-batch-size 8 --tp 4 --sequence-parallel
-# a vocabulary tp does not divide: padded to a multiple of tp, the padding masked out
+# a vocabulary tp does not divide: padded to a multiple of 128 x tp (Megatron's
+# --make-vocab-size-divisible-by), the padding masked out; and padded to tp only, 1: the
+# padding rows (drawn like the rest) never reach a loss, a gradient or a real parameter
 gpt63="${gpt/--vocab-size 64/--vocab-size 63}"
 run "gpt63-ref" 1 $gpt63 $common --micro-batch-size 8 || { echo "reference run failed"; exit 1; }
 check "gpt63-tp2-sp" "gpt63-ref" 2 $gpt63 $common --micro-batch-size 8 --tp 2 --sequence-parallel
 check "gpt63-tp4" "gpt63-ref" 4 $gpt63 $common --micro-batch-size 8 --tp 4
+check "gpt63-tp2-divisible-by-1" "gpt63-ref" 2 $gpt63 $common --micro-batch-size 8 --tp 2 \
+  --make-vocab-size-divisible-by 1
 
 # --bf16: the same runs in bf16 storage against the single-rank bf16 run. Sums of bf16
 # gradients in another order round differently, so the bound is bf16's (2e-2), not fp32's;

@@ -7,6 +7,7 @@
 #include "app/training.h"
 #include "checkpoint/tensor_file.h"
 #include "kernels/ops.h"
+#include "plan/gemm_calls.h"  // unaligned_gemm_dims
 #include "measure/clock.h"
 #include "report/checkpoint_report.h"
 #include "report/moe_plan.h"
@@ -45,6 +46,9 @@ void Training::begin() {
   if (rank0_) {
     for (const std::string& warning : o_.warnings)
       std::fprintf(stderr, "paralab: warning: %s\n", warning.c_str());
+    if (o_.device == kernels::Device::CUDA && !unaligned_gemm_dims(plan_).empty())
+      std::fprintf(stderr, "paralab: warning: GEMM leading dimensions %s\n",
+                   gemm_alignment_text(plan_).c_str());
     std::printf("%s\n", run_header(plan_, kernels::device_name(o_.device), &peak_).c_str());
     std::printf("data: %s\n", data_->describe().c_str());
   }

@@ -124,4 +124,36 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
   return p;
 }
 
+std::vector<std::string> unaligned_gemm_dims(const Plan& plan) {
+  const ModelConfig& m = plan.model;
+  const ParallelConfig& par = plan.parallel;
+  const int t = par.tensor_parallel;
+  std::vector<std::pair<std::string, int64_t>> dims = {
+      {"hidden size", m.hidden_size},
+      {"qkv width per rank", m.qkv_size() / t},
+      {"attention width per rank", (int64_t)m.num_attention_heads * m.head_dim() / t},
+      {"vocabulary rows per rank", plan.padded_vocab / t}};
+  if (!m.moe.enabled() || std::find(m.moe.layer_pattern.begin(), m.moe.layer_pattern.end(),
+                                     0) != m.moe.layer_pattern.end()) {  // a dense MLP somewhere
+    dims.push_back({"fc1 width per rank", m.fc1_size() / t});
+    dims.push_back({"ffn width per rank", m.ffn() / t});
+  }
+  if (m.attention == AttentionImpl::NAIVE) {  // Q K^T and P V per head: ld d and the keys
+    dims.push_back({"head dim", m.head_dim()});
+    dims.push_back({"keys per rank (naive attention)", m.seq_length / par.context_parallel});
+  }
+  if (m.moe.num_experts > 0) {
+    const int etp = par.experts_apart() ? par.expert_tensor_parallel : t;
+    dims.push_back({"experts (router logits)", m.moe.num_experts});
+    dims.push_back({"expert fc1 width per rank", m.moe_fc1_size() / etp});
+    dims.push_back({"expert width per rank", m.moe_ffn() / etp});
+    if (m.moe.shared_expert_size > 0)
+      dims.push_back({"shared expert width per rank", m.moe.shared_expert_size / t});
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, value] : dims)
+    if (value % 8 != 0) out.push_back(name + " " + std::to_string(value));
+  return out;
+}
+
 }  // namespace paralab

@@ -36,8 +36,16 @@
 // and exact when given the measured counts: model/moe.h MoeLayerStats::nonempty_experts
 // (summed over the step's microbatches, per layer; the recompute's forward routes the same).
 //
+// Alignment (unaligned_gemm_dims): the leading dimensions of a rank's GEMMs, a multiple of 8
+// elements each (16 bytes of bf16) for cuBLAS to take its tensor-core kernels on Hopper (an
+// output layer of 50257 columns fell back to sm75 kernels at a tenth of the rate: issue 26;
+// Megatron pads the vocabulary for the same reason). They are the row widths of the tensors
+// the products read and write: h; the rank's qkv, attention, fc1 and ffn widths; its
+// vocabulary rows; and, by the path taken, the head dim and the keys of naive attention's
+// batched products, the experts' count (the router's logits) and widths.
+//
 // defines: kGemmLabels, GemmCallPrediction, predict_gemm_calls, expected_nonempty_experts,
-//          paper_per_expert_calls
+//          paper_per_expert_calls, unaligned_gemm_dims
 #pragma once
 #include <array>
 #include <cstdint>
@@ -73,5 +81,9 @@ double expected_nonempty_experts(const Moe& moe, int64_t tokens);
 // up, down unfused). Qwen3-30B-A3B: 48 x 128 x 2 x 3 = 36,864 (3 projections: 55,296); grouped
 // 48 x 2 x 3 = 288.
 int64_t paper_per_expert_calls(const ModelConfig& m, int projections, bool grouped);
+
+// The leading dimensions of rank 0's GEMMs that are not multiples of 8 elements, each as
+// "name value" (e.g. "head dim 12"); empty when every one is.
+std::vector<std::string> unaligned_gemm_dims(const Plan& plan);
 
 }  // namespace paralab

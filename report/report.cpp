@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <utility>
+#include "plan/gemm_calls.h"     // unaligned_gemm_dims
 #include "plan/moe_params.h"     // flops_conventions
 #include "report/report_impl.h"  // CommRow, comm_rows
 #include "report/report_cp.h"    // cp_plan_text
@@ -272,6 +273,14 @@ std::string comm_table(const Plan& plan, const CommStats* measured) {
 }
 
 // ---- --plan, human -------------------------------------------------------------------------
+std::string gemm_alignment_text(const Plan& plan) {
+  const std::vector<std::string> dims = unaligned_gemm_dims(plan);
+  if (dims.empty()) return "every leading dimension a multiple of 8 elements (cuBLAS's fast kernels)";
+  std::string t = "not a multiple of 8 elements, so cuBLAS takes slower kernels on a GPU: ";
+  for (size_t i = 0; i < dims.size(); ++i) t += (i ? ", " : "") + dims[i];
+  return t;
+}
+
 std::string plan_text(const Plan& plan, const Peak* peak) {
   const ModelConfig& m = plan.model;
   std::string t = run_header(plan, "", peak) + "\n\n";
@@ -280,10 +289,10 @@ std::string plan_text(const Plan& plan, const Peak* peak) {
            format_si((double)plan.ranks[0].params).c_str(),
            format_si((double)plan.ranks[0].params_stored).c_str());
   if (plan.tp > 1)
-    t += strprintf("tp       %d ranks split heads, ffn and vocabulary%s%s%s\n", plan.tp,
-             plan.sequence_parallel ? "; sequence parallel: N/t tokens between blocks" : "",
-             vocab_padding_note(plan).empty() ? "" : "; ",
-             vocab_padding_note(plan).c_str());
+    t += strprintf("tp       %d ranks split heads, ffn and vocabulary%s\n", plan.tp,
+             plan.sequence_parallel ? "; sequence parallel: N/t tokens between blocks" : "");
+  if (!vocab_padding_note(plan).empty()) t += "vocab    " + vocab_padding_note(plan).substr(6) + "\n";
+  t += "gemms    " + gemm_alignment_text(plan) + "\n";
   t += strprintf("batch    global %lld x %d tokens = %lld tokens/step; micro %d; %lld microbatch(es) "
            "per rank\n\n", (long long)plan.global_batch, m.seq_length,
            (long long)plan.tokens_per_step, plan.train.micro_batch_size,

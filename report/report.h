@@ -107,6 +107,9 @@ std::string format_si(double value, int decimals = 2);  // "12.40k", "3.15P"
 std::string format_duration(double seconds);           // "42.3s", "7:05", "1:02:09"
 
 std::string run_header(const Plan& plan, const std::string& device, const Peak* peak);
+// The GEMMs' leading dimensions (plan/gemm_calls.h unaligned_gemm_dims): "every leading
+// dimension a multiple of 8 elements ..." or the ones that are not.
+std::string gemm_alignment_text(const Plan& plan);
 // The header's columns follow what `s` carries (comm, bubble), so print the header from
 // the first step's metrics and every row from its own. Columns: step, loss (mean since the
 // last line), lr, gnorm, ms, tok/s, MFU, HFU, mem(MiB), elapsed, ETA[, comm(MiB)][, bubble].

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 #include <vector>
+#include "plan/gemm_calls.h"     // unaligned_gemm_dims
 #include "plan/moe_params.h"     // flops_conventions
 #include "checkpoint/json.h"         // JsonWriter
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
@@ -174,6 +175,10 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   j.field("per_rank_stored", plan.ranks.at(0).params_stored);
   j.field("zero_shard", plan.zero_shard);
   j.field("vocab_size", m.vocab_size).field("padded_vocab", plan.padded_vocab).end_object();
+  // the GEMMs' leading dimensions that are not multiples of 8 elements (plan/gemm_calls.h)
+  j.key("unaligned_gemm_dims").begin_array();
+  for (const std::string& d : unaligned_gemm_dims(plan)) j.value(d);
+  j.end_array();
   // a checkpoint's tensor data per rank (plan/checkpoint.cpp)
   j.key("checkpoint").begin_object().key("bytes_per_rank").begin_array();
   int64_t checkpoint_total = 0;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 #include <vector>
+#include "plan/gemm_calls.h"
 #include "plan/plan.h"
 #include "report/report.h"
 #include "model/param_table.h"
@@ -347,6 +348,28 @@ TEST(PlanTensorParallel, VocabPaddingAsMegatron) {
   // 1: tp alone (the behaviour before the flag), as the tests above count it
   ModelConfig m = gpt(2, 64, 8, 32, 50257);
   EXPECT_EQ(make_plan(m, batch(1, 8, true), grid(8, 1, true, 1)).padded_vocab, 50264);
+}
+
+// The GEMMs' leading dimensions the fast kernels want (plan/gemm_calls.h): GPT-2 at the default
+// padding has none unaligned; its 50257 rows unpadded do, and so do a head dim of 12 under
+// naive attention and an odd width per tp rank.
+TEST(PlanTensorParallel, UnalignedGemmDims) {
+  ModelConfig m = gpt(12, 768, 12, 1024, 50257);
+  m.vocab_divisible_by = 128;
+  EXPECT_TRUE(unaligned_gemm_dims(make_plan(m, batch(1, 8, true), grid(1, 1, true, 1))).empty());
+  m.vocab_divisible_by = 1;
+  EXPECT_EQ(unaligned_gemm_dims(make_plan(m, batch(1, 8, true), grid(1, 1, true, 1))),
+            std::vector<std::string>{"vocabulary rows per rank 50257"});
+  ModelConfig n = gpt(2, 48, 4, 64, 256);  // d 12
+  n.attention = AttentionImpl::NAIVE;
+  n.ffn_hidden_size = 200;                // 100 per rank at tp 2
+  const Plan p = make_plan(n, batch(1, 8, true), grid(2, 1, true, 1));
+  EXPECT_EQ(unaligned_gemm_dims(p),
+            (std::vector<std::string>{"fc1 width per rank 100", "ffn width per rank 100",
+                                      "head dim 12"}));
+  EXPECT_NE(plan_text(p, nullptr).find("gemms    not a multiple of 8 elements"), std::string::npos);
+  EXPECT_NE(plan_json(p, nullptr, false).find("\"unaligned_gemm_dims\":[\"fc1 width per rank 100\""),
+            std::string::npos);
 }
 
 TEST(PlanTensorParallel, Gpt3Tp8Dp128) {

@@ -1,8 +1,7 @@
-// parallel/attention_pass.cpp: a naive attention pass as GEMMs and the block kernels
-// (parallel/attention_pass.h). The flash pass is one kernel call each way
-// (kernels::flash_attention_forward / backward), made by parallel/context_parallel.cpp.
-//
-// Per (batch, group) with R = A/G heads of qr query rows and kr key rows:
+// parallel/attention_pass.cpp: one attention pass (parallel/attention_pass.h), flash or
+// naive. The flash pass is one kernel call each way (kernels::flash_attention_forward /
+// backward), on the ring over MPI one call per (batch, group); the naive pass is GEMMs and
+// the block kernels, per (batch, group) with R = A/G heads of qr query rows and kr key rows:
 //   forward   scores = Q K^T (R qr, kr);  P = softmax(scale scores, mask);  P' = dropout(P)
 //             O = P' V (R qr, D)
 //   backward  dP' = dO V^T;  dV += P'^T dO;  dP = dP' keep / (1-p)
@@ -13,7 +12,8 @@
 #include "parallel/attention_pass.h"
 
 #include "kernels/ops.h"
-#include "parallel/context_parallel.h"
+#include "parallel/comm.h"              // comm_progress
+#include "parallel/context_parallel.h"  // CoreShape, CorePass, CoreSaved, CoreWorkspace
 
 namespace paralab {
 
@@ -53,12 +53,9 @@ struct PassGeometry {
   Operand k_view() const { return {0, kh, D}; }
 };
 
-}  // namespace
-
-int attention_gemm_calls(const CoreShape& s, const kernels::AttentionBlock& blk) {
-  return PassGeometry(s, blk).calls();
-}
-
+// The naive pass, its pointers at the view's first row: scores = Q K^T, probs = the block's
+// softmax (lse at the q view, may be nullptr), and with attention dropout its mask and the
+// dropped probabilities.
 template <typename T>
 void naive_pass_probs(kernels::Device dev, const CoreShape& s, const kernels::AttentionBlock& blk,
                       const T* q, const T* k, T* scores, T* probs, float* lse, uint8_t* mask,
@@ -74,6 +71,7 @@ void naive_pass_probs(kernels::Device dev, const CoreShape& s, const kernels::At
                                        s.stream, blk);
 }
 
+// o ("=", at the q view) = P' V.
 template <typename T>
 void naive_pass_output(kernels::Device dev, const CoreShape& s,
                        const kernels::AttentionBlock& blk, const T* used, const T* v, T* o) {
@@ -84,6 +82,9 @@ void naive_pass_output(kernels::Device dev, const CoreShape& s,
                v, g.k_view(), o, g.q_view(j), g.batch);
 }
 
+// The pass's gradients: dq, dk, dv (+=) from dout, with delta (the rows' dout . o at the q
+// view; nullptr when the pass is every row's whole softmax). dprobs, scores: scratch of the
+// pass's (B*A, q.rows, k.rows).
 template <typename T>
 void naive_pass_backward(kernels::Device dev, const CoreShape& s,
                          const kernels::AttentionBlock& blk, const T* q, const T* k, const T* v,
@@ -116,18 +117,80 @@ void naive_pass_backward(kernels::Device dev, const CoreShape& s,
   }
 }
 
-#define PARALAB_PASS(T)                                                                      \
-  template void naive_pass_probs(kernels::Device, const CoreShape&,                          \
-                                 const kernels::AttentionBlock&, const T*, const T*, T*, T*, \
-                                 float*, uint8_t*, T*);                                      \
-  template void naive_pass_output(kernels::Device, const CoreShape&,                         \
-                                  const kernels::AttentionBlock&, const T*, const T*, T*);   \
-  template void naive_pass_backward(kernels::Device, const CoreShape&,                       \
-                                    const kernels::AttentionBlock&, const T*, const T*,      \
-                                    const T*, const T*, const T*, const uint8_t*,            \
-                                    const float*, const T*, T*, T*, T*, T*, T*);
-PARALAB_PASS(float)
-PARALAB_PASS(kernels::bf16)
-#undef PARALAB_PASS
+// On the MPI backend a posted transfer moves only inside MPI calls, so the ring's flash passes
+// run one (batch, group) at a time with comm_progress() between: the block travels during
+// the step's attention, and the report's exposed time shows what that hid. Each call is the
+// pass on one group's R = A/G heads (B = 1, G = 1), its dropout index's head offset
+// carrying (b, g); the heads are independent, so the results are the same bits. run(qh, kh,
+// blk): the call at q-view offset qh and k-view offset kh (elements).
+template <typename Run>
+void flash_by_group(bool split, const CoreShape& s, const kernels::AttentionBlock& blk,
+                    Run&& run) {
+  if (!split) {
+    run((size_t)0, (size_t)0, blk, s.B, s.A, s.G);
+    return;
+  }
+  const int R = s.A / s.G;
+  for (int b = 0; b < s.B; ++b)
+    for (int g = 0; g < s.G; ++g) {
+      kernels::AttentionBlock one = blk;
+      one.dropout_head0 += b * blk.dropout_heads + g * R;
+      run((size_t)(b * s.A + g * R) * blk.q.head_stride,
+          (size_t)(b * s.G + g) * blk.k.head_stride, one, 1, R, 1);
+      comm_progress();
+    }
+}
+
+}  // namespace
+
+int attention_gemm_calls(const CoreShape& s, const kernels::AttentionBlock& blk) {
+  return PassGeometry(s, blk).calls();
+}
+
+template <typename T>
+void AttentionPass<T>::forward(const CoreShape& s, const CorePass& p, size_t n, const T* q,
+                               const T* k, const T* v, T* o, float* lse) const {
+  const size_t row0 = p.q_row0, off = row0 * s.D;
+  if (s.flash) {
+    flash_by_group(by_group, s, p.blk, [&](size_t qh, size_t kh, const kernels::AttentionBlock& blk,
+                                           int B, int A, int G) {
+      kernels::flash_attention_forward(device, o + off + qh, lse + row0 + qh / s.D, q + off + qh,
+                                       k + kh, v + kh, B, A, G, s.D, s.scale, s.dropout, s.seed,
+                                       s.stream, blk);
+    });
+    return;
+  }
+  T* probs = saved->probs[n].data();
+  T* dropped = s.dropout > 0.0f ? saved->probs_dropped[n].data() : nullptr;
+  uint8_t* mask = s.dropout > 0.0f ? saved->masks[n].data() : nullptr;
+  naive_pass_probs(device, s, p.blk, q + off, k, ws->scores.data(), probs,
+                   lse ? lse + row0 : nullptr, mask, dropped);
+  if (!probs_only) naive_pass_output(device, s, p.blk, dropped ? dropped : probs, v, o + off);
+}
+
+template <typename T>
+void AttentionPass<T>::backward(const CoreShape& s, const CorePass& p, size_t n, const T* q,
+                                const T* k, const T* v, const T* o, const T* dout, T* dq,
+                                float* dq_f, T* dk, T* dv, const float* delta) const {
+  const size_t row0 = p.q_row0, off = row0 * s.D;
+  if (s.flash) {
+    flash_by_group(by_group, s, p.blk, [&](size_t qh, size_t kh, const kernels::AttentionBlock& blk,
+                                           int B, int A, int G) {
+      kernels::flash_attention_backward(device, dq_f + off + qh, dk + kh, dv + kh,
+                                        dout + off + qh, q + off + qh, k + kh, v + kh,
+                                        o + off + qh, saved->lse.data() + row0 + qh / s.D, B, A,
+                                        G, s.D, s.scale, s.dropout, s.seed, s.stream, blk);
+    });
+    return;
+  }
+  const T* dropped = s.dropout > 0.0f ? saved->probs_dropped[n].data() : nullptr;
+  const uint8_t* mask = s.dropout > 0.0f ? saved->masks[n].data() : nullptr;
+  naive_pass_backward(device, s, p.blk, q + off, k, v, saved->probs[n].data(), dropped, mask,
+                      delta ? delta + row0 : nullptr, dout + off, dq + off, dk, dv,
+                      ws->dprobs.data(), ws->scores.data());
+}
+
+template struct AttentionPass<float>;
+template struct AttentionPass<kernels::bf16>;
 
 }  // namespace paralab

@@ -13,6 +13,7 @@
 //
 // defines: CpCommType, CpLayout, cp_comm_type_name, cp_layout_name, ContextParallel,
 //          cp_positions, cp_local_tokens, CoreShape, CpSpec, spec_of, CorePass, core_passes,
+//          heads_shape,
 //          CoreSaved, CoreWorkspace, CoreBuffer,
 //          core_workspace_buffers, core_saved_buffers, core_attention_forward,
 //          core_attention_backward
@@ -85,6 +86,8 @@ struct CorePass {
   int q_row0 = 0;
 };
 std::vector<CorePass> core_passes(const CoreShape& s, const CpSpec& cp);
+// a2a's pass shape: a/cp heads and g/cp groups of whole sequences.
+CoreShape heads_shape(const CoreShape& s, int cp);
 
 // A buffer of the core's, for the plan (plan/memory.cpp counts the same list the core
 // allocates: predicted == the ledger).
@@ -113,6 +116,8 @@ struct CoreSaved {
   std::vector<Buffer<uint8_t>> masks;
   Buffer<T> o_heads;
   bool empty() const { return lse.size() == 0 && probs.empty() && o_heads.size() == 0; }
+  // Fresh buffers of core_saved_buffers' list, in category c.
+  void allocate(const CoreShape& s, const CpSpec& cp, kernels::Device device, Category c);
 };
 
 template <typename T>

@@ -2,7 +2,7 @@
 // exchanges of parallel/context_parallel.cpp: where each rank's tokens sit (cp_positions),
 // which attention passes a rank runs (core_passes: the ring's blocks and their halves), and
 // what the attention core keeps and the scratch it uses (core_saved_buffers,
-// core_workspace_buffers), one list that CoreWorkspace::ensure and core_attention_forward
+// core_workspace_buffers), one list that CoreWorkspace::ensure and CoreSaved::allocate
 // allocate from and plan/memory.cpp counts, so the ledger and the plan name the same buffers.
 //
 // Per layer and microbatch, with rows = b a (s/cp) (local heads after tp) and a pass's
@@ -20,7 +20,8 @@
 //              flash, bf16 or a2a: dq in fp32 (rows d); naive: a pass's scores and dP
 //
 // defines: cp_comm_type_name, cp_layout_name, cp_positions, cp_local_tokens, core_passes,
-//          core_saved_buffers, core_workspace_buffers, CoreWorkspace::ensure
+//          heads_shape, core_saved_buffers, core_workspace_buffers, CoreSaved::allocate,
+//          CoreWorkspace::ensure
 #include <algorithm>
 #include <stdexcept>
 
@@ -124,6 +125,13 @@ std::vector<CorePass> core_passes(const CoreShape& s, const CpSpec& cp) {
   return passes;
 }
 
+CoreShape heads_shape(const CoreShape& s, int cp) {
+  CoreShape h = s;
+  h.A = s.A / cp;
+  h.G = s.G / cp;
+  h.S = s.length;
+  return h;
+}
 
 namespace {
 size_t pass_probs(const CoreShape& s, const CpSpec& cp, const CorePass& p) {
@@ -189,6 +197,18 @@ std::vector<CoreBuffer> core_workspace_buffers(const CoreShape& s, const CpSpec&
 }
 
 template <typename T>
+void CoreSaved<T>::allocate(const CoreShape& s, const CpSpec& cp, kernels::Device d, Category c) {
+  *this = CoreSaved<T>();
+  for (const CoreBuffer& b : core_saved_buffers(s, cp, (int)sizeof(T))) {
+    if (b.name == "lse") lse.allocate(d, b.elements, c);
+    if (b.name == "o_heads") o_heads.allocate(d, b.elements, c);
+    if (b.name == "probs") probs.emplace_back(d, b.elements, c);
+    if (b.name == "mask") masks.emplace_back(d, b.elements, c);
+    if (b.name == "probs_dropped") probs_dropped.emplace_back(d, b.elements, c);
+  }
+}
+
+template <typename T>
 void CoreWorkspace<T>::ensure(const CoreShape& s, const CpSpec& cp, kernels::Device d) {
   const int e = (int)sizeof(T);
   if (s.B == shape.B && s.S == shape.S && s.A == shape.A && e == element_bytes) return;
@@ -231,7 +251,8 @@ void CoreWorkspace<T>::ensure(const CoreShape& s, const CpSpec& cp, kernels::Dev
   }
 }
 
-
+template struct CoreSaved<float>;
+template struct CoreSaved<kernels::bf16>;
 template struct CoreWorkspace<float>;
 template struct CoreWorkspace<kernels::bf16>;
 

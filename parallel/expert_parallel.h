@@ -1,7 +1,9 @@
 // parallel/expert_parallel.h: expert parallelism, the experts of an MoE layer spread over ep
 // ranks, and the two token dispatchers that bring every token to its experts and back.
-// The lesson (the expert grid, each dispatcher's collectives and bytes, how the expert
-// gradients are reduced) is parallel/expert_parallel.cpp's header comment.
+// The lesson (the expert grid, the two dispatchers compared, how the expert gradients are
+// reduced) is parallel/expert_parallel.cpp's header comment; each dispatcher's collectives,
+// bytes and buffers head its own file, parallel/expert_parallel_alltoall.cpp and
+// parallel/expert_parallel_allgather.cpp.
 //
 // How model/moe.cpp uses it, per MoE layer and microbatch, after its router and its local
 // dispatch plan (model/moe.h's Dispatch, handed over as a LocalRouting):

@@ -1,5 +1,6 @@
 // plan/expert_parallel.h: the communication of expert parallelism on one rank, one step
-// (parallel/expert_parallel.cpp's table of collectives, evaluated at the rows of each MoE
+// (the dispatchers' tables of collectives, parallel/expert_parallel_alltoall.cpp and
+// parallel/expert_parallel_allgather.cpp, evaluated at the rows of each MoE
 // layer and microbatch: the configuration's, or the routing a run measured).
 //
 // Per MoE layer and microbatch (e the storage bytes, M the rows the rank's tokens send, R the

@@ -17,7 +17,7 @@
 //
 // How: kernel_traffic*.cpp walk the model's code paths in the order they run (model/layer.cpp,
 // model/attention.cpp, model/moe.cpp, model/head.cpp, model/transformer.cpp, model/optimizer.cpp,
-// parallel/context_parallel.cpp, parallel/expert_parallel.cpp, parallel/data_parallel.cpp) and
+// parallel/context_parallel.cpp, parallel/expert_parallel*.cpp, parallel/data_parallel.cpp) and
 // make one KernelTally call per kernel call, named after the kernel:
 //   kernel_traffic.cpp           the layers (dense), the embedding, the head, the step
 //   kernel_traffic_parallel.cpp  the attention core (one rank, ring, all-gather, all-to-all),

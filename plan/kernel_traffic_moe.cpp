@@ -1,5 +1,5 @@
 // plan/kernel_traffic_moe.cpp: the non-GEMM kernels of an MoE layer's MLP block
-// (kernel_traffic.h), as model/moe.cpp and parallel/expert_parallel.cpp launch them.
+// (kernel_traffic.h), as model/moe.cpp and parallel/expert_parallel*.cpp launch them.
 //
 // Per MoE layer and microbatch, N the rank's tokens (N/t with sequence parallelism), E experts,
 // k per token, M the rows its tokens send, R the rows its experts run, R_ep the block it
@@ -60,7 +60,7 @@ bool balancing_on(const Moe& m) {
   return m.balancing != Moe::Balancing::NONE && m.aux_loss_coeff > 0;
 }
 
-// expert_parallel.cpp's exchange over ep: an all-to-all, or at ep 1 a copy of `rows`.
+// expert_parallel_alltoall.cpp's exchange over ep: an all-to-all, or at ep 1 a copy of `rows`.
 void exchange(KernelTally& k, const MoeShape& x, double rows, double width_bytes) {
   if (x.ep == 1) k.memcpy_device(rows * width_bytes);
 }

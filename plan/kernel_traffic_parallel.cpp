@@ -55,14 +55,6 @@ void heads_exchange(KernelTally& k, const CoreShape& s, int H, const CpSpec& cp)
   reorder_chunks(k, s, H / cp.size, cp);
 }
 
-CoreShape heads_shape(const CoreShape& s, int cp) {
-  CoreShape h = s;
-  h.A = s.A / cp;
-  h.G = s.G / cp;
-  h.S = s.length;
-  return h;
-}
-
 double probs_of(const CoreShape& s, const kernels::AttentionBlock& blk) {
   return (double)s.B * s.A * blk.q.rows * blk.k.rows;
 }

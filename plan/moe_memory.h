@@ -15,8 +15,9 @@
 //   moe.expert_in R h act   moe.expert_gates R x4   moe.fc1_out R fc1_e act   moe.act R f_e act
 //   shared expert: moe.shared_fc1_out N fc1_s act, moe.shared_act N f_s act;
 //   with its gate also moe.shared_out N h act and moe.shared_gate N act.
-// Workspace transients (Buffers freed at the end of their scope in model/moe.cpp and
-// parallel/expert_parallel.cpp, whose header lists them too), each beside the standing
+// Workspace transients (Buffers freed at the end of their scope in model/moe.cpp and the
+// dispatchers, parallel/expert_parallel_alltoall.cpp and _allgather.cpp, whose headers list
+// them too), each beside the standing
 // workspace (Workspace::ensure, which skips dact/dfc1 when every layer is MoE):
 //   forward  bf16 only: u_f N h x4 + w_f E h x4 (the router's fp32 copies)
 //            expert bias with balancing: g2, e2 N k x4 each (the choice without the bias)

@@ -76,7 +76,7 @@ struct PlanOptions {
   // --cp-layout contiguous: their attention work, and naive's probabilities).
   int cp_rank = 0;
   // The MPI backend runs a p2p ring's flash passes one (batch, query group) at a time
-  // (parallel/context_parallel.cpp, flash_by_group): B G kernel launches a pass instead of
+  // (parallel/attention_pass.cpp, flash_by_group): B G kernel launches a pass instead of
   // one, which plan/kernel_traffic.h counts. The trainer sets it with --comm mpi.
   bool flash_ring_by_group = false;
 };

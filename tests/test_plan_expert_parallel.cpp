@@ -4,7 +4,8 @@
 //     shard and its inverse;
 //   - a rank's model states: the dense vector over dp, the experts' over edp (ZeRO 0-3);
 //   - the dispatchers' bytes per step, padded to capacity (every size from the
-//     configuration), worked out here from parallel/expert_parallel.cpp's table;
+//     configuration), worked out here from the dispatchers' tables
+//     (parallel/expert_parallel_alltoall.cpp, _allgather.cpp);
 //   - context parallelism: the rank's B S/cp tokens routed, the aux counts summed over cp;
 //   - Qwen3-30B-A3B at ep 8 on 64 ranks: per-rank parameters and the all-to-all's bytes.
 #include <gtest/gtest.h>

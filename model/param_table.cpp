@@ -106,50 +106,6 @@ std::vector<ParamSpec> local_param_table(const ModelConfig& m, int tp, int ep, i
 }
 
 namespace {
-// The row ranges of the full tensor (dim 0 units of `row` elements) rank r owns, in the
-// order its local tensor stores them; COLUMNS is handled separately.
-std::vector<std::pair<int64_t, int64_t>> owned_rows(const ParamSpec& full, int tp, int r) {
-  const int64_t rows = full.shape[0];
-  switch (full.split) {
-    case TpSplit::ROWS: return {{r * rows / tp, rows / tp}};
-    case TpSplit::HALVES: {
-      const int64_t half = rows / 2, block = half / tp;
-      return {{r * block, block}, {half + r * block, block}};
-    }
-    default: {  // VOCAB: rows r*Vp/t .. clipped to the real vocabulary
-      const int64_t local = padded_rows(full, tp) / tp;
-      return {{r * local, local}};
-    }
-  }
-}
-// Rank `rank`'s part of a full tensor of any element type; `pad` fills the vocabulary
-// padding rows (0 for values, -1 for shard_indices).
-template <typename T>
-std::vector<T> shard_as(const ParamSpec& full, const std::vector<T>& values, int tp, int rank,
-                        T pad) {
-  if (full.split == TpSplit::REPLICATED || (tp == 1 && padded_rows(full, 1) == full.shape[0]))
-    return values;
-  const int64_t rows = full.shape[0];
-  const int64_t row = full.shape.size() > 1 ? full.numel() / rows : 1;
-  std::vector<T> out;
-  if (full.split == TpSplit::COLUMNS) {  // (rows, cols): block `rank` of every row
-    const int64_t cols = full.shape[1] / tp;
-    for (int64_t i = 0; i < rows; ++i)
-      out.insert(out.end(), values.begin() + i * full.shape[1] + rank * cols,
-                 values.begin() + i * full.shape[1] + (rank + 1) * cols);
-    return out;
-  }
-  for (auto [first, count] : owned_rows(full, tp, rank)) {
-    for (int64_t i = first; i < first + count; ++i) {
-      if (i < rows)
-        out.insert(out.end(), values.begin() + i * row, values.begin() + (i + 1) * row);
-      else
-        out.insert(out.end(), row, pad);  // vocabulary padding
-    }
-  }
-  return out;
-}
-
 // One expert's 2-D slice of an expert tensor (E, a, b), split like a tensor over tp.
 ParamSpec expert_slice(const ParamSpec& full) {
   ParamSpec one;
@@ -158,82 +114,139 @@ ParamSpec expert_slice(const ParamSpec& full) {
   return one;
 }
 
-template <typename T>
-std::vector<T> shard_experts_as(const ParamSpec& full, const std::vector<T>& values, int ep,
-                                int ep_rank, int etp, int etp_rank) {
-  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E;
-  const ParamSpec one = expert_slice(full);
-  std::vector<T> out;
-  for (int64_t e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
-    const std::vector<T> expert(values.begin() + e * per, values.begin() + (e + 1) * per);
-    const std::vector<T> mine = shard_as<T>(one, expert, etp, etp_rank, T(0));
-    out.insert(out.end(), mine.begin(), mine.end());
+// A dense tensor's blocks on tp rank `rank` (split by full.split).
+std::vector<ShardBlock> dense_blocks(const ParamSpec& full, int tp, int rank) {
+  const int64_t numel = full.numel(), rows = full.shape[0], row = numel / std::max<int64_t>(rows, 1);
+  switch (full.split) {
+    case TpSplit::ROWS: {
+      const int64_t n = rows / tp * row;
+      return {{0, 1, n, rank * n, n}};
+    }
+    case TpSplit::HALVES: {  // block r of the gate half, then block r of the up half
+      const int64_t half = rows / 2 * row, n = rows / 2 / tp * row;
+      return {{0, 1, n, rank * n, n}, {n, 1, n, half + rank * n, n}};
+    }
+    case TpSplit::COLUMNS: {  // (rows, cols): column block r of every row
+      const int64_t cols = full.shape[1], n = cols / tp;
+      return {{0, rows, n, rank * n, cols}};
+    }
+    case TpSplit::VOCAB: {  // rows r Vp/t ..: the padding rows' indices run past numel
+      const int64_t n = padded_rows(full, tp) / tp * row;
+      return {{0, 1, n, rank * n, n}};
+    }
+    case TpSplit::REPLICATED: break;
   }
+  return {{0, 1, numel, 0, numel}};
+}
+
+// Copies each block's elements between a rank's local tensor and the full one:
+// visit(local index, full index) for every element, in local order.
+template <typename Visit>
+void for_each_element(const std::vector<ShardBlock>& blocks, Visit&& visit) {
+  for (const ShardBlock& b : blocks)
+    for (int64_t r = 0; r < b.rows; ++r)
+      for (int64_t c = 0; c < b.cols; ++c)
+        visit(b.local_offset + r * b.cols + c, b.full_offset + r * b.full_stride + c);
+}
+
+template <typename T>
+std::vector<T> shard_as(const ParamSpec& full, const std::vector<T>& values,
+                        const TensorSlice& slice, T pad) {
+  const std::vector<ShardBlock> blocks = shard_blocks(full, slice);
+  std::vector<T> out((size_t)shard_numel(blocks));
+  const int64_t numel = full.numel();
+  for_each_element(blocks, [&](int64_t local, int64_t index) {
+    out[local] = index < numel ? values[index] : pad;  // pad: a vocabulary padding row
+  });
   return out;
 }
 }  // namespace
 
+std::vector<ShardBlock> shard_blocks(const ParamSpec& full, const TensorSlice& slice) {
+  if (!slice.expert) return dense_blocks(full, slice.tp, slice.tp_rank);
+  // ep rank r's experts [r E/ep, (r+1) E/ep) (a block of dim 0), each its etp share
+  const int64_t E = full.shape[0], local = E / slice.ep, per = full.numel() / E;
+  const std::vector<ShardBlock> one = dense_blocks(expert_slice(full), slice.etp, slice.etp_rank);
+  const int64_t part = shard_numel(one);
+  std::vector<ShardBlock> out;
+  for (int64_t e = 0; e < local; ++e)
+    for (ShardBlock b : one) {
+      b.local_offset += e * part;
+      b.full_offset += (slice.ep_rank * local + e) * per;
+      out.push_back(b);
+    }
+  return out;
+}
+
+int64_t shard_numel(const std::vector<ShardBlock>& blocks) {
+  int64_t n = 0;
+  for (const ShardBlock& b : blocks) n += b.rows * b.cols;
+  return n;
+}
+
 std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,
                                 int rank) {
-  return shard_as<float>(full, values, tp, rank, 0.0f);
+  TensorSlice slice;
+  slice.tp = tp;
+  slice.tp_rank = rank;
+  return shard_as<float>(full, values, slice, 0.0f);
 }
 
 std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>& values, int ep,
                                  int ep_rank, int etp, int etp_rank) {
-  return shard_experts_as<float>(full, values, ep, ep_rank, etp, etp_rank);
+  TensorSlice slice;
+  slice.expert = true;
+  slice.ep = ep, slice.ep_rank = ep_rank, slice.etp = etp, slice.etp_rank = etp_rank;
+  return shard_as<float>(full, values, slice, 0.0f);
 }
 
 std::vector<int64_t> shard_indices(const ParamSpec& full, const TensorSlice& slice) {
-  std::vector<int64_t> iota(full.numel());
-  for (size_t i = 0; i < iota.size(); ++i) iota[i] = (int64_t)i;
-  if (slice.expert)
-    return shard_experts_as<int64_t>(full, iota, slice.ep, slice.ep_rank, slice.etp,
-                                     slice.etp_rank);
-  return shard_as<int64_t>(full, iota, slice.tp, slice.tp_rank, -1);
+  std::vector<int64_t> out((size_t)shard_numel(shard_blocks(full, slice)));
+  const int64_t numel = full.numel();
+  for_each_element(shard_blocks(full, slice), [&](int64_t local, int64_t index) {
+    out[local] = index < numel ? index : -1;
+  });
+  return out;
+}
+
+// Every slice's part back into the full tensor (the padding rows dropped).
+std::vector<float> unshard(const ParamSpec& full, const std::vector<TensorSlice>& slices,
+                           const std::vector<const std::vector<float>*>& parts) {
+  std::vector<float> out(full.numel());
+  const int64_t numel = full.numel();
+  for (size_t p = 0; p < slices.size(); ++p)
+    for_each_element(shard_blocks(full, slices[p]), [&](int64_t local, int64_t index) {
+      if (index < numel) out[index] = (*parts[p])[local];
+    });
+  return out;
 }
 
 std::vector<float> unshard_tensor(const ParamSpec& full,
                                   const std::vector<std::vector<float>>& parts) {
-  const int tp = (int)parts.size();
-  if (full.split == TpSplit::REPLICATED || (tp == 1 && padded_rows(full, 1) == full.shape[0]))
-    return parts.at(0);
-  const int64_t rows = full.shape[0];
-  const int64_t row = full.shape.size() > 1 ? full.numel() / rows : 1;
-  std::vector<float> out(full.numel());
-  if (full.split == TpSplit::COLUMNS) {
-    const int64_t cols = full.shape[1] / tp;
-    for (int r = 0; r < tp; ++r)
-      for (int64_t i = 0; i < rows; ++i)
-        std::copy(parts[r].begin() + i * cols, parts[r].begin() + (i + 1) * cols,
-                  out.begin() + i * full.shape[1] + r * cols);
-    return out;
+  std::vector<TensorSlice> slices(parts.size());
+  std::vector<const std::vector<float>*> pointers;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    slices[r].tp = (int)parts.size();
+    slices[r].tp_rank = (int)r;
+    pointers.push_back(&parts[r]);
   }
-  for (int r = 0; r < tp; ++r) {
-    int64_t local = 0;
-    for (auto [first, count] : owned_rows(full, tp, r))
-      for (int64_t i = first; i < first + count; ++i, ++local)
-        if (i < rows)
-          std::copy(parts[r].begin() + local * row, parts[r].begin() + (local + 1) * row,
-                    out.begin() + i * row);
-  }
-  return out;
+  return unshard(full, slices, pointers);
 }
 
 std::vector<float> unshard_experts(const ParamSpec& full,
                                    const std::vector<std::vector<std::vector<float>>>& parts) {
   const int ep = (int)parts.size(), etp = (int)parts[0].size();
-  const int64_t E = full.shape[0], local = E / ep, per = full.numel() / E, part = per / etp;
-  const ParamSpec one = expert_slice(full);
-  std::vector<float> out;
+  std::vector<TensorSlice> slices;
+  std::vector<const std::vector<float>*> pointers;
   for (int r = 0; r < ep; ++r)
-    for (int64_t e = 0; e < local; ++e) {
-      std::vector<std::vector<float>> pieces;
-      for (int t = 0; t < etp; ++t)
-        pieces.emplace_back(parts[r][t].begin() + e * part, parts[r][t].begin() + (e + 1) * part);
-      const std::vector<float> expert = unshard_tensor(one, pieces);
-      out.insert(out.end(), expert.begin(), expert.end());
+    for (int t = 0; t < etp; ++t) {
+      TensorSlice slice;
+      slice.expert = true;
+      slice.ep = ep, slice.ep_rank = r, slice.etp = etp, slice.etp_rank = t;
+      slices.push_back(slice);
+      pointers.push_back(&parts[r][t]);
     }
-  return out;
+  return unshard(full, slices, pointers);
 }
 
 int64_t parameter_count(const ModelConfig& m) {

@@ -146,6 +146,28 @@ inline bool receives_gradients(const StageSlice& s) {
   return !(s.head && s.chunk_layers.size() == 1);
 }
 
+// ---- shards: which part of a full tensor one rank's local tensor holds ---------------------
+// tp rank tp_rank of tp, or (an expert tensor apart from the dense ones) ep rank ep_rank's
+// experts, each cut to etp rank etp_rank's share of its width.
+struct TensorSlice {
+  bool expert = false;
+  int tp = 1, tp_rank = 0;
+  int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
+};
+// The local tensor as rectangles of the full one: local elements local_offset + r cols + c
+// (r < rows, c < cols) hold the full tensor's elements full_offset + r full_stride + c, in
+// local order. ROWS, VOCAB: one contiguous block; HALVES: two (a block of the gate half, the
+// same of the up half); COLUMNS: the rank's column block of every row; an expert tensor:
+// each local expert's blocks. A VOCAB tensor's padding rows have full indices >= numel: no
+// element of the full tensor, drawn at initialisation like the rest, never saved. Every
+// mapping below (shard_tensor, unshard_tensor, shard_indices, the device initialisation) is
+// these blocks.
+struct ShardBlock {
+  int64_t local_offset = 0, rows = 1, cols = 0, full_offset = 0, full_stride = 0;
+};
+std::vector<ShardBlock> shard_blocks(const ParamSpec& full, const TensorSlice& slice);
+int64_t shard_numel(const std::vector<ShardBlock>& blocks);  // the local tensor's elements
+
 // Rank r's part of a full tensor (full.size() == numel of the full spec), and back: the
 // inverse gathers every rank's part (parts[r]) into the full tensor, dropping vocab padding.
 std::vector<float> shard_tensor(const ParamSpec& full, const std::vector<float>& values, int tp,
@@ -160,18 +182,10 @@ std::vector<float> shard_experts(const ParamSpec& full, const std::vector<float>
 std::vector<float> unshard_experts(const ParamSpec& full,
                                    const std::vector<std::vector<std::vector<float>>>& parts);
 
-// ---- the resharding map (checkpoint/checkpoint.h) ----------------------------------------------
-// Which part of a full tensor one rank's local tensor is: tp rank tp_rank of tp, or (an
-// expert tensor apart from the dense ones) ep rank ep_rank's experts, each cut to etp rank
-// etp_rank's share of its width.
-struct TensorSlice {
-  bool expert = false;
-  int tp = 1, tp_rank = 0;
-  int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
-};
-// For each element of that local tensor (shard_tensor's or shard_experts' order), its flat
-// index in the full tensor, or -1 for a vocabulary padding row. A checkpoint names what each
-// rank saved by (tensor, slice, local range); any other layout finds its elements through this
+// ---- the resharding map (checkpoint/checkpoint.h) -------------------------------------------
+// For each element of a local tensor (shard_tensor's or shard_experts' order), its flat index
+// in the full tensor, or -1 for a vocabulary padding row. A checkpoint names what each rank
+// saved by (tensor, slice, local range); any other layout finds its elements through this
 // map, so a save at one tp / ep / etp loads at another.
 std::vector<int64_t> shard_indices(const ParamSpec& full, const TensorSlice& slice);
 

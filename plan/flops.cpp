@@ -287,11 +287,14 @@ FlopsPlan flops_plan(const ModelConfig& m, int micro_batch_size, int64_t microba
   // With context parallelism a microbatch is the cp ranks' too: the whole model's FLOPs at
   // cp 1, the hardware's the cp ranks' sum (cp times this rank's under the zigzag layout,
   // where they are equal; each rank's own under the contiguous one).
+  // (--make-vocab-size-divisible-by's padding rows are hardware FLOPs, not the model's;
+  // Megatron's num_floating_point_operations counts the padded vocabulary: docs/megatron.md)
   ModelConfig whole = m;
   whole.context_parallel = CpSpec();
+  whole.vocab_divisible_by = 1;
   const int cp = m.context_parallel.size;
   const double model_whole =
-      tp == 1 && cp == 1
+      tp == 1 && cp == 1 && padded_vocab(m, 1) == m.vocab_size
           ? p.model_per_microbatch
           : rank_matmuls(whole, micro_batch_size, convention, 1, stage_layers).model_per_microbatch;
   p.model_per_step = model_whole * microbatches_per_step;

@@ -12,6 +12,9 @@
 //                                        gradients are being produced (GRADS)
 //   3      S shard + a padded buffer     as stage 2, bucket = unit
 //          per gathered unit (PARAMS)
+// CPU offload (parallel/offload.h), H state elements on the host: host_grads and host_params
+// hold H elements each (host_params IS the shard with offload_params, and then params holds
+// nothing but is allocated empty: the gathered units come from the host).
 // The padded layout puts the buckets in ascending flat order, bucket j at pb_j (the sum of
 // the padded sizes of the buckets before it), its padding (zero) after its elements, so a
 // reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
@@ -42,6 +45,7 @@
 #include "kernels/math.h"            // to_bf16, to_float: the host views' conversions
 #include "kernels/ops.h"             // memcpy_device, accumulate, sum_squares
 #include "parallel/data_parallel.h"  // DataParallel, DataParallelOptions, OwnedSegment
+#include "parallel/offload.h"        // OffloadCopy, offload_copies, copy_to_host, copy_to_device
 
 namespace paralab {
 
@@ -87,8 +91,16 @@ struct DataParallel::Impl {
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
-  std::vector<OwnedSegment> segments;
+  std::vector<OwnedSegment> segments;       // for the optimizer: cut at the host boundary
+  std::vector<OwnedSegment> norm_segments;  // the same, uncut, on the device's gradients
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
+  // CPU offload: H state elements on the host, their copies per step (one per bucket with
+  // a host part: copy_index[j], -1 none), which of the step's copies down are made.
+  int64_t H = 0;
+  Buffer<char> host_params, host_grads;
+  std::vector<OffloadCopy> copies;
+  std::vector<int> copy_index;
+  std::vector<bool> copied;
 
   bool sharded_grads() const { return stage >= 2; }
   // Whether bucket b's reductions and gathers go over the group: not on one rank, and never
@@ -173,6 +185,37 @@ struct DataParallel::Impl {
     return std::min(b.end, b.begin + (rank + 1) * b.slice);
   }
 
+  // ---- CPU offload: bucket j's host part ----------------------------------------------
+  // Where bucket j's state range starts in the device buffers: its flat elements at stage
+  // 0, its slice in the padded full buffers (stages 1-2) or the shard (3: params, 2-3: grads).
+  int64_t device_param_pos(int j) const {
+    const Bucket& b = layout.buckets[j];
+    if (stage == 0) return b.begin;
+    return stage == 3 ? b.shard_offset : padded_pos[j] + rank * b.slice;
+  }
+  int64_t device_grad_pos(int j) const {
+    const Bucket& b = layout.buckets[j];
+    if (stage == 0) return b.begin;
+    return sharded_grads() ? b.shard_offset : padded_pos[j] + rank * b.slice;
+  }
+  // The summed gradient of bucket j's host part down to host_grads, once a step, as soon as
+  // the step's reduction of bucket j is complete.
+  void offload_grad(int j) {
+    if (j < 0 || copy_index[j] < 0 || copied[j]) return;
+    const OffloadCopy& c = copies[copy_index[j]];
+    copy_to_host(device, at(host_grads, c.state_begin), at(grads, device_grad_pos(j)),
+                 c.count * es);
+    copied[j] = true;
+  }
+  // The updated parameter of bucket j's host part up to the device (not with offload_params:
+  // the host shard is the parameter).
+  void upload_params(int j) {
+    if (opt.offload_params || copy_index[j] < 0) return;
+    const OffloadCopy& c = copies[copy_index[j]];
+    copy_to_device(device, at(params, device_param_pos(j)), at(host_params, c.state_begin),
+                   c.count * es);
+  }
+
   // ---- stages 2-3: one bucket's gradients of this microbatch --------------------------
   void post_grad_reduce(int j) {
     BucketState& s = bk[j];
@@ -191,6 +234,7 @@ struct DataParallel::Impl {
     accumulate(at(grads, b.shard_offset), at(s.grad_buf, rank * b.slice), b.slice);
     s.grad_buf.reset();
     if (in_flight == j) in_flight = -1;
+    if (last && !deferred[j]) offload_grad(j);  // the step's final sum of bucket j
   }
 
   // ---- stages 0-1: the step's reduction of one bucket, posted once --------------------
@@ -209,11 +253,19 @@ struct DataParallel::Impl {
   }
 
   // ---- stage 3: gather unit u's parameters into a new buffer ---------------------------
+  // With offload_params the rank's slice comes up from the host shard into its place in the
+  // gathered buffer, and the all-gather completes the buffer in place.
   void post_gather(int u) {
     UnitState& s = units[u];
     const Bucket& b = bucket_of(u);
     allocate(s.gathered, b.padded, Category::PARAMS);
     s.resident = true;
+    if (opt.offload_params) {
+      char* mine = at(s.gathered, rank * b.slice);
+      copy_to_device(device, mine, at(host_params, b.shard_offset), b.slice * es);
+      if (communicates(b)) s.gather = dp->all_gather_async(mine, s.gathered.data(), b.slice, dtype);
+      return;
+    }
     const char* slice = at(params, b.shard_offset);
     if (communicates(b))
       s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
@@ -224,8 +276,8 @@ struct DataParallel::Impl {
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
   void wait_param_gather(int j) { bk[j].gather.wait(); }
   // Bucket j rebuilt in `tmp` (category c) from every rank's slice, which each rank keeps
-  // at shard_offset in `shard`: an all-gather, or a copy on a single rank
-  // (data_parallel_views.cpp).
+  // at shard_offset in `shard` (on the host with offload_params: copied up first): an
+  // all-gather, or a copy on a single rank (data_parallel_views.cpp).
   const char* gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp, Category c);
   void wait_param_gathers() {
     for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);

@@ -195,16 +195,19 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
       for (int64_t i = 0; i < (deferred ? 1 : microbatches); ++i)
         k.accumulate((double)l.buckets[j].slice);
     }
-  if (zero == 3 && n == 1)  // post_gather on one rank: a copy per gather
+  // post_gather on one rank: a copy per gather (with the shard on the host, CPU offload's
+  // copy up instead: PCIe, not a kernel)
+  if (zero == 3 && n == 1 && !d.params_on_host)
     for (int64_t g = 0; g < d.sim.gathers; ++g)
       k.memcpy_device((double)d.sim.gathered_elements / d.sim.gathers * e);
-  // the owned segments (DataParallel's constructor)
+  // the owned segments (DataParallel's constructor), and where their states start
   std::vector<std::pair<int64_t, int64_t>> owned;
+  std::vector<int64_t> state;
   for (const Bucket& b : l.buckets) {
-    if (zero == 0) owned.push_back({b.begin, b.end});
+    if (zero == 0) owned.push_back({b.begin, b.end}), state.push_back(b.begin);
     const int64_t lo = std::min(b.end, b.begin + r * b.slice);
     const int64_t hi = std::min(b.end, b.begin + (r + 1) * b.slice);
-    if (zero > 0 && hi > lo) owned.push_back({lo, hi});
+    if (zero > 0 && hi > lo) owned.push_back({lo, hi}), state.push_back(b.shard_offset);
   }
   // grad_sum_squares: counted_sum_squares over [0, total) at stage 0, else each segment
   auto squares = [&](int64_t begin, int64_t count) {
@@ -219,10 +222,15 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
   };
   if (zero == 0) squares(0, l.total);
   else for (const auto& [lo, hi] : owned) squares(lo, hi - lo);
-  // AdamW: one update per intersection of a segment with a tensor
-  for (const auto& [lo, hi] : owned)
+  // AdamW: one update per intersection of a segment's device part (CPU offload updates the
+  // part below the host boundary on the host: no kernel) with a tensor
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const int64_t lo = owned[i].first + host_count(state[i], owned[i].second - owned[i].first,
+                                                   d.host_numel);
+    const int64_t hi = owned[i].second;
     for (const auto& [a, b] : tensors)
       if (std::max(lo, a) < std::min(hi, b)) k.adamw_update((double)(std::min(hi, b) - std::max(lo, a)));
+  }
 }
 
 std::vector<std::pair<int64_t, int64_t>> ranges_of(const std::vector<ParamSpec>& table) {

@@ -10,6 +10,7 @@
 // data_parallel_views.cpp.
 #include "parallel/data_parallel.h"
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,18 +59,22 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   }
 
   const int64_t full = m.stage == 0 ? l.total : l.padded_total;
-  const int64_t state_numel = m.stage == 0 ? l.total : l.shard_numel;
-  // CPU offload (parallel/offload.h): the first H state elements on the host
-  m.H = offloaded_elements(state_numel, options.offload_fraction);
+  // CPU offload (parallel/offload.h): the host buckets' H state elements on the host
+  m.H = host_buckets_elements(l, m.stage, options.offload_fraction);
   m.copies = offload_copies(l, m.stage, m.H);
   m.copy_index.assign(l.buckets.size(), -1);
-  for (size_t i = 0; i < m.copies.size(); ++i) m.copy_index[m.copies[i].bucket] = (int)i;
-  m.copied.assign(l.buckets.size(), false);
-  m.host_params.allocate_host(device, m.H * m.es, Category::PARAMS, options.pin_memory);
-  m.host_grads.allocate_host(device, m.H * m.es, Category::GRADS, options.pin_memory);
+  int64_t largest = 0;  // host slice
+  for (size_t i = 0; i < m.copies.size(); ++i) {
+    m.copy_index[m.copies[i].bucket] = (int)i;
+    largest = std::max(largest, m.copies[i].count);
+  }
+  const bool pin = options.pin_memory;
+  m.host_params.allocate_host(device, m.H * m.es, Category::PARAMS, pin);
+  m.host_grads.allocate_host(device, m.H * m.es, Category::GRADS, pin);
+  if (m.sharded_grads()) m.host_landing.allocate_host(device, largest * m.es, Category::GRADS, pin);
   const int64_t params = m.stage == 3 ? (options.offload_params ? 0 : l.shard_numel) : full;
   m.allocate(m.params, params, Category::PARAMS);
-  m.allocate(m.grads, m.sharded_grads() ? l.shard_numel : full, Category::GRADS);
+  m.allocate(m.grads, m.sharded_grads() ? l.shard_numel - m.H : full, Category::GRADS);
   // One float for the gradient norm's all-reduce (Category::COMM_BUFFERS, 4 bytes, fp32
   // in both precisions): collectives take device buffers.
   if (m.stage >= 1 && m.dp) m.norm_scalar.allocate(device, 1, Category::COMM_BUFFERS);
@@ -90,26 +95,21 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
       if (s.count <= 0) continue;  // a tiny bucket: the last ranks' slices are all padding
       s.state_offset = b.shard_offset;
     }
-    s.param = m.params.empty() ? nullptr : m.at(m.params, m.device_param_pos((int)j));
-    s.grad = m.at(m.grads, m.device_grad_pos((int)j));
-    m.norm_segments.push_back(s);
-    // cut at the host boundary: the part below H is updated on the host, from its copies
-    const int64_t on_host = host_count(s.state_offset, s.count, m.H);
-    if (on_host > 0) {
-      OwnedSegment h = s;
-      h.count = on_host;
-      h.param = m.at(m.host_params, s.state_offset);
-      h.grad = m.at(m.host_grads, s.state_offset);
-      h.host = true;
-      m.segments.push_back(h);
+    if (!m.on_host((int)j)) {
+      s.param = m.at(m.params, m.device_param_pos((int)j));
+      s.grad = m.at(m.grads, m.device_grad_pos((int)j));
+      m.norm_segments.push_back(s);
+    } else {  // updated on the host, from its copies (the norm: from the gradient's home)
+      OwnedSegment n = s;
+      n.grad = m.sharded_grads() ? m.at(m.host_grads, s.state_offset)
+                                 : m.at(m.grads, m.device_grad_pos((int)j));
+      n.host = m.sharded_grads();
+      m.norm_segments.push_back(n);
+      s.param = m.at(m.host_params, s.state_offset);
+      s.grad = m.at(m.host_grads, s.state_offset);
+      s.host = true;
     }
-    if (on_host < s.count) {
-      OwnedSegment d = s;
-      d.flat_begin += on_host, d.count -= on_host, d.state_offset += on_host;
-      d.param = static_cast<char*>(s.param) + on_host * m.es;
-      d.grad = static_cast<const char*>(s.grad) + on_host * m.es;
-      m.segments.push_back(d);
-    }
+    m.segments.push_back(s);
   }
 }
 
@@ -222,8 +222,10 @@ void DataParallel::backward_done(int u) {
 void DataParallel::zero_grads() {
   Impl& m = *impl_;
   kernels::memset_zero(m.device, m.grads.data(), m.grads.bytes());
+  // CPU offload, stages 2-3: the host buckets' sums start at 0 too (a host loop, no kernel)
+  if (m.sharded_grads() && !m.host_grads.empty())
+    std::memset(m.host_grads.data(), 0, m.host_grads.bytes());
   for (auto& s : m.bk) s.posted = false;
-  m.copied.assign(m.copied.size(), false);
 }
 
 void DataParallel::finish_gradients() {
@@ -247,8 +249,6 @@ void DataParallel::finish_gradients() {
         m.post_grad_reduce((int)j);
         m.complete_grad_reduce((int)j);
       }
-    // offload: whatever the last microbatch did not copy down yet (the deferred buckets)
-    for (size_t j = 0; j < m.bk.size(); ++j) m.offload_grad((int)j);
   }
   // The optimizer is about to write the owned slices that a pending gather still reads.
   m.wait_param_gathers();
@@ -275,8 +275,8 @@ double DataParallel::grad_sum_squares() {
   if (m.stage == 0) return m.counted_sum_squares(m.grads.data(), 0, m.layout.total);
   // Stages >= 1: each element lives in exactly one rank's owned segments.
   double local = 0;
-  for (const OwnedSegment& s : m.norm_segments)  // on the device, whatever is offloaded
-    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count);
+  for (const OwnedSegment& s : m.norm_segments)  // where the gradient lives (host: CPU twin)
+    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count, s.host);
   if (!m.dp) return local;
   // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
   // doubles.

@@ -25,9 +25,10 @@
 // The cut into units, buckets and slices is parallel/buckets.h; the model's calls in one
 // microbatch, as data, and the ZeRO-3 prefetch rule are parallel/zero_schedule.h
 // (plan/ replays them to predict the bytes this class allocates and sends).
-// CPU offload (parallel/offload.h: which elements, what moves, when): the first H of the
-// rank's optimizer-state elements have a host copy of their summed gradient (copied down
-// bucket by bucket as each reduction completes, on the step's last microbatch) and of their
+// CPU offload (parallel/offload.h: which elements, what moves, when): the host buckets (the
+// first H of the rank's optimizer-state elements) have their summed gradient on the host
+// (stages 0-1: copied down as each bucket's reduction completes; 2-3: every reduce-scatter's
+// slice copied down and added there, the device keeping none) and a host copy of their
 // parameter (copied up after the update, before the bucket's all-gather); their owned
 // segments point there (OwnedSegment::host) so the optimizer updates them on the host. With
 // offload_params (ZeRO-3) the parameter shard itself lives on the host: each gather copies
@@ -128,7 +129,7 @@ class DataParallel {
   // The segments this rank updates (stage 0: all parameters; else its slices).
   const std::vector<OwnedSegment>& owned_segments() const;
   int64_t state_numel() const;  // elements of each optimizer state on this rank
-  // CPU offload: H, the first state elements, which live on the host (0 without offload).
+  // CPU offload: H, the first state elements (the host buckets'), on the host (0 without).
   int64_t host_state_numel() const;
   bool pin_memory() const;  // host buffers page-locked (on CUDA)
   // Sum of squares of the summed gradient, each element counted once over dp, leaving out

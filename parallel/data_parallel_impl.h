@@ -12,9 +12,11 @@
 //                                        gradients are being produced (GRADS)
 //   3      S shard + a padded buffer     as stage 2, bucket = unit
 //          per gathered unit (PARAMS)
-// CPU offload (parallel/offload.h), H state elements on the host: host_grads and host_params
-// hold H elements each (host_params IS the shard with offload_params, and then params holds
-// nothing but is allocated empty: the gathered units come from the host).
+// CPU offload (parallel/offload.h), the host buckets' H state elements on the host:
+// host_grads and host_params hold H elements each (host_params IS the shard with
+// offload_params, and then params is empty: the gathered units come from the host); at
+// stages 2-3 the device's gradient shard holds the device buckets only (S - H elements, a
+// bucket's slice at shard_offset - H) and host_landing one host slice as it comes down.
 // The padded layout puts the buckets in ascending flat order, bucket j at pb_j (the sum of
 // the padded sizes of the buckets before it), its padding (zero) after its elements, so a
 // reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
@@ -94,13 +96,13 @@ struct DataParallel::Impl {
   std::vector<OwnedSegment> segments;       // for the optimizer: cut at the host boundary
   std::vector<OwnedSegment> norm_segments;  // the same, uncut, on the device's gradients
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
-  // CPU offload: H state elements on the host, their copies per step (one per bucket with
-  // a host part: copy_index[j], -1 none), which of the step's copies down are made.
+  // CPU offload: H state elements on the host, the host buckets (copy_index[j]: bucket j's
+  // entry in copies, -1 on the device).
   int64_t H = 0;
-  Buffer<char> host_params, host_grads;
+  Buffer<char> host_params, host_grads, host_landing;
   std::vector<OffloadCopy> copies;
   std::vector<int> copy_index;
-  std::vector<bool> copied;
+  bool on_host(int j) const { return copy_index[j] >= 0; }
 
   bool sharded_grads() const { return stage >= 2; }
   // Whether bucket b's reductions and gathers go over the group: not on one rank, and never
@@ -110,17 +112,18 @@ struct DataParallel::Impl {
 
   // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
   // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
-  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n) {
+  // host: g is host memory (CPU offload at stages 2-3): summed by the CPU twin.
+  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n, bool host = false) {
     const char* base = static_cast<const char*>(g);
     double sum = 0;
     int64_t pos = flat_begin;
     const int64_t end = flat_begin + n;
     for (const auto& [lo, hi] : norm_exclusions) {
       if (hi <= pos || lo >= end) continue;
-      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos);
+      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos, host);
       pos = std::max(pos, hi);
     }
-    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos);
+    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos, host);
     return sum;
   }
 
@@ -137,9 +140,10 @@ struct DataParallel::Impl {
     else
       kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
   }
-  double sum_squares(const void* x, int64_t n) {
-    if (opt.bf16) return kernels::sum_squares(device, static_cast<const kernels::bf16*>(x), n);
-    return kernels::sum_squares(device, static_cast<const float*>(x), n);
+  double sum_squares(const void* x, int64_t n, bool host = false) {
+    const Device d = host ? Device::CPU : device;
+    if (opt.bf16) return kernels::sum_squares(d, static_cast<const kernels::bf16*>(x), n);
+    return kernels::sum_squares(d, static_cast<const float*>(x), n);
   }
   // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
   std::vector<char> to_storage(const std::vector<float>& v) const {
@@ -193,24 +197,23 @@ struct DataParallel::Impl {
     if (stage == 0) return b.begin;
     return stage == 3 ? b.shard_offset : padded_pos[j] + rank * b.slice;
   }
-  int64_t device_grad_pos(int j) const {
+  int64_t device_grad_pos(int j) const {  // (a host bucket's at stages 2-3: none)
     const Bucket& b = layout.buckets[j];
     if (stage == 0) return b.begin;
-    return sharded_grads() ? b.shard_offset : padded_pos[j] + rank * b.slice;
+    return sharded_grads() ? b.shard_offset - H : padded_pos[j] + rank * b.slice;
   }
-  // The summed gradient of bucket j's host part down to host_grads, once a step, as soon as
-  // the step's reduction of bucket j is complete.
+  // Stages 0-1: the summed gradient of host bucket j down to host_grads, once the step's
+  // reduction of bucket j is complete.
   void offload_grad(int j) {
-    if (j < 0 || copy_index[j] < 0 || copied[j]) return;
+    if (j < 0 || !on_host(j)) return;
     const OffloadCopy& c = copies[copy_index[j]];
     copy_to_host(device, at(host_grads, c.state_begin), at(grads, device_grad_pos(j)),
                  c.count * es);
-    copied[j] = true;
   }
   // The updated parameter of bucket j's host part up to the device (not with offload_params:
   // the host shard is the parameter).
   void upload_params(int j) {
-    if (opt.offload_params || copy_index[j] < 0) return;
+    if (opt.offload_params || !on_host(j)) return;
     const OffloadCopy& c = copies[copy_index[j]];
     copy_to_device(device, at(params, device_param_pos(j)), at(host_params, c.state_begin),
                    c.count * es);
@@ -226,15 +229,21 @@ struct DataParallel::Impl {
       s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
                                           b.slice, dtype);
   }
-  // Wait, add the rank's summed slice into the shard, free the bucket.
+  // Wait, add the rank's summed slice into the shard (a host bucket's: down first, then added
+  // on the host), free the bucket.
   void complete_grad_reduce(int j) {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.reduce.wait();
-    accumulate(at(grads, b.shard_offset), at(s.grad_buf, rank * b.slice), b.slice);
+    const char* slice = at(s.grad_buf, rank * b.slice);
+    if (on_host(j)) {
+      copy_to_host(device, host_landing.data(), slice, b.slice * es);
+      host_accumulate(opt.bf16, at(host_grads, b.shard_offset), host_landing.data(), b.slice);
+    } else {
+      accumulate(at(grads, device_grad_pos(j)), slice, b.slice);
+    }
     s.grad_buf.reset();
     if (in_flight == j) in_flight = -1;
-    if (last && !deferred[j]) offload_grad(j);  // the step's final sum of bucket j
   }
 
   // ---- stages 0-1: the step's reduction of one bucket, posted once --------------------
@@ -275,10 +284,11 @@ struct DataParallel::Impl {
 
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
   void wait_param_gather(int j) { bk[j].gather.wait(); }
-  // Bucket j rebuilt in `tmp` (category c) from every rank's slice, which each rank keeps
-  // at shard_offset in `shard` (on the host with offload_params: copied up first): an
-  // all-gather, or a copy on a single rank (data_parallel_views.cpp).
-  const char* gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp, Category c);
+  // Bucket j rebuilt in `tmp` (category c) from every rank's slice, this rank's at `slice`
+  // (host memory with CPU offload: copied up first): an all-gather, or a copy on a single
+  // rank (data_parallel_views.cpp).
+  const char* gather_bucket(const char* slice, bool host, size_t j, Buffer<char>& tmp,
+                            Category c);
   void wait_param_gathers() {
     for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);
   }

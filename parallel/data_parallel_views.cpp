@@ -10,12 +10,11 @@
 
 namespace paralab {
 
-const char* DataParallel::Impl::gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp,
-                                              Category c) {
+const char* DataParallel::Impl::gather_bucket(const char* slice, bool host, size_t j,
+                                              Buffer<char>& tmp, Category c) {
   const Bucket& b = layout.buckets[j];
   allocate(tmp, b.padded, c);
-  const char* slice = at(shard, b.shard_offset);
-  if (shard.on_host()) {  // offload_params: the rank's slice up first, then in place
+  if (host) {  // CPU offload: the rank's slice up first, then in place
     char* mine = at(tmp, rank * b.slice);
     copy_to_device(device, mine, slice, b.slice * es);
     if (communicates(b)) dp->all_gather(mine, tmp.data(), b.slice, dtype);
@@ -75,8 +74,10 @@ std::vector<float> DataParallel::gather_params() {
   Buffer<char> tmp;  // stage 3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    Buffer<char>& shard = m.opt.offload_params ? m.host_params : m.params;
-    const char* src = m.stage == 3 ? m.gather_bucket(shard, j, tmp, Category::PARAMS)
+    const bool host = m.opt.offload_params;
+    const char* src = m.stage == 3 ? m.gather_bucket(m.at(host ? m.host_params : m.params,
+                                                          b.shard_offset),
+                                                     host, j, tmp, Category::PARAMS)
                                    : m.at(m.params, m.padded_pos[j]);
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
@@ -100,8 +101,11 @@ std::vector<float> DataParallel::gather_grads() {
       char* full = m.at(m.grads, m.padded_pos[j]);
       if (m.communicates(b)) m.dp->all_gather(full + m.rank * b.slice * m.es, full, b.slice, m.dtype);
       src = full;
-    } else {
-      src = m.gather_bucket(m.grads, j, tmp, Category::GRADS);
+    } else {  // a host bucket's sum lives on the host (CPU offload)
+      const bool host = m.on_host((int)j);
+      src = m.gather_bucket(host ? m.at(m.host_grads, b.shard_offset)
+                                 : m.at(m.grads, m.device_grad_pos((int)j)),
+                            host, j, tmp, Category::GRADS);
     }
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }

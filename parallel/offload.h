@@ -9,76 +9,93 @@
 // gradient down, the updated parameter up.
 //
 // Which elements. The rank's optimizer state is a vector of N elements (N = Ψ at ZeRO-0, its
-// shard S of padded bucket slices at ZeRO >= 1; data_parallel.h). With --optimizer-offload-
-// fraction f the first H = floor(f N) of them live on the host (Megatron's
-// --optimizer-offload-fraction, which splits the parameters by count the same way), the rest
-// on the device. With experts apart each vector (dense, experts) is split on its own.
-// On the host, per offloaded element: its gradient (storage type, e bytes), its parameter
-// (e bytes: with fp32 the master copy itself; with --bf16 the rounding AdamW writes), the
-// fp32 master with --bf16 (4), Adam m and v (8): 2e + 4 [bf16] + 8 = 16 bytes either way.
+// shard S of padded bucket slices at ZeRO >= 1; data_parallel.h), bucket j holding the state
+// range R_j (at ZeRO-0 its flat elements, at ZeRO >= 1 its slice [shard_offset_j, + slice_j),
+// padding included, so every rank moves the same bytes). With --optimizer-offload-fraction f
+// the buckets whose ranges end within the first floor(f N) elements live on the host: the
+// first H elements, H rounded down to a bucket boundary (Megatron's --optimizer-offload-
+// fraction rounds to whole parameters the same way; a bucket is this trainer's unit of
+// completion, so a bucket is on one side only). With experts apart each vector (dense,
+// experts) is split on its own. On the host, per offloaded element: its summed gradient
+// (storage type, e bytes), its parameter (e bytes: with fp32 the master copy itself; with
+// --bf16 the rounding AdamW writes), the fp32 master with --bf16 (4), Adam m and v (8):
+// 2e + 4 [bf16] + 8 = 16 bytes either way. At ZeRO-2/3 the device keeps no gradient of a
+// host bucket (ZeRO-Offload's "gradients to CPU"): each reduce-scatter's slice lands in a host
+// buffer of the largest host slice and is added to the host's sum there.
 //
-// What moves per step (each bucket j's state range R_j = [begin_j, end_j): at ZeRO-0 its
-// flat elements, at ZeRO >= 1 its slice [shard_offset_j, + slice_j), padding included so
-// every rank moves the same bytes; the host part R_j ∩ [0, H)):
-//   device -> host  the summed gradient of R_j ∩ [0, H), once the step's reduction of bucket
-//                   j is complete (its all-reduce at ZeRO-0, its reduce-scatter at 1-3): one
-//                   call per bucket with a host part, e bytes per element
-//   host -> device  after the update, the parameter of R_j ∩ [0, H), before bucket j's
-//                   all-gather (ZeRO 1-2): one call per such bucket, e bytes per element;
-//                   with offload_params (ZeRO-3) none: the host shard IS the parameter, and
-//                   instead every gather of a unit copies the rank's slice up (slice e bytes)
-//                   into the gathered buffer, which the all-gather then completes in place.
-// So per step, Ψ_h = the offloaded elements: 2 e Ψ_h bytes over PCIe without offload_params;
-// with it e S down plus e S per gather pass (twice a microbatch: forward, backward) up.
+// What moves per step, a host bucket j:
+//   device -> host  its summed gradient: at ZeRO 0-1 once, R_j, after the step's reduction
+//                   (all-reduce, reduce-scatter) is complete; at ZeRO 2-3 its slice after
+//                   every reduce-scatter (once per microbatch): e bytes per element
+//   host -> device  after the update its parameter R_j, before bucket j's all-gather (ZeRO
+//                   1-2): one call, e bytes per element; with offload_params (ZeRO-3) none:
+//                   the host shard IS the parameter, and instead every gather of a unit copies
+//                   the rank's slice up (slice x e bytes) into the gathered buffer, which the
+//                   all-gather then completes in place.
+// So per step, Ψ_h offloaded elements and k microbatches: 2 e Ψ_h bytes over PCIe at ZeRO
+// 0-1, (k + 1) e Ψ_h at ZeRO-2/3; with offload_params e S k down plus e S per gather pass
+// (twice a microbatch: forward, backward) up.
 //
-// Overlap, where DeepSpeed overlaps: a bucket's copy down runs as soon as its reduction is
-// complete, beside the next bucket's reduction (in flight on the communicator, or posted
-// right before the copy); a bucket's copy up right before its all-gather, beside the
-// previous bucket's. The copies themselves block the host (kernels' memcpy_to_host and
-// memcpy_from_host); each is recorded in CommStats as group pcie, its whole duration
-// exposed, so what hides is the collectives' time, which shows as less exposed dp time.
+// Overlap, where DeepSpeed overlaps: at ZeRO 0-1 a bucket's copy down runs as soon as its
+// reduction is complete, beside the next bucket's reduction (posted right before the copy,
+// or in flight since backward with --overlap-grad-reduce); a bucket's copy up right before
+// its all-gather, beside the previous bucket's. The copies themselves block the host
+// (kernels' memcpy_to_host and memcpy_from_host, on the compute stream); each is recorded in
+// CommStats as group pcie, its whole duration exposed, so what hides is the collectives'
+// time, which shows as less exposed dp time. At ZeRO 2-3 the copy follows each reduce-
+// scatter's completion, blocking (DeepSpeed's copies on their own stream, behind backward's
+// compute, are not built).
 //
-// defines: offloaded_elements, host_count, OffloadCopy, offload_copies, copy_to_host,
-//          copy_to_device
+// defines: host_buckets_elements, OffloadCopy, offload_copies, state_range, copy_to_host,
+//          copy_to_device, host_accumulate
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-#include "kernels/common.h"  // Device
+#include "kernels/common.h"  // Device, bf16
 #include "parallel/buckets.h"
 
 namespace paralab {
 
-// H = floor(f N): the rank's optimizer-state elements on the host (0 <= H <= N).
-inline int64_t offloaded_elements(int64_t state_numel, double fraction) {
-  if (fraction <= 0 || state_numel <= 0) return 0;
-  const int64_t h = (int64_t)std::floor(fraction * (double)state_numel);
-  return std::min(state_numel, std::max<int64_t>(0, h));
+// Bucket j's state range [begin, begin + size): its flat elements at ZeRO-0, its slice at 1-3.
+inline void state_range(const BucketLayout& l, int zero_stage, int j, int64_t* begin,
+                        int64_t* size) {
+  const Bucket& b = l.buckets[j];
+  *begin = zero_stage == 0 ? b.begin : b.shard_offset;
+  *size = zero_stage == 0 ? b.numel() : b.slice;
 }
 
-// Of `count` state elements from state index `begin`, how many lie below H (on the host).
-inline int64_t host_count(int64_t begin, int64_t count, int64_t H) {
-  return std::max<int64_t>(0, std::min(count, H - begin));
+// H: the state elements on the host, the largest bucket boundary (in state order) at or
+// below floor(f N); 0 <= H <= N.
+inline int64_t host_buckets_elements(const BucketLayout& l, int zero_stage, double fraction) {
+  const int64_t n = zero_stage == 0 ? l.total : l.shard_numel;
+  if (fraction <= 0 || n <= 0) return 0;
+  const int64_t limit = std::min(n, (int64_t)std::floor(fraction * (double)n));
+  int64_t H = 0;
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    int64_t begin, size;
+    state_range(l, zero_stage, (int)j, &begin, &size);
+    if (begin + size <= limit) H = std::max(H, begin + size);
+  }
+  // the ranges tile [0, N) in state order: a boundary at or below the limit covers all below
+  return H;
 }
 
-// One copy of a step: bucket j's host part, count state elements from state_begin.
+// One host bucket: its index and state range.
 struct OffloadCopy {
   int bucket = 0;
   int64_t state_begin = 0, count = 0;
 };
 
-// The step's copies, one per bucket with a host part, in reduction order (data_parallel's
-// order of completion). zero_stage picks the state range (flat at 0, the slice at 1-3).
+// The host buckets (state range within [0, H)), in reduction order.
 inline std::vector<OffloadCopy> offload_copies(const BucketLayout& l, int zero_stage, int64_t H) {
   std::vector<OffloadCopy> out;
   for (size_t j = 0; j < l.buckets.size(); ++j) {
-    const Bucket& b = l.buckets[j];
-    const int64_t begin = zero_stage == 0 ? b.begin : b.shard_offset;
-    const int64_t size = zero_stage == 0 ? b.numel() : b.slice;
-    const int64_t n = host_count(begin, size, H);
-    if (n > 0) out.push_back({(int)j, begin, n});
+    int64_t begin, size;
+    state_range(l, zero_stage, (int)j, &begin, &size);
+    if (size > 0 && begin + size <= H) out.push_back({(int)j, begin, size});
   }
   return out;
 }
@@ -89,5 +106,8 @@ inline std::vector<OffloadCopy> offload_copies(const BucketLayout& l, int zero_s
 // exposed). On the CPU backend one memcpy, recorded alike. Nothing for 0 bytes.
 void copy_to_host(kernels::Device device, void* host_dst, const void* src, size_t bytes);
 void copy_to_device(kernels::Device device, void* dst, const void* host_src, size_t bytes);
+// out += in over n host elements, fp32 or bf16 (widened, added in fp32, rounded): the device's
+// accumulate (kernels/ops.h) as a host loop, ZeRO-2/3's sum of a host bucket's slices.
+void host_accumulate(bool bf16, void* out, const void* in, int64_t n);
 
 }  // namespace paralab

@@ -180,6 +180,7 @@ struct ZeroStepSimulation {
   int64_t gathered_elements = 0;      //   their padded sizes, summed
   int64_t grad_reductions = 0;        // ZeRO-2/3: per-microbatch reduce-scatters
   int64_t grad_reduced_elements = 0;  //   their padded sizes, summed
+  std::vector<int64_t> reductions_of;  //   per bucket (CPU offload's copies down)
 };
 // Replays data_parallel.cpp's policies (stage 2-3 only; stages 0-1 have no transients):
 // a bucket buffer is allocated at the first grads(u) of a unit in it, freed when its
@@ -208,10 +209,12 @@ struct DataParallelPlan {
   int64_t state_numel = 0;        // elements of each optimizer state (Ψ or S)
   int64_t params_resident = 0;    // elements held the whole step (params buffer)
   int64_t grads_resident = 0;     // elements held the whole step (grads buffer or shard)
-  // CPU offload (parallel/offload.h): H of the state elements on the host, the step's copies
-  // (one per bucket with a host part: down, and up unless the shard lives on the host)
+  // CPU offload (parallel/offload.h): the host buckets (their state ranges, in reduction
+  // order) and their H state elements; at ZeRO-2/3 the host's landing buffer of the largest
+  // host slice (elements); the ZeRO-3 shard on the host (offload_params)
   int64_t host_numel = 0;
-  bool params_on_host = false;    // offload_params: the ZeRO-3 shard on the host
+  int64_t host_landing = 0;
+  bool params_on_host = false;
   std::vector<OffloadCopy> copies;
 };
 
@@ -506,9 +509,10 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zer
                                               int grad_bytes, int param_bytes,
                                               CommGroup group = CommGroup::DP);
 // CPU offload's copies of one vector per step, added to comm's pcie rows (parallel/offload.h),
-// e the storage bytes, dp the vector's data-parallel size:
-//   device-to-host  one call per copy (bucket with a host part), its elements x e
-//   host-to-device  the same after the update; with the shard on the host (ZeRO-3
+// e the storage bytes, dp the vector's data-parallel size, per host bucket j of R_j elements:
+//   device-to-host  ZeRO 0-1 one call of R_j x e; ZeRO 2-3 one per reduce-scatter of the
+//                   bucket (simulate_zero_step's reductions_of[j]), slice_j x e each
+//   host-to-device  one call of R_j x e after the update; with the shard on the host (ZeRO-3
 //                   offload_params) instead one call per parameter gather, slice x e each:
 //                   gathers x (gathered elements / dp) x e
 void offload_comm(std::vector<CommPlanEntry>& comm, const DataParallelPlan& d, int dp, int e);

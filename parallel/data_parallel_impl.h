@@ -93,8 +93,8 @@ struct DataParallel::Impl {
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
-  std::vector<OwnedSegment> segments;       // for the optimizer: cut at the host boundary
-  std::vector<OwnedSegment> norm_segments;  // the same, uncut, on the device's gradients
+  std::vector<OwnedSegment> segments;       // for the optimizer: a host bucket's on its copies
+  std::vector<OwnedSegment> norm_segments;  // the same, on each summed gradient's home
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
   // CPU offload: H state elements on the host, the host buckets (copy_index[j]: bucket j's
   // entry in copies, -1 on the device).

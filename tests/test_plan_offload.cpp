@@ -7,7 +7,6 @@
 #include <vector>
 #include "model/param_table.h"  // defines: parameter_count, param_units
 #include "plan/fit.h"           // defines: check_host_fit, node_host_bytes
-#include "plan/time_model.h"    // defines: project_step_time
 #include "tests/test_plan_helpers.h"
 
 namespace paralab {
@@ -173,30 +172,6 @@ TEST(PlanOffload, NodeHostMemoryInTheFitCheck) {
   FitCheck none;  // nothing offloaded: nothing to check
   check_host_fit(none, make_plan(m, batch(1, 8), world(8, 3)), 8, 1, "test");
   EXPECT_FALSE(none.host_checked());
-}
-
-// The time model on a profile whose answer is known: every kernel free but at the peak,
-// 1 GB/s links and PCIe, no latencies, one bucket at ZeRO-1 (nothing to hide behind: the copy
-// down follows the only reduction, the copy up precedes the only gather). The offloaded step
-// is the step without offload, less the device AdamW (free here), plus both copies and the
-// host AdamW, H / (rate x host_cores / gpus_per_node).
-TEST(PlanOffload, TimeModelAddsTheCopiesAndTheHostAdamW) {
-  HardwareProfile hw;
-  hw.name = "ideal";
-  hw.bf16_tflops = hw.fp32_tflops = 1;
-  hw.gemm_efficiency = 1, hw.gemm_half_gflop = 0, hw.attention_efficiency = 1;
-  hw.memory_bandwidth_gbs = 0, hw.memory_efficiency = 1, hw.launch_overhead_us = 0;
-  hw.gpus_per_node = 8, hw.intra_node_gbs = 1, hw.inter_node_gbs = 1;
-  hw.pcie_gbs = 1, hw.pcie_latency_us = 0, hw.host_cores = 16, hw.host_adam_params_per_s = 1e6;
-  const ModelConfig m = gpt(2, 64, 4, 32, 256);
-  const Plan p = make_plan(m, batch(2, 4), offloaded(2, 1));
-  const Plan base = make_plan(m, batch(2, 4), world(2, 1));
-  const StepTime t = project_step_time(p, hw, false), t0 = project_step_time(base, hw, false);
-  const int64_t S = p.data_parallel.state_numel;
-  EXPECT_EQ(t.host_elements, S);
-  EXPECT_DOUBLE_EQ(t.host_optimizer, (double)S / (1e6 * 2));
-  EXPECT_NEAR(t.exposed_pcie, 2 * 4.0 * S / 1e9, 1e-15);
-  EXPECT_NEAR(t.step, t0.step + t.exposed_pcie + t.host_optimizer, 1e-12);
 }
 
 }  // namespace

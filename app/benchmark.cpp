@@ -52,6 +52,8 @@
 // defines: write_hardware_profile, load_hardware_profiles, match_hardware_profile
 #include "measure/hardware.h"
 #include "measure/clock.h"  // now_seconds
+#include "measure/ledger.h"  // Buffer::allocate_host: pinned host memory
+#include "model/host_adamw.h"  // host_adamw_rate
 
 namespace paralab {
 namespace {
@@ -206,6 +208,22 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
     for (float* p : {g, w, stats}) kernels::device_free(d, p);
   }
   for (float* p : {a, b, out}) kernels::device_free(d, p);
+
+  // CPU offload: copies to and from page-locked host memory (on the CPU backend, memcpy), and
+  // the host AdamW's rate on one thread over 4M parameters (112 MiB of states, past the caches)
+  {
+    Buffer<char> host, dev;
+    host.allocate_host(d, max_bytes, Category::WORKSPACE, true);
+    dev.allocate(d, max_bytes, Category::WORKSPACE);
+    c.pcie_bytes = (double)max_bytes;
+    c.d2h_seconds = best_seconds(d, [&] {
+      kernels::memcpy_to_host(d, host.data(), dev.data(), max_bytes); }, trial_s);
+    c.h2d_seconds = best_seconds(d, [&] {
+      kernels::memcpy_from_host(d, dev.data(), host.data(), max_bytes); }, trial_s);
+    c.pcie_latency_s = best_seconds(d, [&] {
+      kernels::memcpy_to_host(d, host.data(), dev.data(), 4); }, 0.01);
+    c.host_adam_rate = host_adamw_rate(int64_t(1) << 22, false);
+  }
 
   c.att = gpu ? AttentionShape{4, 16, 2048, 64} : AttentionShape{1, 12, 256, 64};
   c.att_dtype = gpu ? "bf16" : "fp32";

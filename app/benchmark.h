@@ -57,6 +57,11 @@ struct ComputeResults {
   AttentionShape att;
   std::string att_dtype = "fp32";
   double att_flops = 0, att_seconds = 0; // flash forward + backward, per call
+  // CPU offload (parallel/offload.h): copies between the device and pinned host memory of
+  // pcie_bytes each way, seconds per copy, a 4-byte copy's seconds (the latency), and the
+  // host AdamW's parameters per second on one thread (model/host_adamw.h), fp32.
+  double pcie_bytes = 0, d2h_seconds = 0, h2d_seconds = 0, pcie_latency_s = 0;
+  double host_adam_rate = 0;
 };
 
 // One message size of one operation on one group size, as rank 0's group measured it.

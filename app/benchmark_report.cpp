@@ -77,6 +77,12 @@ std::string compute_text(const BenchmarkReport& r) {
                  "%.4g MB "
            "in %.1f us, %.2f GB/s: memory_efficiency %.3f\n", m.mix_bytes / 1e6,
            m.mix_seconds * 1e6, m.mix_bytes / m.mix_seconds / 1e9, r.memory_efficiency);
+  s += strprintf("CPU offload: device -> host %.2f GB/s, host -> device %.2f GB/s (%.4g MiB "
+                 "copies, %s host memory), %.2f us per 4-byte copy; host AdamW %.4g "
+                 "parameters/s on one thread (fp32)\n",
+                 m.pcie_bytes / m.d2h_seconds / 1e9, m.pcie_bytes / m.h2d_seconds / 1e9,
+                 m.pcie_bytes / 1048576, r.device == "cuda" ? "pinned" : "the same",
+                 m.pcie_latency_s * 1e6, m.host_adam_rate);
   s += strprintf("attention: flash forward + backward (%s, causal), B %d, %d heads, seq %d, "
                  "head dim "
            "%d:\n  %.4g GFLOP in %.1f us, %.4g TFLOP/s, attention_efficiency %.3f\n\n",
@@ -132,6 +138,11 @@ std::string benchmark_json(const BenchmarkReport& r, const std::string& saved) {
       .field("median_bandwidth_gbs", r.bandwidth / 1e9)
       .field("mix_bytes", m.mix_bytes).field("mix_time_us", m.mix_seconds * 1e6)
       .field("memory_efficiency", r.memory_efficiency).end_object();
+  j.key("offload").begin_object().field("bytes", m.pcie_bytes)
+      .field("device_to_host_gbs", m.pcie_bytes / m.d2h_seconds / 1e9)
+      .field("host_to_device_gbs", m.pcie_bytes / m.h2d_seconds / 1e9)
+      .field("latency_us", m.pcie_latency_s * 1e6)
+      .field("host_adam_params_per_s", m.host_adam_rate).end_object();
   j.key("attention").begin_object().field("dtype", m.att_dtype).field("batch", m.att.B)
       .field("heads", m.att.A).field("seq", m.att.S).field("head_dim", m.att.D)
       .field("flops", m.att_flops).field("time_us", m.att_seconds * 1e6)
@@ -214,6 +225,20 @@ HardwareProfile benchmark_profile(const BenchmarkReport& r) {
   p.gemm_efficiency = r.gemm_efficiency;
   p.gemm_half_gflop = r.fit.half_flops / 1e9;
   p.attention_efficiency = r.attention_efficiency;
+  // CPU offload: the slower direction, the latency, the host (the node's RAM and cores), the
+  // host AdamW per thread
+  const ComputeResults& m = r.mine;
+  p.pcie_gbs = m.pcie_bytes / std::max(m.d2h_seconds, m.h2d_seconds) / 1e9;
+  p.pcie_latency_us = m.pcie_latency_s * 1e6;
+  {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    double kib = 0;
+    while (meminfo >> key >> kib >> unit && key != "MemTotal:") {}
+    p.host_memory_gib = kib / 1048576.0;
+  }
+  p.host_cores = (double)sysconf(_SC_NPROCESSORS_ONLN);
+  p.host_adam_params_per_s = m.host_adam_rate;
   return p;
 }
 

@@ -96,6 +96,11 @@ void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const Hard
                       capacity > 0 ? hw.profile.name + " memory_gib"
                                    : "the profile states no memory_gib",
                       true);
+  // CPU offload: each node's host memory (gpus_per_node ranks) against its RAM
+  check_host_fit(out.fit, plan, hw.profile.gpus_per_node,
+                 hw.profile.host_memory_gib * 1073741824.0,
+                 hw.profile.host_memory_gib > 0 ? hw.profile.name + " host_memory_gib"
+                                                : "the profile states no host_memory_gib");
   out.view.fit = &out.fit;
   if (o.plan_tokens > 0) {
     out.training = project_training_time(plan, out.time, o.plan_tokens);
@@ -104,10 +109,18 @@ void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const Hard
 }
 
 void check_run_fits(const Options& o, const Plan& plan, const World& w, Topology& topo) {
-  const AvailableMemory mine =
-      available_memory(o.device == kernels::Device::CUDA, w.local_size);
-  // this rank's own predicted peak (its stage, its tp and cp share)
-  const int64_t peak = plan.ranks.at(w.rank).memory.total();
+  const bool cuda = o.device == kernels::Device::CUDA;
+  const AvailableMemory mine = available_memory(cuda, w.local_size);
+  // this rank's own predicted peak (its stage, its tp and cp share); CPU offload's host bytes
+  // come from the same memory on the CPU backend, from the node's RAM on a GPU
+  const int64_t host = plan.ranks.at(w.rank).memory.host.total();
+  const int64_t peak = plan.ranks.at(w.rank).memory.total() + (cuda ? 0 : host);
+  if (cuda && host > 0) {
+    FitCheck f;
+    check_host_fit(f, plan, w.local_size, available_memory(false, 1).bytes,
+                   "the host's MemAvailable");
+    if (!f.host_fits() && !o.allow_oom) exit_all_ranks("error: " + fit_error(f), 2);
+  }
   std::vector<double> all = {mine.bytes, (double)peak};
   if (w.size > 1) all = all_gather_doubles(topo.world(), all);
   for (int r = 0; r < (int)all.size() / 2; ++r) {

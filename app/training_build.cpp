@@ -4,8 +4,10 @@
 // optimizer (--load resumes them), the data, the executor of the plan's schedule.
 #include "app/training.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include "kernels/ops.h"
 #include "model/pipeline_stage.h"
 
@@ -77,6 +79,9 @@ Training::Training(const Options& o, const World& w) : o_(o), w_(w), rank0_(w.ra
   dp_options.overlap_param_gather = o.overlap_param_gather;
   dp_options.bucket_size = o.ddp_bucket_size;
   dp_options.prefetch_units = o.zero3_prefetch_layers;
+  dp_options.offload_fraction = par.offload.host_fraction();  // CPU offload (parallel/offload.h)
+  dp_options.offload_params = par.offload.params;
+  dp_options.pin_memory = par.offload.pin_memory;
   // This rank's pipeline stage (the whole model without pipelining): its units are what
   // data parallelism holds, each in its chunk; gpt's tied embedding defers its buckets.
   pp_ = par.pipeline_parallel;
@@ -117,7 +122,10 @@ Training::Training(const Options& o, const World& w) : o_(o), w_(w), rank0_(w.ra
   // --load / --load-hf (app/checkpoint_run.h): the parameters, then the optimizer built on
   // them (bf16: its master starts as them) takes the checkpoint's moments and master.
   ResumePoint resume = load_parameters_to_resume(o, *model_, topo.world(), w.rank);
-  optimizer_.reset(new AdamW(*model_, o.train));
+  // CPU offload: the host update's threads, the node's cores shared by its ranks
+  const int host_threads =
+      std::max(1, (int)std::thread::hardware_concurrency() / std::max(1, w.local_size));
+  optimizer_.reset(new AdamW(*model_, o.train, host_threads));
   load_optimizer_to_resume(resume, o, *model_, *optimizer_, rank0_);
   start_ = resume.position;
   skipped_steps_ = start_.skipped_steps;

@@ -84,6 +84,7 @@ void Training::report(StepRecord& r) {
   measured_time.step = seconds;
   measured_time.gemm = s.gemm_seconds;
   measured_time.comm = &r.comm;
+  if (o_.parallel.offload.enabled()) measured_time.host_optimizer = optimizer_->host_seconds();
   if (pp_ > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)
     measured_time.bubble = report_ranks[0].bubble * seconds;
   if (hardware_.found) s.projected_time = &projected_, s.measured_time = measured_time;
@@ -132,7 +133,7 @@ void Training::report(StepRecord& r) {
     if (step == 1 && o_.parallel.context_parallel > 1)
       std::printf("%s\n", cp_plan_text(step_plan, &peak_).c_str());
     if (w_.size > 1) std::printf("%s\n", rank_memory_table(step_plan, r.ranks).c_str());
-    if (w_.size > 1)
+    if (w_.size > 1 || o_.parallel.offload.enabled())  // CPU offload: the pcie rows
       std::printf("%s\n%s\n", comm_table(plan_, &r.comm).c_str(),
                   r.comm.table("communication time (measured only), rank 0").c_str());
     if (!r.last) std::printf("%s\n", step_header(s).c_str());

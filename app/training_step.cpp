@@ -110,6 +110,8 @@ void Training::run_step(int step, StepRecord& r) {
   }
   s.peak_memory_bytes = (int64_t)Ledger::instance().peak_total();
   s.resident_measured = true;
+  for (int c = 0; c < 4; ++c)  // CPU offload's host column
+    s.host_memory_bytes[c] = (int64_t)Ledger::instance().host_peak(Category(c));
   s.hardware_flops = kernels::flop_counter();
   const kernels::KernelCount kernel_count = kernels::kernel_counts();
   s.kernel_launches = kernel_count.launches;

@@ -127,9 +127,9 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   // from the device through one bounded buffer, in that order.
   const bool bf16 = model.data_parallel().bf16();
   const size_t param_bytes = bf16 ? 2 : 4;
-  std::vector<std::pair<const char*, float*>> states = {{"exp_avg", optimizer.exp_avg()},
-                                                        {"exp_avg_sq", optimizer.exp_avg_sq()}};
-  if (optimizer.master()) states.push_back({"master", optimizer.master()});
+  std::vector<std::pair<const char*, AdamW::State>> states = {
+      {"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
+  if (optimizer.has_master()) states.push_back({"master", AdamW::State::MASTER});
   const std::vector<OwnedPiece> pieces = owned_pieces(model, place);
   ManifestShard mine;  // this rank's entry of the manifest, sent to rank 0
   mine.rank = world.rank();
@@ -152,19 +152,22 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
                           {{"format", "paralab checkpoint shard"},
                            {"rank", std::to_string(world.rank())}});
   std::vector<uint8_t> buffer(size_t(4) << 20);
-  const auto stream = [&](const void* device, size_t bytes) {
+  // (from the device, or with CPU offload from host memory: `where` copies reach it)
+  const auto stream = [&](kernels::Device where, const void* device, size_t bytes) {
     for (size_t done = 0; done < bytes; done += buffer.size()) {
       const size_t n = std::min(buffer.size(), bytes - done);
-      kernels::memcpy_to_host(dev, buffer.data(), static_cast<const uint8_t*>(device) + done, n);
+      kernels::memcpy_to_host(where, buffer.data(), static_cast<const uint8_t*>(device) + done, n);
       shard.write(buffer.data(), n);
     }
   };
   for (const OwnedPiece& p : pieces) {
     const int64_t n = p.hi - p.lo, at = p.lo - p.segment->flat_begin;
-    const int64_t state = (p.expert ? optimizer.expert_state_offset() : 0) +
-                          p.segment->state_offset + at;
-    stream(static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
-    for (const auto& kind_state : states) stream(kind_state.second + state, n * sizeof(float));
+    const int64_t state = p.segment->state_offset + at;
+    stream(p.segment->host ? kernels::Device::CPU : dev,
+           static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
+    for (const auto& kind_state : states)
+      stream(optimizer.state_device(p.expert, state),
+             optimizer.state(kind_state.second, p.expert, state), n * sizeof(float));
   }
   for (int l : mine.expert_bias_layers) {
     const std::vector<float> bias = model.expert_bias(l);

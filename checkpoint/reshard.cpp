@@ -62,14 +62,12 @@ void load_parameters(Transformer& model, const FullTensor& full) {
 
 void load_optimizer_state(Transformer& model, AdamW& optimizer, const FullTensor& full) {
   const std::vector<ParamSpec> table = param_table(model.config());
-  const kernels::Device dev = model.device();
-  std::vector<std::pair<const char*, float*>> kinds = {{"exp_avg", optimizer.exp_avg()},
-                                                       {"exp_avg_sq", optimizer.exp_avg_sq()}};
-  if (optimizer.master()) kinds.push_back({"master", optimizer.master()});
+  std::vector<std::pair<const char*, AdamW::State>> kinds = {
+      {"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
+  if (optimizer.has_master()) kinds.push_back({"master", AdamW::State::MASTER});
   for (bool expert : {false, true}) {
     DataParallel* owner = expert ? model.expert_data_parallel() : &model.data_parallel();
     if (!owner) continue;
-    const int64_t base = expert ? optimizer.expert_state_offset() : 0;
     for (const TensorView& v : model.views()) {
       if (v.expert != expert) continue;
       const ParamSpec& spec = full_spec(table, v.spec->name);
@@ -80,7 +78,9 @@ void load_optimizer_state(Transformer& model, AdamW& optimizer, const FullTensor
           const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
           if (lo >= hi) continue;
           if (local.empty()) local = local_slice(model, spec, v, full(spec, kind));
-          kernels::memcpy_from_host(dev, state + base + seg.state_offset + (lo - seg.flat_begin),
+          const int64_t at = seg.state_offset + (lo - seg.flat_begin);  // host or device
+          kernels::memcpy_from_host(optimizer.state_device(expert, at),
+                                    optimizer.state(state, expert, at),
                                     local.data() + (lo - v.offset), (hi - lo) * sizeof(float));
         }
       }

@@ -296,6 +296,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--zero3-prefetch-layers", o.zero3_prefetch_layers,
                  "ZeRO-3: layers whose parameters are all-gathered ahead of use; >= 0")
       ->capture_default_str()->group(kParallel);
+  add_offload_flags(app, o);  // cli/flags_offload.cpp: --optimizer-cpu-offload, ...
 
   // ---- run, data, backends ----
   app.add_option("--device", raw.device,

@@ -352,6 +352,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (o.overlap_param_gather && p.zero_stage < 1)
     fail("--overlap-param-gather needs the distributed optimizer (--zero-stage >= 1 or "
          "--use-distributed-optimizer), got --zero-stage ", p.zero_stage);
+  check_offload_flags(o);  // cli/flags_offload.cpp: after the ZeRO stage is resolved
 
   // Batch.
   if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;

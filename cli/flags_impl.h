@@ -5,7 +5,8 @@
 // files: cli/flags.h is the interface.
 //
 // defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, add_checkpoint_flags, check_checkpoint_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
+//          check_moe, add_checkpoint_flags, check_checkpoint_flags, add_offload_flags,
+//          check_offload_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
 //          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
@@ -89,6 +90,10 @@ void check_moe(Options& o, const RawFlags& raw);
 // cli/flags_checkpoint.cpp: --save, --load, --export-hf and their kin, and their checks.
 void add_checkpoint_flags(CLI::App& app, Options& o);
 void check_checkpoint_flags(const Options& o);
+// cli/flags_offload.cpp: --optimizer-cpu-offload, --optimizer-offload-fraction,
+// --offload-params, --offload-pin-memory; the checks after the ZeRO stage is resolved.
+void add_offload_flags(CLI::App& app, Options& o);
+void check_offload_flags(Options& o);
 
 // ---- cli/flags_toml.cpp ----
 // One key = value of a --config file and the option it sets.

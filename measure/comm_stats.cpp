@@ -18,6 +18,7 @@ const char* group_name(CommGroup g) {
     case CommGroup::EDP: return "edp";
     case CommGroup::EMBEDDING: return "embedding";
     case CommGroup::WORLD: return "world";
+    case CommGroup::PCIE: return "pcie";
     default: return "?";
   }
 }
@@ -32,6 +33,8 @@ const char* op_name(CommOp op) {
     case CommOp::BROADCAST: return "broadcast";
     case CommOp::SEND_RECV: return "send/recv";
     case CommOp::BARRIER: return "barrier";
+    case CommOp::DEVICE_TO_HOST: return "device-to-host";
+    case CommOp::HOST_TO_DEVICE: return "host-to-device";
     default: return "?";
   }
 }
@@ -44,7 +47,9 @@ double bus_factor(CommOp op, int n) {
     case CommOp::ALL_TO_ALL:
     case CommOp::ALL_TO_ALL_V: return double(n - 1) / n;
     case CommOp::BROADCAST:
-    case CommOp::SEND_RECV: return 1.0;
+    case CommOp::SEND_RECV:
+    case CommOp::DEVICE_TO_HOST:
+    case CommOp::HOST_TO_DEVICE: return 1.0;
     default: return 0.0;
   }
 }

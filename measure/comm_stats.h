@@ -4,7 +4,9 @@
 // group (tp, cp, pp, dp, dp_cp, ep, etp, etp_ep, edp, embedding, world: parallel/topology.h
 // says what each is for) and per operation: calls, payload bytes, bus bytes, total time
 // and exposed time. plan/ predicts the same payload and bus bytes; the report prints both
-// and the tests hold them equal.
+// and the tests hold them equal. CPU offload's copies between device and host memory
+// (parallel/offload.h) are recorded the same way, as group "pcie" with the operations
+// device-to-host and host-to-device (one rank, bus factor 1: the bytes cross the link once).
 //
 // Payload convention (bytes of the collective's full buffer, per rank):
 //   all-reduce       the buffer reduced (input = output size)
@@ -17,7 +19,8 @@
 //   barrier          0
 // Bus bytes, from nccl-tests (PERFORMANCE.md), n = group size, S = payload:
 //   all-reduce 2(n-1)/n * S; reduce-scatter, all-gather, all-to-all (n-1)/n * S;
-//   broadcast, send/recv 1 * S. Bus bytes over time is the bus bandwidth, which is
+//   broadcast, send/recv, device-to-host, host-to-device 1 * S. Bus bytes over time is the
+//   bus bandwidth, which is
 //   comparable to the link speed whatever n is. all-to-all-v uses the all-to-all factor.
 // Time: "time" runs from posting the call to observing its completion (an upper bound of
 // the transfer: an asynchronous call completes at the latest when it is waited for);
@@ -37,8 +40,9 @@
 namespace paralab {
 
 // The dense grid's groups, the expert grid's (ep, etp, etp_ep, edp), then embedding, world.
+// PCIE: a rank's own copies between device and host memory (CPU offload), not a group.
 enum class CommGroup : int {
-  TP = 0, CP, PP, DP, DP_CP, EP, ETP, ETP_EP, EDP, EMBEDDING, WORLD, COUNT
+  TP = 0, CP, PP, DP, DP_CP, EP, ETP, ETP_EP, EDP, EMBEDDING, WORLD, PCIE, COUNT
 };
 enum class CommOp : int {
   ALL_REDUCE = 0,
@@ -49,6 +53,8 @@ enum class CommOp : int {
   BROADCAST,
   SEND_RECV,
   BARRIER,
+  DEVICE_TO_HOST,  // group PCIE: a copy down to host memory
+  HOST_TO_DEVICE,  //   and up
   COUNT
 };
 constexpr int kNumCommGroups = static_cast<int>(CommGroup::COUNT);

@@ -46,6 +46,11 @@ const NumberKey kNumbers[] = {
     {"attention_efficiency", &HardwareProfile::attention_efficiency, true},
     {"memory_efficiency", &HardwareProfile::memory_efficiency, true},
     {"storage_write_gbs", &HardwareProfile::storage_write_gbs, false},
+    {"pcie_gbs", &HardwareProfile::pcie_gbs, false},
+    {"pcie_latency_us", &HardwareProfile::pcie_latency_us, false},
+    {"host_memory_gib", &HardwareProfile::host_memory_gib, false},
+    {"host_cores", &HardwareProfile::host_cores, false},
+    {"host_adam_params_per_s", &HardwareProfile::host_adam_params_per_s, false},
 };
 
 // The keys `assumed` may name: every figure (the numbers, the node size, the link), not the

@@ -21,6 +21,8 @@
 //   collective     latency + bus bytes / link bandwidth (nccl-tests' bus-bandwidth
 //                  convention), the link intra_node_gbs when the group fits in a node of
 //                  gpus_per_node ranks, else inter_node_gbs and inter_node_latency_us
+//   CPU offload    a copy pcie_latency_us + bytes / pcie_gbs; the host AdamW elements /
+//                  (host_adam_params_per_s x host_cores / gpus_per_node)
 //
 // defines: HardwareProfile, parse_hardware_profile, write_hardware_profile,
 //          load_hardware_profiles, find_hardware_profile, match_hardware_profile
@@ -60,6 +62,16 @@ struct HardwareProfile {
   double memory_efficiency = 0.8;    // elementwise kernels, of memory_bandwidth_gbs
   // Storage: what one node writes a checkpoint at, GB/s; 0 = not stated (no save time).
   double storage_write_gbs = 0;
+  // The host side, for CPU offload (parallel/offload.h); 0 = not stated (not projected, not
+  // checked). pcie_gbs: one GPU's link to host memory, per direction (the CPU backend: one
+  // rank's memcpy); pcie_latency_us: one copy's fixed cost; host_memory_gib: the node's RAM;
+  // host_cores: the node's cores; host_adam_params_per_s: parameters per second one core's
+  // AdamW updates (model/host_adamw.h; --benchmark measures it).
+  double pcie_gbs = 0;
+  double pcie_latency_us = 0;
+  double host_memory_gib = 0;
+  double host_cores = 0;
+  double host_adam_params_per_s = 0;
   std::vector<std::string> assumed;  // keys that are assumptions, not datasheet or measured
 
   bool is_assumed(const std::string& key) const;

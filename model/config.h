@@ -165,6 +165,24 @@ struct TrainConfig {
   int max_skipped_steps = 10;
 };
 
+// CPU offload (parallel/offload.h; DeepSpeed's offload_optimizer and offload_param, Megatron's
+// --optimizer-cpu-offload): which model states of a rank live in host memory.
+//   optimizer  the fp32 master weights and Adam moments of the first `fraction` of the rank's
+//              optimizer-state elements live on the host, with a host copy of their summed
+//              gradient and updated parameter; the AdamW step on them runs on the host
+//   params     ZeRO-3 only: the rank's parameter shard lives on the host (implies optimizer
+//              at fraction 1); each unit's gather starts from it
+//   pin_memory host buffers page-locked (cudaHostAlloc) on CUDA; nothing on the CPU backend
+struct OffloadConfig {
+  bool optimizer = false;
+  double fraction = 1.0;
+  bool params = false;
+  bool pin_memory = true;
+  bool enabled() const { return optimizer || params; }
+  // The share of the optimizer's elements on the host: 0 without offload.
+  double host_fraction() const { return params ? 1.0 : optimizer ? fraction : 0.0; }
+};
+
 // The parallel layout; issue 2 runs every dimension at 1 except data parallelism.
 struct ParallelConfig {
   int world_size = 1;
@@ -182,6 +200,7 @@ struct ParallelConfig {
   int expert_tensor_parallel = 1;
   TokenDispatcher token_dispatcher = TokenDispatcher::ALLGATHER;
   int zero_stage = 0;
+  OffloadConfig offload;           // --optimizer-cpu-offload, --offload-params (ZeRO-Offload)
   bool sequence_parallel = false;  // with tensor parallelism: split the tokens between blocks
   // Pipeline (parallel/pipeline_schedule.h): the schedule, v model chunks per pp rank
   // (interleaved), and the layers of the first and last stage (0: the even split).

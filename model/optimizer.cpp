@@ -5,7 +5,10 @@
 #include "model/optimizer.h"
 #include <algorithm>
 #include <cmath>
+#include <vector>
 #include "kernels/ops.h"
+#include "measure/clock.h"      // now_seconds
+#include "model/host_adamw.h"  // host_adamw: the offloaded elements' update
 
 namespace paralab {
 
@@ -22,29 +25,57 @@ float learning_rate(const TrainConfig& t, int step) {
   return (float)(t.min_lr + (t.lr - t.min_lr) * coeff);
 }
 
-AdamW::AdamW(Transformer& model, const TrainConfig& train) : model_(model), train_(train) {
+AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)
+    : model_(model), train_(train), host_threads_(std::max(1, host_threads)) {
   DataParallel& dp = model.data_parallel();
   DataParallel* experts = model.expert_data_parallel();
-  // the states of the dense elements, then (experts apart) those of the experts
-  expert_state_offset_ = dp.state_numel();
-  const int64_t n = expert_state_offset_ + (experts ? experts->state_numel() : 0);
-  m_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
-  v_.allocate(model.device(), n, Category::OPTIMIZER_STATES);
+  const kernels::Device dev = model.device();
+  // the states of the dense elements, then (experts apart) those of the experts; the first
+  // H of each on the host (CPU offload), the rest on the device
+  dense_n_ = dp.state_numel();
+  dense_h_ = dp.host_state_numel();
+  expert_h_ = experts ? experts->host_state_numel() : 0;
+  const int64_t host = dense_h_ + expert_h_;
+  const int64_t n = dense_n_ + (experts ? experts->state_numel() : 0) - host;
+  const bool pin = dp.pin_memory();
+  m_.allocate(dev, n, Category::OPTIMIZER_STATES);
+  v_.allocate(dev, n, Category::OPTIMIZER_STATES);
+  host_m_.allocate_host(dev, host, Category::OPTIMIZER_STATES, pin);
+  host_v_.allocate_host(dev, host, Category::OPTIMIZER_STATES, pin);
   if (model.tensor_parallel().size() > 1)
-    norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
-  if (model.pipeline_group()) pp_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
+    norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
+  if (model.pipeline_group()) pp_norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
   if (experts && model.expert_parallel().distributed())
-    ep_norm_scalar_.allocate(model.device(), 1, Category::COMM_BUFFERS);
+    ep_norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
   if (dp.bf16()) {
-    master_.allocate(model.device(), n, Category::MASTER_PARAMS);
-    auto copy = [&](DataParallel& owner, int64_t base) {
+    master_.allocate(dev, n, Category::MASTER_PARAMS);
+    host_master_.allocate_host(dev, host, Category::MASTER_PARAMS, pin);
+    auto copy = [&](DataParallel& owner, bool expert) {
       for (const OwnedSegment& seg : owner.owned_segments())
-        kernels::convert(model.device(), master_.data() + base + seg.state_offset,
+        kernels::convert(seg.host ? kernels::Device::CPU : dev,
+                         state(State::MASTER, expert, seg.state_offset),
                          static_cast<const kernels::bf16*>(seg.param), seg.count);
     };
-    copy(dp, 0);
-    if (experts) copy(*experts, expert_state_offset_);
+    copy(dp, false);
+    if (experts) copy(*experts, true);
   }
+}
+
+int64_t AdamW::index(bool expert, int64_t i) const {
+  if (!expert) return on_host(false, i) ? i : i - dense_h_;
+  return on_host(true, i) ? dense_h_ + i : (dense_n_ - dense_h_) + (i - expert_h_);
+}
+
+float* AdamW::state(State s, bool expert, int64_t i) {
+  const bool host = on_host(expert, i);
+  Buffer<float>& b = s == State::EXP_AVG      ? (host ? host_m_ : m_)
+                     : s == State::EXP_AVG_SQ ? (host ? host_v_ : v_)
+                                              : (host ? host_master_ : master_);
+  return b.empty() ? nullptr : b.data() + index(expert, i);
+}
+
+kernels::Device AdamW::state_device(bool expert, int64_t i) const {
+  return on_host(expert, i) ? kernels::Device::CPU : model_.device();
 }
 
 float AdamW::step(float lr, bool skip) {
@@ -88,35 +119,53 @@ float AdamW::step(float lr, bool skip) {
   const float bias1 = 1.0f - std::pow(train_.adam_beta1, (float)step_);
   const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
   // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: update
-  // each intersection of a segment with a tensor on its own.
-  auto update = [&](DataParallel& owner, bool expert, int64_t base) {
+  // each intersection of a segment with a tensor on its own. A segment on the host (CPU
+  // offload) joins the host's list, updated after the device's launches by host_threads.
+  std::vector<HostAdamRun> host_runs;
+  auto update = [&](DataParallel& owner, bool expert) {
+    const bool bf16 = owner.bf16();
+    const int es = bf16 ? 2 : 4;
     for (const OwnedSegment& seg : owner.owned_segments()) {
       for (const TensorView& v : model_.views()) {
         if (v.expert != expert) continue;
         const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
         const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
         if (lo >= hi) continue;
-        const int64_t k = lo - seg.flat_begin;
+        const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
         const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
-        float* m = m_.data() + base + seg.state_offset + k;
-        float* vv = v_.data() + base + seg.state_offset + k;
-        if (owner.bf16())
-          kernels::adamw_update(dev, master_.data() + base + seg.state_offset + k,
-                                static_cast<kernels::bf16*>(seg.param) + k,
-                                static_cast<const kernels::bf16*>(seg.grad) + k, m, vv, hi - lo, lr,
+        float* m = state(State::EXP_AVG, expert, at);
+        float* vv = state(State::EXP_AVG_SQ, expert, at);
+        void* param = static_cast<char*>(seg.param) + k * es;
+        const void* grad = static_cast<const char*>(seg.grad) + k * es;
+        if (seg.host) {
+          HostAdamRun r;
+          r.master = bf16 ? state(State::MASTER, expert, at) : static_cast<float*>(param);
+          r.bf16_param = bf16 ? param : nullptr;
+          r.grad = grad, r.m = m, r.v = vv, r.n = hi - lo, r.weight_decay = wd;
+          host_runs.push_back(r);
+        } else if (bf16) {
+          kernels::adamw_update(dev, state(State::MASTER, expert, at),
+                                static_cast<kernels::bf16*>(param),
+                                static_cast<const kernels::bf16*>(grad), m, vv, hi - lo, lr,
                                 train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
                                 bias2, clip);
-        else
-          kernels::adamw_update(dev, static_cast<float*>(seg.param) + k,
-                                static_cast<const float*>(seg.grad) + k, m, vv, hi - lo, lr,
-                                train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
-                                bias2, clip);
+        } else {
+          kernels::adamw_update(dev, static_cast<float*>(param), static_cast<const float*>(grad),
+                                m, vv, hi - lo, lr, train_.adam_beta1, train_.adam_beta2,
+                                train_.adam_eps, wd, bias1, bias2, clip);
+        }
       }
     }
   };
   if (!skipped_) {
-    update(dp, false, 0);
-    if (experts) update(*experts, true, expert_state_offset_);
+    update(dp, false);
+    if (experts) update(*experts, true);
+    HostAdamStep hs;
+    hs.lr = lr, hs.beta1 = train_.adam_beta1, hs.beta2 = train_.adam_beta2;
+    hs.eps = train_.adam_eps, hs.bias1 = bias1, hs.bias2 = bias2, hs.grad_scale = clip;
+    const double t0 = now_seconds();
+    if (!host_runs.empty()) host_adamw(host_runs, hs, host_threads_);
+    host_seconds_ = now_seconds() - t0;
   }
   // ZeRO's parameter all-gather runs either way (unchanged shards on a skipped step): the
   // step's collectives stay the plan's

@@ -7,6 +7,12 @@
 // data parallelism (Transformer::expert_data_parallel), their states after the dense ones. With --bf16 it also keeps their fp32 master weights
 // (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
 // Construct it after the parameters are initialised: the master starts as their values.
+//
+// CPU offload (parallel/offload.h): of each vector's states (dense, experts) the first H
+// elements (DataParallel::host_state_numel) live in host memory, the rest on the device; an
+// owned segment marked host is updated on the host (model/host_adamw.h, `host_threads`
+// threads) from its host gradient copy into its host parameter copy, which data
+// parallelism then copies up. The gradient norm and clipping are the device's, unchanged.
 #pragma once
 #include "measure/ledger.h"
 #include "model/config.h"
@@ -19,7 +25,8 @@ float learning_rate(const TrainConfig& t, int step);
 
 class AdamW {
  public:
-  AdamW(Transformer& model, const TrainConfig& train);
+  // host_threads: the threads of the host update (CPU offload).
+  AdamW(Transformer& model, const TrainConfig& train, int host_threads = 1);
   // Completes the gradient reduction, takes the global gradient norm (sqrt of the sum of
   // squares over every parameter, each counted once), clips by clip_grad, applies one AdamW
   // step at learning rate lr to the owned parameters, and lets data parallelism share the
@@ -30,27 +37,37 @@ class AdamW {
   float step(float lr, bool skip = false);
   int steps_taken() const { return step_; }
   bool skipped() const { return skipped_; }  // the last step()
+  double host_seconds() const { return host_seconds_; }  // the last step's host AdamW
 
-  // ---- checkpoints (checkpoint/checkpoint.h): the states on the device, element
-  // OwnedSegment::state_offset of a dense segment at [0], of an expert segment at
-  // [expert_state_offset()]; master() is nullptr in fp32 (the parameters are the master).
-  float* exp_avg() { return m_.data(); }
-  float* exp_avg_sq() { return v_.data(); }
-  float* master() { return master_.size() > 0 ? master_.data() : nullptr; }
-  int64_t expert_state_offset() const { return expert_state_offset_; }
+  // ---- checkpoints (checkpoint/checkpoint.h): element i (OwnedSegment::state_offset + k)
+  // of a state of the dense (expert = false) or the experts' vector, and the Device whose
+  // copies reach it (CPU for a state on the host). A segment's elements are contiguous in
+  // one buffer. has_master() is false in fp32 (the parameters are the master).
+  enum class State { EXP_AVG, EXP_AVG_SQ, MASTER };
+  float* state(State s, bool expert, int64_t i);
+  kernels::Device state_device(bool expert, int64_t i) const;
+  bool has_master() const { return master_.size() + host_master_.size() > 0; }
   void set_steps_taken(int steps) { step_ = steps; }  // a resumed run's bias correction
 
  private:
   Transformer& model_;
   TrainConfig train_;
+  int host_threads_ = 1;
+  // Device states: the dense vector's elements [H, N), then the experts' [He, Ne); host
+  // states (CPU offload): the dense [0, H), then the experts' [0, He).
   Buffer<float> m_, v_;    // Adam moments, category optimizer_states
   Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
+  Buffer<float> host_m_, host_v_, host_master_;
+  int64_t dense_n_ = 0, dense_h_ = 0, expert_h_ = 0;
   Buffer<float> norm_scalar_;  // tp > 1: the gradient norm's all-reduce over tp
   Buffer<float> pp_norm_scalar_;  // pp > 1: the same over the pipeline stages
   Buffer<float> ep_norm_scalar_;  // ep > 1: the experts' share over the ep group
-  int64_t expert_state_offset_ = 0;  // ep > 1: where the experts' states start
   int step_ = 0;
   bool skipped_ = false;
+  double host_seconds_ = 0;
+  // Element i of the vector (expert or not): on the host, and its index in that buffer.
+  bool on_host(bool expert, int64_t i) const { return i < (expert ? expert_h_ : dense_h_); }
+  int64_t index(bool expert, int64_t i) const;
 };
 
 }  // namespace paralab

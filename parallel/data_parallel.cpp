@@ -10,6 +10,7 @@
 // data_parallel_views.cpp.
 #include "parallel/data_parallel.h"
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,8 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   m.dtype = options.bf16 ? DType::BF16 : DType::F32;
   if (!options.unit_chunk.empty() && (int)options.unit_chunk.size() != m.U)
     misuse("unit_chunk must name the chunk of every unit");
+  if (options.offload_params && (m.stage != 3 || options.offload_fraction != 1.0))
+    misuse("offload_params needs zero stage 3 and the whole optimizer on the host");
   m.layout = make_bucket_layout(unit_begin, options.bucket_size, m.size, m.stage == 3,
                                 options.unit_chunk);
   const BucketLayout& l = m.layout;
@@ -56,8 +59,22 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   }
 
   const int64_t full = m.stage == 0 ? l.total : l.padded_total;
-  m.allocate(m.params, m.stage == 3 ? l.shard_numel : full, Category::PARAMS);
-  m.allocate(m.grads, m.sharded_grads() ? l.shard_numel : full, Category::GRADS);
+  // CPU offload (parallel/offload.h): the host buckets' H state elements on the host
+  m.H = host_buckets_elements(l, m.stage, options.offload_fraction);
+  m.copies = offload_copies(l, m.stage, m.H);
+  m.copy_index.assign(l.buckets.size(), -1);
+  int64_t largest = 0;  // host slice
+  for (size_t i = 0; i < m.copies.size(); ++i) {
+    m.copy_index[m.copies[i].bucket] = (int)i;
+    largest = std::max(largest, m.copies[i].count);
+  }
+  const bool pin = options.pin_memory;
+  m.host_params.allocate_host(device, m.H * m.es, Category::PARAMS, pin);
+  m.host_grads.allocate_host(device, m.H * m.es, Category::GRADS, pin);
+  if (m.sharded_grads()) m.host_landing.allocate_host(device, largest * m.es, Category::GRADS, pin);
+  const int64_t params = m.stage == 3 ? (options.offload_params ? 0 : l.shard_numel) : full;
+  m.allocate(m.params, params, Category::PARAMS);
+  m.allocate(m.grads, m.sharded_grads() ? l.shard_numel - m.H : full, Category::GRADS);
   // One float for the gradient norm's all-reduce (Category::COMM_BUFFERS, 4 bytes, fp32
   // in both precisions): collectives take device buffers.
   if (m.stage >= 1 && m.dp) m.norm_scalar.allocate(device, 1, Category::COMM_BUFFERS);
@@ -71,17 +88,26 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
     if (m.stage == 0) {
       s.flat_begin = b.begin;
       s.count = b.numel();
-      s.param = m.at(m.params, b.begin);
-      s.grad = m.at(m.grads, b.begin);
       s.state_offset = b.begin;
     } else {
       s.flat_begin = m.owned_lo(b);
       s.count = m.owned_hi(b) - s.flat_begin;
       if (s.count <= 0) continue;  // a tiny bucket: the last ranks' slices are all padding
-      const int64_t in_full = m.padded_pos[j] + m.rank * b.slice;
-      s.param = m.at(m.params, m.stage == 3 ? b.shard_offset : in_full);
-      s.grad = m.at(m.grads, m.sharded_grads() ? b.shard_offset : in_full);
       s.state_offset = b.shard_offset;
+    }
+    if (!m.on_host((int)j)) {
+      s.param = m.at(m.params, m.device_param_pos((int)j));
+      s.grad = m.at(m.grads, m.device_grad_pos((int)j));
+      m.norm_segments.push_back(s);
+    } else {  // updated on the host, from its copies (the norm: from the gradient's home)
+      OwnedSegment n = s;
+      n.grad = m.sharded_grads() ? m.at(m.host_grads, s.state_offset)
+                                 : m.at(m.grads, m.device_grad_pos((int)j));
+      n.host = m.sharded_grads();
+      m.norm_segments.push_back(n);
+      s.param = m.at(m.host_params, s.state_offset);
+      s.grad = m.at(m.host_grads, s.state_offset);
+      s.host = true;
     }
     m.segments.push_back(s);
   }
@@ -196,18 +222,25 @@ void DataParallel::backward_done(int u) {
 void DataParallel::zero_grads() {
   Impl& m = *impl_;
   kernels::memset_zero(m.device, m.grads.data(), m.grads.bytes());
+  // CPU offload, stages 2-3: the host buckets' sums start at 0 too (a host loop, no kernel)
+  if (m.sharded_grads() && !m.host_grads.empty())
+    std::memset(m.host_grads.data(), 0, m.host_grads.bytes());
   for (auto& s : m.bk) s.posted = false;
 }
 
 void DataParallel::finish_gradients() {
   Impl& m = *impl_;
   if (!m.sharded_grads()) {
-    for (size_t j = 0; j < m.bk.size(); ++j)
-      if (!m.bk[j].posted) {
-        m.post_step_reduce((int)j);
-        m.bk[j].reduce.wait();
-      }
-    for (auto& s : m.bk) s.reduce.wait();
+    // Bucket by bucket: post its reduction (unless backward did), copy the previous
+    // bucket's host part down meanwhile (offload), then wait for it.
+    int previous = -1;
+    for (size_t j = 0; j < m.bk.size(); ++j) {
+      if (!m.bk[j].posted) m.post_step_reduce((int)j);
+      m.offload_grad(previous);
+      m.bk[j].reduce.wait();
+      previous = (int)j;
+    }
+    m.offload_grad(previous);
   } else {
     if (m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
     // A bucket the model wrote but never declared done still has to be summed.
@@ -229,6 +262,9 @@ int64_t DataParallel::state_numel() const {
   return impl_->stage == 0 ? impl_->layout.total : impl_->layout.shard_numel;
 }
 
+int64_t DataParallel::host_state_numel() const { return impl_->H; }
+bool DataParallel::pin_memory() const { return impl_->opt.pin_memory; }
+
 void DataParallel::exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> ranges) {
   std::sort(ranges.begin(), ranges.end());
   impl_->norm_exclusions = std::move(ranges);
@@ -239,8 +275,8 @@ double DataParallel::grad_sum_squares() {
   if (m.stage == 0) return m.counted_sum_squares(m.grads.data(), 0, m.layout.total);
   // Stages >= 1: each element lives in exactly one rank's owned segments.
   double local = 0;
-  for (const OwnedSegment& s : m.segments)
-    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count);
+  for (const OwnedSegment& s : m.norm_segments)  // where the gradient lives (host: CPU twin)
+    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count, s.host);
   if (!m.dp) return local;
   // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
   // doubles.
@@ -253,9 +289,13 @@ double DataParallel::grad_sum_squares() {
 
 void DataParallel::after_optimizer_step() {
   Impl& m = *impl_;
-  if (m.stage == 0 || m.stage == 3 || !m.dp) return;  // 3 updated its shard in place
+  if (m.stage == 0 || m.stage == 3 || !m.dp) {  // 3 updated its shard in place
+    for (size_t j = 0; j < m.bk.size(); ++j) m.upload_params((int)j);  // offload
+    return;
+  }
   for (size_t j = 0; j < m.bk.size(); ++j) {
     const Bucket& b = m.layout.buckets[j];
+    m.upload_params((int)j);  // offload: beside the previous bucket's all-gather
     if (!m.communicates(b)) continue;
     const int64_t pos = m.padded_pos[j];
     m.bk[j].gather = m.dp->all_gather_async(m.at(m.params, pos + m.rank * b.slice),

@@ -25,6 +25,14 @@
 // The cut into units, buckets and slices is parallel/buckets.h; the model's calls in one
 // microbatch, as data, and the ZeRO-3 prefetch rule are parallel/zero_schedule.h
 // (plan/ replays them to predict the bytes this class allocates and sends).
+// CPU offload (parallel/offload.h: which elements, what moves, when): the host buckets (the
+// first H of the rank's optimizer-state elements) have their summed gradient on the host
+// (stages 0-1: copied down as each bucket's reduction completes; 2-3: every reduce-scatter's
+// slice copied down and added there, the device keeping none) and a host copy of their
+// parameter (copied up after the update, before the bucket's all-gather); their owned
+// segments point there (OwnedSegment::host) so the optimizer updates them on the host. With
+// offload_params (ZeRO-3) the parameter shard itself lives on the host: each gather copies
+// the rank's slice up into the gathered buffer and completes it in place.
 //
 // How the model uses it (units: 0 embedding, 1..L layers, L+1 head):
 //   begin_microbatch(last) once per microbatch (a pipeline: before each action), then in
@@ -61,17 +69,26 @@ struct DataParallelOptions {
   // summed over the embedding group before any dp reduction (Transformer::
   // sync_tied_embedding), which needs the unreduced sum of the whole step.
   std::vector<int> deferred_units;
+  // CPU offload (parallel/offload.h): the share of the rank's optimizer-state elements on
+  // the host (--optimizer-offload-fraction; 0: none); the ZeRO-3 parameter shard on the host
+  // (--offload-params: needs zero_stage 3 and offload_fraction 1); host buffers page-locked
+  // on CUDA (--offload-pin-memory).
+  double offload_fraction = 0;
+  bool offload_params = false;
+  bool pin_memory = true;
 };
 
 // A run of parameters this rank updates: flat elements [flat_begin, flat_begin + count),
 // with where their value and summed gradient live (float or kernels::bf16 elements, as
 // DataParallelOptions::bf16 says), and their offset in the rank's optimizer state (Adam m
-// and v, and with bf16 the fp32 master weights).
+// and v, and with bf16 the fp32 master weights). host: CPU offload, param and grad are the
+// host copies (and the states live on the host); a segment is never on both sides.
 struct OwnedSegment {
   int64_t flat_begin = 0, count = 0;
   void* param = nullptr;
   const void* grad = nullptr;
   int64_t state_offset = 0;
+  bool host = false;
 };
 
 class DataParallel {
@@ -112,12 +129,16 @@ class DataParallel {
   // The segments this rank updates (stage 0: all parameters; else its slices).
   const std::vector<OwnedSegment>& owned_segments() const;
   int64_t state_numel() const;  // elements of each optimizer state on this rank
+  // CPU offload: H, the first state elements (the host buckets'), on the host (0 without).
+  int64_t host_state_numel() const;
+  bool pin_memory() const;  // host buffers page-locked (on CUDA)
   // Sum of squares of the summed gradient, each element counted once over dp, leaving out
   // the flat ranges given to exclude_from_norm (tensor parallelism: a parameter replicated
   // over tp is counted on tp rank 0 only; the caller sums over tp).
   double grad_sum_squares();
   void exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> flat_ranges);
-  // After the update: stages 1-2 all-gather the updated parameters (asynchronous with
+  // After the update: with offload the updated host parameters are copied up, then
+  // stages 1-2 all-gather the updated parameters (asynchronous with
   // --overlap-param-gather, waited at each bucket's first use).
   void after_optimizer_step();
   // Waits for everything in flight (end of training).

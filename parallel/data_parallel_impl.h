@@ -12,6 +12,11 @@
 //                                        gradients are being produced (GRADS)
 //   3      S shard + a padded buffer     as stage 2, bucket = unit
 //          per gathered unit (PARAMS)
+// CPU offload (parallel/offload.h), the host buckets' H state elements on the host:
+// host_grads and host_params hold H elements each (host_params IS the shard with
+// offload_params, and then params is empty: the gathered units come from the host); at
+// stages 2-3 the device's gradient shard holds the device buckets only (S - H elements, a
+// bucket's slice at shard_offset - H) and host_landing one host slice as it comes down.
 // The padded layout puts the buckets in ascending flat order, bucket j at pb_j (the sum of
 // the padded sizes of the buckets before it), its padding (zero) after its elements, so a
 // reduce-scatter or all-gather of bucket j works in place on [pb_j, pb_j + padded_j).
@@ -42,6 +47,7 @@
 #include "kernels/math.h"            // to_bf16, to_float: the host views' conversions
 #include "kernels/ops.h"             // memcpy_device, accumulate, sum_squares
 #include "parallel/data_parallel.h"  // DataParallel, DataParallelOptions, OwnedSegment
+#include "parallel/offload.h"        // OffloadCopy, offload_copies, copy_to_host, copy_to_device
 
 namespace paralab {
 
@@ -87,8 +93,16 @@ struct DataParallel::Impl {
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
-  std::vector<OwnedSegment> segments;
+  std::vector<OwnedSegment> segments;       // for the optimizer: a host bucket's on its copies
+  std::vector<OwnedSegment> norm_segments;  // the same, on each summed gradient's home
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
+  // CPU offload: H state elements on the host, the host buckets (copy_index[j]: bucket j's
+  // entry in copies, -1 on the device).
+  int64_t H = 0;
+  Buffer<char> host_params, host_grads, host_landing;
+  std::vector<OffloadCopy> copies;
+  std::vector<int> copy_index;
+  bool on_host(int j) const { return copy_index[j] >= 0; }
 
   bool sharded_grads() const { return stage >= 2; }
   // Whether bucket b's reductions and gathers go over the group: not on one rank, and never
@@ -98,17 +112,18 @@ struct DataParallel::Impl {
 
   // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
   // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
-  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n) {
+  // host: g is host memory (CPU offload at stages 2-3): summed by the CPU twin.
+  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n, bool host = false) {
     const char* base = static_cast<const char*>(g);
     double sum = 0;
     int64_t pos = flat_begin;
     const int64_t end = flat_begin + n;
     for (const auto& [lo, hi] : norm_exclusions) {
       if (hi <= pos || lo >= end) continue;
-      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos);
+      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos, host);
       pos = std::max(pos, hi);
     }
-    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos);
+    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos, host);
     return sum;
   }
 
@@ -125,9 +140,10 @@ struct DataParallel::Impl {
     else
       kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
   }
-  double sum_squares(const void* x, int64_t n) {
-    if (opt.bf16) return kernels::sum_squares(device, static_cast<const kernels::bf16*>(x), n);
-    return kernels::sum_squares(device, static_cast<const float*>(x), n);
+  double sum_squares(const void* x, int64_t n, bool host = false) {
+    const Device d = host ? Device::CPU : device;
+    if (opt.bf16) return kernels::sum_squares(d, static_cast<const kernels::bf16*>(x), n);
+    return kernels::sum_squares(d, static_cast<const float*>(x), n);
   }
   // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
   std::vector<char> to_storage(const std::vector<float>& v) const {
@@ -173,6 +189,36 @@ struct DataParallel::Impl {
     return std::min(b.end, b.begin + (rank + 1) * b.slice);
   }
 
+  // ---- CPU offload: bucket j's host part ----------------------------------------------
+  // Where bucket j's state range starts in the device buffers: its flat elements at stage
+  // 0, its slice in the padded full buffers (stages 1-2) or the shard (3: params, 2-3: grads).
+  int64_t device_param_pos(int j) const {
+    const Bucket& b = layout.buckets[j];
+    if (stage == 0) return b.begin;
+    return stage == 3 ? b.shard_offset : padded_pos[j] + rank * b.slice;
+  }
+  int64_t device_grad_pos(int j) const {  // (a host bucket's at stages 2-3: none)
+    const Bucket& b = layout.buckets[j];
+    if (stage == 0) return b.begin;
+    return sharded_grads() ? b.shard_offset - H : padded_pos[j] + rank * b.slice;
+  }
+  // Stages 0-1: the summed gradient of host bucket j down to host_grads, once the step's
+  // reduction of bucket j is complete.
+  void offload_grad(int j) {
+    if (j < 0 || !on_host(j)) return;
+    const OffloadCopy& c = copies[copy_index[j]];
+    copy_to_host(device, at(host_grads, c.state_begin), at(grads, device_grad_pos(j)),
+                 c.count * es);
+  }
+  // The updated parameter of bucket j's host part up to the device (not with offload_params:
+  // the host shard is the parameter).
+  void upload_params(int j) {
+    if (opt.offload_params || !on_host(j)) return;
+    const OffloadCopy& c = copies[copy_index[j]];
+    copy_to_device(device, at(params, device_param_pos(j)), at(host_params, c.state_begin),
+                   c.count * es);
+  }
+
   // ---- stages 2-3: one bucket's gradients of this microbatch --------------------------
   void post_grad_reduce(int j) {
     BucketState& s = bk[j];
@@ -183,12 +229,19 @@ struct DataParallel::Impl {
       s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
                                           b.slice, dtype);
   }
-  // Wait, add the rank's summed slice into the shard, free the bucket.
+  // Wait, add the rank's summed slice into the shard (a host bucket's: down first, then added
+  // on the host), free the bucket.
   void complete_grad_reduce(int j) {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.reduce.wait();
-    accumulate(at(grads, b.shard_offset), at(s.grad_buf, rank * b.slice), b.slice);
+    const char* slice = at(s.grad_buf, rank * b.slice);
+    if (on_host(j)) {
+      copy_to_host(device, host_landing.data(), slice, b.slice * es);
+      host_accumulate(opt.bf16, at(host_grads, b.shard_offset), host_landing.data(), b.slice);
+    } else {
+      accumulate(at(grads, device_grad_pos(j)), slice, b.slice);
+    }
     s.grad_buf.reset();
     if (in_flight == j) in_flight = -1;
   }
@@ -209,11 +262,19 @@ struct DataParallel::Impl {
   }
 
   // ---- stage 3: gather unit u's parameters into a new buffer ---------------------------
+  // With offload_params the rank's slice comes up from the host shard into its place in the
+  // gathered buffer, and the all-gather completes the buffer in place.
   void post_gather(int u) {
     UnitState& s = units[u];
     const Bucket& b = bucket_of(u);
     allocate(s.gathered, b.padded, Category::PARAMS);
     s.resident = true;
+    if (opt.offload_params) {
+      char* mine = at(s.gathered, rank * b.slice);
+      copy_to_device(device, mine, at(host_params, b.shard_offset), b.slice * es);
+      if (communicates(b)) s.gather = dp->all_gather_async(mine, s.gathered.data(), b.slice, dtype);
+      return;
+    }
     const char* slice = at(params, b.shard_offset);
     if (communicates(b))
       s.gather = dp->all_gather_async(slice, s.gathered.data(), b.slice, dtype);
@@ -223,10 +284,11 @@ struct DataParallel::Impl {
 
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
   void wait_param_gather(int j) { bk[j].gather.wait(); }
-  // Bucket j rebuilt in `tmp` (category c) from every rank's slice, which each rank keeps
-  // at shard_offset in `shard`: an all-gather, or a copy on a single rank
-  // (data_parallel_views.cpp).
-  const char* gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp, Category c);
+  // Bucket j rebuilt in `tmp` (category c) from every rank's slice, this rank's at `slice`
+  // (host memory with CPU offload: copied up first): an all-gather, or a copy on a single
+  // rank (data_parallel_views.cpp).
+  const char* gather_bucket(const char* slice, bool host, size_t j, Buffer<char>& tmp,
+                            Category c);
   void wait_param_gathers() {
     for (size_t j = 0; j < bk.size(); ++j) wait_param_gather((int)j);
   }

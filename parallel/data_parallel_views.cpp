@@ -10,15 +10,19 @@
 
 namespace paralab {
 
-const char* DataParallel::Impl::gather_bucket(Buffer<char>& shard, size_t j, Buffer<char>& tmp,
-                                              Category c) {
+const char* DataParallel::Impl::gather_bucket(const char* slice, bool host, size_t j,
+                                              Buffer<char>& tmp, Category c) {
   const Bucket& b = layout.buckets[j];
   allocate(tmp, b.padded, c);
-  const char* slice = at(shard, b.shard_offset);
-  if (communicates(b))
+  if (host) {  // CPU offload: the rank's slice up first, then in place
+    char* mine = at(tmp, rank * b.slice);
+    copy_to_device(device, mine, slice, b.slice * es);
+    if (communicates(b)) dp->all_gather(mine, tmp.data(), b.slice, dtype);
+  } else if (communicates(b)) {
     dp->all_gather(slice, tmp.data(), b.slice, dtype);
-  else
+  } else {
     kernels::memcpy_device(device, tmp.data(), slice, b.slice * es);
+  }
   return tmp.data();
 }
 
@@ -38,15 +42,24 @@ void DataParallel::load_params(const std::vector<float>& full) {
   };
   if (m.stage == 0) {
     copy_in(0, 0, l.total);
-    return;
+  } else {
+    for (size_t j = 0; j < l.buckets.size(); ++j) {
+      const Bucket& b = l.buckets[j];
+      const int64_t n = m.owned_hi(b) - m.owned_lo(b);
+      if (m.stage < 3)
+        copy_in(m.padded_pos[j], b.begin, b.numel());
+      else if (n > 0 && m.opt.offload_params)  // the shard is on the host
+        std::memcpy(m.at(m.host_params, b.shard_offset), host.data() + m.owned_lo(b) * m.es,
+                    n * m.es);
+      else if (n > 0)
+        copy_in(b.shard_offset, m.owned_lo(b), n);
+    }
   }
-  for (size_t j = 0; j < l.buckets.size(); ++j) {
-    const Bucket& b = l.buckets[j];
-    if (m.stage < 3)
-      copy_in(m.padded_pos[j], b.begin, b.numel());
-    else if (m.owned_hi(b) > m.owned_lo(b))
-      copy_in(b.shard_offset, m.owned_lo(b), m.owned_hi(b) - m.owned_lo(b));
-  }
+  // CPU offload: the host copies of the offloaded parameters, from the device's
+  if (m.opt.offload_params) return;
+  for (const OffloadCopy& c : m.copies)
+    copy_to_host(m.device, m.at(m.host_params, c.state_begin),
+                 m.at(m.params, m.device_param_pos(c.bucket)), c.count * m.es);
 }
 
 std::vector<float> DataParallel::gather_params() {
@@ -61,7 +74,10 @@ std::vector<float> DataParallel::gather_params() {
   Buffer<char> tmp;  // stage 3: one bucket at a time
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    const char* src = m.stage == 3 ? m.gather_bucket(m.params, j, tmp, Category::PARAMS)
+    const bool host = m.opt.offload_params;
+    const char* src = m.stage == 3 ? m.gather_bucket(m.at(host ? m.host_params : m.params,
+                                                          b.shard_offset),
+                                                     host, j, tmp, Category::PARAMS)
                                    : m.at(m.params, m.padded_pos[j]);
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
@@ -85,8 +101,11 @@ std::vector<float> DataParallel::gather_grads() {
       char* full = m.at(m.grads, m.padded_pos[j]);
       if (m.communicates(b)) m.dp->all_gather(full + m.rank * b.slice * m.es, full, b.slice, m.dtype);
       src = full;
-    } else {
-      src = m.gather_bucket(m.grads, j, tmp, Category::GRADS);
+    } else {  // a host bucket's sum lives on the host (CPU offload)
+      const bool host = m.on_host((int)j);
+      src = m.gather_bucket(host ? m.at(m.host_grads, b.shard_offset)
+                                 : m.at(m.grads, m.device_grad_pos((int)j)),
+                            host, j, tmp, Category::GRADS);
     }
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }

@@ -72,6 +72,7 @@ RankLayout::RankLayout(const GridSpec& spec) : spec_(spec) {
             color = {-1, r};  // pp == 1 or a middle stage: a group of its own
           }
           break;
+        case CommGroup::PCIE: color = {-2, r}; break;  // the rank alone, with its host
         default: color = {0}; pos = r; break;  // WORLD
       }
       auto it = index_of_color.emplace(color, int(index_of_color.size())).first;

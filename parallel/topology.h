@@ -46,6 +46,8 @@
 //              word-embedding gradient all-reduce. Middle stages form singleton groups,
 //              so every rank has one; `in_embedding_group()` says who takes part.
 //   world      everyone
+//   pcie       the rank alone: CPU offload's copies to and from its own host memory
+//              (parallel/offload.h) are recorded under this name; no collective runs on it
 // Sizes: |tp| = tp, |cp| = cp, |pp| = pp, |dp| = dp = world/(tp*cp*pp), |dp_cp| = dp*cp,
 // |ep| = ep, |etp| = etp, |etp_ep| = etp*ep, |edp| = edp = world/(etp*ep*pp),
 // |embedding| = min(pp, 2) (1 in middle stages).

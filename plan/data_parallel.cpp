@@ -85,9 +85,11 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
     grads_alive -= l.buckets[j].padded;
     if (in_flight == j) in_flight = -1;
   };
+  r.reductions_of.assign(nb, 0);
   auto post = [&](int j) {
     allocate(j);
     reduced[j] = true;
+    r.reductions_of[j] += 1;
     r.grad_reductions += l.buckets[j].padded > 0;
     r.grad_reduced_elements += l.buckets[j].padded;
   };
@@ -166,7 +168,8 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
                                     std::vector<DpCall> calls, int z, int dp,
                                     const PlanOptions& o, int64_t microbatches,
                                     const std::vector<int>& unit_chunk,
-                                    const std::vector<int>& deferred_units) {
+                                    const std::vector<int>& deferred_units,
+                                    const OffloadConfig& offload) {
   DataParallelPlan d;
   const int64_t psi = unit_begin.back();
   d.layout = make_bucket_layout(unit_begin, o.ddp_bucket_size, dp, z == 3, unit_chunk);
@@ -178,7 +181,33 @@ DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
   d.state_numel = z == 0 ? psi : shard;
   d.params_resident = z == 3 ? shard : full;
   d.grads_resident = z >= 2 ? shard : full;
+  // CPU offload (parallel/offload.h): the host buckets' H state elements on the host; at
+  // ZeRO-2/3 their gradient too (the device shard holds the rest), landing in one host slice
+  d.host_numel = host_buckets_elements(d.layout, z, offload.host_fraction());
+  d.copies = offload_copies(d.layout, z, d.host_numel);
+  for (const OffloadCopy& c : d.copies)
+    if (z >= 2) d.host_landing = std::max(d.host_landing, c.count);
+  if (z >= 2) d.grads_resident -= d.host_numel;
+  d.params_on_host = offload.params && z == 3;
+  if (d.params_on_host) d.params_resident = 0;  // the gathers start from the host shard
   return d;
+}
+
+void offload_comm(std::vector<CommPlanEntry>& comm, const DataParallelPlan& d, int dp, int e) {
+  int64_t elements = 0, down_calls = 0, down_elements = 0;
+  const bool every_reduction = !d.sim.reductions_of.empty();  // ZeRO-2/3
+  for (const OffloadCopy& c : d.copies) {
+    elements += c.count;
+    const int64_t k = every_reduction ? d.sim.reductions_of.at(c.bucket) : 1;
+    down_calls += k, down_elements += k * c.count;
+  }
+  const int64_t calls = (int64_t)d.copies.size();
+  add_comm(comm, CommGroup::PCIE, CommOp::DEVICE_TO_HOST, 1, down_calls, down_elements * e);
+  if (!d.params_on_host)
+    add_comm(comm, CommGroup::PCIE, CommOp::HOST_TO_DEVICE, 1, calls, elements * e);
+  else  // every gather: the rank's slice, padded / dp of the unit
+    add_comm(comm, CommGroup::PCIE, CommOp::HOST_TO_DEVICE, 1, d.sim.gathers,
+             d.sim.gathered_elements / dp * e);
 }
 
 void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t,
@@ -187,11 +216,15 @@ void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainCo
   const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
   int64_t params_peak = d.sim.params_transient_peak, grads_peak = d.sim.grads_transient_peak;
   int64_t params = d.params_resident, grads = d.grads_resident, states = d.state_numel;
+  int64_t host = d.host_numel;  // CPU offload: of the states, on the host
+  int64_t landing = d.host_landing;
   if (experts) {
     // the two mirror each other's calls: their transient buffers peak together, call by call
     params += experts->params_resident;
     grads += experts->grads_resident;
     states += experts->state_numel;
+    host += experts->host_numel;
+    landing += experts->host_landing;
     params_peak = std::max(params_peak, experts->sim.params_transient_peak);
     grads_peak = std::max(grads_peak, experts->sim.grads_transient_peak);
     for (size_t k = 0; k < d.trace.size() && k < experts->trace.size(); ++k) {
@@ -201,10 +234,13 @@ void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainCo
   }
   mem.params = (params + params_peak) * param_b;
   mem.grads = (grads + grads_peak) * grad_b;
-  mem.master_params = states * master_b;
-  mem.optimizer_states = states * optim_b;
+  mem.master_params = (states - host) * master_b;
+  mem.optimizer_states = (states - host) * optim_b;
   mem.resident_params = params * param_b;
   mem.resident_grads = grads * grad_b;
+  // the host column: each offloaded element's gradient and parameter copies, master, m, v
+  mem.host = HostMemoryPlan{host * param_b, (host + landing) * grad_b, host * master_b,
+                            host * optim_b};
 }
 
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, int dp,

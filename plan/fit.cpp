@@ -30,6 +30,26 @@ bool fits_with(const Plan& plan, const TrainConfig& t, const ParallelConfig& p,
 
 }  // namespace
 
+int64_t node_host_bytes(const Plan& plan, int ranks_per_node, int node) {
+  const int r = ranks_per_node > 0 ? ranks_per_node : 1;
+  int64_t sum = 0;
+  for (int q = node * r; q < (node + 1) * r && q < (int)plan.ranks.size(); ++q)
+    sum += plan.ranks[q].memory.host.total();
+  return sum;
+}
+
+void check_host_fit(FitCheck& f, const Plan& plan, int ranks_per_node, double capacity_bytes,
+                    const std::string& source) {
+  f.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
+  f.host_capacity_bytes = capacity_bytes;
+  f.host_capacity_source = source;
+  const int nodes = ((int)plan.ranks.size() + f.ranks_per_node - 1) / f.ranks_per_node;
+  for (int n = 0; n < nodes; ++n) {
+    const int64_t bytes = node_host_bytes(plan, f.ranks_per_node, n);
+    if (bytes > f.host_node_bytes) f.host_node_bytes = bytes, f.host_node = n;
+  }
+}
+
 FitCheck check_fit(const Plan& plan, double capacity_bytes, const std::string& source,
                    bool suggest) {
   FitCheck f;

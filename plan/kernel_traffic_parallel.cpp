@@ -178,25 +178,35 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
                  const std::vector<int>& deferred_units) {
   const BucketLayout& l = d.layout;
   const int e = k.e();
-  const int64_t grads = zero == 0 ? l.total : zero == 1 ? l.padded_total : l.shard_numel;
+  // CPU offload (parallel/offload.h): a host bucket's update, and at ZeRO-2/3 its gradient's
+  // zeroing and sums, are host loops (no kernel); the device's shard holds the other buckets
+  std::vector<bool> host(l.buckets.size(), false);
+  for (const OffloadCopy& c : d.copies) host[c.bucket] = true;
+  const int64_t grads = zero == 0 ? l.total : zero == 1 ? l.padded_total
+                                                        : l.shard_numel - d.host_numel;
   k.memset_zero((double)grads * e);  // zero_grads
   if (zero >= 2)  // complete_grad_reduce: the reduced slice into the shard
     for (size_t j = 0; j < l.buckets.size(); ++j) {
+      if (host[j]) continue;
       bool deferred = false;
       for (int u : deferred_units) deferred = deferred || l.bucket_of.at(u) == (int)j;
       for (int64_t i = 0; i < (deferred ? 1 : microbatches); ++i)
         k.accumulate((double)l.buckets[j].slice);
     }
-  if (zero == 3 && n == 1)  // post_gather on one rank: a copy per gather
+  // post_gather on one rank: a copy per gather (with the shard on the host, CPU offload's
+  // copy up instead: PCIe, not a kernel)
+  if (zero == 3 && n == 1 && !d.params_on_host)
     for (int64_t g = 0; g < d.sim.gathers; ++g)
       k.memcpy_device((double)d.sim.gathered_elements / d.sim.gathers * e);
-  // the owned segments (DataParallel's constructor)
+  // the owned segments (DataParallel's constructor), and where their states start
   std::vector<std::pair<int64_t, int64_t>> owned;
-  for (const Bucket& b : l.buckets) {
-    if (zero == 0) owned.push_back({b.begin, b.end});
+  std::vector<bool> owned_on_host;
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    if (zero == 0) owned.push_back({b.begin, b.end}), owned_on_host.push_back(host[j]);
     const int64_t lo = std::min(b.end, b.begin + r * b.slice);
     const int64_t hi = std::min(b.end, b.begin + (r + 1) * b.slice);
-    if (zero > 0 && hi > lo) owned.push_back({lo, hi});
+    if (zero > 0 && hi > lo) owned.push_back({lo, hi}), owned_on_host.push_back(host[j]);
   }
   // grad_sum_squares: counted_sum_squares over [0, total) at stage 0, else each segment
   auto squares = [&](int64_t begin, int64_t count) {
@@ -211,10 +221,14 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
   };
   if (zero == 0) squares(0, l.total);
   else for (const auto& [lo, hi] : owned) squares(lo, hi - lo);
-  // AdamW: one update per intersection of a segment with a tensor
-  for (const auto& [lo, hi] : owned)
+  // AdamW: one update per intersection of a device segment with a tensor (a host bucket's
+  // segment is updated on the host: no kernel)
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (owned_on_host[i]) continue;
+    const auto [lo, hi] = owned[i];
     for (const auto& [a, b] : tensors)
       if (std::max(lo, a) < std::min(hi, b)) k.adamw_update((double)(std::min(hi, b) - std::max(lo, a)));
+  }
 }
 
 std::vector<std::pair<int64_t, int64_t>> ranges_of(const std::vector<ParamSpec>& table) {

@@ -22,6 +22,11 @@ int64_t MemoryPlan::at(int category) const {
   return v[category];
 }
 
+int64_t HostMemoryPlan::at(int category) const {
+  const int64_t v[4] = {params, grads, master_params, optimizer_states};
+  return category >= 0 && category < 4 ? v[category] : 0;
+}
+
 int64_t MemoryPlan::total() const {
   if (total_replayed > 0) return total_replayed;
   if (total_stage > 0) return total_stage;

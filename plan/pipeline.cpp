@@ -247,13 +247,14 @@ void plan_pipeline(Plan& plan) {
         st.unit_begin,
         stage_step_calls(pp.schedule.ranks[r], chunk_units, slice.embedding ? 0 : -1,
                          slice.head ? U - 1 : -1, m.fused_cross_entropy, split, chunk_groups),
-        z, plan.dp_cp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice));
+        z, plan.dp_cp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice),
+        par.offload);
     const DataParallelPlan& d = st.data_parallel;
     // ep > 1: the stage's experts, the same calls over the expert-data-parallel group
     if (!st.expert_unit_begin.empty())
       st.expert_data_parallel = data_parallel_plan(st.expert_unit_begin, d.microbatch, z,
                                                    par.expert_data_parallel(), plan.options, 1,
-                                                   unit_chunk);
+                                                   unit_chunk, {}, par.offload);
     const DataParallelPlan* experts =
         st.expert_unit_begin.empty() ? nullptr : &st.expert_data_parallel;
 
@@ -391,6 +392,8 @@ void plan_pipeline(Plan& plan) {
       for (const CommPlanEntry& e : data_parallel_comm(*experts, z, par.expert_data_parallel(),
                                                        grad_b, param_b, CommGroup::EDP))
         st.comm.push_back(e);
+    offload_comm(st.comm, d, plan.dp_cp, act);  // CPU offload's pcie rows
+    if (experts) offload_comm(st.comm, *experts, par.expert_data_parallel(), act);
     {
       std::vector<int> stage_moe_layers;
       std::vector<bool> recomputed(m.num_layers, false);

@@ -162,12 +162,13 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
       units,
       microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
                        m.recompute.full_groups(m.num_layers)),
-      z, plan.dp_cp, o, plan.microbatches_per_rank);
+      z, plan.dp_cp, o, plan.microbatches_per_rank, {}, {}, p.offload);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
   if (!expert_units.empty())
     plan.expert_data_parallel = data_parallel_plan(expert_units, d.microbatch, z, edp, o,
-                                                   plan.microbatches_per_rank);
+                                                   plan.microbatches_per_rank, {}, {},
+                                                   p.offload);
   const DataParallelPlan* experts = expert_units.empty() ? nullptr : &plan.expert_data_parallel;
 
   MemoryPlan mem;
@@ -241,6 +242,8 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (const CommPlanEntry& e :
          data_parallel_comm(*experts, z, edp, grad_b, param_b, CommGroup::EDP))
       plan.comm.push_back(e);
+  offload_comm(plan.comm, d, plan.dp_cp, act);  // CPU offload's pcie rows
+  if (experts) offload_comm(plan.comm, *experts, edp, act);
   {
     std::vector<int> moe_layers;
     std::vector<bool> recomputed(m.num_layers, false);

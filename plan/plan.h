@@ -56,6 +56,7 @@
 #include "plan/moe_memory.h"  // MoeRouting, LayerFootprint
 #include "model/config.h"
 #include "parallel/buckets.h"        // BucketLayout, make_bucket_layout (pure arithmetic)
+#include "parallel/offload.h"        // OffloadCopy, offloaded_elements, offload_copies (pure)
 #include "parallel/pipeline_schedule.h"  // Schedule, simulate (pure)
 #include "parallel/zero_schedule.h"  // DpCall, microbatch_calls (pure)
 
@@ -95,6 +96,17 @@ struct ActivationTensor {
 constexpr int kNumMemoryCategories = 9;
 extern const char* const kMemoryCategoryNames[kNumMemoryCategories];
 
+// CPU offload (parallel/offload.h): what a rank holds in host memory, bytes per category.
+// H offloaded state elements (the dense vector's and the experts'), e the storage bytes:
+// params H e (fp32: the master copy; bf16: AdamW's rounding; with offload_params the
+// shard), grads H e, master_params H x 4 (bf16 only), optimizer_states H x 8: 16 H in both
+// precisions. Allocated once: peak and resident alike. Zero without offload.
+struct HostMemoryPlan {
+  int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0;
+  int64_t at(int category) const;  // by ledger Category index (0 beyond the four)
+  int64_t total() const { return params + grads + master_params + optimizer_states; }
+};
+
 struct MemoryPlan {  // bytes on one rank, each the peak of its category in a step
   int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0;
   int64_t activations = 0;  // peak: microbatches_held x one microbatch's saved tensors
@@ -119,6 +131,7 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   // replaced by P = Σ_j N ceil(n_j / N) at stages >= 1 (each bucket j of n_j elements padded
   // to a multiple of N; S = P/N): padding adds (P - Ψ) x (4 + 12/N), (2 + 14/N), 16/N bytes.
   int64_t resident_params = 0, resident_grads = 0;
+  HostMemoryPlan host;  // CPU offload: the host column (the categories above are the device's)
   int64_t resident_total() const {
     return resident_params + resident_grads + master_params + optimizer_states;
   }
@@ -168,6 +181,7 @@ struct ZeroStepSimulation {
   int64_t gathered_elements = 0;      //   their padded sizes, summed
   int64_t grad_reductions = 0;        // ZeRO-2/3: per-microbatch reduce-scatters
   int64_t grad_reduced_elements = 0;  //   their padded sizes, summed
+  std::vector<int64_t> reductions_of;  //   per bucket (CPU offload's copies down)
 };
 // Replays data_parallel.cpp's policies (stage 2-3 only; stages 0-1 have no transients):
 // a bucket buffer is allocated at the first grads(u) of a unit in it, freed when its
@@ -196,6 +210,13 @@ struct DataParallelPlan {
   int64_t state_numel = 0;        // elements of each optimizer state (Ψ or S)
   int64_t params_resident = 0;    // elements held the whole step (params buffer)
   int64_t grads_resident = 0;     // elements held the whole step (grads buffer or shard)
+  // CPU offload (parallel/offload.h): the host buckets (their state ranges, in reduction
+  // order) and their H state elements; at ZeRO-2/3 the host's landing buffer of the largest
+  // host slice (elements); the ZeRO-3 shard on the host (offload_params)
+  int64_t host_numel = 0;
+  int64_t host_landing = 0;
+  bool params_on_host = false;
+  std::vector<OffloadCopy> copies;
 };
 
 // One pipeline stage (pp rank); every tp and dp rank of it holds the same.
@@ -469,11 +490,13 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
 // ---- data parallelism of one flat vector (the model's, or a pipeline stage's) ------------
 // The bucket layout of unit_begin, the replay of `calls` per microbatch (simulate_zero_step)
 // and the resident sizes; then its dp entries of Plan::comm (as listed above).
+// offload: CPU offload (ParallelConfig::offload): the host share of the states, the copies.
 DataParallelPlan data_parallel_plan(const std::vector<int64_t>& unit_begin,
                                     std::vector<DpCall> calls, int zero_stage, int dp,
                                     const PlanOptions& o, int64_t microbatches,
                                     const std::vector<int>& unit_chunk = {},
-                                    const std::vector<int>& deferred_units = {});
+                                    const std::vector<int>& deferred_units = {},
+                                    const OffloadConfig& offload = {});
 // The model-state categories of a rank from its data-parallel plan, in bytes: params and grads
 // at their peak (resident + ZeRO-2/3's transient buffers) and at rest, master weights and Adam
 // moments on the owned shard. Bytes per element: storage type (4, or 2 with --bf16) for
@@ -486,6 +509,14 @@ void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainCo
 std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int zero_stage, int dp,
                                               int grad_bytes, int param_bytes,
                                               CommGroup group = CommGroup::DP);
+// CPU offload's copies of one vector per step, added to comm's pcie rows (parallel/offload.h),
+// e the storage bytes, dp the vector's data-parallel size, per host bucket j of R_j elements:
+//   device-to-host  ZeRO 0-1 one call of R_j x e; ZeRO 2-3 one per reduce-scatter of the
+//                   bucket (simulate_zero_step's reductions_of[j]), slice_j x e each
+//   host-to-device  one call of R_j x e after the update; with the shard on the host (ZeRO-3
+//                   offload_params) instead one call per parameter gather, slice x e each:
+//                   gathers x (gathered elements / dp) x e
+void offload_comm(std::vector<CommPlanEntry>& comm, const DataParallelPlan& d, int dp, int e);
 
 // ---- pipeline parallelism (plan/pipeline.cpp) ------------------------------------------
 // Fills plan.pipeline from a plan make_plan has built for the whole model and, with pp > 1,

@@ -306,8 +306,22 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
   const Simulation sim = simulate(pipe.schedule, costs);
   st.bubble = sim.idle.empty() ? 0 : sim.idle[0];
   st.exposed_comm = 0;
-  for (const GroupTime& g : st.comm) st.exposed_comm += g.exposed;
-  st.step = sim.step_time + comm.after_pipeline_seconds + st.optimizer;
+  for (const GroupTime& g : st.comm) {
+    st.exposed_comm += g.exposed;
+    if (g.group == CommGroup::PCIE) st.exposed_pcie += g.exposed;
+  }
+  // CPU offload: the host AdamW over the rank's offloaded elements (rank 0's stage)
+  {
+    const bool piped = !pipe.stages.empty();
+    const DataParallelPlan& d = piped ? pipe.stages[0].data_parallel : plan.data_parallel;
+    const DataParallelPlan& e =
+        piped ? pipe.stages[0].expert_data_parallel : plan.expert_data_parallel;
+    st.host_elements = d.host_numel + e.host_numel;
+    const double cores = hw.host_cores > 0 ? std::max(1.0, hw.host_cores / hw.gpus_per_node) : 1;
+    if (st.host_elements > 0 && hw.host_adam_params_per_s > 0)
+      st.host_optimizer = (double)st.host_elements / (hw.host_adam_params_per_s * cores);
+  }
+  st.step = sim.step_time + comm.after_pipeline_seconds + st.optimizer + st.host_optimizer;
   const double tokens = (double)plan.tokens_per_step;
   st.tokens_per_second = st.step > 0 ? tokens / st.step : 0;
   const double denominator = st.step * dev.peak * world;
@@ -331,6 +345,18 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
   }
   if (!hw.confirmed)
     st.assumptions.push_back("profile " + hw.name + ": its datasheet figures are unconfirmed");
+  if (st.host_elements > 0) {
+    char host[320];
+    std::snprintf(host, sizeof host,
+                  "CPU offload: copies at %.3g GB/s + %.3g us each; host AdamW at %.3g "
+                  "parameters/s per core x %.3g cores per rank (host_cores / gpus_per_node)%s",
+                  hw.pcie_gbs, hw.pcie_latency_us, hw.host_adam_params_per_s,
+                  hw.host_cores > 0 ? std::max(1.0, hw.host_cores / hw.gpus_per_node) : 1.0,
+                  hw.pcie_gbs > 0 && hw.host_adam_params_per_s > 0
+                      ? ""
+                      : "; the profile lacks pcie_gbs or host_adam_params_per_s: not costed");
+    st.assumptions.push_back(host);
+  }
   if (!sensitivity || st.step <= 0) return st;
   // 2x worse, one figure at a time
   struct Knob {
@@ -348,8 +374,14 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
       {"collective_latency_us", &HardwareProfile::collective_latency_us, 2},
       {"inter_node_gbs", &HardwareProfile::inter_node_gbs, 0.5},
       {"inter_node_latency_us", &HardwareProfile::inter_node_latency_us, 2},
+      {"pcie_gbs", &HardwareProfile::pcie_gbs, 0.5},
+      {"pcie_latency_us", &HardwareProfile::pcie_latency_us, 2},
+      {"host_adam_params_per_s", &HardwareProfile::host_adam_params_per_s, 0.5},
   };
   for (const Knob& knob : knobs) {
+    if (st.host_elements == 0 && (std::string(knob.key).rfind("pcie", 0) == 0 ||
+                                  std::string(knob.key).rfind("host", 0) == 0))
+      continue;  // nothing offloaded: these move nothing
     HardwareProfile worse = hw;
     worse.*knob.field *= knob.factor;
     const double step = project_step_time(plan, worse, false).step;

@@ -37,6 +37,16 @@
 //                 gathers overlap compute, exposed max(one gather, gathers - compute)
 //   pp            each activation and gradient message in the schedule's simulation
 //                 (costs.comm, the message's send/recv time): its share of the bubble
+//   pcie (CPU offload, parallel/offload.h)  a copy costs pcie_latency_us + bytes / pcie_gbs;
+//                 the gradients down run beside the dp reductions of the buckets after them,
+//                 exposed max(one copy, copies - (reductions - one bucket's)); the parameters
+//                 up beside ZeRO-1/2's all-gathers the same way, all exposed at ZeRO 0 and 3;
+//                 with offload_params the copies up before each gather are on the compute
+//                 stream: all exposed
+// The host AdamW (CPU offload): the rank's offloaded elements / (host_adam_params_per_s x
+// host_cores / gpus_per_node), after the gradients are down and before the parameters go up:
+// all of it on the step (DeepSpeed's one-step delayed update, which hides it behind the next
+// step's compute, changes the math and is not built).
 // Pipeline: parallel/pipeline_schedule's simulation with each model stage's projected F,
 // B and W (zb-h1 splits the weight-gradient GEMMs into W); the step is its makespan plus
 // the exposed dp communication and the optimizer. Without pipelining, F + B per microbatch.
@@ -80,6 +90,9 @@ struct StepTime {
   // memory + recompute, each with its launches' overhead (launch_seconds says how much).
   double gemm = 0, attention = 0, memory = 0, recompute = 0, optimizer = 0;
   double compute = 0, launch_seconds = 0;
+  // CPU offload: the host AdamW's seconds (on the step), its elements, the pcie rows' exposed
+  double host_optimizer = 0, exposed_pcie = 0;
+  int64_t host_elements = 0;
   int64_t gemm_calls = 0, kernel_launches = 0;
   std::vector<GroupTime> comm;   // rank 0's
   double exposed_comm = 0;       // summed over comm's exposed

@@ -39,10 +39,17 @@ bool data_parallel(CommGroup g) {
   return g == CommGroup::DP || g == CommGroup::DP_CP || g == CommGroup::EDP;
 }
 
-// calls x latency + bus bytes / bandwidth on the group's link.
+// calls x latency + bus bytes / bandwidth on the group's link; CPU offload's copies on the
+// GPU's link to host memory.
 GroupTime cost(const Plan& plan, const HardwareProfile& hw, const CommPlanEntry& e) {
   GroupTime t;
   t.group = e.group, t.op = e.op, t.calls = e.calls, t.bus_bytes = e.bus_bytes;
+  if (e.group == CommGroup::PCIE) {
+    t.bandwidth_gbs = hw.pcie_gbs, t.latency_us = hw.pcie_latency_us;
+    t.seconds = (double)e.calls * t.latency_us * 1e-6 +
+                (t.bandwidth_gbs > 0 ? e.bus_bytes / (t.bandwidth_gbs * 1e9) : 0);
+    return t;
+  }
   const GroupShape shape = group_shape(plan, e.group);
   t.intra_node = group_fits_node(shape.stride, shape.size, hw.gpus_per_node);
   t.bandwidth_gbs = t.intra_node ? hw.intra_node_gbs : hw.inter_node_gbs;
@@ -84,6 +91,19 @@ CommTime project_comm_time(const Plan& plan, const HardwareProfile& hw,
         plan.pipeline.stages.empty() ? plan.comm : plan.pipeline.stages.at(s).comm;
     const RankCompute& rc = ranks.at(s);
     double in_layer = 0, after = 0;
+    // CPU offload's copies hide behind the dp reductions and gathers (the rows before them)
+    GroupTime reductions, gathers;
+    for (const CommPlanEntry& e : entries) {
+      if (!data_parallel(e.group)) continue;
+      const GroupTime t = cost(plan, hw, e);
+      GroupTime& sum = e.op == CommOp::ALL_GATHER ? gathers : reductions;
+      if (e.op == CommOp::ALL_GATHER || e.op == CommOp::REDUCE_SCATTER ||
+          (e.op == CommOp::ALL_REDUCE && zero == 0))
+        sum.seconds += t.seconds, sum.calls += t.calls;
+    }
+    auto beside = [](const GroupTime& other) {  // all of it but one call
+      return other.calls > 0 ? other.seconds - other.seconds / (double)other.calls : 0.0;
+    };
     for (const CommPlanEntry& e : entries) {
       GroupTime t = cost(plan, hw, e);
       t.exposed = t.seconds, t.overlap = "blocking";
@@ -106,6 +126,14 @@ CommTime project_comm_time(const Plan& plan, const HardwareProfile& hw,
       } else if (data_parallel(e.group) && e.op == CommOp::ALL_GATHER && zero < 3 &&
                  o.overlap_param_gather) {
         overlap(t, rc.first_forward, "--overlap-param-gather");
+      } else if (e.group == CommGroup::PCIE && e.op == CommOp::DEVICE_TO_HOST) {
+        overlap(t, beside(reductions), "beside the next bucket's reduction");
+      } else if (e.group == CommGroup::PCIE && !plan.data_parallel.params_on_host &&
+                 (zero == 1 || zero == 2)) {
+        overlap(t, beside(gathers), "beside the previous bucket's all-gather");
+      } else if (e.group == CommGroup::PCIE) {
+        t.overlap = plan.data_parallel.params_on_host ? "before each gather, on the compute stream"
+                                                      : "blocking (no gather to hide behind)";
       }
       if (in_layers(e.group)) in_layer += t.exposed;
       else after += t.exposed;

@@ -11,9 +11,10 @@ namespace paralab {
 
 namespace {
 // Doubles per rank: memory, peak, resident (4), flops, run seconds, start seconds, event count, events
-// dropped, the actions' and exchanges' start and end, the communication record.
+// dropped, kernel launches and bytes, flash launches, host (4), the actions' and exchanges'
+// start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
-  return kNumMemoryCategories + 13 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+  return kNumMemoryCategories + 17 + 2 * (actions + exchanges) + CommStats::kVectorSize;
 }
 
 // On rank 0: every rank's steady clock minus rank 0's (rank_metrics.h). Rank 0 sends to
@@ -57,6 +58,7 @@ RankMetrics rank_metrics_of(int rank, const StepMetrics& s, const CommStats& com
   m.memory_bytes = s.memory_bytes;
   m.peak_memory_bytes = s.peak_memory_bytes;
   for (size_t c = 0; c < m.resident_bytes.size(); ++c) m.resident_bytes[c] = s.resident_bytes[c];
+  m.host_bytes = s.host_memory_bytes;
   m.hardware_flops = s.hardware_flops;
   m.kernel_launches = s.kernel_launches;
   m.kernel_bytes = s.kernel_bytes;
@@ -104,6 +106,7 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   v[at++] = (double)mine.kernel_launches;
   v[at++] = mine.kernel_bytes;
   v[at++] = (double)mine.attention_launches;
+  for (int64_t b : mine.host_bytes) v[at++] = (double)b;
   for (size_t k = 0; k < actions; ++k) {
     if (k < mine.actions.size()) {
       v[at] = mine.actions[k].start;
@@ -158,6 +161,7 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
     m.kernel_launches = (long long)x[i++];
     m.kernel_bytes = x[i++];
     m.attention_launches = (long long)x[i++];
+    for (int64_t& b : m.host_bytes) b = (int64_t)x[i++];
     if (with_trace) {
       const size_t stride = events.size() / size;
       for (size_t k = 0; k < n_events; ++k) {

@@ -95,6 +95,7 @@ void ranks_json(JsonWriter& j, const Plan& common_plan, const std::vector<RankMe
     j.field("measured", r.peak_memory_bytes).field("predicted", rp.memory.total());
     j.end_object().end_object();
     resident_json(j, rp.memory, r.resident_bytes.data());
+    host_memory_json(j, rp.memory, r.host_bytes.data());
     j.key("comm").begin_array();
     for (const CommRow& row : comm_rows(rank_comm_plan(plan, r.rank), &r.comm)) {
       const CommRecord& m = r.comm.get(row.g, row.op);

@@ -40,6 +40,7 @@ struct RankMetrics {
   int64_t peak_memory_bytes = 0;
   // The ledger after the optimizer step: params, grads, master_params, optimizer_states.
   std::array<int64_t, 4> resident_bytes{};
+  std::array<int64_t, 4> host_bytes{};  // CPU offload: the ledger's host column, the same four
   double hardware_flops = 0;  // the kernels' FLOP counter
   // The non-GEMM kernels (kernels::kernel_counts): launches, bytes, flash launches; -1: none.
   long long kernel_launches = -1, attention_launches = -1;

@@ -59,6 +59,9 @@ struct StepMetrics {
   // Category order; resident_measured says the trainer filled them.
   std::array<int64_t, kNumMemoryCategories> resident_bytes{};
   bool resident_measured = false;
+  // CPU offload: the ledger's host bytes of params, grads, master_params, optimizer_states
+  // (allocated once: peak and current alike), beside MemoryPlan::host.
+  std::array<int64_t, 4> host_memory_bytes{};
   double hardware_flops = -1;     // this rank's kernel FLOP counter over the step
   double hardware_flops_all = -1; // summed over every rank (pipeline stages differ)
   double gemm_seconds = -1;       // wall time inside the GEMMs (CPU backend; -1: unknown)

@@ -4,7 +4,7 @@
 // vocabulary padding note. Not for other files: report.h is the interface.
 //
 // defines: CommRow, comm_rows, total_is_exact, layer_transients_at_peak, vocab_padding_note,
-//          resident_json
+//          resident_json, host_memory_json
 #pragma once
 #include <string>
 #include <vector>
@@ -39,6 +39,9 @@ bool layer_transients_at_peak(const Plan& plan, const MemoryPlan& m);
 // total, measured[c] beside MemoryPlan's resident bytes (report_json.cpp; the step record
 // and every rank's in "ranks").
 void resident_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured);
+// "host_memory": CPU offload's host column, per model-state category and in total, measured[c]
+// (the ledger's host bytes) beside MemoryPlan::host; written when either is not zero.
+void host_memory_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured);
 
 // "vocab V padded to Vp for tp t", or "" when tp divides V (report_memory.cpp).
 std::string vocab_padding_note(const Plan& plan);

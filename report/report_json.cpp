@@ -41,6 +41,19 @@ void resident_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured) 
   j.field("predicted", m.resident_total()).end_object().end_object();
 }
 
+void host_memory_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measured) {
+  int64_t meas_total = 0;
+  for (int c = 0; c < 4; ++c) meas_total += measured[c];
+  if (meas_total == 0 && m.host.total() == 0) return;
+  j.key("host_memory").begin_object();
+  for (int c = 0; c < 4; ++c) {
+    j.key(kMemoryCategoryNames[c]).begin_object();
+    j.field("measured", measured[c]).field("predicted", m.host.at(c)).end_object();
+  }
+  j.key("total").begin_object().field("measured", meas_total);
+  j.field("predicted", m.host.total()).end_object().end_object();
+}
+
 static void resident_object(JsonWriter& j, const MemoryPlan& m) {
   j.key("resident").begin_object();
   j.field("params", m.resident_params).field("grads", m.resident_grads);
@@ -90,6 +103,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   j.field("exact", total_is_exact(plan, rp.memory));  // else an upper bound (report_impl.h)
   j.end_object().end_object();
   if (s.resident_measured) resident_json(j, rp.memory, s.resident_bytes.data());
+  host_memory_json(j, rp.memory, s.host_memory_bytes.data());  // CPU offload
   j.key("flops").begin_object();
   j.field("convention", attention_flops_name(plan.flops.convention));
   j.field("model_per_step", plan.flops.model_per_step);
@@ -195,6 +209,12 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
     j.field("microbatches_held", rp.microbatches_held);
     memory_object(j, rp.memory);
     resident_object(j, rp.memory);
+    if (rp.memory.host.total() > 0) {  // CPU offload: the host column
+      const HostMemoryPlan& h = rp.memory.host;
+      j.key("host").begin_object().field("params", h.params).field("grads", h.grads);
+      j.field("master_params", h.master_params).field("optimizer_states", h.optimizer_states);
+      j.field("total", h.total()).end_object();
+    }
     j.end_object();
   }
   j.end_array();

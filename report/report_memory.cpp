@@ -280,6 +280,40 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
   return t;
 }
 
+// CPU offload (parallel/offload.h): the host column, each offloaded state element's copies of
+// its gradient and parameter, its fp32 master (bf16) and Adam moments, 16 bytes in both
+// precisions; the rows above are then the device's.
+template <typename Row>
+static std::string host_rows(const Plan& plan, const RankPlan& rp, const StepMetrics* measured,
+                             const Row& row) {
+  const HostMemoryPlan& h = rp.memory.host;
+  double meas_total = 0;
+  for (int c = 0; measured && c < 4; ++c) meas_total += (double)measured->host_memory_bytes[c];
+  if (h.total() == 0 && meas_total == 0) return "";
+  const OffloadConfig& f = plan.parallel.offload;
+  const bool piped = !plan.pipeline.stages.empty();
+  const DataParallelPlan& d =
+      piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
+  const DataParallelPlan& e = piped ? plan.pipeline.stages.at(rp.pp_rank).expert_data_parallel
+                                    : plan.expert_data_parallel;
+  const int64_t H = d.host_numel + e.host_numel, N = d.state_numel + e.state_numel;
+  std::string t = strprintf("  host memory (%s on CUDA), CPU offload: %lld of the %lld "
+                            "optimizer-state elements (fraction %g)%s\n",
+                            f.pin_memory ? "pinned" : "pageable", (long long)H, (long long)N,
+                            f.host_fraction(),
+                            d.params_on_host ? "; the ZeRO-3 parameter shard lives here" : "");
+  const char* why[4] = {plan.train.bf16 ? "bf16: AdamW's rounding, copied up" :
+                                          "fp32: the master copy, copied up",
+                        "the summed gradient, copied down", "fp32 master (bf16 only)",
+                        "Adam m and v"};
+  for (int c = 0; c < 4; ++c)
+    t += row((std::string("  ") + kMemoryCategoryNames[c]).c_str(), (double)h.at(c),
+             measured ? (double)measured->host_memory_bytes[c] : 0, why[c]);
+  t += row("  total (host)", (double)h.total(), meas_total,
+           strprintf("16 B x %lld elements", (long long)H));
+  return t;
+}
+
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured) {
   const RankPlan& rp = plan.ranks.at(rank);
   std::string t = strprintf("memory, rank %d (MiB)      predicted", rank);
@@ -303,6 +337,7 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
   t += row("total (peak)", (double)rp.memory.total(),
            measured ? (double)measured->peak_memory_bytes : 0, total_note(plan, rp));
   t += resident_rows(plan, rp, measured, row);
+  t += host_rows(plan, rp, measured, row);
   return t + korthikanti_line(plan) + recompute_line(plan);
 }
 

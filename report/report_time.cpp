@@ -66,7 +66,35 @@ std::string fit_line(const FitCheck& f) {
                                  : ("would fit with " + would + " (one change each)").c_str());
 }
 
+// CPU offload: the fullest node's host memory against its RAM.
+std::string host_fit_line(const FitCheck& f) {
+  if (f.host_node_bytes == 0) return "";
+  const double need = (double)f.host_node_bytes;
+  if (!f.host_checked())
+    return strprintf("host memory fit: not checked (%s): node %d's %d ranks hold %s on the host\n",
+                     f.host_capacity_source.c_str(), f.host_node, f.ranks_per_node,
+                     gib(need).c_str());
+  if (f.host_fits())
+    return strprintf("host memory fit: fits: node %d's %d ranks hold %s of %s (%s), %s to spare\n",
+                     f.host_node, f.ranks_per_node, gib(need).c_str(),
+                     gib(f.host_capacity_bytes).c_str(), f.host_capacity_source.c_str(),
+                     gib(f.host_capacity_bytes - need).c_str());
+  return strprintf("host memory fit: does NOT fit: node %d's %d ranks hold %s > %s (%s), short by "
+                   "%s; a smaller --optimizer-offload-fraction, more nodes, or NVMe "
+                   "(ZeRO-Infinity, not built)\n",
+                   f.host_node, f.ranks_per_node, gib(need).c_str(),
+                   gib(f.host_capacity_bytes).c_str(), f.host_capacity_source.c_str(),
+                   gib(need - f.host_capacity_bytes).c_str());
+}
+
 std::string fit_error(const FitCheck& f) {
+  if (f.fits() && !f.host_fits())
+    return strprintf("CPU offload: node %d's %d ranks hold %s (%.0f bytes) in host memory, more "
+                     "than the %s available (%s); lower --optimizer-offload-fraction or pass "
+                     "--allow-oom to try anyway",
+                     f.host_node, f.ranks_per_node, gib((double)f.host_node_bytes).c_str(),
+                     (double)f.host_node_bytes, gib(f.host_capacity_bytes).c_str(),
+                     f.host_capacity_source.c_str());
   return strprintf("the plan's peak memory %s (%.0f bytes, rank %d) exceeds the %s available "
                    "(%s); lower --micro-batch-size, raise --zero-stage or --tp, or pass "
                    "--allow-oom to try anyway",
@@ -93,6 +121,9 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
     row("memory-bound kernels", t.memory, "");
     if (t.recompute > 0) row("recompute", t.recompute, "in backward");
     row("optimizer and step kernels", t.optimizer, "");
+    if (t.host_elements > 0)
+      row("host AdamW (CPU offload)", t.host_optimizer,
+          strprintf("%s parameters on the host's cores", format_si((double)t.host_elements).c_str()));
     s += strprintf("  %-34s %14s %8s  %lld launches (%lld GEMM calls + %lld other kernels) x "
                    "%.3g us = %s, inside the rows above\n",
                    "  (launch overhead)", "", "", (long long)t.kernel_launches,
@@ -135,7 +166,7 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
       s += "\n";
     }
   }
-  if (p.fit) s += fit_line(*p.fit);
+  if (p.fit) s += fit_line(*p.fit) + host_fit_line(*p.fit);
   return s;
 }
 
@@ -147,6 +178,8 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
     j.field("step_s", t.step).field("gemm_s", t.gemm).field("attention_s", t.attention);
     j.field("memory_s", t.memory).field("recompute_s", t.recompute);
     j.field("optimizer_s", t.optimizer).field("compute_s", t.compute);
+    j.field("host_optimizer_s", t.host_optimizer).field("host_elements", t.host_elements);
+    j.field("exposed_pcie_s", t.exposed_pcie);
     j.field("launch_overhead_s", t.launch_seconds).field("kernel_launches", t.kernel_launches);
     j.field("gemm_calls", t.gemm_calls);
     j.field("exposed_comm_s", t.exposed_comm).field("bubble_s", t.bubble);
@@ -193,6 +226,12 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
     if (f.largest_micro_batch > 0) j.field("largest_micro_batch", f.largest_micro_batch);
     if (f.smallest_zero_stage >= 0) j.field("smallest_zero_stage", f.smallest_zero_stage);
     if (f.smallest_tp > 0) j.field("smallest_tp", f.smallest_tp);
+    if (f.host_node_bytes > 0) {  // CPU offload: the fullest node's host memory
+      j.key("host").begin_object().field("checked", f.host_checked()).field("fits", f.host_fits());
+      j.field("node", f.host_node).field("ranks_per_node", f.ranks_per_node);
+      j.field("node_bytes", f.host_node_bytes).field("capacity_bytes", f.host_capacity_bytes);
+      j.field("capacity_source", f.host_capacity_source).end_object();
+    }
     j.end_object();
   }
 }
@@ -223,6 +262,11 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
     projected_rest -= exposed;
     if (measured >= 0 && measured_rest >= 0) measured_rest -= measured;
   }
+  if (t.host_elements > 0 || m.host_optimizer > 0) {
+    row("host AdamW (CPU offload)", t.host_optimizer, m.host_optimizer);
+    projected_rest -= t.host_optimizer;
+    if (m.host_optimizer >= 0 && measured_rest >= 0) measured_rest -= m.host_optimizer;
+  }
   if (t.bubble > 0 || m.bubble >= 0) {
     row("pipeline bubble", t.bubble, m.bubble);
     projected_rest -= t.bubble;
@@ -250,7 +294,13 @@ void time_step_json(JsonWriter& j, const StepTime& t, const MeasuredTime& m) {
   j.end_array();
   j.key("bubble_s").begin_object().field("projected", t.bubble);
   if (m.bubble >= 0) j.field("measured", m.bubble);
-  j.end_object().end_object();
+  j.end_object();
+  if (t.host_elements > 0 || m.host_optimizer >= 0) {
+    j.key("host_optimizer_s").begin_object().field("projected", t.host_optimizer);
+    if (m.host_optimizer >= 0) j.field("measured", m.host_optimizer);
+    j.end_object();
+  }
+  j.end_object();
 }
 
 }  // namespace paralab

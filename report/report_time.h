@@ -11,7 +11,7 @@
 //   time_step_json                    --metrics-jsonl's "time" object, the same numbers
 //   fit_line                          one line: fits / does not fit by how much, what would
 //
-// defines: PlanProjection, time_plan_text, time_plan_json, fit_line, fit_error,
+// defines: PlanProjection, time_plan_text, time_plan_json, fit_line, host_fit_line, fit_error,
 //          MeasuredTime, time_measured_text, time_step_json
 #pragma once
 #include <string>
@@ -37,6 +37,8 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p);
 // "memory: fits: peak 61.20 GiB on rank 0 of 80.00 GiB (H100 SXM), 18.80 GiB to spare" or
 // "memory: does NOT fit: ... short by 38.40 GiB; would fit: --micro-batch-size 1, ...".
 std::string fit_line(const FitCheck& f);
+// CPU offload: the fullest node's host memory against its RAM ("" when nothing is offloaded).
+std::string host_fit_line(const FitCheck& f);
 // The run's refusal: one line naming the bytes needed and available and --allow-oom.
 std::string fit_error(const FitCheck& f);
 
@@ -45,6 +47,7 @@ struct MeasuredTime {
   double step = -1;
   double gemm = -1;     // CPU backend only (kernels::gemm_seconds)
   double bubble = -1;   // the executor's idle time, pipelines only
+  double host_optimizer = -1;  // CPU offload: the host AdamW's wall time
   const CommStats* comm = nullptr;  // exposed time per group
 };
 std::string time_measured_text(const StepTime& t, const MeasuredTime& m);

@@ -133,6 +133,12 @@ bad "export-hf gqa gpt"       "--export-hf: " --train-iters 1 --num-query-groups
 bad "metrics is a directory"  "--metrics-jsonl: cannot write $tmp: it is a directory" \
                                                         --plan --metrics-jsonl "$tmp"
 bad "zero stage range"        "--zero-stage"            --zero-stage 4
+# CPU offload (cli/flags_offload.cpp)
+bad "offload params without ZeRO-3" "--offload-params needs --zero-stage 3" --offload-params --zero-stage 2
+bad "offload params at ZeRO-0"   "got --zero-stage 0"     --offload-params
+bad "offload fraction above 1"   "--optimizer-offload-fraction must be in [0, 1], got 1.5" --optimizer-cpu-offload --optimizer-offload-fraction 1.5
+bad "offload fraction below 0"   "--optimizer-offload-fraction must be in [0, 1], got -0.1" --optimizer-cpu-offload --optimizer-offload-fraction -0.1
+bad "offload params, part optimizer" "--optimizer-offload-fraction must be 1, got 0.5" --zero-stage 3 --offload-params --optimizer-cpu-offload --optimizer-offload-fraction 0.5
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 # Activation recompute (Megatron's constraints).

@@ -5,7 +5,7 @@
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
 # benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
-# resharded, killed and refused), the instructors' tools (scripts/ablate, scripts/plot), the
+# resharded, killed and refused, CPU offload), the instructors' tools (scripts/ablate, scripts/plot), the
 # Hugging Face exports against transformers, the fuzzed file readers and every lesson's check.
 # Takes the binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel,hf_logits}, whichever build they are.
@@ -57,6 +57,7 @@ elif [ "$mode" != --lessons ]; then
   run "a stopped or killed rank ends the job" bash tests/mpi/faults.sh ./trainer
   run "checkpoints resume bitwise, reshard to 1e-5" bash tests/mpi/checkpoint.sh ./trainer
   run "checkpoints: kill mid-save, signals, bad files" bash tests/mpi/checkpoint_faults.sh ./trainer
+  run "CPU offload is bit-identical, host bytes == plan" bash tests/mpi/offload.sh ./trainer
 fi
 if [ "$mode" = all ]; then
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer

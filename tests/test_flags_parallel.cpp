@@ -156,3 +156,36 @@ TEST(Flags, ContextParallel) {
 
 }  // namespace
 }  // namespace paralab
+
+namespace paralab {
+namespace {
+
+// CPU offload (cli/flags_offload.cpp): Megatron's and DeepSpeed's names, the defaults, what
+// --offload-params implies, and the refusals (tests/cli_errors.sh has their exit status).
+TEST(Flags, CpuOffload) {
+  Options o = flags_test::parse({});
+  EXPECT_FALSE(o.parallel.offload.enabled());
+  EXPECT_EQ(o.parallel.offload.fraction, 1.0);
+  EXPECT_TRUE(o.parallel.offload.pin_memory);
+  EXPECT_EQ(o.parallel.offload.host_fraction(), 0.0);
+  o = flags_test::parse({"--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.25",
+                         "--no-offload-pin-memory"});
+  EXPECT_TRUE(o.parallel.offload.optimizer);
+  EXPECT_EQ(o.parallel.offload.host_fraction(), 0.25);
+  EXPECT_FALSE(o.parallel.offload.pin_memory);
+  o = flags_test::parse({"--zero-stage", "3", "--offload-params"});
+  EXPECT_TRUE(o.parallel.offload.optimizer);  // implied: the host shard is updated there
+  EXPECT_EQ(o.parallel.offload.host_fraction(), 1.0);
+  EXPECT_NE(flags_test::error_of({"--offload-params"}).find("needs --zero-stage 3"),
+            std::string::npos);
+  EXPECT_NE(flags_test::error_of({"--optimizer-cpu-offload", "--optimizer-offload-fraction", "2"})
+                .find("[0, 1]"),
+            std::string::npos);
+  // a config file takes the long names without dashes
+  flags_test::TempFile f("optimizer-cpu-offload = true\noptimizer-offload-fraction = 0.5\n", ".toml");
+  o = flags_test::parse({"--config", f.path()});
+  EXPECT_EQ(o.parallel.offload.host_fraction(), 0.5);
+}
+
+}  // namespace
+}  // namespace paralab

@@ -44,6 +44,11 @@ gemm_efficiency = 0.7
 gemm_half_gflop = 0.6
 attention_efficiency = 0.45
 memory_efficiency = 0.85
+pcie_gbs = 26
+pcie_latency_us = 9
+host_memory_gib = 512
+host_cores = 48
+host_adam_params_per_s = 2.5e8
 assumed = ["inter_node_gbs", "gpus_per_node"]
 )";
 
@@ -70,6 +75,11 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
   EXPECT_EQ(a.gemm_half_gflop, b.gemm_half_gflop);
   EXPECT_EQ(a.attention_efficiency, b.attention_efficiency);
   EXPECT_EQ(a.memory_efficiency, b.memory_efficiency);
+  EXPECT_EQ(a.pcie_gbs, b.pcie_gbs);
+  EXPECT_EQ(a.pcie_latency_us, b.pcie_latency_us);
+  EXPECT_EQ(a.host_memory_gib, b.host_memory_gib);
+  EXPECT_EQ(a.host_cores, b.host_cores);
+  EXPECT_EQ(a.host_adam_params_per_s, b.host_adam_params_per_s);
   EXPECT_EQ(a.assumed, b.assumed);
 }
 
@@ -126,6 +136,8 @@ TEST(Hardware, ParsesEveryField) {
   EXPECT_EQ(p.gemm_half_gflop, 0.6);
   EXPECT_EQ(p.attention_efficiency, 0.45);
   EXPECT_EQ(p.memory_efficiency, 0.85);
+  EXPECT_EQ(p.pcie_gbs, 26);
+  EXPECT_EQ(p.host_adam_params_per_s, 2.5e8);
   EXPECT_EQ(p.assumed, (std::vector<std::string>{"inter_node_gbs", "gpus_per_node"}));
   EXPECT_TRUE(p.is_assumed("gpus_per_node"));
   EXPECT_FALSE(p.is_assumed("bf16_tflops"));
@@ -235,7 +247,7 @@ TEST(Hardware, ShippedProfilesAreComplete) {
   const auto ps = load_hardware_profiles(kDir);
   if (ps.empty()) GTEST_SKIP() << "run from the repository root to read configs/hardware";
   for (const char* stem : {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "h20",
-                           "rtx4090"})
+                           "rtx4090", "rtx3090"})
     EXPECT_NO_THROW(find_hardware_profile(stem, kDir)) << stem;
   for (const auto& p : ps) {
     // cpu.toml is the CPU benchmark's measurement (--benchmark-save), not a datasheet file
@@ -251,6 +263,15 @@ TEST(Hardware, ShippedProfilesAreComplete) {
     EXPECT_GT(p.inter_node_gbs, 0);
     EXPECT_FALSE(p.intra_node_link.empty());
     EXPECT_FALSE(p.source.empty());
+    // CPU offload's figures (parallel/offload.h): the link to host memory, the node's RAM and
+    // cores, the host AdamW rate (never on a GPU datasheet: an assumption until measured)
+    EXPECT_GT(p.pcie_gbs, 0);
+    EXPECT_GT(p.pcie_latency_us, 0);
+    EXPECT_GT(p.host_memory_gib, 0);
+    EXPECT_GT(p.host_cores, 0);
+    EXPECT_GT(p.host_adam_params_per_s, 0);
+    EXPECT_TRUE(p.is_assumed("host_adam_params_per_s"));
+    EXPECT_TRUE(p.is_assumed("pcie_latency_us"));
     // the network is never on a GPU's datasheet
     EXPECT_TRUE(p.is_assumed("inter_node_gbs"));
     for (const char* k : {"launch_overhead_us", "collective_latency_us", "inter_node_latency_us",
@@ -289,7 +310,7 @@ TEST(Hardware, DeviceNamesMatchTheirFiles) {
       {"NVIDIA A100-SXM4-80GB", "a100-80gb"},   {"NVIDIA A100 80GB PCIe", "a100-80gb"},
       {"NVIDIA H100 80GB HBM3", "h100-sxm"},    {"NVIDIA H100 PCIe", "h100-pcie"},
       {"NVIDIA H200", "h200"},                  {"NVIDIA H20", "h20"},
-      {"NVIDIA GeForce RTX 4090", "rtx4090"}};
+      {"NVIDIA GeForce RTX 4090", "rtx4090"},  {"NVIDIA GeForce RTX 3090", "rtx3090"}};
   for (const auto& [gpu, stem] : cases) {
     const HardwareProfile* p = match_hardware_profile(ps, gpu);
     ASSERT_NE(p, nullptr) << gpu;
@@ -297,7 +318,7 @@ TEST(Hardware, DeviceNamesMatchTheirFiles) {
   }
   EXPECT_EQ(match_hardware_profile(ps, "NVIDIA A100-SXM4-40GB")->memory_gib, 40);
   EXPECT_EQ(match_hardware_profile(ps, "NVIDIA A100-SXM4-80GB")->memory_gib, 80);
-  EXPECT_EQ(match_hardware_profile(ps, "NVIDIA GeForce RTX 3090"), nullptr);
+  EXPECT_EQ(match_hardware_profile(ps, "NVIDIA GeForce RTX 3080"), nullptr);
 }
 
 TEST(Hardware, GemmSecondsCurve) {

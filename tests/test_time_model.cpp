@@ -2,7 +2,8 @@
 // known by hand: an ideal device (every GEMM and attention kernel at the peak, memory and
 // launches free) makes a step cost its hardware FLOPs over the peak, plus each collective's
 // bus bytes over the link; then the overlaps, the links, the pipeline, the fit check and
-// its suggestions, the training time and the sensitivity ranking.
+// its suggestions, the training time, the sensitivity ranking, and CPU offload's copies and
+// host AdamW.
 #include <gtest/gtest.h>
 #include <cmath>
 #include "plan/fit.h"
@@ -184,6 +185,27 @@ TEST(TimeModel, SensitivityRanksTheFigureThatMovesTheStepMost) {
   EXPECT_TRUE(t.sensitivity[0].assumed);
   for (size_t i = 1; i < t.sensitivity.size(); ++i)
     EXPECT_LE(t.sensitivity[i].change, t.sensitivity[i - 1].change);
+}
+
+// The time model on a profile whose answer is known: every kernel free but at the peak,
+// 1 GB/s PCIe, no latencies (ideal()), one bucket at ZeRO-1 (nothing to hide behind: the copy
+// down follows the only reduction, the copy up precedes the only gather). The offloaded step
+// is the step without offload, less the device AdamW (free here), plus both copies and the
+// host AdamW, H / (rate x host_cores / gpus_per_node).
+TEST(TimeModel, CpuOffloadAddsTheCopiesAndTheHostAdamW) {
+  HardwareProfile hw = ideal();
+  hw.pcie_gbs = 1, hw.pcie_latency_us = 0, hw.host_cores = 16, hw.host_adam_params_per_s = 1e6;
+  const ModelConfig m = gpt(2, 64, 4, 32, 256);
+  ParallelConfig offloaded = world(2, 1);
+  offloaded.offload.optimizer = true;
+  const Plan p = make_plan(m, batch(2, 4), offloaded);
+  const Plan base = make_plan(m, batch(2, 4), world(2, 1));
+  const StepTime t = project_step_time(p, hw, false), t0 = project_step_time(base, hw, false);
+  const int64_t S = p.data_parallel.state_numel;
+  EXPECT_EQ(t.host_elements, S);
+  EXPECT_DOUBLE_EQ(t.host_optimizer, (double)S / (1e6 * 2));
+  EXPECT_NEAR(t.exposed_pcie, 2 * 4.0 * S / 1e9, 1e-15);
+  EXPECT_NEAR(t.step, t0.step + t.exposed_pcie + t.host_optimizer, 1e-12);
 }
 
 TEST(TimeModel, RefusesAProfileWithoutThePrecisionsPeak) {

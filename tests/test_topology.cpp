@@ -161,6 +161,7 @@ int expected_size(CommGroup g, const RankLayout& L) {
     case CommGroup::ETP_EP: return L.etp() * L.ep();
     case CommGroup::EDP: return L.edp();
     case CommGroup::WORLD: return L.world();
+    case CommGroup::PCIE: return 1;  // a rank's copies to its own host memory
     default: return -1;  // EMBEDDING: 2 or 1, checked per rank
   }
 }

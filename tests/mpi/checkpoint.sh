@@ -9,6 +9,8 @@
 #     final parameters (--save-tensors) the same bytes;
 #   another layout (reshard): the same to 1e-5 relative (fp32; the layouts' reductions round
 #     differently);
+#   CPU offload (its states and ZeRO-3 shard in host memory) saved and resumed: bitwise, since
+#     offload does not change the arithmetic;
 # and the save's tensor bytes per rank equal the plan's (checkpoint_bytes).
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, passed/failed, finish
 
@@ -113,6 +115,8 @@ resume single      single bitwise 1 ""                          1 ""
 resume ddp         ddp    bitwise 2 ""                          2 ""
 resume zero2       zero2  bitwise 2 "--zero-stage 2 --overlap-grad-reduce --overlap-param-gather" 2 "--zero-stage 2 --overlap-grad-reduce --overlap-param-gather"
 resume zero3       zero3  bitwise 2 "--zero-stage 3"            2 "--zero-stage 3"
+# CPU offload keeps states and the ZeRO-3 shard on the host: saved from there, loaded there
+resume zero3-offload zero3 bitwise 2 "--zero-stage 3 --offload-params" 2 "--zero-stage 3 --offload-params"
 resume tp2sp       tp2sp  bitwise 2 "--tp 2 --sequence-parallel" 2 "--tp 2 --sequence-parallel"
 resume cp2         cp2    bitwise 2 "--cp 2"                    2 "--cp 2"
 resume pp2         pp2    bitwise 2 "--pp 2"                    2 "--pp 2"
@@ -125,6 +129,8 @@ resume 1-to-cp2     single rtol 1 ""                            2 "--cp 2"
 model=("${tiny[@]}" --bf16)
 reference zero1-bf16 2 --zero-stage 1
 resume zero1-bf16 zero1-bf16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
+# half of the states (and the fp32 masters) on the host when saved, none when resumed
+resume zero1-bf16-offload zero1-bf16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
 
 model=("${tiny[@]}" --num-layers 4)
 reference four 1

@@ -9,7 +9,8 @@ in the norm-wise relative sense ||a - b|| / ||b|| (elementwise comparisons of va
 are ~0 say nothing about the math). Both runs' ledgers must also hold the plan: at every step
 the measured bytes of every category but activations equal the predicted ones exactly,
 activations within 1%, the peak of the total exactly (at most where the plan marks it an
-upper bound: "exact": false), what is held between steps ("resident", every rank) exactly, and
+upper bound: "exact": false), what is held between steps ("resident", every rank) and CPU
+offload's host memory ("host_memory", every rank) exactly, and
 every communication row's calls and payload bytes, (per rank) the kernels' FLOP count and
 (rank 0) the GEMM calls per label equal the prediction exactly, on rank 0 and (when the run gathered them) on every rank.
 Prints the worst of each; exit 1 on failure.
@@ -88,6 +89,11 @@ def ledger_problems(path):
             if isinstance(flops, dict) and flops["measured"] != flops["predicted"]:
                 problems.append(f"step {r['step']} {who}hardware FLOPs: measured"
                                 f" {flops['measured']} predicted {flops['predicted']}")
+            # CPU offload's host column (the ledger's host bytes), rank 0 and every gathered rank
+            for cat, rec in v.get("host_memory", {}).items():
+                if rec["measured"] != rec["predicted"]:
+                    problems.append(f"step {r['step']} {who}host {cat}: measured"
+                                    f" {rec['measured']} predicted {rec['predicted']}")
             # held between steps (the ledger after the optimizer step), rank 0 and every gathered rank
             for cat, rec in v.get("resident", {}).items():
                 if rec["measured"] != rec["predicted"]:

@@ -74,6 +74,10 @@ traffic llama-cp2-contiguous-bf16 2 $llama --cp 2 --cp-layout contiguous --bf16
 for zero in 0 1 2 3; do
   traffic "gpt-dp2-zero$zero" 2 $gpt --zero-stage "$zero" --ddp-bucket-size 5000
 done
+# CPU offload: the host part's AdamW is no kernel, the copies are pcie rows, not kernels
+traffic gpt-dp2-zero1-offload-half 2 $gpt --zero-stage 1 --ddp-bucket-size 5000 \
+  --optimizer-cpu-offload --optimizer-offload-fraction 0.55
+traffic gpt-1rank-zero3-offload-params 1 $gpt --zero-stage 3 --offload-params
 for dispatcher in alltoall allgather; do
   traffic "moe-ep2-$dispatcher-padded" 2 $moe --ep 2 --moe-token-dispatcher-type "$dispatcher" \
     --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity

@@ -1,0 +1,45 @@
+// model/host_adamw.h: AdamW on the host's cores, for CPU offload (parallel/offload.h).
+//
+// ZeRO-Offload (Ren et al. 2021, §4.2 and §5.1: "CPU-Adam") keeps the fp32 master weights and
+// Adam's moments in host memory and runs the update there: it is elementwise and reads and
+// writes 28 bytes per parameter (p, g, m, v in; p, m, v out) for ~15 FLOPs, so it is bound by
+// memory, and a host's cores on their own DRAM reach a useful rate. Each element's arithmetic
+// here is the device kernel's own, kernels/math.h adamw_step (the CUDA kernel and the CPU twin
+// call it too), so an offloaded fp32 run updates bit for bit as the run without offload does
+// (on the CPU backend; on a GPU as far as nvcc and g++ round the same expression alike), and a
+// bf16 run rounds its parameter with the same to_bf16.
+//
+// The work of a step is a list of runs (an owned segment cut at the tensors' edges, each with
+// its weight decay); `threads` threads take equal shares of their concatenated elements, so
+// the result does not depend on the thread count (each element is updated once, alone).
+//
+// defines: HostAdamRun, HostAdamStep, host_adamw, host_adamw_rate
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace paralab {
+
+struct HostAdamRun {
+  float* master = nullptr;      // the fp32 weights updated (in fp32 runs the parameter itself)
+  void* bf16_param = nullptr;   // --bf16: written round(master); nullptr in fp32
+  const void* grad = nullptr;   // float, or kernels::bf16 with bf16_param
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0;
+};
+
+struct HostAdamStep {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, bias1 = 1, bias2 = 1;
+  float grad_scale = 1;  // the clipping coefficient
+};
+
+void host_adamw(const std::vector<HostAdamRun>& runs, const HostAdamStep& step, int threads);
+
+// Parameters per second one thread updates (fp32 or bf16 gradients), timed on `n` elements,
+// the best of a few trials: --benchmark's host AdamW rate (the time model's
+// host_adam_params_per_s).
+double host_adamw_rate(int64_t n, bool bf16);
+
+}  // namespace paralab

@@ -31,7 +31,7 @@
 //              below the streaming rate.
 //   attention  flash forward + backward on one shape (CPU B 1, 12 heads, seq 256, head dim
 //              64; CUDA B 4, 16 heads, seq 2048: enough work to hide the launches), FLOPs as
-//              kernels/ops.cpp counts them (4 D B A pairs forward, 10 D B A pairs backward,
+//              kernels/ops/ counts them (4 D B A pairs forward, 10 D B A pairs backward,
 //              causal pairs), attention_efficiency = FLOPs / time / peak (bf16 on CUDA).
 // Slow ranks: each rank's best GEMM rate and bandwidth go to rank 0; a rank below 0.7 x the
 // ranks' median of either is named, with its host.

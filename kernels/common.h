@@ -1,4 +1,6 @@
-// kernels/common.h: what every kernel file needs, on both backends.
+// kernels/common.h: what every kernel file needs, on both backends, and what the process
+// asks of its devices (defined in kernels/device.cpp; cuda_current_stream in
+// kernels/cuda/memory_gemm.cu).
 //
 // HD marks a function the CUDA kernel and its CPU twin share, so that the CPU tests
 // exercise the very arithmetic the GPU runs. Under g++ (CPU_ONLY build) it is empty.
@@ -37,5 +39,8 @@ int cuda_device_count();
 void cuda_select_device(int local_rank);
 // Name of the current GPU ("NVIDIA H200"), "" without one.
 std::string cuda_device_name();
+// The cudaStream_t every op is queued on, as void* (NCCL enqueues on it to stay ordered with
+// the compute); created on the current device at first use. nullptr in the CPU_ONLY build.
+void* cuda_current_stream();
 
 }  // namespace kernels

@@ -1,5 +1,5 @@
 // kernels/counters.cpp: the FLOP counter and its labels, the non-GEMM kernel counter and the
-// GEMM wall time (kernels/counters.h says what each counts; kernels/ops.h declares them).
+// GEMM wall time (kernels/counters.h declares them and says what each counts).
 #include "kernels/counters.h"
 #include <cstring>
 #include <string>

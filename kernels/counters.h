@@ -1,12 +1,13 @@
-// kernels/counters.h: what the dispatchers count at every launch, and how (the counting
-// conventions the plan predicts against: plan/flops.h, plan/gemm_calls.h,
-// plan/kernel_traffic.h). The counters' readers and resets are declared in kernels/ops.h;
-// this header is for the dispatchers (kernels/ops.cpp, kernels/ops_bf16.cpp) only.
+// kernels/counters.h: what the dispatchers (kernels/ops/*.h) count at every launch, and how:
+// the counting conventions the plan predicts against (plan/flops.h, plan/gemm_calls.h,
+// plan/kernel_traffic.h). The readers and resets are for the model, the benchmark and the
+// tests; the count_* functions and GemmTimer are for the dispatchers only, which call them
+// once per op, before the twin runs (a bf16 CPU twin calls the fp32 twin, never its
+// dispatcher, so nothing is counted twice).
 //
-// FLOPs are counted at launch, by the dispatchers (kernels/ops.cpp, ops_bf16.cpp), from
-// the arguments alone (so both backends count the same and the CUDA count needs no device
-// round trip). Only matrix products are counted, one multiply-add = 2 FLOPs (plan/flops.h
-// compares them with the plan):
+// FLOPs are counted at launch, by the dispatchers, from the arguments alone (so both
+// backends count the same and the CUDA count needs no device round trip). Only matrix
+// products are counted, one multiply-add = 2 FLOPs (plan/flops.h compares them with the plan):
 //   gemm                      2 m n k
 //   gemm_strided_batched      2 m n k batch
 //   gemm_grouped              sum over the groups of 2 m_i n_i k_i
@@ -30,8 +31,8 @@
 // Every other kernel is counted too, at launch and from its arguments (kernel_counts,
 // plan/kernel_traffic.h predicts the same): the CUDA kernels the call launches (one for most
 // ops; the exceptions below) and the bytes a bandwidth-bound implementation of it moves at
-// least, each element read or written once per call at its storage size (e: 4 fp32, 2 bf16
-// (kernels/ops_bf16.cpp); 4 for fp32 statistics, lse, gates and int32 indices; 1 per mask
+// least, each element read or written once per call at its storage size (e = sizeof(T): 4
+// fp32, 2 bf16; 4 for fp32 statistics, lse, gates and int32 indices; 1 per mask
 // element). A call that moves nothing (n = 0) launches nothing, as the CUDA twins return.
 //   memcpy_device / memset_zero   read + write 2 bytes / write bytes (device to device; the
 //                                 host copies, malloc and free cross PCIe or the allocator:
@@ -69,17 +70,81 @@
 //                       read, master, p, m, v written: the same 28)
 //   sum_squares         n e (its partial sums' copy to the host is not counted)
 //
-// GEMM wall time is measured around the dispatch (GemmTimer): on the CPU backend the call
-// returns when the product is done, so the elapsed time is the GEMM's. A CUDA launch returns
-// at once; timing it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
+// GEMM wall time is measured around the twin (GemmTimer): on the CPU backend the call
+// returns when the product is done, so the elapsed time is the GEMM's (with bf16 storage,
+// its operands' widening and C's rounding included). A CUDA launch returns at once; timing
+// it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
 //
-//
-// defines: GemmTimer (and kernels/counters.cpp defines the counters of kernels/ops.h)
+// defines: the counters' readers and resets, count_gemm, add_flops, count_kernel,
+//          count_attention_kernel, count_moe_permute, count_moe_unpermute, GemmTimer
+//          (kernels/counters.cpp)
 #pragma once
 #include <chrono>
-#include "kernels/ops.h"
+#include <string>
+#include <utility>
+#include <vector>
+#include "kernels/common.h"  // Device
 
 namespace kernels {
+
+// ---- FLOPs and GEMM calls ------------------------------------------------------------------
+// GEMM calls (gemm, gemm_strided_batched, gemm_grouped: one each) and their FLOPs since the
+// last reset, per label: the label in force when the call was made (GemmLabel below,
+// "other" when none). The model labels its products ("attention", "mlp", "router",
+// "experts", "shared_expert", "head"); plan/ predicts each label's count.
+struct GemmCount {
+  long long calls = 0;
+  double flops = 0;
+};
+// label -> count, in label order; the reset clears every label (reset the FLOP counter with
+// it for the labels' FLOPs to sum to flop_counter()).
+std::vector<std::pair<std::string, GemmCount>> gemm_counts();
+void reset_gemm_counts();
+// The label of the GEMMs issued while it lives (nests: the previous label comes back).
+// `label` must outlive the scope (a string literal).
+class GemmLabel {
+ public:
+  explicit GemmLabel(const char* label);
+  ~GemmLabel();
+  GemmLabel(const GemmLabel&) = delete;
+  GemmLabel& operator=(const GemmLabel&) = delete;
+ private:
+  const char* previous_;
+};
+// FLOPs done by gemm, gemm_strided_batched, gemm_grouped and the attention kernels since the
+// last reset (host counter, counted at launch).
+double flop_counter();
+void reset_flop_counter();
+void add_flops(double f);  // also to the current label's FLOPs (not its calls)
+// One GEMM call of `flops` FLOPs: add_flops plus one call of the current label. The
+// dispatchers call it; model code has no need to.
+void count_gemm(double flops);
+// Wall-clock seconds spent inside gemm, gemm_strided_batched and gemm_grouped since the last
+// reset: the denominator of bench/throughput.sh's step/GEMM ratio. Measured on the CPU backend
+// only, where a call returns when its product is done; a CUDA launch returns at once, so there
+// it is not measured and gemm_seconds() returns -1.
+double gemm_seconds();
+void reset_gemm_seconds();
+
+// ---- the other kernels ---------------------------------------------------------------------
+// Launches of the kernels that are not GEMM calls since the last reset, and the bytes they
+// read plus write (plan/kernel_traffic.h states the convention and predicts both). The
+// flash attention kernels are counted apart, launches only (their time is their FLOPs).
+struct KernelCount {
+  long long launches = 0;
+  double bytes = 0;
+  long long attention_launches = 0;
+};
+KernelCount kernel_counts();
+void reset_kernel_counts();
+// One call's count: `launches` CUDA kernels moving `bytes` (nothing when bytes is 0: the CUDA
+// twins launch nothing then). The dispatchers call these; model code has no need to.
+void count_kernel(double bytes, int launches = 1);
+void count_attention_kernel(int launches);
+// What moe_permute and moe_unpermute count (their launches depend on the fusion), e the
+// bytes of a row element.
+void count_moe_permute(int M, int C, bool gates, bool fused, int e);
+void count_moe_unpermute(int N, int C, int k, bool fused, int e);
 
 // Lives for one GEMM call and adds its duration to the GEMM wall time when it ends.
 class GemmTimer {

@@ -226,7 +226,7 @@ inline long long visible_pairs(const AttentionBlock& blk) {
   return pairs;
 }
 
-// Ring attention's log-sum-exp merge of one row (kernels/ops.h attention_merge): the merged
+// Ring attention's log-sum-exp merge of one row (ops/attention.h attention_merge): the merged
 //   lse' = log(e^lse + e^lse_pass) = hi + log1p(e^(lo - hi))   (hi, lo: the larger, smaller)
 // which never overflows, and the weights of the two partial outputs, w = e^(lse - lse'),
 // w_pass = e^(lse_pass - lse'), so that o' = o w + o_pass w_pass. Returns false when the pass
@@ -266,7 +266,7 @@ HD void adamw_step(float& p, float& m, float& v, float g, float lr, float b1, fl
   p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
 }
 
-// ---- mixture of experts: the router's per-row math (kernels/ops.h moe_*) -------------------
+// ---- mixture of experts: the router's per-row math (kernels/ops/moe.h moe_*) ----------------
 // One row = one token's E logits. The CPU twin loops over rows, the CUDA kernel runs one
 // thread per row; both call these, so they agree to the last bit. Every softmax here is
 //   m = max_e l_e,  inv = 1 / sum_e exp(l_e - m),  p_e = exp(l_e - m) * inv
@@ -282,7 +282,7 @@ HD float moe_softmax_stats(const float* l, int n, float& m, float& inv) {  // re
   return sum;
 }
 
-// Top-k of one row (ops.h moe_router_topk). The ranking value of expert e is
+// Top-k of one row (ops/moe.h moe_router_topk). The ranking value of expert e is
 //   softmax, not pre_softmax: l_e;   pre_softmax: p_e;   sigmoid: sigmoid(l_e)
 // plus bias[e] when a bias is given (it picks, it never enters a gate). Pick j is the best
 // expert ranked strictly after pick j-1 in the order (value descending, index ascending), so
@@ -379,7 +379,7 @@ HD void moe_topk_backward_row(float* dl, const float* dg, const float* l, const 
   }
 }
 
-// Load-balancing scores of one row (ops.h moe_balancing_scores), p(E) "=":
+// Load-balancing scores of one row (ops/moe.h moe_balancing_scores), p(E) "=":
 //   softmax: p_e = softmax(l)_e;   sigmoid: p_e = s_e / (sum s + 1e-20), s = sigmoid(l).
 HD void moe_balancing_row(float* p, const float* l, int E, int score) {
   if (score == 1) {

@@ -13,7 +13,7 @@
 //   NCCL (parallel/comm_nccl.cpp) device buffers, one CUDA stream per communicator, the
 //        ncclUniqueId broadcast over MPI; batched send/recv inside ncclGroupStart/End.
 //        Each operation first waits (on the GPU) for the compute stream's earlier work
-//        (kernels::cuda::current_stream() unless the topology is given another).
+//        (kernels::cuda_current_stream() unless the topology is given another).
 //
 // Every call is recorded in CommStats (measure/comm_stats.h) under the group's name:
 // calls, payload bytes, bus bytes, time, exposed time. Payload S is the collective's full

@@ -22,7 +22,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <string>
-#include "kernels/cuda_ops.h"  // current_stream: the compute stream of kernels/
+#include "kernels/common.h"  // cuda_current_stream: the compute stream of kernels/
 #include "parallel/comm.h"
 
 namespace paralab {
@@ -77,7 +77,7 @@ class NcclBackend : public detail::Backend {
   NcclBackend(std::shared_ptr<detail::Backend> bootstrap, void* compute_stream)
       : boot_(std::move(bootstrap)),
         compute_(static_cast<cudaStream_t>(compute_stream ? compute_stream
-                                                          : kernels::cuda::current_stream())) {
+                                                          : kernels::cuda_current_stream())) {
     ncclUniqueId id;
     if (boot_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     detail::wait_until_done(*boot_->broadcast(&id, sizeof id, DType::U8, 0), "the NCCL id's",

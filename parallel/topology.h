@@ -142,7 +142,7 @@ class Topology {
  public:
   // Collective over the world (after init_world): every rank constructs it with the
   // same arguments; spec.world must be the number of ranks launched. `cuda_stream` (a
-  // cudaStream_t; nullptr = kernels::cuda::current_stream()) is the compute stream NCCL
+  // cudaStream_t; nullptr = kernels::cuda_current_stream()) is the compute stream NCCL
   // operations wait for before they start; set the CUDA device before. A bad grid throws
   // FatalError with code 2.
   Topology(const GridSpec& spec, CommBackend backend, kernels::Device device,

@@ -1,19 +1,19 @@
 // plan/kernel_traffic.h: the kernels of one training step that are not GEMMs, predicted
 // from the configuration: how many launches, and how many bytes they read and write. The
 // time model (plan/time_model.h) costs them as memory-bound work, bytes / HBM bandwidth +
-// one launch overhead each; kernels/ops.h counts the same launches and bytes as the run
+// one launch overhead each; kernels/ops/ counts the same launches and bytes as the run
 // makes them (kernels::kernel_counts), and the tests hold the two equal.
 //
-// Counting convention (kernels/ops.cpp, the dispatchers, whose header lists each kernel's
-// formula): a call counts the CUDA kernels it launches (one for most; two for a norm's
-// backward and a flash backward, more for the unfused MoE permutations), device-to-device
-// copies and memsets included; its bytes are the elements it reads plus those it writes,
-// each at its storage size (fp32 4, bf16 2, int32 4, masks 1), once per call however often
-// the kernel touches them. A call with nothing to move launches nothing. Host <-> device
-// copies (tokens, targets, the losses, the routing maps, scalars) and allocations are not
-// counted: they cross PCIe or the allocator, not HBM. The flash attention kernels are
-// counted apart (attention: launches only; their time is their FLOPs at the attention
-// efficiency). GEMM calls are plan/gemm_calls.h's.
+// Counting convention (the dispatchers of kernels/ops/, which kernels/counters.h lists
+// kernel by kernel): a call counts the CUDA kernels it launches (one for most; two for a
+// norm's backward and a flash backward, more for the unfused MoE permutations),
+// device-to-device copies and memsets included; its bytes are the elements it reads plus
+// those it writes, each at its storage size (fp32 4, bf16 2, int32 4, masks 1), once per
+// call however often the kernel touches them. A call with nothing to move launches nothing.
+// Host <-> device copies (tokens, targets, the losses, the routing maps, scalars) and
+// allocations are not counted: they cross PCIe or the allocator, not HBM. The flash
+// attention kernels are counted apart (attention: launches only; their time is their FLOPs
+// at the attention efficiency). GEMM calls are plan/gemm_calls.h's.
 //
 // How: kernel_traffic*.cpp walk the model's code paths in the order they run (model/layer.cpp,
 // model/attention.cpp, model/moe.cpp, model/head.cpp, model/transformer.cpp, model/optimizer.cpp,
@@ -84,7 +84,7 @@ struct KernelTrafficOptions {
 KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank = 0);
 KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTrafficOptions& o);
 
-// ---- the kernels, as kernels/ops.cpp counts them ------------------------------------------
+// ---- the kernels, as kernels/ops/ counts them ----------------------------------------------
 // One method per kernel of kernels/ops.h (sizes as its arguments); e: the storage bytes of
 // the run's tensors (4, or 2 with --bf16); fp32 buffers (statistics, lse, gates, the router,
 // the loss) take the _f32 variants where an op exists for both.

@@ -2,7 +2,7 @@
 // naive path's pieces of one attention pass (softmax, rescale, dropout, delta) and ring
 // attention's log-sum-exp merge. The flash kernels are in flash_attention.cpp.
 //
-// Layouts (kernels/ops.h): the fused projection row of token n = b*S + s holds G groups,
+// Layouts (ops/attention.h): the fused projection row of token n = b*S + s holds G groups,
 //   group g = [ query heads g*A/G .. (g+1)*A/G - 1 | key head g | value head g ], each D wide,
 // so group g starts at channel g*(A/G + 2)*D. Attention wants head-major tensors
 // q(B,A,S,D), k(B,G,S,D), v(B,G,S,D), where a head's S x D matrix is contiguous.
@@ -24,19 +24,26 @@
 // writes the very entries the merge and the backward use. The merge and delta work at the
 // view's rows (o: head_stride apart per head, D per row).
 //
-// defines: qkv_split_forward, qkv_split_backward, heads_merge_forward, heads_merge_backward,
-//          rope_forward, rope_backward, attention_softmax_forward, attention_softmax_backward,
-//          attention_probs_rescale, attention_dropout_forward, attention_delta, attention_merge
+// bf16 storage: the same loops between a widening and a rounding (kernels/cpu/widen.h); lse,
+// delta and the merge's accumulator o stay fp32.
+//
+// defines the CPU twins of kernels/ops/attention.h: qkv_split_forward, qkv_split_backward,
+//          heads_merge_forward, heads_merge_backward, rope_forward, rope_backward,
+//          attention_softmax_forward, attention_softmax_backward, attention_probs_rescale,
+//          attention_dropout_forward, attention_delta, attention_merge
 #include <cmath>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/simd_math.h"  // defines: exp_simd, row_max, row_sum
-#include "kernels/cpu_ops.h"
+#include "kernels/cpu/widen.h"      // defines: Input, Widened, view_span
 #include "kernels/math.h"
+#include "kernels/ops/attention.h"
 
 namespace kernels {
-namespace cpu {
+
+using cpu::row_max;
+using cpu::row_sum;
 
 namespace {
 
@@ -75,8 +82,9 @@ void check_shapes(int A, int G, int D, float rope_theta) {
 
 // Forward copies each head out of the fused row, rotating q and k by +angle; backward is the
 // same walk with source and destination swapped and the rotation by -angle.
-void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A,
-                       int G, int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_forward<Device::CPU, float>(
+    float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G, int D,
+    float rope_theta, const TokenPositions& pos) {
   check_shapes(A, G, D, rope_theta);
   const int heads_per_group = A / G;
   const int row_width = (A + 2 * G) * D;
@@ -104,8 +112,9 @@ void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, in
   }
 }
 
-void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_backward<Device::CPU, float>(
+    float* dqkv, const float* dq, const float* dk, const float* dv, int B, int S, int A, int G,
+    int D, float rope_theta, const TokenPositions& pos) {
   check_shapes(A, G, D, rope_theta);
   const int heads_per_group = A / G;
   const int row_width = (A + 2 * G) * D;
@@ -150,16 +159,18 @@ static void rope_apply(float* x, int B, int H, int S, int D, float theta, float 
   }
 }
 
-void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+template <> void rope_forward<Device::CPU, float>(float* x, int B, int H, int S, int D, float theta,
+                                                  const TokenPositions& pos) {
   rope_apply(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_backward(float* dx, int B, int H, int S, int D, float theta,
-                   const TokenPositions& pos) {
+template <> void rope_backward<Device::CPU, float>(float* dx, int B, int H, int S, int D,
+                                                   float theta, const TokenPositions& pos) {
   rope_apply(dx, B, H, S, D, theta, -1.0f, pos);
 }
 
 // o(B,A,S,D) -> out(B*S, A*D): token (b, s)'s row is its A heads side by side.
-void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
+template <> void heads_merge_forward<Device::CPU, float>(float* out, const float* o, int B, int S,
+                                                         int A, int D) {
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < A; h++) {
       for (int s = 0; s < S; s++) {
@@ -171,7 +182,8 @@ void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D)
   }
 }
 
-void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D) {
+template <> void heads_merge_backward<Device::CPU, float>(float* d_o, const float* dout, int B,
+                                                          int S, int A, int D) {
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < A; h++) {
       for (int s = 0; s < S; s++) {
@@ -191,8 +203,9 @@ void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, in
 // read before it is written, so probs == scores (in place) is fine. On the whole sequence
 // (n_i = i + 1) this is the single-rank causal softmax, loop for loop.
 
-void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
-                               float scale, const AttentionBlock& blk) {
+template <> void attention_softmax_forward<Device::CPU, float>(
+    float* probs, float* lse, const float* scores, int BH, int D, float scale,
+    const AttentionBlock& blk) {
   const int Sq = blk.q.rows, Sk = blk.k.rows;
   const long long lse_stride = blk.q.head_stride / D;
   for (long long r = 0; r < (long long)BH * Sq; r++) {
@@ -224,9 +237,9 @@ void attention_softmax_forward(float* probs, float* lse, const float* scores, in
 // pass sees only some of the row's keys, so t_i comes from the whole row, t_i = dO_i . O_i
 // (attention_delta; P is then the whole row's, attention_probs_rescale). Masked entries have
 // P = 0 and get gradient 0.
-void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
-                                const float* delta, int BH, int D, float scale,
-                                const AttentionBlock& blk) {
+template <> void attention_softmax_backward<Device::CPU, float>(
+    float* dscores, const float* dprobs, const float* probs, const float* delta, int BH, int D,
+    float scale, const AttentionBlock& blk) {
   const int Sq = blk.q.rows, Sk = blk.k.rows;
   const long long delta_stride = blk.q.head_stride / D;
   for (long long r = 0; r < (long long)BH * Sq; r++) {
@@ -249,8 +262,9 @@ void attention_softmax_backward(float* dscores, const float* dprobs, const float
 // A pass's row was normalised by its own l_pass = e^(lse_pass - m); the whole row's softmax
 // divides by e^(lse - m) instead, so P_row = P_pass e^(lse_pass - lse). A row whose pass saw
 // no key (lse_pass = -inf) is 0 and stays 0.
-void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
-                             int D, const AttentionBlock& blk) {
+template <> void attention_probs_rescale<Device::CPU, float>(float* probs, const float* lse_pass,
+                                                             const float* lse, int BH, int D,
+                                                             const AttentionBlock& blk) {
   const int Sq = blk.q.rows, Sk = blk.k.rows;
   const long long lse_stride = blk.q.head_stride / D;
   for (long long r = 0; r < (long long)BH * Sq; r++) {
@@ -267,9 +281,9 @@ void attention_probs_rescale(float* probs, const float* lse_pass, const float* l
 // Dropout on a pass's probabilities with the single-rank P's keep bits: element (b, h, i, j)
 // draws at blk.dropout_index(b, h, i, j), which on the whole sequence is the element's own
 // index ((b*A + h)*S + i)*S + j, so this is dropout_forward on P there, bit for bit.
-void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
-                               float p, uint64_t seed, uint64_t stream,
-                               const AttentionBlock& blk) {
+template <> void attention_dropout_forward<Device::CPU, float>(
+    float* out, uint8_t* mask, const float* probs, int B, int A, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
   const int Sq = blk.q.rows, Sk = blk.k.rows;
   const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
   for (int b = 0; b < B; b++) {
@@ -288,8 +302,8 @@ void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, in
 }
 
 // delta_i = dO_i . O_i = sum_j P_ij dP_ij over the whole row (the flash backward's D_i).
-void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
-                     const AttentionRows& rows) {
+template <> void attention_delta<Device::CPU, float>(
+    float* delta, const float* dout, const float* o, int BH, int D, const AttentionRows& rows) {
   const long long delta_stride = rows.head_stride / D;
   for (int bh = 0; bh < BH; bh++) {
     for (int i = 0; i < rows.rows; i++) {
@@ -304,8 +318,9 @@ void attention_delta(float* delta, const float* dout, const float* o, int BH, in
 // o_i = sum_j e^(x_ij - lse_i) v_j over the keys seen so far, so two partial results over
 // disjoint key sets combine by their weights in the union's normaliser
 // (kernels/math.h attention_merge_weights).
-void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
-                     int D, const AttentionRows& rows) {
+template <> void attention_merge<Device::CPU, float>(float* o, float* lse, const float* o_pass,
+                                                     const float* lse_pass, int BH, int D,
+                                                     const AttentionRows& rows) {
   const long long lse_stride = rows.head_stride / D;
   for (int bh = 0; bh < BH; bh++) {
     for (int i = 0; i < rows.rows; i++) {
@@ -319,5 +334,100 @@ void attention_merge(float* o, float* lse, const float* o_pass, const float* lse
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+using cpu::Input;
+using cpu::Widened;
+using cpu::view_span;
+
+template <> void qkv_split_forward<Device::CPU, bf16>(bf16* q, bf16* k, bf16* v, const bf16* qkv,
+                                                      int B, int S, int A, int G, int D,
+                                                      float theta, const TokenPositions& pos) {
+  const size_t N = (size_t)B * S;
+  Input X(qkv, N * (A + 2 * G) * D);
+  Widened Q(q, N * A * D), K(k, N * G * D), V(v, N * G * D);
+  qkv_split_forward<Device::CPU>(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta,
+                                 pos);
+}
+template <> void qkv_split_backward<Device::CPU, bf16>(bf16* dqkv, const bf16* dq, const bf16* dk,
+                                                       const bf16* dv, int B, int S, int A, int G,
+                                                       int D, float theta,
+                                                       const TokenPositions& pos) {
+  const size_t N = (size_t)B * S;
+  Input Q(dq, N * A * D), K(dk, N * G * D), V(dv, N * G * D);
+  Widened X(dqkv, N * (A + 2 * G) * D);
+  qkv_split_backward<Device::CPU>(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta,
+                                  pos);
+}
+template <> void heads_merge_forward<Device::CPU, bf16>(bf16* out, const bf16* o, int B, int S,
+                                                        int A, int D) {
+  const size_t n = (size_t)B * S * A * D;
+  Input O(o, n);
+  Widened R(out, n);
+  heads_merge_forward<Device::CPU>(R.data(), O.data(), B, S, A, D);
+}
+template <> void heads_merge_backward<Device::CPU, bf16>(bf16* d_o, const bf16* dout, int B, int S,
+                                                         int A, int D) {
+  const size_t n = (size_t)B * S * A * D;
+  Input G(dout, n);
+  Widened R(d_o, n);
+  heads_merge_backward<Device::CPU>(R.data(), G.data(), B, S, A, D);
+}
+template <> void rope_forward<Device::CPU, bf16>(bf16* x, int B, int H, int S, int D, float theta,
+                                                 const TokenPositions& pos) {
+  Widened X(x, (size_t)B * H * S * D);
+  rope_forward<Device::CPU>(X.data(), B, H, S, D, theta, pos);
+}
+template <> void rope_backward<Device::CPU, bf16>(bf16* dx, int B, int H, int S, int D,
+                                                  float theta, const TokenPositions& pos) {
+  Widened X(dx, (size_t)B * H * S * D);
+  rope_backward<Device::CPU>(X.data(), B, H, S, D, theta, pos);
+}
+
+// The probabilities of a pass: (BH, q.rows, k.rows), contiguous.
+template <> void attention_softmax_forward<Device::CPU, bf16>(bf16* probs, float* lse,
+                                                              const bf16* scores, int BH, int D,
+                                                              float scale,
+                                                              const AttentionBlock& blk) {
+  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
+  Input X(scores, n);
+  Widened P(probs, n);
+  attention_softmax_forward<Device::CPU>(P.data(), lse, X.data(), BH, D, scale, blk);
+}
+template <> void attention_softmax_backward<Device::CPU, bf16>(
+    bf16* dscores, const bf16* dprobs, const bf16* probs, const float* delta, int BH, int D,
+    float scale, const AttentionBlock& blk) {
+  const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
+  Input G(dprobs, n), P(probs, n);
+  Widened DS(dscores, n);
+  attention_softmax_backward<Device::CPU>(DS.data(), G.data(), P.data(), delta, BH, D, scale,
+                                          blk);
+}
+template <> void attention_probs_rescale<Device::CPU, bf16>(bf16* probs, const float* lse_pass,
+                                                            const float* lse, int BH, int D,
+                                                            const AttentionBlock& blk) {
+  Widened P(probs, (size_t)BH * blk.q.rows * blk.k.rows);
+  attention_probs_rescale<Device::CPU>(P.data(), lse_pass, lse, BH, D, blk);
+}
+template <> void attention_dropout_forward<Device::CPU, bf16>(
+    bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
+  const size_t n = (size_t)B * A * blk.q.rows * blk.k.rows;
+  Input P(probs, n);
+  Widened O(out, n);
+  attention_dropout_forward<Device::CPU>(O.data(), mask, P.data(), B, A, p, seed, stream, blk);
+}
+// delta and the merge work at a view's rows: widen the span from its first row to its last.
+template <> void attention_delta<Device::CPU, bf16>(float* delta, const bf16* dout, const bf16* o,
+                                                    int BH, int D, const AttentionRows& rows) {
+  const size_t n = view_span(BH, D, rows);
+  Input G(dout, n), O(o, n);
+  attention_delta<Device::CPU>(delta, G.data(), O.data(), BH, D, rows);
+}
+template <> void attention_merge<Device::CPU, bf16>(float* o, float* lse, const bf16* o_pass,
+                                                    const float* lse_pass, int BH, int D,
+                                                    const AttentionRows& rows) {
+  Input P(o_pass, view_span(BH, D, rows));
+  attention_merge<Device::CPU>(o, lse, P.data(), lse_pass, BH, D, rows);
+}
+
 }  // namespace kernels

@@ -7,29 +7,32 @@
 // than libm's expf and erff, which do not vectorise (GeLU was the largest non-GEMM cost of a
 // GPT step on a CPU).
 // Parameter gradients accumulate (+=), activation gradients are written (=), as
-// kernels/ops.h specifies per op.
+// kernels/ops/elementwise.h specifies per op. bf16 storage: the loops below between a
+// widening and a rounding (kernels/cpu/widen.h); add, accumulate and convert are that loop
+// itself.
 //
-// defines: add, accumulate, scale, add_bias, bias_backward, gelu_forward, gelu_backward,
-//          swiglu_forward, swiglu_backward, dropout_forward, dropout_backward
-#include "kernels/cpu_ops.h"
+// defines the CPU twins of kernels/ops/elementwise.h: add, accumulate, scale, add_bias,
+//          bias_backward, convert, gelu_forward, gelu_backward, swiglu_forward,
+//          swiglu_backward, dropout_forward, dropout_backward
+#include "kernels/cpu/widen.h"  // defines: Input, Widened
 #include "kernels/math.h"
+#include "kernels/ops/elementwise.h"
 
 namespace kernels {
-namespace cpu {
 
-void add(float* out, const float* a, const float* b, size_t n) {
+template <> void add<Device::CPU, float>(float* out, const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void accumulate(float* out, const float* a, size_t n) {
+template <> void accumulate<Device::CPU, float>(float* out, const float* a, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] += a[i];
 }
 
-void scale(float* x, float s, size_t n) {
+template <> void scale<Device::CPU>(float* x, float s, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void add_bias(float* y, const float* bias, int N, int C) {
+template <> void add_bias<Device::CPU, float>(float* y, const float* bias, int N, int C) {
   for (int r = 0; r < N; r++) {
     float* y_r = y + (size_t)r * C;  // seek to row r
     for (int c = 0; c < C; c++) y_r[c] += bias[c];
@@ -38,7 +41,7 @@ void add_bias(float* y, const float* bias, int N, int C) {
 
 // y = x + bias broadcast over rows, so dL/dbias_c = sum_r dy[r][c]. Rows outermost keeps the
 // inner loop contiguous; dbias stays in cache.
-void bias_backward(float* dbias, const float* dy, int N, int C) {
+template <> void bias_backward<Device::CPU, float>(float* dbias, const float* dy, int N, int C) {
   for (int r = 0; r < N; r++) {
     const float* dy_r = dy + (size_t)r * C;  // seek to row r
     for (int c = 0; c < C; c++) dbias[c] += dy_r[c];
@@ -47,15 +50,16 @@ void bias_backward(float* dbias, const float* dy, int N, int C) {
 
 // ---- activations --------------------------------------------------------------------------
 
-void gelu_forward(float* out, const float* in, size_t n) {
+template <> void gelu_forward<Device::CPU, float>(float* out, const float* in, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = gelu(in[i]);
 }
 
-void gelu_backward(float* din, const float* dout, const float* in, size_t n) {
+template <> void gelu_backward<Device::CPU, float>(float* din, const float* dout, const float* in,
+                                                   size_t n) {
   for (size_t i = 0; i < n; i++) din[i] = dout[i] * gelu_grad(in[i]);
 }
 
-void swiglu_forward(float* out, const float* in, int N, int F) {
+template <> void swiglu_forward<Device::CPU, float>(float* out, const float* in, int N, int F) {
   for (int r = 0; r < N; r++) {
     const float* gate = in + (size_t)r * 2 * F;  // seek to row r: [gate (F) | up (F)]
     const float* up = gate + F;
@@ -66,7 +70,8 @@ void swiglu_forward(float* out, const float* in, int N, int F) {
 
 // out = silu(g) u:  dg = dout u silu'(g),  du = dout silu(g);
 // silu(g) = g s and silu'(g) = s + g s (1 - s), s = sigmoid(g).
-void swiglu_backward(float* din, const float* dout, const float* in, int N, int F) {
+template <> void swiglu_backward<Device::CPU, float>(float* din, const float* dout, const float* in,
+                                                     int N, int F) {
   for (int r = 0; r < N; r++) {
     const float* gate = in + (size_t)r * 2 * F;  // seek to row r of the input and its grad
     const float* up = gate + F;
@@ -88,8 +93,9 @@ void swiglu_backward(float* din, const float* dout, const float* in, int N, int 
 // element i is pos.element(i, width): i itself, or on a context-parallel rank the element's
 // index in the single-rank tensor, so that both runs drop the same elements.
 
-void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float p,
-                     uint64_t seed, uint64_t stream, const TokenPositions& pos, int width) {
+template <> void dropout_forward<Device::CPU, float>(
+    float* out, uint8_t* mask, const float* in, size_t n, float p, uint64_t seed, uint64_t stream,
+    const TokenPositions& pos, int width) {
   if (p == 0.0f) {
     for (size_t i = 0; i < n; i++) {
       out[i] = in[i];
@@ -105,10 +111,76 @@ void dropout_forward(float* out, uint8_t* mask, const float* in, size_t n, float
   }
 }
 
-void dropout_backward(float* din, const float* dout, const uint8_t* mask, size_t n, float p) {
+template <> void dropout_backward<Device::CPU, float>(float* din, const float* dout,
+                                                      const uint8_t* mask, size_t n, float p) {
   const float keep_scale = p == 0.0f ? 1.0f : 1.0f / (1.0f - p);
   for (size_t i = 0; i < n; i++) din[i] = mask[i] ? dout[i] * keep_scale : 0.0f;
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+using cpu::Input;
+using cpu::Widened;
+
+template <> void add<Device::CPU, bf16>(bf16* out, const bf16* a, const bf16* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
+}
+template <> void accumulate<Device::CPU, bf16>(bf16* out, const bf16* a, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(to_float(out[i]) + to_float(a[i]));
+}
+template <> void add_bias<Device::CPU, bf16>(bf16* y, const bf16* bias, int N, int C) {
+  Widened Y(y, (size_t)N * C);
+  Input b(bias, C);
+  add_bias<Device::CPU>(Y.data(), b.data(), N, C);
+}
+template <> void bias_backward<Device::CPU, bf16>(bf16* dbias, const bf16* dy, int N, int C) {
+  Widened db(dbias, C);
+  Input g(dy, (size_t)N * C);
+  bias_backward<Device::CPU>(db.data(), g.data(), N, C);
+}
+
+template <> void convert<Device::CPU, bf16, float>(bf16* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+template <> void convert<Device::CPU, float, bf16>(float* out, const bf16* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+}
+
+template <> void gelu_forward<Device::CPU, bf16>(bf16* out, const bf16* in, size_t n) {
+  Input I(in, n);
+  Widened O(out, n);
+  gelu_forward<Device::CPU>(O.data(), I.data(), n);
+}
+template <> void gelu_backward<Device::CPU, bf16>(bf16* din, const bf16* dout, const bf16* in,
+                                                  size_t n) {
+  Input G(dout, n), I(in, n);
+  Widened D(din, n);
+  gelu_backward<Device::CPU>(D.data(), G.data(), I.data(), n);
+}
+template <> void swiglu_forward<Device::CPU, bf16>(bf16* out, const bf16* in, int N, int F) {
+  Input I(in, (size_t)N * 2 * F);
+  Widened O(out, (size_t)N * F);
+  swiglu_forward<Device::CPU>(O.data(), I.data(), N, F);
+}
+template <> void swiglu_backward<Device::CPU, bf16>(bf16* din, const bf16* dout, const bf16* in,
+                                                    int N, int F) {
+  Input G(dout, (size_t)N * F), I(in, (size_t)N * 2 * F);
+  Widened D(din, (size_t)N * 2 * F);
+  swiglu_backward<Device::CPU>(D.data(), G.data(), I.data(), N, F);
+}
+
+template <> void dropout_forward<Device::CPU, bf16>(bf16* out, uint8_t* mask, const bf16* in,
+                                                    size_t n, float p, uint64_t seed,
+                                                    uint64_t stream, const TokenPositions& pos,
+                                                    int width) {
+  Input I(in, n);
+  Widened O(out, n);
+  dropout_forward<Device::CPU>(O.data(), mask, I.data(), n, p, seed, stream, pos, width);
+}
+template <> void dropout_backward<Device::CPU, bf16>(bf16* din, const bf16* dout,
+                                                     const uint8_t* mask, size_t n, float p) {
+  Input G(dout, n);
+  Widened D(din, n);
+  dropout_backward<Device::CPU>(D.data(), G.data(), mask, n, p);
+}
+
 }  // namespace kernels

@@ -12,12 +12,17 @@
 // Row first_row + i sits at local position s = (first_row + i) % seq_len and global position
 // pos.at(s): a context-parallel rank's sequence is a slice of the full one (kernels/math.h).
 //
-// defines: embedding_forward, embedding_backward, position_embedding_forward,
-//          position_embedding_backward
-#include "kernels/cpu_ops.h"
+// bf16 storage: only the table rows the tokens (or positions) reach are widened and, for a
+// gradient, rounded back (kernels/cpu/widen.h).
+//
+// defines the CPU twins of kernels/ops/embedding.h: embedding_forward, embedding_backward,
+//          position_embedding_forward, position_embedding_backward
+#include <algorithm>
+
+#include "kernels/cpu/widen.h"  // defines: Input, Widened, positions_used
+#include "kernels/ops/embedding.h"
 
 namespace kernels {
-namespace cpu {
 
 // The row of the local table that holds token id t, or -1 when another rank owns it.
 static int local_row(int t, int vocab_start, int vocab_rows) {
@@ -25,8 +30,9 @@ static int local_row(int t, int vocab_start, int vocab_rows) {
   return row >= 0 && row < vocab_rows ? row : -1;
 }
 
-void embedding_forward(float* out, const int* tokens, const float* wte, int vocab_start,
-                       int vocab_rows, int N, int C) {
+template <> void embedding_forward<Device::CPU, float>(float* out, const int* tokens,
+                                                       const float* wte, int vocab_start,
+                                                       int vocab_rows, int N, int C) {
   for (int i = 0; i < N; i++) {
     float* out_i = out + (size_t)i * C;  // seek to token i's output row
     const int row = local_row(tokens[i], vocab_start, vocab_rows);
@@ -41,8 +47,9 @@ void embedding_forward(float* out, const int* tokens, const float* wte, int voca
 
 // A token id that occurs several times gathers the sum of its rows' gradients, in row order;
 // the sequential loop needs no atomics (the CUDA twin does).
-void embedding_backward(float* dwte, const float* dout, const int* tokens, int vocab_start,
-                        int vocab_rows, int N, int C) {
+template <> void embedding_backward<Device::CPU, float>(float* dwte, const float* dout,
+                                                        const int* tokens, int vocab_start,
+                                                        int vocab_rows, int N, int C) {
   for (int i = 0; i < N; i++) {
     const int row = local_row(tokens[i], vocab_start, vocab_rows);
     if (row < 0) continue;
@@ -52,8 +59,9 @@ void embedding_backward(float* dwte, const float* dout, const int* tokens, int v
   }
 }
 
-void position_embedding_forward(float* out, const float* wpe, int N, int seq_len,
-                                int first_row, int C, const TokenPositions& pos) {
+template <> void position_embedding_forward<Device::CPU, float>(float* out, const float* wpe, int N,
+                                                                int seq_len, int first_row, int C,
+                                                                const TokenPositions& pos) {
   for (int i = 0; i < N; i++) {
     float* out_i = out + (size_t)i * C;
     const float* wpe_s = wpe + (size_t)pos.at((first_row + i) % seq_len) * C;  // its position
@@ -61,8 +69,9 @@ void position_embedding_forward(float* out, const float* wpe, int N, int seq_len
   }
 }
 
-void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_len,
-                                 int first_row, int C, const TokenPositions& pos) {
+template <> void position_embedding_backward<Device::CPU, float>(float* dwpe, const float* dout,
+                                                                 int N, int seq_len, int first_row,
+                                                                 int C, const TokenPositions& pos) {
   for (int i = 0; i < N; i++) {
     const float* dout_i = dout + (size_t)i * C;
     float* dwpe_s = dwpe + (size_t)pos.at((first_row + i) % seq_len) * C;
@@ -70,5 +79,50 @@ void position_embedding_backward(float* dwpe, const float* dout, int N, int seq_
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+using cpu::Input;
+using cpu::Widened;
+using cpu::positions_used;
+
+// Rows of a vocab-range table that the tokens in range reach: the fp32 twin touches no other,
+// so only these are widened (and, for a gradient, rounded back).
+static int rows_used(const int* tokens, int vocab_start, int vocab_rows, int N) {
+  int rows = 0;
+  for (int i = 0; i < N; i++) {
+    const int row = local_row(tokens[i], vocab_start, vocab_rows);
+    if (row >= 0) rows = std::max(rows, row + 1);
+  }
+  return rows;
+}
+
+template <> void embedding_forward<Device::CPU, bf16>(bf16* out, const int* tokens,
+                                                      const bf16* wte, int vocab_start,
+                                                      int vocab_rows, int N, int C) {
+  Input e(wte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
+  Widened o(out, (size_t)N * C);
+  embedding_forward<Device::CPU>(o.data(), tokens, e.data(), vocab_start, vocab_rows, N, C);
+}
+template <> void embedding_backward<Device::CPU, bf16>(bf16* dwte, const bf16* dout,
+                                                       const int* tokens, int vocab_start,
+                                                       int vocab_rows, int N, int C) {
+  Widened de(dwte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
+  Input g(dout, (size_t)N * C);
+  embedding_backward<Device::CPU>(de.data(), g.data(), tokens, vocab_start, vocab_rows, N, C);
+}
+template <> void position_embedding_forward<Device::CPU, bf16>(bf16* out, const bf16* wpe, int N,
+                                                               int seq_len, int first_row, int C,
+                                                               const TokenPositions& pos) {
+  Input p(wpe, positions_used(pos, seq_len) * C);
+  Widened o(out, (size_t)N * C);
+  position_embedding_forward<Device::CPU>(o.data(), p.data(), N, seq_len, first_row, C, pos);
+}
+template <> void position_embedding_backward<Device::CPU, bf16>(bf16* dwpe, const bf16* dout,
+                                                                int N, int seq_len,
+                                                                int first_row, int C,
+                                                                const TokenPositions& pos) {
+  Widened dp(dwpe, positions_used(pos, seq_len) * C);
+  Input g(dout, (size_t)N * C);
+  position_embedding_backward<Device::CPU>(dp.data(), g.data(), N, seq_len, first_row, C, pos);
+}
+
 }  // namespace kernels

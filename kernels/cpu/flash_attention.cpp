@@ -54,7 +54,11 @@
 // query head h reads key/value group h / (A/G), and the group's dK, dV sum over its A/G query
 // heads.
 //
-// defines: flash_attention_forward, flash_attention_backward
+// bf16 storage: the same tiles between a widening and a rounding (kernels/cpu/widen.h) of
+// the views; dq and lse stay fp32.
+//
+// defines the CPU twins of kernels/ops/flash_attention.h: flash_attention_forward,
+//          flash_attention_backward
 #include <cblas.h>
 
 #include <algorithm>
@@ -63,11 +67,14 @@
 #include <vector>
 
 #include "kernels/cpu/simd_math.h"  // defines: exp_simd, row_max, row_sum
-#include "kernels/cpu_ops.h"
+#include "kernels/cpu/widen.h"      // defines: Input, Widened, view_span
 #include "kernels/math.h"
+#include "kernels/ops/flash_attention.h"
 
 namespace kernels {
-namespace cpu {
+
+using cpu::row_max;
+using cpu::row_sum;
 
 namespace {
 
@@ -103,10 +110,10 @@ void check_groups(int A, int G) {
 
 }  // namespace
 
-void flash_attention_forward(float* o, float* lse, const float* q, const float* k,
-                             const float* v, int B, int A, int G, int D, float scale,
-                             float dropout_p, uint64_t seed, uint64_t stream,
-                             const AttentionBlock& blk) {
+template <> void flash_attention_forward<Device::CPU, float>(
+    float* o, float* lse, const float* q, const float* k, const float* v, int B, int A, int G,
+    int D, float scale, float dropout_p, uint64_t seed, uint64_t stream,
+    const AttentionBlock& blk) {
   check_groups(A, G);
   const int heads_per_group = A / G;
   const int Sq = blk.q.rows, Sk = blk.k.rows;
@@ -186,11 +193,10 @@ void flash_attention_forward(float* o, float* lse, const float* q, const float* 
   }
 }
 
-void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                              const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, int B, int A, int G, int D, float scale,
-                              float dropout_p, uint64_t seed, uint64_t stream,
-                              const AttentionBlock& blk) {
+template <> void flash_attention_backward<Device::CPU, float>(
+    float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+    const float* v, const float* o, const float* lse, int B, int A, int G, int D, float scale,
+    float dropout_p, uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
   check_groups(A, G);
   const int heads_per_group = A / G;
   const int Sq = blk.q.rows, Sk = blk.k.rows;
@@ -274,5 +280,32 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// The widened spans cover the views (rows of other passes between them round-trip exactly).
+using cpu::Input;
+using cpu::Widened;
+using cpu::view_span;
+
+template <> void flash_attention_forward<Device::CPU, bf16>(
+    bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int A, int G, int D,
+    float scale, float p, uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
+  Input Q(q, nq), K(k, nk), V(v, nk);
+  Widened O(o, nq);
+  flash_attention_forward<Device::CPU>(O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, D,
+                                       scale, p, seed, stream, blk);
+}
+// dq is fp32 and accumulates in place; dk, dv widen, take the fp32 pass's += and round.
+template <> void flash_attention_backward<Device::CPU, bf16>(
+    float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+    const bf16* o, const float* lse, int B, int A, int G, int D, float scale, float p,
+    uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+  const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
+  Input G_(dout, nq), Q(q, nq), K(k, nk), V(v, nk), O(o, nq);
+  Widened DK(dk, nk), DV(dv, nk);
+  flash_attention_backward<Device::CPU>(dq, DK.data(), DV.data(), G_.data(), Q.data(), K.data(),
+                                        V.data(), O.data(), lse, B, A, G, D, scale, p, seed,
+                                        stream, blk);
+}
+
 }  // namespace kernels

@@ -1,26 +1,119 @@
-// kernels/cpu/loss_optimizer.cpp: AdamW and the squared norm that gradient clipping needs.
-// (The loss is kernels/cpu/cross_entropy.cpp.)
+// kernels/cpu/loss_optimizer.cpp: the loss (softmax cross-entropy fused with its backward)
+// and the optimizer (AdamW, and the squared norm that gradient clipping needs).
 //
-// defines: adamw_update, sum_squares
-#include "kernels/cpu_ops.h"
+// Cross-entropy, in three passes so that the vocabulary (the columns of the logits) may be
+// split over ranks.
+//
+// Per row i with target t, over the whole vocabulary:
+//   m_i    = max_j z_ij                       (pass 1; ranks combine by max)
+//   s_i    = sum_j exp(z_ij - m_i)            (pass 2; ranks combine by sum)
+//   z_it                                      (pass 2; the owning rank's value, others 0: sum)
+//   loss_i = log s_i + m_i - z_it             (pass 3, every rank alike)
+//   dz_ij  = grad_scale (exp(z_ij - m_i) / s_i - [j == t])   (pass 3, on each rank's columns)
+// Between the passes parallel/tensor_parallel.cpp all-reduces 3 floats per row, so the
+// (N, V) logits are never gathered; on one rank the passes run back to back. The loss is
+// fused with its backward because the logits are the largest tensor of a step: the gradient
+// overwrites them in place, so no second (N, V) buffer exists. The loss is fp32 whatever
+// the storage.
+//
+// AdamW steps the fp32 master weights; with bf16 storage it widens the gradients, runs the
+// fp32 step and rounds the master into the model's bf16 weights.
+//
+// defines the CPU twins of kernels/ops/loss_optimizer.h: cross_entropy_row_max,
+// cross_entropy_sum_exp, cross_entropy_finish, adamw_update, sum_squares
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/simd_math.h"  // defines: exp_simd, row_max, row_sum
+#include "kernels/cpu/widen.h"      // defines: Input
 #include "kernels/math.h"
+#include "kernels/ops/loss_optimizer.h"
 
 namespace kernels {
-namespace cpu {
 
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float bias1,
-                  float bias2, float grad_scale) {
+using cpu::row_max;
+using cpu::row_sum;
+
+// ---- cross-entropy ------------------------------------------------------------------------
+
+// Column of row i's target on this rank: -1 when the row is ignored (t < 0) or another rank
+// holds t. A target in this rank's padding columns is no token at all.
+static int local_target(int t, int V, int valid, int vocab_start) {
+  const int j = t - vocab_start;
+  if (t < 0 || j < 0 || j >= V) return -1;
+  if (j >= valid)
+    throw std::out_of_range("cross_entropy: target " + std::to_string(t) +
+                            " is a padding column (vocabulary ends at " +
+                            std::to_string(vocab_start + valid) + ")");
+  return j;
+}
+
+template <> void cross_entropy_row_max<Device::CPU>(float* row_max_out, const float* logits, int N,
+                                                    int V, int valid) {
+  for (int i = 0; i < N; i++) {
+    const float* z = logits + (size_t)i * V;  // seek to row i
+    // A rank whose columns are all padding holds no candidate: the identity of max.
+    row_max_out[i] = valid > 0 ? row_max(z, valid) : -INFINITY;
+  }
+}
+
+template <> void cross_entropy_sum_exp<Device::CPU>(
+    float* sum_exp, float* target_logit, const float* logits, const float* row_max_in,
+    const int* targets, int N, int V, int valid, int vocab_start) {
+  // One row's exponentials, summed by row_sum (independent lanes, so the loop vectorises).
+  std::vector<float> e(valid > 0 ? valid : 0);
+  for (int i = 0; i < N; i++) {
+    const float* z = logits + (size_t)i * V;
+    const float m = row_max_in[i];
+    for (int j = 0; j < valid; j++) e[j] = exp_simd(z[j] - m);
+    sum_exp[i] = row_sum(e.data(), (int)e.size());
+    const int t = local_target(targets[i], V, valid, vocab_start);
+    target_logit[i] = t >= 0 ? z[t] : 0.0f;
+  }
+}
+
+template <> void cross_entropy_finish<Device::CPU>(
+    float* losses, float* logits, const int* targets, const float* row_max_in, const float* sum_exp,
+    const float* target_logit, int N, int V, int valid, int vocab_start, float grad_scale) {
+  for (int i = 0; i < N; i++) {
+    float* z = logits + (size_t)i * V;
+    if (targets[i] < 0) {  // ignored position (padding): no loss, no gradient
+      losses[i] = 0.0f;
+      for (int j = 0; j < V; j++) z[j] = 0.0f;
+      continue;
+    }
+    const float m = row_max_in[i];
+    losses[i] = m + logf(sum_exp[i]) - target_logit[i];
+    // softmax_j = exp(z_j - m) / s: one division per row, a multiply per column.
+    const float norm = grad_scale / sum_exp[i];
+    for (int j = 0; j < valid; j++) z[j] = exp_simd(z[j] - m) * norm;
+    for (int j = valid > 0 ? valid : 0; j < V; j++) z[j] = 0.0f;
+    const int t = local_target(targets[i], V, valid, vocab_start);
+    if (t >= 0) z[t] -= grad_scale;
+  }
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+template <> void adamw_update<Device::CPU, float>(float* master, float* params,
+                                                  const float* grads, float* m, float* v,
+                                                  size_t n, float lr, float beta1, float beta2,
+                                                  float eps, float weight_decay, float bias1,
+                                                  float bias2, float grad_scale) {
   for (size_t i = 0; i < n; i++) {
-    adamw_step(params[i], m[i], v[i], grads[i] * grad_scale, lr, beta1, beta2, eps,
+    adamw_step(master[i], m[i], v[i], grads[i] * grad_scale, lr, beta1, beta2, eps,
                weight_decay, bias1, bias2);
   }
+  if (params != nullptr)  // a separate fp32 copy of the weights
+    for (size_t i = 0; i < n; i++) params[i] = master[i];
 }
 
 // In double: a float running sum of 10^8 squares would lose the small ones entirely (its
 // 24-bit mantissa), and the norm decides whether gradients are clipped. Four partial sums
 // break the add-latency chain; the order differs from the GPU's tree only by rounding.
-double sum_squares(const float* x, size_t n) {
+template <> double sum_squares<Device::CPU, float>(const float* x, size_t n) {
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -33,5 +126,25 @@ double sum_squares(const float* x, size_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-}  // namespace cpu
+// ---- bf16 storage ------------------------------------------------------------------------------
+template <> void adamw_update<Device::CPU, bf16>(float* master, bf16* params, const bf16* grads,
+                                                 float* m, float* v, size_t n, float lr,
+                                                 float beta1, float beta2, float eps,
+                                                 float weight_decay, float bias1, float bias2,
+                                                 float grad_scale) {
+  cpu::Input g(grads, n);
+  adamw_update<Device::CPU>(master, (float*)nullptr, g.data(), m, v, n, lr, beta1, beta2, eps,
+                            weight_decay, bias1, bias2, grad_scale);
+  for (size_t i = 0; i < n; ++i) params[i] = to_bf16(master[i]);
+}
+// Widened on the fly, one sum in double (not the fp32 twin's four partial sums).
+template <> double sum_squares<Device::CPU, bf16>(const bf16* x, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double f = to_float(x[i]);
+    s += f * f;
+  }
+  return s;
+}
+
 }  // namespace kernels

@@ -18,10 +18,15 @@
 // grouped form is the same loop over its groups (group i at A + a_offset_i ...), calling the
 // very gemm below, so a grouped call is bit for bit the per-group gemm calls it stands for.
 //
-// defines: device_malloc, device_free, memcpy_to_host, memcpy_from_host, memcpy_device,
-//          memset_zero, synchronize, gemm, gemm_strided_batched, gemm_grouped
+// bf16 storage: widen A, B (and C), the fp32 sgemm, round C (kernels/cpu/widen.h); the
+// logits GEMM keeps its fp32 C as it is.
+//
+// defines the CPU twins of kernels/ops/memory_gemm.h: device_malloc, device_free,
+//          memcpy_to_host, memcpy_from_host, memcpy_device, memset_zero, synchronize, gemm,
+//          gemm_strided_batched, gemm_grouped
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -29,11 +34,10 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "kernels/cpu_ops.h"
-#include "kernels/ops.h"  // GemmGroup
+#include "kernels/cpu/widen.h"  // defines: Input, Widened, span
+#include "kernels/ops/memory_gemm.h"
 
 namespace kernels {
-namespace cpu {
 
 namespace {
 constexpr size_t kAlign = 64;
@@ -49,7 +53,7 @@ void release_cache() {
 }
 }  // namespace
 
-void* device_malloc(size_t bytes) {
+template <> void* device_malloc<Device::CPU>(size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment; a 0-byte request still
   // returns a unique pointer that device_free accepts.
   size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
@@ -75,7 +79,7 @@ void* device_malloc(size_t bytes) {
   return p;
 }
 
-void device_free(void* p) {
+template <> void device_free<Device::CPU>(void* p) {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_live.find(p);
@@ -87,46 +91,48 @@ void device_free(void* p) {
   g_live.erase(it);
 }
 
-void memcpy_to_host(void* host_dst, const void* src, size_t bytes) {
+template <> void memcpy_to_host<Device::CPU>(void* host_dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(host_dst, src, bytes);
 }
 
-void memcpy_from_host(void* dst, const void* host_src, size_t bytes) {
+template <> void memcpy_from_host<Device::CPU>(void* dst, const void* host_src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, host_src, bytes);
 }
 
-void memcpy_device(void* dst, const void* src, size_t bytes) {
+template <> void memcpy_device<Device::CPU>(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
-void memset_zero(void* p, size_t bytes) {
+template <> void memset_zero<Device::CPU>(void* p, size_t bytes) {
   if (bytes > 0) std::memset(p, 0, bytes);
 }
 
 // CPU ops run to completion before they return.
-void synchronize() {}
+template <> void synchronize<Device::CPU>() {}
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
+template <> void gemm<Device::CPU, float, float>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+    const float* B, int ldb, float beta, float* C, int ldc) {
   if (m == 0 || n == 0) return;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const float* A, int lda, long long stride_a, const float* B, int ldb,
-                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
-                          int batch) {
+template <> void gemm_strided_batched<Device::CPU, float>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+    long long stride_a, const float* B, int ldb, long long stride_b, float beta, float* C, int ldc,
+    long long stride_c, int batch) {
   for (int i = 0; i < batch; i++) {
-    gemm(trans_a, trans_b, m, n, k, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
-         C + i * stride_c, ldc);
+    gemm<Device::CPU>(trans_a, trans_b, m, n, k, alpha, A + i * stride_a, lda, B + i * stride_b,
+                      ldb, beta, C + i * stride_c, ldc);
   }
 }
 
-// A group with k == 0 has an empty product: C_i = beta C_i, which ops.h allows for beta 1 only
-// (the caller has nothing to add), so it is skipped like an m == 0 or n == 0 group.
-void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
-                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count) {
+// A group with k == 0 has an empty product: C_i = beta C_i, which memory_gemm.h allows for
+// beta 1 only (the caller has nothing to add), so it is skipped like an m == 0 or n == 0 group.
+template <> void gemm_grouped<Device::CPU, float>(
+    bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B, int ldb,
+    float beta, float* C, int ldc, const GemmGroup* groups, int count) {
   for (int i = 0; i < count; i++) {
     const GemmGroup& g = groups[i];
     if (g.k == 0 && g.m > 0 && g.n > 0 && beta != 1.0f)
@@ -135,10 +141,65 @@ void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int l
   for (int i = 0; i < count; i++) {
     const GemmGroup& g = groups[i];
     if (g.m == 0 || g.n == 0 || g.k == 0) continue;
-    gemm(trans_a, trans_b, g.m, g.n, g.k, alpha, A + g.a_offset, lda, B + g.b_offset, ldb, beta,
-         C + g.c_offset, ldc);
+    gemm<Device::CPU>(trans_a, trans_b, g.m, g.n, g.k, alpha, A + g.a_offset, lda,
+                      B + g.b_offset, ldb, beta, C + g.c_offset, ldc);
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+using cpu::Input;
+using cpu::Widened;
+using cpu::span;
+
+// Elements of op(X)(rows, cols) stored with row stride ld.
+static size_t op_span(bool trans, int rows, int cols, int ld) {
+  return trans ? span(cols, rows, ld) : span(rows, cols, ld);
+}
+
+template <> void gemm<Device::CPU, bf16, bf16>(bool ta, bool tb, int m, int n, int k, float alpha,
+                                               const bf16* A, int lda, const bf16* B, int ldb,
+                                               float beta, bf16* C, int ldc) {
+  Input a(A, op_span(ta, m, k, lda)), b(B, op_span(tb, k, n, ldb));
+  Widened c(C, span(m, n, ldc));
+  gemm<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+}
+// The logits: C stays fp32.
+template <> void gemm<Device::CPU, bf16, float>(bool ta, bool tb, int m, int n, int k,
+                                                float alpha, const bf16* A, int lda,
+                                                const bf16* B, int ldb, float beta, float* C,
+                                                int ldc) {
+  Input a(A, op_span(ta, m, k, lda)), b(B, op_span(tb, k, n, ldb));
+  gemm<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+
+template <> void gemm_strided_batched<Device::CPU, bf16>(
+    bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda, long long sa,
+    const bf16* B, int ldb, long long sb, float beta, bf16* C, int ldc, long long sc, int batch) {
+  Input a(A, (size_t)sa * (batch - 1) + op_span(ta, m, k, lda));
+  Input b(B, (size_t)sb * (batch - 1) + op_span(tb, k, n, ldb));
+  Widened c(C, (size_t)sc * (batch - 1) + span(m, n, ldc));
+  gemm_strided_batched<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, sa, b.data(), ldb, sb,
+                                    beta, c.data(), ldc, sc, batch);
+}
+
+// The widened spans cover every group (the furthest element any group reaches); C elements
+// outside the groups round-trip exactly, so this is the per-group bf16 gemm calls.
+template <> void gemm_grouped<Device::CPU, bf16>(bool ta, bool tb, float alpha, const bf16* A,
+                                                 int lda, const bf16* B, int ldb, float beta,
+                                                 bf16* C, int ldc, const GemmGroup* groups,
+                                                 int count) {
+  size_t na = 0, nb = 0, nc = 0;
+  for (int i = 0; i < count; i++) {
+    const GemmGroup& g = groups[i];
+    if (g.m == 0 || g.n == 0 || g.k == 0) continue;
+    na = std::max(na, (size_t)g.a_offset + op_span(ta, g.m, g.k, lda));
+    nb = std::max(nb, (size_t)g.b_offset + op_span(tb, g.k, g.n, ldb));
+    nc = std::max(nc, (size_t)g.c_offset + span(g.m, g.n, ldc));
+  }
+  Input a(A, na), b(B, nb);
+  Widened c(C, nc);
+  gemm_grouped<Device::CPU>(ta, tb, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
+                            groups, count);
+}
+
 }  // namespace kernels

@@ -1,4 +1,4 @@
-// kernels/cpu/moe.cpp: the mixture-of-experts ops of kernels/ops.h, CPU twins.
+// kernels/cpu/moe.cpp: the mixture-of-experts ops of kernels/ops/moe.h, CPU twins.
 //
 // Router (fp32 whatever the storage): top-k selection and gates, the load-balancing scores,
 // the aux loss as a weighted sum and the z loss. The per-row math (the tie rule, the three
@@ -17,49 +17,57 @@
 //   gelu     out = gelu(x) gate;    dx = dout gate gelu'(x),  dgate = sum_f dout gelu(x)
 // Shared-expert gate: out += sigmoid(z) y;  dy = sigmoid(z) dout, dz = s(1-s) sum_c dout y.
 // The CPU runs one loop per op whatever the `fused` flag says (fusion is a CUDA launch choice).
+// bf16 storage: only the token rows are widened and rounded (kernels/cpu/widen.h); gates,
+// probabilities and logits are fp32 whatever the storage.
 //
-// defines: moe_router_topk, moe_router_topk_backward, moe_balancing_scores,
-//          moe_balancing_scores_backward, moe_weighted_sum, moe_weighted_sum_backward,
-//          moe_z_loss_sum, moe_z_loss_backward, moe_permute, moe_unpermute, moe_unpermute_gates,
-//          moe_swiglu_forward, moe_swiglu_backward, moe_gelu_forward, moe_gelu_backward,
-//          moe_shared_gate_forward, moe_shared_gate_backward
-#include "kernels/cpu_ops.h"
+// defines the CPU twins of kernels/ops/moe.h: moe_router_topk, moe_router_topk_backward,
+//          moe_balancing_scores, moe_balancing_scores_backward, moe_weighted_sum,
+//          moe_weighted_sum_backward, moe_z_loss_sum, moe_z_loss_backward, moe_permute,
+//          moe_unpermute, moe_unpermute_gates, moe_swiglu_forward, moe_swiglu_backward,
+//          moe_gelu_forward, moe_gelu_backward, moe_shared_gate_forward,
+//          moe_shared_gate_backward
+#include <algorithm>
+
+#include "kernels/cpu/widen.h"  // defines: Input, Widened
 #include "kernels/math.h"
+#include "kernels/ops/moe.h"
 
 namespace kernels {
-namespace cpu {
 
 // ---- router ---------------------------------------------------------------------------------
 
-void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,
-                     int N, int E, int k, int score, bool pre_softmax, float scaling) {
+template <> void moe_router_topk<Device::CPU>(float* gates, int* experts, const float* logits,
+                                              const float* expert_bias, int N, int E, int k,
+                                              int score, bool pre_softmax, float scaling) {
   for (int t = 0; t < N; t++)
     moe_topk_row(gates + (size_t)t * k, experts + (size_t)t * k, logits + (size_t)t * E,
                  expert_bias, E, k, score, pre_softmax, scaling);
 }
 
-void moe_router_topk_backward(float* dlogits, const float* dgates, const float* logits,
-                              const int* experts, int N, int E, int k, int score,
-                              bool pre_softmax, float scaling) {
+template <> void moe_router_topk_backward<Device::CPU>(
+    float* dlogits, const float* dgates, const float* logits, const int* experts, int N, int E,
+    int k, int score, bool pre_softmax, float scaling) {
   for (int t = 0; t < N; t++)
     moe_topk_backward_row(dlogits + (size_t)t * E, dgates + (size_t)t * k,
                           logits + (size_t)t * E, experts + (size_t)t * k, E, k, score,
                           pre_softmax, scaling);
 }
 
-void moe_balancing_scores(float* scores, const float* logits, int N, int E, int score) {
+template <> void moe_balancing_scores<Device::CPU>(float* scores, const float* logits, int N, int E,
+                                                   int score) {
   for (int t = 0; t < N; t++)
     moe_balancing_row(scores + (size_t)t * E, logits + (size_t)t * E, E, score);
 }
 
-void moe_balancing_scores_backward(float* dlogits, const float* dscores, const float* logits,
-                                   int N, int E, int score) {
+template <> void moe_balancing_scores_backward<Device::CPU>(
+    float* dlogits, const float* dscores, const float* logits, int N, int E, int score) {
   for (int t = 0; t < N; t++)
     moe_balancing_backward_row(dlogits + (size_t)t * E, dscores + (size_t)t * E,
                                logits + (size_t)t * E, E, score);
 }
 
-double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group) {
+template <> double moe_weighted_sum<Device::CPU>(const float* scores, const float* weights, int N,
+                                                 int E, int group) {
   double total = 0.0;
   for (int t = 0; t < N; t++) {
     const float* w = weights + (size_t)(t / group) * E;  // the row of t's group
@@ -68,12 +76,13 @@ double moe_weighted_sum(const float* scores, const float* weights, int N, int E,
   return total;
 }
 
-void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group) {
+template <> void moe_weighted_sum_backward<Device::CPU>(float* dscores, const float* weights, int N,
+                                                        int E, int group) {
   for (int t = 0; t < N; t++)
     for (int e = 0; e < E; e++) dscores[(size_t)t * E + e] = weights[(size_t)(t / group) * E + e];
 }
 
-double moe_z_loss_sum(const float* logits, int N, int E) {
+template <> double moe_z_loss_sum<Device::CPU>(const float* logits, int N, int E) {
   double total = 0.0;
   for (int t = 0; t < N; t++) {
     const double lse = moe_logsumexp_row(logits + (size_t)t * E, E);
@@ -82,15 +91,17 @@ double moe_z_loss_sum(const float* logits, int N, int E) {
   return total;
 }
 
-void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, float coeff) {
+template <> void moe_z_loss_backward<Device::CPU>(float* dlogits, const float* logits, int N, int E,
+                                                  float coeff) {
   for (int t = 0; t < N; t++)
     moe_z_loss_backward_row(dlogits + (size_t)t * E, logits + (size_t)t * E, E, coeff);
 }
 
 // ---- dispatch -------------------------------------------------------------------------------
 
-void moe_permute(float* out, float* out_gates, const float* in, const float* gates,
-                 const int* row_pair, int M, int C, int k, bool /*fused*/) {
+template <> void moe_permute<Device::CPU, float>(float* out, float* out_gates, const float* in,
+                                                 const float* gates, const int* row_pair, int M,
+                                                 int C, int k, bool /*fused*/) {
   for (int j = 0; j < M; j++) {
     const int p = row_pair[j];
     float* dst = out + (size_t)j * C;
@@ -100,8 +111,8 @@ void moe_permute(float* out, float* out_gates, const float* in, const float* gat
   }
 }
 
-void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, int k,
-                   bool /*fused*/) {
+template <> void moe_unpermute<Device::CPU, float>(float* out, const float* in, const int* slots,
+                                                   int N, int C, int k, bool /*fused*/) {
   for (int t = 0; t < N; t++) {
     float* dst = out + (size_t)t * C;
     for (int c = 0; c < C; c++) dst[c] = 0.0f;
@@ -114,21 +125,24 @@ void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, 
   }
 }
 
-void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slots, int pairs) {
+template <> void moe_unpermute_gates<Device::CPU>(float* dgates, const float* dperm_gates,
+                                                  const int* slots, int pairs) {
   for (int p = 0; p < pairs; p++) dgates[p] = slots[p] >= 0 ? dperm_gates[slots[p]] : 0.0f;
 }
 
 // ---- expert activations -----------------------------------------------------------------------
 
-void moe_swiglu_forward(float* out, const float* in, const float* gates, int M, int F) {
+template <> void moe_swiglu_forward<Device::CPU, float>(float* out, const float* in,
+                                                        const float* gates, int M, int F) {
   for (int j = 0; j < M; j++) {
     const float* row = in + (size_t)j * 2 * F;  // [gate | up]
     for (int f = 0; f < F; f++) out[(size_t)j * F + f] = silu(row[f]) * row[F + f] * gates[j];
   }
 }
 
-void moe_swiglu_backward(float* din, float* dgates, const float* dout, const float* in,
-                         const float* gates, int M, int F) {
+template <> void moe_swiglu_backward<Device::CPU, float>(float* din, float* dgates,
+                                                         const float* dout, const float* in,
+                                                         const float* gates, int M, int F) {
   for (int j = 0; j < M; j++) {
     const float* row = in + (size_t)j * 2 * F;
     float* drow = din + (size_t)j * 2 * F;
@@ -144,7 +158,8 @@ void moe_swiglu_backward(float* din, float* dgates, const float* dout, const flo
   }
 }
 
-void moe_gelu_forward(float* out, const float* in, const float* gates, int M, int F) {
+template <> void moe_gelu_forward<Device::CPU, float>(float* out, const float* in,
+                                                      const float* gates, int M, int F) {
   for (int j = 0; j < M; j++)
     for (int f = 0; f < F; f++) {
       const size_t i = (size_t)j * F + f;
@@ -152,8 +167,9 @@ void moe_gelu_forward(float* out, const float* in, const float* gates, int M, in
     }
 }
 
-void moe_gelu_backward(float* din, float* dgates, const float* dout, const float* in,
-                       const float* gates, int M, int F) {
+template <> void moe_gelu_backward<Device::CPU, float>(float* din, float* dgates, const float* dout,
+                                                       const float* in, const float* gates, int M,
+                                                       int F) {
   for (int j = 0; j < M; j++) {
     float dgate = 0.0f;
     for (int f = 0; f < F; f++) {
@@ -167,15 +183,16 @@ void moe_gelu_backward(float* din, float* dgates, const float* dout, const float
 
 // ---- shared-expert gate ------------------------------------------------------------------------
 
-void moe_shared_gate_forward(float* out, const float* y, const float* z, int N, int C) {
+template <> void moe_shared_gate_forward<Device::CPU, float>(float* out, const float* y,
+                                                             const float* z, int N, int C) {
   for (int t = 0; t < N; t++) {
     const float s = sigmoid(z[t]);
     for (int c = 0; c < C; c++) out[(size_t)t * C + c] += s * y[(size_t)t * C + c];
   }
 }
 
-void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const float* y,
-                              const float* z, int N, int C) {
+template <> void moe_shared_gate_backward<Device::CPU, float>(
+    float* dy, float* dz, const float* dout, const float* y, const float* z, int N, int C) {
   for (int t = 0; t < N; t++) {
     const float s = sigmoid(z[t]);
     float dot = 0.0f;
@@ -188,5 +205,70 @@ void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const flo
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen the token rows, the fp32 twin above, round -------------------------
+using cpu::Input;
+using cpu::Widened;
+
+// Rows of `in` that a permutation reads: 1 + the largest token (or permuted row) named.
+static size_t rows_named(const int* idx, size_t n, int divisor) {
+  int rows = 0;
+  for (size_t i = 0; i < n; i++)
+    if (idx[i] >= 0) rows = std::max(rows, idx[i] / divisor + 1);
+  return (size_t)rows;
+}
+template <> void moe_permute<Device::CPU, bf16>(bf16* out, float* out_gates, const bf16* in,
+                                                const float* gates, const int* row_pair, int M,
+                                                int C, int k, bool fused) {
+  Input I(in, rows_named(row_pair, M, k) * C);
+  Widened O(out, (size_t)M * C);
+  moe_permute<Device::CPU>(O.data(), out_gates, I.data(), gates, row_pair, M, C, k, fused);
+}
+template <> void moe_unpermute<Device::CPU, bf16>(bf16* out, const bf16* in, const int* slots,
+                                                  int N, int C, int k, bool fused) {
+  Input I(in, rows_named(slots, (size_t)N * k, 1) * C);
+  Widened O(out, (size_t)N * C);
+  moe_unpermute<Device::CPU>(O.data(), I.data(), slots, N, C, k, fused);
+}
+
+template <> void moe_swiglu_forward<Device::CPU, bf16>(bf16* out, const bf16* in,
+                                                       const float* gates, int M, int F) {
+  Input I(in, (size_t)M * 2 * F);
+  Widened O(out, (size_t)M * F);
+  moe_swiglu_forward<Device::CPU>(O.data(), I.data(), gates, M, F);
+}
+template <> void moe_swiglu_backward<Device::CPU, bf16>(bf16* din, float* dgates,
+                                                        const bf16* dout, const bf16* in,
+                                                        const float* gates, int M, int F) {
+  Input G(dout, (size_t)M * F), I(in, (size_t)M * 2 * F);
+  Widened D(din, (size_t)M * 2 * F);
+  moe_swiglu_backward<Device::CPU>(D.data(), dgates, G.data(), I.data(), gates, M, F);
+}
+template <> void moe_gelu_forward<Device::CPU, bf16>(bf16* out, const bf16* in,
+                                                     const float* gates, int M, int F) {
+  Input I(in, (size_t)M * F);
+  Widened O(out, (size_t)M * F);
+  moe_gelu_forward<Device::CPU>(O.data(), I.data(), gates, M, F);
+}
+template <> void moe_gelu_backward<Device::CPU, bf16>(bf16* din, float* dgates, const bf16* dout,
+                                                      const bf16* in, const float* gates, int M,
+                                                      int F) {
+  Input G(dout, (size_t)M * F), I(in, (size_t)M * F);
+  Widened D(din, (size_t)M * F);
+  moe_gelu_backward<Device::CPU>(D.data(), dgates, G.data(), I.data(), gates, M, F);
+}
+
+template <> void moe_shared_gate_forward<Device::CPU, bf16>(bf16* out, const bf16* y,
+                                                            const bf16* z, int N, int C) {
+  Input Y(y, (size_t)N * C), Z(z, N);
+  Widened O(out, (size_t)N * C);
+  moe_shared_gate_forward<Device::CPU>(O.data(), Y.data(), Z.data(), N, C);
+}
+template <> void moe_shared_gate_backward<Device::CPU, bf16>(bf16* dy, bf16* dz, const bf16* dout,
+                                                             const bf16* y, const bf16* z, int N,
+                                                             int C) {
+  Input G(dout, (size_t)N * C), Y(y, (size_t)N * C), Z(z, N);
+  Widened DY(dy, (size_t)N * C), DZ(dz, N);
+  moe_shared_gate_backward<Device::CPU>(DY.data(), DZ.data(), G.data(), Y.data(), Z.data(), N, C);
+}
+
 }  // namespace kernels

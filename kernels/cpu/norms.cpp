@@ -11,18 +11,22 @@
 //   both       dw += dout * xhat;  LayerNorm also db += dout
 //
 // (the mean_c terms are the gradient flowing through mean and rstd, which every channel of
-// the row depends on). dx, dw and db all accumulate (+=), see kernels/ops.h.
+// the row depends on). dx, dw and db all accumulate (+=), see kernels/ops/norms.h. bf16
+// storage: the same loops between a widening and a rounding (kernels/cpu/widen.h); the
+// statistics stay fp32.
 //
-// defines: layernorm_forward, layernorm_backward, rmsnorm_forward, rmsnorm_backward
+// defines the CPU twins of kernels/ops/norms.h: layernorm_forward, layernorm_backward,
+//          rmsnorm_forward, rmsnorm_backward
 #include <cmath>
 
-#include "kernels/cpu_ops.h"
+#include "kernels/cpu/widen.h"  // defines: Input, Widened
+#include "kernels/ops/norms.h"
 
 namespace kernels {
-namespace cpu {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                       const float* b, int N, int C, float eps) {
+template <> void layernorm_forward<Device::CPU, float>(float* out, float* mean, float* rstd,
+                                                       const float* x, const float* w,
+                                                       const float* b, int N, int C, float eps) {
   for (int r = 0; r < N; r++) {
     const float* x_r = x + (size_t)r * C;  // seek to row r
     float* out_r = out + (size_t)r * C;
@@ -43,8 +47,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
   }
 }
 
-void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                        const float* w, const float* mean, const float* rstd, int N, int C) {
+template <> void layernorm_backward<Device::CPU, float>(
+    float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+    const float* mean, const float* rstd, int N, int C) {
   for (int r = 0; r < N; r++) {
     const float* x_r = x + (size_t)r * C;  // seek to row r of every row-shaped tensor
     const float* dout_r = dout + (size_t)r * C;
@@ -72,8 +77,8 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
   }
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                     float eps) {
+template <> void rmsnorm_forward<Device::CPU, float>(float* out, float* rstd, const float* x,
+                                                     const float* w, int N, int C, float eps) {
   for (int r = 0; r < N; r++) {
     const float* x_r = x + (size_t)r * C;  // seek to row r
     float* out_r = out + (size_t)r * C;
@@ -85,8 +90,9 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
   }
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int N, int C) {
+template <> void rmsnorm_backward<Device::CPU, float>(float* dx, float* dw, const float* dout,
+                                                      const float* x, const float* w,
+                                                      const float* rstd, int N, int C) {
   for (int r = 0; r < N; r++) {
     const float* x_r = x + (size_t)r * C;  // seek to row r of every row-shaped tensor
     const float* dout_r = dout + (size_t)r * C;
@@ -103,5 +109,38 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
   }
 }
 
-}  // namespace cpu
+// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+using cpu::Input;
+using cpu::Widened;
+
+template <> void layernorm_forward<Device::CPU, bf16>(bf16* out, float* mean, float* rstd,
+                                                      const bf16* x, const bf16* w, const bf16* b,
+                                                      int N, int C, float eps) {
+  Input X(x, (size_t)N * C), W(w, C), Bb(b, C);
+  Widened o(out, (size_t)N * C);
+  layernorm_forward<Device::CPU>(o.data(), mean, rstd, X.data(), W.data(), Bb.data(), N, C, eps);
+}
+template <> void layernorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, bf16* db,
+                                                       const bf16* dout, const bf16* x,
+                                                       const bf16* w, const float* mean,
+                                                       const float* rstd, int N, int C) {
+  Widened DX(dx, (size_t)N * C), DW(dw, C), DB(db, C);
+  Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
+  layernorm_backward<Device::CPU>(DX.data(), DW.data(), DB.data(), G.data(), X.data(), W.data(),
+                                  mean, rstd, N, C);
+}
+template <> void rmsnorm_forward<Device::CPU, bf16>(bf16* out, float* rstd, const bf16* x,
+                                                    const bf16* w, int N, int C, float eps) {
+  Input X(x, (size_t)N * C), W(w, C);
+  Widened o(out, (size_t)N * C);
+  rmsnorm_forward<Device::CPU>(o.data(), rstd, X.data(), W.data(), N, C, eps);
+}
+template <> void rmsnorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, const bf16* dout,
+                                                     const bf16* x, const bf16* w,
+                                                     const float* rstd, int N, int C) {
+  Widened DX(dx, (size_t)N * C), DW(dw, C);
+  Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
+  rmsnorm_backward<Device::CPU>(DX.data(), DW.data(), G.data(), X.data(), W.data(), rstd, N, C);
+}
+
 }  // namespace kernels

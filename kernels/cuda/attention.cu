@@ -1,10 +1,11 @@
 // kernels/cuda/attention.cu: attention layout (fused QKV split with RoPE, head merge), the
 // naive path's pieces of one attention pass (kernels/math.h AttentionBlock: softmax, its
-// backward, the rescale to the whole row's lse, dropout, delta) and ring attention's merge.
+// backward, the rescale to the whole row's lse, dropout, delta) and ring attention's merge:
+// the CUDA twins of kernels/ops/attention.h, mirroring kernels/cpu/attention.cpp.
 //
 // Layout ops are pure gathers: one thread per element of the fused tensor computes where
 // its element lives in the head-major tensors. The QKV row of a token holds G groups, each
-// [A/G query heads | key head | value head] of D channels (ops.h), so column c of the row
+// [A/G query heads | key head | value head] of D channels (attention.h), so column c of the row
 // is group c / ((A/G + 2) D), slot (c mod (A/G + 2) D) / D within the group (slots < A/G
 // are query heads, then k, then v), channel c mod D.
 //
@@ -22,7 +23,7 @@
 // One pass of attention, materialised: probs, scores and dprobs are (BH, q.rows, k.rows)
 // (BH = B*A), contiguous. Query row i sees keys j < blk.visible(i) (a prefix: positions
 // increase along the rows); the rest is masked. Every lse and delta sits at the q view: row i
-// of head bh at bh * (q.head_stride / D) + i (kernels/ops.h). The row ops run one block per
+// of head bh at bh * (q.head_stride / D) + i (attention.h). The row ops run one block per
 // row, threads striding over its columns; delta and the merge work at the rows of a view (rows
 // of head bh start at bh * head_stride, D apart) with one warp per row, lanes striding over
 // the D channels.
@@ -31,11 +32,12 @@
 // to_float, RoPE and the softmax compute in fp32, store rounds. Without RoPE the layout ops
 // move values unchanged, so their bf16 instantiations are exact copies.
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
 #include "kernels/math.h"
+#include "kernels/ops/attention.h"
 
 namespace kernels {
-namespace cuda {
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
 
 // Where element `idx` of qkv(B*S, (A+2G)*D) lives: tensor (0 q, 1 k, 2 v), offset of the
 // element in that (B, heads, S, D) tensor, its channel dd and its position s.
@@ -78,7 +80,7 @@ __device__ inline float rope_rotate(float x, float partner, int dd, int position
   return x * cosf(angle) + sign * partner * sinf(angle);
 }
 
-// mirrors cpu::qkv_split_forward
+// mirrors qkv_split_forward<Device::CPU>
 template <typename T>
 __global__ void qkv_split_forward_kernel(T* q, T* k, T* v, const T* qkv, size_t total, int S,
                                          int A, int G, int D, float rope_theta,
@@ -95,7 +97,7 @@ __global__ void qkv_split_forward_kernel(T* q, T* k, T* v, const T* qkv, size_t 
   }
 }
 
-// mirrors cpu::qkv_split_backward: dqkv ("=") gathers from dq, dk, dv, un-rotating.
+// mirrors qkv_split_backward<Device::CPU>: dqkv ("=") gathers from dq, dk, dv, un-rotating.
 template <typename T>
 __global__ void qkv_split_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv,
                                           size_t total, int S, int A, int G, int D,
@@ -112,7 +114,7 @@ __global__ void qkv_split_backward_kernel(T* dqkv, const T* dq, const T* dk, con
   }
 }
 
-// mirrors cpu::heads_merge_forward / backward: out[(b S + s), h D + dd] <-> o[b, h, s, dd].
+// mirrors heads_merge_forward<Device::CPU> / backward: out[(b S + s), h D + dd] <-> o[b, h, s, dd].
 // `to_tokens` picks the direction; idx runs over the token-major tensor.
 template <typename T>
 __global__ void heads_merge_kernel(T* dst, const T* src, size_t total, int S, int A, int D,
@@ -130,7 +132,7 @@ __global__ void heads_merge_kernel(T* dst, const T* src, size_t total, int S, in
   }
 }
 
-// One template launcher per op; the entry points are its float and bf16 instantiations.
+// One template launcher per op; its twins are one-liners over its float and bf16 instances.
 template <typename T>
 static void qkv_split_forward_launch(T* q, T* k, T* v, const T* qkv, int B, int S, int A, int G,
                                      int D, float rope_theta, const TokenPositions& pos) {
@@ -161,38 +163,46 @@ static void heads_merge_launch(T* dst, const T* src, int B, int S, int A, int D,
   KERNEL_CHECK();
 }
 
-void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_forward<Device::CUDA, float>(
+    float* q, float* k, float* v, const float* qkv, int B, int S, int A, int G, int D,
+    float rope_theta, const TokenPositions& pos) {
   qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
-void qkv_split_forward(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A, int G,
-                       int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_forward<Device::CUDA, bf16>(
+    bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int S, int A, int G, int D, float rope_theta,
+    const TokenPositions& pos) {
   qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
-void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B,
-                        int S, int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_backward<Device::CUDA, float>(
+    float* dqkv, const float* dq, const float* dk, const float* dv, int B, int S, int A, int G,
+    int D, float rope_theta, const TokenPositions& pos) {
   qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
-void qkv_split_backward(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S,
-                        int A, int G, int D, float rope_theta, const TokenPositions& pos) {
+template <> void qkv_split_backward<Device::CUDA, bf16>(
+    bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S, int A, int G, int D,
+    float rope_theta, const TokenPositions& pos) {
   qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
-void heads_merge_forward(float* out, const float* o, int B, int S, int A, int D) {
+template <> void heads_merge_forward<Device::CUDA, float>(float* out, const float* o, int B, int S,
+                                                          int A, int D) {
   heads_merge_launch(out, o, B, S, A, D, true);
 }
-void heads_merge_forward(bf16* out, const bf16* o, int B, int S, int A, int D) {
+template <> void heads_merge_forward<Device::CUDA, bf16>(bf16* out, const bf16* o, int B, int S,
+                                                         int A, int D) {
   heads_merge_launch(out, o, B, S, A, D, true);
 }
-void heads_merge_backward(float* d_o, const float* dout, int B, int S, int A, int D) {
+template <> void heads_merge_backward<Device::CUDA, float>(float* d_o, const float* dout, int B,
+                                                           int S, int A, int D) {
   heads_merge_launch(d_o, dout, B, S, A, D, false);
 }
-void heads_merge_backward(bf16* d_o, const bf16* dout, int B, int S, int A, int D) {
+template <> void heads_merge_backward<Device::CUDA, bf16>(bf16* d_o, const bf16* dout, int B, int S,
+                                                          int A, int D) {
   heads_merge_launch(d_o, dout, B, S, A, D, false);
 }
 
 // ---- RoPE alone ----------------------------------------------------------------------------
-// mirrors cpu::rope_forward / rope_backward (direction +1 / -1): pair idx is pair i < D/2 of
-// head row idx / (D/2) of the (B*H*S, D) tensor, at local row s = row % S, global position
+// mirrors rope_forward<Device::CPU> / rope_backward (direction +1 / -1): pair idx is pair i < D/2
+// of head row idx / (D/2) of the (B*H*S, D) tensor, at local row s = row % S, global position
 // pos.at(s).
 template <typename T>
 __global__ void rope_kernel(T* x, size_t pairs, int S, int D, float theta, float direction,
@@ -219,21 +229,25 @@ static void rope_launch(T* x, int B, int H, int S, int D, float theta, float dir
   KERNEL_CHECK();
 }
 
-void rope_forward(float* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+template <> void rope_forward<Device::CUDA, float>(float* x, int B, int H, int S, int D,
+                                                   float theta, const TokenPositions& pos) {
   rope_launch(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_forward(bf16* x, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+template <> void rope_forward<Device::CUDA, bf16>(bf16* x, int B, int H, int S, int D, float theta,
+                                                  const TokenPositions& pos) {
   rope_launch(x, B, H, S, D, theta, 1.0f, pos);
 }
-void rope_backward(float* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+template <> void rope_backward<Device::CUDA, float>(float* dx, int B, int H, int S, int D,
+                                                    float theta, const TokenPositions& pos) {
   rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
-void rope_backward(bf16* dx, int B, int H, int S, int D, float theta, const TokenPositions& pos) {
+template <> void rope_backward<Device::CUDA, bf16>(bf16* dx, int B, int H, int S, int D,
+                                                   float theta, const TokenPositions& pos) {
   rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
 
 // ---- one attention pass, materialised --------------------------------------------------------
-// mirrors cpu::attention_softmax_forward. Block = one row (bh, i); over the visible keys
+// mirrors attention_softmax_forward<Device::CPU>. Block = one row (bh, i); over the visible keys
 // j < n = blk.visible(i), with x_j = scale s_j and m = max_j x_j:
 //   p_j = exp(x_j - m) / sum_j' exp(x_j' - m),  lse_i = m + log sum_j' exp(x_j' - m)
 // (exp_simd, as the CPU twin), p_j = 0 for j >= n; a row that sees no key gets lse = -inf.
@@ -259,8 +273,8 @@ __global__ void attention_softmax_forward_kernel(T* probs, float* lse, const T* 
   if (lse && threadIdx.x == 0) lse[bh * lse_stride + i] = n > 0 ? mx + logf(sum) : -INFINITY;
 }
 
-// mirrors cpu::attention_softmax_backward: ds_j = scale P_j (dP_j - t) over the visible keys,
-// 0 for the rest, with t = delta_i (the whole row's dout . o) or, without delta, this pass's
+// mirrors attention_softmax_backward<Device::CPU>: ds_j = scale P_j (dP_j - t) over the visible
+// keys, 0 for the rest, with t = delta_i (the whole row's dout . o) or, without delta, this pass's
 // sum_j P_j dP_j. dscores may alias dprobs, as in the forward.
 template <typename T>
 __global__ void attention_softmax_backward_kernel(T* dscores, const T* dprobs, const T* probs,
@@ -283,8 +297,8 @@ __global__ void attention_softmax_backward_kernel(T* dscores, const T* dprobs, c
     store(dsr[j], j < n ? scale * to_float(pr[j]) * (to_float(dpr[j]) - t) : 0.0f);
 }
 
-// mirrors cpu::attention_probs_rescale: P_ij *= exp(lse_pass_i - lse_i) for the visible keys,
-// turning a pass's softmax into its share of the whole row's (masked entries are 0 and are
+// mirrors attention_probs_rescale<Device::CPU>: P_ij *= exp(lse_pass_i - lse_i) for the visible
+// keys, turning a pass's softmax into its share of the whole row's (masked entries are 0 and are
 // left alone). A row that saw no key here (lse_pass = -inf) is all zeros and stays so (the
 // factor is not computed: lse may be -inf too).
 template <typename T>
@@ -303,7 +317,7 @@ __global__ void attention_probs_rescale_kernel(T* probs, const float* lse_pass, 
 // Kept values are scaled by 1/(1-p); p >= 1 drops everything, and the scale 0 avoids 0 * inf.
 static float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-// mirrors cpu::attention_dropout_forward: element (bh, i, j), bh = b A + h, is kept when
+// mirrors attention_dropout_forward<Device::CPU>: element (bh, i, j), bh = b A + h, is kept when
 // counter_uniform(seed, stream, blk.dropout_index(b, h, i, j)) >= p, the bit the flash kernels
 // and the single-rank naive pass draw for the same probability.
 template <typename T>
@@ -327,8 +341,8 @@ __global__ void attention_dropout_forward_kernel(T* out, uint8_t* mask, const T*
   for (size_t r = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < (size_t)(n); \
        r += (size_t)gridDim.x * blockDim.x / 32)
 
-// mirrors cpu::attention_delta: delta_i = sum_c dout_ic o_ic, at the view's rows (delta with
-// stride head_stride / D per head).
+// mirrors attention_delta<Device::CPU>: delta_i = sum_c dout_ic o_ic, at the view's rows (delta
+// with stride head_stride / D per head).
 template <typename T>
 __global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, size_t n_rows,
                                        int D, AttentionRows rows) {
@@ -343,7 +357,7 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* o, 
   }
 }
 
-// mirrors cpu::attention_merge, through the same kernels/math.h helpers: per row (lse,
+// mirrors attention_merge<Device::CPU>, through the same kernels/math.h helpers: per row (lse,
 // lse_pass with stride head_stride / D) attention_merge_weights gives lse' = log(e^lse +
 // e^lse_pass) and the weights w, w_pass (false: the pass saw no key, the row stays), then
 // o' = o w + o_pass w_pass per channel (attention_merge_value). Every lane reads the row's lse
@@ -443,56 +457,63 @@ static void attention_merge_launch(float* o, float* lse, const T* o_pass, const 
   KERNEL_CHECK();
 }
 
-void attention_softmax_forward(float* probs, float* lse, const float* scores, int BH, int D,
-                               float scale, const AttentionBlock& blk) {
+template <> void attention_softmax_forward<Device::CUDA, float>(
+    float* probs, float* lse, const float* scores, int BH, int D, float scale,
+    const AttentionBlock& blk) {
   attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
 }
-void attention_softmax_forward(bf16* probs, float* lse, const bf16* scores, int BH, int D,
-                               float scale, const AttentionBlock& blk) {
+template <> void attention_softmax_forward<Device::CUDA, bf16>(
+    bf16* probs, float* lse, const bf16* scores, int BH, int D, float scale,
+    const AttentionBlock& blk) {
   attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
 }
-void attention_softmax_backward(float* dscores, const float* dprobs, const float* probs,
-                                const float* delta, int BH, int D, float scale,
-                                const AttentionBlock& blk) {
+template <> void attention_softmax_backward<Device::CUDA, float>(
+    float* dscores, const float* dprobs, const float* probs, const float* delta, int BH, int D,
+    float scale, const AttentionBlock& blk) {
   attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
 }
-void attention_softmax_backward(bf16* dscores, const bf16* dprobs, const bf16* probs,
-                                const float* delta, int BH, int D, float scale,
-                                const AttentionBlock& blk) {
+template <> void attention_softmax_backward<Device::CUDA, bf16>(
+    bf16* dscores, const bf16* dprobs, const bf16* probs, const float* delta, int BH, int D,
+    float scale, const AttentionBlock& blk) {
   attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
 }
-void attention_probs_rescale(float* probs, const float* lse_pass, const float* lse, int BH,
-                             int D, const AttentionBlock& blk) {
+template <> void attention_probs_rescale<Device::CUDA, float>(float* probs, const float* lse_pass,
+                                                              const float* lse, int BH, int D,
+                                                              const AttentionBlock& blk) {
   attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
 }
-void attention_probs_rescale(bf16* probs, const float* lse_pass, const float* lse, int BH,
-                             int D, const AttentionBlock& blk) {
+template <> void attention_probs_rescale<Device::CUDA, bf16>(bf16* probs, const float* lse_pass,
+                                                             const float* lse, int BH, int D,
+                                                             const AttentionBlock& blk) {
   attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
 }
-void attention_dropout_forward(float* out, uint8_t* mask, const float* probs, int B, int A,
-                               float p, uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+template <> void attention_dropout_forward<Device::CUDA, float>(
+    float* out, uint8_t* mask, const float* probs, int B, int A, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
   attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
 }
-void attention_dropout_forward(bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p,
-                               uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+template <> void attention_dropout_forward<Device::CUDA, bf16>(
+    bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
   attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
 }
-void attention_delta(float* delta, const float* dout, const float* o, int BH, int D,
-                     const AttentionRows& rows) {
+template <> void attention_delta<Device::CUDA, float>(
+    float* delta, const float* dout, const float* o, int BH, int D, const AttentionRows& rows) {
   attention_delta_launch(delta, dout, o, BH, D, rows);
 }
-void attention_delta(float* delta, const bf16* dout, const bf16* o, int BH, int D,
-                     const AttentionRows& rows) {
+template <> void attention_delta<Device::CUDA, bf16>(float* delta, const bf16* dout, const bf16* o,
+                                                     int BH, int D, const AttentionRows& rows) {
   attention_delta_launch(delta, dout, o, BH, D, rows);
 }
-void attention_merge(float* o, float* lse, const float* o_pass, const float* lse_pass, int BH,
-                     int D, const AttentionRows& rows) {
+template <> void attention_merge<Device::CUDA, float>(float* o, float* lse, const float* o_pass,
+                                                      const float* lse_pass, int BH, int D,
+                                                      const AttentionRows& rows) {
   attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
 }
-void attention_merge(float* o, float* lse, const bf16* o_pass, const float* lse_pass, int BH,
-                     int D, const AttentionRows& rows) {
+template <> void attention_merge<Device::CUDA, bf16>(float* o, float* lse, const bf16* o_pass,
+                                                     const float* lse_pass, int BH, int D,
+                                                     const AttentionRows& rows) {
   attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
 }
 
-}  // namespace cuda
 }  // namespace kernels

@@ -1,7 +1,9 @@
 // kernels/cuda/flash_attention.cu: attention without materialising the probabilities (Dao et
 // al. 2022, FlashAttention), forward pass, on one pass of query rows against key rows
 // (kernels/math.h AttentionBlock: the whole causal sequence, or one step of ring attention).
-// The backward is in flash_attention_backward.cu; both share flash_attention.cuh.
+// The backward is in flash_attention_backward.cu; both share flash_attention.cuh. Together
+// they are the CUDA twins of kernels/ops/flash_attention.h, mirroring
+// kernels/cpu/flash_attention.cpp.
 //
 // One thread block per (query tile of 32 rows, head h, batch b). It keeps its query tile
 // and an unnormalised output accumulator in shared memory and walks the key/value tiles
@@ -26,9 +28,10 @@
 #include "kernels/cuda/flash_attention.cuh"
 
 namespace kernels {
-namespace cuda {
 
-// mirrors cpu::flash_attention_forward. Shared memory, in floats:
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
+
+// mirrors flash_attention_forward<Device::CPU>. Shared memory, in floats:
 //   sQ (32, D)  sK (32, D+1)  sV (32, D)  sP (32, 32)  sO (32, D)  sCorr (32)  sScale (32)
 template <typename T>
 __global__ void flash_forward_kernel(T* o, float* lse, const T* q, const T* k, const T* v, int A,
@@ -132,16 +135,16 @@ static void flash_forward_launch(T* o, float* lse, const T* q, const T* k, const
   KERNEL_CHECK();
 }
 
-void flash_attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
-                             int B, int A, int G, int D, float scale, float dropout_p,
-                             uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+template <> void flash_attention_forward<Device::CUDA, float>(
+    float* o, float* lse, const float* q, const float* k, const float* v, int B, int A, int G,
+    int D, float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
+    const AttentionBlock& blk) {
   flash_forward_launch(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
 }
-void flash_attention_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                             int B, int A, int G, int D, float scale, float dropout_p,
-                             uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+template <> void flash_attention_forward<Device::CUDA, bf16>(
+    bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int A, int G, int D,
+    float scale, float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
   flash_forward_launch(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
 }
 
-}  // namespace cuda
 }  // namespace kernels

@@ -11,14 +11,17 @@
 // tile arithmetic is the fp32 kernel's, and only the final writes round (store). lse and dq
 // stay float in both (dq sums the ring's passes, so it is not rounded between them).
 //
+// Head dim D is limited by shared memory per block: D <= 192 fits the A100 (163 KiB),
+// D <= 256 the H100/H200 (227 KiB); a larger D throws (prepare_smem).
+//
 // defines: kTile, kWarps, kRowsPerWarp, kFlashThreads, load_tile, dot, kept, key_tiles,
 //          check_flash_shape, prepare_smem
 #pragma once
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
 #include "kernels/math.h"
+#include "kernels/ops/flash_attention.h"
 
 namespace kernels {
 namespace cuda {

@@ -18,12 +18,14 @@
 // tiles its rows see; flash_dkdv_kernel, one block per (key tile, group), loops over the
 // group's heads and the query tiles some row of which sees the key tile. Steps 2-3 are
 // recomputed in both (7 tile products instead of a fused backward's 5) in exchange for a
-// deterministic result and no scratch buffer.
+// deterministic result and no scratch buffer. With bf16 storage each block sums its share
+// of dk, dv in fp32, adds it to the widened value and rounds once.
 // Thread layout and views as in the forward: warp w owns query rows w + 4r, lane j owns key j.
 #include "kernels/cuda/flash_attention.cuh"
 
 namespace kernels {
-namespace cuda {
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
 
 // Steps 2-3 for query row il and key row jl of the current tiles: returns dS_ij and stores
 // P_ij z_ij in *pz.
@@ -60,7 +62,7 @@ __device__ inline void row_stats(float* D_rows, float* lse_rows, int* visible, c
   }
 }
 
-// mirrors the dq part of cpu::flash_attention_backward (Steps 1-3, 6). Shared memory:
+// mirrors the dq part of flash_attention_backward<Device::CPU> (Steps 1-3, 6). Shared memory:
 //   sQ (32, D)  sdO (32, D)  sdQ (32, D)  sK (32, D+1)  sV (32, D+1)  sdS (32, 32)
 template <typename T>
 __global__ void flash_dq_kernel(float* dq, const T* dout, const T* q, const T* k, const T* v,
@@ -122,7 +124,7 @@ __global__ void flash_dq_kernel(float* dq, const T* dout, const T* q, const T* k
   for (int e = threadIdx.x; e < nq * D; e += blockDim.x) dq[row0 + e] += scale * sdQ[e];
 }
 
-// mirrors the dk, dv part of cpu::flash_attention_backward (Steps 1-5). Shared memory:
+// mirrors the dk, dv part of flash_attention_backward<Device::CPU> (Steps 1-5). Shared memory:
 //   sK (32, D+1)  sV (32, D+1)  sdK (32, D)  sdV (32, D)  sQ (32, D)  sdO (32, D)
 //   sPz (32, 32)  sdS (32, 32)
 template <typename T>
@@ -227,20 +229,19 @@ static void flash_backward_launch(float* dq, T* dk, T* dv, const T* dout, const 
   KERNEL_CHECK();
 }
 
-void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                              const float* k, const float* v, const float* o, const float* lse,
-                              int B, int A, int G, int D, float scale, float dropout_p,
-                              uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+template <> void flash_attention_backward<Device::CUDA, float>(
+    float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+    const float* v, const float* o, const float* lse, int B, int A, int G, int D, float scale,
+    float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
   flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
                         rng_stream, blk);
 }
-void flash_attention_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
-                              const bf16* k, const bf16* v, const bf16* o, const float* lse,
-                              int B, int A, int G, int D, float scale, float dropout_p,
-                              uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+template <> void flash_attention_backward<Device::CUDA, bf16>(
+    float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+    const bf16* o, const float* lse, int B, int A, int G, int D, float scale, float dropout_p,
+    uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
   flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
                         rng_stream, blk);
 }
 
-}  // namespace cuda
 }  // namespace kernels

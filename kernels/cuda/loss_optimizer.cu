@@ -1,5 +1,6 @@
 // kernels/cuda/loss_optimizer.cu: fused softmax cross-entropy, AdamW, and the sum of
-// squares behind the gradient norm.
+// squares behind the gradient norm: the CUDA twins of kernels/ops/loss_optimizer.h, mirroring
+// kernels/cpu/loss_optimizer.cpp.
 //
 // Cross-entropy: one block per row of logits(N, V), in three passes split at its two
 // reductions, so that the vocabulary may be split over tensor-parallel ranks. With
@@ -11,17 +12,18 @@
 // the per-block partials in block order, so the result does not depend on the GPU.
 //
 // AdamW and the sum of squares are templated on the storage type T of gradients (and of the
-// model's parameters): float, or bf16 widened on load. The loss stays fp32 (ops.h: the
+// model's parameters): float, or bf16 widened on load. The loss stays fp32 (loss_optimizer.h: the
 // logits of a bf16 run come from the mixed bf16 x bf16 -> fp32 GEMM).
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
 #include "kernels/math.h"
+#include "kernels/ops/loss_optimizer.h"
 
 namespace kernels {
-namespace cuda {
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
 
 // ---- cross-entropy in three passes (vocabulary-parallel) -------------------------------------
-// The formulas above, as kernels/cpu/cross_entropy.cpp computes them; the caller combines the
+// The formulas above, as kernels/cpu/loss_optimizer.cpp computes them; the caller combines the
 // passes' per-row results over the ranks in between. One block per row; only the first
 // `valid` columns take part, the padding gets gradient 0.
 
@@ -32,7 +34,8 @@ __device__ inline int held_target(int t, int V, int vocab_start) {
   return t >= 0 && j >= 0 && j < V ? j : -1;
 }
 
-// mirrors cpu::cross_entropy_row_max; no valid column (all padding): -inf, the identity of max.
+// mirrors cross_entropy_row_max<Device::CPU>; no valid column (all padding): -inf, the identity of
+// max.
 __global__ void cross_entropy_row_max_kernel(float* row_max, const float* logits, int V,
                                              int valid) {
   const float* x = logits + (size_t)blockIdx.x * V;
@@ -42,7 +45,7 @@ __global__ void cross_entropy_row_max_kernel(float* row_max, const float* logits
   if (threadIdx.x == 0) row_max[blockIdx.x] = mx;
 }
 
-// mirrors cpu::cross_entropy_sum_exp. A target in the padding columns is no token (the CPU
+// mirrors cross_entropy_sum_exp<Device::CPU>. A target in the padding columns is no token (the CPU
 // twin throws; a kernel cannot): NaN, so the loss shows it.
 __global__ void cross_entropy_sum_exp_kernel(float* sum_exp, float* target_logit,
                                              const float* logits, const float* row_max,
@@ -61,8 +64,8 @@ __global__ void cross_entropy_sum_exp_kernel(float* sum_exp, float* target_logit
   }
 }
 
-// mirrors cpu::cross_entropy_finish: loss = m + log s - z_t; dz_j = exp(z_j - m) grad_scale / s,
-// minus grad_scale at the target's column when this rank holds it.
+// mirrors cross_entropy_finish<Device::CPU>: loss = m + log s - z_t; dz_j = exp(z_j - m) grad_scale
+// / s, minus grad_scale at the target's column when this rank holds it.
 __global__ void cross_entropy_finish_kernel(float* losses, float* logits, const int* targets,
                                             const float* row_max, const float* sum_exp,
                                             const float* target_logit, int V, int valid,
@@ -81,23 +84,24 @@ __global__ void cross_entropy_finish_kernel(float* losses, float* logits, const 
     x[j] = j < valid ? expf(x[j] - m) * norm - (j == t ? grad_scale : 0.0f) : 0.0f;
 }
 
-void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid) {
+template <> void cross_entropy_row_max<Device::CUDA>(float* row_max, const float* logits, int N,
+                                                     int V, int valid) {
   if (N == 0) return;
   cross_entropy_row_max_kernel<<<N, kThreads, 0, stream()>>>(row_max, logits, V, valid);
   KERNEL_CHECK();
 }
-void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
-                           const float* row_max, const int* targets, int N, int V, int valid,
-                           int vocab_start) {
+template <> void cross_entropy_sum_exp<Device::CUDA>(
+    float* sum_exp, float* target_logit, const float* logits, const float* row_max,
+    const int* targets, int N, int V, int valid, int vocab_start) {
   if (N == 0) return;
   cross_entropy_sum_exp_kernel<<<N, kThreads, 0, stream()>>>(sum_exp, target_logit, logits,
                                                              row_max, targets, V, valid,
                                                              vocab_start);
   KERNEL_CHECK();
 }
-void cross_entropy_finish(float* losses, float* logits, const int* targets, const float* row_max,
-                          const float* sum_exp, const float* target_logit, int N, int V, int valid,
-                          int vocab_start, float grad_scale) {
+template <> void cross_entropy_finish<Device::CUDA>(
+    float* losses, float* logits, const int* targets, const float* row_max, const float* sum_exp,
+    const float* target_logit, int N, int V, int valid, int vocab_start, float grad_scale) {
   if (N == 0) return;
   cross_entropy_finish_kernel<<<N, kThreads, 0, stream()>>>(losses, logits, targets, row_max,
                                                             sum_exp, target_logit, V, valid,
@@ -106,9 +110,9 @@ void cross_entropy_finish(float* losses, float* logits, const int* targets, cons
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
-// mirrors cpu::adamw_update: the gradient is scaled by the clipping coefficient first. The
-// step updates the fp32 `master` weights; with bf16 storage the model's copy `params` then
-// receives round(master), with fp32 storage master is the model's weight and params is null.
+// mirrors adamw_update<Device::CPU>: the gradient is scaled by the clipping coefficient first.
+// The step updates the fp32 `master` weights; the model's copy `params` then receives
+// round(master) (bf16), or is null when the fp32 weights are the master themselves.
 template <typename T>
 __global__ void adamw_kernel(float* master, T* params, const T* grads, float* m, float* v,
                              size_t n, float lr, float beta1, float beta2, float eps,
@@ -131,22 +135,26 @@ static void adamw_launch(float* master, T* params, const T* grads, float* m, flo
   KERNEL_CHECK();
 }
 
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
-                  float grad_scale) {
-  adamw_launch(params, (float*)nullptr, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1,
-               bias2, grad_scale);
+template <> void adamw_update<Device::CUDA, float>(float* master, float* params,
+                                                   const float* grads, float* m, float* v,
+                                                   size_t n, float lr, float beta1, float beta2,
+                                                   float eps, float weight_decay, float bias1,
+                                                   float bias2, float grad_scale) {
+  adamw_launch(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
+               grad_scale);
 }
-void adamw_update(float* master, bf16* params, const bf16* grads, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
-                  float bias2, float grad_scale) {
+template <> void adamw_update<Device::CUDA, bf16>(float* master, bf16* params, const bf16* grads,
+                                                  float* m, float* v, size_t n, float lr,
+                                                  float beta1, float beta2, float eps,
+                                                  float weight_decay, float bias1, float bias2,
+                                                  float grad_scale) {
   adamw_launch(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
                grad_scale);
 }
 
 // ---- sum of squares ------------------------------------------------------------------------
 
-// mirrors cpu::sum_squares: partial[block] = sum over the block's grid-strided elements.
+// mirrors sum_squares<Device::CPU>: partial[block] = sum over the block's grid-strided elements.
 template <typename T>
 __global__ void sum_squares_kernel(double* partial, const T* x, size_t n) {
   double s = 0.0;
@@ -160,13 +168,13 @@ __global__ void sum_squares_kernel(double* partial, const T* x, size_t n) {
 
 // A small device buffer kept for the life of the process (2 KiB, outside the ledger), for
 // every reduction to the host (sum_squares here, the MoE losses in moe.cu).
-double* sum_partials() {
+double* cuda::sum_partials() {
   static double* partial = nullptr;
   if (partial == nullptr) CUDA_CHECK(cudaMalloc(&partial, kSumBlocks * sizeof(double)));
   return partial;
 }
 
-double add_partials(const double* partial) {
+double cuda::add_partials(const double* partial) {
   double host[kSumBlocks];
   CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -184,8 +192,11 @@ static double sum_squares_launch(const T* x, size_t n) {
   return add_partials(partial);
 }
 
-double sum_squares(const float* x, size_t n) { return sum_squares_launch(x, n); }
-double sum_squares(const bf16* x, size_t n) { return sum_squares_launch(x, n); }
+template <> double sum_squares<Device::CUDA, float>(const float* x, size_t n) {
+  return sum_squares_launch(x, n);
+}
+template <> double sum_squares<Device::CUDA, bf16>(const bf16* x, size_t n) {
+  return sum_squares_launch(x, n);
+}
 
-}  // namespace cuda
 }  // namespace kernels

@@ -1,7 +1,9 @@
-// kernels/cuda/memory_gemm.cu: the CUDA backend's state (one stream, one cuBLAS handle),
-// memory, and GEMM. Mirrors kernels::cpu's memory functions and gemm (OpenBLAS sgemm).
+// kernels/cuda/memory_gemm.cu: the CUDA backend's state (one stream, one cuBLAS handle, both
+// created on the current device at first use: cudaSetDevice comes first), memory, and GEMM:
+// the CUDA twins of kernels/ops/memory_gemm.h, mirroring kernels/cpu/memory_gemm.cpp's heap
+// blocks and OpenBLAS sgemm.
 //
-// The one trick is GEMM's layout. ops.h is row-major; cuBLAS is column-major. A row-major
+// The one trick is GEMM's layout. memory_gemm.h is row-major; cuBLAS is column-major. A row-major
 // matrix X (rows x cols, row stride ld) is, byte for byte, the column-major matrix X^T
 // with leading dimension ld. So instead of C = op(A) op(B) we ask cuBLAS for
 //     C^T = op(B)^T op(A)^T          (an n x m column-major product)
@@ -28,8 +30,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
-#include "kernels/ops.h"  // GemmGroup
+#include "kernels/ops/memory_gemm.h"
 
 // cuBLAS reads kernels::bf16 buffers as __nv_bfloat16: both are the upper 16 bits of an
 // IEEE float, so only the size and alignment have to agree.
@@ -41,15 +42,6 @@ namespace kernels {
 namespace cuda {
 
 // ---- device state --------------------------------------------------------------------------
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the error so that it does not surface at a later check
-    return 0;
-  }
-  return n;
-}
-
 // A blocking stream (not cudaStreamNonBlocking): work that other code queues on the legacy
 // default stream stays ordered with ours.
 cudaStream_t stream() {
@@ -67,7 +59,7 @@ cublasHandle_t cublas() {
     CUBLAS_CHECK(cublasCreate(&created));
     CUBLAS_CHECK(cublasSetStream(created, stream()));
     // Without the second flag cuBLAS may add split-K partial sums of a bf16-output GEMM in
-    // bf16; ops.h promises fp32 accumulation. It does not affect the fp32 sgemm.
+    // bf16; memory_gemm.h promises fp32 accumulation. It does not affect the fp32 sgemm.
     CUBLAS_CHECK(cublasSetMathMode(
         created, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
@@ -76,10 +68,14 @@ cublasHandle_t cublas() {
   return h;
 }
 
-void* current_stream() { return (void*)stream(); }
+}  // namespace cuda
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), KERNEL_CHECK's helpers
+
+void* cuda_current_stream() { return (void*)stream(); }
 
 // ---- memory --------------------------------------------------------------------------------
-void* device_malloc(size_t bytes) {
+template <> void* device_malloc<Device::CUDA>(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, bytes));
@@ -89,7 +85,7 @@ void* device_malloc(size_t bytes) {
   return p;
 }
 
-void device_free(void* p) {
+template <> void device_free<Device::CUDA>(void* p) {
   if (p == nullptr) return;
   // An op still queued may read or write p.
   CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -97,46 +93,47 @@ void device_free(void* p) {
 }
 
 // The host copies block: the caller reads (or reuses) the host buffer right after.
-void memcpy_to_host(void* host_dst, const void* src, size_t bytes) {
+template <> void memcpy_to_host<Device::CUDA>(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
-void memcpy_from_host(void* dst, const void* host_src, size_t bytes) {
+template <> void memcpy_from_host<Device::CUDA>(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
-void memcpy_device(void* dst, const void* src, size_t bytes) {
+template <> void memcpy_device<Device::CUDA>(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
-void memset_zero(void* p, size_t bytes) {
+template <> void memset_zero<Device::CUDA>(void* p, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
 }
 
-void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+template <> void synchronize<Device::CUDA>() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 // ---- GEMM ----------------------------------------------------------------------------------
 static cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 // Row-major C(m,n) = alpha op(A) op(B) + beta C, computed as column-major
 // C^T(n,m) = alpha op(B)^T op(A)^T + beta C^T (see the header comment).
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
+template <> void gemm<Device::CUDA, float, float>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+    const float* B, int ldb, float beta, float* C, int ldc) {
   if (m == 0 || n == 0) return;
   CUBLAS_CHECK(cublasSgemm(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, ldb, A, lda,
                            &beta, C, ldc));
 }
 
-void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const float* A, int lda, long long stride_a, const float* B, int ldb,
-                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
-                          int batch) {
+template <> void gemm_strided_batched<Device::CUDA, float>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+    long long stride_a, const float* B, int ldb, long long stride_b, float beta, float* C, int ldc,
+    long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   CUBLAS_CHECK(cublasSgemmStridedBatched(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B,
                                          ldb, stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
@@ -154,19 +151,21 @@ static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alp
                             CUBLAS_GEMM_DEFAULT));
 }
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, bf16* C, int ldc) {
+template <> void gemm<Device::CUDA, bf16, bf16>(bool trans_a, bool trans_b, int m, int n, int k,
+                                                float alpha, const bf16* A, int lda, const bf16* B,
+                                                int ldb, float beta, bf16* C, int ldc) {
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
 }
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc) {
+template <> void gemm<Device::CUDA, bf16, float>(bool trans_a, bool trans_b, int m, int n, int k,
+                                                 float alpha, const bf16* A, int lda, const bf16* B,
+                                                 int ldb, float beta, float* C, int ldc) {
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
 }
 
-void gemm_strided_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                          const bf16* A, int lda, long long stride_a, const bf16* B, int ldb,
-                          long long stride_b, float beta, bf16* C, int ldc, long long stride_c,
-                          int batch) {
+template <> void gemm_strided_batched<Device::CUDA, bf16>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
+    long long stride_a, const bf16* B, int ldb, long long stride_b, float beta, bf16* C, int ldc,
+    long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
@@ -233,16 +232,17 @@ static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T
       CUBLAS_COMPUTE_32F));
 }
 
-void gemm_grouped(bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B,
-                  int ldb, float beta, float* C, int ldc, const GemmGroup* groups, int count) {
+template <> void gemm_grouped<Device::CUDA, float>(
+    bool trans_a, bool trans_b, float alpha, const float* A, int lda, const float* B, int ldb,
+    float beta, float* C, int ldc, const GemmGroup* groups, int count) {
   gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
                       CUDA_R_32F);
 }
-void gemm_grouped(bool trans_a, bool trans_b, float alpha, const bf16* A, int lda, const bf16* B,
-                  int ldb, float beta, bf16* C, int ldc, const GemmGroup* groups, int count) {
+template <> void gemm_grouped<Device::CUDA, bf16>(
+    bool trans_a, bool trans_b, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+    float beta, bf16* C, int ldc, const GemmGroup* groups, int count) {
   gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
                       CUDA_R_16BF);
 }
 
-}  // namespace cuda
 }  // namespace kernels

@@ -1,5 +1,5 @@
-// kernels/cuda/moe.cu: the mixture-of-experts ops, CUDA twins of kernels/cpu/moe.cpp (the
-// formulas are in that file's header).
+// kernels/cuda/moe.cu: the mixture-of-experts ops of kernels/ops/moe.h, CUDA twins of
+// kernels/cpu/moe.cpp (the formulas are in that file's header).
 //
 // Router: one thread per token row runs the row's kernels/math.h moe_*_row helper, the very
 // code of the CPU twin, so gates, chosen experts (ties to the lower index) and gradients agree
@@ -19,19 +19,20 @@
 // Gated expert activations and the shared-expert gate: forward one thread per element;
 // backward one block per row, whose threads write the row's input gradient and block_sum the
 // row's gate gradient (dgates, dz), so no atomics: deterministic.
-// Token rows are templated on the storage type T (float or bf16); gates stay fp32 (ops.h).
+// Token rows are templated on the storage type T (float or bf16); gates stay fp32 (moe.h).
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
 #include "kernels/math.h"
+#include "kernels/ops/moe.h"
 
 namespace kernels {
-namespace cuda {
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
 
 // ---- router -------------------------------------------------------------------------------
 
-// mirrors cpu::moe_router_topk
+// mirrors moe_router_topk<Device::CPU>
 __global__ void topk_kernel(float* gates, int* experts, const float* logits, const float* bias,
                             int N, int E, int k, int score, bool pre_softmax, float scaling) {
   GRID_STRIDE_LOOP(t, N) {
@@ -39,7 +40,7 @@ __global__ void topk_kernel(float* gates, int* experts, const float* logits, con
                  scaling);
   }
 }
-// mirrors cpu::moe_router_topk_backward
+// mirrors moe_router_topk_backward<Device::CPU>
 __global__ void topk_backward_kernel(float* dlogits, const float* dgates, const float* logits,
                                      const int* experts, int N, int E, int k, int score,
                                      bool pre_softmax, float scaling) {
@@ -48,7 +49,7 @@ __global__ void topk_backward_kernel(float* dlogits, const float* dgates, const 
                           score, pre_softmax, scaling);
   }
 }
-// mirrors cpu::moe_balancing_scores / _backward
+// mirrors moe_balancing_scores<Device::CPU> / _backward
 __global__ void balancing_kernel(float* scores, const float* logits, int N, int E, int score) {
   GRID_STRIDE_LOOP(t, N) moe_balancing_row(scores + t * E, logits + t * E, E, score);
 }
@@ -58,40 +59,43 @@ __global__ void balancing_backward_kernel(float* dlogits, const float* dscores,
     moe_balancing_backward_row(dlogits + t * E, dscores + t * E, logits + t * E, E, score);
   }
 }
-// mirrors cpu::moe_z_loss_backward
+// mirrors moe_z_loss_backward<Device::CPU>
 __global__ void z_loss_backward_kernel(float* dlogits, const float* logits, int N, int E,
                                        float coeff) {
   GRID_STRIDE_LOOP(t, N) moe_z_loss_backward_row(dlogits + t * E, logits + t * E, E, coeff);
 }
 
-void moe_router_topk(float* gates, int* experts, const float* logits, const float* expert_bias,
-                     int N, int E, int k, int score, bool pre_softmax, float scaling) {
+template <> void moe_router_topk<Device::CUDA>(float* gates, int* experts, const float* logits,
+                                               const float* expert_bias, int N, int E, int k,
+                                               int score, bool pre_softmax, float scaling) {
   if (N == 0 || k == 0) return;
   topk_kernel<<<grid_1d(N), kThreads, 0, stream()>>>(gates, experts, logits, expert_bias, N, E, k,
                                                      score, pre_softmax, scaling);
   KERNEL_CHECK();
 }
-void moe_router_topk_backward(float* dlogits, const float* dgates, const float* logits,
-                              const int* experts, int N, int E, int k, int score,
-                              bool pre_softmax, float scaling) {
+template <> void moe_router_topk_backward<Device::CUDA>(
+    float* dlogits, const float* dgates, const float* logits, const int* experts, int N, int E,
+    int k, int score, bool pre_softmax, float scaling) {
   if (N == 0) return;
   topk_backward_kernel<<<grid_1d(N), kThreads, 0, stream()>>>(dlogits, dgates, logits, experts, N,
                                                               E, k, score, pre_softmax, scaling);
   KERNEL_CHECK();
 }
-void moe_balancing_scores(float* scores, const float* logits, int N, int E, int score) {
+template <> void moe_balancing_scores<Device::CUDA>(float* scores, const float* logits, int N,
+                                                    int E, int score) {
   if (N == 0) return;
   balancing_kernel<<<grid_1d(N), kThreads, 0, stream()>>>(scores, logits, N, E, score);
   KERNEL_CHECK();
 }
-void moe_balancing_scores_backward(float* dlogits, const float* dscores, const float* logits,
-                                   int N, int E, int score) {
+template <> void moe_balancing_scores_backward<Device::CUDA>(
+    float* dlogits, const float* dscores, const float* logits, int N, int E, int score) {
   if (N == 0) return;
   balancing_backward_kernel<<<grid_1d(N), kThreads, 0, stream()>>>(dlogits, dscores, logits, N, E,
                                                                    score);
   KERNEL_CHECK();
 }
-void moe_z_loss_backward(float* dlogits, const float* logits, int N, int E, float coeff) {
+template <> void moe_z_loss_backward<Device::CUDA>(float* dlogits, const float* logits, int N,
+                                                   int E, float coeff) {
   if (N == 0) return;
   z_loss_backward_kernel<<<grid_1d(N), kThreads, 0, stream()>>>(dlogits, logits, N, E, coeff);
   KERNEL_CHECK();
@@ -121,7 +125,8 @@ __global__ void z_loss_sum_kernel(double* partial, const float* logits, int N, i
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group) {
+template <> double moe_weighted_sum<Device::CUDA>(const float* scores, const float* weights, int N,
+                                                  int E, int group) {
   const size_t n = (size_t)N * E;
   if (n == 0) return 0.0;
   double* partial = sum_partials();
@@ -130,7 +135,7 @@ double moe_weighted_sum(const float* scores, const float* weights, int N, int E,
   KERNEL_CHECK();
   return add_partials(partial);
 }
-double moe_z_loss_sum(const float* logits, int N, int E) {
+template <> double moe_z_loss_sum<Device::CUDA>(const float* logits, int N, int E) {
   if (N == 0) return 0.0;
   double* partial = sum_partials();
   z_loss_sum_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, logits, N, E);
@@ -138,12 +143,13 @@ double moe_z_loss_sum(const float* logits, int N, int E) {
   return add_partials(partial);
 }
 
-// mirrors cpu::moe_weighted_sum_backward: dscores[t, e] = weights[t / group, e].
+// mirrors moe_weighted_sum_backward<Device::CPU>: dscores[t, e] = weights[t / group, e].
 __global__ void weighted_sum_backward_kernel(float* dscores, const float* weights, size_t n, int E,
                                              int group) {
   GRID_STRIDE_LOOP(i, n) dscores[i] = weights[(i / E / group) * E + i % E];
 }
-void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group) {
+template <> void moe_weighted_sum_backward<Device::CUDA>(float* dscores, const float* weights,
+                                                         int N, int E, int group) {
   const size_t n = (size_t)N * E;
   if (n == 0) return;
   weighted_sum_backward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(dscores, weights, n, E,
@@ -153,7 +159,7 @@ void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int 
 
 // ---- permute / unpermute ------------------------------------------------------------------
 
-// mirrors cpu::moe_permute: element (j, c) of out from token row_pair[j] / k; with
+// mirrors moe_permute<Device::CPU>: element (j, c) of out from token row_pair[j] / k; with
 // out_gates (the fused kernel), column 0's thread also writes the row's gate.
 template <typename T>
 __global__ void permute_rows_kernel(T* out, float* out_gates, const T* in, const float* gates,
@@ -191,7 +197,7 @@ static void permute_launch(T* out, float* out_gates, const T* in, const float* g
   }
 }
 
-// mirrors cpu::moe_unpermute, fused: out[t, c] = sum over s of in[slots[t k + s], c].
+// mirrors moe_unpermute<Device::CPU>, fused: out[t, c] = sum over s of in[slots[t k + s], c].
 template <typename T>
 __global__ void unpermute_kernel(T* out, const T* in, const int* slots, size_t total, int C,
                                  int k) {
@@ -248,28 +254,32 @@ static void unpermute_launch(T* out, const T* in, const int* slots, int N, int C
   }
 }
 
-// mirrors cpu::moe_unpermute_gates
+// mirrors moe_unpermute_gates<Device::CPU>
 __global__ void unpermute_gates_kernel(float* dgates, const float* dperm_gates, const int* slots,
                                        int pairs) {
   GRID_STRIDE_LOOP(p, pairs) dgates[p] = slots[p] >= 0 ? dperm_gates[slots[p]] : 0.0f;
 }
 
-void moe_permute(float* out, float* out_gates, const float* in, const float* gates,
-                 const int* row_pair, int M, int C, int k, bool fused) {
+template <> void moe_permute<Device::CUDA, float>(float* out, float* out_gates, const float* in,
+                                                  const float* gates, const int* row_pair, int M,
+                                                  int C, int k, bool fused) {
   permute_launch(out, out_gates, in, gates, row_pair, M, C, k, fused);
 }
-void moe_permute(bf16* out, float* out_gates, const bf16* in, const float* gates,
-                 const int* row_pair, int M, int C, int k, bool fused) {
+template <> void moe_permute<Device::CUDA, bf16>(bf16* out, float* out_gates, const bf16* in,
+                                                 const float* gates, const int* row_pair, int M,
+                                                 int C, int k, bool fused) {
   permute_launch(out, out_gates, in, gates, row_pair, M, C, k, fused);
 }
-void moe_unpermute(float* out, const float* in, const int* slots, int N, int C, int k,
-                   bool fused) {
+template <> void moe_unpermute<Device::CUDA, float>(float* out, const float* in, const int* slots,
+                                                    int N, int C, int k, bool fused) {
   unpermute_launch(out, in, slots, N, C, k, fused);
 }
-void moe_unpermute(bf16* out, const bf16* in, const int* slots, int N, int C, int k, bool fused) {
+template <> void moe_unpermute<Device::CUDA, bf16>(bf16* out, const bf16* in, const int* slots,
+                                                   int N, int C, int k, bool fused) {
   unpermute_launch(out, in, slots, N, C, k, fused);
 }
-void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slots, int pairs) {
+template <> void moe_unpermute_gates<Device::CUDA>(float* dgates, const float* dperm_gates,
+                                                   const int* slots, int pairs) {
   if (pairs == 0) return;
   unpermute_gates_kernel<<<grid_1d(pairs), kThreads, 0, stream()>>>(dgates, dperm_gates, slots,
                                                                     pairs);
@@ -278,7 +288,7 @@ void moe_unpermute_gates(float* dgates, const float* dperm_gates, const int* slo
 
 // ---- gated expert activations ---------------------------------------------------------------
 
-// mirrors cpu::moe_swiglu_forward: out[j, f] = silu(gate) * up * gates[j].
+// mirrors moe_swiglu_forward<Device::CPU>: out[j, f] = silu(gate) * up * gates[j].
 template <typename T>
 __global__ void moe_swiglu_forward_kernel(T* out, const T* in, const float* gates, size_t total,
                                           int F) {
@@ -288,7 +298,7 @@ __global__ void moe_swiglu_forward_kernel(T* out, const T* in, const float* gate
     store(out[i], silu(to_float(row[f])) * to_float(row[F + f]) * gates[j]);
   }
 }
-// mirrors cpu::moe_swiglu_backward: block = row j.
+// mirrors moe_swiglu_backward<Device::CPU>: block = row j.
 template <typename T>
 __global__ void moe_swiglu_backward_kernel(T* din, float* dgates, const T* dout, const T* in,
                                            const float* gates, int F) {
@@ -307,7 +317,7 @@ __global__ void moe_swiglu_backward_kernel(T* din, float* dgates, const T* dout,
   dgate = block_sum(dgate);
   if (threadIdx.x == 0) dgates[j] = dgate;
 }
-// mirrors cpu::moe_gelu_forward / _backward
+// mirrors moe_gelu_forward<Device::CPU> / _backward
 template <typename T>
 __global__ void moe_gelu_forward_kernel(T* out, const T* in, const float* gates, size_t total,
                                         int F) {
@@ -357,38 +367,44 @@ static void moe_gelu_backward_launch(T* din, float* dgates, const T* dout, const
   KERNEL_CHECK();
 }
 
-void moe_swiglu_forward(float* out, const float* in, const float* gates, int M, int F) {
+template <> void moe_swiglu_forward<Device::CUDA, float>(float* out, const float* in,
+                                                         const float* gates, int M, int F) {
   moe_swiglu_forward_launch(out, in, gates, M, F);
 }
-void moe_swiglu_forward(bf16* out, const bf16* in, const float* gates, int M, int F) {
+template <> void moe_swiglu_forward<Device::CUDA, bf16>(bf16* out, const bf16* in,
+                                                        const float* gates, int M, int F) {
   moe_swiglu_forward_launch(out, in, gates, M, F);
 }
-void moe_swiglu_backward(float* din, float* dgates, const float* dout, const float* in,
-                         const float* gates, int M, int F) {
+template <> void moe_swiglu_backward<Device::CUDA, float>(float* din, float* dgates,
+                                                          const float* dout, const float* in,
+                                                          const float* gates, int M, int F) {
   moe_swiglu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
-void moe_swiglu_backward(bf16* din, float* dgates, const bf16* dout, const bf16* in,
-                         const float* gates, int M, int F) {
+template <> void moe_swiglu_backward<Device::CUDA, bf16>(
+    bf16* din, float* dgates, const bf16* dout, const bf16* in, const float* gates, int M, int F) {
   moe_swiglu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
-void moe_gelu_forward(float* out, const float* in, const float* gates, int M, int F) {
+template <> void moe_gelu_forward<Device::CUDA, float>(float* out, const float* in,
+                                                       const float* gates, int M, int F) {
   moe_gelu_forward_launch(out, in, gates, M, F);
 }
-void moe_gelu_forward(bf16* out, const bf16* in, const float* gates, int M, int F) {
+template <> void moe_gelu_forward<Device::CUDA, bf16>(bf16* out, const bf16* in, const float* gates,
+                                                      int M, int F) {
   moe_gelu_forward_launch(out, in, gates, M, F);
 }
-void moe_gelu_backward(float* din, float* dgates, const float* dout, const float* in,
-                       const float* gates, int M, int F) {
+template <> void moe_gelu_backward<Device::CUDA, float>(float* din, float* dgates,
+                                                        const float* dout, const float* in,
+                                                        const float* gates, int M, int F) {
   moe_gelu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
-void moe_gelu_backward(bf16* din, float* dgates, const bf16* dout, const bf16* in,
-                       const float* gates, int M, int F) {
+template <> void moe_gelu_backward<Device::CUDA, bf16>(
+    bf16* din, float* dgates, const bf16* dout, const bf16* in, const float* gates, int M, int F) {
   moe_gelu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
 
 // ---- shared-expert gate ---------------------------------------------------------------------
 
-// mirrors cpu::moe_shared_gate_forward: out[t, c] += sigmoid(z_t) y[t, c].
+// mirrors moe_shared_gate_forward<Device::CPU>: out[t, c] += sigmoid(z_t) y[t, c].
 template <typename T>
 __global__ void shared_gate_forward_kernel(T* out, const T* y, const T* z, size_t total, int C) {
   GRID_STRIDE_LOOP(i, total) {
@@ -396,7 +412,7 @@ __global__ void shared_gate_forward_kernel(T* out, const T* y, const T* z, size_
     store(out[i], to_float(out[i]) + s * to_float(y[i]));
   }
 }
-// mirrors cpu::moe_shared_gate_backward: block = row t.
+// mirrors moe_shared_gate_backward<Device::CPU>: block = row t.
 template <typename T>
 __global__ void shared_gate_backward_kernel(T* dy, T* dz, const T* dout, const T* y, const T* z,
                                             int C) {
@@ -428,20 +444,21 @@ static void shared_gate_backward_launch(T* dy, T* dz, const T* dout, const T* y,
   KERNEL_CHECK();
 }
 
-void moe_shared_gate_forward(float* out, const float* y, const float* z, int N, int C) {
+template <> void moe_shared_gate_forward<Device::CUDA, float>(float* out, const float* y,
+                                                              const float* z, int N, int C) {
   shared_gate_forward_launch(out, y, z, N, C);
 }
-void moe_shared_gate_forward(bf16* out, const bf16* y, const bf16* z, int N, int C) {
+template <> void moe_shared_gate_forward<Device::CUDA, bf16>(bf16* out, const bf16* y,
+                                                             const bf16* z, int N, int C) {
   shared_gate_forward_launch(out, y, z, N, C);
 }
-void moe_shared_gate_backward(float* dy, float* dz, const float* dout, const float* y,
-                              const float* z, int N, int C) {
+template <> void moe_shared_gate_backward<Device::CUDA, float>(
+    float* dy, float* dz, const float* dout, const float* y, const float* z, int N, int C) {
   shared_gate_backward_launch(dy, dz, dout, y, z, N, C);
 }
-void moe_shared_gate_backward(bf16* dy, bf16* dz, const bf16* dout, const bf16* y, const bf16* z,
-                              int N, int C) {
+template <> void moe_shared_gate_backward<Device::CUDA, bf16>(
+    bf16* dy, bf16* dz, const bf16* dout, const bf16* y, const bf16* z, int N, int C) {
   shared_gate_backward_launch(dy, dz, dout, y, z, N, C);
 }
 
-}  // namespace cuda
 }  // namespace kernels

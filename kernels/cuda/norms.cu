@@ -1,4 +1,5 @@
-// kernels/cuda/norms.cu: LayerNorm and RMSNorm, forward and backward.
+// kernels/cuda/norms.cu: LayerNorm and RMSNorm, forward and backward: the CUDA twins of
+// kernels/ops/norms.h, mirroring kernels/cpu/norms.cpp.
 //
 // Row statistics and the input gradient: one block per row (token), threads stride over
 // the C channels and meet in block_sum. Parameter gradients are a sum over rows, so they
@@ -16,14 +17,15 @@
 // and rstd are float in both cases), outputs are rounded by store. "+=" outputs in bf16 are
 // rounded once per call, as the CPU twin's "widen, run fp32, round" does.
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda_ops.h"
 #include "kernels/math.h"
+#include "kernels/ops/norms.h"
 
 namespace kernels {
-namespace cuda {
+
+using namespace cuda;  // cuda_check.cuh: stream(), cublas(), kThreads, grid_1d, the reductions
 
 // ---- forward -------------------------------------------------------------------------------
-// mirrors cpu::layernorm_forward: two passes over the row (mean, then the biased variance
+// mirrors layernorm_forward<Device::CPU>: two passes over the row (mean, then the biased variance
 // of x - mean), which is stabler than E[x^2] - mean^2.
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* x, const T* w,
@@ -50,7 +52,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// mirrors cpu::rmsnorm_forward: rstd = 1/sqrt(mean(x^2) + eps).
+// mirrors rmsnorm_forward<Device::CPU>: rstd = 1/sqrt(mean(x^2) + eps).
 template <typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T* w, int C,
                                        float eps) {
@@ -66,8 +68,8 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* x, const T*
 }
 
 // ---- backward, input gradient --------------------------------------------------------------
-// mirrors the dx loop of cpu::layernorm_backward / cpu::rmsnorm_backward (mean == nullptr
-// selects RMSNorm: no centring and no mean(dn) term). dx += (accumulated).
+// mirrors the dx loop of layernorm_backward<Device::CPU> / rmsnorm_backward<Device::CPU> (mean ==
+// nullptr selects RMSNorm: no centring and no mean(dn) term). dx += (accumulated).
 template <typename T>
 __global__ void norm_backward_dx_kernel(T* dx, const T* dout, const T* x, const T* w,
                                         const float* mean, const float* rstd, int C) {
@@ -93,7 +95,7 @@ __global__ void norm_backward_dx_kernel(T* dx, const T* dout, const T* x, const 
 }
 
 // ---- backward, parameter gradients ---------------------------------------------------------
-// mirrors the dw/db sums of cpu::layernorm_backward / cpu::rmsnorm_backward:
+// mirrors the dw/db sums of layernorm_backward<Device::CPU> / rmsnorm_backward<Device::CPU>:
 // dw[c] += sum_n dout[n,c] xhat[n,c], db[c] += sum_n dout[n,c] (db == nullptr: none).
 constexpr int kColumnRows = 16;
 template <typename T>
@@ -127,7 +129,7 @@ __global__ void norm_backward_dw_kernel(T* dw, T* db, const T* dout, const T* x,
 }
 
 // ---- launchers -----------------------------------------------------------------------------
-// One template per op; the entry points below are its float and bf16 instantiations.
+// One template per op; the twins below are one-liners over its float and bf16 instantiations.
 template <typename T>
 static void norm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w,
                           const float* mean, const float* rstd, int N, int C) {
@@ -159,41 +161,46 @@ static void rmsnorm_forward_launch(T* out, float* rstd, const T* x, const T* w, 
   KERNEL_CHECK();
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                       const float* b, int N, int C, float eps) {
+template <> void layernorm_forward<Device::CUDA, float>(float* out, float* mean, float* rstd,
+                                                        const float* x, const float* w,
+                                                        const float* b, int N, int C, float eps) {
   layernorm_forward_launch(out, mean, rstd, x, w, b, N, C, eps);
 }
-void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* x, const bf16* w,
-                       const bf16* b, int N, int C, float eps) {
+template <> void layernorm_forward<Device::CUDA, bf16>(bf16* out, float* mean, float* rstd,
+                                                       const bf16* x, const bf16* w, const bf16* b,
+                                                       int N, int C, float eps) {
   layernorm_forward_launch(out, mean, rstd, x, w, b, N, C, eps);
 }
 
-void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                        const float* w, const float* mean, const float* rstd, int N, int C) {
+template <> void layernorm_backward<Device::CUDA, float>(
+    float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+    const float* mean, const float* rstd, int N, int C) {
   norm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
 }
-void layernorm_backward(bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x,
-                        const bf16* w, const float* mean, const float* rstd, int N, int C) {
+template <> void layernorm_backward<Device::CUDA, bf16>(
+    bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x, const bf16* w, const float* mean,
+    const float* rstd, int N, int C) {
   norm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                     float eps) {
+template <> void rmsnorm_forward<Device::CUDA, float>(float* out, float* rstd, const float* x,
+                                                      const float* w, int N, int C, float eps) {
   rmsnorm_forward_launch(out, rstd, x, w, N, C, eps);
 }
-void rmsnorm_forward(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C,
-                     float eps) {
+template <> void rmsnorm_forward<Device::CUDA, bf16>(bf16* out, float* rstd, const bf16* x,
+                                                     const bf16* w, int N, int C, float eps) {
   rmsnorm_forward_launch(out, rstd, x, w, N, C, eps);
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int N, int C) {
+template <> void rmsnorm_backward<Device::CUDA, float>(float* dx, float* dw, const float* dout,
+                                                       const float* x, const float* w,
+                                                       const float* rstd, int N, int C) {
   norm_backward(dx, dw, (float*)nullptr, dout, x, w, nullptr, rstd, N, C);
 }
-void rmsnorm_backward(bf16* dx, bf16* dw, const bf16* dout, const bf16* x, const bf16* w,
-                      const float* rstd, int N, int C) {
+template <> void rmsnorm_backward<Device::CUDA, bf16>(bf16* dx, bf16* dw, const bf16* dout,
+                                                      const bf16* x, const bf16* w,
+                                                      const float* rstd, int N, int C) {
   norm_backward(dx, dw, (bf16*)nullptr, dout, x, w, nullptr, rstd, N, C);
 }
 
-}  // namespace cuda
 }  // namespace kernels

@@ -1,0 +1,56 @@
+// kernels/device.cpp: what the process asks of its devices (kernels/common.h), and the error
+// of a CUDA dispatch in a binary built without CUDA (kernels/dispatch.h).
+//
+// In a CPU_ONLY build (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) nothing here touches CUDA:
+// there are no GPUs, and asking for one throws no_cuda's message.
+//
+// defines: cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda
+//          (and cuda_current_stream in the CPU_ONLY build; kernels/cuda/memory_gemm.cu's else)
+#include <stdexcept>
+#include <string>
+
+#include "kernels/dispatch.h"
+#ifndef PARALAB_CPU_ONLY
+#include <cuda_runtime_api.h>
+#endif
+
+namespace kernels {
+
+void no_cuda() {
+  throw std::runtime_error("--device cuda: this binary was built without CUDA (make CPU_ONLY=1)");
+}
+
+#ifndef PARALAB_CPU_ONLY
+bool cuda_compiled() { return true; }
+// 0 when there is no driver or no GPU; never throws.
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so that it does not surface at a later check
+    return 0;
+  }
+  return n;
+}
+void cuda_select_device(int local_rank) {
+  const int n = cuda_device_count();
+  if (n == 0) throw std::runtime_error("--device cuda: no GPU is visible");
+  if (cudaSetDevice(local_rank % n) != cudaSuccess)
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(local_rank % n) + ") failed");
+}
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cuda_device_count() == 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "";
+  return prop.name;
+}
+#else
+bool cuda_compiled() { return false; }
+int cuda_device_count() { return 0; }
+std::string cuda_device_name() { return ""; }
+void cuda_select_device(int) { no_cuda(); }
+void* cuda_current_stream() { return nullptr; }
+#endif
+
+}  // namespace kernels

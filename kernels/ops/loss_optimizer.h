@@ -1,0 +1,96 @@
+// kernels/ops/loss_optimizer.h: the loss (softmax cross-entropy fused with its backward, in
+// three passes) and the optimizer (AdamW, and the sum of squares behind gradient clipping).
+// Twins: kernels/cpu/loss_optimizer.cpp, kernels/cuda/loss_optimizer.cu.
+//
+// The loss is fp32 whatever the storage: a bf16 run's logits come from the bf16 x bf16 ->
+// fp32 GEMM (memory_gemm.h). The optimizer steps fp32 master weights with fp32 moments; T is
+// the storage of the gradients (and of the model's copy of the weights).
+//
+// defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, adamw_update,
+//          sum_squares
+#pragma once
+#include "kernels/dispatch.h"
+
+namespace kernels {
+
+// ---- loss (fp32) ----------------------------------------------------------------------------
+// Three passes so that the vocabulary may be split over ranks (parallel/tensor_parallel.cpp
+// reduces between them; one rank calls them back to back). logits (N, V) hold this rank's
+// columns, global ids [vocab_start, vocab_start + V); only the first `valid` columns are real
+// (the rest is vocabulary padding: ignored, gradient 0). Rows whose target < 0 are ignored
+// (loss 0, gradient 0).
+// 1. row_max[i] = max over the valid columns of logits_i.
+template <Device Dev>
+void cross_entropy_row_max(float* row_max, const float* logits, int N, int V, int valid);
+template <class = void>
+void cross_entropy_row_max(Device d, float* row_max, const float* logits, int N, int V,
+                           int valid) {
+  count_kernel(4.0 * N * valid + 4.0 * N);
+  ON_DEVICE(cross_entropy_row_max)(row_max, logits, N, V, valid);
+}
+
+// 2. sum_exp[i] = sum over valid j of exp(logits_ij - row_max[i]); target_logit[i] =
+//    logits_i[target_i - vocab_start] when this rank holds the target, else 0.
+template <Device Dev>
+void cross_entropy_sum_exp(float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start);
+template <class = void>
+void cross_entropy_sum_exp(Device d, float* sum_exp, float* target_logit, const float* logits,
+                           const float* row_max, const int* targets, int N, int V, int valid,
+                           int vocab_start) {
+  count_kernel(4.0 * N * valid + 16.0 * N);
+  ON_DEVICE(cross_entropy_sum_exp)(sum_exp, target_logit, logits, row_max, targets, N, V, valid,
+                                   vocab_start);
+}
+
+// 3. losses[i] = log(sum_exp[i]) + row_max[i] - target_logit[i]; logits become
+//    dlogits_ij = (exp(logits_ij - row_max[i]) / sum_exp[i] - [j is the target]) grad_scale.
+template <Device Dev>
+void cross_entropy_finish(float* losses, float* logits, const int* targets, const float* row_max,
+                          const float* sum_exp, const float* target_logit, int N, int V,
+                          int valid, int vocab_start, float grad_scale);
+template <class = void>
+void cross_entropy_finish(Device d, float* losses, float* logits, const int* targets,
+                          const float* row_max, const float* sum_exp, const float* target_logit,
+                          int N, int V, int valid, int vocab_start, float grad_scale) {
+  count_kernel(4.0 * N * valid + 4.0 * N * V + 20.0 * N);
+  ON_DEVICE(cross_entropy_finish)(losses, logits, targets, row_max, sum_exp, target_logit, N, V,
+                                  valid, vocab_start, grad_scale);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------
+// AdamW (kernels/math.h adamw_step) on the fp32 master weights master(n), with the moments
+// m, v; the gradient is widened and multiplied by grad_scale (the clipping coefficient) first;
+// wd applies to every element given. Then params, the model's copy, = round(master); null
+// when the model's weights are fp32 and are the master themselves. One op for both storages
+// (the master is what differs, not the step): T is the storage of params and grads.
+template <Device Dev, class T>
+void adamw_update(float* master, T* params, const T* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
+                  float bias2, float grad_scale);
+template <class T>
+void adamw_update(Device d, float* master, T* params, const T* grads, float* m, float* v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float bias1, float bias2, float grad_scale) {
+  count_kernel(28.0 * n);
+  ON_DEVICE(adamw_update, T)(master, params, grads, m, v, n, lr, beta1, beta2, eps,
+                             weight_decay, bias1, bias2, grad_scale);
+}
+// fp32 weights: they are their own master.
+template <class = void>
+void adamw_update(Device d, float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
+                  float bias2, float grad_scale) {
+  adamw_update(d, params, (float*)nullptr, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+               bias1, bias2, grad_scale);
+}
+
+// Sum of squares of x(n), accumulated in double, returned to the host (blocking).
+template <Device Dev, class T> double sum_squares(const T* x, size_t n);
+template <class T> double sum_squares(Device d, const T* x, size_t n) {
+  count_kernel((double)n * sizeof(T));
+  return ON_DEVICE(sum_squares, T)(x, n);
+}
+
+}  // namespace kernels

@@ -19,8 +19,8 @@
 #   --convert      converts a checkpoint on disk to a Hugging Face folder; nothing to plan
 #                  and no checkpoint here (tests/scripts/hf_check.sh runs it)
 #   srun ...       the world size is Slurm's allocation (salloc's line), not on the command
-#   a file no checkout holds: --hardware FILE.toml, --data-path FILE or --load-hf DIR that
-#                  another command makes first (e.g. --benchmark-save's profile); a missing
+#   a file no checkout holds: --hardware FILE.toml, --data-path FILE, --load-hf DIR or
+#                  --load DIR (unless --save names it too) that another command makes first (e.g. --benchmark-save's profile); a missing
 #                  --config file is NOT skipped: a preset the docs name must exist
 #   a placeholder: `$VAR`, `[...]`, `...`, `<...>` or a shell loop (a template, not a command)
 #
@@ -139,10 +139,10 @@ for path, n, text, parsed, error in cases:
     if reason is None and "--convert" in args:
         reason = "--convert needs a checkpoint on disk; nothing to plan"
     if reason is None:
-        for name in ("--hardware", "--data-path", "--load-hf"):
+        for name in ("--hardware", "--data-path", "--load-hf", "--load"):
             v = flag(args, name)
-            if v is None:
-                continue
+            if v is None or (name == "--load" and flag(args, "--save") == v):
+                continue  # --load and --save of one folder: the first job, from step 1
             is_file = name != "--hardware" or v.endswith(".toml") or "/" in v
             if is_file and not os.path.exists(os.path.join(root, v)):
                 reason = f"{name} {v}: a file another command makes first"

@@ -174,6 +174,13 @@ void check_checkpoint_flags(Options& o) {
   if (!o.load_hf.empty()) {  // what --export-hf would refuse, --load-hf cannot describe
     const std::string why = hugging_face_refusal(o.model);
     if (!why.empty()) fail("--load-hf ", o.load_hf, ": ", why);
+    struct stat st;
+    if (stat(o.load_hf.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      fail("--load-hf ", o.load_hf, ": no such folder (a Hugging Face checkpoint folder holds "
+           "config.json and model.safetensors)");
+    if (stat((o.load_hf + "/config.json").c_str(), &st) != 0)
+      fail("--load-hf ", o.load_hf, ": no ", o.load_hf, "/config.json (a Hugging Face checkpoint "
+           "folder holds config.json and model.safetensors)");
   }
   resolve_load(o);
   if (o.convert && o.load_folder.empty())

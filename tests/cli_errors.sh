@@ -331,6 +331,8 @@ bad "load-hf sigmoid router"  "--load-hf $tmp/hf: --moe-router-score-function: Q
                               --arch llama --qk-layernorm --num-experts 4 --moe-router-score-function sigmoid --load-hf "$tmp/hf"
 bad "load-hf shared expert"   "--load-hf $tmp/hf: --moe-shared-expert-intermediate-size: Qwen3-MoE has no shared expert" \
                               --arch llama --qk-layernorm --num-experts 4 --moe-shared-expert-intermediate-size 64 --load-hf "$tmp/hf"
+bad "load-hf missing"         "--load-hf $tmp/nohf: no such folder" --train-iters 1 --load-hf "$tmp/nohf"
+bad "load-hf not one"         "--load-hf $tmp/empty: no $tmp/empty/config.json" --train-iters 1 --load-hf "$tmp/empty"
 # --config files that are not TOML text; TOML's integers and a byte-order mark are read.
 bad "config is binary"        "--config /bin/ls: not a TOML text file (byte 0x" --config /bin/ls
 printf '\xef\xbb\xbfnum-layers = 0x4\nhidden-size = 1_28\nseed = 0o17\n' >"$tmp/bom_hex.toml"

@@ -51,11 +51,12 @@ void resolve_load(Options& o) {
     fail("--load ", o.load, ": ", e.what());
   }
   if (!at.found) {
+    struct stat st;
+    const char* what = stat(o.load.c_str(), &st) == 0 ? "no checkpoint there" : "no such folder";
+    if (o.convert) fail("--convert --load ", o.load, ": ", what, " (no latest, no iter_NNNNNNN/)");
     const bool first_job = !o.save.empty() && same_folder(o.load, o.save);
     if (o.ckpt_step > 0 || o.exit_on_missing_checkpoint || !first_job) {
-      struct stat st;
-      const bool exists = stat(o.load.c_str(), &st) == 0;
-      fail("--load ", o.load, ": ", exists ? "no checkpoint there" : "no such folder",
+      fail("--load ", o.load, ": ", what,
            " (no latest, no iter_NNNNNNN/); to start from step 1, drop --load",
            o.exit_on_missing_checkpoint || o.save.empty()
                ? ""
@@ -183,8 +184,6 @@ void check_checkpoint_flags(Options& o) {
            "folder holds config.json and model.safetensors)");
   }
   resolve_load(o);
-  if (o.convert && o.load_folder.empty())
-    fail("--convert --load ", o.load, ": no checkpoint there (no latest, no iter_NNNNNNN/)");
   if (!o.plan && !o.convert) check_latest_kept(o);
 }
 

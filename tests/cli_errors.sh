@@ -268,6 +268,8 @@ bad "ckpt-step missing"       "--ckpt-step 7: no $tmp/ck/iter_0000007 (iteration
                                                         --train-iters 1 --load "$tmp/ck" --ckpt-step 7
 bad "ckpt-step vs folder"     "is iteration 4's folder, but --ckpt-step asks for 8" \
                                                         --train-iters 1 --load "$tmp/ck/iter_0000004" --ckpt-step 8
+bad "convert, no checkpoint"  "--convert --load $tmp/empty: no checkpoint there (no latest, no iter_NNNNNNN/)" \
+                                                        --convert --load "$tmp/empty" --export-hf "$tmp/hf"
 bad "ckpt-step alone"         "--ckpt-step 4 needs --load DIR" --train-iters 1 --ckpt-step 4
 bad "finetune alone"          "--finetune needs --load DIR" --train-iters 1 --finetune
 bad "missing checkpoint, told" "--load $tmp/empty: no checkpoint there" \

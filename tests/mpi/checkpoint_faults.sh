@@ -232,15 +232,15 @@ signal_case sigint-single 1 INT
 
 # A Slurm requeue, simulated (scripts/slurm.sbatch's loop): SIGTERM -> save -> exit 16 -> the
 # same command again -> resumes -> exit 0. The --metrics-jsonl file is appended, its step
-# records 1-40 once each, and their losses bitwise those of an uninterrupted run; the
+# records 1-24 once each, and their losses bitwise those of an uninterrupted run; the
 # TensorBoard folder holds both runs' event files.
 if wanted requeue; then
-  cycle=("${tiny[@]}" --train-iters 40 --report-interval 0 --save "$work/rq" --load "$work/rq"
+  cycle=("${tiny[@]}" --train-iters 24 --report-interval 0 --save "$work/rq" --load "$work/rq"
          --metrics-jsonl "$work/rq.jsonl" --tensorboard-dir "$work/rq-tb")
-  "$trainer" "${tiny[@]}" --train-iters 40 --report-interval 0 --metrics-jsonl "$work/ref40.jsonl" > /dev/null 2>&1
+  "$trainer" "${tiny[@]}" --train-iters 24 --report-interval 0 --metrics-jsonl "$work/ref.jsonl" > /dev/null 2>&1
   OPENBLAS_NUM_THREADS=1 timeout 120 "$trainer" "${cycle[@]}" > "$work/rq1.log" 2>&1 < /dev/null &
   launcher=$!
-  for _ in $(seq 3000); do grep -q "^ *10/40 " "$work/rq1.log" 2>/dev/null && break; sleep 0.01; done
+  for _ in $(seq 3000); do grep -q "^ *8/24 " "$work/rq1.log" 2>/dev/null && break; sleep 0.01; done
   pid=$(pgrep -f -- "--tensorboard-dir $work/rq-tb\$" | tail -1)
   kill -TERM "$pid"
   wait "$launcher"; first=$?
@@ -248,16 +248,16 @@ if wanted requeue; then
   while [ "$status" -eq 16 ] && [ "$runs" -lt 5 ]; do  # the sbatch script's `scontrol requeue`
     "$trainer" "${cycle[@]}" > "$work/rq$((runs + 1)).log" 2>&1 < /dev/null; status=$?; runs=$((runs + 1))
   done
-  verdict=$(python3 - "$work/rq.jsonl" "$work/ref40.jsonl" <<'EOF'
+  verdict=$(python3 - "$work/rq.jsonl" "$work/ref.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r["step"] for r in rows if r.get("type") == "step"]
-assert steps == list(range(1, 41)), steps
+assert steps == list(range(1, 25)), steps
 ref = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2])) if r.get("type") == "step"}
 bad = [r["step"] for r in rows if r.get("type") == "step" and r["loss"] != ref[r["step"]]]
 assert not bad, f"losses differ at steps {bad[:5]}"
 summaries = [(r["first_step"], r["last_step"]) for r in rows if r.get("type") == "summary"]
-print(f"steps 1-40 once, bitwise the uninterrupted run's; summaries {summaries}")
+print(f"steps 1-24 once, bitwise the uninterrupted run's; summaries {summaries}")
 EOF
   )
   if [ "$first" = 16 ] && [ "$status" = 0 ] && [ "$runs" = 2 ] && [ -n "$verdict" ] &&

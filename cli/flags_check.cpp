@@ -252,6 +252,28 @@ void check_output_folder(const char* flag, const std::string& path) {
          existing == path ? "" : " in " + existing, ")");
 }
 
+// Two outputs naming one file would overwrite each other, and an output naming an input
+// (--data-path, a --config file) would destroy it when the run opens it: refused, naming both.
+static void check_outputs_distinct(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"--trace", o.trace}, {"--metrics-jsonl", o.metrics_jsonl},
+      {"--save-tensors", o.save_tensors}, {"--benchmark-save", o.benchmark_save}};
+  const size_t outputs = files.size();
+  files.push_back({"--data-path", o.data_path});
+  for (const std::string& c : o.config_files) files.push_back({"--config", c});
+  auto same = [](const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    if (stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0)
+      return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return a == b;
+  };
+  for (size_t i = 0; i < outputs; ++i)
+    for (size_t j = i + 1; j < files.size() && !files[i].second.empty(); ++j)
+      if (!files[j].second.empty() && same(files[i].second, files[j].second))
+        fail(files[i].first, " ", files[i].second, " is also ", files[j].first, j < outputs ?
+             ": two outputs would overwrite each other" : ": the output would overwrite the input");
+}
+
 // Fills the derived values and checks every constraint, the cheap ones first.
 void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   ModelConfig& m = o.model;
@@ -482,6 +504,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_output_folder("--save", o.save);
   check_output_folder("--export-hf", o.export_hf);
   check_output_folder("--tensorboard-dir", o.tensorboard_dir);
+  check_outputs_distinct(o);
 }
 
 }  // namespace paralab

@@ -288,6 +288,10 @@ bad "export-hf into /proc"    "--export-hf: cannot make /proc/hf" --train-iters 
 bad "tensorboard into /proc"  "--tensorboard-dir: cannot make /proc/tb" --train-iters 1 --tensorboard-dir /proc/tb
 bad "metrics into /sys"       "--metrics-jsonl: cannot write /sys/m.jsonl" --train-iters 1 --metrics-jsonl /sys/m.jsonl
 bad "trace into /proc, plan"  "--trace: cannot write /proc/t.json" --plan --trace /proc/t.json
+bad "output over an input"    "--metrics-jsonl $tmp/text.txt is also --data-path: the output would overwrite the input" \
+                                                        --train-iters 1 --data-path "$tmp/text.txt" --metrics-jsonl "$tmp/text.txt"
+bad "two outputs, one file"   "--trace $tmp/out.json is also --metrics-jsonl: two outputs would overwrite each other" \
+                                                        --train-iters 1 --trace "$tmp/out.json" --metrics-jsonl "$tmp/out.json"
 bad "tensorboard interval"    "--tensorboard-log-interval must be >= 1, got 0" --tensorboard-log-interval 0
 # Megatron's names: the model's parts restate --arch; settings given twice must agree.
 bad "swiglu with gpt"         "--swiglu (llama's) conflicts with --arch gpt" --arch gpt --swiglu

@@ -11,23 +11,46 @@
 
 namespace paralab {
 
+namespace {
+// Where --load's checkpoint is (cli/flags_checkpoint.cpp resolved it before anything else).
+CheckpointLocation location_of(const Options& o) {
+  CheckpointLocation at;
+  at.found = !o.load_folder.empty();
+  at.folder = o.load_folder;
+  at.iteration = o.load_iteration;
+  at.chosen_by = o.load_chosen_by;
+  return at;
+}
+
+size_t count_elements(const LogicalTensors& tensors) {
+  size_t n = 0;
+  for (const auto& t : tensors) n += t.second.size();
+  return n;
+}
+}  // namespace
+
 ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Communicator& world,
                                       int rank) {
   ResumePoint resume;
   resume.start_seconds = now_seconds();
   try {
-    if (!o.load.empty()) {
-      resume.checkpoint.reset(new CheckpointReader(o.load, &world, &o.model, o.train.bf16));
-      if (!resume.checkpoint->found()) {
-        if (rank == 0)
-          std::printf("checkpoint: none in %s (no %s/latest): training from step 1\n",
-                      o.load.c_str(), o.load.c_str());
-        resume.checkpoint.reset();
-      } else {
-        check_resumable(o, resume.checkpoint->manifest(), resume.checkpoint->folder());
+    if (!o.load.empty() && o.load_folder.empty() && rank == 0)
+      std::printf("checkpoint: none in %s yet (no latest, no iter_NNNNNNN/): training from step "
+                  "1, saving there (--save)\n", o.load.c_str());
+    if (!o.load_folder.empty()) {
+      resume.checkpoint.reset(new CheckpointReader(location_of(o), &world, &o.model, o.train.bf16));
+      const Manifest& m = resume.checkpoint->manifest();
+      if (!m.optimizer && !o.no_load_optim && !o.finetune)
+        throw FlagError("--load " + o.load + ": " + resume.checkpoint->folder() +
+                        " was saved with --no-save-optim (no optimizer state): add "
+                        "--no-load-optim (resume at its iteration, Adam afresh) or --finetune "
+                        "(start at iteration 0)");
+      // --finetune: a new run from these weights (Megatron's): iteration 0, no counters
+      if (!o.finetune) {
+        check_resumable(o, m, resume.checkpoint->folder());
         resume.position = resume.checkpoint->position();
-        load_parameters(model, resume.checkpoint->source());
       }
+      load_parameters(model, resume.checkpoint->source());
     }
     if (!o.load_hf.empty()) {
       check_hugging_face_config(o.load_hf, o.model);
@@ -35,6 +58,12 @@ ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Comm
       load_parameters(model, [&](const ParamSpec& spec, const std::string&) {
         return weights.at(spec.name);
       });
+      if (rank == 0)
+        std::printf("hugging face: loaded %s (%zu tensors, %s parameters, every one at its "
+                    "shape and finite) in %.3f s: training starts from these weights\n",
+                    o.load_hf.c_str(), weights.size(),
+                    std::to_string(count_elements(weights)).c_str(),
+                    now_seconds() - resume.start_seconds);
     }
   } catch (const InputError& e) {
     exit_on_input_error(e, rank, [](int) { finalize_world(); });
@@ -46,7 +75,8 @@ void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer
                               AdamW& optimizer, bool rank0) {
   CheckpointReader* checkpoint = resume.checkpoint.get();
   if (!checkpoint) return;
-  if (!o.no_load_optim) {
+  const bool optimizer_state = !o.no_load_optim && !o.finetune;
+  if (optimizer_state) {
     load_optimizer_state(model, optimizer, checkpoint->source());
     optimizer.set_steps_taken(resume.position.adam_steps);
   }
@@ -56,12 +86,16 @@ void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer
       if (!bias.empty()) model.set_expert_bias(l, bias);
     }
   kernels::synchronize(model.device());
-  if (rank0)
-    std::printf("checkpoint: resumed from %s at iteration %d (%s) in %.3f s, rank 0 read "
-                "%.1f MB\n",
-                checkpoint->folder().c_str(), resume.position.iteration,
-                o.no_load_optim ? "weights only: --no-load-optim" : "weights and optimizer",
-                now_seconds() - resume.start_seconds, checkpoint->bytes_read() / 1e6);
+  if (rank0) {
+    const std::string what =
+        o.finetune ? "weights only: --finetune, starting at iteration 0"
+        : o.no_load_optim ? "weights only: --no-load-optim" : "weights and optimizer";
+    std::printf("checkpoint: resumed from %s at iteration %d (%s; chosen by %s) in %.3f s, "
+                "rank 0 read %.1f MB\n",
+                checkpoint->folder().c_str(), checkpoint->manifest().iteration, what.c_str(),
+                o.load_chosen_by.c_str(), now_seconds() - resume.start_seconds,
+                checkpoint->bytes_read() / 1e6);
+  }
   resume.checkpoint.reset();  // its shard files closed
 }
 
@@ -113,10 +147,7 @@ void export_weights(Transformer& model, const Options& o, bool rank0) {
 int run_convert(const Options& o, const World& w) {
   if (w.size != 1) throw FlagError("--convert runs on one rank (launched on " +
                                    std::to_string(w.size) + ")");
-  CheckpointReader checkpoint(o.load, nullptr, nullptr, true);  // "param": as stored
-  if (!checkpoint.found())
-    throw FlagError("--convert --load " + o.load + ": no checkpoint there (no " + o.load +
-                    "/latest)");
+  CheckpointReader checkpoint(location_of(o), nullptr, nullptr, true);  // "param": as stored
   const ModelConfig& m = checkpoint.manifest().model;
   const std::string why = hugging_face_refusal(m);
   if (!why.empty()) throw FlagError("--export-hf: " + why);

@@ -1,6 +1,12 @@
 // app/projection.cpp: see app/projection.h.
 #include "app/projection.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
 #include "report/checkpoint_report.h"
 #include <filesystem>
 #include <fstream>
@@ -38,8 +44,34 @@ PlanOptions plan_options(const Options& o) {
   p.ddp_bucket_size = o.ddp_bucket_size;
   p.zero3_prefetch_layers = o.zero3_prefetch_layers;
   p.flash_ring_by_group = o.comm == Comm::MPI;
+  p.checkpoint_optimizer = !o.no_save_optim;
   return p;
 }
+
+namespace {
+// --benchmark-save writes source = "trainer --benchmark, DATE, HOST, N rank(s)": a profile
+// measured elsewhere, or with another number of ranks sharing the node, projects that
+// machine's steps. Said beside the time table instead of printing ratios as if they were
+// this machine's.
+std::string foreign_profile_note(const HardwareProfile& p, int ranks) {
+  std::vector<std::string> parts;
+  std::stringstream in(p.source);
+  for (std::string part; std::getline(in, part, ',');)
+    parts.push_back(part.substr(part.find_first_not_of(' ')));
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const std::string measure = "; measure this one: mpirun -np " + std::to_string(ranks) +
+                              " ./trainer --device cpu --benchmark --benchmark-save my.toml, "
+                              "then --hardware my.toml";
+  if (parts.size() != 4 || parts[0] != "trainer --benchmark")
+    return "note: " + p.file + " was not measured here (" + p.source + ")" + measure;
+  const int measured_ranks = std::atoi(parts[3].c_str());
+  if (parts[2] == host && measured_ranks == ranks) return "";
+  return "note: " + p.file + " was measured on " + parts[2] + " with " + parts[3] + ", this run is " +
+         host + " with " + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") +
+         ": its projections are that machine's" + measure;
+}
+}  // namespace
 
 HardwareChoice choose_hardware(const Options& o, bool training) {
   HardwareChoice c;
@@ -69,6 +101,7 @@ HardwareChoice choose_hardware(const Options& o, bool training) {
   if (training && std::ifstream(cpu).good()) {
     c.profile = find_hardware_profile(cpu, directory);
     c.found = true;
+    c.note = foreign_profile_note(c.profile, o.launched_world_size);
     return c;
   }
   c.reason = training ? "no " + cpu + ": make it with trainer --benchmark --benchmark-save " + cpu
@@ -158,6 +191,9 @@ int run_plan(const Options& o, const World& w) {
     exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
   }
   if (w.rank != 0) return 0;
+  // what the flags adjusted, as training says it (stderr: --json keeps stdout parseable)
+  for (const std::string& warning : o.warnings)
+    std::fprintf(stderr, "paralab: warning: %s\n", warning.c_str());
   if (o.json)
     std::printf("%s\n", plan_json(plan, &peak, true, &extras.view).c_str());
   else

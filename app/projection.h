@@ -29,6 +29,9 @@ struct HardwareChoice {
   bool found = false;
   HardwareProfile profile;
   std::string reason;  // why none was found
+  // Training on the CPU with configs/hardware/cpu.toml, measured on another machine or at
+  // another rank count than this run's: says so (its ratios are that machine's), "" else.
+  std::string note;
 };
 // Throws FlagError for a --hardware that names no profile or a file that does not parse.
 HardwareChoice choose_hardware(const Options& o, bool training);

@@ -17,9 +17,19 @@
 //   report           rank 0: the step line, the ledgers beside the plan, --metrics-jsonl,
 //                    the measured timeline and --trace, the checkpoint's line
 //   finish           drain the overlapped collectives, the summary, --save-tensors,
-//                    --export-hf; the exit status (3 after too many skipped steps)
+//                    --export-hf; the exit status
 //
-// defines: StepRecord, Training, listen_for_stop_signals
+// The exit status is for a scheduler (scripts/slurm.sbatch requeues on 16):
+//   0   finished: the last step ran (and --save saved it)
+//   16  stopped early and saved (a signal, --exit-interval, --exit-duration-in-mins, with
+//       --save): run the same command again, it resumes (Megatron's rerun state machine
+//       exits 16 for "checkpoint saved, resume me" too)
+//   4   stopped early, nothing saved (no --save): resuming would start again from step 1
+//   3   too many steps in a row skipped (--max-skipped-steps): the weights are not finite
+//   2   bad input, before anything ran (cli/flags.h); 1 an internal error
+//
+// defines: StepRecord, Training, listen_for_stop_signals, kExitFinished, kExitResume,
+//          kExitStoppedUnsaved, kExitSkipped
 #pragma once
 #include <fstream>
 #include <memory>
@@ -47,8 +57,11 @@
 #include "report/rank_report.h"
 #include "report/report.h"
 #include "report/summary.h"
+#include "report/tensorboard.h"
 
 namespace paralab {
+
+constexpr int kExitFinished = 0, kExitResume = 16, kExitStoppedUnsaved = 4, kExitSkipped = 3;
 
 // One step as every rank saw it, filled by the steps above in order. Not copied: `metrics`
 // points into `moe` and `projected`.
@@ -56,7 +69,9 @@ struct StepRecord {
   int step = 0;
   bool last = false;       // the run's last step
   bool report = false;     // the ledgers are printed (step 1, --report-interval, the last)
-  bool signalled = false;  // SIGINT or SIGTERM on some rank (the loss's all-reduce said so)
+  bool signalled = false;  // SIGINT or SIGTERM on some rank, or rank 0 out of time (the
+                           // loss's all-reduce said so)
+  bool out_of_time = false;  // rank 0: --exit-duration-in-mins passed
   StepMetrics metrics;     // this rank's
   PipelineTiming timing;   // the executor's actions and exchanges
   CommStats comm;          // the step's collectives, before the report's own
@@ -103,6 +118,8 @@ class Training {
   int finish(const StepRecord& last);
 
  private:
+  void write_tensorboard(const StepRecord& r);  // rank 0, from report
+
   const Options& o_;
   const World& w_;
   const bool rank0_;
@@ -128,6 +145,7 @@ class Training {
   ActionCosts costs_;        // the plan's units until a step was measured
   Buffer<float> loss_scalar_;  // the loss's all-reduce and the stop flag (world > 1)
   std::unique_ptr<std::ofstream> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, --tensorboard-dir
   // The run so far: the step line's mean loss since the previous line, the summary's totals
   // (rank 0), this rank's largest ledger totals of a step and of an evaluation, the skipped
   // steps (a resumed run continues the counts)
@@ -136,6 +154,7 @@ class Training {
   int64_t my_peak_ = 0, my_eval_peak_ = -1;
   int skipped_steps_ = 0, skipped_in_a_row_ = 0;
   double train_start_ = 0;
+  double run_start_ = 0;  // when the Training was built: --exit-duration-in-mins counts from it
 };
 
 }  // namespace paralab

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 #include "kernels/ops.h"
+#include "measure/clock.h"
 #include "model/pipeline_stage.h"
 
 namespace paralab {
@@ -34,7 +35,8 @@ Peak find_peak(const Options& o) {
 
 }  // namespace
 
-Training::Training(const Options& o, const World& w) : o_(o), w_(w), rank0_(w.rank == 0) {
+Training::Training(const Options& o, const World& w)
+    : o_(o), w_(w), rank0_(w.rank == 0), run_start_(now_seconds()) {
   const ParallelConfig& par = o.parallel;
   const kernels::Device dev = o.device;
   if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
@@ -165,9 +167,19 @@ Training::Training(const Options& o, const World& w) : o_(o), w_(w), rank0_(w.ra
   // the loss's all-reduce over the world happens on the device, like every collective (with
   // the stop flag beside it: a signal on any rank stops every rank after the same step)
   if (w.size > 1) loss_scalar_.allocate(dev, 2, Category::COMM_BUFFERS);
+  // A resumed run appends to --metrics-jsonl (its records carry their step: a requeued job of
+  // the same name keeps one file); a run from step 1 replaces it.
   if (rank0_ && !o.metrics_jsonl.empty()) {
-    jsonl_.reset(new std::ofstream(o.metrics_jsonl));
+    const bool resumed = start_.iteration > 0;
+    jsonl_.reset(new std::ofstream(o.metrics_jsonl, resumed ? std::ios::app : std::ios::trunc));
     if (!*jsonl_) throw FatalError("--metrics-jsonl: cannot write " + o.metrics_jsonl, 2);
+  }
+  if (rank0_ && !o.tensorboard_dir.empty()) {
+    try {
+      tensorboard_.reset(new TensorBoardWriter(o.tensorboard_dir));
+    } catch (const std::runtime_error& e) {
+      throw FatalError(e.what(), 2);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // measured timeline and --trace, the checkpoint's line) and finish (the summary and the
 // end-of-run files).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include "app/training.h"
 #include "checkpoint/tensor_file.h"
@@ -94,6 +95,7 @@ void Training::report(StepRecord& r) {
   const bool line = step == 1 || r.last || step % o_.log_interval == 0 || s.skipped;
   if (!s.skipped) logged_loss_.add(s.loss);  // Megatron's logged loss leaves skipped steps out
   s.log_interval = o_.log_interval;
+  s.train_iters = o_.train.train_iters;
   s.elapsed_seconds = now_seconds() - train_start_;
   s.eta_seconds = s.elapsed_seconds / (step - start_.iteration) * (o_.train.train_iters - step);
   if (line) {
@@ -103,7 +105,7 @@ void Training::report(StepRecord& r) {
     run_.final_train_first = step - s.loss_steps + 1;
     logged_loss_.reset();
   }
-  run_.add_step((double)plan_.tokens_per_step, seconds, s.mfu, s.hfu);
+  run_.add_step(step, (double)plan_.tokens_per_step, seconds, s.mfu, s.hfu);
   run_.skipped_steps = skipped_steps_;
   if (r.evaluated) {
     s.valid_loss = r.eval.loss;
@@ -115,6 +117,7 @@ void Training::report(StepRecord& r) {
   if (r.evaluated)
     std::printf("%s\n", validation_line(step, r.last, r.eval.loss, o_.eval_iters,
                                         (int)plan_.global_batch, r.eval.seconds).c_str());
+  if (tensorboard_) write_tensorboard(r);
   if (jsonl_)
     *jsonl_ << step_json(s, step_plan, w_.rank, &r.comm, r.gathered ? &report_ranks : nullptr,
                          r.rank_plans.empty() ? nullptr : &r.rank_plans)
@@ -127,7 +130,9 @@ void Training::report(StepRecord& r) {
       std::printf("%s\n%s\n", moe_table(r.moe, plan_).c_str(),
                   gemm_calls_table(step_plan, s, w_.rank, &s.moe_nonempty).c_str());
     if (hardware_.found)
-      std::printf("%s\n", time_measured_text(projected_, measured_time).c_str());
+      std::printf("%s%s\n", time_measured_text(projected_, measured_time).c_str(),
+                  step == 1 && !hardware_.note.empty() ? ("  " + hardware_.note + "\n").c_str()
+                                                       : "");
     else if (step == 1)
       std::printf("time per step: no projection (%s)\n\n", hardware_.reason.c_str());
     if (step == 1 && o_.parallel.context_parallel > 1)
@@ -160,8 +165,34 @@ void Training::report(StepRecord& r) {
   std::fflush(stdout);
   if (!r.exited.empty())
     std::printf("stopped after step %d (%s)%s\n", step, r.exited.c_str(),
-                o_.save.empty() ? ": no --save, nothing saved"
-                                : (": resume with --load " + o_.save).c_str());
+                r.saved ? strprintf(": resume with --load %s (exit status %d)", o_.save.c_str(),
+                                    kExitResume).c_str()
+                        : strprintf(": no --save, nothing saved (exit status %d)",
+                                    kExitStoppedUnsaved).c_str());
+}
+
+// --tensorboard-dir: the step's scalars every --tensorboard-log-interval steps (and the last),
+// the validation loss whenever there is one; Megatron's tag names where it has the scalar.
+void Training::write_tensorboard(const StepRecord& r) {
+  const StepMetrics& s = r.metrics;
+  std::vector<std::pair<std::string, float>> v;
+  if (r.step % o_.tensorboard_log_interval == 0 || r.last || !r.exited.empty()) {
+    v = {{"lm loss", (float)s.loss},
+         {"learning-rate", (float)s.lr},
+         {"grad-norm", (float)s.grad_norm},
+         {"iteration-time", (float)s.step_seconds},
+         {"tokens-per-second", (float)s.tokens_per_second},
+         {"mem-max-allocated-bytes", (float)s.peak_memory_bytes},
+         {"skipped-iterations", (float)s.skipped_steps}};
+    if (std::isfinite(s.mfu)) v.push_back({"mfu", (float)s.mfu});
+    if (std::isfinite(s.hfu)) v.push_back({"hfu", (float)s.hfu});
+  }
+  if (r.evaluated) {
+    v.push_back({"lm loss validation", (float)r.eval.loss});
+    if (o_.tensorboard_validation_ppl)
+      v.push_back({"lm loss validation ppl", (float)perplexity(r.eval.loss)});
+  }
+  if (!v.empty()) tensorboard_->scalars(r.step, v);
 }
 
 // The end: the overlapped collectives drained; after bad numbers exit 3 with the one line;
@@ -172,7 +203,7 @@ int Training::finish(const StepRecord& last) {
   if (expert_data_parallel_) expert_data_parallel_->drain();
   if (!last.stopped.empty()) {
     if (rank0_) std::fprintf(stderr, "paralab: %s\n", last.stopped.c_str());
-    return 3;
+    return kExitSkipped;
   }
   const std::vector<double> peaks =
       all_gather_doubles(topo_->world(), {(double)my_peak_, (double)my_eval_peak_});
@@ -190,7 +221,8 @@ int Training::finish(const StepRecord& last) {
   }
   if (!o_.save_tensors.empty()) save_parameters(*model_, o_.save_tensors, rank0_);
   if (!o_.export_hf.empty()) export_weights(*model_, o_, rank0_);
-  return 0;
+  if (!last.exited.empty()) return last.saved ? kExitResume : kExitStoppedUnsaved;
+  return kExitFinished;
 }
 
 }  // namespace paralab

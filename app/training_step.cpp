@@ -72,7 +72,10 @@ void Training::run_step(int step, StepRecord& r) {
   const float lr = learning_rate(o_.train, step);
   // the reported loss: mean over the global batch (every microbatch of every dp rank);
   // taken before the update, so that a step whose loss is not finite updates nothing
-  r.signalled = g_stop_signal != 0;
+  // --exit-duration-in-mins: rank 0's clock decides, and its vote rides the stop flag
+  r.out_of_time = rank0_ && o_.exit_duration_in_mins > 0 &&
+                  now_seconds() - run_start_ > 60 * o_.exit_duration_in_mins;
+  r.signalled = g_stop_signal != 0 || r.out_of_time;
   const ParallelConfig& par = o_.parallel;
   const float loss = world_mean_loss(topo_->world(), loss_scalar_, (float)(stage.loss_sum() / k),
                                      pp_, par.context_parallel, &r.signalled);
@@ -176,13 +179,17 @@ void Training::evaluate(StepRecord& r) {
   my_eval_peak_ = std::max(my_eval_peak_, r.eval.peak_memory_bytes);
 }
 
-// Early and well: --exit-interval, or SIGINT / SIGTERM on any rank (every rank learnt it from
-// the loss's all-reduce). A checkpoint (--save) at --save-interval, at the last step and
+// Early and well: --exit-interval, or SIGINT / SIGTERM on any rank, or --exit-duration-in-mins
+// on rank 0's clock (every rank learnt the last two from the loss's all-reduce). A checkpoint (--save) at --save-interval, at the last step and
 // before such an exit; never after bad numbers (stopped).
 void Training::save_or_stop(StepRecord& r) {
   if (r.stopped.empty() && o_.exit_interval > 0 && r.step % o_.exit_interval == 0 && !r.last)
     r.exited = strprintf("--exit-interval %d", o_.exit_interval);
-  if (r.stopped.empty() && r.signalled && !r.last) r.exited = "SIGINT or SIGTERM";
+  if (r.stopped.empty() && r.signalled && !r.last)
+    r.exited = r.out_of_time ? strprintf("--exit-duration-in-mins %g: %.1f minutes since the "
+                                         "run started", o_.exit_duration_in_mins,
+                                         (now_seconds() - run_start_) / 60)
+                             : "SIGINT or SIGTERM";
   r.saved = !o_.save.empty() && r.stopped.empty() &&
             (r.last || !r.exited.empty() ||
              (o_.save_interval > 0 && r.step % o_.save_interval == 0));
@@ -190,7 +197,7 @@ void Training::save_or_stop(StepRecord& r) {
   const TrainingPosition position{r.step, optimizer_->steps_taken(), skipped_steps_,
                                   skipped_in_a_row_};
   r.save = save_checkpoint(o_.save, position, *model_, *optimizer_, place_, topo_->world(),
-                           o_.train, o_.parallel);
+                           o_.train, o_.parallel, !o_.no_save_optim);
 }
 
 }  // namespace paralab

@@ -1,9 +1,11 @@
 // checkpoint/checkpoint.cpp: save_checkpoint and CheckpointReader (the design is in checkpoint.h).
 #include "checkpoint/checkpoint.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,12 +18,6 @@
 namespace paralab {
 
 namespace {
-
-std::string iteration_folder(const std::string& dir, int iteration) {
-  char name[32];
-  std::snprintf(name, sizeof name, "iter_%07d", iteration);
-  return dir + "/" + name;
-}
 
 std::string shard_name(int rank) {
   char name[40];
@@ -109,7 +105,7 @@ bool CheckpointPlace::writes(const TensorView& view) const {
 SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
                           Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
                           Communicator& world, const TrainConfig& train,
-                          const ParallelConfig& parallel) {
+                          const ParallelConfig& parallel, bool save_optimizer) {
   const kernels::Device dev = model.device();
   model.data_parallel().drain();  // --overlap-param-gather: the updated parameters, complete
   if (model.expert_data_parallel()) model.expert_data_parallel()->drain();
@@ -127,9 +123,11 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   // from the device through one bounded buffer, in that order.
   const bool bf16 = model.data_parallel().bf16();
   const size_t param_bytes = bf16 ? 2 : 4;
-  std::vector<std::pair<const char*, AdamW::State>> states = {
-      {"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
-  if (optimizer.has_master()) states.push_back({"master", AdamW::State::MASTER});
+  std::vector<std::pair<const char*, AdamW::State>> states;  // none with --no-save-optim
+  if (save_optimizer) {
+    states = {{"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
+    if (optimizer.has_master()) states.push_back({"master", AdamW::State::MASTER});
+  }
   const std::vector<OwnedPiece> pieces = owned_pieces(model, place);
   ManifestShard mine;  // this rank's entry of the manifest, sent to rank 0
   mine.rank = world.rank();
@@ -194,6 +192,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     m.model = model.config();
     m.parallel = parallel;
     m.bf16 = bf16;
+    m.optimizer = save_optimizer;
     m.seed = train.seed;
     m.global_batch_size = train.global_batch_size;
     m.adam_steps = position.adam_steps;
@@ -219,13 +218,16 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
 
 // ---- loading --------------------------------------------------------------------------------
 
-CheckpointReader::CheckpointReader(const std::string& dir, Communicator* world,
-                                   const ModelConfig* run, bool run_bf16)
-    : run_bf16_(run_bf16), dir_(dir) {
+std::string iteration_folder(const std::string& dir, int iteration) {
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07d", iteration);
+  return dir + "/" + name;
+}
+
+int read_latest(const std::string& dir) {
   const std::string latest = dir + "/latest";
   struct stat st;
-  if (stat(latest.c_str(), &st) != 0) return;  // no checkpoint: Megatron trains from scratch
-  found_ = true;
+  if (stat(latest.c_str(), &st) != 0) return 0;
   const std::string text = read_small_file(latest, 64);
   int iteration = 0;
   size_t used = 0;
@@ -236,12 +238,102 @@ CheckpointReader::CheckpointReader(const std::string& dir, Communicator* world,
   }
   if (used == 0 || iteration < 1 || text.find_first_not_of("0123456789\n", 0) != std::string::npos)
     throw CheckpointError(latest + ": not an iteration number");
-  folder_ = iteration_folder(dir, iteration);
+  return iteration;
+}
+
+namespace {
+// "iter_0000200" -> 200; -1 for any other name.
+int iteration_of_name(const std::string& name) {
+  if (name.size() != 12 || name.compare(0, 5, "iter_") != 0) return -1;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  return std::stoi(name.substr(5));
+}
+bool is_folder(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+std::string listed(const std::vector<int>& iterations) {
+  std::string s;
+  const size_t n = iterations.size(), shown = std::min<size_t>(n, 6);
+  for (size_t i = n - shown; i < n; ++i) s += (s.empty() ? "" : ", ") + std::to_string(iterations[i]);
+  return n > shown ? "..., " + s : s;
+}
+std::string there(const std::string& dir) {
+  const std::vector<int> its = saved_iterations(dir);
+  return its.empty() ? "no iteration folders there" : "iterations there: " + listed(its);
+}
+}  // namespace
+
+std::vector<int> saved_iterations(const std::string& dir) {
+  std::vector<int> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = readdir(d)) {
+    const int it = iteration_of_name(e->d_name);
+    if (it >= 0 && is_folder(dir + "/" + e->d_name)) out.push_back(it);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+CheckpointLocation locate_checkpoint(const std::string& load, int ckpt_step) {
+  CheckpointLocation at;
+  std::string path = load;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  at.dir = path;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return at;  // nothing there (the caller decides)
+  if (!S_ISDIR(st.st_mode))
+    throw CheckpointError(load + " is a file, not a checkpoint folder (one holding latest and "
+                                 "iter_NNNNNNN/ folders)");
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const int named = iteration_of_name(name);
+  if (named >= 0) {  // an iteration folder: that iteration (Megatron's users type it so)
+    if (ckpt_step > 0 && ckpt_step != named)
+      throw CheckpointError(load + " is iteration " + std::to_string(named) + "'s folder, but "
+                            "--ckpt-step asks for " + std::to_string(ckpt_step));
+    at.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    at.found = true, at.folder = path, at.iteration = named, at.chosen_by = "--load";
+    return at;
+  }
+  if (ckpt_step > 0) {
+    at.folder = iteration_folder(path, ckpt_step);
+    if (!is_folder(at.folder))
+      throw CheckpointError("--ckpt-step " + std::to_string(ckpt_step) + ": no " + at.folder +
+                            " (" + there(path) + ")");
+    at.found = true, at.iteration = ckpt_step;
+    at.chosen_by = "--ckpt-step " + std::to_string(ckpt_step);
+    return at;
+  }
+  const int latest = read_latest(path);
+  if (latest > 0) {
+    at.folder = iteration_folder(path, latest);
+    if (!is_folder(at.folder))
+      throw CheckpointError(path + "/latest names iteration " + std::to_string(latest) + ", but " +
+                            at.folder + " is missing (" + there(path) +
+                            "; choose one with --ckpt-step N)");
+    at.found = true, at.iteration = latest, at.chosen_by = path + "/latest";
+    return at;
+  }
+  const std::vector<int> iterations = saved_iterations(path);
+  if (!iterations.empty())
+    throw CheckpointError(path + " has no latest, but iterations " + listed(iterations) +
+                          ": choose one with --ckpt-step N (or write N into " + path + "/latest)");
+  return at;  // a folder without checkpoints
+}
+
+CheckpointReader::CheckpointReader(const CheckpointLocation& at, Communicator* world,
+                                   const ModelConfig* run, bool run_bf16)
+    : run_bf16_(run_bf16), folder_(at.folder) {
+  const int iteration = at.iteration;
   const std::string path = folder_ + "/manifest.json";
   manifest_ = parse_manifest(read_small_file(path, 1u << 30), path);
   if (manifest_.iteration != iteration)
     throw CheckpointError(path + ": iteration " + std::to_string(manifest_.iteration) +
-                          ", but " + latest + " says " + std::to_string(iteration));
+                          ", but " + at.chosen_by + " says " + std::to_string(iteration));
   check_manifest(manifest_, run ? *run : manifest_.model, path);
   // Each rank checks the shards s = rank, rank + W, ...: a bad one ends the job (its own
   // message), the barrier keeps the others from reading on before every check passed.
@@ -303,7 +395,8 @@ std::vector<float> CheckpointReader::full(const ParamSpec& spec, const std::stri
   // fp32 runs read the master weights of a bf16 checkpoint, the exact values; bf16 runs
   // without them (an fp32 checkpoint) start their master from the fp32 parameters
   std::string from = kind;
-  if (kind == "param" && manifest_.bf16 && !run_bf16_) from = "master";
+  // (a checkpoint saved with --no-save-optim has no master: its bf16 parameters then)
+  if (kind == "param" && manifest_.bf16 && !run_bf16_ && manifest_.optimizer) from = "master";
   if (kind == "master" && !manifest_.bf16) from = "param";
   std::vector<float> out(spec.numel(), 0.0f);
   for (int s = 0; s < (int)manifest_.shards.size(); ++s)

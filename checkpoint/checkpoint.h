@@ -25,7 +25,14 @@
 // each shard's CRC32C (rank r the shards r, r + W, ...; a bad one ends the job, exit 2), and
 // gives each rank its slices (checkpoint/reshard.h) from the pieces, at whatever layout it runs.
 //
-// defines: CheckpointPlace, TrainingPosition, SaveStats, save_checkpoint, CheckpointReader
+// Where --load points (locate_checkpoint): DIR/latest's iteration, the iteration --ckpt-step N
+// names (Megatron's), or an iteration folder given as --load itself (DIR/iter_0000200, as
+// Megatron users type it). A file, a `latest` that names a missing folder, or iteration folders
+// without a `latest` are refused with one line, never read as "no checkpoint": a wrong --load
+// must not restart a long run from step 1.
+//
+// defines: CheckpointPlace, TrainingPosition, SaveStats, save_checkpoint, CheckpointLocation,
+//          locate_checkpoint, read_latest, saved_iterations, iteration_folder, CheckpointReader
 #pragma once
 #include <cstdint>
 #include <map>
@@ -65,23 +72,45 @@ struct SaveStats {
   std::vector<uint64_t> rank_payload_bytes;  // every rank's tensor data (plan: checkpoint_bytes)
 };
 
-// Collective over the world. Writes DIR/iter_<iteration>/ and then DIR/latest.
+// Collective over the world. Writes DIR/iter_<iteration>/ and then DIR/latest. Without
+// save_optimizer (--no-save-optim, Megatron's) the shards hold the parameters alone, and the
+// manifest says so ("optimizer": false).
 SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
                           Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
                           Communicator& world, const TrainConfig& train,
-                          const ParallelConfig& parallel);
+                          const ParallelConfig& parallel, bool save_optimizer = true);
+
+// DIR/iter_NNNNNNN (seven digits, Megatron's).
+std::string iteration_folder(const std::string& dir, int iteration);
+// DIR/latest's iteration; 0 when DIR/latest does not exist. Throws CheckpointError when it is
+// not a number >= 1.
+int read_latest(const std::string& dir);
+// The iterations of DIR's iter_NNNNNNN folders, ascending (none when DIR does not exist).
+std::vector<int> saved_iterations(const std::string& dir);
+
+struct CheckpointLocation {
+  bool found = false;  // false: DIR is missing or holds no checkpoint (no latest, no iter_*)
+  std::string dir;     // the checkpoint folder: --load, or the folder above the one it names
+  std::string folder;  // the iteration folder to read, DIR/iter_NNNNNNN
+  int iteration = 0;
+  std::string chosen_by;  // "DIR/latest", "--ckpt-step N", "--load" (an iteration folder)
+};
+// Where `load` (--load) points; ckpt_step > 0 (--ckpt-step) chooses the iteration. Throws
+// CheckpointError, one line naming the path: a file; an iteration folder that is not
+// --ckpt-step's; --ckpt-step's folder missing; `latest` naming a missing folder; iteration
+// folders without `latest` (the message lists them and says --ckpt-step N).
+CheckpointLocation locate_checkpoint(const std::string& load, int ckpt_step = 0);
 
 class CheckpointReader {
  public:
-  // DIR/latest -> the iteration folder and its manifest, checked against `run` (nullptr:
-  // the manifest's own model, for --convert). found() is false when DIR has no `latest`.
-  // Collective over `world` (the checksum check is shared out, then a barrier).
-  // run_bf16: the run stores bf16 (its master weights come from a bf16 checkpoint's master,
-  // or an fp32 one's parameters; an fp32 run takes a bf16 checkpoint's master).
-  CheckpointReader(const std::string& dir, Communicator* world, const ModelConfig* run,
+  // The iteration folder `at` found (locate_checkpoint) and its manifest, checked against
+  // `run` (nullptr: the manifest's own model, for --convert). Collective over `world` (the
+  // checksum check is shared out, then a barrier). run_bf16: the run stores bf16 (its master
+  // weights come from a bf16 checkpoint's master, or an fp32 one's parameters; an fp32 run
+  // takes a bf16 checkpoint's master).
+  CheckpointReader(const CheckpointLocation& at, Communicator* world, const ModelConfig* run,
                    bool run_bf16);
   ~CheckpointReader();
-  bool found() const { return found_; }
   const std::string& folder() const { return folder_; }
   const Manifest& manifest() const { return manifest_; }
   // The full tensor of one kind, assembled from every rank's pieces (checkpoint/reshard.h).
@@ -100,9 +129,8 @@ class CheckpointReader {
   const std::vector<int64_t>& indices(const ParamSpec& spec, const TensorSlice& slice);
   std::string index_tensor_;
   std::map<std::string, std::vector<int64_t>> index_cache_;
-  bool found_ = false;
   bool run_bf16_ = false;
-  std::string dir_, folder_;
+  std::string folder_;
   Manifest manifest_;
   std::map<int, std::unique_ptr<SafetensorsReader>> shards_;
   uint64_t bytes_read_ = 0;

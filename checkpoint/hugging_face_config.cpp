@@ -33,6 +33,16 @@
 
 namespace paralab {
 
+// router_aux_loss_coef in Hugging Face's scale. Megatron's α weighs each MoE layer's loss,
+// α·E·Σᵢ fᵢPᵢ (Σ f = 1), added once per layer; Hugging Face's load_balancing_loss_func pools
+// the L_moe layers' routing into one E·Σᵢ fᵢPᵢ with Σ f = k, weighed by the coefficient once.
+// At equal gradients per layer: coef = α·L_moe/k (docs/moe.md, notes/formulas.md).
+static float hf_router_aux_loss_coef(const ModelConfig& m) {
+  int moe_layers = 0;
+  for (int l = 0; l < m.num_layers; ++l) moe_layers += m.moe.is_moe_layer(l);
+  return m.moe.aux_loss_coeff * (float)moe_layers / (float)m.moe.topk;
+}
+
 const char* hf_model_type(const ModelConfig& m) {
   if (m.is_gpt()) return "gpt2";
   if (m.moe.enabled()) return m.qk_layernorm ? "qwen3_moe" : "mixtral";
@@ -145,16 +155,16 @@ std::string hf_config_json(const ModelConfig& m, SafeDType dtype) {
       f.integer("moe_intermediate_size", m.moe_ffn());
       f.boolean("norm_topk_prob", !m.moe.pre_softmax).integer("decoder_sparse_step", 1);
       f.raw("mlp_only_layers", list_text(dense_layers(m)));
-      f.real("router_aux_loss_coef", m.moe.aux_loss_coeff);
+      f.real("router_aux_loss_coef", hf_router_aux_loss_coef(m));
       f.boolean("output_router_logits", false);
     } else if (type == "mixtral") {
       f.integer("num_local_experts", m.moe.num_experts);
       f.integer("num_experts_per_tok", m.moe.topk);
-      f.real("router_aux_loss_coef", m.moe.aux_loss_coeff).real("router_jitter_noise", 0.0f);
+      f.real("router_aux_loss_coef", hf_router_aux_loss_coef(m)).real("router_jitter_noise", 0.0f);
       f.boolean("output_router_logits", false);
     }
   }
-  f.real("initializer_range", 0.02f).boolean("use_cache", true);
+  f.real("initializer_range", m.init_method_std).boolean("use_cache", true);
   f.str("dtype", torch_dtype).str("torch_dtype", torch_dtype);
   return f.text();
 }

@@ -374,6 +374,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "tensor file (checkpoint/tensor_file.h)")
       ->type_name("FILE")->group(kReport);
   add_checkpoint_flags(app, o);  // cli/flags_checkpoint.cpp: --save, --load, --export-hf, ...
+  add_megatron_flags(app, o, raw);  // cli/flags_megatron.cpp: a pasted Megatron script's flags
   app.add_option("--report-interval", o.report_interval,
                  "print the full ledger tables every N steps (always at step 1 and at the "
                  "end); 0: only then")
@@ -434,6 +435,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   manual->column_width(kHelpColumn);
   app.formatter(manual);
   app.allow_config_extras(CLI::config_extras_mode::error);
+  app.config_formatter(toml_config_for_cli11());  // cli/flags_toml.cpp
   add_flags(app, o, raw);
   // Several --config files are all read; a later file overrides an earlier one.
   app.set_config("--config", "", "TOML file of flags: key = value lines, the keys the long "
@@ -465,9 +467,16 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   } catch (const CLI::ParseError& e) {
     config = check_config_files(app, config_files());
     if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-      std::string extras;
-      for (const std::string& s : app.remaining()) extras += (extras.empty() ? "" : " ") + s;
-      throw FlagError("unknown flag or argument: " + extras + " (--help lists the flags)");
+      std::string extras, hint;
+      for (const std::string& s : app.remaining()) {
+        extras += (extras.empty() ? "" : " ") + s;
+        if (hint.empty() && s.rfind("-", 0) == 0) {
+          const std::string meant = closest_flag(app, s);
+          if (!meant.empty()) hint = "did you mean " + meant + "?";
+        }
+      }
+      throw FlagError("unknown flag or argument: " + extras +
+                      (hint.empty() ? " (--help lists the flags)" : " (" + hint + ")"));
     }
     if (dynamic_cast<const CLI::ConfigError*>(&e))
       throw FlagError(one_line(config_error_message(e.what())));
@@ -483,6 +492,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.expert_tensor_parallel_given = app.count("--expert-tensor-parallel-size") > 0;
   raw.rotary_base_given = app.count("--rotary-base") > 0;
   record_moe_flags_given(app, raw);
+  resolve_megatron_flags(app, o, raw);  // may choose --arch llama from Megatron's parts
   auto typed = [&](const char* flag) {
     return typed_on_command_line(*app.get_option(flag), argc, argv);
   };
@@ -495,6 +505,8 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
     for (CLI::Option* opt : app.get_options())
       given.push_back(opt->capture_default_str()->get_default_str());
   resolve_and_check(o, raw, visible_gpus);
+  const std::string no_effect = megatron_no_effect_warning(raw);
+  if (!no_effect.empty()) o.warnings.push_back(no_effect);
   if (o.verbose) {
     // The defaults resolve_and_check derived into Options, shown under their flags.
     raw.device = o.device == kernels::Device::CUDA ? "cuda" : "cpu";

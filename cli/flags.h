@@ -87,6 +87,22 @@ struct Options {
   std::string load;                     // --load DIR: resume from DIR/latest (none: step 1)
   bool no_load_optim = false;           // weights (and position) only; Adam starts afresh
   int exit_interval = 0;                // stop after a step divisible by N (saving first)
+  // Resuming (cli/flags_checkpoint.cpp, Megatron's names): the iteration to load (0: latest),
+  // weights only at iteration 0 (--finetune), no optimizer state in the saves; a run that
+  // starts before --save's latest moves it back only when told; --load of a folder without a
+  // checkpoint refused even when it is --save's folder; minutes after which to stop (saving).
+  int ckpt_step = 0;
+  bool finetune = false, no_save_optim = false, override_latest = false;
+  bool exit_on_missing_checkpoint = false;
+  double exit_duration_in_mins = 0;     // 0: off
+  // Resolved from --load (checkpoint/checkpoint.h locate_checkpoint): the iteration folder to
+  // read (empty: none, start at step 1), its iteration and what chose it.
+  std::string load_folder, load_chosen_by;
+  int load_iteration = 0;
+  // TensorBoard (report/tensorboard.h): event files of the scalars, every N steps.
+  std::string tensorboard_dir;          // empty: off
+  int tensorboard_log_interval = 1;
+  bool tensorboard_validation_ppl = false;
   std::string export_hf;                // --export-hf DIR: the weights at the end, HF layout
   std::string load_hf;                  // --load-hf DIR: start from a Hugging Face export
   bool convert = false;                 // --convert: --load DIR to --export-hf OUT, no training

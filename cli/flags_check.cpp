@@ -1,10 +1,13 @@
 // cli/flags_check.cpp: the checks that turn a bad combination of flags into one line naming
 // the flags, the constraint and the values (FlagError, cli/flags.h), and the defaults derived
 // once parsing is done (ffn size, query groups, global batch, decay iterations, device, comm).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -25,27 +28,6 @@ void check_finite(const char* flag, double value) {
   if (!std::isfinite(value)) fail(flag, " must be a finite number, got ", value);
 }
 
-// An output file must be writable before anything is printed or computed (a plan or a run
-// that fails at its end has already printed): the file if it exists, else its folder.
-// Probed, not opened, so that a refused command line leaves no empty file behind.
-void check_output_path(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0                ? "/"
-                                                      : path.substr(0, slash);
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) fail(flag, ": cannot write ", path, ": it is a directory");
-    if (access(path.c_str(), W_OK) != 0) fail(flag, ": cannot write ", path, ": permission denied");
-    return;
-  }
-  if (stat(dir.c_str(), &st) != 0)
-    fail(flag, ": cannot write ", path, ": no such directory ", dir);
-  if (!S_ISDIR(st.st_mode)) fail(flag, ": cannot write ", path, ": ", dir, " is not a directory");
-  if (access(dir.c_str(), W_OK | X_OK) != 0)
-    fail(flag, ": cannot write ", path, ": permission denied in ", dir);
-}
 void check_unit_interval(const char* flag, double value) {  // [0, 1)
   if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
 }
@@ -211,6 +193,87 @@ LrDecay to_decay(const std::string& s) {
 
 }  // namespace
 
+// Can a file be made in `folder`? Tried, not asked (access() says yes to root in /proc and
+// /sys): a uniquely named empty file is created and removed at once, so that ranks probing the
+// same folder never meet and a refused command line leaves nothing behind. "" or the reason.
+static std::string probe_folder(const std::string& folder) {
+  const std::string probe = folder + "/.paralab-probe." + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return std::strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return "";
+}
+
+static std::string parent_of(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+}
+
+// An output file written during or after the run (--trace, --metrics-jsonl, ...): its folder
+// must exist and take a new file; an existing file must be a writable file.
+void check_output_file(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail(flag, ": cannot write ", path, ": it is a directory");
+    const int fd = open(path.c_str(), O_WRONLY | O_APPEND);  // changes nothing
+    if (fd < 0) fail(flag, ": cannot write ", path, " (", std::strerror(errno), ")");
+    close(fd);
+    return;
+  }
+  const std::string dir = parent_of(path);
+  if (stat(dir.c_str(), &st) != 0) fail(flag, ": cannot write ", path, ": no such directory ", dir);
+  if (!S_ISDIR(st.st_mode)) fail(flag, ": cannot write ", path, ": ", dir, " is not a directory");
+  const std::string why = probe_folder(dir);
+  if (!why.empty()) fail(flag, ": cannot write ", path, " (", why, " in ", dir, ")");
+}
+
+// An output folder the run makes as mkdir -p does (--save, --export-hf, --tensorboard-dir):
+// the deepest part of it that exists must be a folder that takes new entries.
+void check_output_folder(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  std::string existing = path;
+  struct stat st;
+  while (stat(existing.c_str(), &st) != 0) {
+    const std::string up = parent_of(existing);
+    if (up == existing) break;
+    existing = up;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (existing == path) fail(flag, ": ", path, " is a file, not a folder");
+    fail(flag, ": cannot make ", path, ": ", existing, " is not a directory");
+  }
+  const std::string why = probe_folder(existing);
+  if (!why.empty())
+    fail(flag, ": cannot ", existing == path ? "write into " : "make ", path, " (", why,
+         existing == path ? "" : " in " + existing, ")");
+}
+
+// Two outputs naming one file would overwrite each other, and an output naming an input
+// (--data-path, a --config file) would destroy it when the run opens it: refused, naming both.
+static void check_outputs_distinct(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"--trace", o.trace}, {"--metrics-jsonl", o.metrics_jsonl},
+      {"--save-tensors", o.save_tensors}, {"--benchmark-save", o.benchmark_save}};
+  const size_t outputs = files.size();
+  files.push_back({"--data-path", o.data_path});
+  for (const std::string& c : o.config_files) files.push_back({"--config", c});
+  auto same = [](const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    if (stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0)
+      return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return a == b;
+  };
+  for (size_t i = 0; i < outputs; ++i)
+    for (size_t j = i + 1; j < files.size() && !files[i].second.empty(); ++j)
+      if (!files[j].second.empty() && same(files[i].second, files[j].second))
+        fail(files[i].first, " ", files[i].second, " is also ", files[j].first, j < outputs ?
+             ": two outputs would overwrite each other" : ": the output would overwrite the input");
+}
+
 // Fills the derived values and checks every constraint, the cheap ones first.
 void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   ModelConfig& m = o.model;
@@ -359,6 +422,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (t.global_batch_size % (t.micro_batch_size * dp) != 0)
     fail("--global-batch-size (", t.global_batch_size, ") must be divisible by --micro-batch-size (",
          t.micro_batch_size, ") x data-parallel size (", dp, ") = ", t.micro_batch_size * dp);
+  apply_megatron_schedule(o, raw);  // cli/flags_megatron.cpp: --train-samples, samples, fraction
   const int microbatches = t.global_batch_size / (t.micro_batch_size * dp);
   if (p.pipeline_schedule == PipelineSchedule::INTERLEAVED && microbatches % pp != 0)
     fail("--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size (",
@@ -421,18 +485,28 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_at_least("--collective-timeout", o.collective_timeout, 0);
   check_finite("--collective-timeout", o.collective_timeout);
 
-  // The files written at the end, for a run and for --plan alike (every rank checks).
-  check_output_path("--trace", o.trace);
-  check_output_path("--metrics-jsonl", o.metrics_jsonl);
-  check_output_path("--save-tensors", o.save_tensors);
-  check_checkpoint_flags(o);  // cli/flags_checkpoint.cpp
-  check_output_path("--benchmark-save", o.benchmark_save);
+  check_checkpoint_flags(o);  // cli/flags_checkpoint.cpp: --load resolved, --save's latest
 
   // Last, as it reads the file: the data must fit the model it feeds.
   if (!o.data_path.empty()) check_data_file(o.data_path, m.vocab_size, m.seq_length);
   // Here rather than in the trainer, so that --plan refuses it as the run does.
-  if (o.eval_interval > 0 && !o.data_path.empty())
-    check_validation_split(o.data_path, m.vocab_size, m.seq_length);
+  if ((o.eval_interval > 0 || t.split_train > 0) && !o.data_path.empty())
+    check_validation_split(o.data_path, m.vocab_size, m.seq_length, t.split_train,
+                           t.split_valid, o.eval_interval > 0);
+  if (o.eval_interval > 0 && t.split_train > 0 && t.split_valid == 0)
+    fail("--eval-interval ", o.eval_interval, " with --split's validation share 0: nothing to "
+         "validate on");
+
+  // Every output, written during the run or after it, is tried before the first step (a run
+  // that fails at its end has trained for nothing), for a run and for --plan alike.
+  check_output_file("--trace", o.trace);
+  check_output_file("--metrics-jsonl", o.metrics_jsonl);
+  check_output_file("--save-tensors", o.save_tensors);
+  check_output_file("--benchmark-save", o.benchmark_save);
+  check_output_folder("--save", o.save);
+  check_output_folder("--export-hf", o.export_hf);
+  check_output_folder("--tensorboard-dir", o.tensorboard_dir);
+  check_outputs_distinct(o);
 }
 
 }  // namespace paralab

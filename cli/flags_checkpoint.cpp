@@ -1,59 +1,144 @@
 // cli/flags_checkpoint.cpp: the checkpoint and Hugging Face flags (Megatron's --save, --load,
-// --save-interval, --exit-interval, --no-load-optim; --export-hf, --load-hf, --convert) and
-// their checks. checkpoint/checkpoint.h and checkpoint/hugging_face.h are what they drive.
+// --save-interval, --exit-interval, --exit-duration-in-mins, --no-load-optim, --ckpt-step,
+// --finetune, --no-save-optim, --exit-on-missing-checkpoint; paralab's --override-latest;
+// --export-hf, --load-hf, --convert) and their checks. checkpoint/checkpoint.h and
+// checkpoint/hugging_face.h are what they drive.
+//
+// The one rule: a resume cannot lose work. --load is resolved here, before anything is
+// allocated (checkpoint/checkpoint.h locate_checkpoint): a file, a mistyped folder, a `latest`
+// naming a missing iteration are refused with one line, never read as "start from step 1";
+// and --save refuses to move its `latest` back to an earlier iteration unless told.
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "cli/flags_impl.h"  // defines: add_switch, fail; cli/flags.h Options
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/hugging_face.h"
 
 namespace paralab {
 
 namespace {
-// A folder the run makes (or writes into): absent with a writable parent, or a writable folder.
-void check_folder_path(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) fail(flag, ": ", path, " is a file, not a folder");
-    if (access(path.c_str(), W_OK | X_OK) != 0) fail(flag, ": cannot write into ", path, ": permission denied");
+
+// The same folder, spelled either way (ck, ./ck/, an absolute path).
+bool same_folder(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  auto norm = [](std::string p) {
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    while (p.compare(0, 2, "./") == 0) p = p.substr(2);
+    return p;
+  };
+  return norm(a) == norm(b);
+}
+
+// --load: the iteration folder, or none (a folder without a checkpoint yet, which only the
+// run that saves into it may start from: the first job of a Slurm chain).
+void resolve_load(Options& o) {
+  if (o.load.empty()) {
+    if (o.ckpt_step != 0) fail("--ckpt-step ", o.ckpt_step, " needs --load DIR (where to load from)");
+    if (o.finetune) fail("--finetune needs --load DIR (the checkpoint to start from)");
+    if (o.exit_on_missing_checkpoint) fail("--exit-on-missing-checkpoint needs --load DIR");
     return;
   }
-  std::string parent = path;
-  while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
-  const size_t slash = parent.rfind('/');
-  parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
-  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail(flag, ": cannot make ", path, ": no such directory ", parent);
-  if (access(parent.c_str(), W_OK | X_OK) != 0)
-    fail(flag, ": cannot make ", path, ": permission denied in ", parent);
+  if (o.ckpt_step < 0) fail("--ckpt-step must be >= 1, got ", o.ckpt_step);
+  CheckpointLocation at;
+  try {
+    at = locate_checkpoint(o.load, o.ckpt_step);
+  } catch (const CheckpointError& e) {
+    fail("--load ", o.load, ": ", e.what());
+  }
+  if (!at.found) {
+    struct stat st;
+    const char* what = stat(o.load.c_str(), &st) == 0 ? "no checkpoint there" : "no such folder";
+    if (o.convert) fail("--convert --load ", o.load, ": ", what, " (no latest, no iter_NNNNNNN/)");
+    const bool first_job = !o.save.empty() && same_folder(o.load, o.save);
+    if (o.ckpt_step > 0 || o.exit_on_missing_checkpoint || !first_job) {
+      fail("--load ", o.load, ": ", what,
+           " (no latest, no iter_NNNNNNN/); to start from step 1, drop --load",
+           o.exit_on_missing_checkpoint || o.save.empty()
+               ? ""
+               : " (or give --save the same folder: a run that saves where it loads starts "
+                 "fresh while the folder has no checkpoint)");
+    }
+    return;  // the first job: trains from step 1 and says so
+  }
+  o.load_folder = at.folder;
+  o.load_iteration = at.iteration;
+  o.load_chosen_by = at.chosen_by;
 }
+
+// --save into a folder whose `latest` is past where this run starts: each save would move it
+// back, and the next --load would resume from there, days earlier.
+void check_latest_kept(const Options& o) {
+  if (o.save.empty() || o.override_latest) return;
+  int latest = 0;
+  try {
+    latest = read_latest(o.save);
+  } catch (const CheckpointError& e) {
+    fail("--save ", o.save, ": ", e.what());
+  }
+  const int start = o.finetune ? 0 : o.load_iteration;
+  if (latest <= start) return;
+  fail("--save ", o.save, ": its latest is iteration ", latest, " and this run starts at iteration ",
+       start, o.load_folder.empty() ? "" : " (" + o.load_folder + ")",
+       ": its saves would move latest back; resume from it with --load ", o.save,
+       ", save into another folder, or give --override-latest");
+}
+
 }  // namespace
 
 void add_checkpoint_flags(CLI::App& app, Options& o) {
   const char* kCheckpoint = "Checkpoints and Hugging Face";
   app.add_option("--save", o.save,
                  "write checkpoints into DIR: DIR/iter_NNNNNNN/ (a shard per rank and a "
-                 "manifest) and DIR/latest, every --save-interval steps and at the end")
+                 "manifest) and DIR/latest, every --save-interval steps, at the end and before "
+                 "an early stop; refuses to move an existing DIR/latest back (--override-latest)")
       ->type_name("DIR")->group(kCheckpoint);
   app.add_option("--save-interval", o.save_interval,
                  "with --save: a checkpoint every N steps (and after the last); 0: after the "
                  "last only")
       ->capture_default_str()->group(kCheckpoint);
   app.add_option("--load", o.load,
-                 "resume from the checkpoint DIR/latest names, at this run's layout (any tp, "
-                 "pp, vpp, dp, ZeRO stage, cp, ep, etp); without DIR/latest: train from step 1")
+                 "resume from the checkpoint DIR/latest names (or --ckpt-step's, or DIR itself "
+                 "when it is an iter_NNNNNNN folder), at this run's layout (any tp, pp, vpp, dp, "
+                 "ZeRO stage, cp, ep, etp); a folder without a checkpoint is refused, unless it "
+                 "is also --save's (the first job of a chain: step 1)")
       ->type_name("DIR")->group(kCheckpoint);
+  app.add_option("--ckpt-step", o.ckpt_step,
+                 "with --load: load iteration N (DIR/iter_NNNNNNN) instead of the one DIR/latest "
+                 "names (Megatron's)")
+      ->group(kCheckpoint);
   add_switch(app, "--no-load-optim", o.no_load_optim,
              "with --load: load the weights and the iteration only; Adam's moments start at 0")
       ->group(kCheckpoint);
+  add_switch(app, "--finetune", o.finetune,
+             "with --load: load the weights only and start at iteration 0 (Adam's moments at 0, "
+             "the learning-rate schedule and the data from step 1; the checkpoint's --seed and "
+             "--global-batch-size need not be this run's), as Megatron's")
+      ->group(kCheckpoint);
+  add_switch(app, "--no-save-optim", o.no_save_optim,
+             "with --save: save the weights (and the expert bias) without Adam's moments or the "
+             "bf16 master weights; resuming from them needs --no-load-optim or --finetune")
+      ->group(kCheckpoint);
+  add_switch(app, "--override-latest", o.override_latest,
+             "with --save: let this run's saves move DIR/latest back to an earlier iteration "
+             "(it starts before the latest one saved there); refused without it")
+      ->group(kCheckpoint);
+  add_switch(app, "--exit-on-missing-checkpoint", o.exit_on_missing_checkpoint,
+             "with --load: refuse a folder without a checkpoint even when it is --save's "
+             "(Megatron's)")
+      ->group(kCheckpoint);
   app.add_option("--exit-interval", o.exit_interval,
                  "stop after the first step whose number is divisible by N (saving first "
-                 "with --save); 0: off")
+                 "with --save): exit status 16 (saved, resume me) or 4 (nothing saved); 0: off")
       ->capture_default_str()->group(kCheckpoint);
+  app.add_option("--exit-duration-in-mins", o.exit_duration_in_mins,
+                 "stop after the first step that ends more than M minutes after the run started "
+                 "(saving first with --save): exit status 16 or 4, as --exit-interval; 0: off")
+      ->group(kCheckpoint);
   app.add_option("--export-hf", o.export_hf,
                  "after the last step, write the weights as a Hugging Face checkpoint "
                  "(config.json, model.safetensors) that transformers loads as GPT-2, Llama, "
@@ -69,13 +154,15 @@ void add_checkpoint_flags(CLI::App& app, Options& o) {
       ->group(kCheckpoint);
 }
 
-void check_checkpoint_flags(const Options& o) {
-  check_folder_path("--save", o.save);
-  check_folder_path("--export-hf", o.export_hf);
+void check_checkpoint_flags(Options& o) {
   if (o.save_interval < 0) fail("--save-interval must be >= 0, got ", o.save_interval);
   if (o.exit_interval < 0) fail("--exit-interval must be >= 0, got ", o.exit_interval);
+  if (!(o.exit_duration_in_mins >= 0) || !std::isfinite(o.exit_duration_in_mins))
+    fail("--exit-duration-in-mins must be a finite number >= 0, got ", o.exit_duration_in_mins);
   if (o.save_interval > 0 && o.save.empty())
     fail("--save-interval ", o.save_interval, " needs --save DIR (where to write)");
+  if (o.no_save_optim && o.save.empty()) fail("--no-save-optim needs --save DIR");
+  if (o.override_latest && o.save.empty()) fail("--override-latest needs --save DIR");
   if (o.no_load_optim && o.load.empty()) fail("--no-load-optim needs --load DIR");
   if (!o.load.empty() && !o.load_hf.empty())
     fail("--load ", o.load, " and --load-hf ", o.load_hf, ": start from one checkpoint, not two");
@@ -85,6 +172,19 @@ void check_checkpoint_flags(const Options& o) {
     const std::string why = hugging_face_refusal(o.model);
     if (!why.empty()) fail("--export-hf: ", why);
   }
+  if (!o.load_hf.empty()) {  // what --export-hf would refuse, --load-hf cannot describe
+    const std::string why = hugging_face_refusal(o.model);
+    if (!why.empty()) fail("--load-hf ", o.load_hf, ": ", why);
+    struct stat st;
+    if (stat(o.load_hf.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      fail("--load-hf ", o.load_hf, ": no such folder (a Hugging Face checkpoint folder holds "
+           "config.json and model.safetensors)");
+    if (stat((o.load_hf + "/config.json").c_str(), &st) != 0)
+      fail("--load-hf ", o.load_hf, ": no ", o.load_hf, "/config.json (a Hugging Face checkpoint "
+           "folder holds config.json and model.safetensors)");
+  }
+  resolve_load(o);
+  if (!o.plan && !o.convert) check_latest_kept(o);
 }
 
 }  // namespace paralab

@@ -5,11 +5,15 @@
 // files: cli/flags.h is the interface.
 //
 // defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, add_checkpoint_flags, check_checkpoint_flags, add_offload_flags,
+//          check_moe, add_megatron_flags, resolve_megatron_flags, apply_megatron_schedule,
+//          megatron_no_effect_warning, closest_flag, add_checkpoint_flags,
+//          check_checkpoint_flags, check_output_file, check_output_folder, add_offload_flags,
 //          check_offload_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
 //          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +58,19 @@ struct RawFlags {
   // and which of the "unset = none" numbers were given (0 is then an error, not "none").
   std::vector<std::string> moe_flags_given;
   bool moe_ffn_given = false, moe_capacity_given = false, moe_topk_scaling_given = false;
+  // Megatron-LM's spellings (cli/flags_megatron.cpp), as typed.
+  struct Megatron {
+    bool swiglu = false, untie = false, no_bias = false, gqa = false, rotary = false,
+         no_position_embedding = false, recompute_activations = false, check_nan = false,
+         mock_data = false, validation_ppl = false;
+    std::string normalization, position_embedding_type, split;
+    int max_position_embeddings = 0;
+    double rotary_percent = 1.0, lr_warmup_fraction = 0, timeout_minutes = 0;
+    int64_t train_samples = 0, lr_warmup_samples = 0, lr_decay_samples = 0;
+    bool samples = false, fraction = false;  // set after parsing: given
+    std::map<std::string, std::string> no_effect_values;  // the no-effect flags' values
+    std::vector<std::string> no_effect;  // set after parsing: "--flag (why)", as given
+  } megatron;
 };
 
 // Streams its arguments into one FlagError: fail("--x (", 3, ") must ...").
@@ -87,9 +104,30 @@ void record_moe_flags_given(const CLI::App& app, RawFlags& raw);
 // Resolves o.model.moe (the layer pattern, the expert width) and checks the MoE flags; after
 // the parallel layout and recompute are resolved. Throws FlagError.
 void check_moe(Options& o, const RawFlags& raw);
-// cli/flags_checkpoint.cpp: --save, --load, --export-hf and their kin, and their checks.
+// ---- cli/flags_megatron.cpp ----
+// Megatron-LM's flags for a pasted launch script, in their own group of the manual.
+void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw);
+// After parsing, before resolve_and_check: the model's parts against --arch (raw.arch may
+// become llama), the settings given under Megatron's names, the no-effect flags. FlagError.
+void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw);
+// Once the global batch is resolved: --train-samples, the samples schedule, the warm-up
+// fraction. FlagError.
+void apply_megatron_schedule(Options& o, const RawFlags& raw);
+// The warning line naming the no-effect flags given ("" when none).
+std::string megatron_no_effect_warning(const RawFlags& raw);
+// cli/flags_messages.cpp: the flag an unknown flag or --config key was meant to be: `_` read
+// as `-`, then the closest long name by edit distance (at most 1 edit in 4 characters, and 1
+// for short names); "" when nothing is close. "--num-layer" -> "--num-layers".
+std::string closest_flag(const CLI::App& app, const std::string& typed);
+
+// cli/flags_checkpoint.cpp: --save, --load, --export-hf and their kin, and their checks
+// (--load resolved into o.load_folder).
 void add_checkpoint_flags(CLI::App& app, Options& o);
-void check_checkpoint_flags(const Options& o);
+void check_checkpoint_flags(Options& o);
+// cli/flags_check.cpp: an output file (its folder must exist) or folder (made as mkdir -p)
+// the run writes: tried, one FlagError naming the flag, the path and why.
+void check_output_file(const char* flag, const std::string& path);
+void check_output_folder(const char* flag, const std::string& path);
 // cli/flags_offload.cpp: --optimizer-cpu-offload, --optimizer-offload-fraction,
 // --offload-params, --offload-pin-memory; the checks after the ZeRO stage is resolved.
 void add_offload_flags(CLI::App& app, Options& o);
@@ -108,6 +146,9 @@ struct ConfigEntry {
 // overrides an earlier one). Throws FlagError "--config FILE:LINE: ...".
 std::vector<ConfigEntry> check_config_files(const CLI::App& app,
                                             const std::vector<std::string>& files);
+// CLI11's reader of the same files: the byte-order mark dropped, TOML's integer forms (0x1F,
+// 0o17, 0b101, 1_000) as decimal.
+std::shared_ptr<CLI::Config> toml_config_for_cli11();
 
 // ---- cli/flags_messages.cpp ----
 // Whether one of opt's names was typed on the command line (`--x v`, `--x=v`, `-v`), as

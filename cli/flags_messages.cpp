@@ -2,6 +2,7 @@
 // line in the checks' style, the manual's layout, the validators with their messages, and
 // --verbose's table of the resolved options (design in cli/flags.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -93,6 +94,41 @@ std::string cli11_error_message(const CLI::App& app, const CLI::Error& e, int ar
     if (const ConfigEntry* src = config_source(config, opt))
       msg = "--config " + where(*src) + ": " + msg;
   return msg;
+}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string closest_flag(const CLI::App& app, const std::string& typed) {
+  std::string bare = typed.substr(0, typed.find('='));
+  bare = bare.substr(std::min(bare.find_first_not_of('-'), bare.size()));
+  for (char& c : bare)
+    if (c == '_') c = '-';
+  if (bare.empty()) return "";
+  std::string best;
+  size_t best_distance = std::max<size_t>(1, bare.size() / 4) + 1;  // the limit, exclusive
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt == app.get_help_ptr()) continue;
+    for (const std::string& name : opt->get_lnames()) {
+      const size_t d = edit_distance(bare, name);
+      if (d < best_distance) best_distance = d, best = "--" + name;
+    }
+  }
+  return best;
 }
 
 std::string ManualFormatter::make_option_name(const CLI::Option* opt, bool positional) const {

@@ -11,7 +11,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <map>
 #include <sstream>
 #include <string>
@@ -31,13 +35,126 @@ struct Value {
   std::vector<Value> items;
 };
 
-bool is_integer(const std::string& t) {
-  size_t i = (!t.empty() && (t[0] == '+' || t[0] == '-')) ? 1 : 0;
-  if (i == t.size()) return false;
-  for (; i < t.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(t[i]))) return false;
+// TOML's integers: decimal with an optional sign and no leading zero, or 0x (hex), 0o
+// (octal), 0b (binary) without a sign; an underscore may stand between two digits. The value
+// as decimal text in *decimal ("0x1F" -> "31", "1_000" -> "1000"), for CLI11, which reads
+// decimal and C's 0x (and, C-like, reads 010 as 8: TOML forbids that leading zero).
+bool toml_integer(const std::string& t, std::string* decimal) {
+  size_t i = 0;
+  const bool sign = !t.empty() && (t[0] == '+' || t[0] == '-');
+  if (sign) ++i;
+  int base = 10;
+  if (t.size() > i + 1 && t[i] == '0' && (t[i + 1] == 'x' || t[i + 1] == 'o' || t[i + 1] == 'b')) {
+    if (sign) return false;
+    base = t[i + 1] == 'x' ? 16 : t[i + 1] == 'o' ? 8 : 2;
+    i += 2;
+  }
+  std::string digits;
+  bool previous_digit = false;
+  for (; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '_') {
+      if (!previous_digit || i + 1 == t.size()) return false;
+      previous_digit = false;
+      continue;
+    }
+    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                  : base == 16 && std::isxdigit(static_cast<unsigned char>(c))
+                      ? std::tolower(static_cast<unsigned char>(c)) - 'a' + 10
+                      : 99;
+    if (d >= base) return false;
+    digits += c;
+    previous_digit = true;
+  }
+  if (digits.empty() || (base == 10 && digits.size() > 1 && digits[0] == '0')) return false;
+  if (decimal) {
+    errno = 0;
+    const unsigned long long v = std::strtoull(digits.c_str(), nullptr, base);
+    if (errno == ERANGE) return false;
+    *decimal = (sign && t[0] == '-' ? "-" : "") + std::to_string(v);
+  }
   return true;
 }
+bool is_integer(const std::string& t) { return toml_integer(t, nullptr); }
+
+// A --config file is TOML text: UTF-8 (a leading byte-order mark is dropped) without control
+// characters other than tab, newline and carriage return. "" or why not, naming where.
+std::string not_text(const std::string& text) {
+  int line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') ++line;
+    size_t extra = 0;
+    if (c >= 0x80) extra = (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 9;
+    bool bad = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F || extra == 9 ||
+               i + extra >= text.size() + (extra ? 0 : 1);
+    for (size_t k = 1; !bad && k <= extra; ++k)
+      bad = (static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80;
+    if (bad) {
+      char what[96];
+      std::snprintf(what, sizeof what, "not a TOML text file (byte 0x%02x at line %d, offset %zu)",
+                    c, line, i);
+      return what;
+    }
+    i += extra;
+  }
+  return "";
+}
+
+std::string strip_bom(std::string text) {
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+  return text;
+}
+
+// CLI11 reads the files too (its values are the ones applied): the same text, without the
+// byte-order mark, with TOML's integer forms written as decimal.
+class TomlForCli11 : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::stringstream raw;
+    raw << input.rdbuf();
+    std::istringstream lines(strip_bom(raw.str()));
+    std::string out, line;
+    while (std::getline(lines, line)) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos) line = line.substr(0, eq + 1) + decimal_values(line.substr(eq + 1));
+      out += line + "\n";
+    }
+    std::istringstream normalized(out);
+    return CLI::ConfigTOML::from_config(normalized);
+  }
+
+ private:
+  // Every bare word of a value (a scalar, or an array's items) that is a TOML integer.
+  static std::string decimal_values(const std::string& value) {
+    std::string out, word;
+    auto flush = [&]() {
+      std::string decimal;
+      out += toml_integer(word, &decimal) ? decimal : word;
+      word.clear();
+    };
+    for (size_t i = 0; i < value.size(); ++i) {
+      const char c = value[i];
+      if (c == '"' || c == '\'') {  // a string, as it is
+        flush();
+        const size_t close = value.find(c, i + 1);
+        const size_t end = close == std::string::npos ? value.size() : close + 1;
+        out += value.substr(i, end - i);
+        i = end - 1;
+      } else if (c == '#') {  // the comment, as it is
+        flush();
+        return out + value.substr(i);
+      } else if (std::isspace(static_cast<unsigned char>(c)) || c == ',' || c == '[' || c == ']') {
+        flush();
+        out += c;
+      } else {
+        word += c;
+      }
+    }
+    flush();
+    return out;
+  }
+};
 
 // TOML's floats without underscores: 1.5, -2e-3, 6E4, inf, nan (CLI11 converts these).
 bool is_float(const std::string& t) {
@@ -214,6 +331,8 @@ void check_type(const Reader& r, int line, const std::string& key, const CLI::Op
 
 }  // namespace
 
+std::shared_ptr<CLI::Config> toml_config_for_cli11() { return std::make_shared<TomlForCli11>(); }
+
 std::vector<ConfigEntry> check_config_files(const CLI::App& app,
                                             const std::vector<std::string>& files) {
   std::vector<ConfigEntry> entries;
@@ -221,11 +340,14 @@ std::vector<ConfigEntry> check_config_files(const CLI::App& app,
     struct stat st;
     if (stat(path.c_str(), &st) != 0) throw FlagError("--config " + path + ": no such file");
     if (!S_ISREG(st.st_mode)) throw FlagError("--config " + path + ": not a regular file");
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
     if (!in) throw FlagError("--config " + path + ": cannot read");
-    Reader r(path, text.str());
+    const std::string content = strip_bom(text.str());
+    const std::string why = not_text(content);
+    if (!why.empty()) throw FlagError("--config " + path + ": " + why);
+    Reader r(path, content);
     std::map<const CLI::Option*, int> first_line;  // a key may be set once per file
     while (!r.done()) {
       r.skip_spaces();
@@ -242,9 +364,13 @@ std::vector<ConfigEntry> check_config_files(const CLI::App& app,
       if (key.empty() || r.peek() != '=')
         r.fail(line, "expected key = value, got '" + shown + "'");
       const CLI::Option* opt = app.get_option_no_throw((key.size() == 1 ? "-" : "--") + key);
-      if (opt == nullptr)
-        r.fail(line, "unknown key '" + key +
-                         "' (keys are long flag names without the dashes, e.g. num-layers = 4)");
+      if (opt == nullptr) {
+        const std::string meant = closest_flag(app, key);
+        r.fail(line, "unknown key '" + key + "' (" +
+                         (meant.empty() ? "keys are long flag names without the dashes, e.g. "
+                                          "num-layers = 4"
+                                        : "did you mean " + meant.substr(2) + "?") + ")");
+      }
       if (opt == app.get_config_ptr() || opt == app.get_help_ptr())
         r.fail(line, key + " cannot be set in a config file");
       if (first_line.count(opt))

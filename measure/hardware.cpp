@@ -226,6 +226,16 @@ double HardwareProfile::peak_tflops(bool bf16) const {
   return fp32_tflops > 0 ? fp32_tflops : half_precision;
 }
 
+const char* HardwareProfile::peak_figure(bool bf16) const {
+  if (bf16)
+    return bf16_tflops > 0   ? "bf16 dense"
+           : fp16_tflops > 0 ? "fp16 dense (no bf16 figure)"
+                             : "fp32 dense (no bf16 figure)";
+  return fp32_tflops > 0   ? "fp32 dense"
+         : bf16_tflops > 0 ? "bf16 dense (no fp32 figure)"
+                           : "fp16 dense (no fp32 figure)";
+}
+
 // time = max(F / (peak x eff(F)), bytes / HBM) + launch, eff(F) = g x F / (F + H) (header);
 // the first term is (F + H) / (g x peak), see the top of this file. No memory bandwidth in
 // the profile: the bytes term is skipped.

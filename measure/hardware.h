@@ -79,6 +79,9 @@ struct HardwareProfile {
   // as in a CPU profile) with --bf16, else fp32 (the bf16 figure when fp32 is not stated:
   // the caller says so, see peak_from_profile in measure/peak.h). TFLOP/s.
   double peak_tflops(bool bf16) const;
+  // Which figure peak_tflops(bf16) took, named for the output: "bf16 dense", or one that is
+  // not the run's own precision with the reason, e.g. "fp32 dense (no bf16 figure)".
+  const char* peak_figure(bool bf16) const;
   // Seconds one GEMM of `flops` FLOPs and `bytes` moved takes (the curve above + launch).
   double gemm_seconds(double flops, double bytes, bool bf16) const;
 };

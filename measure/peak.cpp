@@ -29,17 +29,8 @@ double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_c
 }
 
 Peak peak_from_profile(const HardwareProfile& p, bool bf16) {
-  // The figure p.peak_tflops(bf16) took, in its order: bf16, fp16, fp32 for bf16 training;
-  // fp32, bf16, fp16 for fp32 training. A figure other than the run's own says so.
-  const char* figure = nullptr;
-  if (bf16)
-    figure = p.bf16_tflops > 0   ? "bf16 dense"
-             : p.fp16_tflops > 0 ? "fp16 dense (no bf16 figure)"
-                                 : "fp32 dense (no bf16 figure)";
-  else
-    figure = p.fp32_tflops > 0   ? "fp32 dense"
-             : p.bf16_tflops > 0 ? "bf16 dense (no fp32 figure)"
-                                 : "fp16 dense (no fp32 figure)";
+  // the figure p.peak_tflops(bf16) took; one other than the run's own precision says so
+  const char* figure = p.peak_figure(bf16);
   Peak peak{p.peak_tflops(bf16), (p.file.empty() ? p.name : p.file) + ", " + figure};
   if (!p.confirmed) peak.source += ", unconfirmed";
   return peak;

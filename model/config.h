@@ -119,6 +119,9 @@ struct ModelConfig {
   float attention_dropout = 0.0f;// on attention probabilities (gpt)
   float norm_epsilon = 1e-5f;
   float rope_theta = 10000.0f;   // llama only (--rotary-base)
+  // The initial weights' standard deviation (Megatron's --init-method-std): N(0, std), the
+  // two output projections of each layer N(0, std / sqrt(2L)).
+  float init_method_std = 0.02f;
   bool qk_layernorm = false;     // RMSNorm (LayerNorm for gpt) of q and k per head, before RoPE
   AttentionImpl attention = AttentionImpl::FLASH;
   bool fused_cross_entropy = true;
@@ -163,6 +166,12 @@ struct TrainConfig {
   // A step whose loss or gradient norm is not finite is skipped (no update); this many in a
   // row stop the run (exit 3): the weights are gone, more steps would only repeat the NaN.
   int max_skipped_steps = 10;
+  // Megatron's sample-based schedule (--train-samples): warm-up and decay in samples, the
+  // step's position step x global batch; 0: the schedule counts steps.
+  int64_t lr_warmup_samples = 0, lr_decay_samples = 0;
+  // --split: the data's training and validation shares (Megatron's weights, normalised);
+  // 0: the default (a file's last 10% validates).
+  double split_train = 0, split_valid = 0;
 };
 
 // CPU offload (parallel/offload.h; DeepSpeed's offload_optimizer and offload_param, Megatron's

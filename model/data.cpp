@@ -155,14 +155,35 @@ size_t validation_tokens(size_t n, int seq_length) {
   return n >= tail + window ? tail : 0;  // training keeps at least one window
 }
 
-void check_validation_split(const std::string& path, int vocab_size, int seq_length) {
+DataRegions data_regions(size_t n, int seq_length, double split_train, double split_valid) {
+  DataRegions r;
+  if (split_train <= 0) {
+    r.valid = validation_tokens(n, seq_length);
+    r.train = n - r.valid;
+    return r;
+  }
+  const size_t window = static_cast<size_t>(seq_length) + 1;
+  r.train = std::min(n, static_cast<size_t>(std::llround(split_train * n)));
+  const size_t end = std::min(n, static_cast<size_t>(std::llround((split_train + split_valid) * n)));
+  r.valid = end > r.train && end - r.train >= window ? end - r.train : 0;
+  return r;
+}
+
+void check_validation_split(const std::string& path, int vocab_size, int seq_length,
+                            double split_train, double split_valid, bool evaluating) {
   MappedFile f(path);
   const size_t n = inspect(path, f.data, f.bytes, vocab_size, seq_length).num_tokens;
-  if (validation_tokens(n, seq_length) == 0)
+  const size_t window = static_cast<size_t>(seq_length) + 1;
+  const DataRegions r = data_regions(n, seq_length, split_train, split_valid);
+  if (split_train > 0 && r.train < window)
+    throw DataError(fail_prefix(path) + "holds " + std::to_string(n) + " tokens: --split's "
+                    "training share is " + std::to_string(r.train) + ", shorter than "
+                    "--seq-length + 1 (" + std::to_string(window) + ")");
+  if (evaluating && r.valid == 0)
     throw DataError(fail_prefix(path) + "holds " + std::to_string(n) +
                     " tokens, too few for --eval-interval's validation split (training and "
-                    "validation need --seq-length + 1 each: " +
-                    std::to_string(2 * (static_cast<size_t>(seq_length) + 1)) + ")");
+                    "validation need --seq-length + 1 each: " + std::to_string(2 * window) + ")" +
+                    (split_train > 0 ? " at --split's shares" : ""));
 }
 
 std::vector<int32_t> synthetic_corpus(uint64_t seed, int vocab_size, size_t n_tokens) {
@@ -214,17 +235,26 @@ DataLoader::DataLoader(const std::string& data_path, const ModelConfig& model,
     size_t n = std::max<size_t>(size_t(1) << 20, 16 * (static_cast<size_t>(seq_length_) + 1));
     // the validation region continues the same chain past the training corpus (its first n
     // tokens are synthetic_corpus(seed, V, n) exactly), T/8: >= 2 windows as T >= 16 windows
-    synthetic_ = synthetic_corpus(seed_, model.vocab_size, n + n / 8);
+    // (with --split: in proportion to the training tokens, at least one window)
+    size_t valid = n / 8;
+    if (train.split_train > 0)
+      valid = train.split_valid > 0
+                  ? std::max(static_cast<size_t>(std::llround(n * train.split_valid / train.split_train)),
+                             static_cast<size_t>(seq_length_) + 1)
+                  : 0;
+    synthetic_ = synthetic_corpus(seed_, model.vocab_size, n + valid);
     source_ = DataSource::SYNTHETIC;
     train_tokens_ = n;
-    num_tokens_ = n + n / 8;
+    num_tokens_ = n + valid;
     return;
   }
   MappedFile f(data_path);
   FileLayout layout = inspect(data_path, f.data, f.bytes, model.vocab_size, seq_length_);
   source_ = layout.source;
-  num_tokens_ = layout.num_tokens;
-  train_tokens_ = num_tokens_ - validation_tokens(num_tokens_, seq_length_);
+  const DataRegions regions =
+      data_regions(layout.num_tokens, seq_length_, train.split_train, train.split_valid);
+  train_tokens_ = regions.train;
+  num_tokens_ = regions.train + regions.valid;  // --split's test share is not read
   map_bytes_ = f.bytes;
   map_ = f.release();
   // Tokens start at a 1024-byte offset of a page-aligned mapping: uint16 reads are aligned.

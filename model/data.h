@@ -19,11 +19,13 @@
 // starting at T + hash(seed, n) mod (V_n - S) on its own hash stream: every evaluation
 // reads the same K batches (a fixed validation set, so the curve compares like with like).
 //  - synthetic: the chain is generated V_n = T/8 tokens further than the training corpus
-//    (T is unchanged, so enabling evaluation never changes what training reads);
+//    (T is unchanged, so enabling evaluation never changes what training reads); with
+//    --split, V_n = T w_valid / w_train (at least S + 1 when w_valid > 0);
 //  - a --data-path file of n tokens: the last V_n = max(ceil(n x kValidFraction), S + 1)
 //    tokens (Megatron's --split idea), whether or not evaluation runs; a file too short
 //    to leave S + 1 tokens on each side is not split (T = n, and --eval-interval refuses
-//    it: check_validation_split).
+//    it: check_validation_split); with --split (Megatron's train,valid,test weights) the
+//    shares in that order (data_regions).
 //
 // Three sources:
 //  - synthetic (no --data-path): a corpus generated in process from the seed, with enough
@@ -34,7 +36,7 @@
 // Files are memory-mapped read-only, so the ranks of one node share one copy.
 //
 // defines: InputError, DataError, DataSource, DataLoader, check_data_file, synthetic_corpus,
-//          kValidFraction, validation_tokens, check_validation_split
+//          kValidFraction, validation_tokens, DataRegions, data_regions, check_validation_split
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -74,8 +76,20 @@ constexpr double kValidFraction = 0.1;
 // Tokens of a file of n tokens held out for validation: max(ceil(n kValidFraction), S + 1),
 // or 0 when the rest would be shorter than one window (n < 2 (S + 1)).
 size_t validation_tokens(size_t n, int seq_length);
-// --eval-interval with --data-path: throws DataError when the file is too short to split.
-void check_validation_split(const std::string& path, int vocab_size, int seq_length);
+// Where a file of n tokens trains and validates: [0, train) and [train, train + valid).
+// Without --split (split_train 0) the last validation_tokens(n, S) validate; with it (Megatron's
+// weights, normalised: train, valid, test) train = round(w_train n), valid = round((w_train +
+// w_valid) n) - train and the test share, the rest, is not read; a validation part shorter
+// than a window (S + 1 tokens) is none (valid 0).
+struct DataRegions {
+  size_t train = 0, valid = 0;
+};
+DataRegions data_regions(size_t n, int seq_length, double split_train = 0, double split_valid = 0);
+// --eval-interval or --split with --data-path: throws DataError when the file is too short to
+// split (validating: a window on each side; --split: a window to train on).
+void check_validation_split(const std::string& path, int vocab_size, int seq_length,
+                            double split_train = 0, double split_valid = 0,
+                            bool evaluating = true);
 
 // The synthetic corpus: n tokens of a sparse order-2 Markov chain over [0, V).
 //  - every token b has n_b in {2, 3, 4} successors; successor 0 follows a random cyclic

@@ -12,17 +12,31 @@
 
 namespace paralab {
 
-float learning_rate(const TrainConfig& t, int step) {
-  const int warmup = t.lr_warmup_iters;
-  const int decay = t.lr_decay_iters > 0 ? t.lr_decay_iters : t.train_iters;
-  if (warmup > 0 && step <= warmup) return t.lr * (float)step / (float)warmup;
-  if (step > decay) return t.min_lr;
+namespace {
+// Warm-up, then the decay, at position `at` of a schedule of these lengths.
+float scheduled(const TrainConfig& t, double at, double warmup, double decay) {
+  if (at > decay) return t.min_lr;
   if (t.lr_decay_style == LrDecay::CONSTANT || decay <= warmup) return t.lr;
-  const double progress = (double)(step - warmup) / (double)(decay - warmup);
+  const double progress = (at - warmup) / (decay - warmup);
   double coeff;
   if (t.lr_decay_style == LrDecay::LINEAR) coeff = 1.0 - progress;
   else coeff = 0.5 * (1.0 + std::cos(M_PI * progress));  // cosine
   return (float)(t.min_lr + (t.lr - t.min_lr) * coeff);
+}
+}  // namespace
+
+float learning_rate(const TrainConfig& t, int step) {
+  if (t.lr_decay_samples > 0) {
+    // Megatron's sample-based schedule (--train-samples): the position is the samples
+    // consumed, step x global batch, and the lengths are samples
+    const double at = (double)step * t.global_batch_size, warmup = (double)t.lr_warmup_samples;
+    if (warmup > 0 && at <= warmup) return (float)(t.lr * at / warmup);
+    return scheduled(t, at, warmup, (double)t.lr_decay_samples);
+  }
+  const int warmup = t.lr_warmup_iters;
+  const int decay = t.lr_decay_iters > 0 ? t.lr_decay_iters : t.train_iters;
+  if (warmup > 0 && step <= warmup) return t.lr * (float)step / (float)warmup;
+  return scheduled(t, step, warmup, decay);
 }
 
 AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)

@@ -202,13 +202,13 @@ const TensorView& Transformer::view(const std::string& name) const {
 }
 
 void Transformer::init_parameters(uint64_t seed) {
-  // Megatron's init: N(0, 0.02) for weights, N(0, 0.02/sqrt(2L)) for the two output
-  // projections of each layer (scaled init), zero biases, unit norm weights. Box-Muller on
+  // Megatron's init: N(0, σ) for weights (σ: --init-method-std, 0.02), N(0, σ/sqrt(2L)) for
+  // the two output projections of each layer (scaled init), zero biases, unit norm weights. Box-Muller on
   // the counter RNG, keyed on (seed, tensor index, element) of the FULL tensor, then each
   // tp rank keeps its shard: the values do not depend on the device or on the split.
   // A pipeline stage draws only its own tensors (the same values: the key is the tensor's
   // index in the full table).
-  const float sigma = 0.02f, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
+  const float sigma = config_.init_method_std, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
   auto draw = [&](const std::vector<ParamSpec>& table, bool experts) {
     std::vector<float> local;
     for (const ParamSpec& mine_spec : table) {

@@ -245,7 +245,7 @@ void fail(const std::string& msg, int code) {
   int rank = 0, size = 1;
   const bool mpi = mpi_running(&rank, &size);
   std::fflush(stdout);
-  std::fprintf(stderr, "paralab: rank %d: %s\n", rank, msg.c_str());
+  std::fprintf(stderr, "paralab: error: rank %d: %s\n", rank, msg.c_str());
   std::fflush(stderr);
   // MPI_Abort makes the launcher kill every other rank, wherever it is blocked. The launcher
   // forwards our stderr asynchronously and may tear the job down before it has: give it a

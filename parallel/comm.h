@@ -234,7 +234,7 @@ struct FatalError : std::runtime_error {
       : std::runtime_error(msg), code(code_) {}
 };
 
-// Prints "paralab: rank R: msg" to stderr and ends every rank: MPI_Abort(MPI_COMM_WORLD,
+// Prints "paralab: error: rank R: msg" to stderr and ends every rank: MPI_Abort(MPI_COMM_WORLD,
 // code) when MPI runs with more than one rank, else exit(code).
 [[noreturn]] void fail(const std::string& msg, int code = 1);
 // For an error that every rank detects identically (a bad flag): rank 0 alone prints

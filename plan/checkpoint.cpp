@@ -5,7 +5,7 @@
 // parameters' dp (x cp) rank 0 and the experts' edp rank 0 save everything they hold, under
 // ZeRO >= 1 every rank its slices (owned_elements: the padding is not saved). Per element:
 // the parameter in its storage type (2 or 4 bytes), Adam's m and v (fp32, 8 bytes) and with
-// bf16 the fp32 master (4 bytes). What tp ranks or stages hold alike (norms, biases, gpt's
+// bf16 the fp32 master (4 bytes); with --no-save-optim the parameter alone. What tp ranks or stages hold alike (norms, biases, gpt's
 // tied copy of the word embedding) each saves, as in Megatron. The expert bias (aux-loss-free
 // balancing) adds E fp32 per MoE layer of the stage, saved by dense replica 0 on tp rank 0.
 #include "plan/plan.h"
@@ -15,7 +15,9 @@ namespace paralab {
 void plan_checkpoint(Plan& plan) {
   const ModelConfig& m = plan.model;
   const ParallelConfig& par = plan.parallel;
-  const int64_t per_element = (plan.train.bf16 ? 2 : 4) + 8 + (plan.train.bf16 ? 4 : 0);
+  // (--no-save-optim: the parameter alone)
+  const int64_t per_element = (plan.train.bf16 ? 2 : 4) +
+                              (plan.options.checkpoint_optimizer ? 8 + (plan.train.bf16 ? 4 : 0) : 0);
   const int pp = par.pipeline_parallel;
   const int etp = par.expert_tensor_parallel, ep = par.expert_parallel;
   const int stage_world = par.world_size / pp;

@@ -80,6 +80,8 @@ struct PlanOptions {
   // (parallel/attention_pass.cpp, flash_by_group): B G kernel launches a pass instead of
   // one, which plan/kernel_traffic.h counts. The trainer sets it with --comm mpi.
   bool flash_ring_by_group = false;
+  // --no-save-optim: a checkpoint holds the parameters alone (plan/checkpoint.cpp).
+  bool checkpoint_optimizer = true;
 };
 
 // One tensor the forward keeps for backward (notes/model.md, "What the model saves").

@@ -222,6 +222,7 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
   StepTime st;
   st.hardware = hw.name + (hw.file.empty() ? "" : " (" + hw.file + ")");
   st.peak_tflops = peak_tflops;
+  st.peak_figure = hw.peak_figure(bf16);
   const Device dev{hw, bf16, peak_tflops * 1e12};
   const PipelinePlan& pipe = plan.pipeline;
   const int p = pipe.shape.p, v = pipe.shape.v;

@@ -86,6 +86,7 @@ struct StageTime {  // one model stage (chunk), per microbatch, seconds
 struct StepTime {
   std::string hardware;          // profile name and file
   double peak_tflops = 0;        // the profile's, for the run's precision
+  std::string peak_figure;       // which of its figures (HardwareProfile::peak_figure)
   // One rank's step (rank 0's stage with pipelining), seconds; compute = gemm + attention +
   // memory + recompute, each with its launches' overhead (launch_seconds says how much).
   double gemm = 0, attention = 0, memory = 0, recompute = 0, optimizer = 0;

@@ -75,8 +75,15 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
 }
 
 // ---- per-step line -----------------------------------------------------------------------
+// The iteration column: "N/total" right-aligned, wide enough for the total twice.
+static int iteration_width(const StepMetrics& s) {
+  const int digits = (int)std::to_string(std::max(s.train_iters, s.step)).size();
+  return std::max(9, 2 * digits + 1);
+}
+
 std::string step_header(const StepMetrics& s) {
-  std::string h = strprintf("%6s %9s %9s %8s %9s %8s %7s %7s %9s %8s %8s", "step",
+  std::string h = strprintf("%*s %9s %9s %8s %9s %8s %7s %7s %9s %8s %8s", iteration_width(s),
+                            "iteration",
                             s.log_interval > 1 ? "mean loss" : "loss", "lr", "gnorm", "ms",
                             "tok/s", "MFU", "HFU", "mem(MiB)", "elapsed", "ETA");
   if (std::isfinite(s.aux_loss)) h += strprintf(" %10s %10s", "aux loss", "z loss");
@@ -89,7 +96,10 @@ std::string step_header(const StepMetrics& s) {
 std::string step_row(const StepMetrics& s) {
   // the logged loss: the mean since the previous line (the step's own without one)
   const double loss = s.loss_steps > 0 ? s.loss_mean : s.loss;
-  std::string r = strprintf("%6d %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s %8s %8s", s.step, loss,
+  const std::string iteration = s.train_iters > 0 ? strprintf("%d/%d", s.step, s.train_iters)
+                                                  : std::to_string(s.step);
+  std::string r = strprintf("%*s %9.4f %9.2e %8.3f %9.1f %8s %7s %7s %9s %8s %8s",
+                            iteration_width(s), iteration.c_str(), loss,
                             s.lr, s.grad_norm, s.step_seconds * 1e3,
                             format_si(s.tokens_per_second, 1).c_str(), percent(s.mfu).c_str(),
                             percent(s.hfu).c_str(), format_mib(s.peak_memory_bytes).c_str(),
@@ -241,7 +251,7 @@ static std::string comm_table_of(const std::vector<CommPlanEntry>& comm, const s
              "bus MiB");
   } else {
     t = "communication per step, per rank       calls          payload MiB            bus MiB"
-        "   (time: measured only, the time table below; no time model yet)\n";
+        "   (time: the next table)\n";
     t += strprintf("  %-9s %-15s %7s %7s %10s %10s %10s %10s\n", "group", "operation", "pred",
              "meas", "pred", "meas", "pred", "meas");
   }

@@ -75,6 +75,7 @@ struct StepMetrics {
   // --metrics-jsonl keeps each step's own loss. log_interval labels the column.
   double loss_mean = NAN;
   int loss_steps = 0, log_interval = 1;
+  int train_iters = 0;          // the run's last step: the line's "iteration N/total" (0: N)
   double elapsed_seconds = -1;  // since training started: steps, evaluations, printing
   double eta_seconds = -1;      // elapsed / step x (train_iters - step)
   double valid_loss = NAN;      // --eval-interval: the validation loss after this step
@@ -114,8 +115,9 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
 // dimension a multiple of 8 elements ..." or the ones that are not.
 std::string gemm_alignment_text(const Plan& plan);
 // The header's columns follow what `s` carries (comm, bubble), so print the header from
-// the first step's metrics and every row from its own. Columns: step, loss (mean since the
-// last line), lr, gnorm, ms, tok/s, MFU, HFU, mem(MiB), elapsed, ETA[, comm(MiB)][, bubble].
+// the first step's metrics and every row from its own. Columns: iteration (N/total, as
+// Megatron prints it), loss (mean since the last line), lr, gnorm, ms, tok/s, MFU, HFU,
+// mem(MiB), elapsed, ETA[, comm(MiB)][, bubble].
 std::string step_header(const StepMetrics& s);
 std::string step_row(const StepMetrics& s);
 

@@ -108,9 +108,9 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
     s += "time per step: no projection (" + p.no_time + ")\n";
   } else {
     const StepTime& t = *p.time;
-    s += strprintf("time per step, PROJECTED on %s, %.4g TFLOP/s/rank %s peak "
+    s += strprintf("time per step, PROJECTED on %s, peak %.4g TFLOP/s/rank, %s "
                    "(plan/time_model.h; a model, not a measurement)\n",
-                   t.hardware.c_str(), t.peak_tflops, plan.train.bf16 ? "bf16" : "fp32");
+                   t.hardware.c_str(), t.peak_tflops, t.peak_figure.c_str());
     s += strprintf("  %-34s %14s %8s\n", "rank 0", "seconds", "of step");
     auto row = [&](const std::string& name, double sec, const std::string& note) {
       s += strprintf("  %-34s %14s %7.1f%%  %s\n", name.c_str(), seconds_text(sec).c_str(),
@@ -248,7 +248,9 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
       s += strprintf("  %-26s %13.2f %13.2f %8.2f\n", name.c_str(), projected * 1e3,
                      measured * 1e3, measured > 0 ? projected / measured : 0.0);
   };
-  double projected_rest = t.step, measured_rest = m.step;
+  // "the rest" is the step less every row above it: the GEMMs, the exposed communication
+  // and the bubble (unknown when the run could not time its GEMMs)
+  double projected_rest = t.step - t.gemm, measured_rest = m.gemm >= 0 ? m.step - m.gemm : -1;
   row("step", t.step, m.step);
   row("GEMMs", t.gemm, m.gemm);
   for (const auto& [group, exposed] : exposed_by_group(t)) {
@@ -272,7 +274,7 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
     projected_rest -= t.bubble;
     if (m.bubble >= 0 && measured_rest >= 0) measured_rest -= m.bubble;
   }
-  row("compute (the rest)", projected_rest, measured_rest);
+  row("other compute (the rest)", projected_rest, measured_rest);
   s += "  ratio = projected / measured; the projection's assumptions: trainer --plan "
        "--hardware ...\n";
   return s;

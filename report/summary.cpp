@@ -25,7 +25,9 @@ static std::string percent_or_na(double f) {
 
 std::string summary_text(const RunSummary& s) {
   std::string t = "summary\n";
-  t += strprintf("  %-16s %d steps, %.0f tokens%s\n", "trained", s.steps, s.tokens,
+  const std::string which =
+      s.first_step > 1 ? strprintf(" (iterations %d-%d, resumed)", s.first_step, s.last_step) : "";
+  t += strprintf("  %-16s %d steps%s, %.0f tokens%s\n", "trained", s.steps, which.c_str(), s.tokens,
                  s.skipped_steps > 0
                      ? strprintf("; %d skipped (loss or gradient norm not finite, no update)",
                                  s.skipped_steps).c_str()
@@ -47,9 +49,9 @@ std::string summary_text(const RunSummary& s) {
   }
   if (std::isfinite(s.final_train_loss))
     t += strprintf("  %-16s %.4f (%s)\n", "final train loss", s.final_train_loss,
-                   s.final_train_first < s.steps
-                       ? strprintf("mean of steps %d-%d", s.final_train_first, s.steps).c_str()
-                       : strprintf("step %d", s.steps).c_str());
+                   s.final_train_first < s.last_step
+                       ? strprintf("mean of steps %d-%d", s.final_train_first, s.last_step).c_str()
+                       : strprintf("step %d", s.last_step).c_str());
   if (s.evaluations > 0)
     t += strprintf("  %-16s %.4f, PPL %.3f (after step %d, %d batches; %d evaluation(s))\n",
                    "final val loss", s.final_valid_loss, perplexity(s.final_valid_loss),
@@ -61,6 +63,7 @@ std::string summary_json(const RunSummary& s) {
   JsonWriter j;
   j.begin_object();
   j.field("type", "summary").field("steps", s.steps).field("tokens", s.tokens);
+  j.field("first_step", s.first_step).field("last_step", s.last_step);
   j.field("skipped_steps", s.skipped_steps);
   j.field("wall_s", s.wall_seconds).field("step_s", s.step_seconds).field("eval_s", s.eval_seconds);
   j.field("tokens_per_s", s.tokens_per_second()).field("mfu", s.mfu()).field("hfu", s.hfu());

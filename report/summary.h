@@ -42,7 +42,8 @@ class LogAverage {
 };
 
 struct RunSummary {
-  int steps = 0;
+  int steps = 0;                      // this run's (a resumed run's: since it resumed)
+  int first_step = 0, last_step = 0;  // their iterations
   int skipped_steps = 0;  // steps without an update: loss or gradient norm not finite
   double tokens = 0;
   double wall_seconds = 0, step_seconds = 0, eval_seconds = 0;
@@ -50,13 +51,15 @@ struct RunSummary {
   int64_t peak_memory_bytes = -1, eval_peak_memory_bytes = -1;  // -1: not measured
   int peak_memory_rank = 0, eval_peak_memory_rank = 0;
   double final_train_loss = NAN;
-  int final_train_first = 0;  // the steps final_train_loss averages: first .. steps
+  int final_train_first = 0;  // the iterations final_train_loss averages: first .. last_step
   double final_valid_loss = NAN;
   int valid_step = 0, evaluations = 0, eval_batches = 0;
 
   // A step's share (its time, its tokens, its MFU and HFU weighted by its time), and an
   // evaluation's.
-  void add_step(double step_tokens, double seconds, double step_mfu, double step_hfu) {
+  void add_step(int step, double step_tokens, double seconds, double step_mfu, double step_hfu) {
+    if (steps == 0) first_step = step;
+    last_step = step;
     ++steps, tokens += step_tokens, step_seconds += seconds;
     mfu_seconds += step_mfu * seconds, hfu_seconds += step_hfu * seconds;
   }

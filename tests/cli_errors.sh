@@ -122,8 +122,8 @@ bad "trace unwritable"        "--trace: cannot write /nonexistent/dir/t.json" \
                                                         --plan --world-size 2 --pp 2 --trace /nonexistent/dir/t.json
 bad "save-tensors unwritable" "--save-tensors: cannot write /nonexistent/dir/p.bin: no such directory /nonexistent/dir" \
                                                         --plan --save-tensors /nonexistent/dir/p.bin
-bad "save folder unmakable"   "--save: cannot make /nonexistent/dir/ckpt: no such directory /nonexistent/dir" \
-                                                        --train-iters 1 --save /nonexistent/dir/ckpt
+bad "save folder unmakable"   "--save: cannot make /proc/dir/ckpt (No such file or directory in /proc)" \
+                                                        --train-iters 1 --save /proc/dir/ckpt
 bad "save interval alone"     "--save-interval 5 needs --save DIR (where to write)" \
                                                         --train-iters 1 --save-interval 5
 bad "no-load-optim alone"     "--no-load-optim needs --load DIR" --train-iters 1 --no-load-optim
@@ -254,6 +254,107 @@ bad "no validation split, plan" "too few for --eval-interval's validation split"
 # A warm-up the user typed keeps Megatron's constraint, even over a preset.
 bad "typed warm-up"           "--lr-warmup-iters (20) must be <=" \
                               --config configs/models/tiny.toml --train-iters 10 --lr-warmup-iters 20
+
+# Resume that cannot lose work (issue 30): a wrong --load is refused, never read as "start
+# from step 1"; --save never moves its latest back unless told.
+mkdir -p "$tmp/ck/iter_0000004" "$tmp/nolatest/iter_0000004" "$tmp/nolatest/iter_0000008" \
+         "$tmp/dangling/iter_0000004" "$tmp/empty"
+printf '4\n' >"$tmp/ck/latest"; printf '9\n' >"$tmp/dangling/latest"; : >"$tmp/empty.bin"
+bad "load a file"             "--load $tmp/empty.bin: $tmp/empty.bin is a file, not a checkpoint folder" \
+                                                        --train-iters 1 --load "$tmp/empty.bin"
+bad "load a mistyped folder"  "--load $tmp/ckk: no such folder (no latest, no iter_NNNNNNN/); to start from step 1, drop --load" \
+                                                        --train-iters 1 --load "$tmp/ckk"
+bad "load an empty folder"    "--load $tmp/empty: no checkpoint there" --train-iters 1 --load "$tmp/empty"
+bad "load, plan too"          "--load $tmp/ckk: no such folder" --plan --load "$tmp/ckk"
+bad "iterations, no latest"   "$tmp/nolatest has no latest, but iterations 4, 8: choose one with --ckpt-step N" \
+                                                        --train-iters 1 --load "$tmp/nolatest"
+bad "latest names a missing"  "$tmp/dangling/latest names iteration 9, but $tmp/dangling/iter_0000009 is missing (iterations there: 4; choose one with --ckpt-step N)" \
+                                                        --train-iters 1 --load "$tmp/dangling"
+bad "ckpt-step missing"       "--ckpt-step 7: no $tmp/ck/iter_0000007 (iterations there: 4)" \
+                                                        --train-iters 1 --load "$tmp/ck" --ckpt-step 7
+bad "ckpt-step vs folder"     "is iteration 4's folder, but --ckpt-step asks for 8" \
+                                                        --train-iters 1 --load "$tmp/ck/iter_0000004" --ckpt-step 8
+bad "convert, no checkpoint"  "--convert --load $tmp/empty: no checkpoint there (no latest, no iter_NNNNNNN/)" \
+                                                        --convert --load "$tmp/empty" --export-hf "$tmp/hf"
+bad "ckpt-step alone"         "--ckpt-step 4 needs --load DIR" --train-iters 1 --ckpt-step 4
+bad "finetune alone"          "--finetune needs --load DIR" --train-iters 1 --finetune
+bad "missing checkpoint, told" "--load $tmp/empty: no checkpoint there" \
+                              --train-iters 1 --load "$tmp/empty" --save "$tmp/empty" --exit-on-missing-checkpoint
+bad "latest moved back"       "--save $tmp/ck: its latest is iteration 4 and this run starts at iteration 0: its saves would move latest back; resume from it with --load $tmp/ck, save into another folder, or give --override-latest" \
+                                                        --train-iters 1 --save "$tmp/ck"
+bad "no-save-optim alone"     "--no-save-optim needs --save DIR" --train-iters 1 --no-save-optim
+bad "override-latest alone"   "--override-latest needs --save DIR" --train-iters 1 --override-latest
+bad "exit duration"           "--exit-duration-in-mins must be a finite number >= 0, got -1" \
+                                                        --exit-duration-in-mins -1
+# Every output tried before the first step: a folder that cannot be made, a file that cannot be
+# written (/proc and /sys refuse new entries, even to root).
+bad "save into /proc"         "--save: cannot make /proc/ck (No such file or directory in /proc)" \
+                                                        --train-iters 3 --save /proc/ck --save-interval 3
+bad "export-hf into /proc"    "--export-hf: cannot make /proc/hf" --train-iters 1 --export-hf /proc/hf
+bad "tensorboard into /proc"  "--tensorboard-dir: cannot make /proc/tb" --train-iters 1 --tensorboard-dir /proc/tb
+bad "metrics into /sys"       "--metrics-jsonl: cannot write /sys/m.jsonl" --train-iters 1 --metrics-jsonl /sys/m.jsonl
+bad "trace into /proc, plan"  "--trace: cannot write /proc/t.json" --plan --trace /proc/t.json
+bad "output over an input"    "--metrics-jsonl $tmp/text.txt is also --data-path: the output would overwrite the input" \
+                                                        --train-iters 1 --data-path "$tmp/text.txt" --metrics-jsonl "$tmp/text.txt"
+bad "two outputs, one file"   "--trace $tmp/out.json is also --metrics-jsonl: two outputs would overwrite each other" \
+                                                        --train-iters 1 --trace "$tmp/out.json" --metrics-jsonl "$tmp/out.json"
+bad "tensorboard interval"    "--tensorboard-log-interval must be >= 1, got 0" --tensorboard-log-interval 0
+# Megatron's names: the model's parts restate --arch; settings given twice must agree.
+bad "swiglu with gpt"         "--swiglu (llama's) conflicts with --arch gpt" --arch gpt --swiglu
+bad "layernorm with llama"    "--normalization LayerNorm (gpt's) conflicts with --arch llama" \
+                                                        --arch llama --normalization LayerNorm
+bad "llama parts, one missing" "--swiglu describes Megatron's Llama, but --disable-bias-linear is missing" \
+                              --swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights
+bad "two families"            "--swiglu (llama's) and --normalization LayerNorm (gpt's) describe two families" \
+                                                        --swiglu --normalization LayerNorm
+bad "position table, gpt"     "--max-position-embeddings (128) with --arch gpt: paralab's learned position table has --seq-length (32) rows" \
+                                                        --max-position-embeddings 128
+bad "rotary percent"          "--rotary-percent must be 1.0" --arch llama --rotary-percent 0.5
+bad "position type choice"    "--position-embedding-type must be one of learned_absolute, rope, got none" \
+                                                        --position-embedding-type none
+bad "init std"                "--init-method-std must be a finite number > 0, got 0" --init-method-std 0
+bad "samples and iters"       "give --train-iters (10) or --train-samples (64), not both" \
+                                                        --train-iters 10 --train-samples 64
+bad "warmup samples alone"    "--lr-warmup-samples needs --train-samples" --lr-warmup-samples 8
+bad "decay iters, samples"    "--lr-decay-iters with --train-samples: give --lr-warmup-samples / --lr-decay-samples" \
+                                                        --train-samples 64 --lr-decay-iters 4
+bad "too few samples"         "--train-samples (2) must be at least one step of --global-batch-size (4)" \
+                                                        --train-samples 2
+bad "warmup fraction twice"   "--lr-warmup-fraction and --lr-warmup-iters both give the warm-up" \
+                                                        --lr-warmup-fraction 0.1 --lr-warmup-iters 2
+bad "recompute activations"   "--recompute-activations (= --recompute-granularity selective) conflicts with --recompute-granularity full" \
+                              --recompute-activations --recompute-granularity full --recompute-method block --recompute-num-layers 1
+bad "nan check vs skipped"    "--check-for-nan-in-loss-and-grad (= --max-skipped-steps 1) conflicts with --max-skipped-steps 5" \
+                                                        --check-for-nan-in-loss-and-grad --max-skipped-steps 5
+bad "timeout twice"           "--distributed-timeout-minutes 2 (120 s) conflicts with --collective-timeout 60" \
+                                                        --distributed-timeout-minutes 2 --collective-timeout 60
+bad "mock data and a file"    "--mock-data (the synthetic corpus) conflicts with --data-path" \
+                                                        --mock-data --data-path "$tmp/text.txt"
+bad "split syntax"            "--split must be up to three weights >= 0 like 949,50,1, got 90,x" --split 90,x
+bad "split, nothing to validate" "--eval-interval 5 with --split's validation share 0" --split 100,0,0 --eval-interval 5
+# "did you mean": by edit distance, and `_` read as `-`.
+bad "did you mean, typo"      "unknown flag or argument: --num-layer 2 (did you mean --num-layers?)" --num-layer 2
+bad "did you mean, underscore" "unknown flag or argument: --zero_stage 1 (did you mean --zero-stage?)" --zero_stage 1
+printf 'zero_stage = 1\n' >"$tmp/underscore.toml"
+bad "did you mean, config"    "--config $tmp/underscore.toml:1: unknown key 'zero_stage' (did you mean zero-stage?)" \
+                                                        --config "$tmp/underscore.toml"
+# --load-hf of a model Hugging Face's config cannot describe: refused as --export-hf's is.
+bad "load-hf sigmoid router"  "--load-hf $tmp/hf: --moe-router-score-function: Qwen3-MoE's router is a softmax" \
+                              --arch llama --qk-layernorm --num-experts 4 --moe-router-score-function sigmoid --load-hf "$tmp/hf"
+bad "load-hf shared expert"   "--load-hf $tmp/hf: --moe-shared-expert-intermediate-size: Qwen3-MoE has no shared expert" \
+                              --arch llama --qk-layernorm --num-experts 4 --moe-shared-expert-intermediate-size 64 --load-hf "$tmp/hf"
+bad "load-hf missing"         "--load-hf $tmp/nohf: no such folder" --train-iters 1 --load-hf "$tmp/nohf"
+bad "load-hf not one"         "--load-hf $tmp/empty: no $tmp/empty/config.json" --train-iters 1 --load-hf "$tmp/empty"
+# --config files that are not TOML text; TOML's integers and a byte-order mark are read.
+bad "config is binary"        "--config /bin/ls: not a TOML text file (byte 0x" --config /bin/ls
+printf '\xef\xbb\xbfnum-layers = 0x4\nhidden-size = 1_28\nseed = 0o17\n' >"$tmp/bom_hex.toml"
+if "$trainer" --config "$tmp/bom_hex.toml" --plan --json >"$tmp/stdout" 2>"$tmp/stderr" &&
+   python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))["model"]; sys.exit(0 if (m["num_layers"], m["hidden_size"]) == (4, 128) else 1)' "$tmp/stdout"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL config with a BOM and 0x4, 1_28, 0o17: want 4 layers of 128"
+  sed 's/^/    | /' "$tmp/stderr" | head -3
+fi
 
 # A launched world that the layout does not divide: every rank stops, one line in all.
 if command -v mpirun >/dev/null 2>&1; then

@@ -19,10 +19,13 @@
 #   --convert      converts a checkpoint on disk to a Hugging Face folder; nothing to plan
 #                  and no checkpoint here (tests/scripts/hf_check.sh runs it)
 #   srun ...       the world size is Slurm's allocation (salloc's line), not on the command
-#   a file no checkout holds: --hardware FILE.toml, --data-path FILE or --load-hf DIR that
-#                  another command makes first (e.g. --benchmark-save's profile); a missing
+#   a file no checkout holds: --hardware FILE.toml, --data-path FILE, --load-hf DIR or
+#                  --load DIR (unless --save names it too) that another command makes first (e.g. --benchmark-save's profile); a missing
 #                  --config file is NOT skipped: a preset the docs name must exist
 #   a placeholder: `$VAR`, `[...]`, `...`, `<...>` or a shell loop (a template, not a command)
+#
+# And every preset's header (configs/models/*.toml) states the parameter count its plan has,
+# to the digits it gives ("0.44M parameters").
 #
 # Prints one line per failure (the file and line, the command, the trainer's last line),
 # one per skip (VERBOSE=1: one per pass too), then "N passed, M failed"; exits non-zero on
@@ -139,10 +142,10 @@ for path, n, text, parsed, error in cases:
     if reason is None and "--convert" in args:
         reason = "--convert needs a checkpoint on disk; nothing to plan"
     if reason is None:
-        for name in ("--hardware", "--data-path", "--load-hf"):
+        for name in ("--hardware", "--data-path", "--load-hf", "--load"):
             v = flag(args, name)
-            if v is None:
-                continue
+            if v is None or (name == "--load" and flag(args, "--save") == v):
+                continue  # --load and --save of one folder: the first job, from step 1
             is_file = name != "--hardware" or v.endswith(".toml") or "/" in v
             if is_file and not os.path.exists(os.path.join(root, v)):
                 reason = f"{name} {v}: a file another command makes first"
@@ -168,7 +171,31 @@ for path, n, text, parsed, error in cases:
     else:
         failed += 1
         print(f"FAIL {where}: {text}\n    ran: ./trainer {shlex.join(run)}\n    exit {rc}: {err}")
-print(f"docs_commands: {len(cases)} commands in {len(files)} files, {skipped} skipped")
+# The presets are documentation too: the parameter count each one's header states ("0.44M
+# parameters", "6.74B parameters") is the plan's Psi at the stated precision.
+import re
+presets = sorted(glob.glob(os.path.join(root, "configs/models/*.toml")))
+for path in presets:
+    header = " ".join(l.lstrip("#").strip() for l in open(path, encoding="utf-8") if l.startswith("#"))
+    m = re.search(r"([0-9]+(?:\.[0-9]+)?)([MB]) parameters", header)
+    name = os.path.relpath(path, root)
+    if not m:
+        failed += 1
+        print(f"FAIL {name}: its header states no parameter count (N.NM parameters)")
+        continue
+    p = subprocess.run([trainer, "--config", path, "--plan", "--json"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=60)
+    import json
+    psi = json.loads(p.stdout)["params"]["total"] if p.returncode == 0 else None
+    decimals = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
+    unit = 1e6 if m.group(2) == "M" else 1e9
+    if psi is not None and f"{psi / unit:.{decimals}f}" == m.group(1):
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: states {m.group(0)}, the plan's Psi is {psi}")
+print(f"docs_commands: {len(cases)} commands in {len(files)} files, {skipped} skipped; "
+      f"{len(presets)} presets' parameter counts")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 EOF

@@ -5,8 +5,10 @@
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
 # and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
 # benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
-# resharded, killed and refused, CPU offload), the instructors' tools (scripts/ablate, scripts/plot), the
-# Hugging Face exports against transformers, the fuzzed file readers and every lesson's check.
+# resharded, killed and refused, CPU offload), the instructors' tools (scripts/ablate,
+# scripts/plot), the Hugging Face exports against transformers, a Megatron-LM Llama script's
+# arguments as pasted (with TensorBoard's reader), the fuzzed file readers and every lesson's
+# check.
 # Takes the binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
 # test_data_parallel,hf_logits}, whichever build they are.
 #
@@ -63,6 +65,7 @@ if [ "$mode" = all ]; then
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer
+  run "a Megatron Llama script as pasted, TensorBoard" bash tests/scripts/megatron_llama.sh ./trainer
   run "fuzzed readers (15 s, with clang++)" env FUZZ_SECONDS=15 bash tests/fuzz/run.sh
 fi
 if [ "$mode" = all ] || [ "$mode" = --lessons ]; then

@@ -188,7 +188,10 @@ TEST(Flags, LaterConfigFileOverridesEarlier) {
 TEST(Flags, ConfigProblems) {
   TempFile typo("num-layerz = 4\n");
   EXPECT_EQ(error_of({"--config", typo.path()}),
-            "--config " + typo.path() + ":1: unknown key 'num-layerz' (keys are long flag names "
+            "--config " + typo.path() + ":1: unknown key 'num-layerz' (did you mean num-layers?)");
+  TempFile far("qqqqqqq = 4\n");  // nothing close: how keys are spelled
+  EXPECT_EQ(error_of({"--config", far.path()}),
+            "--config " + far.path() + ":1: unknown key 'qqqqqqq' (keys are long flag names "
             "without the dashes, e.g. num-layers = 4)");
   TempFile bad_value("hidden-size = \"wide\"\n");
   EXPECT_EQ(error_of({"--config", bad_value.path()}),

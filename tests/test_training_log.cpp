@@ -78,7 +78,8 @@ TEST(TrainingLog, ValidationLineIsMegatrons) {
 
 TEST(TrainingLog, SummaryTextAndJson) {
   RunSummary s;
-  s.steps = 10; s.tokens = 10240; s.wall_seconds = 2.5; s.step_seconds = 2.0;
+  s.steps = 10; s.first_step = 1; s.last_step = 10;
+  s.tokens = 10240; s.wall_seconds = 2.5; s.step_seconds = 2.0;
   s.eval_seconds = 0.4; s.mfu_seconds = 0.1 * 1.5 + 0.2 * 0.5; s.hfu_seconds = 0.5;
   s.peak_memory_bytes = 3 << 20; s.peak_memory_rank = 1;
   s.final_train_loss = 2.25; s.final_train_first = 9;
@@ -96,8 +97,17 @@ TEST(TrainingLog, SummaryTextAndJson) {
   EXPECT_EQ(j.find('\n'), std::string::npos);
   for (const char* key : {"{\"type\":\"summary\"", "\"tokens\":10240", "\"tokens_per_s\":5120",
                           "\"mfu\":0.125", "\"peak_memory_bytes\":3145728", "\"peak_memory_rank\":1",
-                          "\"final_train_loss\":2.25", "\"final_validation_ppl\":7.99999"})
+                          "\"final_train_loss\":2.25", "\"final_validation_ppl\":7.99999",
+                          "\"first_step\":1", "\"last_step\":10"})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+  // A resumed run names its iterations, not its count of steps (issue 30: "step 150" for a
+  // run that ended at 250).
+  RunSummary resumed;
+  for (int step = 151; step <= 250; ++step) resumed.add_step(step, 1024, 0.01, 0.1, 0.1);
+  resumed.final_train_loss = 0.95; resumed.final_train_first = 250;
+  t = summary_text(resumed);
+  for (const char* part : {"100 steps (iterations 151-250, resumed)", "0.9500 (step 250)"})
+    EXPECT_NE(t.find(part), std::string::npos) << part << " in\n" << t;
 }
 
 using flags_test::error_of;

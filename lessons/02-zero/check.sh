@@ -5,6 +5,7 @@
 # the per-rank model states and the dp traffic against the closed forms. Part 2 trains
 # lessons/02-zero/model.toml for 2 steps under `mpirun -np 2` at every stage and checks
 # measured == predicted. Part 3 plans the llama-7b preset at dp 4 for the course's table.
+# Then the README itself: every byte count it prints recomputed from those plans and runs.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 command -v mpirun >/dev/null || give_up "mpirun not found (apt-get install mpich)"
@@ -168,6 +169,91 @@ c3 = {c["op"]: c["bus_bytes"]["measured"] for c in last[3]["comm"] if c["group"]
 c0 = {c["op"]: c["bus_bytes"]["measured"] for c in last[0]["comm"] if c["group"] == "dp"}
 check("part 2 measured: ZeRO-3 / DDP bus bytes = 1.5 (tied embedding)",
       (c3["reduce-scatter"] + c3["all-gather"]) / c0["all-reduce"], 1.5)
+
+print("the README: every number it prints, as the plans and the runs above give it")
+import re  # noqa: E402
+readme = open("lessons/02-zero/README.md", encoding="utf-8").read()
+printed = []  # (what, value): each must appear in the README as 1,234,567
+def states(mem):
+    return mem["params"] + mem["grads"] + mem["master_params"] + mem["optimizer_states"]
+# Part 1: GPT-2 124M
+p1 = {(n, z, pr): load("plan_%s_dp%d_z%d.json" % (pr, n, z)) for n in (2, 4) for z in range(4)
+      for pr in ("fp32", "bf16")}
+psi = p1[(2, 0, "fp32")]["params"]["total"]
+h, V, S_len = 768, 50257, 1024
+layer, embedding = 12 * h * h + 13 * h, V * h + S_len * h
+check("GPT-2: 12 layers + embedding + final norm = Psi", 12 * layer + embedding + 2 * h, psi)
+printed += [("Psi", psi), ("a layer", layer), ("the tied embedding", embedding),
+            ("the final norm", 2 * h)]
+for n in (2, 4):
+    for z in range(4):
+        fp32, bf16 = p1[(n, z, "fp32")], p1[(n, z, "bf16")]
+        dp = fp32["data_parallel"]
+        peak = states(fp32["memory"][0])
+        resident = peak - 4 * (dp["params_transient_peak"] + dp["grads_transient_peak"])
+        printed += [("paper dp %d stage %d" % (n, z), int(paper(z, psi, n))),
+                    ("fp32 resident dp %d stage %d" % (n, z), resident),
+                    ("fp32 peak dp %d stage %d" % (n, z), peak)]
+        if peak != resident:
+            printed.append(("fp32 transient dp %d stage %d" % (n, z), peak - resident))
+dp2 = p1[(2, 2, "fp32")]["data_parallel"]
+printed.append(("stage 2's transient gradient elements", dp2["grads_transient_peak"]))
+check("GPT-2 at 40M elements a bucket: three buckets", dp2["buckets"], 3)
+check("stage 2's transient: the head's bucket (head + layers 7-12) beside the embedding's",
+      dp2["grads_transient_peak"], 6 * layer + 2 * h + embedding)
+printed += [("head + layers 7-12", 6 * layer + 2 * h), ("layers 1-6", 6 * layer)]
+dp3 = p1[(2, 3, "fp32")]["data_parallel"]
+printed.append(("stage 3's transient elements", dp3["params_transient_peak"]))
+printed.append(("k x 4 Psi", sum(c["payload_bytes"] for c in rs)))
+# Part 2: the lesson's model, measured
+l2 = last[0]["memory"]
+psi2 = measured(0, "params") // 4
+h2, V2, S2 = 128, 256, 64
+layer2 = 12 * h2 * h2 + 13 * h2
+check("lesson model: 8 layers + embedding + final norm = Psi", 8 * layer2 + V2 * h2 + S2 * h2 + 2 * h2,
+      psi2)
+printed += [("Psi (lesson model)", psi2), ("S", psi2 // 2), ("head + last layer bucket", layer2 + 2 * h2),
+            ("the embedding's bucket", V2 * h2 + S2 * h2), ("two layers", 2 * layer2)]
+for z in range(4):
+    for c in ("params", "grads", "optimizer_states"):
+        printed.append(("stage %d %s" % (z, c), measured(z, c)))
+    for c in last[z]["comm"]:
+        if c["group"] == "dp" and c["op"] != "all-reduce" or z == 0 and c["group"] == "dp":
+            printed.append(("stage %d %s bus" % (z, c["op"]), c["bus_bytes"]["measured"]))
+    grads_extra = measured(z, "grads") // 4 - psi2 // 2
+    if z >= 2:
+        printed.append(("stage %d gradient transient" % z, grads_extra))
+    if z == 3:
+        printed.append(("stage 3 parameter transient", measured(3, "params") // 4 - psi2 // 2))
+    total = last[z]["memory"]["total"]
+    printed.append(("stage %d measured peak" % z, total["measured"]))
+    check("stage %d: the measured peak of the total == the plan's" % z, total["measured"],
+          total["predicted"])
+    if z >= 2:
+        printed.append(("stage %d sum of category peaks" % z,
+                        sum(v["measured"] for k, v in last[z]["memory"].items() if k != "total")))
+calls = {z: {c["op"]: c["calls"]["measured"] for c in last[z]["comm"] if c["group"] == "dp"} for z in range(4)}
+for z, text in ((0, "all-reduce ×%d" % calls[0].get("all-reduce", 0)),
+                (1, "reduce-scatter ×%d + all-gather ×%d" % (calls[1]["reduce-scatter"], calls[1]["all-gather"])),
+                (3, "reduce-scatter ×%d + all-gather ×%d" % (calls[3]["reduce-scatter"], calls[3]["all-gather"]))):
+    check("README: stage %d's calls, %s" % (z, text), text in readme, True)
+buffers = ", ".join(str(measured(z, "comm_buffers")) for z in range(4)) + " bytes"
+check("README: comm_buffers %s" % buffers, buffers in readme, True)
+# Part 3: llama-7b
+printed.append(("Psi (7B)", psi7))
+for z, p in enumerate(plans7):
+    resident = int(paper(z, psi7, 4))
+    printed += [("7B stage %d resident" % z, resident), ("7B stage %d peak" % z, p["memory"][0]["total"])]
+    check("README: 7B stage %d in GB, %.1f" % (z, resident / 1e9), "| %.1f |" % (resident / 1e9) in readme, True)
+printed += [("7B params", m0["params"]), ("7B master_params", m0["master_params"]),
+            ("7B optimizer_states", m0["optimizer_states"]), ("7B activations", m0["activations"]),
+            ("7B logits", m0["logits"]), ("7B DDP all-reduce bus", ddp), ("7B reduce-scatter", ddp // 2),
+            ("7B stage 3 all-gather", ag3)]
+missing = [f"{what} {value:,}" for what, value in printed if f"{value:,}" not in readme]
+check("README prints each of %d numbers as measured or planned" % len(printed), missing, [])
+known = {f"{value:,}" for _, value in printed}
+stale = sorted(set(re.findall(r"\d{1,3}(?:,\d{3})+", readme)) - known)
+check("README prints no number that check.sh does not compute", stale, [])
 
 finish()
 EOF

@@ -2,8 +2,8 @@
 # tests/mpi/checkpoint.sh: checkpoints resume bit for bit, reshard to other layouts, survive a
 # kill mid-save, and refuse bad files with one line.
 #   bash tests/mpi/checkpoint.sh ./trainer [filter]
-# A case trains 6 steps in two runs: the first stops after step 3 (--exit-interval 3) and
-# saves (--save), the second resumes (--load) and trains steps 4-6. Against an uninterrupted
+# A case trains 6 steps in two runs: the first stops after step 3 (--exit-interval 3), saves
+# (--save) and exits 16 (resume me), the second resumes (--load) and trains steps 4-6. Against an uninterrupted
 # run of 6 steps:
 #   same layout (bitwise): steps 1-3 and 4-6 have the same loss and gradient norm, and the
 #     final parameters (--save-tensors) the same bytes;
@@ -87,12 +87,15 @@ resume() {
   rm -rf "$work/$name.a.ckpt"; ln -s "$work/$name.ckpt" "$work/$name.a.ckpt"  # the manifest, by the run's name
   case "$name" in *"$filter"*) ;; *) return ;; esac
   # shellcheck disable=SC2086
-  if run "$name.a" "$np_a" "${model[@]}" $flags_a --exit-interval 3 --save "$work/$name.ckpt" &&
+  # the first run stops early and saved: exit status 16, "resume me"
+  run "$name.a" "$np_a" "${model[@]}" $flags_a --exit-interval 3 --save "$work/$name.ckpt"
+  local status_a=$?
+  if [ "$status_a" -eq 16 ] &&
      run "$name.b" "$np_b" "${model[@]}" $flags_b --load "$work/$name.ckpt" &&
      result=$(compare "$mode" "$work/$ref" "$work/$name.a" "$work/$name.b"); then
     passed=$((passed + 1)); echo "ok    $name: $result"
   else
-    failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"
+    failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed (the first run exited $status_a, want 16)}"
     tail -3 "$work/$name.a.log" "$work/$name.b.log" 2>/dev/null
   fi
 }

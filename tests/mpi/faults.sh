@@ -23,7 +23,7 @@ case_() {  # name, signal
     --log-interval 1 --collective-timeout "$limit" --seed "$seed" \
     > "$work/$name.out" 2> "$work/$name.err" < /dev/null &
   local job=$! waited=0
-  until grep -q '^ *3 ' "$work/$name.out" 2>/dev/null; do  # step 3 printed: mid-training
+  until grep -q '^ *3/' "$work/$name.out" 2>/dev/null; do  # step 3 printed: mid-training
     sleep 0.2; waited=$((waited + 1))
     if [ "$waited" -gt 300 ] || ! kill -0 "$job" 2>/dev/null; then
       failed=$((failed + 1)); echo "FAIL  $name: the job never reached step 3"

@@ -46,7 +46,7 @@ timeout 120 mpirun -np 4 "$bin" --abort-test >"$log/abort" 2>&1
 rc=$?
 ok=1
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
-   grep -q "paralab: rank 1: deliberate failure" "$log/abort"; then
+   grep -q "paralab: error: rank 1: deliberate failure" "$log/abort"; then
   ok=0
 fi
 [ $ok -ne 0 ] &&

@@ -1,0 +1,82 @@
+// tests/test_flags_megatron.cpp: Megatron-LM's flags (cli/flags_megatron.cpp) resolve to
+// paralab's settings; "did you mean" (cli/flags_messages.cpp). Their refusals, one line each:
+// tests/cli_errors.sh.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+#include "tests/test_flags_helpers.h"
+
+namespace paralab {
+namespace {
+
+using flags_test::error_of;
+using flags_test::parse;
+
+const std::vector<std::string> kLlamaParts = {
+    "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+
+TEST(FlagsMegatron, LlamasPartsChooseLlama) {
+  EXPECT_EQ(parse(kLlamaParts).model.arch, Arch::LLAMA);
+  std::vector<std::string> with_arch = kLlamaParts;
+  with_arch.insert(with_arch.end(), {"--arch", "llama"});
+  EXPECT_EQ(parse(with_arch).model.arch, Arch::LLAMA);
+  EXPECT_EQ(parse({"--arch", "llama", "--swiglu"}).model.arch, Arch::LLAMA);  // restated
+  EXPECT_EQ(parse({"--normalization", "LayerNorm"}).model.arch, Arch::GPT);   // Megatron's default
+  EXPECT_EQ(error_of({"--arch", "gpt", "--disable-bias-linear"}),
+            "--disable-bias-linear (llama's) conflicts with --arch gpt (LayerNorm, learned "
+            "positions, GeLU MLP, biases, tied embeddings)");
+}
+
+TEST(FlagsMegatron, TheSameSettingsUnderMegatronsNames) {
+  std::vector<std::string> gqa = kLlamaParts;
+  gqa.push_back("--group-query-attention");
+  EXPECT_EQ(parse(gqa).model.num_query_groups, 1);  // Megatron's default, MQA
+  gqa.insert(gqa.end(), {"--num-query-groups", "2"});
+  EXPECT_EQ(parse(gqa).model.num_query_groups, 2);
+  EXPECT_FLOAT_EQ(parse({"--init-method-std", "0.006"}).model.init_method_std, 0.006f);
+  EXPECT_EQ(parse({"--check-for-nan-in-loss-and-grad"}).train.max_skipped_steps, 1);
+  EXPECT_EQ(parse({"--distributed-timeout-minutes", "2"}).collective_timeout, 120);
+  EXPECT_TRUE(parse({"--recompute-activations"}).model.recompute.selective());
+  const Options split = parse({"--split", "949,50,1"});
+  EXPECT_DOUBLE_EQ(split.train.split_train, 0.949);
+  EXPECT_DOUBLE_EQ(split.train.split_valid, 0.05);
+  EXPECT_DOUBLE_EQ(parse({"--split", "98/2"}).train.split_valid, 0.02);  // Megatron's '/'
+}
+
+TEST(FlagsMegatron, SamplesBecomeSteps) {
+  // 100 samples of a global batch of 16: 6 steps (rounded down, Megatron's); the schedule
+  // counts samples: warm-up 10, decay to the end (100)
+  const Options o = parse({"--global-batch-size", "16", "--micro-batch-size", "4",
+                           "--train-samples", "100", "--lr-warmup-samples", "10"});
+  EXPECT_EQ(o.train.train_iters, 6);
+  EXPECT_EQ(o.train.lr_warmup_samples, 10);
+  EXPECT_EQ(o.train.lr_decay_samples, 100);
+  // --lr-warmup-fraction of the decay: 0.25 x 8 = 2 steps
+  const Options f = parse({"--train-iters", "8", "--lr-warmup-fraction", "0.25"});
+  EXPECT_EQ(f.train.lr_warmup_iters, 2);
+}
+
+TEST(FlagsMegatron, NoEffectFlagsAreNamedOnOneWarning) {
+  const Options o = parse({"--use-mcore-models", "--attention-backend", "fused",
+                           "--tokenizer-type", "NullTokenizer"});
+  ASSERT_EQ(o.warnings.size(), 1u);
+  EXPECT_EQ(o.warnings[0],
+            "Megatron flags with no effect in paralab: --use-mcore-models (one model "
+            "implementation), --attention-backend (--attention flash|naive), --tokenizer-type "
+            "(token ids are read as they are, no tokenizer)");
+}
+
+TEST(FlagsMegatron, DidYouMean) {
+  EXPECT_EQ(error_of({"--num-layer", "2"}),
+            "unknown flag or argument: --num-layer 2 (did you mean --num-layers?)");
+  EXPECT_EQ(error_of({"--zero_stage", "1"}),
+            "unknown flag or argument: --zero_stage 1 (did you mean --zero-stage?)");
+  EXPECT_EQ(error_of({"--tensorboard_dir", "x"}),
+            "unknown flag or argument: --tensorboard_dir x (did you mean --tensorboard-dir?)");
+  EXPECT_EQ(error_of({"--qqqqqqqqq"}), "unknown flag or argument: --qqqqqqqqq (--help lists the flags)");
+}
+
+}  // namespace
+}  // namespace paralab

@@ -49,7 +49,8 @@ struct Call {  // the arguments of flash_mma_forward / _backward besides the buf
 void load_rows(Bits& sm, size_t dst0, const uint16_t* head, int row0, int rows, int ROWS, int D) {
   for (int r = 0; r < ROWS; r++)
     for (int c = 0; c < D; c++)
-      sm[dst0 + (size_t)r * (D + fm::kPad) + c] = row0 + r < rows ? head[(size_t)(row0 + r) * D + c] : 0;
+      sm[dst0 + (size_t)r * (D + fm::kPad) + c] =
+          row0 + r < rows ? head[(size_t)(row0 + r) * D + c] : 0;
 }
 // Fragments of `rows` (an A operand from shared rows r0 .. r0 + 15, channel block kk).
 Regs a_frag(const Bits& sm, size_t r0, int kk, int stride) {
@@ -173,7 +174,8 @@ void emulate_forward(uint16_t* o, float* lse, const uint16_t* q, const uint16_t*
               Lanes mx = x.m[hf];
               for (int lane = 0; lane < 32; lane++)
                 for (int nt = 0; nt < kBc / 8; nt++)
-                  mx[lane] = std::fmax(mx[lane], std::fmax(s[nt][lane][2 * hf], s[nt][lane][2 * hf + 1]));
+                  mx[lane] = std::fmax(mx[lane],
+                                       std::fmax(s[nt][lane][2 * hf], s[nt][lane][2 * hf + 1]));
               mx = quad(mx, [](float u, float z) { return std::fmax(u, z); });
               for (int lane = 0; lane < 32; lane++) {
                 const float cm = mx[lane] == -INFINITY ? 0.0f : c * mx[lane];
@@ -261,18 +263,20 @@ void emulate_dq(float* dq, const uint16_t* dout, const uint16_t* q, const uint16
             for (int hf = 0; hf < 2; hf++) {
               const int i = row[lane][hf] = w0 + mma::group_of(lane) + 8 * hf;
               row_keys[lane][hf] = i < Sq ? blk.visible(i) : 0;
-              lse2[lane][hf] =
-                  row_keys[lane][hf] > 0 ? lse[bh * (blk.q.head_stride / D) + i] * fm::kLog2e : 0.0f;
+              const size_t at = bh * (blk.q.head_stride / D) + i;
+              lse2[lane][hf] = row_keys[lane][hf] > 0 ? lse[at] * fm::kLog2e : 0.0f;
               dl[lane][hf] = i < Sq ? delta[bh * Sq + i] : 0.0f;
             }
           std::vector<Acc> acc(D / 8, Acc{});
           for (int t = 0; t < key_tiles; t++) {  // the warps share nothing but the loaded tiles
             const int k0 = t * kBc, stage = t & 1;
-            load_rows(sK, (size_t)stage * kBc * kStride, k + bg * blk.k.head_stride, k0, Sk, kBc, D);
-            load_rows(sV, (size_t)stage * kBc * kStride, v + bg * blk.k.head_stride, k0, Sk, kBc, D);
+            const size_t tile0 = (size_t)stage * kBc * kStride;
+            load_rows(sK, tile0, k + bg * blk.k.head_stride, k0, Sk, kBc, D);
+            load_rows(sV, tile0, v + bg * blk.k.head_stride, k0, Sk, kBc, D);
             if (!(k0 < keys)) continue;
             std::vector<Acc> s = rows_times_rows_t(sQ, 16 * w, sK, (size_t)stage * kBc, 8, D);
-            const std::vector<Acc> dp = rows_times_rows_t(sdO, 16 * w, sV, (size_t)stage * kBc, 8, D);
+            const std::vector<Acc> dp =
+                rows_times_rows_t(sdO, 16 * w, sV, (size_t)stage * kBc, 8, D);
             const bool mask = fm::tile_needs_mask(k0, kBc, first, w0, 16, Sq);
             for (int lane = 0; lane < 32; lane++) {
               const uint32_t keep = a.p > 0.0f ? keep_bits(a, b, h, row[lane], k0, lane) : ~0u;
@@ -302,7 +306,7 @@ void emulate_dq(float* dq, const uint16_t* dout, const uint16_t* q, const uint16
       }
 }
 
-// ---- dkdv_kernel (PARTS: Dkv<D>::kParts, 2 on sm_90 at D 128, 4 on sm_80) ------------------------
+// ---- dkdv_kernel (parts: Dkv<D>::kParts, 2 on sm_90 at D 128, 4 on sm_80) ---------------------
 void emulate_dkdv(uint16_t* dk, uint16_t* dv, const uint16_t* dout, const uint16_t* q,
                   const uint16_t* k, const uint16_t* v, const float* lse, const float* delta,
                   const Call& a, int parts) {
@@ -351,7 +355,8 @@ void emulate_dkdv(uint16_t* dk, uint16_t* dv, const uint16_t* dout, const uint16
                   const mma::Coord at = mma::c_coord(lane, bit & 3);
                   const uint64_t index =
                       blk.dropout_index(b, h, q0 + 8 * (bit >> 2) + at.col, kw0 + at.row);
-                  keep[lane] |= (uint32_t)kernels::dropout_keep(a.seed, a.stream, index, a.p) << bit;
+                  keep[lane] |=
+                      (uint32_t)kernels::dropout_keep(a.seed, a.stream, index, a.p) << bit;
                 }
             }
             const bool mask = fm::tile_needs_mask(kw0, 16, n_first, q0, kBr, Sq);
@@ -586,7 +591,8 @@ void run_case(const Case& cs) {
   const Pass& pass = cs.pass;
   const Call a{cs.B, cs.A, cs.G, cs.D, 1.0f / std::sqrt((float)cs.D), cs.p, 7, 11, pass.blk};
   const int D = cs.D;
-  const size_t nq = (size_t)cs.B * cs.A * pass.q_local * D, nk = (size_t)cs.B * cs.G * pass.k_local * D;
+  const size_t nq = (size_t)cs.B * cs.A * pass.q_local * D;
+  const size_t nk = (size_t)cs.B * cs.G * pass.k_local * D;
   const size_t nl = (size_t)cs.B * cs.A * pass.q_local;
   const size_t qo = (size_t)pass.q_first * D, ko = (size_t)pass.k_first * D, lo = pass.q_first;
   auto in_q = [&](size_t e) {  // element e of a q-view tensor of D per row lies in the view

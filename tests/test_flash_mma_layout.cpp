@@ -8,17 +8,18 @@
 //    fragments are the next product's A fragment (the FlashAttention-2 register trick); that the
 //    ldmatrix lane addresses load exactly those fragments; that the padded shared rows are free
 //    of bank conflicts.
-// 2. One warp's tile products (S = Q K^T, O = P V, and the transposed products of the backward)
-//    emulated on 32 lanes' register arrays -- ldmatrix and mma.m16n8k16 as the ISA defines them,
-//    the lane addresses and fragment coordinates from mma_layout.h -- against plain loops, on
-//    small integers, where fp32 is exact: equal to the bit.
-// 3. (tests/test_flash_mma_kernels.cpp) The three kernels emulated warp by warp, mirroring their code step for step (the same tile
-//    sizes, masks and tile ranges: kernels/cuda/flash_mma_tiles.h), against attention in double
-//    on passes of kernels/math.h AttentionBlock: causal and not, GQA, dropout, odd lengths,
-//    D 64 and 128, a context-parallel half-block view and a pass whose rows see no key. The
-//    bounds are the op_check ones (tests/gpu/op_check_flash_mma.cpp): the kernels round P and dS
-//    to bf16 before their second product, so 1e-2 of the tensor's largest value for o, dq, dk,
-//    dv; lse is fp32 throughout (1e-5).
+// 2. One warp's tile products (S = Q K^T and O = P V: the two patterns every product of the
+//    three kernels follows, rows x rows^T and registers x rows) emulated on 32 lanes' register
+//    arrays -- ldmatrix and mma.m16n8k16 as the ISA defines them, the lane addresses and
+//    fragment coordinates from mma_layout.h -- against plain loops, on small integers, where
+//    fp32 is exact: equal to the bit.
+// 3. tests/test_flash_mma_kernels.cpp: the three kernels emulated warp by warp, mirroring their
+//    code step for step (the same tile sizes, masks and tile ranges: flash_mma_tiles.h), against
+//    attention in double on passes of kernels/math.h AttentionBlock: causal and not, GQA,
+//    dropout, odd lengths, D 64 and 128, context-parallel views, a pass whose rows see no key.
+//    Bounds as op_check's (tests/gpu/op_check_flash_mma.cpp): 1e-2 of the tensor's largest
+//    value for o, dq, dk, dv (P and dS are rounded to bf16 before their second product), 1e-5
+//    for lse (fp32 throughout).
 // What only a GPU can check: the PTX itself (the wrappers of flash_mma.cuh), cp.async timing and
 // the barriers, register allocation.
 #include <gtest/gtest.h>
@@ -47,7 +48,8 @@ namespace fm = kernels::cuda::flash_mma;
 //   A: row = groupID for a_i with i < 2 or 4 <= i < 6, groupID + 8 otherwise;
 //      col = threadID_in_group * 2 + (i & 1) for i < 4, threadID_in_group * 2 + (i & 1) + 8 else
 //   B: row = threadID_in_group * 2 + (i & 1) for b_i with i < 2, ... + 8 for i >= 2; col = groupID
-//   C: row = groupID for c_i with i < 2, groupID + 8 for i >= 2; col = threadID_in_group * 2 + (i & 1)
+//   C: row = groupID for c_i with i < 2, groupID + 8 for i >= 2;
+//      col = threadID_in_group * 2 + (i & 1)
 Coord isa_a(int lane, int i) {
   const int groupID = lane >> 2, tig = lane % 4;
   const int row = (i < 2 || (i >= 4 && i < 6)) ? groupID : groupID + 8;

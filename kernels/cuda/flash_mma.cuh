@@ -104,7 +104,8 @@ __device__ inline float quad_sum(float x) {
 // k0 + 8 nt + 2 tig + e % 2 (mma_layout.h c_coord). Drawn in a rolled loop before the tile's
 // products, so that the 64-bit hashing never competes with the fragments for registers.
 __device__ inline uint32_t keep_bits(const AttentionBlock& blk, int b, int h, const int (&row)[2],
-                                     int k0, int lane, float p, uint64_t seed, uint64_t rng_stream) {
+                                     int k0, int lane, float p, uint64_t seed,
+                                     uint64_t rng_stream) {
   uint32_t keep = 0;
 #pragma unroll 1
   for (int bit = 0; bit < 32; bit++) {

@@ -1,7 +1,7 @@
 // kernels/cuda/flash_mma_backward.cu: flash attention backward on tensor cores (FlashAttention-2,
-// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_backward (kernels/cpu/flash_attention.cpp)
-// and replaces, where it handles the shape (kernels/cuda/flash_mma.h), the scalar
-// flash_attention_backward.cu. The forward's fragments, mask and pipeline are explained in
+// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_backward
+// (kernels/cpu/flash_attention.cpp) and replaces, where it handles the shape
+// (kernels/cuda/flash_mma.h), the scalar flash_attention_backward.cu. The forward's fragments, mask and pipeline are explained in
 // flash_mma_forward.cu; the lane layout in mma_layout.h.
 //
 // With s = q_i . k_j (raw), c = scale log2 e, P_ij = 2^(c s - lse_i log2 e) = e^(scale s - lse_i)
@@ -263,8 +263,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int i = q0 + threadIdx.x;
       const int n = i < Sq ? blk.visible(i) : 0;
       sKeys[stage * kBr + threadIdx.x] = n;
-      sRow[stage * kBr + threadIdx.x] = make_float2(n > 0 ? lse[bh * lse_stride + i] * kLog2e : 0.0f,
-                                                    i < Sq ? delta[bh * Sq + i] : 0.0f);
+      sRow[stage * kBr + threadIdx.x] =
+          make_float2(n > 0 ? lse[bh * lse_stride + i] * kLog2e : 0.0f,
+                      i < Sq ? delta[bh * Sq + i] : 0.0f);
     }
   };
 
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
         for (int bit = 0; bit < 32; bit++) {
           const mma::Coord at = mma::c_coord(lane, bit & 3);
-          const uint64_t index = blk.dropout_index(b, h, q0 + 8 * (bit >> 2) + at.col, kw0 + at.row);
+          const uint64_t index =
+              blk.dropout_index(b, h, q0 + 8 * (bit >> 2) + at.col, kw0 + at.row);
           keep |= (uint32_t)dropout_keep(seed, rng_stream, index, dropout_p) << bit;
         }
       }

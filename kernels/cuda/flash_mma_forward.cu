@@ -1,7 +1,7 @@
 // kernels/cuda/flash_mma_forward.cu: flash attention forward on tensor cores (FlashAttention-2,
-// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_forward (kernels/cpu/flash_attention.cpp,
-// the recurrence and the views are explained there) and replaces, where it handles the shape
-// (kernels/cuda/flash_mma.h), the scalar flash_attention.cu.
+// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_forward
+// (kernels/cpu/flash_attention.cpp: the recurrence and the views are explained there) and
+// replaces, where it handles the shape (kernels/cuda/flash_mma.h), the scalar flash_attention.cu.
 //
 // Tiling. One block of 8 warps per (query tile of kBr = 128 rows, head h, batch b); warp w owns
 // the 16 query rows [16w, 16w + 16) of the tile. Key and value tiles of kBc = 64 rows stream
@@ -13,10 +13,18 @@
 //   s  (16 x 64) S = Q K^T, C fragments of 8 n-tiles:             8 x 4 fp32
 //   o  (16 x D)  O accumulator, C fragments of D/8 n-tiles:       D/8 x 4 fp32
 //
-//        keys of the tile ->  n-tile 0         n-tile 1   ...  n-tile 7
-//   row group      (half 0)   c0 c1 @2tig      c0 c1            c0 c1
-//   row group + 8  (half 1)   c2 c3 @2tig      c2 c3            c2 c3
+// The accumulator of one m16n8k16 (16 rows x 8 columns), lane = 4 group + tig:
 //
+//              col 0  1 | 2  3 | 4  5 | 6  7
+//     row  0   lane 0   | 1    | 2    | 3        c0 c1 at (group, 2tig), (group, 2tig+1)
+//     row  1        4   | 5    | 6    | 7
+//     ...                                        (row g: lanes 4g .. 4g+3, a "quad")
+//     row  7        28  | 29   | 30   | 31
+//     row  8   lane 0   | 1    | 2    | 3        c2 c3 at (group+8, 2tig), (group+8, 2tig+1)
+//     ...
+//     row 15        28  | 29   | 30   | 31
+//
+// and S (16 x 64) is 8 of them side by side (n-tile nt: keys 8nt .. 8nt+7 of the tile),
 // so each lane holds 16 scores of 2 rows; a row's 64 scores are spread over the 4 lanes of a
 // quad, and its max and sum are two xor-shuffles (quad_max, quad_sum). The P tile goes back in
 // as the A operand of O += P V straight from these registers (mma_layout.h, c_to_a), rounded to
@@ -33,9 +41,15 @@
 //
 // Masking. Query i sees keys j < n_i = blk.visible(i), a prefix growing with i. The block
 // skips key tiles from the last row's n_i on; a warp skips the tiles its own last row does not
-// reach (it still joins the barriers); the per-element mask runs only on tiles that cut some
-// row's prefix (tile_needs_mask: k0 + 64 > n_i of the tile's first row, or rows past the view).
-// Causal on the whole sequence: 2 of the ~S/64 tiles of a row block are masked.
+// reach (it still joins the barriers); the per-element mask runs only on tiles that cut one of
+// the warp's prefixes (flash_mma_tiles.h tile_needs_mask: k0 + 64 > n_i of the warp's first
+// row, or rows past the view). Causal on the whole sequence a warp masks 1 tile of its row's
+// S/64. Dropout: the lane's 32 keep bits of the tile are drawn first, in a rolled loop (the
+// 64-bit hash must not compete with the fragments for registers), and applied to P after l.
+//
+// Pipeline. Prologue: Q (one cp.async group), K, V tile 0 (a second); wait for Q, ldmatrix it
+// into registers. Tile t: issue tile t + 1 into the other stage, wait for tile t, barrier,
+// compute, barrier (the stage is free for tile t + 2).
 //
 // Per (query tile, key tile): 4 kBr kBc D FLOPs (S and P V: 4.2 MFLOP at D 128), 2 kBc D 2 bytes
 // of K and V from global/L2 (32 KiB at D 128: 128 FLOP per byte), and each warp reads K and V
@@ -164,7 +178,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int hf = 0; hf < 2; hf++) {
         float mx = m[hf];
 #pragma unroll
-        for (int nt = 0; nt < kBc / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+        for (int nt = 0; nt < kBc / 8; nt++)
+          mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
         mx = quad_max(mx);
         const float cm = mx == -INFINITY ? 0.0f : c * mx;  // c m', 0 while nothing is visible
         const float corr = exp2f(c * m[hf] - cm);          // 0 on the first visible tile

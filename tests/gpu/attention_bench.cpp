@@ -1,8 +1,9 @@
 // tests/gpu/attention_bench.cpp: the tensor-core flash attention (kernels/cuda/flash_mma.h) on
 // a GPU, alone: its op_check rows, and its speed.
 //
-//   attention_bench --check                 op_check's flash-mma rows (tests/gpu/op_check_flash_mma.cpp);
-//                                           exit 1 when one fails, 2 without a GPU
+//   attention_bench --check
+//       op_check's flash-mma rows (tests/gpu/op_check_flash_mma.cpp); exit 1 when one fails,
+//       2 without a GPU
 //   attention_bench --bench [--iters N] [--dump DIR] [--seqs 1024,4096,16384]
 //       causal bf16 forward and backward at seq S, head dim D 64 and 128, with FlashAttention-2's
 //       benchmark shapes: 16384 tokens per batch (B = 16384 / S) and 2048 channels (A = 2048 / D

@@ -29,8 +29,11 @@
 //
 //   S^T  (16 keys x 64 queries) = K_w Q^T    A: K_w (ldmatrix)   B: Q rows (ldmatrix)
 //   dP^T (16 x 64)              = V_w dO^T   A: V_w              B: dO rows
-//   P^T, dS^T elementwise; the lane's columns (queries) 2tig, 2tig+1 of each n-tile read their
-//   lse, delta and n_i from shared memory, its rows (keys) group, group + 8 are fixed
+//   P^T, dS^T elementwise, on the accumulator layout of mma_layout.h (lane = 4 group + tig):
+//     key kw0 + group      queries 8 nt + 2 tig, 8 nt + 2 tig + 1   (c0, c1 of n-tile nt)
+//     key kw0 + group + 8  the same two queries                     (c2, c3)
+//   so a lane's keys are fixed and its 16 queries read their lse, delta and n_i from shared
+//   memory (a float2 and an int per query, per stage)
 //   dV (16 x D) += (P z)^T dO    A: (P z)^T from registers (c_to_a)   B: dO, ldmatrix.trans
 //   dK (16 x D) += dS^T Q        A: dS^T from registers               B: Q, ldmatrix.trans
 //

@@ -11,8 +11,8 @@
 #   ITERS=20 SEQS=1024,4096 bash bench/gpu/attention.sh
 #   CHECK=1 bash bench/gpu/attention.sh      first the op_check rows of the kernels (--check)
 #
-# Needs no compiler: the prebuilt build/cuda/tests/gpu/attention_bench (tests/gpu/attention_bench.cpp
-# says how it is linked; BIN= overrides it). When $OUT is a directory the table, the JSON lines
+# Needs no compiler: the prebuilt build/cuda/tests/gpu/attention_bench
+# (tests/gpu/attention_bench.cpp says how it is linked; BIN= overrides it). When $OUT is a directory the table, the JSON lines
 # and the check's log land there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +25,10 @@ trap 'rm -rf "$WORK"' EXIT
 DEST=$WORK
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then DEST=$OUT; fi
 
-[[ -x "$BIN" ]] || { echo "attention.sh: $BIN not built (make, then the link in $0's header)" >&2; exit 2; }
+if [[ ! -x "$BIN" ]]; then
+  echo "attention.sh: $BIN not built (make, then the link in tests/gpu/attention_bench.cpp)" >&2
+  exit 2
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
 
 status=0

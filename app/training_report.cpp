@@ -51,6 +51,13 @@ void Training::begin() {
       std::fprintf(stderr, "paralab: warning: GEMM leading dimensions %s\n",
                    gemm_alignment_text(plan_).c_str());
     std::printf("%s\n", run_header(plan_, kernels::device_name(o_.device), &peak_).c_str());
+    const ModelConfig& m = o_.model;
+    if (o_.device == kernels::Device::CUDA && m.attention == AttentionImpl::FLASH)
+      std::printf("attention kernels: %s\n",
+                  kernels::flash_attention_kernel(o_.device, o_.train.bf16, m.seq_length,
+                                                  m.num_attention_heads, m.groups(),
+                                                  m.head_dim(), m.attention_dropout)
+                      .c_str());
     std::printf("data: %s\n", data_->describe().c_str());
   }
   kernels::synchronize(o_.device);

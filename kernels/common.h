@@ -39,6 +39,11 @@ int cuda_device_count();
 void cuda_select_device(int local_rank);
 // Name of the current GPU ("NVIDIA H200"), "" without one.
 std::string cuda_device_name();
+// The flash attention kernels a run on device d takes for its shape (sequence S, A query heads,
+// G groups, head dim D): on CUDA the tensor-core ones (kernels/cuda/flash_mma.h) or the
+// scalar fallback; the run's header names it (kernels/device.cpp).
+std::string flash_attention_kernel(Device d, bool bf16, int S, int A, int G, int D,
+                                   float dropout_p);
 // The cudaStream_t every op is queued on, as void* (NCCL enqueues on it to stay ordered with
 // the compute); created on the current device at first use. nullptr in the CPU_ONLY build.
 void* cuda_current_stream();

@@ -4,14 +4,18 @@
 // In a CPU_ONLY build (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) nothing here touches CUDA:
 // there are no GPUs, and asking for one throws no_cuda's message.
 //
-// defines: cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda
-//          (and cuda_current_stream in the CPU_ONLY build; kernels/cuda/memory_gemm.cu's else)
+// defines: cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda,
+//          flash_attention_kernel (and cuda_current_stream in the CPU_ONLY build;
+//          kernels/cuda/memory_gemm.cu's else)
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/dispatch.h"
+#include "kernels/math.h"  // whole_sequence
 #ifndef PARALAB_CPU_ONLY
 #include <cuda_runtime_api.h>
+#include "kernels/cuda/flash_mma.h"  // flash_mma_handles, flash_mma_name
 #endif
 
 namespace kernels {
@@ -37,6 +41,15 @@ void cuda_select_device(int local_rank) {
   if (cudaSetDevice(local_rank % n) != cudaSuccess)
     throw std::runtime_error("cudaSetDevice(" + std::to_string(local_rank % n) + ") failed");
 }
+std::string flash_attention_kernel(Device d, bool bf16, int S, int A, int G, int D,
+                                   float dropout_p) {
+  if (d != Device::CUDA) return "the CPU twin (kernels/cpu/flash_attention.cpp)";
+  if (bf16 && cuda::flash_mma_handles(A, G, D, 1.0f / std::sqrt((float)D), dropout_p,
+                                      whole_sequence(S, A, D)))
+    return cuda::flash_mma_name();
+  return std::string("scalar fp32 tiles (kernels/cuda/flash_attention.cu; the tensor-core ") +
+         "kernels take bf16 at head dim 64 or 128)";
+}
 std::string cuda_device_name() {
   int device = 0;
   cudaDeviceProp prop;
@@ -49,6 +62,9 @@ std::string cuda_device_name() {
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_device_name() { return ""; }
+std::string flash_attention_kernel(Device, bool, int, int, int, int, float) {
+  return "the CPU twin (kernels/cpu/flash_attention.cpp)";
+}
 void cuda_select_device(int) { no_cuda(); }
 void* cuda_current_stream() { return nullptr; }
 #endif

@@ -14,7 +14,7 @@
 #   check      [240] scripts/gpu_check.sh: every CUDA op against its CPU twin (op_check), the
 #                    tiny models' losses on cuda against cpu, 1 and 2 ranks; its --benchmark
 #                    profile is kept for the part `bench`
-#   attncheck  [60]  build/cuda/tests/gpu/attention_bench --check, when that binary is there
+#   attncheck  [60]  build/cuda/tests/gpu/op_check --attention-check (the tensor-core flash rows alone)
 #   bench      [90]  `trainer --benchmark --device cuda --benchmark-save gpu-measured.toml` (taken
 #                    from `check` when it ran): the profile step and moe project with beside h200
 #   attention  [90]  bench/gpu/attention.sh, when present (CHECK=1 unless attncheck ran)
@@ -117,9 +117,9 @@ for part in check attncheck bench attention step moe; do
       row check "$RESULT" "$ELAPSED" "${verdict:-no verdict (see check/gpu_check.txt)}"
       ;;
     attncheck)
-      bin=build/cuda/tests/gpu/attention_bench
+      bin=build/cuda/tests/gpu/op_check
       if [[ ! -x $bin ]]; then row attncheck ABSENT - "$bin not built"; continue; fi
-      run_part attncheck "$limit" "$bin" --check
+      run_part attncheck "$limit" "$bin" --attention-check
       row attncheck "$RESULT" "$ELAPSED" "$(grep -ciE 'fail' "$WORK/attncheck.log") lines say FAIL"
       ;;
     bench)
@@ -141,8 +141,8 @@ for part in check attncheck bench attention step moe; do
         row attention ABSENT - "bench/gpu/attention.sh not here"
         continue
       fi
-      if [[ ! -x build/cuda/tests/gpu/attention_bench ]]; then
-        row attention ABSENT - "build/cuda/tests/gpu/attention_bench not built"
+      if [[ ! -x build/cuda/tests/gpu/op_check ]]; then
+        row attention ABSENT - "build/cuda/tests/gpu/op_check not built"
         continue
       fi
       check=1

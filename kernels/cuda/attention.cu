@@ -71,13 +71,18 @@ __device__ inline QkvSlot locate_qkv(size_t idx, int S, int A, int G, int D) {
 
 // Rotates channel dd of a head row by RoPE (direction +1 forward, -1 backward); x is the
 // channel's own value and partner the value at channel (dd + D/2) mod D; position is global.
+// The products and the sum round one by one (__fmul_rn, __fadd_rn): nvcc contracts
+// `x c + s p` into a fused multiply-add as it sees fit in each kernel that inlines this, and
+// did so differently in the split and in rope_kernel, so "split(theta 0) + rope ==
+// split(theta)" differed in 1.4e3 elements on an H200 (issue 26); now both round as the CPU
+// twin (built with -ffp-contract=off) does.
 __device__ inline float rope_rotate(float x, float partner, int dd, int position, int D,
                                     float theta, float direction) {
   const int half = D / 2;
   const int i = dd < half ? dd : dd - half;
-  const float angle = (float)position * rope_inv_freq(i, D, theta);
+  const float angle = __fmul_rn((float)position, rope_inv_freq(i, D, theta));
   const float sign = dd < half ? -direction : direction;
-  return x * cosf(angle) + sign * partner * sinf(angle);
+  return __fadd_rn(__fmul_rn(x, cosf(angle)), __fmul_rn(__fmul_rn(sign, partner), sinf(angle)));
 }
 
 // mirrors qkv_split_forward<Device::CPU>

@@ -26,6 +26,7 @@
 // bg * blk.k.head_stride), D apart; lse_i of head bh is at bh * (blk.q.head_stride / D) + i.
 // GQA: query head h reads key/value group h / (A / G).
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_mma.h"  // flash_mma_forward / _backward: the tensor-core kernels
 
 namespace kernels {
 
@@ -144,6 +145,9 @@ template <> void flash_attention_forward<Device::CUDA, float>(
 template <> void flash_attention_forward<Device::CUDA, bf16>(
     bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int A, int G, int D,
     float scale, float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+  // the tensor-core kernels (flash_mma_forward.cu) where they take the shape; else these
+  if (flash_mma_forward(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk))
+    return;
   flash_forward_launch(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
 }
 

@@ -22,6 +22,7 @@
 // of dk, dv in fp32, adds it to the widened value and rounds once.
 // Thread layout and views as in the forward: warp w owns query rows w + 4r, lane j owns key j.
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_mma.h"  // flash_mma_forward / _backward: the tensor-core kernels
 
 namespace kernels {
 
@@ -240,6 +241,10 @@ template <> void flash_attention_backward<Device::CUDA, bf16>(
     float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
     const bf16* o, const float* lse, int B, int A, int G, int D, float scale, float dropout_p,
     uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+  // the tensor-core kernels (flash_mma_backward.cu) where they take the shape; else these
+  if (flash_mma_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
+                         rng_stream, blk))
+    return;
   flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
                         rng_stream, blk);
 }

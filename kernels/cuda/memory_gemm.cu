@@ -26,7 +26,9 @@
 // read its pointers before the next call overwrites them.
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -186,6 +188,25 @@ static void** grouped_pointer_scratch(size_t n) {
   return scratch;
 }
 
+// cuBLAS's grouped kernels read each problem's matrices through pointers in device memory,
+// which it does not inspect: its kernels assume every matrix 16-byte aligned and every leading
+// dimension a whole number of 16-byte rows. A bf16 group that starts at an odd column (op_check's
+// TN case: A at column offset 37) took an H200 to "misaligned address" (issue 27), a sticky error
+// that poisons the CUDA context. So a call whose groups are not all aligned runs one cuBLAS GEMM
+// per group instead (cublasGemmEx checks the pointers it is given and picks a kernel that
+// can), and the pointer arrays each start at a 256-byte boundary.
+static bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+template <typename T>
+static void gemm_one(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const T* A,
+                     int lda, const T* B, int ldb, float beta, T* C, int ldc) {
+  if constexpr (std::is_same<T, float>::value)
+    gemm<Device::CUDA, float, float>(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C,
+                                     ldc);
+  else
+    gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
+}
+
 // T the storage of A, B and C (CUDA_R_32F or CUDA_R_16BF); fp32 compute either way.
 template <typename T>
 static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T* A, int lda,
@@ -211,11 +232,26 @@ static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T
   }
   const int problems = (int)m.size();
   if (problems == 0) return;
-  std::vector<void*> host(3 * (size_t)problems);
+  bool aligned = (lda * sizeof(T)) % 16 == 0 && (ldb * sizeof(T)) % 16 == 0 &&
+                 (ldc * sizeof(T)) % 16 == 0;
+  for (int i = 0; i < problems && aligned; i++)
+    aligned = aligned16(a_ptrs[i]) && aligned16(b_ptrs[i]) && aligned16(c_ptrs[i]);
+  if (!aligned) {  // the groups one by one (each GemmGroup as gemm would run it)
+    for (int i = 0; i < count; i++) {
+      const GemmGroup& g = groups[i];
+      if (g.m == 0 || g.n == 0 || g.k == 0) continue;
+      gemm_one(trans_a, trans_b, g.m, g.n, g.k, alpha, A + g.a_offset, lda, B + g.b_offset, ldb,
+               beta, C + g.c_offset, ldc);
+    }
+    return;
+  }
+  // the three arrays (cuBLAS's A, B, C pointers), each at a multiple of 32 entries
+  const size_t stride = ((size_t)problems + 31) / 32 * 32;
+  std::vector<void*> host(3 * stride, nullptr);
   for (int i = 0; i < problems; i++) {
     host[i] = const_cast<void*>(a_ptrs[i]);
-    host[problems + i] = const_cast<void*>(b_ptrs[i]);
-    host[2 * problems + i] = c_ptrs[i];
+    host[stride + i] = const_cast<void*>(b_ptrs[i]);
+    host[2 * stride + i] = c_ptrs[i];
   }
   void** dev = grouped_pointer_scratch(host.size());
   // From pageable memory: the copy is staged before the call returns, so `host` may go.
@@ -227,8 +263,8 @@ static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T
   const std::vector<float> alphas(problems, alpha), betas(problems, beta);
   CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
       cublas(), op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alphas.data(),
-      (const void* const*)dev, type, ld_a.data(), (const void* const*)(dev + problems), type,
-      ld_b.data(), betas.data(), dev + 2 * problems, type, ld_c.data(), problems, sizes.data(),
+      (const void* const*)dev, type, ld_a.data(), (const void* const*)(dev + stride), type,
+      ld_b.data(), betas.data(), dev + 2 * stride, type, ld_c.data(), problems, sizes.data(),
       CUBLAS_COMPUTE_32F));
 }
 

@@ -145,6 +145,73 @@ void check_moe_router() {
   });
 }
 
+// The grouped GEMM's cases that would have caught issue 27's misaligned address: every
+// transpose pair, E groups of random row counts (zeros and odd counts among them) laid out as
+// the experts' blocks are (row offsets: aligned when K and N are multiples of 8; with a
+// transposed A, column offsets: odd, so cuBLAS's grouped call is not taken), a single group, a
+// call whose every group is empty; against the CPU twin and against one CUDA gemm per group.
+template <typename T>
+void grouped_gemm_case(const std::string& name, bool ta, bool tb, int K, int Nn,
+                       const std::vector<int>& rows_of) {
+  using P = Precision<T>;
+  std::vector<kernels::GemmGroup> groups;
+  int rows = 0;
+  for (size_t i = 0; i < rows_of.size(); i++) {
+    kernels::GemmGroup g;
+    g.m = rows_of[i];
+    g.n = Nn;
+    g.k = K;
+    g.a_offset = ta ? rows : (long long)rows * K;
+    g.b_offset = (long long)i * K * Nn;
+    g.c_offset = (long long)rows * Nn;
+    rows += g.m;
+    groups.push_back(g);
+  }
+  const int lda = ta ? std::max(rows, 1) : K, ldb = tb ? K : Nn, ldc = Nn;
+  const int count = (int)groups.size();
+  Twin<T> A(random_values<T>((size_t)std::max(rows, 1) * K));
+  Twin<T> B(random_values<T>(rows_of.size() * K * Nn));
+  const std::vector<T> c0 = random_values<T>((size_t)std::max(rows, 1) * Nn);
+  Twin<T> C(c0), C2(c0);
+  const std::string tag = name + " " + (ta ? "T" : "N") + (tb ? "T" : "N") + P::tag;
+  check("gemm_grouped " + tag, P::reduction, [&] {
+    kernels::gemm_grouped(Device::CPU, ta, tb, 0.9f, A.c(), lda, B.c(), ldb, 0.5f, C.c(), ldc,
+                          groups.data(), count);
+    kernels::gemm_grouped(Device::CUDA, ta, tb, 0.9f, A.g(), lda, B.g(), ldb, 0.5f, C.g(), ldc,
+                          groups.data(), count);
+    kernels::synchronize(Device::CUDA);
+    return err(C);
+  });
+  check("gemm_grouped vs per-group gemm (cuda) " + tag, P::reduction, [&] {
+    for (const kernels::GemmGroup& g : groups)
+      if (g.m > 0)
+        kernels::gemm(Device::CUDA, ta, tb, g.m, g.n, g.k, 0.9f, A.g() + g.a_offset, lda,
+                      B.g() + g.b_offset, ldb, 0.5f, C2.g() + g.c_offset, ldc);
+    return rel_err(widen(C2.fetch()), widen(C.fetch()));
+  });
+}
+
+template <typename T>
+void grouped_gemm_cases() {
+  std::vector<int> e128(128);
+  for (int& r : e128) r = (int)(rng() % 10);  // 0-9 rows: empty experts and odd counts
+  e128[0] = 0;
+  e128[1] = 1;
+  e128[2] = 7;
+  for (int t = 0; t < 4; t++) {
+    const bool ta = t & 1, tb = t & 2;
+    grouped_gemm_case<T>("E 128", ta, tb, 64, 96, e128);
+    grouped_gemm_case<T>("one group", ta, tb, 64, 96, {13});
+    grouped_gemm_case<T>("every group empty", ta, tb, 64, 96, {0, 0, 0});
+    grouped_gemm_case<T>("K 36 N 20 (unaligned)", ta, tb, 36, 20, {3, 0, 8, 5});
+  }
+}
+
+void check_gemm_grouped_cases() {
+  grouped_gemm_cases<float>();
+  grouped_gemm_cases<bf16>();
+}
+
 template <typename T>
 void check_moe() {
   using P = Precision<T>;

@@ -1,0 +1,412 @@
+// kernels/cuda/flash_mma_backward.cu: flash attention backward on tensor cores (FlashAttention-2,
+// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_backward
+// (kernels/cpu/flash_attention.cpp) and replaces, where it handles the shape
+// (kernels/cuda/flash_mma.h), the scalar flash_attention_backward.cu. The forward's fragments, mask and pipeline are explained in
+// flash_mma_forward.cu; the lane layout in mma_layout.h.
+//
+// With s = q_i . k_j (raw), c = scale log2 e, P_ij = 2^(c s - lse_i log2 e) = e^(scale s - lse_i)
+// rebuilt from the forward's lse (0 where j >= n_i = visible(i)), z_ij = keep_ij / (1-p):
+//   delta_i = dO_i . o_i                                    delta_kernel, fp32 scratch
+//   dP_ij   = z_ij (dO_i . v_j)        dS_ij = P_ij (dP_ij - delta_i)
+//   dV_j   += sum_i P_ij z_ij dO_i     dK_j += scale sum_i dS_ij q_i   dkdv_kernel
+//   dQ_i   += scale sum_j dS_ij k_j                                    dq_kernel
+// Each output element is owned by one thread of one block, so there are no atomics and the
+// result is the same bits on every run. The price: S and dP are computed in both kernels, 7
+// tile products instead of a fused backward's 5 (14 D FLOPs per visible pair against the
+// 10 D the benchmarks count).
+//
+// dq_kernel: the forward's shape. One block of 8 warps per (query tile of 128 rows, head,
+// batch); warp w owns rows [16w, 16w + 16); K and V tiles of 64 keys double-buffered by cp.async.
+// Per warp and key tile: S, dP (16 x 64, C fragments: 2 x 32 fp32) from A fragments of the warp's
+// Q and dO rows (ldmatrix from sQ, sdO) and B fragments of K and V (ldmatrix); dS is rounded to
+// bf16 into A fragments (c_to_a) and dQ (16 x D, D/2 fp32) += dS K with K's B fragments from
+// ldmatrix.trans. Shared: sQ, sdO (128, D+8), sK[2], sV[2] (64, D+8) = 136 KiB at D 128.
+//
+// dkdv_kernel: transposed. One block of 8 warps per (key tile of 128 rows, group, batch); warp w
+// owns keys [16w, 16w + 16) and holds dK, dV (16 x D each, fp32 C fragments: D fp32). It loops
+// over the group's A/G heads and, for each, over the query tiles of 64 rows that see the key
+// tile (from first_query_seeing(k0)), double-buffering Q, dO and the rows' (lse, delta, n_i):
+//
+//   S^T  (16 keys x 64 queries) = K_w Q^T    A: K_w (ldmatrix)   B: Q rows (ldmatrix)
+//   dP^T (16 x 64)              = V_w dO^T   A: V_w              B: dO rows
+//   P^T, dS^T elementwise, on the accumulator layout of mma_layout.h (lane = 4 group + tig):
+//     key kw0 + group      queries 8 nt + 2 tig, 8 nt + 2 tig + 1   (c0, c1 of n-tile nt)
+//     key kw0 + group + 8  the same two queries                     (c2, c3)
+//   so a lane's keys are fixed and its 16 queries read their lse, delta and n_i from shared
+//   memory (a float2 and an int per query, per stage)
+//   dV (16 x D) += (P z)^T dO    A: (P z)^T from registers (c_to_a)   B: dO, ldmatrix.trans
+//   dK (16 x D) += dS^T Q        A: dS^T from registers               B: Q, ldmatrix.trans
+//
+// Shared: sK, sV (128, D+8), sQ[2], sdO[2] (64, D+8), 1.5 KiB of row terms = 137.5 KiB at D 128.
+// At the end each lane adds its fp32 dK (times scale) and dV to the widened old bf16 values and
+// rounds once. Per (key tile, query tile): 4 tile products, 8 kBc kBr D FLOPs (8.4 MFLOP at
+// D 128); global/L2 reads of Q and dO: 2 kBr D 2 bytes (32 KiB: 256 FLOP per byte).
+#include "kernels/cuda/flash_mma.cuh"
+
+namespace kernels {
+namespace cuda {
+namespace flash_mma {
+namespace {
+
+__device__ inline float low_bf16(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ inline float high_bf16(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+
+// delta (BH, Sq), one warp per row: delta_i = dO_i . o_i in fp32 from the bf16 values.
+template <int D>
+__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* o, long long rows,
+                             int Sq, long long head_stride) {
+  const long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;  // the whole warp
+  const size_t at = (size_t)(r / Sq) * head_stride + (size_t)(r % Sq) * D;
+  float s = 0.0f;
+#pragma unroll
+  for (int col = 2 * lane; col < D; col += 64) {
+    const uint32_t g = *reinterpret_cast<const uint32_t*>(dout + at + col);
+    const uint32_t y = *reinterpret_cast<const uint32_t*>(o + at + col);
+    s += low_bf16(g) * low_bf16(y) + high_bf16(g) * high_bf16(y);
+  }
+  s = warp_sum(s);
+  if (lane == 0) delta[r] = s;
+}
+
+// C (16 x 8NT) = A_w (16 x D, rows of a shared tile) B^T, B = 8NT rows of another shared tile:
+// the scores of 16 rows against 8NT (S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T).
+template <int D, int NT>
+__device__ inline void rows_times_rows_t(float (&acc)[NT][4], const bf16* a_rows,
+                                         const bf16* b_rows, int lane) {
+  constexpr int kStride = D + kPad;
+  const mma::Coord ac = mma::ldsm_a(lane), bc = mma::ldsm_b(lane);
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[nt][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    uint32_t af[4];
+    ldsm_x4(af, a_rows + ac.row * kStride + 16 * kk + ac.col);
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+      uint32_t bf[4];
+      ldsm_x4(bf, b_rows + (16 * np + bc.row) * kStride + 16 * kk + bc.col);
+      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
+      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc (16 x D) += X (16 x 8NT, C fragments in registers, rounded to bf16 here) Y (8NT rows x D
+// of a shared tile): O-style products (dQ += dS K, dV += (P z)^T dO, dK += dS^T Q).
+template <int D, int NT>
+__device__ inline void regs_times_rows(float (&acc)[D / 8][4], const float (&x)[NT][4],
+                                       const bf16* y_rows, int lane) {
+  constexpr int kStride = D + kPad;
+  const mma::Coord bt = mma::ldsm_bt(lane);
+#pragma unroll
+  for (int kt = 0; kt < NT / 2; kt++) {
+    uint32_t xf[4];
+    xf[0] = pack_bf16x2(x[2 * kt][0], x[2 * kt][1]);
+    xf[1] = pack_bf16x2(x[2 * kt][2], x[2 * kt][3]);
+    xf[2] = pack_bf16x2(x[2 * kt + 1][0], x[2 * kt + 1][1]);
+    xf[3] = pack_bf16x2(x[2 * kt + 1][2], x[2 * kt + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+      uint32_t yf[4];
+      ldsm_x4_trans(yf, y_rows + (16 * kt + bt.row) * kStride + 16 * dp + bt.col);
+      mma_bf16(acc[2 * dp], xf, yf[0], yf[1]);
+      mma_bf16(acc[2 * dp + 1], xf, yf[2], yf[3]);
+    }
+  }
+}
+
+// mirrors the dQ part of cpu::flash_attention_backward. Grid (query tiles, A, B), reversed.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_kernel(float* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+              const float* lse, const float* delta, int A, int G, float scale, float dropout_p,
+              uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
+  using T = Dq<D>;
+  constexpr int kBr = T::kBr, kBc = T::kBc, kStride = T::kStride;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBr, kStride)
+  bf16* sdO = sQ + kBr * kStride;             // (kBr, kStride)
+  bf16* sK = sdO + kBr * kStride;             // 2 stages of (kBc, kStride)
+  bf16* sV = sK + 2 * kBc * kStride;          // 2 stages of (kBc, kStride)
+
+  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int Sq = blk.q.rows, q0 = qt * kBr;
+  const size_t bh = (size_t)b * A + h, bg = (size_t)b * G + h / (A / G);
+  const bf16* Kh = k + bg * blk.k.head_stride;
+  const bf16* Vh = v + bg * blk.k.head_stride;
+  const float c = scale * kLog2e, kept_scale = 1.0f / (1.0f - dropout_p);
+
+  const int key_tiles = (blk.visible(min(q0 + kBr, Sq) - 1) + kBc - 1) / kBc;
+  const int w0 = q0 + 16 * warp;  // the warp's rows [w0, w0 + 16), as in the forward
+  const int warp_first = blk.visible(min(w0, Sq - 1));
+  const int warp_keys = w0 < Sq ? blk.visible(min(w0 + 15, Sq - 1)) : 0;
+  // This lane's rows (group, group + 8): keys seen (0 past the view), lse log2 e, delta.
+  int row[2], row_keys[2];
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    row[hf] = w0 + mma::group_of(lane) + 8 * hf;
+    const bool inside = row[hf] < Sq;
+    row_keys[hf] = inside ? blk.visible(row[hf]) : 0;
+    lse2[hf] = row_keys[hf] > 0 ? lse[bh * (blk.q.head_stride / D) + row[hf]] * kLog2e : 0.0f;
+    dl[hf] = inside ? delta[bh * Sq + row[hf]] : 0.0f;
+  }
+
+  load_rows_async<D, kBr, kThreads>(sQ, q + bh * blk.q.head_stride, q0, Sq);
+  load_rows_async<D, kBr, kThreads>(sdO, dout + bh * blk.q.head_stride, q0, Sq);
+  cp_async_commit();
+  if (key_tiles > 0) {
+    load_rows_async<D, kBc, kThreads>(sK, Kh, 0, blk.k.rows);
+    load_rows_async<D, kBc, kThreads>(sV, Vh, 0, blk.k.rows);
+  }
+  cp_async_commit();
+
+  float acc[D / 8][4];  // dQ (16 x D) without the scale
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[dt][e] = 0.0f;
+
+  for (int t = 0; t < key_tiles; t++) {
+    const int k0 = t * kBc, stage = t & 1;
+    if (t + 1 < key_tiles) {
+      load_rows_async<D, kBc, kThreads>(sK + (stage ^ 1) * kBc * kStride, Kh, k0 + kBc, blk.k.rows);
+      load_rows_async<D, kBc, kThreads>(sV + (stage ^ 1) * kBc * kStride, Vh, k0 + kBc, blk.k.rows);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    if (k0 < warp_keys) {
+      const bf16* tK = sK + stage * kBc * kStride;
+      const uint32_t keep = dropout_p > 0.0f ? keep_bits(blk, b, h, row, k0, lane, dropout_p, seed,
+                                                         rng_stream)
+                                             : 0xffffffffu;
+      float s[8][4], dp[8][4];  // S = Q_w K^T and dP' = dO_w V^T (16 x 64)
+      rows_times_rows_t<D, 8>(s, sQ + 16 * warp * kStride, tK, lane);
+      rows_times_rows_t<D, 8>(dp, sdO + 16 * warp * kStride, sV + stage * kBc * kStride, lane);
+      const bool mask = tile_needs_mask(k0, kBc, warp_first, w0, 16, Sq);
+#pragma unroll
+      for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int hf = e >> 1, j = k0 + 8 * nt + mma::c_coord(lane, e).col;
+          const float p = !mask || j < row_keys[hf] ? exp2f(fmaf(s[nt][e], c, -lse2[hf])) : 0.0f;
+          const float z = (keep >> (4 * nt + e)) & 1u ? kept_scale : 0.0f;  // keep / (1-p)
+          s[nt][e] = p * (dp[nt][e] * z - dl[hf]);                        // dS
+        }
+      regs_times_rows<D, 8>(acc, s, tK, lane);  // dQ += dS K
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();  // no key tile: sQ, sdO may still be in flight; none may outlive the block
+
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    if (row[hf] >= Sq) continue;
+    float* dq_row = dq + bh * blk.q.head_stride + (size_t)row[hf] * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+      float2* at = reinterpret_cast<float2*>(dq_row + 8 * dt + 2 * mma::tig_of(lane));
+      float2 x = *at;
+      x.x += scale * acc[dt][2 * hf];
+      x.y += scale * acc[dt][2 * hf + 1];
+      *at = x;
+    }
+  }
+}
+
+// mirrors the dK, dV part of cpu::flash_attention_backward. Grid (key tiles, G, B).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_kernel(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                const float* lse, const float* delta, int A, int G, float scale, float dropout_p,
+                uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
+  using T = Dkv<D>;
+  constexpr int kBr = T::kBr, kBc = T::kBc, kStride = T::kStride;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kBc, kStride)
+  bf16* sV = sK + kBc * kStride;              // (kBc, kStride)
+  bf16* sQ = sV + kBc * kStride;              // 2 stages of (kBr, kStride)
+  bf16* sdO = sQ + 2 * kBr * kStride;         // 2 stages of (kBr, kStride)
+  // 2 stages of kBr row terms: (lse_i log2 e, delta_i), and n_i
+  float2* sRow = reinterpret_cast<float2*>(smem + T::kTileBytes);
+  int* sKeys = reinterpret_cast<int*>(sRow + 2 * kBr);
+
+  const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int Sq = blk.q.rows, Sk = blk.k.rows, k0 = kt * kBc, kw0 = k0 + 16 * warp;
+  const int heads_per_group = A / G;
+  const size_t bg = (size_t)b * G + g;
+  const size_t lse_stride = blk.q.head_stride / D;
+  const float c = scale * kLog2e, kept_scale = 1.0f / (1.0f - dropout_p);
+
+  // Query tiles before the first row that sees key k0 see none of the tile.
+  const int first = first_query_seeing(blk, k0);
+  if (first >= Sq) return;  // no query sees the tile: dk, dv stay as they are (block-uniform)
+  const int qt_first = first / kBr, per_head = (Sq + kBr - 1) / kBr - qt_first;
+  const int steps = heads_per_group * per_head;
+
+  // Step s: query head g * A/G + s / per_head, query tile qt_first + s % per_head, into `stage`.
+  auto issue = [&](int s, int stage) {
+    const int h = g * heads_per_group + s / per_head, q0 = (qt_first + s % per_head) * kBr;
+    const size_t bh = (size_t)b * A + h;
+    load_rows_async<D, kBr, kThreads>(sQ + stage * kBr * kStride, q + bh * blk.q.head_stride, q0,
+                                      Sq);
+    load_rows_async<D, kBr, kThreads>(sdO + stage * kBr * kStride, dout + bh * blk.q.head_stride,
+                                      q0, Sq);
+    if (threadIdx.x < kBr) {
+      const int i = q0 + threadIdx.x;
+      const int n = i < Sq ? blk.visible(i) : 0;
+      sKeys[stage * kBr + threadIdx.x] = n;
+      sRow[stage * kBr + threadIdx.x] =
+          make_float2(n > 0 ? lse[bh * lse_stride + i] * kLog2e : 0.0f,
+                      i < Sq ? delta[bh * Sq + i] : 0.0f);
+    }
+  };
+
+  load_rows_async<D, kBc, kThreads>(sK, k + bg * blk.k.head_stride, k0, Sk);
+  load_rows_async<D, kBc, kThreads>(sV, v + bg * blk.k.head_stride, k0, Sk);
+  issue(0, 0);
+  cp_async_commit();
+
+  float acc_k[D / 8][4], acc_v[D / 8][4];  // dK (without the scale), dV: 16 x D each
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc_k[dt][e] = acc_v[dt][e] = 0.0f;
+
+  for (int s = 0; s < steps; s++) {
+    const int stage = s & 1;
+    const int h = g * heads_per_group + s / per_head, q0 = (qt_first + s % per_head) * kBr;
+    if (s + 1 < steps) {
+      issue(s + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const int n_first = blk.visible(q0), n_last = blk.visible(min(q0 + kBr, Sq) - 1);
+    if (kw0 < n_last) {  // some query of the tile sees some key of the warp (warp-uniform)
+      const bf16* tQ = sQ + stage * kBr * kStride;
+      const bf16* tdO = sdO + stage * kBr * kStride;
+      // Dropout's keep bits of the lane's 32 elements (bit 4 nt + e: row kw0 + row, column
+      // q0 + 8 nt + col of c_coord(lane, e)), drawn while only the accumulators are live.
+      uint32_t keep = 0xffffffffu;
+      if (dropout_p > 0.0f) {
+        keep = 0;
+#pragma unroll 1
+        for (int bit = 0; bit < 32; bit++) {
+          const mma::Coord at = mma::c_coord(lane, bit & 3);
+          const uint64_t index =
+              blk.dropout_index(b, h, q0 + 8 * (bit >> 2) + at.col, kw0 + at.row);
+          keep |= (uint32_t)dropout_keep(seed, rng_stream, index, dropout_p) << bit;
+        }
+      }
+      // The warp's 16 keys against the tile's rows: unmasked when the first row sees them all.
+      const bool mask = tile_needs_mask(kw0, 16, n_first, q0, kBr, Sq);
+      // The 64 query columns in parts of 8 NT: at D 128 halves (quarters on sm_80), so that
+      // S^T and dP^T (2 x 4 NT fp32) fit beside the 2 x 64 of dK, dV without spilling.
+#pragma unroll
+      for (int part = 0; part < T::kParts; part++) {
+        constexpr int NT = 8 / T::kParts;
+        const int c0 = 8 * NT * part;  // the part's first query column
+        float st[NT][4], dpt[NT][4];   // S^T = K_w Q^T, dP'^T = V_w dO^T (16 keys x 8NT queries)
+        rows_times_rows_t<D, NT>(st, sK + 16 * warp * kStride, tQ + c0 * kStride, lane);
+        rows_times_rows_t<D, NT>(dpt, sV + 16 * warp * kStride, tdO + c0 * kStride, lane);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const mma::Coord at = mma::c_coord(lane, e);
+            const int j = kw0 + at.row, il = c0 + 8 * nt + at.col;  // key row, query column
+            const float2 lse_delta = sRow[stage * kBr + il];
+            const float p = !mask || j < sKeys[stage * kBr + il]
+                                ? exp2f(fmaf(st[nt][e], c, -lse_delta.x))
+                                : 0.0f;
+            const int bit = 4 * (NT * part + nt) + e;
+            const float z = (keep >> bit) & 1u ? kept_scale : 0.0f;  // keep / (1-p)
+            st[nt][e] = p * z;                                      // (P z)^T
+            dpt[nt][e] = p * (dpt[nt][e] * z - lse_delta.y);        // dS^T
+          }
+        regs_times_rows<D, NT>(acc_v, st, tdO + c0 * kStride, lane);  // dV += (P z)^T dO
+        regs_times_rows<D, NT>(acc_k, dpt, tQ + c0 * kStride, lane);  // dK += dS^T Q
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before step s + 2 overwrites it
+  }
+
+  // "+=": the fp32 share added to the widened bf16 value, rounded once.
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    const int j = kw0 + mma::group_of(lane) + 8 * hf;
+    if (j >= Sk) continue;
+    const size_t at = bg * blk.k.head_stride + (size_t)j * D + 2 * mma::tig_of(lane);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+      uint32_t* pk = reinterpret_cast<uint32_t*>(dk + at + 8 * dt);
+      uint32_t* pv = reinterpret_cast<uint32_t*>(dv + at + 8 * dt);
+      const uint32_t ok = *pk, ov = *pv;
+      *pk = pack_bf16x2(low_bf16(ok) + scale * acc_k[dt][2 * hf],
+                        high_bf16(ok) + scale * acc_k[dt][2 * hf + 1]);
+      *pv = pack_bf16x2(low_bf16(ov) + acc_v[dt][2 * hf], high_bf16(ov) + acc_v[dt][2 * hf + 1]);
+    }
+  }
+}
+
+template <int D>
+bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                     const bf16* k, const bf16* v, const bf16* o, const float* lse, int B, int A,
+                     int G, float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
+                     const AttentionBlock& blk) {
+  if (!set_smem(dq_kernel<D>, Dq<D>::kSmemBytes) || !set_smem(dkdv_kernel<D>, Dkv<D>::kSmemBytes))
+    return false;
+  const int Sq = blk.q.rows;
+  const long long rows = (long long)B * A * Sq;
+  float* delta = nullptr;  // (B A, Sq), stream-ordered scratch
+  CUDA_CHECK(cudaMallocAsync((void**)&delta, (size_t)rows * sizeof(float), stream()));
+  delta_kernel<D><<<(unsigned)((rows + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
+      delta, dout, o, rows, Sq, blk.q.head_stride);
+  KERNEL_CHECK();
+  dq_kernel<D><<<dim3((Sq + Dq<D>::kBr - 1) / Dq<D>::kBr, A, B), kThreads, Dq<D>::kSmemBytes,
+                 stream()>>>(dq, dout, q, k, v, lse, delta, A, G, scale, dropout_p, seed,
+                             rng_stream, blk);
+  KERNEL_CHECK();
+  dkdv_kernel<D><<<dim3((blk.k.rows + Dkv<D>::kBc - 1) / Dkv<D>::kBc, G, B), kThreads,
+                   Dkv<D>::kSmemBytes, stream()>>>(dk, dv, dout, q, k, v, lse, delta, A, G, scale,
+                                                   dropout_p, seed, rng_stream, blk);
+  KERNEL_CHECK();
+  CUDA_CHECK(cudaFreeAsync(delta, stream()));
+  return true;
+}
+
+}  // namespace
+}  // namespace flash_mma
+
+bool flash_mma_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                        const bf16* k, const bf16* v, const bf16* o, const float* lse, int B,
+                        int A, int G, int D, float scale, float dropout_p, uint64_t seed,
+                        uint64_t rng_stream, const AttentionBlock& blk) {
+  using namespace flash_mma;
+  if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk)) return false;
+  for (const void* p : {(const void*)dq, (const void*)dk, (const void*)dv, (const void*)dout,
+                        (const void*)q, (const void*)k, (const void*)v, (const void*)o})
+    if (!aligned16(p)) return false;
+  if (B == 0 || blk.q.rows == 0 || blk.k.rows == 0) return true;  // nothing to add
+  return D == 64 ? launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
+                                       dropout_p, seed, rng_stream, blk)
+                 : launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
+                                        dropout_p, seed, rng_stream, blk);
+}
+
+}  // namespace cuda
+}  // namespace kernels

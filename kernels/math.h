@@ -2,7 +2,8 @@
 // with its CPU twin (notes/design.md, "Two backends, one code path").
 //
 // defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad,
-//          silu, silu_grad, rope_inv_freq, counter_uniform (dropout RNG), TokenPositions,
+//          silu, silu_grad, rope_inv_freq, counter_uniform (dropout RNG), init_normal_value,
+//          TokenPositions,
 //          AttentionRows, AttentionBlock, whole_sequence, visible_pairs,
 //          attention_merge_weights, attention_merge_value, adamw_step, and the MoE router rows:
 //          moe_topk_row, moe_topk_backward_row, moe_balancing_row, moe_balancing_backward_row,
@@ -143,6 +144,14 @@ HD uint64_t mix64(uint64_t z) {
 HD float counter_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   uint64_t r = mix64(seed ^ mix64(stream ^ mix64(index)));
   return (float)(r >> 40) * (1.0f / 16777216.0f);
+}
+// Megatron's initialisation, N(0, sigma), of element `index` of a full tensor: Box-Muller on two
+// counter uniforms, z = sqrt(-2 ln(u1 + 1e-7)) cos(2 pi u2), u1 from `stream`, u2 from
+// stream + 1 (kernels/ops/init.h). The value depends on (seed, stream, index) alone.
+HD float init_normal_value(uint64_t seed, uint64_t stream, uint64_t index, float sigma) {
+  const float u1 = counter_uniform(seed, stream, index) + 1e-7f;
+  const float u2 = counter_uniform(seed, stream + 1, index);
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2) * sigma;
 }
 // Dropout keeps an element when its uniform is >= p; kept values are scaled by 1/(1-p).
 HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {

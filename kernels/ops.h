@@ -20,6 +20,8 @@
 //   moe.h                  moe.cpp               moe.cu               router, permute, experts
 //   loss_optimizer.h       loss_optimizer.cpp    loss_optimizer.cu    cross-entropy, AdamW,
 //                                                                     sum of squares
+//   init.h                 init.cpp              init.cu              the parameters' first
+//                                                                     values
 //
 // Conventions, for all ops:
 //  - row-major; a "row" is one token; N = number of tokens (b*s), C = channels;
@@ -62,3 +64,5 @@
 // defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, adamw_update,
 //          sum_squares
 #include "kernels/ops/loss_optimizer.h"
+// defines: init_normal, fill
+#include "kernels/ops/init.h"

@@ -203,17 +203,25 @@ const TensorView& Transformer::view(const std::string& name) const {
 
 void Transformer::init_parameters(uint64_t seed) {
   // Megatron's init: N(0, σ) for weights (σ: --init-method-std, 0.02), N(0, σ/sqrt(2L)) for
-  // the two output projections of each layer (scaled init), zero biases, unit norm weights. Box-Muller on
-  // the counter RNG, keyed on (seed, tensor index, element) of the FULL tensor, then each
-  // tp rank keeps its shard: the values do not depend on the device or on the split.
-  // A pipeline stage draws only its own tensors (the same values: the key is the tensor's
-  // index in the full table).
-  const float sigma = config_.init_method_std, scaled = sigma / std::sqrt(2.0f * config_.num_layers);
-  auto draw = [&](const std::vector<ParamSpec>& table, bool experts) {
-    std::vector<float> local;
-    for (const ParamSpec& mine_spec : table) {
+  // the two output projections of each layer (scaled init), zero biases, unit norm weights.
+  // Element i of full tensor t is drawn from the counter RNG keyed on (seed, 2t, i) and
+  // (seed, 2t + 1, i) (kernels/ops/init.h): the values do not depend on the device or the
+  // layout, so each rank draws, on its device, exactly the elements it stores: for each of
+  // its tensors the rectangles of the full tensor it holds (model/param_table.h shard_blocks:
+  // its tp slice, its experts, the vocabulary's padding rows, drawn like the rest as in
+  // Megatron's padded tensor), cut to what data parallelism stores here (ZeRO-3: its shard;
+  // with --offload-params on the host). A pipeline stage has only its own tensors.
+  const float sigma = config_.init_method_std;
+  const float scaled = sigma / std::sqrt(2.0f * config_.num_layers);
+  for (const bool experts : {false, true}) {
+    DataParallel* owner = experts ? expert_dp_ : dp_;
+    if (owner == nullptr) continue;
+    const size_t element = owner->bf16() ? sizeof(kernels::bf16) : sizeof(float);
+    const std::vector<DataParallel::StoredSegment> stored = owner->stored_params();
+    for (const TensorView& v : views_) {
+      if (v.expert != experts) continue;
       size_t t = 0;
-      while (full_table_[t].name != mine_spec.name) ++t;
+      while (full_table_[t].name != v.spec->name) ++t;
       const ParamSpec& p = full_table_[t];
       const std::string& name = p.name;
       const bool norm = name.find("norm") != std::string::npos;
@@ -221,34 +229,46 @@ void Transformer::init_parameters(uint64_t seed) {
       // the projections back into the residual stream: attention's, the MLP's, the experts'
       const bool output_proj = name.find("attn.proj.weight") != std::string::npos ||
                                name.find("fc2.weight") != std::string::npos;
-      // the vocabulary's padding rows are drawn like the rest (Megatron's padded tensor):
-      // rows V.. of the full tensor continue its element index, so rows < V do not move
-      ParamSpec drawn = p;
+      ParamSpec drawn = p;  // VOCAB: rows V.. continue the element index, rows < V stay
       if (p.split == TpSplit::VOCAB) {
         drawn.shape[0] = padded_rows(p, tp_.size());
         drawn.vocab_multiple = 1;
       }
-      std::vector<float> full(drawn.numel());
-      for (size_t i = 0; i < full.size(); ++i) {
-        if (bias) full[i] = 0.0f;
-        else if (norm) full[i] = 1.0f;
-        else {
-          float u1 = kernels::counter_uniform(seed, 2 * t, i) + 1e-7f;
-          float u2 = kernels::counter_uniform(seed, 2 * t + 1, i);
-          float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
-          full[i] = z * (output_proj ? scaled : sigma);
+      TensorSlice slice;
+      if (experts) {  // this rank's experts (a block of dim 0), its etp share of each
+        slice.expert = true;
+        slice.ep = ep_.size(), slice.ep_rank = ep_.rank();
+        slice.etp = ep_.etp_size(), slice.etp_rank = ep_.etp_rank();
+      } else {
+        slice.tp = tp_.size(), slice.tp_rank = tp_.rank();
+      }
+      for (const ShardBlock& b : shard_blocks(drawn, slice)) {
+        // the block's elements of the flat vector, [lo, hi), met with each stored segment
+        const int64_t lo = (int64_t)v.offset + b.local_offset, hi = lo + b.rows * b.cols;
+        for (const DataParallel::StoredSegment& s : stored) {
+          const int64_t first = std::max(lo, s.flat_begin);
+          const int64_t last = std::min(hi, s.flat_begin + s.count);
+          if (first >= last) continue;
+          void* dst = static_cast<char*>(s.param) + (first - s.flat_begin) * element;
+          const int64_t n = last - first;
+          if (bias || norm) {
+            const float value = bias ? 0.0f : 1.0f;
+            if (owner->bf16()) kernels::fill(s.device, static_cast<kernels::bf16*>(dst), value, n);
+            else kernels::fill(s.device, static_cast<float*>(dst), value, n);
+            continue;
+          }
+          const float std_dev = output_proj ? scaled : sigma;
+          if (owner->bf16())
+            kernels::init_normal(s.device, static_cast<kernels::bf16*>(dst), first - lo, n, b.cols,
+                                 b.full_offset, b.full_stride, seed, 2 * t, std_dev);
+          else
+            kernels::init_normal(s.device, static_cast<float*>(dst), first - lo, n, b.cols,
+                                 b.full_offset, b.full_stride, seed, 2 * t, std_dev);
         }
       }
-      // experts apart: this rank's experts (a block of dim 0), its etp slice of each
-      const std::vector<float> mine =
-          experts ? shard_experts(p, full, ep_.size(), ep_.rank(), ep_.etp_size(), ep_.etp_rank())
-                  : shard_tensor(drawn, full, tp_.size(), tp_.rank());
-      local.insert(local.end(), mine.begin(), mine.end());
     }
-    return local;
-  };
-  dp_->load_params(draw(table_, false));
-  if (expert_dp_) expert_dp_->load_params(draw(expert_table_, true));
+    owner->params_written();
+  }
 }
 
 void Transformer::begin_microbatch(bool last) {

@@ -147,6 +147,17 @@ class DataParallel {
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
   // Always fp32 on the host: bf16 values are rounded on load and widened on gather.
   void load_params(const std::vector<float>& full);  // every rank passes the same values
+  // Where this rank stores the parameters, to write them in place (the initialisation draws
+  // into them: kernels/ops/init.h): ZeRO 0-2 every element, ZeRO-3 its slice of each bucket,
+  // on `device` (the host, kernels::Device::CPU, for an --offload-params shard); flat_begin
+  // counts elements of the flat vector. Call params_written() after writing them.
+  struct StoredSegment {
+    int64_t flat_begin = 0, count = 0;
+    void* param = nullptr;
+    kernels::Device device = kernels::Device::CPU;
+  };
+  std::vector<StoredSegment> stored_params();
+  void params_written();  // CPU offload: the host copies of the written parameters
   std::vector<float> gather_params();                // full, unpadded, on the host
   std::vector<float> gather_grads();                 // after finish_gradients
 

@@ -36,25 +36,34 @@ void DataParallel::load_params(const std::vector<float>& full) {
            std::to_string(l.total) + " parameters");
   drain();
   const std::vector<char> host = m.to_storage(full);  // rounded once, on the host
-  auto copy_in = [&](int64_t dst, int64_t flat, int64_t n) {
-    kernels::memcpy_from_host(m.device, m.at(m.params, dst), host.data() + flat * m.es,
-                              n * m.es);
-  };
-  if (m.stage == 0) {
-    copy_in(0, 0, l.total);
-  } else {
-    for (size_t j = 0; j < l.buckets.size(); ++j) {
-      const Bucket& b = l.buckets[j];
-      const int64_t n = m.owned_hi(b) - m.owned_lo(b);
-      if (m.stage < 3)
-        copy_in(m.padded_pos[j], b.begin, b.numel());
-      else if (n > 0 && m.opt.offload_params)  // the shard is on the host
-        std::memcpy(m.at(m.host_params, b.shard_offset), host.data() + m.owned_lo(b) * m.es,
-                    n * m.es);
-      else if (n > 0)
-        copy_in(b.shard_offset, m.owned_lo(b), n);
-    }
+  for (const StoredSegment& s : stored_params())
+    kernels::memcpy_from_host(s.device, s.param, host.data() + s.flat_begin * m.es,
+                              s.count * m.es);
+  params_written();
+}
+
+std::vector<DataParallel::StoredSegment> DataParallel::stored_params() {
+  Impl& m = *impl_;
+  const BucketLayout& l = m.layout;
+  drain();
+  if (m.stage == 0) return {{0, l.total, m.at(m.params, 0), m.device}};
+  std::vector<StoredSegment> out;
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    const int64_t n = m.owned_hi(b) - m.owned_lo(b);
+    if (m.stage < 3)
+      out.push_back({b.begin, b.numel(), m.at(m.params, m.padded_pos[j]), m.device});
+    else if (n > 0 && m.opt.offload_params)  // the shard is on the host
+      out.push_back({m.owned_lo(b), n, m.at(m.host_params, b.shard_offset),
+                     kernels::Device::CPU});
+    else if (n > 0)
+      out.push_back({m.owned_lo(b), n, m.at(m.params, b.shard_offset), m.device});
   }
+  return out;
+}
+
+void DataParallel::params_written() {
+  Impl& m = *impl_;
   // CPU offload: the host copies of the offloaded parameters, from the device's
   if (m.opt.offload_params) return;
   for (const OffloadCopy& c : m.copies)

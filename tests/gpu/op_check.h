@@ -13,7 +13,7 @@
 //
 // defines: rng, random_floats, round_all, random_values, random_ints, Twin, written, Precision,
 //          rel_err, widen, err, err_lse, worst, mismatches, cp_positions, cp_chunk, failures,
-//          check, and the check_X below
+//          check, Pass, whole_pass, cp_passes, and the check_X below
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -189,6 +189,59 @@ inline void check(const std::string& op, double bound, const std::function<doubl
   std::printf("%-52s %12.3e %10.1e   %s%s\n", op.c_str(), e, bound, pass ? "PASS" : "FAIL",
               note.c_str());
   std::fflush(stdout);
+}
+
+// ---- attention passes the attention rows share (op_check_attention.cpp, _flash_mma.cpp) ----
+// One pass of attention as a test case: its block, where its views start in the local
+// tensors (rows), and those tensors' rows.
+struct Pass {
+  std::string name;
+  kernels::AttentionBlock blk;
+  int q_first = 0, k_first = 0, q_local = 0, k_local = 0;
+  bool whole() const { return blk.q.rows == q_local; }  // the q view covers its tensor
+};
+
+inline Pass whole_pass(int S, int A, int D) {
+  Pass p;
+  p.name = "";
+  p.blk = kernels::whole_sequence(S, A, D);
+  p.q_local = p.k_local = S;
+  return p;
+}
+
+// Passes of cp = 2 over S = 4 chunk positions, seen from the ranks' local tensors of 2 chunk
+// rows (rank 0 holds positions [0, c) and [3c, 4c), rank 1 [c, 3c)):
+//   diagonal  rank 0's rows against its own, causal;
+//   q half    rank 0's second chunk (positions 3c..) against rank 1's rows: all visible;
+//   k half    rank 1's rows against rank 0's first chunk, causal off (all visible);
+//   no key    rank 0's rows against rank 1's first chunk, causal: the rows of rank 0's first
+//             chunk see no key (lse -inf, o 0), the others all of it.
+inline std::vector<Pass> cp_passes(int c, int A, int D) {
+  const long long stride = 2LL * c * D;
+  using kernels::TokenPositions;
+  auto block = [&](int q_rows, const TokenPositions& qp, int k_rows, const TokenPositions& kp,
+                   bool causal) {
+    kernels::AttentionBlock b;
+    b.q = kernels::AttentionRows{q_rows, stride, qp};
+    b.k = kernels::AttentionRows{k_rows, stride, kp};
+    b.causal = causal;
+    b.dropout_heads = A;
+    b.dropout_length = 4 * c;
+    return b;
+  };
+  const TokenPositions r0 = cp_positions(c, 0, 2), r1 = cp_positions(c, 1, 2);
+  std::vector<Pass> passes(4);
+  passes[0].name = " cp diagonal";
+  passes[0].blk = block(2 * c, r0, 2 * c, r0, true);
+  passes[1].name = " cp q half";
+  passes[1].blk = block(c, cp_chunk(c, 0, 2, 1), 2 * c, r1, true);
+  passes[1].q_first = c;
+  passes[2].name = " cp k half";
+  passes[2].blk = block(2 * c, r1, c, cp_chunk(c, 0, 2, 0), false);
+  passes[3].name = " cp no key";
+  passes[3].blk = block(2 * c, r0, c, cp_chunk(c, 1, 2, 0), true);
+  for (Pass& p : passes) p.q_local = p.k_local = 2 * c;
+  return passes;
 }
 
 // ---- the checks, one family per file ---------------------------------------------------------

@@ -23,55 +23,6 @@ namespace {
 
 // One pass of attention over local tensors of q_local (k_local) rows per head: the block, and
 // the rows of those tensors its q and k views start at.
-struct Pass {
-  std::string name;
-  AttentionBlock blk;
-  int q_first = 0, k_first = 0, q_local = 0, k_local = 0;
-  bool whole() const { return blk.q.rows == q_local; }  // the q view covers its tensor
-};
-
-Pass whole_pass(int S, int A, int D) {
-  Pass p;
-  p.name = "";
-  p.blk = kernels::whole_sequence(S, A, D);
-  p.q_local = p.k_local = S;
-  return p;
-}
-
-// Passes of cp = 2 over S = 4 chunk positions, seen from the ranks' local tensors of 2 chunk
-// rows (rank 0 holds positions [0, c) and [3c, 4c), rank 1 [c, 3c)):
-//   diagonal  rank 0's rows against its own, causal;
-//   q half    rank 0's second chunk (positions 3c..) against rank 1's rows: all visible;
-//   k half    rank 1's rows against rank 0's first chunk, causal off (all visible);
-//   no key    rank 0's rows against rank 1's first chunk, causal: the rows of rank 0's first
-//             chunk see no key (lse -inf, o 0), the others all of it.
-std::vector<Pass> cp_passes(int c, int A, int D) {
-  const long long stride = 2LL * c * D;
-  auto block = [&](int q_rows, const TokenPositions& qp, int k_rows, const TokenPositions& kp,
-                   bool causal) {
-    AttentionBlock b;
-    b.q = AttentionRows{q_rows, stride, qp};
-    b.k = AttentionRows{k_rows, stride, kp};
-    b.causal = causal;
-    b.dropout_heads = A;
-    b.dropout_length = 4 * c;
-    return b;
-  };
-  const TokenPositions r0 = cp_positions(c, 0, 2), r1 = cp_positions(c, 1, 2);
-  std::vector<Pass> passes(4);
-  passes[0].name = " cp diagonal";
-  passes[0].blk = block(2 * c, r0, 2 * c, r0, true);
-  passes[1].name = " cp q half";
-  passes[1].blk = block(c, cp_chunk(c, 0, 2, 1), 2 * c, r1, true);
-  passes[1].q_first = c;
-  passes[2].name = " cp k half";
-  passes[2].blk = block(2 * c, r1, c, cp_chunk(c, 0, 2, 0), false);
-  passes[3].name = " cp no key";
-  passes[3].blk = block(2 * c, r0, c, cp_chunk(c, 1, 2, 0), true);
-  for (Pass& p : passes) p.q_local = p.k_local = 2 * c;
-  return passes;
-}
-
 // An output of the q view: "=" garbage that differs between the twins when the view covers the
 // tensor, else the same values (rows outside the view are not written and must stay equal).
 template <typename T>

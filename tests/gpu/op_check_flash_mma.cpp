@@ -50,48 +50,12 @@ const uint16_t kNaN = 0x7FC0;  // a bf16 quiet NaN
 
 // One pass over local tensors of q_local (k_local) rows per head, views from rows q_first
 // (k_first) (op_check_attention.cpp's Pass).
-struct MmaPass {
-  std::string name;
-  AttentionBlock blk;
-  int q_first = 0, k_first = 0, q_local = 0, k_local = 0;
-};
-
-MmaPass whole(int S, int A, int D, bool causal) {
-  MmaPass p;
+// A whole sequence, causal or not (op_check.h's whole_pass is causal).
+Pass whole(int S, int A, int D, bool causal) {
+  Pass p = whole_pass(S, A, D);
   p.name = causal ? " causal" : " non-causal";
-  p.blk = kernels::whole_sequence(S, A, D);
   p.blk.causal = causal;
-  p.q_local = p.k_local = S;
   return p;
-}
-
-// cp = 2 over 4 chunks of c rows (op_check_attention.cpp's cp_passes): rank 0 holds positions
-// [0, c) and [3c, 4c), rank 1 [c, 3c).
-std::vector<MmaPass> cp_passes(int c, int A, int D) {
-  const long long stride = 2LL * c * D;
-  auto block = [&](int q_rows, const TokenPositions& qp, int k_rows, const TokenPositions& kp,
-                   bool causal) {
-    AttentionBlock b;
-    b.q = AttentionRows{q_rows, stride, qp};
-    b.k = AttentionRows{k_rows, stride, kp};
-    b.causal = causal;
-    b.dropout_heads = A;
-    b.dropout_length = 4 * c;
-    return b;
-  };
-  const TokenPositions r0 = cp_positions(c, 0, 2), r1 = cp_positions(c, 1, 2);
-  std::vector<MmaPass> passes(4);
-  passes[0].name = " cp diagonal";
-  passes[0].blk = block(2 * c, r0, 2 * c, r0, true);
-  passes[1].name = " cp q half";  // rank 0's second chunk against rank 1's rows: all seen
-  passes[1].blk = block(c, cp_chunk(c, 0, 2, 1), 2 * c, r1, true);
-  passes[1].q_first = c;
-  passes[2].name = " cp k half";  // rank 1's rows against rank 0's first chunk, no mask
-  passes[2].blk = block(2 * c, r1, c, cp_chunk(c, 0, 2, 0), false);
-  passes[3].name = " cp no key";  // rank 0's rows against rank 1's first chunk: chunk 0 sees none
-  passes[3].blk = block(2 * c, r0, c, cp_chunk(c, 1, 2, 0), true);
-  for (MmaPass& p : passes) p.q_local = p.k_local = 2 * c;
-  return passes;
 }
 
 // Element e of a (heads, local, D) tensor lies in the view's rows [first, first + rows).
@@ -110,7 +74,7 @@ void require(bool handled, const char* what) {
   if (!handled) throw std::runtime_error(std::string(what) + " declined the shape");
 }
 
-void check_case(int B, int A, int G, int D, float p, const MmaPass& pass, bool twice) {
+void check_case(int B, int A, int G, int D, float p, const Pass& pass, bool twice) {
   const AttentionBlock& blk = pass.blk;
   char tag[128];
   std::snprintf(tag, sizeof(tag), " B%d A%d G%d S%d D%d p=%g%s bf16", B, A, G, pass.q_local, D, p,
@@ -246,7 +210,7 @@ void check_flash_mma() {
     check_case(s.B, s.A, s.G, s.D, s.p, whole(s.S, s.A, s.D, s.causal), s.twice);
   // cp = 2 with chunks of 75 rows (views of 75 and 150 rows: partial tiles everywhere)
   for (int D : {64, 128})
-    for (const MmaPass& pass : cp_passes(75, 8, D))
+    for (const Pass& pass : cp_passes(75, 8, D))
       check_case(2, 8, 2, D, D == 64 ? 0.0f : 0.1f, pass, false);
   check_declines();
 }

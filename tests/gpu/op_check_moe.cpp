@@ -218,42 +218,8 @@ void check_moe() {
   const std::string tag = P::tag;
 
   // ---- grouped GEMM: experts' token blocks, one empty, against cuBLAS's per-group gemm too
-  for (int t = 0; t < 4; t++) {
-    const bool ta = t & 1, tb = t & 2;
-    const int K = 96, Nn = 80;
-    const std::vector<int> rows_of = {37, 0, 128, 5, 64};
-    std::vector<kernels::GemmGroup> groups;
-    int rows = 0;
-    for (size_t i = 0; i < rows_of.size(); i++) {
-      kernels::GemmGroup g;
-      g.m = rows_of[i];
-      g.n = Nn;
-      g.k = K;
-      g.a_offset = ta ? rows : (long long)rows * K;
-      g.b_offset = (long long)i * K * Nn;
-      g.c_offset = (long long)rows * Nn;
-      rows += g.m;
-      groups.push_back(g);
-    }
-    const int lda = ta ? rows : K, ldb = tb ? K : Nn, ldc = Nn, count = (int)groups.size();
-    Twin<T> A(random_values<T>((size_t)rows * K)), B(random_values<T>(rows_of.size() * K * Nn));
-    const std::vector<T> c0 = random_values<T>((size_t)rows * Nn);
-    Twin<T> C(c0), C2(c0);
-    const std::string name = std::string("gemm_grouped ") + (ta ? "T" : "N") + (tb ? "T" : "N");
-    check(name + tag, P::reduction, [&] {
-      kernels::gemm_grouped(Device::CPU, ta, tb, 0.9f, A.c(), lda, B.c(), ldb, 0.5f, C.c(), ldc,
-                            groups.data(), count);
-      kernels::gemm_grouped(Device::CUDA, ta, tb, 0.9f, A.g(), lda, B.g(), ldb, 0.5f, C.g(), ldc,
-                            groups.data(), count);
-      return err(C);
-    });
-    check(name + " vs per-group gemm (cuda)" + tag, P::reduction, [&] {
-      for (const kernels::GemmGroup& g : groups)
-        kernels::gemm(Device::CUDA, ta, tb, g.m, g.n, g.k, 0.9f, A.g() + g.a_offset, lda,
-                      B.g() + g.b_offset, ldb, 0.5f, C2.g() + g.c_offset, ldc);
-      return rel_err(widen(C2.fetch()), widen(C.fetch()));
-    });
-  }
+  for (int t = 0; t < 4; t++)
+    grouped_gemm_case<T>("experts", t & 1, t & 2, 96, 80, {37, 0, 128, 5, 64});
 
   // ---- permute / unpermute
   const int N = 257, C = 96, k = 4;

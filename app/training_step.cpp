@@ -68,6 +68,7 @@ void Training::run_step(int step, StepRecord& r) {
                                    1.0f / (k * dp_), seed, false};
   });
   r.timing = executor_->run(stage);
+  model_->collect_moe_stats();  // the routers' counts of the step: one copy
   model_->sync_tied_embedding();
   const float lr = learning_rate(o_.train, step);
   // the reported loss: mean over the global batch (every microbatch of every dp rank);
@@ -120,6 +121,8 @@ void Training::run_step(int step, StepRecord& r) {
   s.kernel_launches = kernel_count.launches;
   s.kernel_bytes = kernel_count.bytes;
   s.attention_launches = kernel_count.attention_launches;
+  s.routing_copies = kernel_count.routing_copies;
+  s.routing_copy_bytes = kernel_count.routing_copy_bytes;
   for (int l = 0; l < o_.model.num_layers && o_.model.moe.enabled(); ++l)
     s.moe_nonempty.push_back(model_->moe_layers()[l].stats.nonempty_experts);
   s.gemm_seconds = kernels::gemm_seconds();

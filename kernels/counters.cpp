@@ -51,6 +51,10 @@ void count_kernel(double bytes, int launches) {
   g_kernels.bytes += bytes;
 }
 void count_attention_kernel(int launches) { g_kernels.attention_launches += launches; }
+void count_routing_copy(double bytes) {
+  g_kernels.routing_copies += 1;
+  g_kernels.routing_copy_bytes += bytes;
+}
 void count_moe_permute(int M, int C, bool gates, bool fused, int e) {
   count_kernel(4.0 * M + 2.0 * M * C * e, 1);  // the rows (with the gates when fused)
   if (!gates) return;

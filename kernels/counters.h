@@ -69,6 +69,15 @@
 //   adamw_update        28 n (fp32: p, g, m, v read, p, m, v written; bf16: master, g, m, v
 //                       read, master, p, m, v written: the same 28)
 //   sum_squares         n e (its partial sums' copy to the host is not counted)
+//   MoE dispatch        expert counts 4 N k + 4 g E (g groups); offsets 4 E + 4 E + 4 (E + 1)
+//                       (+ 8 E statistics written, 16 E accumulated); gate rank 12 N k;
+//                       scatter 8 N k (+ 4 N k ranks) + 4 (E + 1) + 4 M; expert bias update
+//                       12 E
+//
+// Apart from the kernels: the routing's device-to-host copies (count_routing_copy: calls and
+// bytes), which model/moe.cpp and parallel/expert_parallel*.cpp make where the host needs a
+// size from the router (the grouped GEMM's, the all-to-all's) and once a step for the
+// routers' statistics; plan/kernel_traffic.h predicts them too.
 //
 // GEMM wall time is measured around the twin (GemmTimer): on the CPU backend the call
 // returns when the product is done, so the elapsed time is the GEMM's (with bf16 storage,
@@ -76,7 +85,7 @@
 // it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
 //
 // defines: the counters' readers and resets, count_gemm, add_flops, count_kernel,
-//          count_attention_kernel, count_moe_permute, count_moe_unpermute, GemmTimer
+//          count_attention_kernel, count_routing_copy, count_moe_permute, count_moe_unpermute, GemmTimer
 //          (kernels/counters.cpp)
 #pragma once
 #include <chrono>
@@ -134,6 +143,8 @@ struct KernelCount {
   long long launches = 0;
   double bytes = 0;
   long long attention_launches = 0;
+  long long routing_copies = 0;  // the MoE routing's device-to-host copies, and their bytes
+  double routing_copy_bytes = 0;
 };
 KernelCount kernel_counts();
 void reset_kernel_counts();
@@ -141,6 +152,9 @@ void reset_kernel_counts();
 // twins launch nothing then). The dispatchers call these; model code has no need to.
 void count_kernel(double bytes, int launches = 1);
 void count_attention_kernel(int launches);
+// One device-to-host copy of `bytes` of MoE routing (counts, sizes, maps); model/ and parallel/
+// call it beside the copy.
+void count_routing_copy(double bytes);
 // What moe_permute and moe_unpermute count (their launches depend on the fusion), e the
 // bytes of a row element.
 void count_moe_permute(int M, int C, bool gates, bool fused, int e);

@@ -7,7 +7,8 @@
 //          AttentionRows, AttentionBlock, whole_sequence, visible_pairs,
 //          attention_merge_weights, attention_merge_value, adamw_step, and the MoE router rows:
 //          moe_topk_row, moe_topk_backward_row, moe_balancing_row, moe_balancing_backward_row,
-//          moe_logsumexp_row, moe_z_loss_backward_row
+//          moe_logsumexp_row, moe_z_loss_backward_row, moe_aux_weight; the dispatch's rules: moe_kept_pairs,
+//          moe_expert_rows, moe_pair_beats, moe_bias_step
 #pragma once
 #include <cmath>
 #include "kernels/common.h"
@@ -436,6 +437,33 @@ HD void moe_z_loss_backward_row(float* dl, const float* l, int E, float coeff) {
   const float sum = moe_softmax_stats(l, E, m, inv);
   const float c = coeff * 2.0f * (m + logf(sum));
   for (int e = 0; e < E; e++) dl[e] += c * (exp_simd(l[e] - m) * inv);
+}
+
+// The aux loss's weight of a group's expert from its top-k count (ops/moe.h moe_weighted_sum):
+// rounded to fp32 once, as every use of it reads it.
+HD float moe_aux_weight(double scale, int count) { return (float)(scale * (double)count); }
+
+// ---- mixture of experts: the dispatch's rules (kernels/ops/moe_dispatch.h) ------------------
+// Shared by both twins and by the host, which sizes the grouped GEMM from the same rules.
+// The pairs an expert of `count` routed pairs keeps under capacity C (-1: dropless).
+HD int moe_kept_pairs(int count, int capacity) {
+  return capacity < 0 || count < capacity ? count : capacity;
+}
+// The rows it runs: its kept pairs, or padded_rows (>= 0: --moe-pad-expert-input-to-capacity,
+// min(C, N) for every expert).
+HD int moe_expert_rows(int count, int capacity, int padded_rows) {
+  return padded_rows >= 0 ? padded_rows : moe_kept_pairs(count, capacity);
+}
+// Drop policy "probs": pair q (gate gq) beats pair p (gate gp) of the same expert when its gate
+// is larger, or equal and q comes first (the earlier token: a stable sort by gate).
+HD bool moe_pair_beats(float gq, int q, float gp, int p) {
+  return gq > gp || (gq == gp && q < p);
+}
+// The expert bias's step direction, sign(mean - count) as a float (sign(0) = 0): an expert
+// that ran fewer pairs than the mean is raised.
+HD float moe_bias_step(double mean, int count) {
+  const double offset = mean - (double)count;
+  return (float)((offset > 0) - (offset < 0));
 }
 
 }  // namespace kernels

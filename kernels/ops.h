@@ -18,6 +18,9 @@
 //   flash_attention.h      flash_attention.cpp   flash_attention.cu,  tiled attention
 //                                                flash_attention_backward.cu
 //   moe.h                  moe.cpp               moe.cu               router, permute, experts
+//   moe_dispatch.h         moe_dispatch.cpp      moe_dispatch.cu      the dispatch's counting
+//                                                                     sort: counts, offsets,
+//                                                                     scatter
 //   loss_optimizer.h       loss_optimizer.cpp    loss_optimizer.cu    cross-entropy, AdamW,
 //                                                                     sum of squares
 //   init.h                 init.cpp              init.cu              the parameters' first
@@ -61,6 +64,8 @@
 //          moe_permute, moe_unpermute, moe_unpermute_gates, moe_swiglu_*, moe_gelu_*,
 //          moe_shared_gate_*
 #include "kernels/ops/moe.h"
+// defines: moe_expert_counts, moe_dispatch_offsets, moe_gate_rank, moe_dispatch_scatter
+#include "kernels/ops/moe_dispatch.h"
 // defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, adamw_update,
 //          sum_squares
 #include "kernels/ops/loss_optimizer.h"

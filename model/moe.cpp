@@ -1,5 +1,5 @@
-// model/moe.cpp: the MoE layer of model/moe.h, forward and backward, and its host-side
-// dispatch (capacity, drops, the permutation maps) and expert-bias update.
+// model/moe.cpp: the MoE layer of model/moe.h, forward and backward: the router, the balancing
+// losses, the dispatch built on the device (kernels/ops/moe_dispatch.h), the experts.
 #include "model/moe.h"
 #include <algorithm>
 #include <cmath>
@@ -13,60 +13,6 @@ namespace paralab {
 
 int expert_capacity(int tokens, int k, int E, float capacity_factor) {
   return (int)std::ceil((double)tokens * k / E * (double)capacity_factor);
-}
-
-Dispatch plan_dispatch(const Moe& moe, const int* experts, const float* gates, int N, int k) {
-  const int E = moe.num_experts;
-  Dispatch d;
-  d.routed.assign(E, 0);
-  // each expert's pairs in token order (the stable sort by expert)
-  std::vector<std::vector<int>> pairs(E);
-  for (int p = 0; p < N * k; ++p) {
-    pairs.at(experts[p]).push_back(p);
-    d.routed[experts[p]]++;
-  }
-  const bool capped = moe.capacity_factor > 0;
-  if (capped) d.capacity = expert_capacity(N, k, E, moe.capacity_factor);
-  d.rows.assign(E, 0);
-  d.kept.assign(E, 0);
-  d.offset.assign(E + 1, 0);
-  d.slots.assign((size_t)N * k, -1);
-  for (int e = 0; e < E; ++e) {
-    std::vector<int>& mine = pairs[e];
-    if (capped && (int)mine.size() > d.capacity) {
-      if (moe.drop_policy == Moe::DropPolicy::PROBS) {
-        // the C largest gates; equal gates keep the earlier token (pair index is token order)
-        std::stable_sort(mine.begin(), mine.end(),
-                         [&](int x, int y) { return gates[x] > gates[y]; });
-      }
-      d.dropped += (long long)mine.size() - d.capacity;
-      mine.resize(d.capacity);
-      std::sort(mine.begin(), mine.end());  // kept rows in token order
-    }
-    d.kept[e] = (int)mine.size();
-    d.rows[e] = moe.pad_to_capacity ? std::min(d.capacity, N) : d.kept[e];
-    d.offset[e + 1] = d.offset[e] + d.rows[e];
-  }
-  d.row_pair.assign(d.M(), -1);
-  for (int e = 0; e < E; ++e)
-    for (int i = 0; i < d.kept[e]; ++i) {
-      const int row = d.offset[e] + i, p = pairs[e][i];
-      d.row_pair[row] = p;
-      d.slots[p] = row;
-    }
-  return d;
-}
-
-std::vector<float> update_expert_bias(const std::vector<float>& bias,
-                                      const std::vector<long long>& counts, float rate) {
-  const double mean =
-      std::accumulate(counts.begin(), counts.end(), 0.0) / std::max<size_t>(1, counts.size());
-  std::vector<float> out(bias);
-  for (size_t e = 0; e < out.size(); ++e) {
-    const double offset = mean - (double)counts[e];
-    out[e] += rate * (float)((offset > 0) - (offset < 0));
-  }
-  return out;
 }
 
 namespace {
@@ -144,48 +90,35 @@ void accumulate_float(Device dev, T* dst, const float* src, size_t n) {
   }
 }
 
-template <typename T>
-std::vector<T> download(Device dev, const Buffer<T>& b) {
-  std::vector<T> host(b.size());
-  if (!host.empty()) kernels::memcpy_to_host(dev, host.data(), b.data(), b.bytes());
-  return host;
-}
-
 bool balancing_on(const Moe& m) {
   return m.balancing != Moe::Balancing::NONE && m.aux_loss_coeff > 0;
 }
 
-// d(aux)/d(p_e(t)) for the tokens of each group (aux_loss: one group; seq_aux_loss: one per
-// sequence, averaged over the B groups): alpha E / (k T_g^2) c_{g,e} / groups. c counts the
-// top-k of the balancing scores, which rank like the logits: the router's choice without the
-// expert bias. The rank may hold a part of each group, as Megatron's aux loss over the tensor
-// x context parallel group: under sequence parallelism N of the microbatch's N tp tokens (one
-// group: seq_aux_loss with tp > 1 is refused), under context parallelism S/cp of each
-// sequence's S (the local sequences are the groups' parts, in order). The counts are summed
-// over tp, then over cp (an all-reduce of groups E int32 each) and T_g is the whole group's,
+// The aux loss's counts c_{g,e} (groups x E int32, on the device, into `counts`, category
+// activations: the backward reads them) and returns its scale, d(aux)/d(p_e(t)) =
+// scale c_{g(t),e} with scale = alpha E / (k T_g^2) / groups (aux_loss: one group; seq_aux_loss:
+// one per sequence, averaged over the B groups). c counts the top-k of the balancing scores,
+// which rank like the logits: the router's choice without the expert bias (topk_experts). The
+// rank may hold a part of each group, as Megatron's aux loss over the tensor x context parallel
+// group: under sequence parallelism N of the microbatch's N tp tokens (one group: seq_aux_loss
+// with tp > 1 is refused), under context parallelism S/cp of each sequence's S (the local
+// sequences are the groups' parts, in order). The counts are summed over tp, then over cp (an
+// all-reduce of groups E int32 each, on the device) and T_g is the whole group's,
 // T_g = group tp cp, so the ranks' partial losses (their own tokens' p) add up to the
 // one-rank loss.
-std::vector<float> aux_weights(const LayerContext& c, const std::vector<int>& topk_experts,
-                               int N, int k) {
+double balancing_counts(const LayerContext& c, const int* topk_experts, int N, int k,
+                        Buffer<int>& counts) {
   const Moe& m = c.model.moe;
   const int E = m.num_experts, S = c.model.seq_length, cp = c.cp.size();
   const int tp = c.tp.sequence_parallel ? c.tp.size() : 1;
   const bool per_sequence = m.balancing == Moe::Balancing::SEQ_AUX_LOSS;
   const int group = per_sequence ? S : N, groups = N / group;  // S: the rank's S/cp
-  std::vector<int> counts((size_t)groups * E, 0);
-  for (int p = 0; p < N * k; ++p) counts[(size_t)(p / k / group) * E + topk_experts[p]]++;
-  if (tp > 1 || cp > 1) {
-    Buffer<int> sum(c.device, counts.size(), Category::WORKSPACE);
-    kernels::memcpy_from_host(c.device, sum.data(), counts.data(), counts.size() * 4);
-    if (tp > 1) c.tp.tp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
-    if (cp > 1) c.cp.cp->all_reduce(sum.data(), counts.size(), ReduceOp::SUM, DType::I32);
-    kernels::memcpy_to_host(c.device, counts.data(), sum.data(), counts.size() * 4);
-  }
+  counts.allocate(c.device, (size_t)groups * E, Category::ACTIVATIONS);
+  kernels::moe_expert_counts(c.device, counts.data(), topk_experts, N, k, E, group);
+  if (tp > 1) c.tp.tp->all_reduce(counts.data(), counts.size(), ReduceOp::SUM, DType::I32);
+  if (cp > 1) c.cp.cp->all_reduce(counts.data(), counts.size(), ReduceOp::SUM, DType::I32);
   const double T = (double)group * tp * cp;
-  const double scale = (double)m.aux_loss_coeff * E / ((double)k * T * T) / groups;
-  std::vector<float> w((size_t)groups * E, 0.0f);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(scale * (double)counts[i]);
-  return w;
+  return (double)m.aux_loss_coeff * E / ((double)k * T * T) / groups;
 }
 
 int score_id(const Moe& m) { return m.score == Moe::Score::SIGMOID ? 1 : 0; }
@@ -222,63 +155,72 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   kernels::moe_router_topk(dev, a.gates.data(), a.experts.data(), a.logits.data(), bias, N, E, k,
                            score_id(moe), moe.pre_softmax, moe.topk_scaling_factor);
 
-  // ---- dispatch on the host (Megatron syncs the counts too, for the grouped GEMM's sizes)
-  const std::vector<int> experts = download(dev, a.experts);
-  const std::vector<float> gates = download(dev, a.gates);
-  const Dispatch d = plan_dispatch(moe, experts.data(), gates.data(), N, k);
-  const int M = d.M();
-
-  // ---- balancing losses: their gradient needs the per-group weights (a recompute makes
+  // ---- balancing losses: their gradient needs each group's top-k counts (a recompute makes
   //      them again, the same); the values are only statistics
   const bool training = !c.forward_only;
-  std::vector<int> balancing_experts = experts;
-  if (training && balancing_on(moe) && bias) {  // the choice without the expert bias
-    Buffer<float> g2(dev, (size_t)N * k, Category::WORKSPACE);
-    Buffer<int> e2(dev, (size_t)N * k, Category::WORKSPACE);
-    kernels::moe_router_topk(dev, g2.data(), e2.data(), a.logits.data(), nullptr, N, E, k,
-                             score_id(moe), moe.pre_softmax, moe.topk_scaling_factor);
-    balancing_experts = download(dev, e2);
-  }
-  if (training && balancing_on(moe))
-    a.aux_weights = aux_weights(c, balancing_experts, N, k);
-  if (c.record_moe_stats && c.moe) {
-    MoeLayerStats& s = c.moe->stats;
-    s.tokens_per_expert.resize(E, 0);
-    s.kept_per_expert.resize(E, 0);
-    for (int e = 0; e < E; ++e) {
-      s.tokens_per_expert[e] += d.routed[e];
-      s.kept_per_expert[e] += d.kept[e];
-      s.padding_rows += d.rows[e] - d.kept[e];
+  const int group = moe.balancing == Moe::Balancing::SEQ_AUX_LOSS ? m.seq_length : N;
+  if (training && balancing_on(moe)) {
+    if (bias) {  // the choice without the expert bias
+      Buffer<float> g2(dev, (size_t)N * k, Category::WORKSPACE);
+      Buffer<int> e2(dev, (size_t)N * k, Category::WORKSPACE);
+      kernels::moe_router_topk(dev, g2.data(), e2.data(), a.logits.data(), nullptr, N, E, k,
+                               score_id(moe), moe.pre_softmax, moe.topk_scaling_factor);
+      a.aux_scale = balancing_counts(c, e2.data(), N, k, a.aux_counts);
+    } else {
+      a.aux_scale = balancing_counts(c, a.experts.data(), N, k, a.aux_counts);
     }
-    s.dropped_pairs += d.dropped;
-    s.permuted_rows.push_back(M);
-    s.microbatches++;
+  }
+  const bool record = c.record_moe_stats && c.moe;
+  if (record) {
+    MoeLayerStats& s = c.moe->stats;
     if (balancing_on(moe)) {
-      // aux = sum_t sum_e p_e(t) w_{g(t), e}, the weights above
+      // aux = sum_t sum_e p_e(t) w_{g(t), e}, w = aux_scale c (the counts above)
       Buffer<float> scores(dev, (size_t)N * E, Category::WORKSPACE);
-      Buffer<float> weights(dev, a.aux_weights.size(), Category::WORKSPACE);
-      kernels::memcpy_from_host(dev, weights.data(), a.aux_weights.data(),
-                                a.aux_weights.size() * sizeof(float));
       kernels::moe_balancing_scores(dev, scores.data(), a.logits.data(), N, E, score_id(moe));
-      const int group = moe.balancing == Moe::Balancing::SEQ_AUX_LOSS ? m.seq_length : N;
-      s.aux_loss += kernels::moe_weighted_sum(dev, scores.data(), weights.data(), N, E, group);
+      s.aux_loss += kernels::moe_weighted_sum(dev, scores.data(), a.aux_counts.data(),
+                                              a.aux_scale, N, E, group);
     }
     if (moe.z_loss_coeff > 0)
       s.z_loss += moe.z_loss_coeff * kernels::moe_z_loss_sum(dev, a.logits.data(), N, E) / N_all;
   }
 
-  // ---- dispatch (permute, or the rows to their experts' ranks) -> experts -> combine
+  // ---- dispatch, a counting sort on the device (kernels/ops/moe_dispatch.h): the counts per
+  //      expert, their scan (the rows, and the statistics' sums), the host's sizes (one copy of
+  //      the E rows, none padded to capacity), then the maps; Megatron syncs the same counts
+  //      for its grouped GEMM's sizes
+  const int C = moe.capacity_factor > 0 ? expert_capacity(N, k, E, moe.capacity_factor) : -1;
+  const int padded_rows = moe.pad_to_capacity && C >= 0 ? std::min(C, N) : -1;
+  const bool probs = C >= 0 && moe.drop_policy == Moe::DropPolicy::PROBS;
   const ExpertParallel& ep = c.ep;
-  const LocalRouting routing{N, k, E, h, &d.rows, &d.offset, &d.row_pair, &d.slots};
-  dispatch_tokens(ep, routing, moe.permute_fusion, u, a.gates.data(), a.exchange, a.expert_in,
-                  a.expert_gates);
-  const ExpertExchange& x = a.exchange;
+  ExpertExchange& x = a.exchange;
+  {
+    Buffer<int> sizes(dev, 3 * (size_t)E + 1, Category::WORKSPACE);  // counts | rows | offset
+    int *counts = sizes.data(), *rows = counts + E, *offset = rows + E;
+    kernels::moe_expert_counts(dev, counts, a.experts.data(), N, k, E, N);
+    kernels::moe_dispatch_offsets(dev, rows, offset, record ? c.moe->routed_counts : nullptr,
+                                  record ? c.moe->kept_counts : nullptr, counts, E, C,
+                                  padded_rows, record && c.moe->stats.microbatches > 0);
+    routing_sizes(ep, LocalRouting{N, k, E, h, rows, padded_rows}, x);
+    x.row_pair.allocate(dev, x.M, act);
+    x.slots.allocate(dev, (size_t)N * k, act);
+    Buffer<int> rank(dev, probs ? (size_t)N * k : 0, Category::WORKSPACE);
+    if (probs)
+      kernels::moe_gate_rank(dev, rank.data(), a.experts.data(), a.gates.data(), N, k, E);
+    kernels::moe_dispatch_scatter(dev, x.row_pair.data(), x.slots.data(), a.experts.data(),
+                                  probs ? rank.data() : nullptr, offset, N, k, E, x.M, C);
+  }
+
+  // ---- dispatch (permute, or the rows to their experts' ranks) -> experts -> combine
+  dispatch_tokens(ep, moe.permute_fusion, u, a.gates.data(), x, a.expert_in, a.expert_gates);
   const int R = x.R;
-  if (c.record_moe_stats && c.moe) {
+  if (record) {
     MoeLayerStats& s = c.moe->stats;
+    s.permuted_rows.push_back(x.M);
     s.expert_rows.push_back(R);
     s.ep_rows.push_back(x.R_ep);
     for (int rows : x.local_rows) s.nonempty_experts += rows > 0;
+    s.microbatches++;
+    c.moe->counts_pending = true;
   }
   a.fc1_out.allocate(dev, (size_t)R * fc1e, act);
   a.act_out.allocate(dev, (size_t)R * fe, act);
@@ -379,13 +321,11 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     kernels::moe_router_topk_backward(dev, dlogits.data(), dgates.data(), a.logits.data(),
                                       a.experts.data(), N, E, k, score_id(moe), moe.pre_softmax,
                                       moe.topk_scaling_factor);
-    if (!a.aux_weights.empty()) {
+    if (!a.aux_counts.empty()) {
       const int group = moe.balancing == Moe::Balancing::SEQ_AUX_LOSS ? m.seq_length : N;
-      Buffer<float> weights(dev, a.aux_weights.size(), ws), dscores(dev, (size_t)N * E, ws);
-      std::vector<float> scaled(a.aux_weights);
-      for (float& x : scaled) x *= c.grad_scale;
-      kernels::memcpy_from_host(dev, weights.data(), scaled.data(), scaled.size() * sizeof(float));
-      kernels::moe_weighted_sum_backward(dev, dscores.data(), weights.data(), N, E, group);
+      Buffer<float> dscores(dev, (size_t)N * E, ws);
+      kernels::moe_weighted_sum_backward(dev, dscores.data(), a.aux_counts.data(), a.aux_scale,
+                                         c.grad_scale, N, E, group);
       kernels::moe_balancing_scores_backward(dev, dlogits.data(), dscores.data(), a.logits.data(),
                                              N, E, score_id(moe));
     }

@@ -12,7 +12,9 @@
 //                                            (Megatron's default; --moe-router-pre-softmax:
 //                                            softmax over E then the top k, no renorm;
 //                                            sigmoid: sigmoid, normalised over the k picked)
-//   dispatch (host)                          counts per expert, capacity drops, the maps
+//   dispatch (device)                        counts per expert, capacity drops, the maps:
+//                                            a counting sort (kernels/ops/moe_dispatch.h);
+//                                            the host gets the E counts (the GEMMs' sizes)
 //   permute: x_p = u[rows sorted by expert]  (M, h) M = sum of the experts' rows
 //   per expert e, its rows R_e (n_e of them):
 //     y_e = (act(x_p[R_e] W1_e^T) * gate) W2_e^T      GEMMs 2 n_e h fc1_e + 2 n_e f_e h
@@ -54,8 +56,18 @@
 // updated once per step: b_e += rate * sign(mean_e' c_e' - c_e), c the pairs each expert ran
 // in the step, summed over data parallelism (dp x cp under context parallelism).
 //
-// defines: MoeLayerStats, MoeLayerState, MoeWeights, MoeGrads, MoeActivations, Dispatch,
-//          expert_capacity, plan_dispatch, update_expert_bias, moe_forward, moe_backward
+// Where the routing lives (docs/moe.md, "The dispatch on the device"). The router's choice, the
+// per-expert counts and the permutation maps stay on the device; the host gets, per MoE layer
+// and microbatch, only the sizes it launches with: the E rows per expert the grouped GEMM needs
+// (one copy; none padded to capacity, where they follow from the configuration), or with the
+// alltoall dispatcher every rank's (one copy of P E, the all-to-all's sizes), or with the
+// allgather dispatcher its gathered routing (one copy of P (E + N k): its maps are still built
+// on the host). The statistics (tokens and kept pairs per expert) are summed on the device and
+// copied once a step (Transformer::collect_moe_stats); the aux loss's counts and the expert
+// bias's update never leave it. kernels::count_routing_copy counts every copy.
+//
+// defines: MoeLayerStats, MoeLayerState, MoeWeights, MoeGrads, MoeActivations,
+//          expert_capacity, moe_forward, moe_backward
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -69,6 +81,8 @@ struct LayerContext;
 
 // What one MoE layer's router saw, summed over the microbatches recorded since the last
 // reset (training forwards only: not evaluation, not a recompute's second forward).
+// tokens_per_expert, kept_per_expert, dropped_pairs and padding_rows come from the device's
+// counts (MoeLayerState), filled in by Transformer::collect_moe_stats; the rest at each forward.
 struct MoeLayerStats {
   std::vector<long long> tokens_per_expert;  // (E) pairs routed to each expert, before drops
   std::vector<long long> kept_per_expert;    // (E) pairs each expert ran (no padding rows)
@@ -89,6 +103,12 @@ struct MoeLayerStats {
 // Per MoE layer held on this rank, across steps: its expert bias and its statistics.
 struct MoeLayerState {
   Buffer<float> expert_bias;  // (E) on the device, category params; only with expert bias
+  // The step's per-expert counts on the device (E int32 each, views of the Transformer's
+  // routing counts), which the dispatch's scan writes at the first recorded microbatch and adds
+  // to at the others (kernels::moe_dispatch_offsets).
+  int* kept_counts = nullptr;    // pairs each expert ran: the expert bias's c_e
+  int* routed_counts = nullptr;  // pairs routed to each expert, before drops
+  bool counts_pending = false;   // they hold microbatches that stats has not seen yet
   MoeLayerStats stats;
 };
 
@@ -105,29 +125,8 @@ struct MoeGrads {
   T *shared_fc1 = nullptr, *shared_fc2 = nullptr, *shared_gate = nullptr;
 };
 
-// How the N k (token, slot) pairs of one microbatch reach the experts (host arrays, built by
-// plan_dispatch; pair p = t k + s).
-struct Dispatch {
-  int capacity = -1;                // rows an expert may take; -1 dropless
-  std::vector<long long> routed;    // (E) pairs routed to each expert
-  std::vector<int> rows;            // (E) rows each expert runs (kept pairs + padding)
-  std::vector<int> kept;            // (E) kept pairs
-  std::vector<int> offset;          // (E + 1) first permuted row of each expert
-  std::vector<int> row_pair;        // (M) the pair of each permuted row, -1 for padding
-  std::vector<int> slots;           // (N k) the permuted row of each pair, -1 when dropped
-  long long dropped = 0;
-  int M() const { return offset.empty() ? 0 : offset.back(); }
-};
-
 // Megatron's get_capacity: ceil(tokens k / E * cf), in double as Python computes it.
 int expert_capacity(int tokens, int k, int E, float capacity_factor);
-// From the router's choice (experts, gates: (N, k) host arrays) and the config's capacity
-// rules. Within an expert the kept rows are in token order (a stable sort by expert), then
-// its padding rows.
-Dispatch plan_dispatch(const Moe& moe, const int* experts, const float* gates, int N, int k);
-// b_e + rate sign(mean - c_e) for each expert (sign(0) = 0).
-std::vector<float> update_expert_bias(const std::vector<float>& bias,
-                                      const std::vector<long long>& counts, float rate);
 
 // Saved for backward, one microbatch, one MoE layer (category activations). R: the rows this
 // rank's experts run (= M without expert parallelism; parallel/expert_parallel.h).
@@ -145,7 +144,10 @@ struct MoeActivations {
   Buffer<T> shared_act_out;    // (N, f_s)
   Buffer<T> shared_out;        // (N, h) with the gate: the shared expert's output before it
   Buffer<T> shared_gate;       // (N) with the gate: its logit
-  std::vector<float> aux_weights;  // host: d(aux)/d(p) per group of tokens (groups x E)
+  Buffer<int> aux_counts;      // (groups, E) with the aux loss, training: each group's top-k
+                               // counts c_{g,e}, summed over tp and cp; d(aux)/d(p_e(t)) =
+                               // aux_scale c_{g(t),e}
+  double aux_scale = 0;
 };
 
 // u: norm2's output (N, h); out (N, h) "=" the layer's MLP output. Records statistics into

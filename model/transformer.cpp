@@ -184,11 +184,19 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
     if (model.moe.expert_bias)  // starts at zero (device_malloc zero-fills)
       moe_[l].expert_bias.allocate(device, model.moe.num_experts, Category::PARAMS);
   }
-  // the buffer its update all-reduces over dp, held for the run like the other scalars
-  size_t bias_counts = 0;
-  for (const MoeLayerState& s : moe_) bias_counts += s.expert_bias.size();
-  if (bias_counts > 0 && dp_->dp_size() > 1)
-    expert_bias_counts_.allocate(device, bias_counts, Category::COMM_BUFFERS);
+  // the routers' per-expert counts of the step, summed on the device by the dispatch and
+  // all-reduced over dp for the expert bias: held for the run like the other scalars
+  std::vector<int> moe_here;
+  for (int l = 0; l < model.num_layers; ++l)
+    if (layer_unit_[l] >= 0 && model.moe.is_moe_layer(l)) moe_here.push_back(l);
+  if (!moe_here.empty()) {
+    const size_t E = model.moe.num_experts, n = moe_here.size();
+    routing_counts_.allocate(device, 2 * n * E, Category::COMM_BUFFERS);
+    for (size_t i = 0; i < n; ++i) {
+      moe_[moe_here[i]].kept_counts = routing_counts_.data() + i * E;
+      moe_[moe_here[i]].routed_counts = routing_counts_.data() + (n + i) * E;
+    }
+  }
   if (dp_->bf16()) bf16_.reset(new State<kernels::bf16>);
   else fp32_.reset(new State<float>);
 }

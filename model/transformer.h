@@ -117,13 +117,25 @@ class Transformer {
   void sync_tied_embedding();
 
   // ---- mixture of experts (model/moe.h): one entry per global layer (empty for dense layers
-  // and layers on other stages). Statistics sum the training forwards since the reset.
-  const std::vector<MoeLayerState>& moe_layers() const { return moe_; }
+  // and layers on other stages). Statistics sum the training forwards since the reset; their
+  // per-expert counts are summed on the device, and reading the layers copies them first when
+  // a forward has added to them since (collect_moe_stats).
+  const std::vector<MoeLayerState>& moe_layers() const {
+    collect_moe_stats();
+    return moe_;
+  }
   void reset_moe_stats();
+  // The step's per-expert counts of every MoE layer here to the host, into each layer's stats
+  // (tokens and kept pairs per expert, dropped pairs, padding rows): one copy of 2 E int32 per
+  // layer, once a step (the trainer calls it after the microbatches); nothing when no forward
+  // recorded since the last call.
+  void collect_moe_stats() const;
   // Aux-loss-free balancing, once per step after the last microbatch, before the reset:
   // each layer's expert bias moves by the sign of its load error, the counts summed over
-  // the data-parallel group (nullptr or size 1: this rank's).
-  // apply false (a skipped step): the counts' all-reduce runs, as planned, the bias stays
+  // the data-parallel group (nullptr or size 1: this rank's), all on the device
+  // (kernels::moe_expert_bias_update); apply false (a skipped step): the counts' all-reduce
+  // runs, as planned, the bias stays. Collects the statistics first (the sum overwrites the
+  // device's counts of this rank).
   void update_expert_bias(Communicator* data_parallel_group, bool apply = true);
   std::vector<float> expert_bias(int layer) const;  // host copy, (E) or empty
   void set_expert_bias(int layer, const std::vector<float>& bias);  // a checkpoint's, (E)
@@ -213,8 +225,12 @@ class Transformer {
   // Per global layer held here, the unit-relative offset of each of its tensors (-1:
   // absent, e.g. llama biases).
   std::vector<LayerTensorOffsets> layer_offsets_;
-  std::vector<MoeLayerState> moe_;  // per global layer
-  Buffer<int> expert_bias_counts_;  // (MoE layers here) x E, with expert bias and dp > 1
+  // per global layer; mutable: collect_moe_stats, which reading them calls, fills the stats
+  mutable std::vector<MoeLayerState> moe_;
+  // (2, MoE layers here, E) int32, category comm_buffers: each layer's kept pairs per expert
+  // (the expert bias's counts, all-reduced in place over dp), then its routed pairs; the
+  // MoeLayerStates' kept_counts and routed_counts point into it
+  Buffer<int> routing_counts_;
   // Per unit: elements at its start replicated over tp (their gradients are all-reduced
   // over tp under sequence parallelism: param_table puts them first).
   std::vector<int64_t> replicated_;

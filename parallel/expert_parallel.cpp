@@ -54,7 +54,7 @@
 #include "parallel/expert_parallel.h"
 #include <stdexcept>
 #include "kernels/ops.h"
-#include "parallel/expert_parallel_impl.h"  // TokenExchange, the dispatchers, upload
+#include "parallel/expert_parallel_impl.h"  // TokenExchange, the dispatchers, download
 
 namespace paralab {
 
@@ -69,12 +69,11 @@ namespace {
 // backward the other one.
 template <typename T>
 struct OneRank final : TokenExchange<T> {
-  void dispatch(const ExpertParallel& ep, const LocalRouting& routing, const T* u,
-                const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
-                Buffer<float>& expert_gates) const override {
+  void dispatch(const ExpertParallel& ep, const T* u, const float* gates, ExpertExchange& x,
+                Buffer<T>& expert_in, Buffer<float>& expert_gates) const override {
     x.R = x.R_ep = x.M;
-    x.local_rows = *routing.rows;
-    x.local_offset = *routing.offset;
+    x.local_rows = x.rows;
+    x.local_offset = x.offset;
     expert_in.allocate(ep.device, (size_t)x.R * x.h, Category::ACTIVATIONS);
     expert_gates.allocate(ep.device, x.R, Category::ACTIVATIONS);
     kernels::moe_permute(ep.device, expert_in.data(), expert_gates.data(), u, gates,
@@ -109,20 +108,31 @@ const TokenExchange<T>& path_of(const ExpertParallel& ep) {
 
 }  // namespace
 
-template <typename T>
-void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool fused,
-                     const T* u, const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
-                     Buffer<float>& expert_gates) {
-  if (ep.distributed() && routing.E % ep.size() != 0)
+void routing_sizes(const ExpertParallel& ep, const LocalRouting& routing, ExpertExchange& x) {
+  const int E = routing.E;
+  if (ep.distributed() && E % ep.size() != 0)
     throw std::logic_error("expert parallelism: E % ep != 0");
   x.N = routing.N;
   x.k = routing.k;
   x.h = routing.h;
-  x.M = routing.M();
+  if (ep.distributed() && ep.dispatcher == TokenDispatcher::ALLTOALL) {
+    alltoall_rows(ep, routing, x);
+  } else if (routing.padded_rows >= 0) {
+    x.rows.assign(E, routing.padded_rows);  // padded to capacity: known, nothing copied
+  } else {
+    x.rows.resize(E);  // the grouped GEMM's sizes: the one copy
+    download(ep.device, x.rows.data(), routing.rows, E);
+  }
+  x.offset.assign(E + 1, 0);
+  for (int e = 0; e < E; ++e) x.offset[e + 1] = x.offset[e] + x.rows[e];
+  x.M = x.offset[E];
+}
+
+template <typename T>
+void dispatch_tokens(const ExpertParallel& ep, bool fused, const T* u, const float* gates,
+                     ExpertExchange& x, Buffer<T>& expert_in, Buffer<float>& expert_gates) {
   x.fused = fused;
-  upload(ep.device, x.row_pair, *routing.row_pair, Category::ACTIVATIONS);
-  upload(ep.device, x.slots, *routing.slots, Category::ACTIVATIONS);
-  path_of<T>(ep).dispatch(ep, routing, u, gates, x, expert_in, expert_gates);
+  path_of<T>(ep).dispatch(ep, u, gates, x, expert_in, expert_gates);
 }
 
 template <typename T>
@@ -144,8 +154,8 @@ void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
 }
 
 #define PARALAB_EXPERT_PARALLEL(T)                                                          \
-  template void dispatch_tokens(const ExpertParallel&, const LocalRouting&, bool, const T*, \
-                                const float*, ExpertExchange&, Buffer<T>&, Buffer<float>&); \
+  template void dispatch_tokens(const ExpertParallel&, bool, const T*, const float*,         \
+                                ExpertExchange&, Buffer<T>&, Buffer<float>&);              \
   template void combine_tokens(const ExpertParallel&, const ExpertExchange&, const T*, T*); \
   template void combine_tokens_backward(const ExpertParallel&, const ExpertExchange&,       \
                                         const T*, T*);                                      \

@@ -5,9 +5,12 @@
 // bytes and buffers head its own file, parallel/expert_parallel_alltoall.cpp and
 // parallel/expert_parallel_allgather.cpp.
 //
-// How model/moe.cpp uses it, per MoE layer and microbatch, after its router and its local
-// dispatch plan (model/moe.h's Dispatch, handed over as a LocalRouting):
-//   forward   dispatch_tokens   u (N, h), gates (N k) -> the local experts' input rows
+// How model/moe.cpp uses it, per MoE layer and microbatch, after its router and the device's
+// counts per expert (kernels/ops/moe_dispatch.h, handed over as a LocalRouting):
+//   forward   routing_sizes     the sizes the host launches with: this rank's rows per expert
+//                               and the permuted rows M (then model/moe.cpp builds the maps
+//                               row_pair, slots on the device, into the exchange)
+//             dispatch_tokens   u (N, h), gates (N k) -> the local experts' input rows
 //                               (R, h) and gates (R), local expert by local expert
 //             ... the local experts run on their rows (ExpertExchange::local_rows) ...
 //             combine_tokens    their output rows (R, h) -> out (N, h)
@@ -18,8 +21,19 @@
 // With one rank (no ep group) the same calls are the single-rank permute and unpermute, so
 // there is one path for every configuration.
 //
+// The host copies (each counted, kernels::count_routing_copy), per MoE layer and microbatch:
+//   one rank, allgather  the rank's E rows per expert (the grouped GEMM's sizes), E x4
+//   alltoall             every etp_ep rank's rows per expert, after their all-gather: P E x4
+//                        (the all-to-all's send and receive sizes, its own rows among them)
+//   allgather            also its gathered routing map P (E + N k) x4, from which the host
+//                        builds the local maps (source_pair, local_slots) and uploads them
+// Padded to capacity (--moe-pad-expert-input-to-capacity) every size follows from the
+// configuration: no copy and no all-gather of the counts (the allgather dispatcher still
+// copies its gathered map). Megatron syncs the same counts for the same reasons.
+//
 // defines: TokenDispatcher, dispatcher_name, ExpertParallel, LocalRouting, ExpertExchange,
-//          dispatch_tokens, combine_tokens, combine_tokens_backward, dispatch_tokens_backward
+//          routing_sizes, dispatch_tokens, combine_tokens, combine_tokens_backward,
+//          dispatch_tokens_backward
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -57,17 +71,14 @@ struct ExpertParallel {
   int first_expert(int E) const { return rank() * local_experts(E); }
 };
 
-// One microbatch's routing on this rank (host arrays of model/moe.h's Dispatch, global
-// expert ids): rows[e] of the M permuted rows go to expert e (its kept pairs in token order,
-// then its padding rows), starting at offset[e]; row_pair[j] is row j's (token, slot) pair
-// p = t k + s (-1: padding); slots[p] is pair p's row (-1: dropped).
+// One microbatch's routing on this rank, as the device holds it: rows[e] (device, E int32)
+// the rows expert e (global id) takes of this rank's tokens: its kept pairs in token order,
+// then its padding rows (kernels::moe_dispatch_offsets). padded_rows >= 0: every expert takes
+// that many, min(C, N) (padding to capacity), known without looking.
 struct LocalRouting {
   int N = 0, k = 0, E = 0, h = 0;
-  const std::vector<int>* rows = nullptr;
-  const std::vector<int>* offset = nullptr;
-  const std::vector<int>* row_pair = nullptr;
-  const std::vector<int>* slots = nullptr;
-  int M() const { return offset->back(); }
+  const int* rows = nullptr;
+  int padded_rows = -1;
 };
 
 // What one microbatch's exchange keeps from its forward for the combine and the backward
@@ -75,14 +86,17 @@ struct LocalRouting {
 struct ExpertExchange {
   int N = 0, k = 0, h = 0;
   int M = 0;     // rows this rank's tokens sent (its permuted rows)
+  std::vector<int> rows, offset;  // (E), (E + 1) host: this rank's rows per global expert, and
+                                  // the first permuted row of each
+  std::vector<int> all_rows;      // alltoall (P E) host: every etp_ep rank's rows, group order
   int R_ep = 0;  // alltoall: rows it received over ep (its block; = R at etp 1)
   int R = 0;     // rows its local experts run: every etp peer's block (received over ep)
   bool fused = false;                         // --moe-permute-fusion
   std::vector<int> local_rows, local_offset;  // (E/ep), (E/ep + 1): per local expert
   std::vector<size_t> send_rows, recv_rows;   // alltoall: rows to / from each ep rank
   std::vector<size_t> etp_rows;               // alltoall: each etp peer's block (its R_ep)
-  Buffer<int> row_pair;     // (M) this rank's permutation (every dispatcher)
-  Buffer<int> slots;        // (N k)
+  Buffer<int> row_pair;     // (M) this rank's permutation (every dispatcher), built on the
+  Buffer<int> slots;        // (N k) device by model/moe.cpp (kernels::moe_dispatch_scatter)
   Buffer<int> regroup;      // alltoall (R): local row r is received (at etp > 1: gathered)
                             // row regroup[r]
   Buffer<int> ungroup;      // alltoall (R): its inverse, received order <- local order
@@ -92,11 +106,15 @@ struct ExpertExchange {
                             // another rank's expert (or nobody) takes it
 };
 
-// Forward. expert_in (R, h) and expert_gates (R) are allocated here (category activations).
+// Forward, first: the exchange's N, k, h, this rank's rows per expert and offsets on the host
+// and M (the header's copies), before model/moe.cpp allocates and writes x.row_pair (M) and
+// x.slots (N k).
+void routing_sizes(const ExpertParallel& ep, const LocalRouting& routing, ExpertExchange& x);
+// Forward, then: the rows to the local experts. expert_in (R, h) and expert_gates (R) are
+// allocated here (category activations).
 template <typename T>
-void dispatch_tokens(const ExpertParallel& ep, const LocalRouting& routing, bool fused,
-                     const T* u, const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
-                     Buffer<float>& expert_gates);
+void dispatch_tokens(const ExpertParallel& ep, bool fused, const T* u, const float* gates,
+                     ExpertExchange& x, Buffer<T>& expert_in, Buffer<float>& expert_gates);
 // y (R, h): the local experts' output rows (gated) -> out (N, h) "=", each token's k rows
 // summed.
 template <typename T>

@@ -11,7 +11,9 @@
 //             all-gather  etp_ep  the gates                               P N k 4
 //             all-gather  etp_ep  the routing map: per rank its rows per  P (E + N k) 4
 //                                 expert and each pair's row (int32)
-//             (each rank picks its experts' rows out of the gathered tokens)
+//             (each rank picks its experts' rows out of the gathered tokens: the map
+//             copied to the host, P (E + N k) x4, source_pair and local_slots built there
+//             and uploaded; a device build of them is left to do)
 //             reduce-scatter etp_ep  the output, each rank's partial sums  P N h es
 //   backward  all-gather  etp_ep  the output gradient                     P N h es
 //             reduce-scatter etp_ep  the input gradient                   P N h es
@@ -23,7 +25,8 @@
 // information as the k gates and the pair-to-row map.
 //
 // Buffers (category workspace unless said; the plan's moe_memory lists the same):
-//   forward   gathered P N h es + P N k x4 + P (E + N k) x4, then the maps source_pair R x4
+//   forward   gathered P N h es + P N k x4 + P (E + N k) x4 (the slots copied into this rank's
+//             slot of the map on the device), then the maps source_pair R x4
 //             and local_slots P N k x4 (activations); combine: the full output P N h es.
 //   backward  gathered P N h es; the full input gradient P N h es, then the full gate
 //             gradient P N k x4.
@@ -81,19 +84,19 @@ template <typename T>
 struct AllGather final : TokenExchange<T> {
   // Every rank's tokens, gates and routing map; this rank's experts' rows picked out of them
   // (the two large gathers run while the map is read).
-  void dispatch(const ExpertParallel& ep, const LocalRouting& routing, const T* u,
-                const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
-                Buffer<float>& expert_gates) const override {
+  void dispatch(const ExpertParallel& ep, const T* u, const float* gates, ExpertExchange& x,
+                Buffer<T>& expert_in, Buffer<float>& expert_gates) const override {
     const Device dev = ep.device;
-    const int N = routing.N, k = routing.k, E = routing.E, h = x.h;
+    const int N = x.N, k = x.k, E = (int)x.rows.size(), h = x.h;
     const int P = ep.etp_ep->size(), me = ep.etp_ep->rank();  // etp x ep ranks
     const size_t per_rank = (size_t)E + (size_t)N * k;
     Buffer<T> all_u(dev, (size_t)P * N * h, kWorkspace);
     Buffer<float> all_gates(dev, (size_t)P * N * k, kWorkspace);
     Buffer<int> all_routing(dev, P * per_rank, kWorkspace);
-    std::vector<int> mine(routing.rows->begin(), routing.rows->end());
-    mine.insert(mine.end(), routing.slots->begin(), routing.slots->end());
-    kernels::memcpy_from_host(dev, all_routing.data() + me * per_rank, mine.data(), per_rank * 4);
+    // this rank's map in its slot: the rows per expert (the host has them), the slots (device)
+    int* slot = all_routing.data() + me * per_rank;
+    kernels::memcpy_from_host(dev, slot, x.rows.data(), (size_t)E * 4);
+    kernels::memcpy_device(dev, slot + E, x.slots.data(), (size_t)N * k * 4);
     CommHandle hidden =
         ep.etp_ep->all_gather_async(u, all_u.data(), (size_t)N * h, comm_type<T>());
     CommHandle probs = ep.etp_ep->all_gather_async(gates, all_gates.data(), (size_t)N * k);

@@ -10,6 +10,7 @@
 // (every etp peer's block: R = R_ep at etp 1), P = etp ep:
 //
 //   forward   all-gather  etp_ep  the per-expert row counts, E int32      payload P E 4
+//                                 (not padded to capacity, where every rank's are known)
 //             all-to-all-v ep     the rows, dispatch                      M h es
 //             all-to-all-v ep     their gates (Megatron's probabilities)  M 4
 //             [etp > 1: all-to-all-v etp, every block to every etp peer   etp R_ep h es
@@ -109,16 +110,24 @@ void plan_alltoall(const ExpertParallel& ep, const std::vector<int>& counts, int
   }
 }
 
+}  // namespace
+
 // Every etp_ep rank's rows per expert (its routing.rows), gathered: etp ep x E, in etp_ep group
-// order, for plan_alltoall.
-std::vector<int> gather_counts(const ExpertParallel& ep, const LocalRouting& routing) {
+// order, for plan_alltoall, and copied to the host once: the all-to-all's sizes (Megatron syncs
+// them too). Padded to capacity every rank's are min(C, N): neither gathered nor copied.
+void alltoall_rows(const ExpertParallel& ep, const LocalRouting& routing, ExpertExchange& x) {
   const int P = ep.etp_ep->size(), me = ep.etp_ep->rank(), E = routing.E;  // etp x ep ranks
-  Buffer<int> all(ep.device, (size_t)P * E, kWorkspace);
-  kernels::memcpy_from_host(ep.device, all.data() + (size_t)me * E, routing.rows->data(),
-                            (size_t)E * 4);
-  ep.etp_ep->all_gather(all.data() + (size_t)me * E, all.data(), E, DType::I32);
-  return download(ep.device, all);
+  if (routing.padded_rows >= 0) {
+    x.all_rows.assign((size_t)P * E, routing.padded_rows);
+  } else {
+    Buffer<int> all(ep.device, (size_t)P * E, kWorkspace);
+    ep.etp_ep->all_gather(routing.rows, all.data(), E, DType::I32);
+    x.all_rows = download(ep.device, all);
+  }
+  x.rows.assign(x.all_rows.begin() + (size_t)me * E, x.all_rows.begin() + (size_t)(me + 1) * E);
 }
+
+namespace {
 
 // Rows of `width` to each peer of the ep group by counts (a group of one: a copy).
 template <typename T>
@@ -169,13 +178,12 @@ template <typename T>
 struct AllToAll final : TokenExchange<T> {
   // The counts, then the rows and their gates to their experts' ranks; at etp > 1 every
   // block to every etp peer; the rows regrouped by local expert.
-  void dispatch(const ExpertParallel& ep, const LocalRouting& routing, const T* u,
-                const float* gates, ExpertExchange& x, Buffer<T>& expert_in,
-                Buffer<float>& expert_gates) const override {
+  void dispatch(const ExpertParallel& ep, const T* u, const float* gates, ExpertExchange& x,
+                Buffer<T>& expert_in, Buffer<float>& expert_gates) const override {
     const Device dev = ep.device;
     const int h = x.h;
     std::vector<int> regroup, ungroup;
-    plan_alltoall(ep, gather_counts(ep, routing), routing.E, x, regroup);
+    plan_alltoall(ep, x.all_rows, (int)x.rows.size(), x, regroup);
     ungroup.assign(x.R, -1);
     for (int r = 0; r < x.R; ++r) ungroup[regroup[r]] = r;
     Buffer<T> received(dev, (size_t)x.R_ep * h, kWorkspace);

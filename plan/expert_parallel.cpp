@@ -9,7 +9,7 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
                           int64_t microbatches) {
   const int ep = p.expert_parallel, T = p.expert_tensor_parallel, P = ep * T;
   const int64_t h = m.hidden_size, k = m.moe.topk, E = m.moe.num_experts;
-  // The aux loss's expert counts summed over cp (model/moe.cpp aux_weights), at every forward
+  // The aux loss's expert counts summed over cp (model/moe.cpp balancing_counts), at every forward
   // of an MoE layer, as tensor_parallel_comm counts their sum over tp: groups E int32 (groups:
   // the B sequences with seq_aux_loss, else 1), whatever ep.
   const int cp = m.context_parallel.size;
@@ -31,7 +31,9 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
       const int64_t N = r.N;  // the rank's tokens (B S/cp, over tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {
         const int64_t M = r.M, R = r.R, Re = r.R_ep;
-        add_comm(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);
+        // the counts' all-gather, but padded to capacity, where every rank's are known
+        if (!(x.pad_to_capacity && x.capacity_factor > 0))
+          add_comm(comm, ETP_EP, AG, P, forwards, forwards * P * E * 4);
         if (ep > 1) {  // dispatch rows and gates, combine; backward: dy, then dx and dgates
           add_comm(comm, EP, A2A, ep, 3 * forwards, forwards * (M * h * e + M * 4 + Re * h * e));
           add_comm(comm, EP, A2A, ep, 3, M * h * e + Re * h * e + Re * 4);

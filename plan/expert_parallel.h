@@ -7,7 +7,8 @@
 // rows its experts run, R_ep the rows it received over ep (its block; R = R_ep at etp 1),
 // N its tokens (B S/cp, or B S/cp / tp under sequence parallelism), k top-k, E experts,
 // P = etp ep), forward (twice when full recompute runs the layer again) and backward:
-//   alltoall   etp_ep all-gather    P E 4                       forward
+//   alltoall   etp_ep all-gather    P E 4                       forward (the counts; not
+//                                                                padded to capacity)
 //              ep all-to-all-v      M h e, M 4, R_ep h e        forward (dispatch, gates,
 //                                                                combine), at ep > 1
 //                                   M h e, R_ep h e, R_ep 4     backward

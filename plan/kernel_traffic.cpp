@@ -74,7 +74,7 @@ void mlp_up(KernelTally& k, const RankShape& r) {
 
 // The layer's forward (layer_forward), or full recompute's second one (no statistics).
 void layer_forward(KernelTally& k, const RankShape& r, int layer, const MoeRows& rows,
-                   bool record_stats) {
+                   bool record_stats, bool first = false) {
   const ModelConfig& m = r.m;
   const LocalSizes& l = r.l;
   const double h = m.hidden_size, B = r.B, S = l.S, A = l.heads, G = l.groups, D = l.head_dim;
@@ -95,7 +95,7 @@ void layer_forward(KernelTally& k, const RankShape& r, int layer, const MoeRows&
   k.add(l.N_l * h);                             // add: x_mid
   norm_forward(k, r, l.N_l, h);                 // norm2
   if (moe) {
-    moe_forward_traffic(k, m, rows, (int)S, record_stats);
+    moe_forward_traffic(k, m, rows, (int)S, record_stats, first);
   } else {
     mlp_up(k, r);
     if (r.gpt) k.add_bias(l.N_l, h);            // finish_block: add_bias (fc2.bias)
@@ -228,7 +228,7 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
         const MoeRows rows = m.moe.is_moe_layer(l)
                                  ? moe_layer_rows(m, plan.parallel, r.B, routing, l, (int)mb)
                                  : MoeRows();
-        layer_forward(fwd, r, l, rows, true);
+        layer_forward(fwd, r, l, rows, true, mb == 0);
         if (group[i] >= 0) layer_forward(again, r, l, rows, false);  // full: forward again
         layer_backward(bwd, again, r, l, rows);
       }
@@ -238,6 +238,8 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
       total.attention.add(fwd.attention);
       total.attention.add(bwd.attention);
       total.attention.add(again.attention);
+      total.routing.add(fwd.routing);
+      total.routing.add(again.routing);
       // per microbatch: the mean (all alike but for a measured routing's rows)
       auto mean = [&](const KernelTraffic& x) {
         return KernelTraffic{x.launches / micro, x.bytes / (double)micro};
@@ -272,10 +274,13 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
   if (head) end(head_forward, head_backward, t.head_forward, t.head_backward);
   KernelTally other(e);
   optimizer_step_traffic(other, plan, rank);
+  moe_step_traffic(other, plan, rank);
   t.step_other = other.traffic;
   total.traffic.add(other.traffic);
+  total.routing.add(other.routing);
   t.step_total = total.traffic;
   t.step_attention = total.attention;
+  t.step_routing = total.routing;
   return t;
 }
 

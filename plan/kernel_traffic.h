@@ -10,8 +10,12 @@
 // device-to-device copies and memsets included; its bytes are the elements it reads plus
 // those it writes, each at its storage size (fp32 4, bf16 2, int32 4, masks 1), once per
 // call however often the kernel touches them. A call with nothing to move launches nothing.
-// Host <-> device copies (tokens, targets, the losses, the routing maps, scalars) and
-// allocations are not counted: they cross PCIe or the allocator, not HBM. The flash
+// Host <-> device copies (tokens, targets, the losses, scalars) and allocations are not
+// counted as kernels: they cross PCIe or the allocator, not HBM. The MoE routing's
+// device-to-host copies are counted apart (KernelTally::routing_copy, kernels/counters.h
+// count_routing_copy): per MoE layer and microbatch the E rows per expert (or the alltoall's
+// P E, the allgather's map P (E + N k)), none padded to capacity; once a step the routers'
+// counts (2 E per MoE layer here). The flash
 // attention kernels are counted apart (attention: launches only; their time is their FLOPs
 // at the attention efficiency). GEMM calls are plan/gemm_calls.h's.
 //
@@ -36,7 +40,8 @@
 //
 // defines: KernelTraffic, KernelTrafficPlan, KernelTrafficOptions, KernelTally,
 //          kernel_traffic_plan, core_attention_traffic, core_attention_backward_traffic,
-//          moe_forward_traffic, moe_backward_traffic, optimizer_step_traffic
+//          moe_forward_traffic, moe_backward_traffic, optimizer_step_traffic,
+//          moe_step_traffic
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -70,6 +75,9 @@ struct KernelTrafficPlan {
   KernelTraffic step_other;
   // The rank's whole step: the above over its stage's layers and microbatches.
   KernelTraffic step_total, step_attention;
+  // The MoE routing's device-to-host copies over the step: launches = copies, bytes
+  // (kernels/counters.h count_routing_copy).
+  KernelTraffic step_routing;
   // False where an MoE layer's rows are an expectation (above), so is the prediction.
   bool exact = true;
 };
@@ -93,6 +101,7 @@ class KernelTally {
   explicit KernelTally(int e) : e_(e) {}
   KernelTraffic traffic;    // every kernel but flash attention
   KernelTraffic attention;  // flash attention launches
+  KernelTraffic routing;    // the MoE routing's copies to the host (launches: copies)
   int e() const { return e_; }
 
   void kernel(double bytes, int launches = 1) {
@@ -176,6 +185,22 @@ class KernelTally {
   void moe_gelu_backward(double M, double F) { kernel(3 * M * F * e_ + 8 * M); }
   void moe_shared_gate_forward(double N, double C) { kernel((3 * N * C + N) * e_); }
   void moe_shared_gate_backward(double N, double C) { kernel((3 * N * C + 2 * N) * e_); }
+  // the dispatch's counting sort (kernels/ops/moe_dispatch.h), int32 throughout
+  void moe_expert_counts(double N, double k, double E, double groups) {
+    kernel(4 * N * k + 4 * groups * E);
+  }
+  void moe_dispatch_offsets(double E, bool stats, bool accumulate) {
+    kernel(12 * E + 4 + (stats ? (accumulate ? 16 : 8) * E : 0));
+  }
+  void moe_gate_rank(double N, double k) { kernel(12 * N * k); }
+  void moe_dispatch_scatter(double N, double k, double E, double M, bool rank) {
+    kernel(4 * N * k * (rank ? 3 : 2) + 4 * (E + 1) + 4 * M);
+  }
+  void moe_expert_bias_update(double E) { kernel(12 * E); }
+  void routing_copy(double bytes) {
+    routing.launches += 1;
+    routing.bytes += bytes;
+  }
   // the loss (fp32 logits): v valid columns of V
   void cross_entropy_row_max(double N, double v) { kernel(4 * N * v + 4 * N); }
   void cross_entropy_sum_exp(double N, double v) { kernel(4 * N * v + 16 * N); }
@@ -197,13 +222,17 @@ void core_attention_backward_traffic(KernelTally& k, const CoreShape& s, const C
                                      bool by_group);
 // An MoE layer's MLP block (model/moe.cpp) at the rows of `rows`; S the rank's tokens per
 // sequence (seq_aux_loss's group); record_stats: a training forward (not a recompute's),
-// which computes the balancing and z losses' values.
+// which computes the balancing and z losses' values and sums the routers' counts (first: the
+// step's first microbatch, whose sums are written, not added to).
 void moe_forward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& rows, int S,
-                         bool record_stats);
+                         bool record_stats, bool first);
 void moe_backward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& rows, int S);
 // Once per step on `rank` (model/optimizer.cpp, parallel/data_parallel.cpp): zero_grads,
 // ZeRO-2/3's per-microbatch shard updates, ZeRO-3's single-rank gathers, the gradient norm's
 // sums of squares and the AdamW updates, for the dense and (experts apart) expert vectors.
 void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank);
+// Once per step on `rank`, the MoE layers it holds (model/transformer_moe.cpp): the routers'
+// counts copied to the host (collect_moe_stats), the expert bias's updates.
+void moe_step_traffic(KernelTally& k, const Plan& plan, int rank);
 
 }  // namespace paralab

@@ -5,13 +5,18 @@
 // k per token, M the rows its tokens send, R the rows its experts run, R_ep the block it
 // receives over ep (plan/moe_memory.h MoeRows), f_e the expert's width on this rank, P = etp ep:
 //   forward   [bf16: u and the router weight widened: convert N h, E h]  topk (N, E, k)
-//             [expert bias with the aux loss: topk again without it]
+//             [aux loss: [with the expert bias: topk again without it], its counts (groups)]
 //             [a training forward: balancing scores, their weighted sum; z loss sum]
+//             the dispatch's counting sort: expert counts, offsets [+ the statistics' sums],
+//             the sizes to the host (a copy of E rows; alltoall P E; none padded),
+//             [probs with a capacity: gate rank], scatter
 //             dispatch  one rank: permute (M rows with gates)
 //                       alltoall: permute M; [ep 1: the exchange is a copy, M h and M x4];
 //                         [etp > 1: etp copies of the block, rows and gates]; permute R by
 //                         local expert (k = 1)
-//                       allgather: permute R from the P N gathered tokens
+//                       allgather: this rank's slots into the map (a copy of N k), the
+//                         gathered map to the host (a copy of P (E + N k)), permute R from the
+//                         P N gathered tokens
 //             gelu | swiglu with the gates (R, f_e)
 //             combine   one rank: unpermute (N)
 //                       alltoall: permute R back to arrival order; [etp > 1: the partials
@@ -26,6 +31,8 @@
 //             [bf16: convert u, router], the router's input and weight gradients accumulated
 //             (fp32: accumulate; bf16: convert + accumulate), [shared gate backward],
 //             [shared activation backward], the input gradient copied out (memcpy N h).
+//   per step  the routers' counts to the host (a copy of 2 E per MoE layer here); [expert
+//             bias: its update, one kernel per MoE layer here]
 #include "plan/kernel_traffic.h"
 
 namespace paralab {
@@ -77,20 +84,31 @@ void reduce_blocks(KernelTally& k, const MoeShape& x, double width, bool fp32) {
 }  // namespace
 
 void moe_forward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& rows, int S,
-                         bool record_stats) {
+                         bool record_stats, bool first) {
   const MoeShape x(m, rows);
   const Moe& moe = m.moe;
   const int e = k.e();
   // ---- router
   if (e != 4) k.convert(x.N * x.h), k.convert(x.E * x.h);  // as_float: u, the router weight
   k.moe_router_topk(x.N, x.E, x.k, moe.expert_bias);
-  if (balancing_on(moe) && moe.expert_bias) k.moe_router_topk(x.N, x.E, x.k, false);
+  const double groups = moe.balancing == Moe::Balancing::SEQ_AUX_LOSS ? x.N / S : 1;
+  if (balancing_on(moe)) {  // balancing_counts
+    if (moe.expert_bias) k.moe_router_topk(x.N, x.E, x.k, false);
+    k.moe_expert_counts(x.N, x.k, x.E, groups);
+  }
   if (record_stats && balancing_on(moe)) {
-    const double groups = moe.balancing == Moe::Balancing::SEQ_AUX_LOSS ? x.N / S : 1;
     k.moe_balancing_scores(x.N, x.E);
     k.moe_weighted_sum(x.N, x.E, groups);
   }
   if (record_stats && moe.z_loss_coeff > 0) k.moe_z_loss_sum(x.N, x.E);
+  // ---- the dispatch's counting sort, and routing_sizes' copy
+  const bool padded = moe.pad_to_capacity && moe.capacity_factor > 0;
+  const bool probs = moe.capacity_factor > 0 && moe.drop_policy == Moe::DropPolicy::PROBS;
+  k.moe_expert_counts(x.N, x.k, x.E, 1);
+  k.moe_dispatch_offsets(x.E, record_stats, record_stats && !first);
+  if (!padded) k.routing_copy(4 * x.E * (x.distributed && x.alltoall ? x.P : 1));
+  if (probs) k.moe_gate_rank(x.N, x.k);
+  k.moe_dispatch_scatter(x.N, x.k, x.E, x.M, probs);
   // ---- dispatch_tokens
   if (!x.distributed) {
     k.moe_permute(x.M, x.h, true, x.fused);
@@ -101,7 +119,9 @@ void moe_forward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& ro
     if (x.etp > 1) gather_blocks(k, x, x.h * e), gather_blocks(k, x, 4);
     k.moe_permute(x.R, x.h, true, x.fused);  // by local expert
   } else {
-    k.moe_permute(x.R, x.h, true, x.fused);  // from the gathered tokens
+    k.memcpy_device(4 * x.N * x.k);               // the slots into this rank's map
+    k.routing_copy(4 * x.P * (x.E + x.N * x.k));  // the gathered map, to the host
+    k.moe_permute(x.R, x.h, true, x.fused);       // from the gathered tokens
   }
   // ---- experts' activation, then combine_tokens
   if (x.gpt) k.moe_gelu_forward(x.R, x.fe);
@@ -177,6 +197,26 @@ void moe_backward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& r
     else k.swiglu_backward(x.N, x.fs);
   }
   k.memcpy_device(x.N * x.h * e);  // du = dx
+}
+
+void moe_step_traffic(KernelTally& k, const Plan& plan, int rank) {
+  const ModelConfig& m = plan.model;
+  if (!m.moe.enabled()) return;
+  // the MoE layers this rank's stage holds
+  int here = 0;
+  const int pp_rank = plan.ranks.empty() ? 0 : plan.ranks.at(rank).pp_rank;
+  std::vector<int> firsts{0}, counts{m.num_layers};
+  if (!plan.pipeline.stages.empty()) {
+    firsts = plan.pipeline.stages.at(pp_rank).chunk_first_layer;
+    counts = plan.pipeline.stages.at(pp_rank).chunk_layers;
+  }
+  for (size_t c = 0; c < firsts.size(); ++c)
+    for (int l = firsts[c]; l < firsts[c] + counts[c]; ++l) here += m.moe.is_moe_layer(l);
+  if (here == 0) return;
+  const double E = m.moe.num_experts;
+  k.routing_copy(8 * E * here);  // Transformer::collect_moe_stats
+  if (m.moe.expert_bias)
+    for (int l = 0; l < here; ++l) k.moe_expert_bias_update(E);
 }
 
 }  // namespace paralab

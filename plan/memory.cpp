@@ -282,12 +282,12 @@ int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig&, const Parall
   if (p.tensor_parallel > 1) bytes += 4;
   if (p.pipeline_parallel > 1) bytes += 4;
   if (p.world_size > 1) bytes += 8;  // the loss and the stop flag (model/evaluate.h)
-  // the expert bias's update sums each expert's pairs over dp (dp x cp under context
-  // parallelism) in one all-reduce: E int32 per MoE layer the rank holds
-  // (model/transformer.cpp update_expert_bias)
+  // the routers' counts of the step: each expert's kept and routed pairs, summed on the device
+  // by the dispatch, 2 E int32 per MoE layer the rank holds, whose kept half the expert bias's
+  // update all-reduces over dp (dp x cp under context parallelism) in place
+  // (model/transformer.h routing_counts_)
   const int moe_layers = moe_layers_here >= 0 ? moe_layers_here : moe_layer_count(m);
-  if (m.moe.enabled() && m.moe.expert_bias && p.data_parallel() * p.context_parallel > 1)
-    bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
+  if (m.moe.enabled()) bytes += 8 * (int64_t)m.moe.num_experts * moe_layers;
   // experts apart, and here: the norm's expert share over ep (etp_ep with etp > 1;
   // model/optimizer.cpp), and their own ZeRO >= 1 all-reduce over the expert-data-parallel
   // group (parallel/data_parallel.cpp)

@@ -100,9 +100,15 @@ int moe_layer_count(const ModelConfig& m) {
 
 int dense_layer_count(const ModelConfig& m) { return m.num_layers - moe_layer_count(m); }
 
+namespace {
+bool balancing_on(const Moe& e) {
+  return e.balancing != Moe::Balancing::NONE && e.aux_loss_coeff > 0;
+}
+}  // namespace
+
 std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
                                           const MoeRows& rows) {
-  (void)B;  // the layer's tokens are rows.N (moe_tokens: B S/cp, over tp under sp)
+  // the layer's tokens are rows.N (moe_tokens: B S/cp, over tp under sp); B its sequences
   const Moe& e = m.moe;
   const int64_t N = rows.N, h = m.hidden_size, E = e.num_experts,
                 k = e.topk, M = rows.M, R = rows.R;
@@ -113,6 +119,10 @@ std::vector<ActivationTensor> moe_tensors(const ModelConfig& m, int B, int act,
   add("moe.logits", N * E, 4);              // the router's fp32 logits
   add("moe.gates", N * k, 4);               // the k gate values per token
   add("moe.experts", N * k, 4);             // int32: the k experts per token
+  if (balancing_on(e)) {                    // int32: the aux loss's top-k counts per group
+    const int64_t groups = e.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
+    add("moe.aux_counts", groups * E, 4);
+  }
   add("moe.row_pair", M, 4);                // int32: each permuted row's (token, slot)
   add("moe.slots", N * k, 4);               // int32: each pair's permuted row
   const int64_t P = (int64_t)rows.ep * rows.etp;  // the ranks tokens are exchanged over
@@ -146,10 +156,6 @@ int64_t qk_norm_transient_bytes(const ModelConfig& m, int B, int act, int tp) {
 
 namespace {
 
-bool balancing_on(const Moe& e) {
-  return e.balancing != Moe::Balancing::NONE && e.aux_loss_coeff > 0;
-}
-
 // The MoE part of one layer's footprint: forward max over its transients of (the MoE tensors
 // allocated by then + the transient), backward its largest transient set.
 void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
@@ -166,7 +172,8 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   // the MoE tensors alive at each point of the forward (moe_tensors' order)
   const int64_t logits = N * E * 4;
   const int64_t routed = logits + 2 * N * k * 4;  // + gates, experts
-  const int64_t maps = routed + M * 4 + N * k * 4;  // + row_pair, slots
+  const int64_t aux = routed + (balancing ? groups * E * 4 : 0);  // + the aux loss's counts
+  const int64_t maps = aux + M * 4 + N * k * 4;  // + row_pair, slots
   const int64_t exchange_maps = alltoall ? 2 * R * 4 : allgather ? R * 4 + P * N * k * 4 : 0;
   const int64_t expert_rows = maps + exchange_maps + R * h * act + R * 4;
   const int64_t experts_in = expert_rows + R * (fc1 + f) * act;
@@ -176,13 +183,18 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
     fwd_peak = std::max(fwd_peak, alive + transient);
   };
   if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
-  if (balancing && e.expert_bias) fwd(routed, 2 * N * k * 4);  // g2, e2
-  // the counts' all-reduces over tp (sp) and cp, in one buffer
-  if (balancing && (rows.split > 1 || m.context_parallel.size > 1)) fwd(routed, groups * E * 4);
-  if (balancing) fwd(routed, N * E * 4 + groups * E * 4);    // scores, weights (statistics)
+  if (balancing && e.expert_bias) fwd(aux, 2 * N * k * 4);  // g2, e2 beside the counts
+  if (balancing) fwd(aux, N * E * 4);                       // scores (statistics)
+  // the dispatch's counting sort: counts E, rows E, offset E + 1 (kernels/ops/moe_dispatch.h),
+  // beside the alltoall's gathered counts (not padded to capacity), then beside the maps and
+  // the probs policy's ranks
+  const int64_t sizes = (3 * E + 1) * 4;
+  const bool padded = e.pad_to_capacity && e.capacity_factor > 0;
+  const bool probs = e.capacity_factor > 0 && e.drop_policy == Moe::DropPolicy::PROBS;
+  if (alltoall && !padded) fwd(aux, sizes + P * E * 4);
+  fwd(maps, sizes + (probs ? N * k * 4 : 0));
   const int64_t row = h * act + 4;  // a row and its gate
   if (alltoall) {
-    fwd(maps, P * E * 4);                                    // the counts' all-gather
     fwd(maps, Re * row + M * row);                           // received + send
     if (T > 1) {  // gathered over etp beside the received block: its etp copies, rows first
       fwd(maps, Re * row + R * row + T * Re * h * act);
@@ -215,10 +227,10 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
     exchange = P * N * h * act;
   const int64_t experts = R * 4 + R * h * act + R * f * act + R * fc1 * act + R * h * act +
                           exchange;
-  const int64_t aux = balancing ? groups * E * 4 + N * E * 4 : 0;  // weights, dscores
+  const int64_t dscores = balancing ? N * E * 4 : 0;
   const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded
-  const int64_t router = N * E * 4 + std::max(aux, grads);
+  const int64_t router = N * E * 4 + std::max(dscores, grads);
   int64_t shared = 0;
   if (e.shared_expert_size > 0) {
     const int64_t gated = e.shared_expert_gate ? N * h * act : 0;

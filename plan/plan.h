@@ -468,7 +468,7 @@ KorthikantiCheck korthikanti_check(const Plan& plan);
 // An MoE layer (sp required) has attention's collectives only (all-gather 3, reduce-scatter
 // 2; a recomputed forward 1 and 1), its replicated tensors (norms, router, shared expert;
 // the experts are apart with tp > 1) in its unit's all-reduce, and with the aux loss one
-// all-reduce of the E int32 expert counts per forward (model/moe.cpp aux_weights).
+// all-reduce of the E int32 expert counts per forward (model/moe.cpp balancing_counts).
 // Empty at tp = 1.
 // With pipelining a rank runs a slice of the model: its layers, and the embedding and the
 // head (with the loss) only on the first and last stage.
@@ -567,6 +567,7 @@ int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
 // The expert bias's per-step all-reduce of counts over dp, added to `comm` (plan/data_parallel.cpp).
 void expert_bias_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int dp,
                       int moe_layers_here);
+// An MoE model adds the routers' per-step counts, 2 E int32 per MoE layer the rank holds.
 // moe_layers_here: the MoE layers the rank holds (-1: all of the model's).
 int64_t comm_buffer_bytes(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p,
                           int moe_layers_here = -1);

@@ -14,7 +14,7 @@ namespace {
 // dropped, kernel launches and bytes, flash launches, host (4), the actions' and exchanges'
 // start and end, the communication record.
 size_t record_size(size_t actions, size_t exchanges) {
-  return kNumMemoryCategories + 17 + 2 * (actions + exchanges) + CommStats::kVectorSize;
+  return kNumMemoryCategories + 19 + 2 * (actions + exchanges) + CommStats::kVectorSize;
 }
 
 // On rank 0: every rank's steady clock minus rank 0's (rank_metrics.h). Rank 0 sends to
@@ -63,6 +63,8 @@ RankMetrics rank_metrics_of(int rank, const StepMetrics& s, const CommStats& com
   m.kernel_launches = s.kernel_launches;
   m.kernel_bytes = s.kernel_bytes;
   m.attention_launches = s.attention_launches;
+  m.routing_copies = s.routing_copies;
+  m.routing_copy_bytes = s.routing_copy_bytes;
   m.comm = comm;
   m.comm_events = comm.events();  // --trace's comm lane
   m.actions = timing.actions;
@@ -106,6 +108,8 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
   v[at++] = (double)mine.kernel_launches;
   v[at++] = mine.kernel_bytes;
   v[at++] = (double)mine.attention_launches;
+  v[at++] = (double)mine.routing_copies;
+  v[at++] = mine.routing_copy_bytes;
   for (int64_t b : mine.host_bytes) v[at++] = (double)b;
   for (size_t k = 0; k < actions; ++k) {
     if (k < mine.actions.size()) {
@@ -161,6 +165,8 @@ std::vector<RankMetrics> gather_rank_metrics(Communicator& world, const RankMetr
     m.kernel_launches = (long long)x[i++];
     m.kernel_bytes = x[i++];
     m.attention_launches = (long long)x[i++];
+    m.routing_copies = (long long)x[i++];
+    m.routing_copy_bytes = x[i++];
     for (int64_t& b : m.host_bytes) b = (int64_t)x[i++];
     if (with_trace) {
       const size_t stride = events.size() / size;

@@ -84,7 +84,8 @@ void ranks_json(JsonWriter& j, const Plan& common_plan, const std::vector<RankMe
     if (r.kernel_launches >= 0)
       kernel_traffic_json(j, kernel_traffic_plan(plan, r.rank),
                           kernels::KernelCount{r.kernel_launches, r.kernel_bytes,
-                                               r.attention_launches});
+                                               r.attention_launches, r.routing_copies,
+                                               r.routing_copy_bytes});
     j.key("memory").begin_object();
     for (int c = 0; c < kNumMemoryCategories; ++c) {
       j.key(kMemoryCategoryNames[c]).begin_object();

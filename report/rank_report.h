@@ -45,6 +45,8 @@ struct RankMetrics {
   // The non-GEMM kernels (kernels::kernel_counts): launches, bytes, flash launches; -1: none.
   long long kernel_launches = -1, attention_launches = -1;
   double kernel_bytes = -1;
+  long long routing_copies = -1;  // the MoE routing's copies to the host, and their bytes
+  double routing_copy_bytes = -1;
   CommStats comm;             // the step's record
   // The pipeline executor's (parallel/pipeline_parallel.h), seconds from the rank's start.
   std::vector<ActionTiming> actions, exchanges;

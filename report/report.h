@@ -102,6 +102,10 @@ struct StepMetrics {
   // plan/kernel_traffic.h's prediction in --metrics-jsonl's "kernels"; -1: not measured.
   long long kernel_launches = -1, attention_launches = -1;
   double kernel_bytes = -1;
+  // The MoE routing's device-to-host copies this step and their bytes (kernels::kernel_counts
+  // routing_copies), beside plan/kernel_traffic.h's step_routing in the same "kernels".
+  long long routing_copies = -1;
+  double routing_copy_bytes = -1;
 };
 
 void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak);

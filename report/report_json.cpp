@@ -89,7 +89,8 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (s.kernel_launches >= 0)  // this rank's non-GEMM kernels beside plan/kernel_traffic.h
     kernel_traffic_json(j, kernel_traffic_plan(plan, rank),
                         kernels::KernelCount{s.kernel_launches, s.kernel_bytes,
-                                             s.attention_launches});
+                                             s.attention_launches, s.routing_copies,
+                                             s.routing_copy_bytes});
   if (!s.gemm_calls.empty())  // this rank's GEMM calls by label beside the plan's
     gemm_calls_json(j, plan, s, rank, s.moe_nonempty.empty() ? nullptr : &s.moe_nonempty);
   j.key("memory").begin_object();

@@ -19,6 +19,9 @@ void kernel_traffic_json(JsonWriter& j, const KernelTrafficPlan& predicted,
   pair("bytes", measured.bytes, predicted.step_total.bytes, false);
   pair("attention_launches", (double)measured.attention_launches,
        (double)predicted.step_attention.launches, true);
+  pair("routing_host_copies", (double)measured.routing_copies,
+       (double)predicted.step_routing.launches, true);
+  pair("routing_host_bytes", measured.routing_copy_bytes, predicted.step_routing.bytes, false);
   j.field("exact", predicted.exact);
   j.end_object();
 }

@@ -5,7 +5,11 @@
 //   "kernels": {"launches": {"measured": m, "predicted": p},
 //               "bytes": {"measured": m, "predicted": p},
 //               "attention_launches": {"measured": m, "predicted": p},
+//               "routing_host_copies": {"measured": m, "predicted": p},
+//               "routing_host_bytes": {"measured": m, "predicted": p},
 //               "exact": true}
+// routing_host_*: the MoE routing's device-to-host copies (kernels/counters.h
+// count_routing_copy; 0 for a dense model).
 // exact: whether the prediction is exact (false where an MoE layer's rows are the
 // uniform-routing expectation: plan/kernel_traffic.h).
 //

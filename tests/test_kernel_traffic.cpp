@@ -157,8 +157,9 @@ using routing_test::measured_routing;
 
 class KernelTrafficTest : public ::testing::TestWithParam<TrafficCase> {};
 
-// Two steps the way trainer.cu runs them: the counter reset before zero_grads, read after the
-// optimizer (and the expert bias's update, which launches nothing).
+// Two steps the way trainer.cu runs them: the counter reset before zero_grads, the routers'
+// counts collected after the microbatches, read after the optimizer and the expert bias's
+// update (kernels on the device).
 TEST_P(KernelTrafficTest, MeasuredEqualsPredicted) {
   const TrafficCase& tc = GetParam();
   const ModelConfig& m = tc.model;
@@ -193,6 +194,7 @@ TEST_P(KernelTrafficTest, MeasuredEqualsPredicted) {
       model.forward(tokens.data(), targets.data(), B, 1.0f / k, seed);
       model.backward();
     }
+    model.collect_moe_stats();
     optimizer.step(learning_rate(train, step));
     model.update_expert_bias(nullptr);
     const kernels::KernelCount got = kernels::kernel_counts();
@@ -207,6 +209,8 @@ TEST_P(KernelTrafficTest, MeasuredEqualsPredicted) {
     EXPECT_EQ(got.launches, want.step_total.launches) << "launches";
     EXPECT_EQ(got.bytes, want.step_total.bytes) << "bytes";
     EXPECT_EQ(got.attention_launches, want.step_attention.launches) << "flash launches";
+    EXPECT_EQ(got.routing_copies, want.step_routing.launches) << "routing copies to the host";
+    EXPECT_EQ(got.routing_copy_bytes, want.step_routing.bytes) << "routing bytes to the host";
     if (tc.measured) {  // without the measured rows the capacity's M is an expectation
       EXPECT_FALSE(kernel_traffic_plan(config_plan, 0).exact);
     }

@@ -221,18 +221,26 @@ TEST_P(Moe, BalancingScoresForwardBackward) {
 
 TEST_P(Moe, WeightedSumAndBackward) {
   const int N = 6, E = 5;
+  const double scale = 0.0123;
+  const float factor = 0.25f;
   for (int group : {N, 3}) {
     SCOPED_TRACE(testing::Message() << "group " << group);
-    std::vector<float> scores = uniform(N * E, 300), w = uniform((N / group) * E, 301);
-    DevBuf<float> ds(dev(), scores), dw(dev(), w), grad(dev(), uniform(N * E, 302));
+    std::vector<float> scores = uniform(N * E, 300);
+    std::vector<int> counts((N / group) * E);
+    for (size_t i = 0; i < counts.size(); i++) counts[i] = (int)(i * 7 % 11);
+    std::vector<float> w(counts.size());  // the weights: scale c, rounded to fp32 once
+    for (size_t i = 0; i < w.size(); i++) w[i] = (float)(scale * counts[i]);
+    DevBuf<float> ds(dev(), scores), grad(dev(), uniform(N * E, 302));
+    DevBuf<int> dc(dev(), counts);
     double want = 0;
     for (int t = 0; t < N; t++)
       for (int e = 0; e < E; e++) want += (double)scores[t * E + e] * w[(t / group) * E + e];
-    EXPECT_NEAR(kernels::moe_weighted_sum(dev(), ds.get(), dw.get(), N, E, group), want, 1e-12);
-    kernels::moe_weighted_sum_backward(dev(), grad.get(), dw.get(), N, E, group);
+    EXPECT_NEAR(kernels::moe_weighted_sum(dev(), ds.get(), dc.get(), scale, N, E, group), want,
+                1e-12);
+    kernels::moe_weighted_sum_backward(dev(), grad.get(), dc.get(), scale, factor, N, E, group);
     const std::vector<float> g = grad.host();
     for (int t = 0; t < N; t++)
-      for (int e = 0; e < E; e++) EXPECT_EQ(g[t * E + e], w[(t / group) * E + e]);
+      for (int e = 0; e < E; e++) EXPECT_EQ(g[t * E + e], w[(t / group) * E + e] * factor);
   }
 }
 

@@ -1,13 +1,7 @@
-// tests/test_moe.cpp: the MoE layer's host-side rules (model/moe.h) on hand-computed cases,
-// and the layer itself: finite differences of the whole MoE MLP through a model, grouped
-// against per-expert GEMMs bit for bit, recompute bit for bit, the expert bias.
-//
-// Capacity: C = ceil(T k / E cf) (Megatron's get_capacity). The hand cases below:
-//   k = 1, E = 2, T = 4, cf 1: C = ceil(4 / 2) = 2. Expert 0 gets tokens 0, 1, 2 with gates
-//   0.5, 0.9, 0.7: probs keeps the two largest (tokens 1, 2), position the two earliest
-//   (tokens 0, 1); expert 1 keeps token 3.
-//   k = 2, E = 3, T = 3, cf 1: C = ceil(6 / 3) = 2. Pairs p = t k + s: expert 0 gets p0 (0.6),
-//   p2 (0.7), p4 (0.8): probs keeps p4, p2 and drops p0; position keeps p0, p2, drops p4.
+// tests/test_moe.cpp: the MoE layer inside a model: finite differences of the whole MoE MLP
+// through a model, grouped against per-expert GEMMs bit for bit, recompute bit for bit, the
+// expert bias. The dispatch's rules (capacity, drop policies, padding) on hand-computed cases
+// and random routings: tests/test_moe_dispatch.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,109 +17,6 @@
 
 namespace paralab {
 namespace {
-
-Moe capped(int E, int k, float cf, Moe::DropPolicy policy, bool pad = false) {
-  Moe m;
-  m.num_experts = E;
-  m.topk = k;
-  m.capacity_factor = cf;
-  m.drop_policy = policy;
-  m.pad_to_capacity = pad;
-  return m;
-}
-
-TEST(MoeDispatch, CapacityIsMegatronsCeiling) {
-  EXPECT_EQ(expert_capacity(4, 1, 2, 1.0f), 2);
-  EXPECT_EQ(expert_capacity(10, 2, 4, 1.0f), 5);   // 20 / 4
-  EXPECT_EQ(expert_capacity(10, 2, 4, 1.25f), 7);  // ceil(6.25)
-  EXPECT_EQ(expert_capacity(3, 2, 8, 1.0f), 1);    // ceil(0.75)
-}
-
-TEST(MoeDispatch, DroplessKeepsEveryPairInTokenOrder) {
-  Moe m = capped(3, 2, 0.0f, Moe::DropPolicy::PROBS);
-  const std::vector<int> experts = {2, 0, 0, 1, 2, 0};  // tokens 0, 1, 2
-  const std::vector<float> gates = {.6f, .4f, .7f, .3f, .5f, .5f};
-  const Dispatch d = plan_dispatch(m, experts.data(), gates.data(), 3, 2);
-  EXPECT_EQ(d.capacity, -1);
-  EXPECT_EQ(d.dropped, 0);
-  EXPECT_EQ(d.rows, (std::vector<int>{3, 1, 2}));
-  EXPECT_EQ(d.offset, (std::vector<int>{0, 3, 4, 6}));
-  // expert 0: pairs 1, 2, 5; expert 1: pair 3; expert 2: pairs 0, 4
-  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 5, 3, 0, 4}));
-  EXPECT_EQ(d.slots, (std::vector<int>{4, 0, 1, 3, 5, 2}));
-}
-
-TEST(MoeDispatch, ProbsPolicyKeepsTheLargestGates) {
-  const std::vector<int> experts = {0, 0, 0, 1};
-  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
-  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS), experts.data(),
-                                   gates.data(), 4, 1);
-  EXPECT_EQ(d.capacity, 2);
-  EXPECT_EQ(d.dropped, 1);
-  EXPECT_EQ(d.rows, (std::vector<int>{2, 1}));
-  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 3}));  // kept rows in token order
-  EXPECT_EQ(d.slots, (std::vector<int>{-1, 0, 1, 2}));
-}
-
-TEST(MoeDispatch, PositionPolicyKeepsTheEarliestTokens) {
-  const std::vector<int> experts = {0, 0, 0, 1};
-  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
-  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::POSITION),
-                                   experts.data(), gates.data(), 4, 1);
-  EXPECT_EQ(d.dropped, 1);
-  EXPECT_EQ(d.row_pair, (std::vector<int>{0, 1, 3}));
-  EXPECT_EQ(d.slots, (std::vector<int>{0, 1, -1, 2}));
-}
-
-TEST(MoeDispatch, TopTwoDropsDifferByPolicy) {
-  const std::vector<int> experts = {0, 1, 0, 2, 0, 1};
-  const std::vector<float> gates = {.6f, .4f, .7f, .3f, .8f, .2f};
-  const Dispatch probs = plan_dispatch(capped(3, 2, 1.0f, Moe::DropPolicy::PROBS),
-                                       experts.data(), gates.data(), 3, 2);
-  EXPECT_EQ(probs.capacity, 2);
-  EXPECT_EQ(probs.dropped, 1);
-  EXPECT_EQ(probs.slots[0], -1);  // p0 (gate 0.6) dropped
-  EXPECT_GE(probs.slots[4], 0);
-  const Dispatch position = plan_dispatch(capped(3, 2, 1.0f, Moe::DropPolicy::POSITION),
-                                          experts.data(), gates.data(), 3, 2);
-  EXPECT_EQ(position.dropped, 1);
-  EXPECT_GE(position.slots[0], 0);
-  EXPECT_EQ(position.slots[4], -1);  // p4, the latest token, dropped
-}
-
-TEST(MoeDispatch, EqualGatesKeepTheEarlierToken) {
-  const std::vector<int> experts = {0, 0, 0, 0};
-  const std::vector<float> gates = {.5f, .5f, .5f, .5f};
-  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS), experts.data(),
-                                   gates.data(), 4, 1);
-  EXPECT_EQ(d.row_pair, (std::vector<int>{0, 1}));
-}
-
-TEST(MoeDispatch, PaddingFillsEveryExpertToCapacity) {
-  const std::vector<int> experts = {0, 0, 0, 1};
-  const std::vector<float> gates = {.5f, .9f, .7f, .6f};
-  const Dispatch d = plan_dispatch(capped(2, 1, 1.0f, Moe::DropPolicy::PROBS, true),
-                                   experts.data(), gates.data(), 4, 1);
-  EXPECT_EQ(d.rows, (std::vector<int>{2, 2}));
-  EXPECT_EQ(d.kept, (std::vector<int>{2, 1}));
-  EXPECT_EQ(d.row_pair, (std::vector<int>{1, 2, 3, -1}));  // expert 1's padding row last
-  // a capacity above the tokens: min(C, T) rows (Megatron then routes every token)
-  const Dispatch big = plan_dispatch(capped(2, 1, 4.0f, Moe::DropPolicy::PROBS, true),
-                                     experts.data(), gates.data(), 4, 1);
-  EXPECT_EQ(big.capacity, 8);
-  EXPECT_EQ(big.rows, (std::vector<int>{4, 4}));
-  EXPECT_EQ(big.dropped, 0);
-}
-
-TEST(MoeExpertBias, MovesBySignOfTheLoadError) {
-  const float r = 0.01f;
-  // mean 5: the overloaded expert goes down, the others up
-  EXPECT_EQ(update_expert_bias({0, 0, 0, 0}, {10, 2, 4, 4}, r),
-            (std::vector<float>{-r, r, r, r}));
-  // an expert exactly at the mean keeps its bias
-  EXPECT_EQ(update_expert_bias({0.5f, 0, 0, 0}, {5, 5, 3, 7}, r),
-            (std::vector<float>{0.5f, 0, r, -r}));
-}
 
 // ---- the layer inside a model ------------------------------------------------------------
 

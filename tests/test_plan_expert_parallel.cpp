@@ -128,10 +128,9 @@ TEST(ExpertParallelPlan, DispatchBytesPaddedToCapacity) {
   EXPECT_EQ(rows->payload_bytes,
             mb * ((M * h * e + M * 4 + R * h * e) + (M * h * e + R * h * e + R * 4)));
   EXPECT_DOUBLE_EQ(rows->bus_bytes, rows->payload_bytes * 0.5);  // (n - 1) / n at n = 2
-  const CommPlanEntry* counts = find_comm(a2a.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER);
-  ASSERT_NE(counts, nullptr);
-  EXPECT_EQ(counts->calls, mb);
-  EXPECT_EQ(counts->payload_bytes, mb * ep * E * 4);
+  // no all-gather of the counts: every rank's rows per expert are min(C, N), known without
+  // looking (model/moe.h, "Where the routing lives")
+  EXPECT_EQ(find_comm(a2a.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER), nullptr);
 
   const Plan ag = make_plan(m, batch(1, 16), grid(2, 2, 0, TokenDispatcher::ALLGATHER));
   EXPECT_EQ(find_comm(ag.comm, CommGroup::EP, CommOp::ALL_TO_ALL_V), nullptr);
@@ -171,9 +170,8 @@ TEST(ExpertParallelPlan, ExpertTensorParallelBytesPaddedToCapacity) {
   ASSERT_NE(rows, nullptr);
   EXPECT_EQ(rows->payload_bytes,
             mb * ((M * h * e + M * 4 + Re * h * e) + (M * h * e + Re * h * e + Re * 4)));
-  const CommPlanEntry* counts = find_comm(plan.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER);
-  ASSERT_NE(counts, nullptr);
-  EXPECT_EQ(counts->payload_bytes, mb * T * 2 * 4 * 4);  // etp x ep ranks' E int32
+  // the counts' all-gather is not needed padded to capacity (as above)
+  EXPECT_EQ(find_comm(plan.comm, CommGroup::ETP_EP, CommOp::ALL_GATHER), nullptr);
   // the norm's expert share over etp x ep
   EXPECT_NE(find_comm(plan.comm, CommGroup::ETP_EP, CommOp::ALL_REDUCE), nullptr);
   EXPECT_EQ(find_comm(plan.comm, CommGroup::EP, CommOp::ALL_REDUCE), nullptr);

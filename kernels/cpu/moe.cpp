@@ -3,7 +3,8 @@
 // Router (fp32 whatever the storage): top-k selection and gates, the load-balancing scores,
 // the aux loss as a weighted sum and the z loss. The per-row math (the tie rule, the three
 // gate formulas and their backward) is kernels/math.h moe_*_row, shared with the CUDA kernel.
-//   aux / seq-aux loss   sum_t sum_e scores[t,e] w[t / group, e]   (double accumulation)
+//   aux / seq-aux loss   sum_t sum_e scores[t,e] w[t / group, e]   (double accumulation),
+//                        w = (float)(scale counts) (kernels/math.h moe_aux_weight)
 //   z loss               sum_t lse_t^2,  d/dl_te = 2 lse_t softmax(l_t)_e
 // Dispatch: pair p = t*k + s is token t's s-th expert. Permute gathers pair rows into the
 // experts' order (row_pair: permuted row -> pair, -1 padding); unpermute sums each token's k
@@ -66,20 +67,23 @@ template <> void moe_balancing_scores_backward<Device::CPU>(
                                logits + (size_t)t * E, E, score);
 }
 
-template <> double moe_weighted_sum<Device::CPU>(const float* scores, const float* weights, int N,
-                                                 int E, int group) {
+template <> double moe_weighted_sum<Device::CPU>(const float* scores, const int* counts,
+                                                 double scale, int N, int E, int group) {
   double total = 0.0;
   for (int t = 0; t < N; t++) {
-    const float* w = weights + (size_t)(t / group) * E;  // the row of t's group
-    for (int e = 0; e < E; e++) total += (double)scores[(size_t)t * E + e] * w[e];
+    const int* c = counts + (size_t)(t / group) * E;  // the counts of t's group
+    for (int e = 0; e < E; e++) total += (double)scores[(size_t)t * E + e] * moe_aux_weight(scale, c[e]);
   }
   return total;
 }
 
-template <> void moe_weighted_sum_backward<Device::CPU>(float* dscores, const float* weights, int N,
-                                                        int E, int group) {
+template <> void moe_weighted_sum_backward<Device::CPU>(float* dscores, const int* counts,
+                                                        double scale, float factor, int N, int E,
+                                                        int group) {
   for (int t = 0; t < N; t++)
-    for (int e = 0; e < E; e++) dscores[(size_t)t * E + e] = weights[(size_t)(t / group) * E + e];
+    for (int e = 0; e < E; e++)
+      dscores[(size_t)t * E + e] =
+          moe_aux_weight(scale, counts[(size_t)(t / group) * E + e]) * factor;
 }
 
 template <> double moe_z_loss_sum<Device::CPU>(const float* logits, int N, int E) {

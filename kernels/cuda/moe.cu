@@ -104,12 +104,12 @@ template <> void moe_z_loss_backward<Device::CUDA>(float* dlogits, const float* 
 // ---- the two sums (double, back to the host) ----------------------------------------------
 
 // partial[block] = sum over the block's grid-strided elements of scores * weights.
-__global__ void weighted_sum_kernel(double* partial, const float* scores, const float* weights,
-                                    size_t n, int E, int group) {
+__global__ void weighted_sum_kernel(double* partial, const float* scores, const int* counts,
+                                    double scale, size_t n, int E, int group) {
   double s = 0.0;
   GRID_STRIDE_LOOP(i, n) {
     const size_t t = i / E;
-    s += (double)scores[i] * weights[(t / group) * E + i % E];
+    s += (double)scores[i] * moe_aux_weight(scale, counts[(t / group) * E + i % E]);
   }
   s = block_sum(s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
@@ -125,13 +125,13 @@ __global__ void z_loss_sum_kernel(double* partial, const float* logits, int N, i
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-template <> double moe_weighted_sum<Device::CUDA>(const float* scores, const float* weights, int N,
-                                                  int E, int group) {
+template <> double moe_weighted_sum<Device::CUDA>(const float* scores, const int* counts,
+                                                  double scale, int N, int E, int group) {
   const size_t n = (size_t)N * E;
   if (n == 0) return 0.0;
   double* partial = sum_partials();
-  weighted_sum_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, scores, weights, n, E,
-                                                             group);
+  weighted_sum_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, scores, counts, scale, n,
+                                                             E, group);
   KERNEL_CHECK();
   return add_partials(partial);
 }
@@ -143,17 +143,20 @@ template <> double moe_z_loss_sum<Device::CUDA>(const float* logits, int N, int 
   return add_partials(partial);
 }
 
-// mirrors moe_weighted_sum_backward<Device::CPU>: dscores[t, e] = weights[t / group, e].
-__global__ void weighted_sum_backward_kernel(float* dscores, const float* weights, size_t n, int E,
-                                             int group) {
-  GRID_STRIDE_LOOP(i, n) dscores[i] = weights[(i / E / group) * E + i % E];
+// mirrors moe_weighted_sum_backward<Device::CPU>: dscores[t, e] = w[t / group, e] factor.
+__global__ void weighted_sum_backward_kernel(float* dscores, const int* counts, double scale,
+                                             float factor, size_t n, int E, int group) {
+  GRID_STRIDE_LOOP(i, n) {
+    dscores[i] = moe_aux_weight(scale, counts[(i / E / group) * E + i % E]) * factor;
+  }
 }
-template <> void moe_weighted_sum_backward<Device::CUDA>(float* dscores, const float* weights,
-                                                         int N, int E, int group) {
+template <> void moe_weighted_sum_backward<Device::CUDA>(float* dscores, const int* counts,
+                                                         double scale, float factor, int N,
+                                                         int E, int group) {
   const size_t n = (size_t)N * E;
   if (n == 0) return;
-  weighted_sum_backward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(dscores, weights, n, E,
-                                                                      group);
+  weighted_sum_backward_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(dscores, counts, scale,
+                                                                      factor, n, E, group);
   KERNEL_CHECK();
 }
 

@@ -73,25 +73,28 @@ void moe_balancing_scores_backward(Device d, float* dlogits, const float* dscore
   ON_DEVICE(moe_balancing_scores_backward)(dlogits, dscores, logits, N, E, score);
 }
 
-// The aux loss as a weighted sum: returns sum_t sum_e scores[t,e] * weights[t / group, e]
-// (to the host, blocking; double accumulation). aux_loss: one group of all N tokens;
-// seq_aux_loss: one per sequence (group = S). And its gradient dscores(N,E) "=" weights
-// broadcast over each group's rows.
+// The aux loss as a weighted sum: returns sum_t sum_e scores[t,e] w[t / group, e] (to the
+// host, blocking; double accumulation), the weights w[g, e] = (float)(scale counts[g, e]) made
+// from the aux loss's int32 counts (groups = N / group, E). aux_loss: one group of all N
+// tokens; seq_aux_loss: one per sequence (group = S). And its gradient dscores(N,E) "=" the
+// weights times factor (float), broadcast over each group's rows.
 template <Device Dev>
-double moe_weighted_sum(const float* scores, const float* weights, int N, int E, int group);
+double moe_weighted_sum(const float* scores, const int* counts, double scale, int N, int E,
+                        int group);
 template <class = void>
-double moe_weighted_sum(Device d, const float* scores, const float* weights, int N, int E,
-                        int group) {
+double moe_weighted_sum(Device d, const float* scores, const int* counts, double scale, int N,
+                        int E, int group) {
   count_kernel(4.0 * N * E + 4.0 * (N / group) * E);
-  return ON_DEVICE(moe_weighted_sum)(scores, weights, N, E, group);
+  return ON_DEVICE(moe_weighted_sum)(scores, counts, scale, N, E, group);
 }
 template <Device Dev>
-void moe_weighted_sum_backward(float* dscores, const float* weights, int N, int E, int group);
+void moe_weighted_sum_backward(float* dscores, const int* counts, double scale, float factor,
+                               int N, int E, int group);
 template <class = void>
-void moe_weighted_sum_backward(Device d, float* dscores, const float* weights, int N, int E,
-                               int group) {
+void moe_weighted_sum_backward(Device d, float* dscores, const int* counts, double scale,
+                               float factor, int N, int E, int group) {
   count_kernel(4.0 * N * E + 4.0 * (N / group) * E);
-  ON_DEVICE(moe_weighted_sum_backward)(dscores, weights, N, E, group);
+  ON_DEVICE(moe_weighted_sum_backward)(dscores, counts, scale, factor, N, E, group);
 }
 
 // z loss pieces: returns sum_t logsumexp(logits_t)^2 (host, blocking); dlogits += coeff *

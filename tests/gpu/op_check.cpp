@@ -146,6 +146,7 @@ const Family kFamilies[] = {
     {"flash attention", check_flash_cases<float>},
     {"loss, optimizer", check_loss_optimizer},
     {"moe router", check_moe_router},
+    {"moe dispatch", check_moe_dispatch},
     {"moe", check_moe<float>},
     {"grouped gemm layouts (fp32 and bf16)", check_gemm_grouped_cases},
     {"---- bf16 storage ----", nullptr},

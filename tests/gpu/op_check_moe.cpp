@@ -10,7 +10,10 @@
 //                       bit for bit on the GPU), the gated activations with their fp32 dgates,
 //                       the shared gate, RoPE at the whole sequence's and at a cp rank's
 //                       positions (and split(theta 0) + rope == split(theta) on CUDA).
-// main (op_check.cpp) calls check_moe_router(), check_moe<float>() and check_moe<bf16>().
+//   check_moe_dispatch() the dispatch's counting sort pass by pass (integer maps: bound 0), the
+//                       expert bias's update.
+// main (op_check.cpp) calls check_moe_router(), check_moe_dispatch(), check_moe<float>() and
+// check_moe<bf16>().
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +27,7 @@
 namespace op_check {
 
 void check_moe_router();
+void check_moe_dispatch();
 template <typename T>
 void check_moe();
 
@@ -118,18 +122,21 @@ void check_moe_router() {
     });
   }
   const int S = 43;  // N = 301 = 7 sequences of 43
-  Twin<float> weights(random_floats((size_t)(N / S) * E));
+  Twin<int> aux_counts(random_ints((size_t)(N / S) * E, 0, 40));
   for (int group : {N, S}) {
     const std::string tag = group == N ? " (aux)" : " (seq aux)";
     check("moe_weighted_sum" + tag, 1e-9, [&] {
-      return rel_diff(
-          kernels::moe_weighted_sum(Device::CUDA, dscores.g(), weights.g(), N, E, group),
-          kernels::moe_weighted_sum(Device::CPU, dscores.c(), weights.c(), N, E, group));
+      return rel_diff(kernels::moe_weighted_sum(Device::CUDA, dscores.g(), aux_counts.g(),
+                                                3.7e-4, N, E, group),
+                      kernels::moe_weighted_sum(Device::CPU, dscores.c(), aux_counts.c(),
+                                                3.7e-4, N, E, group));
     });
     check("moe_weighted_sum_backward" + tag, 0.0, [&] {
       std::unique_ptr<Twin<float>> g(written((size_t)N * E));
-      kernels::moe_weighted_sum_backward(Device::CPU, g->c(), weights.c(), N, E, group);
-      kernels::moe_weighted_sum_backward(Device::CUDA, g->g(), weights.g(), N, E, group);
+      kernels::moe_weighted_sum_backward(Device::CPU, g->c(), aux_counts.c(), 3.7e-4, 0.125f, N,
+                                         E, group);
+      kernels::moe_weighted_sum_backward(Device::CUDA, g->g(), aux_counts.g(), 3.7e-4, 0.125f,
+                                         N, E, group);
       return mismatches(*g);
     });
   }
@@ -142,6 +149,100 @@ void check_moe_router() {
     kernels::moe_z_loss_backward(Device::CPU, dl.c(), logits.c(), N, E, 1e-3f);
     kernels::moe_z_loss_backward(Device::CUDA, dl.g(), logits.g(), N, E, 1e-3f);
     return err(dl);
+  });
+}
+
+// The dispatch's counting sort (kernels/ops/moe_dispatch.h), pass by pass, each pass fed the
+// CPU twin's previous output on both sides (so a row names the pass that differs): integer
+// maps, bound 0. Routings: dropless, capacity by position and by gate (gates from 8 values:
+// ties inside an expert), padded; E 128 with most experts empty; odd N; and a scan over more
+// experts than its block.
+void check_moe_dispatch() {
+  struct Case {
+    const char* name;
+    int N, k, E, used, capacity, padded;
+    bool probs;
+  };
+  const Case cases[] = {{"dropless N 4097 k 8 E 128 (40 used)", 4097, 8, 128, 40, -1, -1, false},
+                        {"position C 200 E 64", 1531, 4, 64, 64, 200, -1, false},
+                        {"probs C 60 E 64", 1531, 4, 64, 64, 60, -1, true},
+                        {"probs C 300 padded E 128 (40 used)", 999, 8, 128, 40, 300, 300, true},
+                        {"position C 3 padded E 2 N 1", 1, 1, 2, 2, 3, 1, false}};
+  for (const Case& c : cases) {
+    const int P = c.N * c.k, E = c.E;
+    std::vector<int> ex((size_t)P);
+    std::vector<float> gv((size_t)P);
+    for (int t = 0; t < c.N; t++)  // k distinct experts per token, skewed to the low ones
+      for (int s = 0; s < c.k; s++) {
+        int e;
+        bool taken;
+        do {
+          e = (int)(rng() % c.used) * (int)(rng() % c.used) / c.used;
+          taken = false;
+          for (int j = 0; j < s; j++) taken = taken || ex[(size_t)t * c.k + j] == e;
+        } while (taken);
+        ex[(size_t)t * c.k + s] = e;
+        gv[(size_t)t * c.k + s] = (float)(rng() % 8) / 8.0f;
+      }
+    Twin<int> experts(ex);
+    Twin<float> gates(gv);
+    const std::string tag = std::string(" ") + c.name;
+    Twin<int> counts(std::vector<int>(E, -1), std::vector<int>(E, -2));
+    check("moe_expert_counts" + tag, 0.0, [&] {
+      kernels::moe_expert_counts(Device::CPU, counts.c(), experts.c(), c.N, c.k, E, c.N);
+      kernels::moe_expert_counts(Device::CUDA, counts.g(), experts.g(), c.N, c.k, E, c.N);
+      return mismatches(counts);
+    });
+    Twin<int> counts_in(counts.cpu);
+    Twin<int> rows(std::vector<int>(E, -1), std::vector<int>(E, -2));
+    Twin<int> offset(std::vector<int>(E + 1, -1), std::vector<int>(E + 1, -2));
+    Twin<int> routed(random_ints(E, 0, 9)), kept(random_ints(E, 0, 9));
+    check("moe_dispatch_offsets (statistics +=)" + tag, 0.0, [&] {
+      kernels::moe_dispatch_offsets(Device::CPU, rows.c(), offset.c(), routed.c(), kept.c(),
+                                    counts_in.c(), E, c.capacity, c.padded, true);
+      kernels::moe_dispatch_offsets(Device::CUDA, rows.g(), offset.g(), routed.g(), kept.g(),
+                                    counts_in.g(), E, c.capacity, c.padded, true);
+      return mismatches(rows) + mismatches(offset) + mismatches(routed) + mismatches(kept);
+    });
+    Twin<int> rank(std::vector<int>(P, -1), std::vector<int>(P, -2));
+    if (c.probs)
+      check("moe_gate_rank" + tag, 0.0, [&] {
+        kernels::moe_gate_rank(Device::CPU, rank.c(), experts.c(), gates.c(), c.N, c.k, E);
+        kernels::moe_gate_rank(Device::CUDA, rank.g(), experts.g(), gates.g(), c.N, c.k, E);
+        return mismatches(rank);
+      });
+    Twin<int> rank_in(rank.cpu), offset_in(offset.cpu);
+    const int M = offset.cpu[E];
+    Twin<int> row_pair(std::vector<int>(std::max(M, 1), -7), std::vector<int>(std::max(M, 1), -8));
+    Twin<int> slots(std::vector<int>(P, -7), std::vector<int>(P, -8));
+    check("moe_dispatch_scatter" + tag, 0.0, [&] {
+      const int* rc = c.probs ? rank_in.c() : nullptr;
+      const int* rg = c.probs ? rank_in.g() : nullptr;
+      kernels::moe_dispatch_scatter(Device::CPU, row_pair.c(), slots.c(), experts.c(), rc,
+                                    offset_in.c(), c.N, c.k, E, M, c.capacity);
+      kernels::moe_dispatch_scatter(Device::CUDA, row_pair.g(), slots.g(), experts.g(), rg,
+                                    offset_in.g(), c.N, c.k, E, M, c.capacity);
+      return mismatches(row_pair) + mismatches(slots);
+    });
+  }
+  check("moe_dispatch_offsets E 2500 (the scan's chunks)", 0.0, [&] {
+    const int E = 2500;
+    Twin<int> counts(random_ints(E, 0, 30));
+    Twin<int> rows(std::vector<int>(E, -1), std::vector<int>(E, -2));
+    Twin<int> offset(std::vector<int>(E + 1, -1), std::vector<int>(E + 1, -2));
+    kernels::moe_dispatch_offsets(Device::CPU, rows.c(), offset.c(), nullptr, nullptr,
+                                  counts.c(), E, 17, -1, false);
+    kernels::moe_dispatch_offsets(Device::CUDA, rows.g(), offset.g(), nullptr, nullptr,
+                                  counts.g(), E, 17, -1, false);
+    return mismatches(rows) + mismatches(offset);
+  });
+  check("moe_expert_bias_update", 0.0, [&] {
+    const int E = 160;
+    Twin<float> bias(random_floats(E, -0.1f, 0.1f));
+    Twin<int> counts(random_ints(E, 0, 50));
+    kernels::moe_expert_bias_update(Device::CPU, bias.c(), counts.c(), E, 1e-3f);
+    kernels::moe_expert_bias_update(Device::CUDA, bias.g(), counts.g(), E, 1e-3f);
+    return mismatches(bias);
   });
 }
 

@@ -219,8 +219,9 @@ def moe_layer(cp):  # every layer is MoE; M = k N routed rows (dropless: the pla
     # N: norm outs, resid1, out 4h; q, q_raw, ctx 3ad; k, v, k_raw 3gd; fp32 rstd of the two
     # norms, of q and k per head, lse per head, router logits E
     # M: expert input h, fc1 2f_e, act f_e; 7 fp32/int32 routing vectors
+    # and the aux loss's E int32 counts (one group: aux_loss), whole on every cp rank
     return N * (eq * (4 * hq + 3 * aq * dq + 3 * gq * dq) + 4 * (2 + 2 * aq + gq + E)) + \
-        M * (eq * (hq + 3 * fe) + 28)
+        M * (eq * (hq + 3 * fe) + 28) + 4 * E
 def act_q(cp, kind="p2p"):
     N = sq // cp
     extra = Lq * N * aq * dq * eq if kind == "a2a" and cp > 1 else 0
@@ -281,8 +282,10 @@ ring = [c for c in q(4)["comm"] if c["group"] == "cp" and c["op"] == "send/recv"
 N4 = sq // 4
 check("cp 4 p2p: ring bus per step L k 3(cp-1) KV = 40.5 GiB",
       [(c["calls"], c["bus_bytes"]) for c in ring], [(48 * 4 * 9, 48 * 4 * 9 * 2 * N4 * gq * dq * eq)])
-check("activations halve with each doubling of cp (p2p)",
-      [q(cp)["memory"][0]["activations"] * cp for cp in (2, 4, 8)], [q(1)["memory"][0]["activations"]] * 3)
+counts = Lq * 4 * E  # the aux loss's counts, the same at every cp
+check("activations less the aux loss's L 4E counts halve with each doubling of cp (p2p)",
+      [(q(cp)["memory"][0]["activations"] - counts) * cp for cp in (2, 4, 8)],
+      [q(1)["memory"][0]["activations"] - counts] * 3)
 check("activations.moe_per_layer_bytes = the MoE layer above, at every cp",
       [q(cp)["activations"]["moe_per_layer_bytes"] for cp in (1, 2, 4, 8)],
       [moe_layer(cp) for cp in (1, 2, 4, 8)])

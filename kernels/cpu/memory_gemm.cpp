@@ -23,16 +23,19 @@
 //
 // defines the CPU twins of kernels/ops/memory_gemm.h: device_malloc, device_free,
 //          memcpy_to_host, memcpy_from_host, memcpy_device, memset_zero, synchronize, gemm,
-//          gemm_strided_batched, gemm_grouped
+//          gemm_strided_batched, gemm_grouped; and the timer marks of kernels/counters.h
+//          (timer_mark, timer_seconds: the steady clock)
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/widen.h"  // defines: Input, Widened, span
 #include "kernels/ops/memory_gemm.h"
@@ -105,6 +108,17 @@ template <> void memcpy_device<Device::CPU>(void* dst, const void* src, size_t b
 
 template <> void memset_zero<Device::CPU>(void* p, size_t bytes) {
   if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+// ---- timer marks (kernels/counters.h) ------------------------------------------------------
+// A CPU op has finished when it returns, so the clock read after it is its end.
+static std::vector<std::chrono::steady_clock::time_point> g_marks;
+template <> void timer_mark<Device::CPU>(int mark) {
+  if ((size_t)mark >= g_marks.size()) g_marks.resize(std::max<size_t>(mark + 1, 2 * g_marks.size()));
+  g_marks[mark] = std::chrono::steady_clock::now();
+}
+template <> double timer_seconds<Device::CPU>(int from, int to) {
+  return std::chrono::duration<double>(g_marks.at(to) - g_marks.at(from)).count();
 }
 
 // CPU ops run to completion before they return.

@@ -26,6 +26,7 @@
 // read its pointers before the next call overwrites them.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <type_traits>
@@ -118,6 +119,29 @@ template <> void memset_zero<Device::CUDA>(void* p, size_t bytes) {
 }
 
 template <> void synchronize<Device::CUDA>() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+// ---- timer marks (kernels/counters.h) ------------------------------------------------------
+// A mark is an event recorded on the stream: it completes when the work queued before it has.
+// The pool grows (doubling) the first time a step takes more marks than it holds, and its
+// events are recorded again every step after: no cudaEventCreate per call.
+static std::vector<cudaEvent_t> g_events;
+template <> void timer_mark<Device::CUDA>(int mark) {
+  if ((size_t)mark >= g_events.size()) {
+    const size_t grown = std::max<size_t>(mark + 1, std::max<size_t>(256, 2 * g_events.size()));
+    while (g_events.size() < grown) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      g_events.push_back(e);
+    }
+  }
+  CUDA_CHECK(cudaEventRecord(g_events[mark], stream()));
+}
+template <> double timer_seconds<Device::CUDA>(int from, int to) {
+  CUDA_CHECK(cudaEventSynchronize(g_events.at(to)));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, g_events.at(from), g_events.at(to)));
+  return ms * 1e-3;
+}
 
 // ---- GEMM ----------------------------------------------------------------------------------
 static cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }

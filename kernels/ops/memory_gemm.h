@@ -8,7 +8,7 @@
 // GEMM is row-major: C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, op = transpose if
 // its flag is set, lda/ldb/ldc the row strides of the matrices as stored. Every call is one
 // GEMM call of 2 m n k FLOPs per product, to the label in force (kernels/counters.h), and its
-// CPU wall time is measured. T is the storage of A, B and C: for bf16 the products of exact
+// time is measured (the CPU's clock, CUDA events: kernels/counters.h, time per phase). T is the storage of A, B and C: for bf16 the products of exact
 // bf16 values are accumulated in fp32 and C is rounded once (CPU: widen, sgemm, round).
 //
 // defines: device_malloc, device_free, memcpy_to_host, memcpy_from_host, memcpy_device,
@@ -67,7 +67,6 @@ template <class T, class TC>
 void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const T* A,
           int lda, const T* B, int ldb, float beta, TC* C, int ldc) {
   count_gemm(2.0 * m * n * k);
-  GemmTimer timer(d);
   ON_DEVICE(gemm, T, TC)(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -83,7 +82,6 @@ void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, in
                           long long stride_b, float beta, T* C, int ldc, long long stride_c,
                           int batch) {
   count_gemm(2.0 * m * n * k * batch);
-  GemmTimer timer(d);
   ON_DEVICE(gemm_strided_batched, T)(trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb,
                                      stride_b, beta, C, ldc, stride_c, batch);
 }
@@ -113,7 +111,6 @@ void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const T* A,
                   const T* B, int ldb, float beta, T* C, int ldc, const GemmGroup* groups,
                   int count) {
   count_gemm(grouped_flops(groups, count));
-  GemmTimer timer(d);
   ON_DEVICE(gemm_grouped, T)(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups,
                              count);
 }

@@ -51,6 +51,7 @@ void Training::run_step(int step, StepRecord& r) {
   kernels::reset_phase_seconds();
   kernels::reset_gemm_counts();
   kernels::reset_kernel_counts();
+  kernels::reset_allocation_counts();
   model_->reset_moe_stats();
   CommStats::instance().reset();
   kernels::synchronize(dev);
@@ -129,6 +130,7 @@ void Training::run_step(int step, StepRecord& r) {
   s.attention_launches = kernel_count.attention_launches;
   for (int l = 0; l < o_.model.num_layers && o_.model.moe.enabled(); ++l)
     s.moe_nonempty.push_back(model_->moe_layers()[l].stats.nonempty_experts);
+  s.allocations = kernels::allocation_counts();
   s.kernel_seconds = kernels::phase_seconds();  // before gemm_counts: it adds their seconds
   if (w_.size > 1) s.comm_bytes = step_comm_bytes(r.comm);
   for (const auto& [label, count] : kernels::gemm_counts())

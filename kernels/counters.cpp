@@ -76,6 +76,18 @@ void count_moe_unpermute(int N, int C, int k, bool fused, int e) {
   if (e != 4) count_kernel(6.0 * NC);                  // bf16: round it into out
 }
 
+// ---- allocations ---------------------------------------------------------------------------
+
+static AllocationCount g_allocations;
+
+AllocationCount allocation_counts() { return g_allocations; }
+void reset_allocation_counts() { g_allocations = AllocationCount(); }
+void count_allocation(bool fresh, size_t block_bytes) {
+  if (fresh) g_allocations.fresh += 1, g_allocations.fresh_bytes += (double)block_bytes;
+  else g_allocations.reused += 1;
+}
+void count_zero_fill(size_t bytes) { g_allocations.zeroed_bytes += (double)bytes; }
+
 // ---- time per phase ------------------------------------------------------------------------
 // Each device has its pool of marks, handed out in order from 0 and reused after every resolve
 // or reset; a pair is a timed call waiting to be resolved.

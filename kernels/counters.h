@@ -96,7 +96,8 @@
 // defines: the counters' readers and resets, count_gemm, add_flops, count_kernel,
 //          count_attention_kernel, count_moe_permute, count_moe_unpermute, Phase,
 //          PhaseSeconds, phase_seconds, reset_phase_seconds, PhaseScope, KernelTimer,
-//          timer_mark, timer_seconds (kernels/counters.cpp; the timer_* twins in
+//          timer_mark, timer_seconds, AllocationCount, allocation_counts,
+//          reset_allocation_counts, count_allocation, count_zero_fill (kernels/counters.cpp; the timer_* twins in
 //          kernels/cpu/memory_gemm.cpp and kernels/cuda/memory_gemm.cu)
 #pragma once
 #include <string>
@@ -158,6 +159,21 @@ void count_attention_kernel(int launches);
 // bytes of a row element.
 void count_moe_permute(int M, int C, bool gates, bool fused, int e);
 void count_moe_unpermute(int N, int C, int k, bool fused, int e);
+
+// ---- allocations ---------------------------------------------------------------------------
+// What device_malloc did since the last reset (kernels/block_cache.h): `fresh` blocks the
+// backend made (cudaMalloc, aligned_alloc) and their bytes, `reused` ones the cache handed out
+// again, and the bytes zero-filled (every device_malloc zeroes what it returns, fresh or
+// reused: one memset, a write of each byte). The scratch of the CUDA twins (not zeroed) counts
+// as blocks too. After the first step a training step makes no fresh block.
+struct AllocationCount {
+  long long fresh = 0, reused = 0;
+  double fresh_bytes = 0, zeroed_bytes = 0;
+};
+AllocationCount allocation_counts();
+void reset_allocation_counts();
+void count_allocation(bool fresh, size_t block_bytes);  // kernels/block_cache.cpp
+void count_zero_fill(size_t bytes);                      // device_malloc's dispatcher
 
 // ---- time per phase ------------------------------------------------------------------------
 // The phases of the time table: GEMM calls, the flash attention kernels, the other (memory-

@@ -68,6 +68,8 @@ struct StepMetrics {
   // time inside the kernels per phase (kernels::phase_seconds: the CPU's clock, CUDA events;
   // -1: nothing timed)
   kernels::PhaseSeconds kernel_seconds;
+  // what the allocator did this step (kernels::allocation_counts; fresh -1: not measured)
+  kernels::AllocationCount allocations{-1, 0, 0, 0};
   double comm_bytes = -1;         // later issues: bytes this rank communicated this step
   double bubble = -1, bubble_predicted = -1;  // later issues: pipeline idle fraction
   // Derived by fill_rates.

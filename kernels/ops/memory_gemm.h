@@ -1,6 +1,6 @@
 // kernels/ops/memory_gemm.h: device memory and the matrix products.
 // Twins: kernels/cpu/memory_gemm.cpp (heap blocks, OpenBLAS sgemm), kernels/cuda/memory_gemm.cu
-// (cudaMalloc, cuBLAS).
+// (cudaMalloc, cuBLAS), each allocating through a kernels/block_cache.h.
 //
 // Memory is untyped (bytes). Only the device-to-device copy and the memset count as kernels
 // (kernels/counters.h); malloc and free go to the allocator, the host copies cross PCIe.
@@ -20,9 +20,13 @@
 namespace kernels {
 
 // ---- memory ---------------------------------------------------------------------------------
-// Zero-filled, as the other twin's is (CPU: 64-byte aligned; CUDA: ready on return).
+// From the backend's caching allocator (kernels/block_cache.h: a freed block is reused, a
+// fresh one made only when none fits), zero-filled, as the other twin's is (a reused block is
+// zeroed again: callers rely on it, gradients accumulate with +=); CPU: 64-byte aligned;
+// CUDA: 256-byte aligned, ready on return. The zero-fill is a memset of `bytes` (counted: kernels::allocation_counts).
 template <Device Dev> void* device_malloc(size_t bytes);
 template <class = void> void* device_malloc(Device d, size_t bytes) {
+  count_zero_fill(bytes);
   return ON_DEVICE(device_malloc)(bytes);
 }
 template <Device Dev> void device_free(void* p);

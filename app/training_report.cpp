@@ -90,7 +90,10 @@ void Training::report(StepRecord& r) {
   fill_rates(s, step_plan, peak_);
   MeasuredTime measured_time;
   measured_time.step = seconds;
-  measured_time.gemm = s.gemm_seconds;
+  measured_time.gemm = s.kernel_seconds.gemm;
+  measured_time.attention = s.kernel_seconds.attention;
+  measured_time.memory = s.kernel_seconds.memory;
+  measured_time.optimizer = s.kernel_seconds.optimizer;
   measured_time.comm = &r.comm;
   if (o_.parallel.offload.enabled()) measured_time.host_optimizer = optimizer_->host_seconds();
   if (pp_ > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)

@@ -48,15 +48,22 @@ void Training::run_step(int step, StepRecord& r) {
   set_comm_step(step);
   Ledger::instance().reset_peaks();
   kernels::reset_flop_counter();
-  kernels::reset_gemm_seconds();
+  kernels::reset_phase_seconds();
   kernels::reset_gemm_counts();
   kernels::reset_kernel_counts();
+  kernels::reset_allocation_counts();
   model_->reset_moe_stats();
   CommStats::instance().reset();
   kernels::synchronize(dev);
   const double t0 = now_seconds();
 
-  model_->zero_grads();
+  // the step's own kernels (gradient zeroing here, the loss and the optimizer after the
+  // schedule) are the time table's "optimizer and step kernels", plan/kernel_traffic.h's
+  // step_other
+  {
+    kernels::PhaseScope step_kernels(kernels::Phase::optimizer);
+    model_->zero_grads();
+  }
   for (int micro = 0; micro < k; ++micro)
     data_->microbatch(step, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
   // every stage derives microbatch i's dropout seed alike, so its masks are the
@@ -69,6 +76,7 @@ void Training::run_step(int step, StepRecord& r) {
   });
   r.timing = executor_->run(stage);
   model_->collect_moe_stats();  // the routers' counts of the step: one copy
+  kernels::PhaseScope step_kernels(kernels::Phase::optimizer);
   model_->sync_tied_embedding();
   const float lr = learning_rate(o_.train, step);
   // the reported loss: mean over the global batch (every microbatch of every dp rank);
@@ -125,7 +133,8 @@ void Training::run_step(int step, StepRecord& r) {
   s.routing_copy_bytes = kernel_count.routing_copy_bytes;
   for (int l = 0; l < o_.model.num_layers && o_.model.moe.enabled(); ++l)
     s.moe_nonempty.push_back(model_->moe_layers()[l].stats.nonempty_experts);
-  s.gemm_seconds = kernels::gemm_seconds();
+  s.allocations = kernels::allocation_counts();
+  s.kernel_seconds = kernels::phase_seconds();  // before gemm_counts: it adds their seconds
   if (w_.size > 1) s.comm_bytes = step_comm_bytes(r.comm);
   for (const auto& [label, count] : kernels::gemm_counts())
     s.gemm_calls.push_back({label, count.calls, count.flops});

@@ -1,6 +1,7 @@
 // kernels/counters.cpp: the FLOP counter and its labels, the non-GEMM kernel counter and the
-// GEMM wall time (kernels/counters.h declares them and says what each counts).
+// time per phase (kernels/counters.h declares them and says what each counts).
 #include "kernels/counters.h"
+#include "kernels/dispatch.h"  // twin_for: the timer_* twins
 #include <cstring>
 #include <string>
 #include <utility>
@@ -11,17 +12,19 @@ namespace kernels {
 // ---- FLOP counter -----------------------------------------------------------------------
 
 static double g_flops = 0.0;
+// The phase of the next twin call: what its dispatcher counted (none: nothing to time).
+static Phase g_counted = Phase::none;
 static const char* g_label = nullptr;  // the innermost live GemmLabel's, null: "other"
 static std::vector<std::pair<std::string, GemmCount>> g_counts;  // sorted by label
 
 // The count of the label in force, created (in sorted place) at its first use.
-static GemmCount& current_count() {
-  const char* label = g_label ? g_label : "other";
+static GemmCount& count_of(const char* label) {
   auto it = g_counts.begin();
   while (it != g_counts.end() && std::strcmp(it->first.c_str(), label) < 0) ++it;
   if (it == g_counts.end() || it->first != label) it = g_counts.insert(it, {label, GemmCount{}});
   return it->second;
 }
+static GemmCount& current_count() { return count_of(g_label ? g_label : "other"); }
 
 double flop_counter() { return g_flops; }
 void reset_flop_counter() { g_flops = 0.0; }
@@ -32,6 +35,7 @@ void add_flops(double f) {
 void count_gemm(double flops) {
   add_flops(flops);
   current_count().calls += 1;
+  g_counted = Phase::gemm;
 }
 
 std::vector<std::pair<std::string, GemmCount>> gemm_counts() { return g_counts; }
@@ -49,8 +53,12 @@ void count_kernel(double bytes, int launches) {
   if (bytes <= 0) return;  // nothing to move: the CUDA twin returns without a launch
   g_kernels.launches += launches;
   g_kernels.bytes += bytes;
+  if (launches > 0 && g_counted == Phase::none) g_counted = Phase::memory;
 }
-void count_attention_kernel(int launches) { g_kernels.attention_launches += launches; }
+void count_attention_kernel(int launches) {
+  g_kernels.attention_launches += launches;
+  g_counted = Phase::attention;
+}
 void count_routing_copy(double bytes) {
   g_kernels.routing_copies += 1;
   g_kernels.routing_copy_bytes += bytes;
@@ -72,23 +80,99 @@ void count_moe_unpermute(int N, int C, int k, bool fused, int e) {
   if (e != 4) count_kernel(6.0 * NC);                  // bf16: round it into out
 }
 
-// ---- GEMM wall time ----------------------------------------------------------------------
+// ---- allocations ---------------------------------------------------------------------------
 
-static double g_gemm_seconds = 0.0;
-static bool g_gemm_on_cuda = false;  // a CUDA GEMM since the reset: the time is unknown
+static AllocationCount g_allocations;
 
-GemmTimer::GemmTimer(Device d) : start_(std::chrono::steady_clock::now()) {
-  if (d == Device::CUDA) g_gemm_on_cuda = true;
+AllocationCount allocation_counts() { return g_allocations; }
+void reset_allocation_counts() { g_allocations = AllocationCount(); }
+void count_allocation(bool fresh, size_t block_bytes) {
+  if (fresh) g_allocations.fresh += 1, g_allocations.fresh_bytes += (double)block_bytes;
+  else g_allocations.reused += 1;
 }
-GemmTimer::~GemmTimer() {
-  g_gemm_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+void count_zero_fill(size_t bytes) { g_allocations.zeroed_bytes += (double)bytes; }
+
+// ---- time per phase ------------------------------------------------------------------------
+// Each device has its pool of marks, handed out in order from 0 and reused after every resolve
+// or reset; a pair is a timed call waiting to be resolved.
+
+namespace {
+struct MarkPair {
+  Phase phase;
+  const char* label;  // the GEMM label in force (null: "other")
+  int start;          // the end mark is start + 1
+};
+struct MarkPool {
+  int next = 0;
+  std::vector<MarkPair> pairs;
+};
+MarkPool g_pools[2];  // by Device
+double g_phase_s[kNumPhases] = {};
+bool g_phase_timed[kNumPhases] = {};
+Phase g_scope = Phase::none;
+
+MarkPool& pool_of(Device d) { return g_pools[d == Device::CUDA ? 1 : 0]; }
+
+void mark(Device d, int m) {
+#ifndef PARALAB_CPU_ONLY
+  twin_for(d, timer_mark<Device::CPU>, timer_mark<Device::CUDA>)(m);
+#else
+  twin_for(d, timer_mark<Device::CPU>)(m);
+#endif
+}
+double seconds_between(Device d, int from, int to) {
+#ifndef PARALAB_CPU_ONLY
+  return twin_for(d, timer_seconds<Device::CPU>, timer_seconds<Device::CUDA>)(from, to);
+#else
+  return twin_for(d, timer_seconds<Device::CPU>)(from, to);
+#endif
 }
 
-double gemm_seconds() { return g_gemm_on_cuda ? -1.0 : g_gemm_seconds; }
-void reset_gemm_seconds() {
-  g_gemm_seconds = 0.0;
-  g_gemm_on_cuda = false;
+// Sums the device's pairs into their phases (and GEMM labels) and frees its marks. The
+// pairs were taken in stream order, so once the last end mark is resolved every other one is.
+void resolve(Device d) {
+  MarkPool& pool = pool_of(d);
+  for (int i = (int)pool.pairs.size() - 1; i >= 0; --i) {
+    const MarkPair& p = pool.pairs[i];
+    const double s = seconds_between(d, p.start, p.start + 1);
+    g_phase_s[(int)p.phase] += s;
+    g_phase_timed[(int)p.phase] = true;
+    if (p.phase == Phase::gemm) count_of(p.label ? p.label : "other").seconds += s;
+  }
+  pool.pairs.clear();
+  pool.next = 0;
+}
+}  // namespace
+
+PhaseSeconds phase_seconds() {
+  resolve(Device::CPU);
+  if (!pool_of(Device::CUDA).pairs.empty()) resolve(Device::CUDA);
+  auto of = [](Phase p) { return g_phase_timed[(int)p] ? g_phase_s[(int)p] : -1.0; };
+  return PhaseSeconds{of(Phase::gemm), of(Phase::attention), of(Phase::memory),
+                      of(Phase::optimizer)};
+}
+void reset_phase_seconds() {
+  for (MarkPool& pool : g_pools) pool.pairs.clear(), pool.next = 0;
+  for (int p = 0; p < kNumPhases; ++p) g_phase_s[p] = 0, g_phase_timed[p] = false;
+}
+
+PhaseScope::PhaseScope(Phase phase) : previous_(g_scope) { g_scope = phase; }
+PhaseScope::~PhaseScope() { g_scope = previous_; }
+
+KernelTimer::KernelTimer(Device d) : device_(d) {
+  Phase phase = g_counted;
+  g_counted = Phase::none;  // consumed: the next call counts its own
+  if (phase == Phase::none) return;
+  if (g_scope != Phase::none) phase = g_scope;
+  MarkPool& pool = pool_of(d);
+  if (pool.next + 2 > kMaxTimerMarks) resolve(d);
+  start_ = pool.next;
+  pool.next += 2;
+  pool.pairs.push_back({phase, g_label, start_});
+  mark(d, start_);
+}
+KernelTimer::~KernelTimer() {
+  if (start_ >= 0) mark(device_, start_ + 1);
 }
 
 }  // namespace kernels

@@ -1,7 +1,7 @@
 // kernels/counters.h: what the dispatchers (kernels/ops/*.h) count at every launch, and how:
 // the counting conventions the plan predicts against (plan/flops.h, plan/gemm_calls.h,
 // plan/kernel_traffic.h). The readers and resets are for the model, the benchmark and the
-// tests; the count_* functions and GemmTimer are for the dispatchers only, which call them
+// tests; the count_* functions and KernelTimer are for the dispatchers only, which call them
 // once per op, before the twin runs (a bf16 CPU twin calls the fp32 twin, never its
 // dispatcher, so nothing is counted twice).
 //
@@ -79,16 +79,36 @@
 // size from the router (the grouped GEMM's, the all-to-all's) and once a step for the
 // routers' statistics; plan/kernel_traffic.h predicts them too.
 //
-// GEMM wall time is measured around the twin (GemmTimer): on the CPU backend the call
-// returns when the product is done, so the elapsed time is the GEMM's (with bf16 storage,
-// its operands' widening and C's rounding included). A CUDA launch returns at once; timing
-// it would measure nothing, so a CUDA GEMM marks the counter unmeasured.
+// Time per phase. Every twin call a dispatcher makes is timed (ON_DEVICE wraps the twin in
+// a KernelTimer, kernels/dispatch.h), and the phase it is summed into is what the dispatcher
+// counted just before it: count_gemm a GEMM, count_attention_kernel a flash attention kernel,
+// count_kernel a memory-bound kernel (a call that moves nothing launches nothing and is not
+// timed); inside a PhaseScope (the optimizer step and the gradient zeroing) every kernel goes
+// to the scope's phase. These are the rows of the run's time table (report/report_time.h),
+// beside plan/time_model.h's projection of the same phases.
+//
+// One mechanism, two backends: a timed call puts a pair of marks around the twin, taken from a
+// pool, and the pairs are resolved, summed per phase and per GEMM label, only when the step's
+// numbers are read (phase_seconds, once at the step's end). On the CPU backend a mark is the
+// steady clock (the call returns when its work is done). A CUDA launch returns at once, so a
+// clock around it would time the launch, not the kernel: a mark is a cudaEvent recorded on the
+// stream, and phase_seconds waits for the last one (cudaEventSynchronize) and reads each
+// pair's cudaEventElapsedTime. The events are created once, when the pool first grows to the
+// step's count of timed calls, and reused every step (no cudaEventCreate per call). A pair
+// measures the time the stream spent from the start mark to the end mark: the kernel, plus
+// the launch's latency when the GPU had caught up with the host (a host-bound step reads
+// longer kernels, not a shorter step). What is not in a pair (the gaps between kernels, host
+// work, waiting for communication) is the table's "other (the rest)". A cudaEventRecord costs
+// about a microsecond of host time, two per call. A pool that fills (kMaxTimerMarks, far
+// above a step's calls) is resolved early, which waits for the device.
 //
 // defines: the counters' readers and resets, count_gemm, add_flops, count_kernel,
-//          count_attention_kernel, count_routing_copy, count_moe_permute, count_moe_unpermute, GemmTimer
-//          (kernels/counters.cpp)
+//          count_attention_kernel, count_routing_copy, count_moe_permute, count_moe_unpermute,
+//          Phase, PhaseSeconds, phase_seconds, reset_phase_seconds, PhaseScope, KernelTimer,
+//          timer_mark, timer_seconds, AllocationCount, allocation_counts,
+//          reset_allocation_counts, count_allocation, count_zero_fill (kernels/counters.cpp;
+//          the timer_* twins in kernels/cpu/memory_gemm.cpp and kernels/cuda/memory_gemm.cu)
 #pragma once
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +124,7 @@ namespace kernels {
 struct GemmCount {
   long long calls = 0;
   double flops = 0;
+  double seconds = 0;  // the calls' time, added when phase_seconds resolves the step's marks
 };
 // label -> count, in label order; the reset clears every label (reset the FLOP counter with
 // it for the labels' FLOPs to sum to flop_counter()).
@@ -128,13 +149,6 @@ void add_flops(double f);  // also to the current label's FLOPs (not its calls)
 // One GEMM call of `flops` FLOPs: add_flops plus one call of the current label. The
 // dispatchers call it; model code has no need to.
 void count_gemm(double flops);
-// Wall-clock seconds spent inside gemm, gemm_strided_batched and gemm_grouped since the last
-// reset: the denominator of bench/throughput.sh's step/GEMM ratio. Measured on the CPU backend
-// only, where a call returns when its product is done; a CUDA launch returns at once, so there
-// it is not measured and gemm_seconds() returns -1.
-double gemm_seconds();
-void reset_gemm_seconds();
-
 // ---- the other kernels ---------------------------------------------------------------------
 // Launches of the kernels that are not GEMM calls since the last reset, and the bytes they
 // read plus write (plan/kernel_traffic.h states the convention and predicts both). The
@@ -160,16 +174,63 @@ void count_routing_copy(double bytes);
 void count_moe_permute(int M, int C, bool gates, bool fused, int e);
 void count_moe_unpermute(int N, int C, int k, bool fused, int e);
 
-// Lives for one GEMM call and adds its duration to the GEMM wall time when it ends.
-class GemmTimer {
- public:
-  explicit GemmTimer(Device d);
-  ~GemmTimer();
-  GemmTimer(const GemmTimer&) = delete;
-  GemmTimer& operator=(const GemmTimer&) = delete;
-
- private:
-  std::chrono::steady_clock::time_point start_;
+// ---- allocations ---------------------------------------------------------------------------
+// What device_malloc did since the last reset (kernels/block_cache.h): `fresh` blocks the
+// backend made (cudaMalloc, aligned_alloc) and their bytes, `reused` ones the cache handed out
+// again, and the bytes zero-filled (every device_malloc zeroes what it returns, fresh or
+// reused: one memset, a write of each byte). The scratch of the CUDA twins (not zeroed) counts
+// as blocks too. After the first step a training step makes no fresh block.
+struct AllocationCount {
+  long long fresh = 0, reused = 0;
+  double fresh_bytes = 0, zeroed_bytes = 0;
 };
+AllocationCount allocation_counts();
+void reset_allocation_counts();
+void count_allocation(bool fresh, size_t block_bytes);  // kernels/block_cache.cpp
+void count_zero_fill(size_t bytes);                      // device_malloc's dispatcher
+
+// ---- time per phase ------------------------------------------------------------------------
+// The phases of the time table: GEMM calls, the flash attention kernels, the other (memory-
+// bound) kernels, and the optimizer's and the step's kernels (PhaseScope).
+enum class Phase { gemm, attention, memory, optimizer, none };
+constexpr int kNumPhases = 4;
+// Seconds per phase since the last reset; -1 where nothing was timed since the reset.
+struct PhaseSeconds {
+  double gemm = -1, attention = -1, memory = -1, optimizer = -1;
+};
+// Resolves the marks taken since the last call (CUDA: waits for the last one), adds each
+// pair to its phase and, for a GEMM, to its label's GemmCount::seconds, and returns the sums.
+PhaseSeconds phase_seconds();
+// Forgets the sums and the marks not yet resolved (their pool is reused).
+void reset_phase_seconds();
+// Every kernel timed while it lives goes to `phase` (nests: the previous scope comes back).
+class PhaseScope {
+ public:
+  explicit PhaseScope(Phase phase);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+ private:
+  Phase previous_;
+};
+// Lives for one twin call (ON_DEVICE makes one): a pair of marks on device d around it, when
+// the dispatcher counted a kernel just before; nothing otherwise (malloc, the host copies).
+class KernelTimer {
+ public:
+  explicit KernelTimer(Device d);
+  ~KernelTimer();
+  KernelTimer(const KernelTimer&) = delete;
+  KernelTimer& operator=(const KernelTimer&) = delete;
+ private:
+  Device device_;
+  int start_ = -1;  // the start mark, -1: not timed; the end mark is start_ + 1
+};
+// The pool's size: marks taken between two resolves (half as many timed calls).
+constexpr int kMaxTimerMarks = 1 << 17;
+// The backends' marks, twins (CPU: the steady clock; CUDA: a cudaEvent on the stream, the pool
+// grown by cudaEventCreate on first use of a mark): take mark `mark` now, in stream order; the
+// seconds from mark `from` to mark `to` (CUDA: waits for `to`).
+template <Device Dev> void timer_mark(int mark);
+template <Device Dev> double timer_seconds(int from, int to);
 
 }  // namespace kernels

@@ -22,8 +22,10 @@
 //
 // The dispatcher counts the call (kernels/counters.h), once, from its arguments, at sizeof(T)
 // bytes a stored element; then ON_DEVICE(NAME, template arguments) is the twin for the call's
-// device `d`, which the dispatcher calls. The twins count nothing: a bf16 CPU twin that runs
-// the fp32 one calls the fp32 twin, not its dispatcher.
+// device `d`, which the dispatcher calls, wrapped in a KernelTimer (kernels/counters.h): the
+// call is timed in the phase the dispatcher's count named, by the device's clock (CUDA
+// events on the GPU). The twins count nothing: a bf16 CPU twin that runs the fp32 one calls
+// the fp32 twin, not its dispatcher.
 //
 // Two details of C++ shape the pattern:
 //  - every dispatcher is a template, even one whose op has no storage type (the memory ops and
@@ -39,13 +41,14 @@
 // In a CPU_ONLY build (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) ON_DEVICE names the CPU twin
 // alone, so no CUDA symbol is referenced, and a call on Device::CUDA throws no_cuda's message.
 //
-// defines: ON_DEVICE, twin_for, no_cuda (kernels/device.cpp)
+// defines: ON_DEVICE, twin_for, Timed, timed, no_cuda (kernels/device.cpp)
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/common.h"    // Device, bf16
-#include "kernels/counters.h"  // count_kernel, count_gemm, add_flops, GemmTimer, ...
+#include "kernels/counters.h"  // count_kernel, count_gemm, add_flops, KernelTimer, ...
 #include "kernels/math.h"      // TokenPositions, AttentionRows, AttentionBlock
 
 namespace kernels {
@@ -53,21 +56,39 @@ namespace kernels {
 // Throws "--device cuda: this binary was built without CUDA (make CPU_ONLY=1)".
 [[noreturn]] void no_cuda();
 
+// A twin bound to its device: calling it runs the twin inside a KernelTimer.
+template <class F>
+struct Timed {
+  Device d;
+  F* twin;
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    KernelTimer timer(d);
+    return twin(std::forward<Args>(args)...);
+  }
+};
+template <class F>
+Timed<F> timed(Device d, F* twin) {
+  return Timed<F>{d, twin};
+}
+
 #ifndef PARALAB_CPU_ONLY
 // The twin for device d; F is the twins' function type.
 template <class F>
 F* twin_for(Device d, F* cpu, F* cuda) {
   return d == Device::CUDA ? cuda : cpu;
 }
-#define ON_DEVICE(NAME, ...) \
-  ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>, NAME<Device::CUDA, ##__VA_ARGS__>)
+#define ON_DEVICE(NAME, ...)                                                                \
+  ::kernels::timed(d, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>,               \
+                                          NAME<Device::CUDA, ##__VA_ARGS__>))
 #else
 template <class F>
 F* twin_for(Device d, F* cpu) {
   if (d == Device::CUDA) no_cuda();
   return cpu;
 }
-#define ON_DEVICE(NAME, ...) ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>)
+#define ON_DEVICE(NAME, ...) \
+  ::kernels::timed(d, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>))
 #endif
 
 }  // namespace kernels

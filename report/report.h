@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "kernels/counters.h"  // PhaseSeconds
 #include "measure/comm_stats.h"
 #include "measure/peak.h"
 #include "plan/plan.h"
@@ -64,7 +65,11 @@ struct StepMetrics {
   std::array<int64_t, 4> host_memory_bytes{};
   double hardware_flops = -1;     // this rank's kernel FLOP counter over the step
   double hardware_flops_all = -1; // summed over every rank (pipeline stages differ)
-  double gemm_seconds = -1;       // wall time inside the GEMMs (CPU backend; -1: unknown)
+  // time inside the kernels per phase (kernels::phase_seconds: the CPU's clock, CUDA events;
+  // -1: nothing timed)
+  kernels::PhaseSeconds kernel_seconds;
+  // what the allocator did this step (kernels::allocation_counts; fresh -1: not measured)
+  kernels::AllocationCount allocations{-1, 0, 0, 0};
   double comm_bytes = -1;         // later issues: bytes this rank communicated this step
   double bubble = -1, bubble_predicted = -1;  // later issues: pipeline idle fraction
   // Derived by fill_rates.

@@ -76,9 +76,14 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (s.elapsed_seconds >= 0) j.field("elapsed_s", s.elapsed_seconds);
   j.field("grad_norm", s.grad_norm).field("step_ms", s.step_seconds * 1e3);
   j.field("skipped", s.skipped).field("skipped_steps", s.skipped_steps);
-  if (s.gemm_seconds >= 0) j.field("gemm_ms", s.gemm_seconds * 1e3);
+  if (s.kernel_seconds.gemm >= 0) j.field("gemm_ms", s.kernel_seconds.gemm * 1e3);
   j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
   j.field("peak_memory_bytes", s.peak_memory_bytes);
+  if (s.allocations.fresh >= 0)  // the caching allocator: no fresh block after the first step
+    j.field("fresh_allocations", (int64_t)s.allocations.fresh)
+        .field("fresh_allocation_bytes", s.allocations.fresh_bytes)
+        .field("reused_allocations", (int64_t)s.allocations.reused)
+        .field("zeroed_bytes", s.allocations.zeroed_bytes);
   if (s.comm_bytes >= 0) j.field("comm_bytes", s.comm_bytes);
   if (s.bubble >= 0) j.field("bubble", s.bubble);
   if (s.bubble_predicted >= 0) j.field("bubble_predicted", s.bubble_predicted);

@@ -338,6 +338,13 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
            measured ? (double)measured->peak_memory_bytes : 0, total_note(plan, rp));
   t += resident_rows(plan, rp, measured, row);
   t += host_rows(plan, rp, measured, row);
+  if (measured && measured->allocations.fresh >= 0) {
+    const kernels::AllocationCount& a = measured->allocations;
+    t += strprintf("  allocator this step: %lld fresh blocks (%s MiB; none after the first step: "
+                   "kernels/block_cache.h), %lld reused, %s MiB zero-filled\n",
+                   a.fresh, format_mib(a.fresh_bytes).c_str(), a.reused,
+                   format_mib(a.zeroed_bytes).c_str());
+  }
   return t + korthikanti_line(plan) + recompute_line(plan);
 }
 

@@ -248,11 +248,20 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
       s += strprintf("  %-26s %13.2f %13.2f %8.2f\n", name.c_str(), projected * 1e3,
                      measured * 1e3, measured > 0 ? projected / measured : 0.0);
   };
-  // "the rest" is the step less every row above it: the GEMMs, the exposed communication
-  // and the bubble (unknown when the run could not time its GEMMs)
-  double projected_rest = t.step - t.gemm, measured_rest = m.gemm >= 0 ? m.step - m.gemm : -1;
+  // "the rest" is the step less every row above it: the kernels' phases, the exposed
+  // communication and the bubble (unknown when the run could not time its kernels);
+  // projected, the recompute and the launch overhead stay in it
+  double projected_rest = t.step, measured_rest = m.gemm >= 0 ? m.step : -1;
+  auto phase = [&](const char* name, double projected, double measured) {
+    row(name, projected, measured);
+    projected_rest -= projected;
+    if (measured >= 0 && measured_rest >= 0) measured_rest -= measured;
+  };
   row("step", t.step, m.step);
-  row("GEMMs", t.gemm, m.gemm);
+  phase("GEMMs", t.gemm, m.gemm);
+  phase("attention (flash kernels)", t.attention, m.attention);
+  phase("memory-bound kernels", t.memory, m.memory);
+  phase("optimizer and step kernels", t.optimizer, m.optimizer);
   for (const auto& [group, exposed] : exposed_by_group(t)) {
     const double measured = measured_exposed(m.comm, group);
     if (group == CommGroup::PP) {
@@ -283,9 +292,15 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
 void time_step_json(JsonWriter& j, const StepTime& t, const MeasuredTime& m) {
   j.key("time").begin_object().field("hardware", t.hardware);
   j.key("step_s").begin_object().field("projected", t.step).field("measured", m.step).end_object();
-  j.key("gemm_s").begin_object().field("projected", t.gemm);
-  if (m.gemm >= 0) j.field("measured", m.gemm);
-  j.end_object();
+  auto phase = [&](const char* key, double projected, double measured) {
+    j.key(key).begin_object().field("projected", projected);
+    if (measured >= 0) j.field("measured", measured);
+    j.end_object();
+  };
+  phase("gemm_s", t.gemm, m.gemm);
+  phase("attention_s", t.attention, m.attention);
+  phase("memory_s", t.memory, m.memory);
+  phase("optimizer_s", t.optimizer, m.optimizer);
   j.key("exposed_comm_s").begin_array();
   for (const auto& [group, exposed] : exposed_by_group(t)) {
     j.begin_object().field("group", group_name(group)).field("projected", exposed);

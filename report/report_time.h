@@ -5,9 +5,11 @@
 //
 //   time_plan_text / time_plan_json   `--plan` (JSON keys "time", "fit", "training")
 //   time_measured_text                the step report: projected vs measured ms and ratio
-//                                     for the step, the GEMMs (CPU backend: the kernels time
-//                                     them), the exposed communication per group (CommStats
-//                                     exposed time), the bubble, and the rest (compute)
+//                                     for the step, the kernels per phase (GEMMs, flash
+//                                     attention, memory-bound, optimizer: timed by the
+//                                     kernels, kernels/counters.h), the exposed communication
+//                                     per group (CommStats exposed time), the bubble, and the
+//                                     rest
 //   time_step_json                    --metrics-jsonl's "time" object, the same numbers
 //   fit_line                          one line: fits / does not fit by how much, what would
 //
@@ -45,7 +47,8 @@ std::string fit_error(const FitCheck& f);
 // One step as the run measured it (rank 0), seconds; negative = not measured.
 struct MeasuredTime {
   double step = -1;
-  double gemm = -1;     // CPU backend only (kernels::gemm_seconds)
+  // the kernels' time per phase (kernels::phase_seconds: the CPU's clock, CUDA events)
+  double gemm = -1, attention = -1, memory = -1, optimizer = -1;
   double bubble = -1;   // the executor's idle time, pipelines only
   double host_optimizer = -1;  // CPU offload: the host AdamW's wall time
   const CommStats* comm = nullptr;  // exposed time per group

@@ -53,6 +53,7 @@ elif [ "$mode" != --lessons ]; then
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
   run "every rank in --trace, memory per rank" bash tests/mpi/trace.sh ./trainer
   run "non-GEMM kernels equal the plan on every rank" bash tests/mpi/kernel_traffic.sh ./trainer
+  run "no fresh allocation after the first step" bash tests/mpi/allocations.sh ./trainer
   run "--benchmark's tables and profile" bash tests/mpi/benchmark.sh ./trainer
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
   run "NaN steps skipped, then exit 3 (1-2 ranks)" bash tests/mpi/skipped_steps.sh ./trainer

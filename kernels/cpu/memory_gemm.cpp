@@ -5,12 +5,11 @@
 // AVX-512 register) and zero-filled, as the CUDA twin's cudaMalloc + cudaMemset are, so
 // code that forgets to initialise a buffer behaves the same on both backends.
 //
-// Freed blocks are cached by size and handed out again instead of going back to the OS.
-// The trainer allocates the same activations and logits every microbatch (hundreds of MiB);
-// glibc serves such blocks with mmap and returns them with munmap, so without the cache
-// every step page-faults and the kernel zeroes each 4 KiB page again on first touch: that
-// was a third of a step's non-GEMM time. The cache never shrinks, except to retry an
-// allocation that failed.
+// Freed blocks are cached (kernels/block_cache.h) and handed out again instead of going back
+// to the OS. The trainer allocates the same activations and logits every microbatch (hundreds
+// of MiB); glibc serves such blocks with mmap and returns them with munmap, so without the
+// cache every step page-faults and the kernel zeroes each 4 KiB page again on first touch:
+// that was a third of a step's non-GEMM time.
 //
 // GEMM is OpenBLAS sgemm. Row-major C = alpha op(A) op(B) + beta C maps directly onto
 // cblas' CblasRowMajor; the strided-batched form is a loop of sgemm calls (each large
@@ -23,17 +22,19 @@
 //
 // defines the CPU twins of kernels/ops/memory_gemm.h: device_malloc, device_free,
 //          memcpy_to_host, memcpy_from_host, memcpy_device, memset_zero, synchronize, gemm,
-//          gemm_strided_batched, gemm_grouped
+//          gemm_strided_batched, gemm_grouped; and the timer marks of kernels/counters.h
+//          (timer_mark, timer_seconds: the steady clock)
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <stdexcept>
-#include <unordered_map>
+#include <vector>
 
+#include "kernels/block_cache.h"
 #include "kernels/cpu/widen.h"  // defines: Input, Widened, span
 #include "kernels/ops/memory_gemm.h"
 
@@ -42,53 +43,23 @@ namespace kernels {
 namespace {
 constexpr size_t kAlign = 64;
 
-// Locked so that the allocator stays as thread-safe as malloc is.
-std::mutex g_mutex;
-std::unordered_map<void*, size_t> g_live;         // block in use -> its padded size
-std::unordered_multimap<size_t, void*> g_cached;  // padded size -> a freed block
-
-void release_cache() {
-  for (auto& entry : g_cached) std::free(entry.second);
-  g_cached.clear();
+BlockCache& cache() {
+  // never destroyed: a static object's destructor may free a buffer after it
+  static BlockCache* c = new BlockCache([](size_t bytes) { return std::aligned_alloc(kAlign, bytes); },
+                                        [](void* p) { std::free(p); });
+  return *c;
 }
 }  // namespace
 
 template <> void* device_malloc<Device::CPU>(size_t bytes) {
-  // aligned_alloc wants a size that is a multiple of the alignment; a 0-byte request still
-  // returns a unique pointer that device_free accepts.
-  size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (padded == 0) padded = kAlign;
-  void* p = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto hit = g_cached.find(padded);
-    if (hit != g_cached.end()) {
-      p = hit->second;
-      g_cached.erase(hit);
-    } else {
-      p = std::aligned_alloc(kAlign, padded);
-      if (p == nullptr) {  // the cached blocks may be what is missing
-        release_cache();
-        p = std::aligned_alloc(kAlign, padded);
-      }
-      if (p == nullptr) throw std::bad_alloc();
-    }
-    g_live[p] = padded;
-  }
-  std::memset(p, 0, padded);
+  void* p = cache().take(bytes);
+  std::memset(p, 0, bytes);
   return p;
 }
 
 template <> void device_free<Device::CPU>(void* p) {
   if (p == nullptr) return;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_live.find(p);
-  if (it == g_live.end()) {  // not from device_malloc: do what the plain allocator did
-    std::free(p);
-    return;
-  }
-  g_cached.emplace(it->second, p);
-  g_live.erase(it);
+  if (!cache().give(p)) std::free(p);  // not from device_malloc: what the plain allocator did
 }
 
 template <> void memcpy_to_host<Device::CPU>(void* host_dst, const void* src, size_t bytes) {
@@ -105,6 +76,17 @@ template <> void memcpy_device<Device::CPU>(void* dst, const void* src, size_t b
 
 template <> void memset_zero<Device::CPU>(void* p, size_t bytes) {
   if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+// ---- timer marks (kernels/counters.h) ------------------------------------------------------
+// A CPU op has finished when it returns, so the clock read after it is its end.
+static std::vector<std::chrono::steady_clock::time_point> g_marks;
+template <> void timer_mark<Device::CPU>(int mark) {
+  if ((size_t)mark >= g_marks.size()) g_marks.resize(std::max<size_t>(mark + 1, 2 * g_marks.size()));
+  g_marks[mark] = std::chrono::steady_clock::now();
+}
+template <> double timer_seconds<Device::CPU>(int from, int to) {
+  return std::chrono::duration<double>(g_marks.at(to) - g_marks.at(from)).count();
 }
 
 // CPU ops run to completion before they return.

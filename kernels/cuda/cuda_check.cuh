@@ -8,6 +8,7 @@
 // checked call on the stream.
 //
 // defines: CUDA_CHECK, CUBLAS_CHECK, KERNEL_CHECK, GRID_STRIDE_LOOP, stream(), cublas(),
+//          scratch_alloc, scratch_free (memory_gemm.cu),
 //          grid_1d, warp_sum, warp_max, block_sum, block_max
 #pragma once
 #include <cublas_v2.h>
@@ -48,6 +49,13 @@ inline void check_cublas(cublasStatus_t s, const char* expr, const char* file, i
 // created lazily on the current device at first use (memory_gemm.cu).
 cudaStream_t stream();
 cublasHandle_t cublas();
+
+// A twin's scratch, from the caching allocator (kernels/block_cache.h) that device_malloc
+// uses: neither zeroed nor synchronised, for work queued on stream(). scratch_free hands the
+// block back at once; whoever takes it next queues its work on the same stream, after the
+// work that used it (device_malloc waits for the stream), so no event is needed.
+void* scratch_alloc(size_t bytes);
+void scratch_free(void* p);
 
 constexpr int kThreads = 256;  // block size of the elementwise and per-row kernels
 

@@ -372,8 +372,8 @@ bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16
     return false;
   const int Sq = blk.q.rows;
   const long long rows = (long long)B * A * Sq;
-  float* delta = nullptr;  // (B A, Sq), stream-ordered scratch
-  CUDA_CHECK(cudaMallocAsync((void**)&delta, (size_t)rows * sizeof(float), stream()));
+  // (B A, Sq), scratch from the caching allocator
+  float* delta = (float*)scratch_alloc((size_t)rows * sizeof(float));
   delta_kernel<D><<<(unsigned)((rows + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
       delta, dout, o, rows, Sq, blk.q.head_stride);
   KERNEL_CHECK();
@@ -385,7 +385,7 @@ bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16
                    Dkv<D>::kSmemBytes, stream()>>>(dk, dv, dout, q, k, v, lse, delta, A, G, scale,
                                                    dropout_p, seed, rng_stream, blk);
   KERNEL_CHECK();
-  CUDA_CHECK(cudaFreeAsync(delta, stream()));
+  scratch_free(delta);
   return true;
 }
 

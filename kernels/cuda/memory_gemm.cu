@@ -21,16 +21,18 @@
 // (group_size 1 each, empty groups left out), the same operand swap per problem. Its m, n, k,
 // transposes, leading dimensions, alpha and beta are host arrays; the A, B and C pointer
 // arrays must be device arrays, so each call uploads them (3 pointers per problem) into a
-// scratch kept for the process, grown (stream-ordered cudaFreeAsync / cudaMallocAsync) when a
-// call has more problems. The upload is queued on the stream, so the previous call's GEMM has
+// scratch kept for the process, grown (scratch_free / scratch_alloc: the caching allocator)
+// when a call has more problems. The upload is queued on the stream, so the previous call's GEMM has
 // read its pointers before the next call overwrites them.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/block_cache.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/ops/memory_gemm.h"
 
@@ -77,10 +79,30 @@ using namespace cuda;  // cuda_check.cuh: stream(), cublas(), KERNEL_CHECK's hel
 void* cuda_current_stream() { return (void*)stream(); }
 
 // ---- memory --------------------------------------------------------------------------------
+// The caching allocator (kernels/block_cache.h) over cudaMalloc: after the first step no
+// cudaMalloc or cudaFree (each of which synchronises the whole device) runs inside a step.
+// A failed cudaMalloc clears its error and returns nullptr, so that the cache can give its
+// blocks back (cudaFree) and try once more.
+static BlockCache& cache() {
+  // never destroyed: a static object's destructor may free a buffer after it
+  static BlockCache* c = new BlockCache(
+      [](size_t bytes) -> void* {
+        void* p = nullptr;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+          cudaGetLastError();
+          return nullptr;
+        }
+        return p;
+      },
+      [](void* p) { CUDA_CHECK(cudaFree(p)); });
+  return *c;
+}
+
 template <> void* device_malloc<Device::CUDA>(size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, bytes));
+  void* p = cache().take(bytes);
+  // A reused block is zeroed as a fresh one: a write of `bytes` at the memory's bandwidth
+  // (1 GiB in about 0.4 ms on an H100), queued on the stream after the block's last use.
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
   // Synchronised so that code on other streams (NCCL) may use the buffer at once.
   CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -89,10 +111,20 @@ template <> void* device_malloc<Device::CUDA>(size_t bytes) {
 
 template <> void device_free<Device::CUDA>(void* p) {
   if (p == nullptr) return;
-  // An op still queued may read or write p.
+  // An op still queued, on this stream or (through the comm layer's waits) another, may read
+  // or write p; the block is cached, not freed, but the next taker may use it from another
+  // stream at once (device_malloc's promise), so it is handed back only once the stream is
+  // done with it.
   CUDA_CHECK(cudaStreamSynchronize(stream()));
-  CUDA_CHECK(cudaFree(p));
+  if (!cache().give(p)) CUDA_CHECK(cudaFree(p));
 }
+
+namespace cuda {
+void* scratch_alloc(size_t bytes) { return bytes == 0 ? nullptr : cache().take(bytes); }
+void scratch_free(void* p) {
+  if (p != nullptr) cache().give(p);
+}
+}  // namespace cuda
 
 // The host copies block: the caller reads (or reuses) the host buffer right after.
 template <> void memcpy_to_host<Device::CUDA>(void* host_dst, const void* src, size_t bytes) {
@@ -118,6 +150,29 @@ template <> void memset_zero<Device::CUDA>(void* p, size_t bytes) {
 }
 
 template <> void synchronize<Device::CUDA>() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+// ---- timer marks (kernels/counters.h) ------------------------------------------------------
+// A mark is an event recorded on the stream: it completes when the work queued before it has.
+// The pool grows (doubling) the first time a step takes more marks than it holds, and its
+// events are recorded again every step after: no cudaEventCreate per call.
+static std::vector<cudaEvent_t> g_events;
+template <> void timer_mark<Device::CUDA>(int mark) {
+  if ((size_t)mark >= g_events.size()) {
+    const size_t grown = std::max<size_t>(mark + 1, std::max<size_t>(256, 2 * g_events.size()));
+    while (g_events.size() < grown) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      g_events.push_back(e);
+    }
+  }
+  CUDA_CHECK(cudaEventRecord(g_events[mark], stream()));
+}
+template <> double timer_seconds<Device::CUDA>(int from, int to) {
+  CUDA_CHECK(cudaEventSynchronize(g_events.at(to)));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, g_events.at(from), g_events.at(to)));
+  return ms * 1e-3;
+}
 
 // ---- GEMM ----------------------------------------------------------------------------------
 static cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -181,9 +236,9 @@ static void** grouped_pointer_scratch(size_t n) {
   static void** scratch = nullptr;
   static size_t capacity = 0;
   if (n > capacity) {
-    if (scratch) CUDA_CHECK(cudaFreeAsync(scratch, stream()));
+    scratch_free(scratch);
     capacity = std::max(n, 2 * capacity);
-    CUDA_CHECK(cudaMallocAsync((void**)&scratch, capacity * sizeof(void*), stream()));
+    scratch = (void**)scratch_alloc(capacity * sizeof(void*));
   }
   return scratch;
 }

@@ -14,8 +14,9 @@
 //   unpermute  fused: one thread per output element sums its k slots in slot order, fp32;
 //              unfused: a zeroing pass, then one accumulating pass per slot: the same fp32
 //              adds in the same order from 0, so the two agree bit for bit. For bf16 storage
-//              the passes accumulate into an fp32 scratch (cudaMallocAsync on the stream) and
-//              a last pass rounds it into out once, as the fused kernel rounds once.
+//              the passes accumulate into an fp32 scratch (scratch_alloc: the caching
+//              allocator) and a last pass rounds it into out once, as the fused kernel rounds
+//              once.
 // Gated expert activations and the shared-expert gate: forward one thread per element;
 // backward one block per row, whose threads write the row's input gradient and block_sum the
 // row's gate gradient (dgates, dz), so no atomics: deterministic.
@@ -243,7 +244,7 @@ static void unpermute_launch(T* out, const T* in, const int* slots, int N, int C
   if constexpr (std::is_same<T, float>::value)
     acc = out;
   else
-    CUDA_CHECK(cudaMallocAsync((void**)&acc, total * sizeof(float), stream()));
+    acc = (float*)scratch_alloc(total * sizeof(float));
   CUDA_CHECK(cudaMemsetAsync(acc, 0, total * sizeof(float), stream()));
   for (int s = 0; s < k; s++) {
     unpermute_slot_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(acc, in, slots, total, C, k,
@@ -253,7 +254,7 @@ static void unpermute_launch(T* out, const T* in, const int* slots, int N, int C
   if constexpr (!std::is_same<T, float>::value) {
     round_kernel<<<grid_1d(total), kThreads, 0, stream()>>>(out, acc, total);
     KERNEL_CHECK();
-    CUDA_CHECK(cudaFreeAsync(acc, stream()));
+    scratch_free(acc);
   }
 }
 

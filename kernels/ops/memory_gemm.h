@@ -1,6 +1,6 @@
 // kernels/ops/memory_gemm.h: device memory and the matrix products.
 // Twins: kernels/cpu/memory_gemm.cpp (heap blocks, OpenBLAS sgemm), kernels/cuda/memory_gemm.cu
-// (cudaMalloc, cuBLAS).
+// (cudaMalloc, cuBLAS), each allocating through a kernels/block_cache.h.
 //
 // Memory is untyped (bytes). Only the device-to-device copy and the memset count as kernels
 // (kernels/counters.h); malloc and free go to the allocator, the host copies cross PCIe.
@@ -8,7 +8,7 @@
 // GEMM is row-major: C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C, op = transpose if
 // its flag is set, lda/ldb/ldc the row strides of the matrices as stored. Every call is one
 // GEMM call of 2 m n k FLOPs per product, to the label in force (kernels/counters.h), and its
-// CPU wall time is measured. T is the storage of A, B and C: for bf16 the products of exact
+// time is measured (the CPU's clock, CUDA events: kernels/counters.h, time per phase). T is the storage of A, B and C: for bf16 the products of exact
 // bf16 values are accumulated in fp32 and C is rounded once (CPU: widen, sgemm, round).
 //
 // defines: device_malloc, device_free, memcpy_to_host, memcpy_from_host, memcpy_device,
@@ -20,9 +20,13 @@
 namespace kernels {
 
 // ---- memory ---------------------------------------------------------------------------------
-// Zero-filled, as the other twin's is (CPU: 64-byte aligned; CUDA: ready on return).
+// From the backend's caching allocator (kernels/block_cache.h: a freed block is reused, a
+// fresh one made only when none fits), zero-filled, as the other twin's is (a reused block is
+// zeroed again: callers rely on it, gradients accumulate with +=); CPU: 64-byte aligned;
+// CUDA: 256-byte aligned, ready on return. The zero-fill is a memset of `bytes` (counted: kernels::allocation_counts).
 template <Device Dev> void* device_malloc(size_t bytes);
 template <class = void> void* device_malloc(Device d, size_t bytes) {
+  count_zero_fill(bytes);
   return ON_DEVICE(device_malloc)(bytes);
 }
 template <Device Dev> void device_free(void* p);
@@ -67,7 +71,6 @@ template <class T, class TC>
 void gemm(Device d, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const T* A,
           int lda, const T* B, int ldb, float beta, TC* C, int ldc) {
   count_gemm(2.0 * m * n * k);
-  GemmTimer timer(d);
   ON_DEVICE(gemm, T, TC)(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -83,7 +86,6 @@ void gemm_strided_batched(Device d, bool trans_a, bool trans_b, int m, int n, in
                           long long stride_b, float beta, T* C, int ldc, long long stride_c,
                           int batch) {
   count_gemm(2.0 * m * n * k * batch);
-  GemmTimer timer(d);
   ON_DEVICE(gemm_strided_batched, T)(trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb,
                                      stride_b, beta, C, ldc, stride_c, batch);
 }
@@ -113,7 +115,6 @@ void gemm_grouped(Device d, bool trans_a, bool trans_b, float alpha, const T* A,
                   const T* B, int ldb, float beta, T* C, int ldc, const GemmGroup* groups,
                   int count) {
   count_gemm(grouped_flops(groups, count));
-  GemmTimer timer(d);
   ON_DEVICE(gemm_grouped, T)(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups,
                              count);
 }

@@ -189,6 +189,11 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
     float* stats = static_cast<float*>(kernels::device_malloc(d, 2 * size_t(N) * sizeof(float)));
     for (float* p : {a, b, out, g}) kernels::memset_zero(d, p, n * sizeof(float));
     kernels::memset_zero(d, w, 4 * C * sizeof(float));  // weight, bias, their gradients
+    kernels::AdamRun adam;  // over a (the weights), b (gradients), out and g (moments)
+    adam.master = a, adam.grads = b, adam.m = out, adam.v = g, adam.n = n, adam.weight_decay = 0.1f;
+    kernels::AdamStep adam_step;
+    adam_step.lr = 1e-4f, adam_step.beta1 = 0.9f, adam_step.beta2 = 0.95f, adam_step.eps = 1e-8f;
+    adam_step.bias1 = 0.5f, adam_step.bias2 = 0.5f;
     auto mix = [&] {
       kernels::layernorm_forward(d, out, stats, stats + N, a, w, w + C, N, C, 1e-5f);
       kernels::layernorm_backward(d, g, w + 2 * C, w + 3 * C, b, a, w, stats, stats + N, N, C);
@@ -197,8 +202,7 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
       kernels::gelu_backward(d, g, b, a, rows);
       kernels::swiglu_forward(d, out, a, N, F);
       kernels::swiglu_backward(d, g, b, a, N, F);
-      kernels::adamw_update(d, a, b, out, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f,
-                            1.0f);
+      kernels::adamw_update<float>(d, &adam, 1, adam_step);
     };
     mix();  // warm-up, and the bytes one pass moves
     kernels::reset_kernel_counts();

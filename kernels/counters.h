@@ -66,8 +66,9 @@
 //                       read and written), bf16 a rounding pass (6 N C): 1 + k (+ 1) launches
 //   cross-entropy       row_max 4 N v + 4 N; sum_exp 4 N v + 16 N; finish 4 N v + 4 N V + 20 N
 //                       (v valid columns read, all V written)
-//   adamw_update        28 n (fp32: p, g, m, v read, p, m, v written; bf16: master, g, m, v
-//                       read, master, p, m, v written: the same 28)
+//   adamw_update        28 n over all its runs, one launch (fp32: p, g, m, v read, p, m, v
+//                       written; bf16: master, g, m, v read, master, p, m, v written: the same
+//                       28)
 //   sum_squares         n e (its partial sums' copy to the host is not counted)
 //   MoE dispatch        expert counts 4 N k + 4 g E (g groups); offsets 4 E + 4 E + 4 (E + 1)
 //                       (+ 8 E statistics written, 16 E accumulated); gate rank 12 N k;

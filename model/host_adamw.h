@@ -9,33 +9,24 @@
 // (on the CPU backend; on a GPU as far as nvcc and g++ round the same expression alike), and a
 // bf16 run rounds its parameter with the same to_bf16.
 //
-// The work of a step is a list of runs (an owned segment cut at the tensors' edges, each with
-// its weight decay); `threads` threads take equal shares of their concatenated elements, so
-// the result does not depend on the thread count (each element is updated once, alone).
+// The work of a step is a list of runs (kernels::AdamRun: an owned segment cut at the tensors'
+// edges, each with its weight decay), the device's own op's list; `threads` threads take equal
+// shares of their concatenated elements and each runs the op's CPU twin on its share, so the
+// result does not depend on the thread count (each element is updated once, alone). The twin
+// is called itself, not through the dispatcher: this is host memory whatever the device, and
+// not a device kernel to count or time.
 //
-// defines: HostAdamRun, HostAdamStep, host_adamw, host_adamw_rate
+// defines: host_adamw, host_adamw_rate
 #pragma once
 #include <cstdint>
 #include <vector>
+#include "kernels/ops/loss_optimizer.h"  // AdamRun, AdamStep
 
 namespace paralab {
 
-struct HostAdamRun {
-  float* master = nullptr;      // the fp32 weights updated (in fp32 runs the parameter itself)
-  void* bf16_param = nullptr;   // --bf16: written round(master); nullptr in fp32
-  const void* grad = nullptr;   // float, or kernels::bf16 with bf16_param
-  float* m = nullptr;
-  float* v = nullptr;
-  int64_t n = 0;
-  float weight_decay = 0;
-};
-
-struct HostAdamStep {
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, bias1 = 1, bias2 = 1;
-  float grad_scale = 1;  // the clipping coefficient
-};
-
-void host_adamw(const std::vector<HostAdamRun>& runs, const HostAdamStep& step, int threads);
+// bf16: the runs' gradients and parameters are bf16 (the masters fp32), else fp32.
+void host_adamw(const std::vector<kernels::AdamRun>& runs, const kernels::AdamStep& step,
+                bool bf16, int threads);
 
 // Parameters per second one thread updates (fp32 or bf16 gradients), timed on `n` elements,
 // the best of a few trials: --benchmark's host AdamW rate (the time model's

@@ -132,12 +132,13 @@ float AdamW::step(float lr, bool skip) {
   if (!skipped_) ++step_;  // Adam's bias correction counts the updates made
   const float bias1 = 1.0f - std::pow(train_.adam_beta1, (float)step_);
   const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
-  // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: update
-  // each intersection of a segment with a tensor on its own. A segment on the host (CPU
-  // offload) joins the host's list, updated after the device's launches by host_threads.
-  std::vector<HostAdamRun> host_runs;
-  auto update = [&](DataParallel& owner, bool expert) {
-    const bool bf16 = owner.bf16();
+  // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: each
+  // intersection of a segment with a tensor is a run of its own. The device's runs, dense and
+  // experts', are one launch (kernels::adamw_update, multi-tensor); a segment on the host (CPU
+  // offload) joins the host's list, updated after that launch by host_threads.
+  std::vector<kernels::AdamRun> device_runs, host_runs;
+  const bool bf16 = dp.bf16();
+  auto runs_of = [&](DataParallel& owner, bool expert) {
     const int es = bf16 ? 2 : 4;
     for (const OwnedSegment& seg : owner.owned_segments()) {
       for (const TensorView& v : model_.views()) {
@@ -146,39 +147,30 @@ float AdamW::step(float lr, bool skip) {
         const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
         if (lo >= hi) continue;
         const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
-        const float wd = v.spec->weight_decay ? train_.weight_decay : 0.0f;
-        float* m = state(State::EXP_AVG, expert, at);
-        float* vv = state(State::EXP_AVG_SQ, expert, at);
         void* param = static_cast<char*>(seg.param) + k * es;
-        const void* grad = static_cast<const char*>(seg.grad) + k * es;
-        if (seg.host) {
-          HostAdamRun r;
-          r.master = bf16 ? state(State::MASTER, expert, at) : static_cast<float*>(param);
-          r.bf16_param = bf16 ? param : nullptr;
-          r.grad = grad, r.m = m, r.v = vv, r.n = hi - lo, r.weight_decay = wd;
-          host_runs.push_back(r);
-        } else if (bf16) {
-          kernels::adamw_update(dev, state(State::MASTER, expert, at),
-                                static_cast<kernels::bf16*>(param),
-                                static_cast<const kernels::bf16*>(grad), m, vv, hi - lo, lr,
-                                train_.adam_beta1, train_.adam_beta2, train_.adam_eps, wd, bias1,
-                                bias2, clip);
-        } else {
-          kernels::adamw_update(dev, static_cast<float*>(param), static_cast<const float*>(grad),
-                                m, vv, hi - lo, lr, train_.adam_beta1, train_.adam_beta2,
-                                train_.adam_eps, wd, bias1, bias2, clip);
-        }
+        kernels::AdamRun r;
+        r.master = bf16 ? state(State::MASTER, expert, at) : static_cast<float*>(param);
+        r.params = bf16 ? param : nullptr;
+        r.grads = static_cast<const char*>(seg.grad) + k * es;
+        r.m = state(State::EXP_AVG, expert, at);
+        r.v = state(State::EXP_AVG_SQ, expert, at);
+        r.n = hi - lo;
+        r.weight_decay = v.spec->weight_decay ? train_.weight_decay : 0.0f;
+        (seg.host ? host_runs : device_runs).push_back(r);
       }
     }
   };
   if (!skipped_) {
-    update(dp, false);
-    if (experts) update(*experts, true);
-    HostAdamStep hs;
-    hs.lr = lr, hs.beta1 = train_.adam_beta1, hs.beta2 = train_.adam_beta2;
-    hs.eps = train_.adam_eps, hs.bias1 = bias1, hs.bias2 = bias2, hs.grad_scale = clip;
+    runs_of(dp, false);
+    if (experts) runs_of(*experts, true);
+    kernels::AdamStep s;
+    s.lr = lr, s.beta1 = train_.adam_beta1, s.beta2 = train_.adam_beta2, s.eps = train_.adam_eps;
+    s.bias1 = bias1, s.bias2 = bias2, s.grad_scale = clip;
+    const int runs = (int)device_runs.size();
+    if (bf16) kernels::adamw_update<kernels::bf16>(dev, device_runs.data(), runs, s);
+    else kernels::adamw_update<float>(dev, device_runs.data(), runs, s);
     const double t0 = now_seconds();
-    if (!host_runs.empty()) host_adamw(host_runs, hs, host_threads_);
+    if (!host_runs.empty()) host_adamw(host_runs, s, bf16, host_threads_);
     host_seconds_ = now_seconds() - t0;
   }
   // ZeRO's parameter all-gather runs either way (unchanged shards on a skipped step): the

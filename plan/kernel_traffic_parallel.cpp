@@ -25,8 +25,9 @@
 // The step: zero_grads (a memset of the grads buffer), ZeRO-2/3 add each bucket's reduced
 // slice into the shard (accumulate slice) every microbatch (deferred buckets once), ZeRO-3 at
 // dp 1 copies each gathered unit (memcpy_device), the gradient norm's sum of squares (one per
-// owned run outside the ranges counted on another rank), and one adamw_update per owned
-// segment and tensor (weight decay is per tensor).
+// owned run outside the ranges counted on another rank), and one adamw_update for the step:
+// every owned device segment cut at the tensors' edges (weight decay is per tensor), dense and
+// experts', in one multi-tensor launch.
 #include <algorithm>
 #include <string>
 #include "model/param_table.h"  // stage_param_table, stage_expert_table, pipeline_stage_slice
@@ -175,7 +176,7 @@ namespace {
 void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int r,
                  int64_t microbatches, const std::vector<std::pair<int64_t, int64_t>>& tensors,
                  const std::vector<std::pair<int64_t, int64_t>>& excluded,
-                 const std::vector<int>& deferred_units) {
+                 const std::vector<int>& deferred_units, double& adam_elements) {
   const BucketLayout& l = d.layout;
   const int e = k.e();
   // CPU offload (parallel/offload.h): a host bucket's update, and at ZeRO-2/3 its gradient's
@@ -221,13 +222,14 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
   };
   if (zero == 0) squares(0, l.total);
   else for (const auto& [lo, hi] : owned) squares(lo, hi - lo);
-  // AdamW: one update per intersection of a device segment with a tensor (a host bucket's
-  // segment is updated on the host: no kernel)
+  // AdamW: the elements of the device's runs (each intersection of a device segment with a
+  // tensor; a host bucket's segment is updated on the host: no kernel), one launch for all of
+  // them in optimizer_step_traffic
   for (size_t i = 0; i < owned.size(); ++i) {
     if (owned_on_host[i]) continue;
     const auto [lo, hi] = owned[i];
     for (const auto& [a, b] : tensors)
-      if (std::max(lo, a) < std::min(hi, b)) k.adamw_update((double)(std::min(hi, b) - std::max(lo, a)));
+      if (std::max(lo, a) < std::min(hi, b)) adam_elements += (double)(std::min(hi, b) - std::max(lo, a));
   }
 }
 
@@ -267,14 +269,17 @@ void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank) {
     const bool tied_copy = slice.tied_copy && table[i].name == "embedding.word";
     if ((replicated && me.tp_rank > 0) || tied_copy) excluded.push_back(tensors[i]);
   }
+  double adam_elements = 0;
   vector_step(k, dense, p.zero_stage, plan.dp_cp, me.cp_rank + plan.cp * me.dp_rank, micro,
-              tensors, excluded, stage_deferred_units(m, slice));
+              tensors, excluded, stage_deferred_units(m, slice), adam_elements);
   // the experts' vector over edp (the expert grid: rank = etp + etp (ep + ep (edp + edp pp)))
-  if (experts.layout.buckets.empty() || experts.layout.total == 0) return;
-  const int edp = p.expert_data_parallel();
-  const int edp_rank = (rank / (p.expert_tensor_parallel * p.expert_parallel)) % edp;
-  vector_step(k, experts, p.zero_stage, edp, edp_rank, micro,
-              ranges_of(stage_expert_table(m, slice, expert_split(p))), {}, {});
+  if (!experts.layout.buckets.empty() && experts.layout.total > 0) {
+    const int edp = p.expert_data_parallel();
+    const int edp_rank = (rank / (p.expert_tensor_parallel * p.expert_parallel)) % edp;
+    vector_step(k, experts, p.zero_stage, edp, edp_rank, micro,
+                ranges_of(stage_expert_table(m, slice, expert_split(p))), {}, {}, adam_elements);
+  }
+  k.adamw_update(adam_elements);  // model/optimizer.cpp: the device's runs in one launch
 }
 
 }  // namespace paralab

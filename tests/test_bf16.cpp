@@ -107,12 +107,30 @@ TEST(Bf16, AdamWUpdatesTheMasterAndRoundsTheParameter) {
   std::vector<float> master = random_values(n, 9), m(n, 0.0f), v(n, 0.0f);
   std::vector<float> fmaster = master, fm = m, fv = v;
   auto grads = rounded(random_values(n, 10));
+  const std::vector<float> wide = widened(grads);
   std::vector<bf16> params(n);
-  kernels::adamw_update(Device::CPU, master.data(), params.data(), grads.data(), m.data(),
-                        v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
-  kernels::adamw_update(Device::CPU, fmaster.data(), widened(grads).data(), fm.data(), fv.data(),
-                        n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f);
+  kernels::AdamStep step;
+  step.lr = 1e-2f, step.beta1 = 0.9f, step.beta2 = 0.95f, step.eps = 1e-8f;
+  step.bias1 = 0.1f, step.bias2 = 0.05f;
+  // two runs (the second without weight decay) against the fp32 op on the widened gradients
+  kernels::AdamRun a, b;
+  a.master = master.data(), a.params = params.data(), a.grads = grads.data(), a.m = m.data();
+  a.v = v.data(), a.n = 20, a.weight_decay = 0.1f;
+  b = a;
+  b.master += 20, b.params = params.data() + 20, b.grads = grads.data() + 20, b.m += 20, b.v += 20;
+  b.n = 12, b.weight_decay = 0.0f;
+  const kernels::AdamRun runs[2] = {a, b};
+  kernels::adamw_update<bf16>(Device::CPU, runs, 2, step);
+  kernels::AdamRun fa = a, fb = b;
+  fa.master = fmaster.data(), fa.params = nullptr, fa.grads = wide.data(), fa.m = fm.data();
+  fa.v = fv.data();
+  fb.master = fmaster.data() + 20, fb.params = nullptr, fb.grads = wide.data() + 20;
+  fb.m = fm.data() + 20, fb.v = fv.data() + 20;
+  const kernels::AdamRun fruns[2] = {fa, fb};
+  kernels::adamw_update<float>(Device::CPU, fruns, 2, step);
   EXPECT_EQ(master, fmaster);
+  EXPECT_EQ(m, fm);
+  EXPECT_EQ(v, fv);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(params[i].bits, to_bf16(master[i]).bits);
 }
 

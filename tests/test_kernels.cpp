@@ -449,9 +449,14 @@ TEST_P(Kernels, CrossEntropyLossesAndGradient) {
 
 // ---- optimizer ----------------------------------------------------------------------------
 
-TEST_P(Kernels, AdamWTwoStepsMatchDoubleReference) {
-  const size_t n = 50;
-  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.5f;
+// One launch over runs of odd lengths (0 and 1 among them), each its own weight decay, two
+// steps, against AdamW in double element by element.
+TEST_P(Kernels, AdamWRunsTwoStepsMatchDoubleReference) {
+  const std::vector<int64_t> lengths = {50, 0, 1, 4099, 7};  // 4099: past one CUDA block's chunk
+  const std::vector<float> decays = {0.1f, 0.1f, 0.0f, 0.1f, 0.0f};
+  int64_t n = 0;
+  for (int64_t len : lengths) n += len;
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gscale = 0.5f;
   std::vector<float> p = uniform(n, 43), g1 = uniform(n, 44), g2 = uniform(n, 45);
   DevBuf<float> dp(dev(), p), dm(dev(), n), dv(dev(), n), dg1(dev(), g1), dg2(dev(), g2);
   std::vector<double> rp = to_double(p), rm(n, 0.0), rv(n, 0.0);
@@ -459,19 +464,65 @@ TEST_P(Kernels, AdamWTwoStepsMatchDoubleReference) {
   DevBuf<float>* dgrads[2] = {&dg1, &dg2};
   for (int t = 1; t <= 2; t++) {
     const double bias1 = 1.0 - std::pow((double)b1, t), bias2 = 1.0 - std::pow((double)b2, t);
-    kernels::adamw_update(dev(), dp.get(), dgrads[t - 1]->get(), dm.get(), dv.get(), n, lr, b1,
-                          b2, eps, wd, (float)bias1, (float)bias2, gscale);
-    for (size_t i = 0; i < n; i++) {
-      double g = (*grads[t - 1])[i] * (double)gscale;
-      rm[i] = b1 * rm[i] + (1.0 - b1) * g;
-      rv[i] = b2 * rv[i] + (1.0 - b2) * g * g;
-      double update = (rm[i] / bias1) / (std::sqrt(rv[i] / bias2) + eps);
-      rp[i] -= lr * (update + wd * rp[i]);
+    std::vector<kernels::AdamRun> runs;
+    int64_t at = 0;
+    for (size_t r = 0; r < lengths.size(); at += lengths[r], r++) {
+      kernels::AdamRun run;
+      run.master = dp.get() + at, run.grads = dgrads[t - 1]->get() + at;
+      run.m = dm.get() + at, run.v = dv.get() + at, run.n = lengths[r];
+      run.weight_decay = decays[r];
+      runs.push_back(run);
     }
+    kernels::AdamStep step;
+    step.lr = lr, step.beta1 = b1, step.beta2 = b2, step.eps = eps;
+    step.bias1 = (float)bias1, step.bias2 = (float)bias2, step.grad_scale = gscale;
+    kernels::adamw_update<float>(dev(), runs.data(), (int)runs.size(), step);
+    at = 0;
+    for (size_t r = 0; r < lengths.size(); at += lengths[r], r++)
+      for (int64_t i = at; i < at + lengths[r]; i++) {
+        double g = (*grads[t - 1])[i] * (double)gscale;
+        rm[i] = b1 * rm[i] + (1.0 - b1) * g;
+        rv[i] = b2 * rv[i] + (1.0 - b2) * g * g;
+        double update = (rm[i] / bias1) / (std::sqrt(rv[i] / bias2) + eps);
+        rp[i] -= lr * (update + decays[r] * rp[i]);
+      }
   }
   EXPECT_LT(max_rel_err(dp.host(), rp), 1e-6);
   EXPECT_LT(max_rel_err(dm.host(), rm), 1e-6);
   EXPECT_LT(max_rel_err(dv.host(), rv), 1e-6);
+}
+
+// The runs' order and grouping do not change a bit: one call over every run equals a call per
+// run (the per-tensor launches the fused one replaced).
+TEST_P(Kernels, AdamWOneCallEqualsACallPerRun) {
+  const std::vector<int64_t> lengths = {3, 5000, 1, 0, 129};
+  int64_t n = 0;
+  for (int64_t len : lengths) n += len;
+  std::vector<float> p = uniform(n, 61), g = uniform(n, 62), m = uniform(n, 63);
+  std::vector<float> v = uniform(n, 64);
+  for (float& x : v) x = x * x;  // a second moment is not negative
+  DevBuf<float> p1(dev(), p), m1(dev(), m), v1(dev(), v), p2(dev(), p), m2(dev(), m),
+      v2(dev(), v), dg(dev(), g);
+  kernels::AdamStep step;
+  step.lr = 3e-3f, step.beta1 = 0.8f, step.beta2 = 0.99f, step.eps = 1e-6f;
+  step.bias1 = 0.5f, step.bias2 = 0.3f, step.grad_scale = 0.9f;
+  auto runs_over = [&](DevBuf<float>& pp, DevBuf<float>& mm, DevBuf<float>& vv) {
+    std::vector<kernels::AdamRun> runs;
+    int64_t at = 0;
+    for (size_t r = 0; r < lengths.size(); at += lengths[r], r++) {
+      kernels::AdamRun run;
+      run.master = pp.get() + at, run.grads = dg.get() + at, run.m = mm.get() + at;
+      run.v = vv.get() + at, run.n = lengths[r], run.weight_decay = r % 2 ? 0.1f : 0.0f;
+      runs.push_back(run);
+    }
+    return runs;
+  };
+  const std::vector<kernels::AdamRun> all = runs_over(p1, m1, v1), each = runs_over(p2, m2, v2);
+  kernels::adamw_update<float>(dev(), all.data(), (int)all.size(), step);
+  for (const kernels::AdamRun& run : each) kernels::adamw_update<float>(dev(), &run, 1, step);
+  EXPECT_EQ(p1.host(), p2.host());
+  EXPECT_EQ(m1.host(), m2.host());
+  EXPECT_EQ(v1.host(), v2.host());
 }
 
 TEST_P(Kernels, SumSquaresInDouble) {

@@ -97,17 +97,19 @@ template <> void cross_entropy_finish<Device::CPU>(
 
 // ---- optimizer --------------------------------------------------------------------------------
 
-template <> void adamw_update<Device::CPU, float>(float* master, float* params,
-                                                  const float* grads, float* m, float* v,
-                                                  size_t n, float lr, float beta1, float beta2,
-                                                  float eps, float weight_decay, float bias1,
-                                                  float bias2, float grad_scale) {
-  for (size_t i = 0; i < n; i++) {
-    adamw_step(master[i], m[i], v[i], grads[i] * grad_scale, lr, beta1, beta2, eps,
-               weight_decay, bias1, bias2);
+// One loop per run, element by element: the runs are independent, so their order and the
+// CUDA twin's blocks give the same bits.
+template <> void adamw_update<Device::CPU, float>(const AdamRun* runs, int count,
+                                                  const AdamStep& s) {
+  for (int r = 0; r < count; ++r) {
+    const AdamRun& run = runs[r];
+    const float* g = static_cast<const float*>(run.grads);
+    for (int64_t i = 0; i < run.n; ++i)
+      adamw_step(run.master[i], run.m[i], run.v[i], g[i] * s.grad_scale, s.lr, s.beta1, s.beta2,
+                 s.eps, run.weight_decay, s.bias1, s.bias2);
+    if (float* p = static_cast<float*>(run.params))  // a separate fp32 copy of the weights
+      for (int64_t i = 0; i < run.n; ++i) p[i] = run.master[i];
   }
-  if (params != nullptr)  // a separate fp32 copy of the weights
-    for (size_t i = 0; i < n; i++) params[i] = master[i];
 }
 
 // In double: a float running sum of 10^8 squares would lose the small ones entirely (its
@@ -127,15 +129,19 @@ template <> double sum_squares<Device::CPU, float>(const float* x, size_t n) {
 }
 
 // ---- bf16 storage ------------------------------------------------------------------------------
-template <> void adamw_update<Device::CPU, bf16>(float* master, bf16* params, const bf16* grads,
-                                                 float* m, float* v, size_t n, float lr,
-                                                 float beta1, float beta2, float eps,
-                                                 float weight_decay, float bias1, float bias2,
-                                                 float grad_scale) {
-  cpu::Input g(grads, n);
-  adamw_update<Device::CPU>(master, (float*)nullptr, g.data(), m, v, n, lr, beta1, beta2, eps,
-                            weight_decay, bias1, bias2, grad_scale);
-  for (size_t i = 0; i < n; ++i) params[i] = to_bf16(master[i]);
+// The gradient widened exactly, the fp32 step, then the parameter rounded: in one pass.
+template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
+                                                 const AdamStep& s) {
+  for (int r = 0; r < count; ++r) {
+    const AdamRun& run = runs[r];
+    const bf16* g = static_cast<const bf16*>(run.grads);
+    bf16* p = static_cast<bf16*>(run.params);
+    for (int64_t i = 0; i < run.n; ++i) {
+      adamw_step(run.master[i], run.m[i], run.v[i], to_float(g[i]) * s.grad_scale, s.lr,
+                 s.beta1, s.beta2, s.eps, run.weight_decay, s.bias1, s.bias2);
+      if (p != nullptr) p[i] = to_bf16(run.master[i]);
+    }
+  }
 }
 // Widened on the fly, one sum in double (not the fp32 twin's four partial sums).
 template <> double sum_squares<Device::CPU, bf16>(const bf16* x, size_t n) {

@@ -8,12 +8,22 @@
 //   s    = sum_j exp(x_j - M)                        (pass 2)
 //   loss = M + log s - x_t                           (t = target; pass 3)
 //   dx_j = (exp(x_j - M) / s - [j == t]) grad_scale  (written over the logits; pass 3)
+// AdamW, multi-tensor (as apex's multi_tensor_apply): one launch for a step's runs. Block b
+// owns a chunk of kAdamChunk elements of one run; a table on the device lists each run (its
+// pointers, length and weight decay) with its first block, and the block finds its run by a
+// binary search of the first blocks (a step has a few hundred runs: 8-9 probes). Each thread
+// then updates every blockDim-th element of the chunk: 28 bytes per element (fp32: p, g, m, v
+// read, p, m, v written; bf16: master, g, m, v read, master, p, m, v written), about 15 FLOPs:
+// memory-bound, as the per-tensor launches were, less 147 launches of GPT-2's step. The table
+// is uploaded when the runs change (the first step; a new layout), not every step.
 // Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
 // the per-block partials in block order, so the result does not depend on the GPU.
 //
 // AdamW and the sum of squares are templated on the storage type T of gradients (and of the
 // model's parameters): float, or bf16 widened on load. The loss stays fp32 (loss_optimizer.h: the
 // logits of a bf16 run come from the mixed bf16 x bf16 -> fp32 GEMM).
+#include <vector>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/math.h"
 #include "kernels/ops/loss_optimizer.h"
@@ -110,46 +120,90 @@ template <> void cross_entropy_finish<Device::CUDA>(
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
-// mirrors adamw_update<Device::CPU>: the gradient is scaled by the clipping coefficient first.
-// The step updates the fp32 `master` weights; the model's copy `params` then receives
-// round(master) (bf16), or is null when the fp32 weights are the master themselves.
+namespace {
+
+constexpr int64_t kAdamChunk = 4096;  // elements per block: 16 per thread of kThreads
+
+struct AdamTableRow {
+  AdamRun run;
+  int64_t first_block = 0;  // the run's chunks are blocks first_block, first_block + 1, ...
+};
+
+// mirrors adamw_update<Device::CPU>: the gradient is scaled by the clipping coefficient first;
+// params, when given, receive round(master).
 template <typename T>
-__global__ void adamw_kernel(float* master, T* params, const T* grads, float* m, float* v,
-                             size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float bias1, float bias2, float grad_scale) {
-  GRID_STRIDE_LOOP(i, n) {
-    adamw_step(master[i], m[i], v[i], to_float(grads[i]) * grad_scale, lr, beta1, beta2, eps,
-               weight_decay, bias1, bias2);
-    if (params != nullptr) store(params[i], master[i]);
+__global__ void adamw_runs_kernel(const AdamTableRow* table, int count, AdamStep s) {
+  const int64_t block = blockIdx.x;
+  int lo = 0, hi = count - 1;  // the last run whose first block is <= this one
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].first_block <= block) lo = mid;
+    else hi = mid - 1;
+  }
+  const AdamRun r = table[lo].run;
+  const T* g = static_cast<const T*>(r.grads);
+  T* p = static_cast<T*>(r.params);
+  const int64_t begin = (block - table[lo].first_block) * kAdamChunk;
+  const int64_t end = begin + kAdamChunk < r.n ? begin + kAdamChunk : r.n;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    adamw_step(r.master[i], r.m[i], r.v[i], to_float(g[i]) * s.grad_scale, s.lr, s.beta1, s.beta2,
+               s.eps, r.weight_decay, s.bias1, s.bias2);
+    if (p != nullptr) store(p[i], r.master[i]);
   }
 }
 
+bool same_run(const AdamRun& a, const AdamRun& b) {
+  return a.master == b.master && a.params == b.params && a.grads == b.grads && a.m == b.m &&
+         a.v == b.v && a.n == b.n && a.weight_decay == b.weight_decay;
+}
+
+// The table on the device and what it holds: kept for the process (a few KiB, outside the
+// ledger like the cuBLAS workspace), grown only when a step has more runs than any before.
+struct AdamTable {
+  AdamTableRow* rows = nullptr;
+  size_t capacity = 0;
+  std::vector<AdamTableRow> held;
+};
+
 template <typename T>
-static void adamw_launch(float* master, T* params, const T* grads, float* m, float* v, size_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay,
-                         float bias1, float bias2, float grad_scale) {
-  if (n == 0) return;
-  adamw_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(master, params, grads, m, v, n, lr, beta1,
-                                                      beta2, eps, weight_decay, bias1, bias2,
-                                                      grad_scale);
+void adamw_runs_launch(const AdamRun* runs, int count, const AdamStep& s) {
+  static AdamTable table;
+  std::vector<AdamTableRow> rows;
+  int64_t blocks = 0;
+  for (int r = 0; r < count; ++r) {
+    if (runs[r].n == 0) continue;  // no block of its own
+    rows.push_back({runs[r], blocks});
+    blocks += (runs[r].n + kAdamChunk - 1) / kAdamChunk;
+  }
+  if (blocks == 0) return;
+  bool same = rows.size() == table.held.size();
+  for (size_t i = 0; same && i < rows.size(); ++i) same = same_run(rows[i].run, table.held[i].run);
+  if (!same) {
+    if (rows.size() > table.capacity) {
+      CUDA_CHECK(cudaStreamSynchronize(stream()));  // the old table's last reader is done
+      CUDA_CHECK(cudaFree(table.rows));
+      CUDA_CHECK(cudaMalloc(&table.rows, rows.size() * sizeof(AdamTableRow)));
+      table.capacity = rows.size();
+    }
+    // from pageable memory: staged before the call returns, ordered after the last launch
+    CUDA_CHECK(cudaMemcpyAsync(table.rows, rows.data(), rows.size() * sizeof(AdamTableRow),
+                               cudaMemcpyHostToDevice, stream()));
+    table.held = std::move(rows);
+  }
+  adamw_runs_kernel<T><<<(unsigned)blocks, kThreads, 0, stream()>>>(
+      table.rows, (int)table.held.size(), s);
   KERNEL_CHECK();
 }
 
-template <> void adamw_update<Device::CUDA, float>(float* master, float* params,
-                                                   const float* grads, float* m, float* v,
-                                                   size_t n, float lr, float beta1, float beta2,
-                                                   float eps, float weight_decay, float bias1,
-                                                   float bias2, float grad_scale) {
-  adamw_launch(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
-               grad_scale);
+}  // namespace
+
+template <> void adamw_update<Device::CUDA, float>(const AdamRun* runs, int count,
+                                                   const AdamStep& s) {
+  adamw_runs_launch<float>(runs, count, s);
 }
-template <> void adamw_update<Device::CUDA, bf16>(float* master, bf16* params, const bf16* grads,
-                                                  float* m, float* v, size_t n, float lr,
-                                                  float beta1, float beta2, float eps,
-                                                  float weight_decay, float bias1, float bias2,
-                                                  float grad_scale) {
-  adamw_launch(master, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
-               grad_scale);
+template <> void adamw_update<Device::CUDA, bf16>(const AdamRun* runs, int count,
+                                                  const AdamStep& s) {
+  adamw_runs_launch<bf16>(runs, count, s);
 }
 
 // ---- sum of squares ------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 // fp32 GEMM (memory_gemm.h). The optimizer steps fp32 master weights with fp32 moments; T is
 // the storage of the gradients (and of the model's copy of the weights).
 //
-// defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, adamw_update,
-//          sum_squares
+// defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, AdamRun,
+//          AdamStep, adamw_update, sum_squares
 #pragma once
 #include "kernels/dispatch.h"
 
@@ -60,30 +60,35 @@ void cross_entropy_finish(Device d, float* losses, float* logits, const int* tar
 }
 
 // ---- optimizer ------------------------------------------------------------------------------
-// AdamW (kernels/math.h adamw_step) on the fp32 master weights master(n), with the moments
-// m, v; the gradient is widened and multiplied by grad_scale (the clipping coefficient) first;
-// wd applies to every element given. Then params, the model's copy, = round(master); null
-// when the model's weights are fp32 and are the master themselves. One op for both storages
-// (the master is what differs, not the step): T is the storage of params and grads.
-template <Device Dev, class T>
-void adamw_update(float* master, T* params, const T* grads, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
-                  float bias2, float grad_scale);
+// AdamW over a list of runs in one launch, as apex's and PyTorch's fused multi-tensor AdamW: a
+// run is a contiguous slice of one tensor's elements with its gradient, Adam's moments and the
+// tensor's weight decay (decay is per tensor: 2-D weights only), so a step's whole update is
+// one launch instead of one per tensor (GPT-2 124M: 148). Each element (kernels/math.h
+// adamw_step): the fp32 master weight steps from the gradient widened and multiplied by
+// step.grad_scale (the clipping coefficient); params, the model's copy, then receives
+// round(master) in the same pass, or is null when fp32 weights are their own master. T is the
+// storage of params and grads (float or bf16), one per call: a step's runs share it.
+struct AdamRun {
+  float* master = nullptr;      // the fp32 weights updated (fp32 runs: the parameters)
+  void* params = nullptr;       // T: written round(master); null when master is the parameter
+  const void* grads = nullptr;  // T
+  float* m = nullptr;           // Adam's first moment
+  float* v = nullptr;           // and second
+  int64_t n = 0;
+  float weight_decay = 0;
+};
+struct AdamStep {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0;
+  float bias1 = 1, bias2 = 1;  // 1 - beta^t, t the updates made
+  float grad_scale = 1;        // the clipping coefficient
+};
+template <Device Dev, class T> void adamw_update(const AdamRun* runs, int count, const AdamStep& step);
 template <class T>
-void adamw_update(Device d, float* master, T* params, const T* grads, float* m, float* v,
-                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float bias1, float bias2, float grad_scale) {
-  count_kernel(28.0 * n);
-  ON_DEVICE(adamw_update, T)(master, params, grads, m, v, n, lr, beta1, beta2, eps,
-                             weight_decay, bias1, bias2, grad_scale);
-}
-// fp32 weights: they are their own master.
-template <class = void>
-void adamw_update(Device d, float* params, const float* grads, float* m, float* v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
-                  float bias2, float grad_scale) {
-  adamw_update(d, params, (float*)nullptr, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-               bias1, bias2, grad_scale);
+void adamw_update(Device d, const AdamRun* runs, int count, const AdamStep& step) {
+  double n = 0;
+  for (int r = 0; r < count; ++r) n += (double)runs[r].n;
+  count_kernel(28.0 * n);  // one launch for all the runs (none when they are empty)
+  ON_DEVICE(adamw_update, T)(runs, count, step);
 }
 
 // Sum of squares of x(n), accumulated in double, returned to the host (blocking).

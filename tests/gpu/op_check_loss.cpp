@@ -63,16 +63,31 @@ void check_loss_optimizer() {
     });
   }
 
-  const size_t n = 100003;
-  check("adamw_update", P::elementwise, [&] {
+  check("adamw_update (runs of 100003, 0, 1, 4097 in one launch)", P::elementwise, [&] {
+    const int64_t lengths[4] = {100003, 0, 1, 4097};
+    const int64_t n = 100003 + 1 + 4097;
     Twin<float> params(random_floats(n)), grads(random_floats(n));
     Twin<float> m(random_floats(n, -0.1f, 0.1f)), v(random_floats(n, 0.0f, 0.01f));
-    const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;  // step 3
-    const float bias1 = 1.0f - std::pow(b1, t3), bias2 = 1.0f - std::pow(b2, t3);
-    kernels::adamw_update(Device::CPU, params.c(), grads.c(), m.c(), v.c(), n, 1e-3f, b1, b2, 1e-8f,
-                          0.1f, bias1, bias2, 0.7f);
-    kernels::adamw_update(Device::CUDA, params.g(), grads.g(), m.g(), v.g(), n, 1e-3f, b1, b2,
-                          1e-8f, 0.1f, bias1, bias2, 0.7f);
+    kernels::AdamStep step;
+    step.lr = 1e-3f, step.beta1 = 0.9f, step.beta2 = 0.95f, step.eps = 1e-8f;
+    step.bias1 = 1.0f - std::pow(0.9f, 3.0f), step.bias2 = 1.0f - std::pow(0.95f, 3.0f);  // step 3
+    step.grad_scale = 0.7f;
+    auto runs_on = [&](bool gpu) {
+      std::vector<kernels::AdamRun> runs;
+      int64_t at = 0;
+      for (int r = 0; r < 4; at += lengths[r], ++r) {
+        kernels::AdamRun run;
+        run.master = (gpu ? params.g() : params.c()) + at;
+        run.grads = (gpu ? grads.g() : grads.c()) + at;
+        run.m = (gpu ? m.g() : m.c()) + at, run.v = (gpu ? v.g() : v.c()) + at;
+        run.n = lengths[r], run.weight_decay = r % 2 ? 0.0f : 0.1f;
+        runs.push_back(run);
+      }
+      return runs;
+    };
+    const std::vector<kernels::AdamRun> cpu = runs_on(false), gpu = runs_on(true);
+    kernels::adamw_update<float>(Device::CPU, cpu.data(), 4, step);
+    kernels::adamw_update<float>(Device::CUDA, gpu.data(), 4, step);
     return worst({err(params), err(m), err(v)});
   });
   check("sum_squares", 1e-9, [&] {
@@ -92,12 +107,24 @@ void check_optimizer_bf16() {
   Twin<bf16> grads(random_values<bf16>(n));
   std::unique_ptr<Twin<bf16>> params(written<bf16>(n));
   check("adamw_update bf16 (master, m, v)", Precision<float>::elementwise, [&] {
-    const float b1 = 0.9f, b2 = 0.95f, t3 = 3.0f;
-    const float bias1 = 1.0f - std::pow(b1, t3), bias2 = 1.0f - std::pow(b2, t3);
-    kernels::adamw_update(Device::CPU, master.c(), params->c(), grads.c(), m.c(), v.c(), n, 1e-3f,
-                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
-    kernels::adamw_update(Device::CUDA, master.g(), params->g(), grads.g(), m.g(), v.g(), n, 1e-3f,
-                          b1, b2, 1e-8f, 0.1f, bias1, bias2, 0.7f);
+    kernels::AdamStep step;
+    step.lr = 1e-3f, step.beta1 = 0.9f, step.beta2 = 0.95f, step.eps = 1e-8f;
+    step.bias1 = 1.0f - std::pow(0.9f, 3.0f), step.bias2 = 1.0f - std::pow(0.95f, 3.0f);
+    step.grad_scale = 0.7f;
+    auto run_on = [&](bool gpu) {  // two runs: weight decay on the first only
+      kernels::AdamRun a;
+      a.master = gpu ? master.g() : master.c(), a.params = gpu ? params->g() : params->c();
+      a.grads = gpu ? grads.g() : grads.c(), a.m = gpu ? m.g() : m.c();
+      a.v = gpu ? v.g() : v.c(), a.n = 60001, a.weight_decay = 0.1f;
+      kernels::AdamRun b = a;
+      b.master += a.n, b.params = static_cast<bf16*>(a.params) + a.n;
+      b.grads = static_cast<const bf16*>(a.grads) + a.n, b.m += a.n, b.v += a.n;
+      b.n = (int64_t)n - a.n, b.weight_decay = 0.0f;
+      return std::vector<kernels::AdamRun>{a, b};
+    };
+    const std::vector<kernels::AdamRun> cpu = run_on(false), gpu = run_on(true);
+    kernels::adamw_update<bf16>(Device::CPU, cpu.data(), 2, step);
+    kernels::adamw_update<bf16>(Device::CUDA, gpu.data(), 2, step);
     return worst({err(master), err(m), err(v)});
   });
   check("adamw_update bf16 (params = round(master))", Precision<bf16>::elementwise,

@@ -272,11 +272,16 @@ void DataParallel::exclude_from_norm(std::vector<std::pair<int64_t, int64_t>> ra
 
 double DataParallel::grad_sum_squares() {
   Impl& m = *impl_;
-  if (m.stage == 0) return m.counted_sum_squares(m.grads.data(), 0, m.layout.total);
-  // Stages >= 1: each element lives in exactly one rank's owned segments.
-  double local = 0;
-  for (const OwnedSegment& s : m.norm_segments)  // where the gradient lives (host: CPU twin)
-    local += m.counted_sum_squares(s.grad, s.flat_begin, s.count, s.host);
+  std::vector<kernels::Span> device_spans, host_spans;
+  if (m.stage == 0) {
+    m.counted_spans(device_spans, m.grads.data(), 0, m.layout.total);
+    return m.sum_squares(device_spans, false);
+  }
+  // Stages >= 1: each element lives in exactly one rank's owned segments, on the device or
+  // (CPU offload) on the host: one sum for each
+  for (const OwnedSegment& s : m.norm_segments)
+    m.counted_spans(s.host ? host_spans : device_spans, s.grad, s.flat_begin, s.count);
+  const double local = m.sum_squares(device_spans, false) + m.sum_squares(host_spans, true);
   if (!m.dp) return local;
   // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
   // doubles.

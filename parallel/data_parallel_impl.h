@@ -110,21 +110,20 @@ struct DataParallel::Impl {
   // in every call.
   bool communicates(const Bucket& b) const { return dp && b.numel() > 0; }
 
-  // Sum of squares of the gradient elements [flat_begin, flat_begin + n) stored from `g`,
-  // leaving out the excluded ranges (tensor-parallel replicas counted on another rank).
-  // host: g is host memory (CPU offload at stages 2-3): summed by the CPU twin.
-  double counted_sum_squares(const void* g, int64_t flat_begin, int64_t n, bool host = false) {
+  // The spans of the gradient elements [flat_begin, flat_begin + n) stored from `g` that this
+  // rank counts in the norm: all but the excluded ranges (tensor-parallel replicas counted on
+  // another rank), appended to `spans`.
+  void counted_spans(std::vector<kernels::Span>& spans, const void* g, int64_t flat_begin,
+                     int64_t n) const {
     const char* base = static_cast<const char*>(g);
-    double sum = 0;
     int64_t pos = flat_begin;
     const int64_t end = flat_begin + n;
     for (const auto& [lo, hi] : norm_exclusions) {
       if (hi <= pos || lo >= end) continue;
-      if (lo > pos) sum += sum_squares(base + (pos - flat_begin) * es, lo - pos, host);
+      if (lo > pos) spans.push_back({base + (pos - flat_begin) * es, lo - pos});
       pos = std::max(pos, hi);
     }
-    if (pos < end) sum += sum_squares(base + (pos - flat_begin) * es, end - pos, host);
-    return sum;
+    if (pos < end) spans.push_back({base + (pos - flat_begin) * es, end - pos});
   }
 
   // ---- storage elements ---------------------------------------------------------------
@@ -140,10 +139,13 @@ struct DataParallel::Impl {
     else
       kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
   }
-  double sum_squares(const void* x, int64_t n, bool host = false) {
+  // The sum of squares of the spans, one launch (kernels::sum_squares); host: host memory (CPU
+  // offload at stages 2-3), summed by the CPU twin.
+  double sum_squares(const std::vector<kernels::Span>& spans, bool host) {
     const Device d = host ? Device::CPU : device;
-    if (opt.bf16) return kernels::sum_squares(d, static_cast<const kernels::bf16*>(x), n);
-    return kernels::sum_squares(d, static_cast<const float*>(x), n);
+    if (spans.empty()) return 0.0;
+    if (opt.bf16) return kernels::sum_squares<kernels::bf16>(d, spans.data(), (int)spans.size());
+    return kernels::sum_squares<float>(d, spans.data(), (int)spans.size());
   }
   // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
   std::vector<char> to_storage(const std::vector<float>& v) const {

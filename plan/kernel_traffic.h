@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+#include "kernels/ops/loss_optimizer.h"  // sum_squares_launches
 #include "plan/plan.h"
 
 namespace paralab {
@@ -206,7 +207,8 @@ class KernelTally {
   void cross_entropy_sum_exp(double N, double v) { kernel(4 * N * v + 16 * N); }
   void cross_entropy_finish(double N, double V, double v) { kernel(4 * N * v + 4 * N * V + 20 * N); }
   void adamw_update(double n) { kernel(28 * n); }
-  void sum_squares(double n) { kernel(n * e_); }
+  // over `spans` pieces: one launch per kernels::kSquareSpansPerLaunch of them
+  void sum_squares(double n, int spans) { kernel(n * e_, kernels::sum_squares_launches(spans)); }
 
  private:
   int e_;

@@ -209,19 +209,28 @@ void vector_step(KernelTally& k, const DataParallelPlan& d, int zero, int n, int
     const int64_t hi = std::min(b.end, b.begin + (r + 1) * b.slice);
     if (zero > 0 && hi > lo) owned.push_back({lo, hi}), owned_on_host.push_back(host[j]);
   }
-  // grad_sum_squares: counted_sum_squares over [0, total) at stage 0, else each segment
-  auto squares = [&](int64_t begin, int64_t count) {
+  // grad_sum_squares: the counted spans of [0, total) at stage 0, else of each owned segment,
+  // summed in one call for the device's spans and one for the host's (CPU offload)
+  double elements[2] = {0, 0};
+  int spans[2] = {0, 0};
+  auto squares = [&](int64_t begin, int64_t count, bool on_host) {
     int64_t pos = begin;
     const int64_t end = begin + count;
+    auto span = [&](int64_t n) { elements[on_host] += (double)n, spans[on_host]++; };
     for (const auto& [lo, hi] : excluded) {
       if (hi <= pos || lo >= end) continue;
-      if (lo > pos) k.sum_squares((double)(lo - pos));
+      if (lo > pos) span(lo - pos);
       pos = std::max(pos, hi);
     }
-    if (pos < end) k.sum_squares((double)(end - pos));
+    if (pos < end) span(end - pos);
   };
-  if (zero == 0) squares(0, l.total);
-  else for (const auto& [lo, hi] : owned) squares(lo, hi - lo);
+  if (zero == 0) squares(0, l.total, false);
+  else
+    for (size_t i = 0; i < owned.size(); ++i)
+      // the norm reads a host bucket's gradient from the host only where it lives there
+      // (ZeRO-2/3, sharded gradients); at ZeRO-1 from the device
+      squares(owned[i].first, owned[i].second - owned[i].first, owned_on_host[i] && zero >= 2);
+  for (int h : {0, 1}) k.sum_squares(elements[h], spans[h]);
   // AdamW: the elements of the device's runs (each intersection of a device segment with a
   // tensor; a host bucket's segment is updated on the host: no kernel), one launch for all of
   // them in optimizer_step_traffic

@@ -532,7 +532,29 @@ TEST_P(Kernels, SumSquaresInDouble) {
   DevBuf<float> dx_(dev(), x);
   double want = 0.0;
   for (float v : x) want += (double)v * v;
-  EXPECT_NEAR(kernels::sum_squares(dev(), dx_.get(), n), want, want * 1e-12);
+  const kernels::Span all{dx_.get(), (int64_t)n};
+  EXPECT_NEAR(kernels::sum_squares<float>(dev(), &all, 1), want, want * 1e-12);
+}
+
+// Spans of odd lengths, an empty one among them, and more than one launch's worth
+// (kSquareSpansPerLaunch): the sum of every span's squares, counted as the launches it takes.
+TEST_P(Kernels, SumSquaresOverSpans) {
+  const int spans = kernels::kSquareSpansPerLaunch + 3;
+  std::vector<kernels::Span> list;
+  std::vector<float> x = uniform(40000, 47);
+  DevBuf<float> dx(dev(), x);
+  double want = 0.0;
+  int64_t at = 0;
+  for (int k = 0; k < spans; ++k) {
+    const int64_t n = k == 5 ? 0 : 1 + (k * 37) % 250;  // 1..250, one empty
+    list.push_back({dx.get() + at, n});
+    for (int64_t i = at; i < at + n; ++i) want += (double)x[i] * x[i];
+    at += n + 3;  // gaps: elements another rank counts
+  }
+  ASSERT_LE(at, (int64_t)x.size());
+  kernels::reset_kernel_counts();
+  EXPECT_NEAR(kernels::sum_squares<float>(dev(), list.data(), spans), want, want * 1e-12);
+  EXPECT_EQ(kernels::kernel_counts().launches, 2);  // 130 non-empty spans: 128 + 2
 }
 
 }  // namespace

@@ -115,7 +115,8 @@ template <> void adamw_update<Device::CPU, float>(const AdamRun* runs, int count
 // In double: a float running sum of 10^8 squares would lose the small ones entirely (its
 // 24-bit mantissa), and the norm decides whether gradients are clipped. Four partial sums
 // break the add-latency chain; the order differs from the GPU's tree only by rounding.
-template <> double sum_squares<Device::CPU, float>(const float* x, size_t n) {
+namespace {
+double squares_of(const float* x, size_t n) {
   double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -126,6 +127,15 @@ template <> double sum_squares<Device::CPU, float>(const float* x, size_t n) {
   }
   for (; i < n; i++) s0 += (double)x[i] * x[i];
   return (s0 + s1) + (s2 + s3);
+}
+}  // namespace
+
+// The spans' sums added in order.
+template <> double sum_squares<Device::CPU, float>(const Span* spans, int count) {
+  double total = 0.0;
+  for (int i = 0; i < count; ++i)
+    total += squares_of(static_cast<const float*>(spans[i].data), (size_t)spans[i].n);
+  return total;
 }
 
 // ---- bf16 storage ------------------------------------------------------------------------------
@@ -144,11 +154,14 @@ template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
   }
 }
 // Widened on the fly, one sum in double (not the fp32 twin's four partial sums).
-template <> double sum_squares<Device::CPU, bf16>(const bf16* x, size_t n) {
+template <> double sum_squares<Device::CPU, bf16>(const Span* spans, int count) {
   double s = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    const double f = to_float(x[i]);
-    s += f * f;
+  for (int k = 0; k < count; ++k) {
+    const bf16* x = static_cast<const bf16*>(spans[k].data);
+    for (int64_t i = 0; i < spans[k].n; ++i) {
+      const double f = to_float(x[i]);
+      s += f * f;
+    }
   }
   return s;
 }

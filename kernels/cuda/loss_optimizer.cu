@@ -16,8 +16,8 @@
 // read, p, m, v written; bf16: master, g, m, v read, master, p, m, v written), about 15 FLOPs:
 // memory-bound, as the per-tensor launches were, less 147 launches of GPT-2's step. The table
 // is uploaded when the runs change (the first step; a new layout), not every step.
-// Sum of squares: a fixed grid of blocks each sums a strided slice in double; the host adds
-// the per-block partials in block order, so the result does not depend on the GPU.
+// Sum of squares: a fixed grid of blocks each sums a strided slice of every span in double; the
+// host adds the per-block partials in block order, so the result does not depend on the GPU.
 //
 // AdamW and the sum of squares are templated on the storage type T of gradients (and of the
 // model's parameters): float, or bf16 widened on load. The loss stays fp32 (loss_optimizer.h: the
@@ -208,16 +208,28 @@ template <> void adamw_update<Device::CUDA, bf16>(const AdamRun* runs, int count
 
 // ---- sum of squares ------------------------------------------------------------------------
 
-// mirrors sum_squares<Device::CPU>: partial[block] = sum over the block's grid-strided elements.
+// The spans of one launch, in its parameters (kSquareSpansPerLaunch x 16 bytes: 2 KiB, inside
+// the 4 KiB every architecture takes).
+struct SquareSpans {
+  const void* data[kSquareSpansPerLaunch];
+  int64_t n[kSquareSpansPerLaunch];
+  int count;
+};
+
+// partial[block] (+)= the block's grid-strided elements of every span, span by span.
 template <typename T>
-__global__ void sum_squares_kernel(double* partial, const T* x, size_t n) {
+__global__ void sum_squares_kernel(double* partial, SquareSpans spans, bool accumulate) {
   double s = 0.0;
-  GRID_STRIDE_LOOP(i, n) {
-    const double xi = to_float(x[i]);
-    s += xi * xi;
+  for (int k = 0; k < spans.count; ++k) {
+    const T* x = static_cast<const T*>(spans.data[k]);
+    const size_t n = (size_t)spans.n[k];
+    GRID_STRIDE_LOOP(i, n) {
+      const double xi = to_float(x[i]);
+      s += xi * xi;
+    }
   }
   s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+  if (threadIdx.x == 0) partial[blockIdx.x] = (accumulate ? partial[blockIdx.x] : 0.0) + s;
 }
 
 // A small device buffer kept for the life of the process (2 KiB, outside the ledger), for
@@ -237,20 +249,35 @@ double cuda::add_partials(const double* partial) {
   return total;
 }
 
+// mirrors sum_squares<Device::CPU>: the non-empty spans in launches of kSquareSpansPerLaunch,
+// each block's partial accumulated over them, then one copy to the host.
 template <typename T>
-static double sum_squares_launch(const T* x, size_t n) {
-  if (n == 0) return 0.0;
+static double sum_squares_launch(const Span* spans, int count) {
+  SquareSpans batch;
+  batch.count = 0;
   double* partial = sum_partials();
-  sum_squares_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(partial, x, n);
-  KERNEL_CHECK();
-  return add_partials(partial);
+  bool launched = false;
+  auto flush = [&] {
+    sum_squares_kernel<T><<<kSumBlocks, kThreads, 0, stream()>>>(partial, batch, launched);
+    KERNEL_CHECK();
+    launched = true;
+    batch.count = 0;
+  };
+  for (int k = 0; k < count; ++k) {
+    if (spans[k].n == 0) continue;
+    batch.data[batch.count] = spans[k].data;
+    batch.n[batch.count] = spans[k].n;
+    if (++batch.count == kSquareSpansPerLaunch) flush();
+  }
+  if (batch.count > 0) flush();
+  return launched ? add_partials(partial) : 0.0;
 }
 
-template <> double sum_squares<Device::CUDA, float>(const float* x, size_t n) {
-  return sum_squares_launch(x, n);
+template <> double sum_squares<Device::CUDA, float>(const Span* spans, int count) {
+  return sum_squares_launch<float>(spans, count);
 }
-template <> double sum_squares<Device::CUDA, bf16>(const bf16* x, size_t n) {
-  return sum_squares_launch(x, n);
+template <> double sum_squares<Device::CUDA, bf16>(const Span* spans, int count) {
+  return sum_squares_launch<bf16>(spans, count);
 }
 
 }  // namespace kernels

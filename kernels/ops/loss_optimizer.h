@@ -7,7 +7,8 @@
 // the storage of the gradients (and of the model's copy of the weights).
 //
 // defines: cross_entropy_row_max, cross_entropy_sum_exp, cross_entropy_finish, AdamRun,
-//          AdamStep, adamw_update, sum_squares
+//          AdamStep, adamw_update, Span, kSquareSpansPerLaunch, sum_squares_launches,
+//          sum_squares
 #pragma once
 #include "kernels/dispatch.h"
 
@@ -91,11 +92,26 @@ void adamw_update(Device d, const AdamRun* runs, int count, const AdamStep& step
   ON_DEVICE(adamw_update, T)(runs, count, step);
 }
 
-// Sum of squares of x(n), accumulated in double, returned to the host (blocking).
-template <Device Dev, class T> double sum_squares(const T* x, size_t n);
-template <class T> double sum_squares(Device d, const T* x, size_t n) {
-  count_kernel((double)n * sizeof(T));
-  return ON_DEVICE(sum_squares, T)(x, n);
+// The gradient norm's sum of squares over a list of spans (pieces of one storage T: a rank's
+// owned segments less the ranges another rank counts), accumulated in double and returned to
+// the host (blocking): one launch and one copy to the host for up to kSquareSpansPerLaunch
+// spans (the spans ride in the kernel's parameters), where each piece was a launch and a
+// copy. The plan counts the same launches (plan/kernel_traffic.h).
+struct Span {
+  const void* data = nullptr;  // T
+  int64_t n = 0;
+};
+constexpr int kSquareSpansPerLaunch = 128;
+inline int sum_squares_launches(int spans) {
+  return (spans + kSquareSpansPerLaunch - 1) / kSquareSpansPerLaunch;
+}
+template <Device Dev, class T> double sum_squares(const Span* spans, int count);
+template <class T> double sum_squares(Device d, const Span* spans, int count) {
+  double n = 0;
+  int nonempty = 0;  // an empty span takes no place in a launch
+  for (int i = 0; i < count; ++i) n += (double)spans[i].n, nonempty += spans[i].n > 0;
+  count_kernel(n * sizeof(T), sum_squares_launches(nonempty));
+  return ON_DEVICE(sum_squares, T)(spans, count);
 }
 
 }  // namespace kernels

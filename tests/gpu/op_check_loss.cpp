@@ -92,8 +92,14 @@ void check_loss_optimizer() {
   });
   check("sum_squares", 1e-9, [&] {
     Twin<float> x(random_floats(3000017));
-    double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
-    double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
+    // three spans in one launch, one of them empty
+    const int64_t n = (int64_t)x.cpu.size(), third = n / 3;
+    std::vector<kernels::Span> cpu = {{x.c(), third}, {x.c() + third, 0},
+                                      {x.c() + third, n - third}};
+    std::vector<kernels::Span> gpu = {{x.g(), third}, {x.g() + third, 0},
+                                      {x.g() + third, n - third}};
+    double c = kernels::sum_squares<float>(Device::CPU, cpu.data(), 3);
+    double g = kernels::sum_squares<float>(Device::CUDA, gpu.data(), 3);
     return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
   });
 }
@@ -131,8 +137,14 @@ void check_optimizer_bf16() {
         [&] { return err(*params); });
   check("sum_squares bf16", 1e-9, [&] {
     Twin<bf16> x(random_values<bf16>(3000017));
-    double c = kernels::sum_squares(Device::CPU, x.c(), x.cpu.size());
-    double g = kernels::sum_squares(Device::CUDA, x.g(), x.cpu.size());
+    // three spans in one launch, one of them empty
+    const int64_t n = (int64_t)x.cpu.size(), third = n / 3;
+    std::vector<kernels::Span> cpu = {{x.c(), third}, {x.c() + third, 0},
+                                      {x.c() + third, n - third}};
+    std::vector<kernels::Span> gpu = {{x.g(), third}, {x.g() + third, 0},
+                                      {x.g() + third, n - third}};
+    double c = kernels::sum_squares<bf16>(Device::CPU, cpu.data(), 3);
+    double g = kernels::sum_squares<bf16>(Device::CUDA, gpu.data(), 3);
     return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
   });
 }

@@ -13,6 +13,20 @@
 
 namespace op_check {
 
+// The sum of squares of x over three spans in one launch (one of them empty), CUDA against
+// the CPU twin: the relative error.
+template <class T>
+double sum_squares_error(Twin<T>& x) {
+  const int64_t n = (int64_t)x.cpu.size(), third = n / 3;
+  const std::vector<kernels::Span> cpu = {{x.c(), third}, {x.c() + third, 0},
+                                          {x.c() + third, n - third}};
+  const std::vector<kernels::Span> gpu = {{x.g(), third}, {x.g() + third, 0},
+                                          {x.g() + third, n - third}};
+  const double c = kernels::sum_squares<T>(Device::CPU, cpu.data(), 3);
+  const double g = kernels::sum_squares<T>(Device::CUDA, gpu.data(), 3);
+  return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+}
+
 void check_loss_optimizer() {
   using P = Precision<float>;
   const int N = 24, V = 1003;
@@ -92,15 +106,7 @@ void check_loss_optimizer() {
   });
   check("sum_squares", 1e-9, [&] {
     Twin<float> x(random_floats(3000017));
-    // three spans in one launch, one of them empty
-    const int64_t n = (int64_t)x.cpu.size(), third = n / 3;
-    std::vector<kernels::Span> cpu = {{x.c(), third}, {x.c() + third, 0},
-                                      {x.c() + third, n - third}};
-    std::vector<kernels::Span> gpu = {{x.g(), third}, {x.g() + third, 0},
-                                      {x.g() + third, n - third}};
-    double c = kernels::sum_squares<float>(Device::CPU, cpu.data(), 3);
-    double g = kernels::sum_squares<float>(Device::CUDA, gpu.data(), 3);
-    return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+    return sum_squares_error(x);
   });
 }
 
@@ -137,15 +143,7 @@ void check_optimizer_bf16() {
         [&] { return err(*params); });
   check("sum_squares bf16", 1e-9, [&] {
     Twin<bf16> x(random_values<bf16>(3000017));
-    // three spans in one launch, one of them empty
-    const int64_t n = (int64_t)x.cpu.size(), third = n / 3;
-    std::vector<kernels::Span> cpu = {{x.c(), third}, {x.c() + third, 0},
-                                      {x.c() + third, n - third}};
-    std::vector<kernels::Span> gpu = {{x.g(), third}, {x.g() + third, 0},
-                                      {x.g() + third, n - third}};
-    double c = kernels::sum_squares<bf16>(Device::CPU, cpu.data(), 3);
-    double g = kernels::sum_squares<bf16>(Device::CUDA, gpu.data(), 3);
-    return std::isfinite(g) ? std::fabs(g - c) / std::fabs(c) : INFINITY;
+    return sum_squares_error(x);
   });
 }
 

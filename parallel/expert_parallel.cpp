@@ -115,6 +115,7 @@ void routing_sizes(const ExpertParallel& ep, const LocalRouting& routing, Expert
   x.N = routing.N;
   x.k = routing.k;
   x.h = routing.h;
+  x.padded = routing.padded_rows >= 0;
   if (ep.distributed() && ep.dispatcher == TokenDispatcher::ALLTOALL) {
     alltoall_rows(ep, routing, x);
   } else if (routing.padded_rows >= 0) {

@@ -25,11 +25,13 @@
 //   one rank, allgather  the rank's E rows per expert (the grouped GEMM's sizes), E x4
 //   alltoall             every etp_ep rank's rows per expert, after their all-gather: P E x4
 //                        (the all-to-all's send and receive sizes, its own rows among them)
-//   allgather            also its gathered routing map P (E + N k) x4, from which the host
-//                        builds the local maps (source_pair, local_slots) and uploads them
+//   allgather            also the other sources' rows per expert out of the gathered
+//                        routing map, (P - 1) copies of E x4 (its local experts' sizes and
+//                        ranges); the local maps (source_pair, local_slots) are built on the
+//                        device (kernels::moe_local_maps)
 // Padded to capacity (--moe-pad-expert-input-to-capacity) every size follows from the
-// configuration: no copy and no all-gather of the counts (the allgather dispatcher still
-// copies its gathered map). Megatron syncs the same counts for the same reasons.
+// configuration: no copy and no all-gather of the counts. Megatron syncs the same counts for
+// the same reasons.
 //
 // defines: TokenDispatcher, dispatcher_name, ExpertParallel, LocalRouting, ExpertExchange,
 //          routing_sizes, dispatch_tokens, combine_tokens, combine_tokens_backward,
@@ -88,6 +90,7 @@ struct ExpertExchange {
   int M = 0;     // rows this rank's tokens sent (its permuted rows)
   std::vector<int> rows, offset;  // (E), (E + 1) host: this rank's rows per global expert, and
                                   // the first permuted row of each
+  bool padded = false;  // padded to capacity: every rank's rows are min(C, N), known
   std::vector<int> all_rows;      // alltoall (P E) host: every etp_ep rank's rows, group order
   int R_ep = 0;  // alltoall: rows it received over ep (its block; = R at etp 1)
   int R = 0;     // rows its local experts run: every etp peer's block (received over ep)

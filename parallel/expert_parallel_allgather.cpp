@@ -11,9 +11,10 @@
 //             all-gather  etp_ep  the gates                               P N k 4
 //             all-gather  etp_ep  the routing map: per rank its rows per  P (E + N k) 4
 //                                 expert and each pair's row (int32)
-//             (each rank picks its experts' rows out of the gathered tokens: the map
-//             copied to the host, P (E + N k) x4, source_pair and local_slots built there
-//             and uploaded; a device build of them is left to do)
+//             (each rank picks its experts' rows out of the gathered tokens: the host takes
+//             the other sources' rows per expert, (P - 1) copies of E x4, none padded to
+//             capacity, to size its experts' GEMMs and place each source's ranges; the maps
+//             source_pair and local_slots are built on the device, kernels::moe_local_maps)
 //             reduce-scatter etp_ep  the output, each rank's partial sums  P N h es
 //   backward  all-gather  etp_ep  the output gradient                     P N h es
 //             reduce-scatter etp_ep  the input gradient                   P N h es
@@ -32,6 +33,7 @@
 //             gradient P N k x4.
 //
 // defines: allgather_exchange (the class AllGather)
+#include <algorithm>
 #include <vector>
 #include "kernels/ops.h"
 #include "parallel/expert_parallel_impl.h"  // TokenExchange, PARALAB_TOKEN_PATH, upload, download
@@ -44,40 +46,39 @@ using kernels::Device;
 constexpr Category kWorkspace = Category::WORKSPACE;
 constexpr Category kActivations = Category::ACTIVATIONS;
 
-// From every etp_ep rank's [rows per expert (E) | row of each pair (N k)], where each of this
-// rank's local rows comes from among the etp ep N k gathered pairs, and the inverse.
-void plan_allgather(const ExpertParallel& ep, const std::vector<int>& gathered, int E, int N,
-                    int k, ExpertExchange& x, std::vector<int>& source_pair,
-                    std::vector<int>& local_slots) {
-  const int P = ep.size() * ep.etp_size(), L = ep.local_experts(E), first = ep.first_expert(E);
-  const size_t per_rank = (size_t)E + (size_t)N * k, pairs = (size_t)N * k;
-  // each source's permutation: each expert's first row, and the pair of each row
-  std::vector<std::vector<int>> offset(P), row_pair(P);
-  for (int j = 0; j < P; ++j) {
-    const int* rows = gathered.data() + j * per_rank;
-    const int* slots = rows + E;
-    offset[j].assign(E + 1, 0);
-    for (int e = 0; e < E; ++e) offset[j][e + 1] = offset[j][e] + rows[e];
-    row_pair[j].assign(offset[j][E], -1);
-    for (size_t p = 0; p < pairs; ++p)
-      if (slots[p] >= 0) row_pair[j][slots[p]] = (int)p;
-  }
+// From every etp_ep rank's rows per expert (host, P E), this rank's local experts' rows and
+// offsets and R, and the ranges moe_local_maps places each gathered pair by: per source j and
+// local expert e, where e's rows start in j's permutation (first_row, L + 1 per source) and in
+// the local order (local_base, L per source). Local order: local expert by local expert,
+// source by source, each source's rows in its order.
+void local_ranges(const ExpertParallel& ep, const std::vector<int>& rows, int E, int P,
+                  ExpertExchange& x, std::vector<int>& first_row, std::vector<int>& local_base) {
+  const int L = ep.local_experts(E), first = ep.first_expert(E);
   x.local_rows.assign(L, 0);
   x.local_offset.assign(L + 1, 0);
-  source_pair.clear();
-  local_slots.assign((size_t)P * pairs, -1);
   for (int e = 0; e < L; ++e) {
-    for (int j = 0; j < P; ++j)
-      for (int row = offset[j][first + e]; row < offset[j][first + e + 1]; ++row) {
-        const int p = row_pair[j][row];
-        const int global = p < 0 ? -1 : (int)(j * pairs + p);
-        if (global >= 0) local_slots[global] = (int)source_pair.size();
-        source_pair.push_back(global);
-        x.local_rows[e]++;
-      }
-    x.local_offset[e + 1] = (int)source_pair.size();
+    for (int j = 0; j < P; ++j) x.local_rows[e] += rows[(size_t)j * E + first + e];
+    x.local_offset[e + 1] = x.local_offset[e] + x.local_rows[e];
   }
-  x.R = (int)source_pair.size();
+  x.R = x.local_offset[L];
+  first_row.assign((size_t)P * (L + 1), 0);
+  local_base.assign((size_t)P * L, 0);
+  for (int j = 0; j < P; ++j) {
+    const int* mine = rows.data() + (size_t)j * E;
+    int at = 0;  // the source's rows of the experts before
+    for (int e = 0; e < first; ++e) at += mine[e];
+    for (int e = 0; e <= L; ++e) {
+      first_row[(size_t)j * (L + 1) + e] = at;
+      if (e < L) at += mine[first + e];
+    }
+  }
+  for (int e = 0; e < L; ++e) {
+    int base = x.local_offset[e];
+    for (int j = 0; j < P; ++j) {
+      local_base[(size_t)j * L + e] = base;
+      base += rows[(size_t)j * E + first + e];
+    }
+  }
 }
 
 template <typename T>
@@ -102,11 +103,22 @@ struct AllGather final : TokenExchange<T> {
     CommHandle probs = ep.etp_ep->all_gather_async(gates, all_gates.data(), (size_t)N * k);
     ep.etp_ep->all_gather(all_routing.data() + me * per_rank, all_routing.data(), per_rank,
                           DType::I32);
-    std::vector<int> source_pair, local_slots;
-    plan_allgather(ep, download(dev, all_routing), E, N, k, x, source_pair, local_slots);
+    // every source's rows per expert: its own known, the others' copied (padded to capacity
+    // all known: min(C, N) each)
+    std::vector<int> rows((size_t)P * E);
+    for (int j = 0; j < P; ++j) {
+      int* to = rows.data() + (size_t)j * E;
+      if (x.padded || j == me) std::copy(x.rows.begin(), x.rows.end(), to);
+      else download(dev, to, all_routing.data() + j * per_rank, E);
+    }
+    std::vector<int> first_row, local_base;
+    local_ranges(ep, rows, E, P, x, first_row, local_base);
     x.R_ep = x.R;
-    upload(dev, x.source_pair, source_pair, kActivations);
-    upload(dev, x.local_slots, local_slots, kActivations);
+    x.source_pair.allocate(dev, x.R, kActivations);
+    x.local_slots.allocate(dev, (size_t)P * N * k, kActivations);
+    kernels::moe_local_maps(dev, x.source_pair.data(), x.local_slots.data(),
+                            all_routing.data() + E, per_rank, P, N * k,
+                            ep.local_experts(E), first_row.data(), local_base.data(), x.R);
     hidden.wait();
     probs.wait();
     expert_in.allocate(dev, (size_t)x.R * h, kActivations);

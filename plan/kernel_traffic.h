@@ -14,7 +14,7 @@
 // counted as kernels: they cross PCIe or the allocator, not HBM. The MoE routing's
 // device-to-host copies are counted apart (KernelTally::routing_copy, kernels/counters.h
 // count_routing_copy): per MoE layer and microbatch the E rows per expert (or the alltoall's
-// P E, the allgather's map P (E + N k)), none padded to capacity; once a step the routers'
+// P E, the allgather's other sources' (P - 1) E), none padded to capacity; once a step the routers'
 // counts (2 E per MoE layer here). The flash
 // attention kernels are counted apart (attention: launches only; their time is their FLOPs
 // at the attention efficiency). GEMM calls are plan/gemm_calls.h's.
@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <vector>
 #include "kernels/ops/loss_optimizer.h"  // sum_squares_launches
+#include "kernels/ops/moe_dispatch.h"   // moe_local_maps_launches
 #include "plan/plan.h"
 
 namespace paralab {
@@ -196,6 +197,9 @@ class KernelTally {
   void moe_gate_rank(double N, double k) { kernel(12 * N * k); }
   void moe_dispatch_scatter(double N, double k, double E, double M, bool rank) {
     kernel(4 * N * k * (rank ? 3 : 2) + 4 * (E + 1) + 4 * M);
+  }
+  void moe_local_maps(double R, int P, double pairs, int L) {
+    kernel(4 * R + 8 * P * pairs, kernels::moe_local_maps_launches(P, L));
   }
   void moe_expert_bias_update(double E) { kernel(12 * E); }
   void routing_copy(double bytes) {

@@ -15,8 +15,8 @@
 //                         [etp > 1: etp copies of the block, rows and gates]; permute R by
 //                         local expert (k = 1)
 //                       allgather: this rank's slots into the map (a copy of N k), the
-//                         gathered map to the host (a copy of P (E + N k)), permute R from the
-//                         P N gathered tokens
+//                         other sources' rows to the host ((P - 1) copies of E; none
+//                         padded), the local maps, permute R from the P N gathered tokens
 //             gelu | swiglu with the gates (R, f_e)
 //             combine   one rank: unpermute (N)
 //                       alltoall: permute R back to arrival order; [etp > 1: the partials
@@ -119,9 +119,11 @@ void moe_forward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& ro
     if (x.etp > 1) gather_blocks(k, x, x.h * e), gather_blocks(k, x, 4);
     k.moe_permute(x.R, x.h, true, x.fused);  // by local expert
   } else {
-    k.memcpy_device(4 * x.N * x.k);               // the slots into this rank's map
-    k.routing_copy(4 * x.P * (x.E + x.N * x.k));  // the gathered map, to the host
-    k.moe_permute(x.R, x.h, true, x.fused);       // from the gathered tokens
+    k.memcpy_device(4 * x.N * x.k);  // the slots into this rank's map
+    if (!padded)                     // the other sources' rows per expert, to the host
+      for (int j = 1; j < x.P; ++j) k.routing_copy(4 * x.E);
+    k.moe_local_maps(x.R, x.P, x.N * x.k, x.E / x.ep);
+    k.moe_permute(x.R, x.h, true, x.fused);  // from the gathered tokens
   }
   // ---- experts' activation, then combine_tokens
   if (x.gpt) k.moe_gelu_forward(x.R, x.fe);

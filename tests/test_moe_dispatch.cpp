@@ -280,6 +280,70 @@ TEST_P(MoeDispatch, RandomRoutingsEqualTheHostSort) {
   }
 }
 
+// The allgather dispatcher's local maps (kernels::moe_local_maps) against the host picking
+// they replaced: P sources' dispatches (random routings, drops and padding among them) in the
+// gathered layout [rows (E) | slots (N k)] each; this rank holds L experts from `first`; its
+// local rows go local expert by local expert, source by source, each source's rows in order.
+TEST_P(MoeDispatch, LocalMapsEqualTheHostPicking) {
+  struct Case {
+    int P, N, k, E, L, first;
+    float cf;
+    bool pad;
+  };
+  const Case cases[] = {
+      {2, 37, 2, 8, 4, 4, 0.0f, false},     // dropless
+      {4, 29, 3, 8, 2, 2, 1.0f, false},     // drops
+      {4, 29, 3, 8, 2, 6, 0.75f, true},     // padded: padding rows stay -1
+      {2, 61, 8, 600, 300, 0, 0.0f, false}, // more local experts than one launch's 256
+      {3, 1, 1, 4, 4, 0, 1.0f, false},      // one token, every expert local
+  };
+  unsigned seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "P " << c.P << " N " << c.N << " E " << c.E << " L "
+                                    << c.L);
+    const Moe moe = capped(c.E, c.k, c.cf, Moe::DropPolicy::PROBS, c.pad);
+    const int pairs = c.N * c.k, per_rank = c.E + pairs;
+    std::vector<int> gathered((size_t)c.P * per_rank);
+    std::vector<Maps> source(c.P);
+    for (int j = 0; j < c.P; ++j) {
+      std::vector<int> experts;
+      std::vector<float> gates;
+      random_routing(c.N, c.k, c.E, c.E, seed++, experts, gates);
+      source[j] = reference_dispatch(moe, experts, gates, c.N, c.k);
+      std::copy(source[j].rows.begin(), source[j].rows.end(), gathered.begin() + j * per_rank);
+      std::copy(source[j].slots.begin(), source[j].slots.end(),
+                gathered.begin() + j * per_rank + c.E);
+    }
+    // the host picking: each local row's gathered pair (-1: padding), and the inverse
+    std::vector<int> want_source_pair, want_local_slots((size_t)c.P * pairs, -1);
+    std::vector<int> first_row((size_t)c.P * (c.L + 1)), local_base((size_t)c.P * c.L);
+    for (int e = 0; e < c.L; ++e)
+      for (int j = 0; j < c.P; ++j) {
+        const Maps& d = source[j];
+        local_base[(size_t)j * c.L + e] = (int)want_source_pair.size();
+        for (int row = d.offset[c.first + e]; row < d.offset[c.first + e + 1]; ++row) {
+          const int p = d.row_pair[row];
+          if (p >= 0) want_local_slots[(size_t)j * pairs + p] = (int)want_source_pair.size();
+          want_source_pair.push_back(p < 0 ? -1 : j * pairs + p);
+        }
+      }
+    for (int j = 0; j < c.P; ++j)
+      for (int e = 0; e <= c.L; ++e)
+        first_row[(size_t)j * (c.L + 1) + e] = source[j].offset[c.first + e];
+    const int R = (int)want_source_pair.size();
+    DevBuf<int> map(dev(), gathered), source_pair(dev(), std::max(1, R)),
+        local_slots(dev(), (size_t)c.P * pairs);
+    kernels::reset_kernel_counts();
+    kernels::moe_local_maps(dev(), source_pair.get(), local_slots.get(), map.get() + c.E,
+                            per_rank, c.P, pairs, c.L, first_row.data(), local_base.data(), R);
+    EXPECT_EQ(kernels::kernel_counts().launches, kernels::moe_local_maps_launches(c.P, c.L));
+    std::vector<int> got = source_pair.host();
+    got.resize(R);
+    EXPECT_EQ(got, want_source_pair) << "source_pair";
+    EXPECT_EQ(local_slots.host(), want_local_slots) << "local_slots";
+  }
+}
+
 // The aux loss's counts per group (seq_aux_loss: one group per sequence).
 TEST_P(MoeDispatch, CountsPerGroup) {
   const int N = 12, k = 2, E = 5, group = 4;

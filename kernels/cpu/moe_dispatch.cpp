@@ -8,10 +8,13 @@
 //               row of e; the rows of e left over are padding
 //   gate rank   each expert's pairs listed in order, each pair's rank = how many of its list
 //               beat it (O(n_e^2) per expert, n_e <= N: each token picks an expert once)
+//   local maps  the allgather dispatcher's: each gathered pair's row, if a local expert's,
+//               placed by its expert's range (a binary search of the ranges' starts)
 //   bias update b_e += rate sign(mean - c_e)
 //
 // defines the CPU twins of kernels/ops/moe_dispatch.h: moe_expert_counts, moe_dispatch_offsets,
-//          moe_gate_rank, moe_dispatch_scatter, moe_expert_bias_update
+//          moe_gate_rank, moe_dispatch_scatter, moe_local_maps, moe_expert_bias_update
+#include <algorithm>
 #include <vector>
 
 #include "kernels/math.h"
@@ -73,6 +76,25 @@ template <> void moe_dispatch_scatter<Device::CPU>(int* row_pair, int* slots, co
   for (int e = 0; e < E; e++)  // the rows past an expert's kept pairs: padding
     for (int row = offset[e] + taken[e]; row < offset[e + 1]; row++) row_pair[row] = -1;
   (void)M;
+}
+
+template <> void moe_local_maps<Device::CPU>(int* source_pair, int* local_slots,
+                                             const int* slots, size_t stride, int P, int pairs,
+                                             int L, const int* first_row,
+                                             const int* local_base, int R) {
+  std::fill(source_pair, source_pair + R, -1);
+  std::fill(local_slots, local_slots + (size_t)P * pairs, -1);
+  for (int j = 0; j < P; ++j) {
+    const int* fr = first_row + (size_t)j * (L + 1);
+    for (int p = 0; p < pairs; ++p) {
+      const int s = slots[j * stride + p];
+      if (s < fr[0] || s >= fr[L]) continue;  // dropped, or another rank's expert
+      const int e = (int)(std::upper_bound(fr, fr + L + 1, s) - fr) - 1;  // its range
+      const int o = local_base[(size_t)j * L + e] + s - fr[e];
+      source_pair[o] = j * pairs + p;
+      local_slots[(size_t)j * pairs + p] = o;
+    }
+  }
 }
 
 template <> void moe_expert_bias_update<Device::CPU>(float* bias, const int* counts, int E,

@@ -31,6 +31,13 @@
 //   the GPU's integer rate (not measured yet). Ranking inside each expert's own list would cost
 //   sum n_e^2 instead but needs the lists first (a dropless sort); left for when a capacity run
 //   at that size shows it.
+// Local maps (moe_local_maps, the allgather dispatcher's): two fills of -1, then per source
+//   and chunk of kLocalMapExperts local experts one launch, the chunk's ranges in the kernel's
+//   parameters (2 KiB); a thread per pair of the source reads its row, and when a local
+//   expert of the chunk has it, binary-searches the ranges' starts for that expert and writes
+//   the pair's local row both ways. Each row has one pair: no two threads write one entry.
+//   Reads P pairs x4, writes R x4 and P pairs x4 (the fills' bytes; the scatter rewrites
+//   some).
 // Expert bias update: one block; each thread sums its strided counts, block_sum in double (of
 //   integers: exact, whatever the order), then each updates its strided experts.
 // Nothing here is atomic across blocks or depends on scheduling: deterministic.
@@ -152,6 +159,36 @@ __global__ void scatter_kernel(int* row_pair, int* slots, const int* experts, co
   for (int row = first + taken + threadIdx.x; row < end; row += blockDim.x) row_pair[row] = -1;
 }
 
+__global__ void fill_kernel(int* x, size_t n, int value) {
+  GRID_STRIDE_LOOP(i, n) x[i] = value;
+}
+
+// One chunk of local experts' ranges for one source: first_row[e] .. first_row[experts] the
+// chunk's rows in the source's permutation, base[e] where expert e's start in local order.
+struct LocalRanges {
+  int first_row[kLocalMapExperts + 1];
+  int base[kLocalMapExperts];
+  int experts;
+};
+
+// mirrors moe_local_maps<Device::CPU> for source j's pairs and one chunk of local experts.
+__global__ void local_maps_kernel(int* source_pair, int* local_slots, const int* slots, int j,
+                                  int pairs, LocalRanges r) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= pairs) return;
+  const int s = slots[p];
+  if (s < r.first_row[0] || s >= r.first_row[r.experts]) return;
+  int lo = 0, hi = r.experts - 1;  // the last expert whose range starts at or before s
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (r.first_row[mid] <= s) lo = mid;
+    else hi = mid - 1;
+  }
+  const int o = r.base[lo] + s - r.first_row[lo];
+  source_pair[o] = j * pairs + p;
+  local_slots[(size_t)j * pairs + p] = o;
+}
+
 // mirrors moe_expert_bias_update<Device::CPU>
 __global__ void bias_update_kernel(float* bias, const int* counts, int E, float rate) {
   double sum = 0.0;
@@ -195,6 +232,28 @@ template <> void moe_dispatch_scatter<Device::CUDA>(int* row_pair, int* slots, c
   scatter_kernel<<<E, kBlock, 0, stream()>>>(row_pair, slots, experts, rank, offset, N * k,
                                              capacity);
   KERNEL_CHECK();
+}
+
+template <> void moe_local_maps<Device::CUDA>(int* source_pair, int* local_slots,
+                                              const int* slots, size_t stride, int P,
+                                              int pairs, int L, const int* first_row,
+                                              const int* local_base, int R) {
+  if (R > 0) fill_kernel<<<grid_1d(R), kThreads, 0, stream()>>>(source_pair, R, -1);
+  const size_t all = (size_t)P * pairs;
+  if (all > 0) fill_kernel<<<grid_1d(all), kThreads, 0, stream()>>>(local_slots, all, -1);
+  KERNEL_CHECK();
+  if (pairs == 0) return;
+  for (int j = 0; j < P; ++j)
+    for (int c = 0; c < L; c += kLocalMapExperts) {
+      LocalRanges r;
+      r.experts = L - c < kLocalMapExperts ? L - c : kLocalMapExperts;
+      for (int e = 0; e <= r.experts; ++e)
+        r.first_row[e] = first_row[(size_t)j * (L + 1) + c + e];
+      for (int e = 0; e < r.experts; ++e) r.base[e] = local_base[(size_t)j * L + c + e];
+      local_maps_kernel<<<(pairs + kThreads - 1) / kThreads, kThreads, 0, stream()>>>(
+          source_pair, local_slots, slots + j * stride, j, pairs, r);
+      KERNEL_CHECK();
+    }
 }
 
 template <> void moe_expert_bias_update<Device::CUDA>(float* bias, const int* counts, int E,

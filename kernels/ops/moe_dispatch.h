@@ -25,7 +25,7 @@
 // expert ran, summed over the step), so that the bias never visits the host either.
 //
 // defines: moe_expert_counts, moe_dispatch_offsets, moe_gate_rank, moe_dispatch_scatter,
-//          moe_expert_bias_update
+//          kLocalMapExperts, moe_local_maps_launches, moe_local_maps, moe_expert_bias_update
 #pragma once
 #include "kernels/dispatch.h"
 
@@ -89,6 +89,32 @@ void moe_dispatch_scatter(Device d, int* row_pair, int* slots, const int* expert
                           int capacity) {
   count_kernel(4.0 * N * k * (rank ? 3 : 2) + 4.0 * (E + 1) + 4.0 * M);
   ON_DEVICE(moe_dispatch_scatter)(row_pair, slots, experts, rank, offset, N, k, E, M, capacity);
+}
+
+// The allgather dispatcher's local maps (parallel/expert_parallel_allgather.cpp), from the
+// gathered routing of the P = etp ep sources: source j's pair slots (N k = pairs of them) at
+// slots + j stride. Per source j and local expert e (L of them) the host passes where e's rows
+// start in j's permutation, first_row[j (L + 1) + e] (its last entry: where the local experts'
+// rows end), and where they start in this rank's R local rows, local_base[j L + e] (both host
+// arrays: they ride in the kernels' parameters). Pair p of source j with row s in local expert
+// e's range takes local row o = local_base[j L + e] + s - first_row[j (L + 1) + e]:
+// source_pair(R) "=", source_pair[o] = j pairs + p; local_slots(P pairs) "=",
+// local_slots[j pairs + p] = o; every other entry -1 (padding rows, and pairs another rank's
+// experts take). Launches: the two fills, then one per source and kLocalMapExperts experts.
+constexpr int kLocalMapExperts = 256;
+inline int moe_local_maps_launches(int P, int L) {
+  return 2 + P * ((L + kLocalMapExperts - 1) / kLocalMapExperts);
+}
+template <Device Dev>
+void moe_local_maps(int* source_pair, int* local_slots, const int* slots, size_t stride, int P,
+                    int pairs, int L, const int* first_row, const int* local_base, int R);
+template <class = void>
+void moe_local_maps(Device d, int* source_pair, int* local_slots, const int* slots,
+                    size_t stride, int P, int pairs, int L, const int* first_row,
+                    const int* local_base, int R) {
+  count_kernel(4.0 * R + 8.0 * P * pairs, moe_local_maps_launches(P, L));
+  ON_DEVICE(moe_local_maps)(source_pair, local_slots, slots, stride, P, pairs, L, first_row,
+                            local_base, R);
 }
 
 // Aux-loss-free balancing (DeepSeek-V3), once per step: bias(E) += rate sign(mean - counts[e]),

@@ -11,7 +11,7 @@
 //                       the shared gate, RoPE at the whole sequence's and at a cp rank's
 //                       positions (and split(theta 0) + rope == split(theta) on CUDA).
 //   check_moe_dispatch() the dispatch's counting sort pass by pass (integer maps: bound 0), the
-//                       expert bias's update.
+//                       allgather dispatcher's local maps, the expert bias's update.
 // main (op_check.cpp) calls check_moe_router(), check_moe_dispatch(), check_moe<float>() and
 // check_moe<bf16>().
 #include <cmath>
@@ -223,6 +223,33 @@ void check_moe_dispatch() {
       kernels::moe_dispatch_scatter(Device::CUDA, row_pair.g(), slots.g(), experts.g(), rg,
                                     offset_in.g(), c.N, c.k, E, M, c.capacity);
       return mismatches(row_pair) + mismatches(slots);
+    });
+    // the allgather dispatcher's local maps: two sources with this routing gathered, this
+    // rank's experts the upper half
+    const int L = E / 2, first = E - L, sources = 2, per_rank = E + P;
+    std::vector<int> map((size_t)sources * per_rank);
+    std::vector<int> first_row((size_t)sources * (L + 1)), local_base((size_t)sources * L);
+    int R = 0;
+    for (int j = 0; j < sources; ++j) {
+      std::copy(rows.cpu.begin(), rows.cpu.end(), map.begin() + j * per_rank);
+      std::copy(slots.cpu.begin(), slots.cpu.end(), map.begin() + j * per_rank + E);
+      for (int e = 0; e <= L; ++e) first_row[(size_t)j * (L + 1) + e] = offset.cpu[first + e];
+    }
+    for (int e = 0; e < L; ++e)
+      for (int j = 0; j < sources; ++j) {
+        local_base[(size_t)j * L + e] = R;
+        R += rows.cpu[first + e];
+      }
+    Twin<int> gathered(map);
+    Twin<int> source_pair(std::vector<int>(std::max(R, 1), -7),
+                          std::vector<int>(std::max(R, 1), -8));
+    Twin<int> local_slots(std::vector<int>(sources * P, -7), std::vector<int>(sources * P, -8));
+    check("moe_local_maps" + tag, 0.0, [&] {
+      kernels::moe_local_maps(Device::CPU, source_pair.c(), local_slots.c(), gathered.c() + E,
+                              per_rank, sources, P, L, first_row.data(), local_base.data(), R);
+      kernels::moe_local_maps(Device::CUDA, source_pair.g(), local_slots.g(), gathered.g() + E,
+                              per_rank, sources, P, L, first_row.data(), local_base.data(), R);
+      return mismatches(source_pair) + mismatches(local_slots);
     });
   }
   check("moe_dispatch_offsets E 2500 (the scan's chunks)", 0.0, [&] {

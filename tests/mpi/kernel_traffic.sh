@@ -6,8 +6,8 @@
 # backward, interleaved with selective recompute), cp 2 and 4 (the ring, flash and naive, the
 # contiguous layout, all-gather, all-to-all), dp 2 at ZeRO 0-3, ep 2 and 4 with either
 # dispatcher (padded to capacity; dropless and with drops at the measured routing; ZeRO-3),
-# etp 2, experts folded over tp 2 with sp, and combinations on 4 ranks (tp x dp, pp x cp,
-# tp x pp with vocabulary padding). Each step's --metrics-jsonl line carries "kernels" {measured,
+# etp 2, experts folded over tp 2 with sp, CPU offload at ZeRO 1-3, and combinations on 4
+# ranks (tp x dp, pp x cp, tp x pp with vocabulary padding). Each step's --metrics-jsonl line carries "kernels" {measured,
 # predicted} for rank 0 and, where the step gathers them, one per rank in "ranks"; each
 # rank's is checked (rank 0's alone when the line has no per-rank ones, and the script says
 # so). A prediction that says it is not exact ("exact": false: an expectation of the MoE
@@ -78,6 +78,10 @@ done
 traffic gpt-dp2-zero1-offload-half 2 $gpt --zero-stage 1 --ddp-bucket-size 5000 \
   --optimizer-cpu-offload --optimizer-offload-fraction 0.55
 traffic gpt-1rank-zero3-offload-params 1 $gpt --zero-stage 3 --offload-params
+# ZeRO-2 with offload: the gradient norm's sum of squares in two calls, the host buckets' on
+# the CPU twin and the device's (one launch each)
+traffic gpt-dp2-zero2-offload-half 2 $gpt --zero-stage 2 --ddp-bucket-size 5000 \
+  --optimizer-cpu-offload --optimizer-offload-fraction 0.55
 for dispatcher in alltoall allgather; do
   traffic "moe-ep2-$dispatcher-padded" 2 $moe --ep 2 --moe-token-dispatcher-type "$dispatcher" \
     --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity

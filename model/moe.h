@@ -61,7 +61,7 @@
 // and microbatch, only the sizes it launches with: the E rows per expert the grouped GEMM needs
 // (one copy; none padded to capacity, where they follow from the configuration), or with the
 // alltoall dispatcher every rank's (one copy of P E, the all-to-all's sizes), or with the
-// allgather dispatcher the other ranks' rows out of its gathered routing (P - 1 copies of E).
+// allgather dispatcher every rank's rows out of its gathered routing (one copy of P E).
 // The statistics (tokens and kept pairs per expert) are summed on the device and
 // copied once a step (Transformer::collect_moe_stats); the aux loss's counts and the expert
 // bias's update never leave it. kernels::count_routing_copy counts every copy.

@@ -25,8 +25,8 @@
 //   one rank, allgather  the rank's E rows per expert (the grouped GEMM's sizes), E x4
 //   alltoall             every etp_ep rank's rows per expert, after their all-gather: P E x4
 //                        (the all-to-all's send and receive sizes, its own rows among them)
-//   allgather            also the other sources' rows per expert out of the gathered
-//                        routing map, (P - 1) copies of E x4 (its local experts' sizes and
+//   allgather            also every source's rows per expert out of the gathered
+//                        routing map, one strided copy of P E x4 (its local experts' sizes and
 //                        ranges); the local maps (source_pair, local_slots) are built on the
 //                        device (kernels::moe_local_maps)
 // Padded to capacity (--moe-pad-expert-input-to-capacity) every size follows from the

@@ -12,7 +12,7 @@
 //             all-gather  etp_ep  the routing map: per rank its rows per  P (E + N k) 4
 //                                 expert and each pair's row (int32)
 //             (each rank picks its experts' rows out of the gathered tokens: the host takes
-//             the other sources' rows per expert, (P - 1) copies of E x4, none padded to
+//             every source's rows per expert, one strided copy of P E x4, none padded to
 //             capacity, to size its experts' GEMMs and place each source's ranges; the maps
 //             source_pair and local_slots are built on the device, kernels::moe_local_maps)
 //             reduce-scatter etp_ep  the output, each rank's partial sums  P N h es
@@ -103,13 +103,15 @@ struct AllGather final : TokenExchange<T> {
     CommHandle probs = ep.etp_ep->all_gather_async(gates, all_gates.data(), (size_t)N * k);
     ep.etp_ep->all_gather(all_routing.data() + me * per_rank, all_routing.data(), per_rank,
                           DType::I32);
-    // every source's rows per expert: its own known, the others' copied (padded to capacity
-    // all known: min(C, N) each)
+    // every source's rows per expert, out of each block of the map in one strided copy
+    // (padded to capacity all known: min(C, N) each)
     std::vector<int> rows((size_t)P * E);
-    for (int j = 0; j < P; ++j) {
-      int* to = rows.data() + (size_t)j * E;
-      if (x.padded || j == me) std::copy(x.rows.begin(), x.rows.end(), to);
-      else download(dev, to, all_routing.data() + j * per_rank, E);
+    if (x.padded) {
+      for (int j = 0; j < P; ++j) std::copy(x.rows.begin(), x.rows.end(), rows.begin() + j * E);
+    } else {
+      kernels::memcpy_to_host_strided(dev, rows.data(), all_routing.data(), (size_t)E * 4,
+                                      per_rank * 4, P);
+      kernels::count_routing_copy(4.0 * P * E);
     }
     std::vector<int> first_row, local_base;
     local_ranges(ep, rows, E, P, x, first_row, local_base);

@@ -14,7 +14,7 @@
 // counted as kernels: they cross PCIe or the allocator, not HBM. The MoE routing's
 // device-to-host copies are counted apart (KernelTally::routing_copy, kernels/counters.h
 // count_routing_copy): per MoE layer and microbatch the E rows per expert (or the alltoall's
-// P E, the allgather's other sources' (P - 1) E), none padded to capacity; once a step the routers'
+// P E, the allgather's P E out of its gathered map), none padded to capacity; once a step the routers'
 // counts (2 E per MoE layer here). The flash
 // attention kernels are counted apart (attention: launches only; their time is their FLOPs
 // at the attention efficiency). GEMM calls are plan/gemm_calls.h's.

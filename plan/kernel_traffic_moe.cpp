@@ -15,7 +15,7 @@
 //                         [etp > 1: etp copies of the block, rows and gates]; permute R by
 //                         local expert (k = 1)
 //                       allgather: this rank's slots into the map (a copy of N k), the
-//                         other sources' rows to the host ((P - 1) copies of E; none
+//                         sources' rows per expert to the host (one copy of P E; none
 //                         padded), the local maps, permute R from the P N gathered tokens
 //             gelu | swiglu with the gates (R, f_e)
 //             combine   one rank: unpermute (N)
@@ -120,8 +120,7 @@ void moe_forward_traffic(KernelTally& k, const ModelConfig& m, const MoeRows& ro
     k.moe_permute(x.R, x.h, true, x.fused);  // by local expert
   } else {
     k.memcpy_device(4 * x.N * x.k);  // the slots into this rank's map
-    if (!padded)                     // the other sources' rows per expert, to the host
-      for (int j = 1; j < x.P; ++j) k.routing_copy(4 * x.E);
+    if (!padded) k.routing_copy(4 * x.P * x.E);  // every source's rows per expert, to the host
     k.moe_local_maps(x.R, x.P, x.N * x.k, x.E / x.ep);
     k.moe_permute(x.R, x.h, true, x.fused);  // from the gathered tokens
   }

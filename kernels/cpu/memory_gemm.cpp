@@ -21,8 +21,8 @@
 // logits GEMM keeps its fp32 C as it is.
 //
 // defines the CPU twins of kernels/ops/memory_gemm.h: device_malloc, device_free,
-//          memcpy_to_host, memcpy_from_host, memcpy_device, memset_zero, synchronize, gemm,
-//          gemm_strided_batched, gemm_grouped; and the timer marks of kernels/counters.h
+//          memcpy_to_host, memcpy_to_host_strided, memcpy_from_host, memcpy_device,
+//          memset_zero, synchronize, gemm, gemm_strided_batched, gemm_grouped; and the timer marks of kernels/counters.h
 //          (timer_mark, timer_seconds: the steady clock)
 #include <cblas.h>
 
@@ -64,6 +64,14 @@ template <> void device_free<Device::CPU>(void* p) {
 
 template <> void memcpy_to_host<Device::CPU>(void* host_dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(host_dst, src, bytes);
+}
+
+template <> void memcpy_to_host_strided<Device::CPU>(void* host_dst, const void* src,
+                                                     size_t row_bytes, size_t src_pitch,
+                                                     size_t rows) {
+  for (size_t r = 0; r < rows && row_bytes > 0; ++r)
+    std::memcpy(static_cast<char*>(host_dst) + r * row_bytes,
+                static_cast<const char*>(src) + r * src_pitch, row_bytes);
 }
 
 template <> void memcpy_from_host<Device::CPU>(void* dst, const void* host_src, size_t bytes) {

@@ -133,6 +133,15 @@ template <> void memcpy_to_host<Device::CUDA>(void* host_dst, const void* src, s
   CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+template <> void memcpy_to_host_strided<Device::CUDA>(void* host_dst, const void* src,
+                                                      size_t row_bytes, size_t src_pitch,
+                                                      size_t rows) {
+  if (row_bytes == 0 || rows == 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(host_dst, row_bytes, src, src_pitch, row_bytes, rows,
+                               cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
 template <> void memcpy_from_host<Device::CUDA>(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));

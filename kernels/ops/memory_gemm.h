@@ -11,7 +11,8 @@
 // time is measured (the CPU's clock, CUDA events: kernels/counters.h, time per phase). T is the storage of A, B and C: for bf16 the products of exact
 // bf16 values are accumulated in fp32 and C is rounded once (CPU: widen, sgemm, round).
 //
-// defines: device_malloc, device_free, memcpy_to_host, memcpy_from_host, memcpy_device,
+// defines: device_malloc, device_free, memcpy_to_host, memcpy_to_host_strided,
+//          memcpy_from_host, memcpy_device,
 //          memset_zero, synchronize, gemm, gemm_strided_batched, GemmGroup, gemm_grouped,
 //          grouped_flops
 #pragma once
@@ -37,6 +38,17 @@ template <Device Dev> void memcpy_to_host(void* host_dst, const void* src, size_
 template <class = void>
 void memcpy_to_host(Device d, void* host_dst, const void* src, size_t bytes) {
   ON_DEVICE(memcpy_to_host)(host_dst, src, bytes);
+}
+// `rows` rows of `row_bytes` each, src_pitch bytes apart on the device, packed on the host:
+// one copy and one wait however many rows (the allgather dispatcher's rows per expert out of
+// every rank's block of its gathered routing map).
+template <Device Dev>
+void memcpy_to_host_strided(void* host_dst, const void* src, size_t row_bytes, size_t src_pitch,
+                            size_t rows);
+template <class = void>
+void memcpy_to_host_strided(Device d, void* host_dst, const void* src, size_t row_bytes,
+                            size_t src_pitch, size_t rows) {
+  ON_DEVICE(memcpy_to_host_strided)(host_dst, src, row_bytes, src_pitch, rows);
 }
 template <Device Dev> void memcpy_from_host(void* dst, const void* host_src, size_t bytes);
 template <class = void>

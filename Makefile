@@ -1,6 +1,8 @@
 # paralab build. `make` builds ./trainer with nvcc when the CUDA toolkit is present (CUDA
-# and CPU backends in one binary, sm_80 + sm_90); `make CPU_ONLY=1` builds with g++ alone.
-# Both builds treat warnings as errors.
+# and CPU backends in one binary, sm_80 + sm_90); `make CPU_ONLY=1` builds with g++ alone;
+# `make emulated` builds build/emulated/{trainer,op_check,emulator_tests}, whose CUDA device
+# is the emulated one (kernels/emulator/README.md: paralab's CUDA code, kernels included, run
+# on the CPU by g++, no toolkit needed). Every build treats warnings as errors.
 #
 #   make            set-up, build ./trainer
 #   make run        set-up, build, train the demo model
@@ -9,6 +11,7 @@
 #   make lessons    every lesson's check (lessons/NN-topic/check.sh)
 #   make plan       print the plan of the demo model
 #   make lint       the include order of the layers (tests/check_layout.sh)
+#   make emulated   set-up, build the emulated device's binaries (build/emulated)
 #
 # The public targets run scripts/setup.sh first and then build in a second make: the
 # compiler flags come from pkg-config, which can only answer once setup.sh has installed
@@ -19,6 +22,7 @@ ifeq ($(NVCC),)
   CPU_ONLY := 1
 endif
 CPU_ONLY ?= 0
+EMULATED ?= 0
 
 CXX := g++
 # Recursively expanded (=): asked when a recipe needs them, after setup.sh has run.
@@ -36,7 +40,25 @@ LAYERS := kernels measure parallel model checkpoint plan report cli app
 HOST_SRCS := $(wildcard kernels/cpu/*.cpp $(addsuffix /*.cpp,$(LAYERS)))
 TEST_SRCS := $(wildcard tests/*.cpp)
 
-ifeq ($(CPU_ONLY),1)
+ifeq ($(EMULATED),1)
+  # The CUDA sources, each rewritten once (kernels/emulator/translate.py: launches and
+  # __shared__ declarations) and compiled by g++ against the emulator's CUDA headers, with
+  # every load and store hooked (-fsanitize=thread's calls, answered by kernels/emulator/
+  # hooks.cpp, not by a sanitizer runtime) and every function entry (-finstrument-functions:
+  # a launch learns its kernel's address). -ffp-contract=off: no multiply-add fuses unless
+  # the code asks (fmaf), as in the CPU twins.
+  BUILD ?= build/emulated
+  FLAVOUR_FLAGS := -DPARALAB_EMULATED -Ikernels/emulator/include
+  CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+  EMU_GEN_HEADERS := $(patsubst %,$(BUILD)/gen/%,$(wildcard kernels/cuda/*.cuh kernels/cuda/*.h))
+  EMU_KERNEL_FLAGS = -std=c++17 -O2 -g -x c++ -I$(BUILD)/gen -I. -Ikernels/emulator/include \
+      $(MPI_CFLAGS) -DPARALAB_EMULATED -D__CUDA_ARCH__=900 -include cuda_runtime.h \
+      -fsanitize=thread -finstrument-functions \
+      -finstrument-functions-exclude-file-list=/usr/,kernels/emulator/,kernels/math.h,kernels/common.h \
+      -ffp-contract=off $(WARN) -Wno-unknown-pragmas -MMD -MP
+  HOST_SRCS += $(wildcard kernels/emulator/*.cpp)
+  CUDA_LIBS := -lboost_context
+else ifeq ($(CPU_ONLY),1)
   BUILD ?= build/cpu
   FLAVOUR_FLAGS := -DPARALAB_CPU_ONLY
   CUDA_SRCS :=
@@ -64,7 +86,8 @@ TEST_BINS := unit_tests test_comm test_data_parallel hf_logits
 JOBS = $(if $(filter -j% --jobs%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
 SUBMAKE = $(MAKE) --no-print-directory $(JOBS)
 
-.PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE
+.PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE \
+        emulated emulated-binaries
 all: setup
 	+@$(SUBMAKE) trainer
 
@@ -98,6 +121,13 @@ lessons: setup
 lint:
 	bash tests/check_layout.sh
 
+emulated: setup
+	+@$(SUBMAKE) EMULATED=1 emulated-binaries
+
+# The emulated device's binaries stay in build/emulated: ./trainer keeps naming the main build.
+emulated-binaries: $(BUILD)/trainer $(BUILD)/op_check $(BUILD)/emulator_tests \
+                   $(BUILD)/kernel_resources.txt
+
 binaries: trainer $(addprefix build/,$(TEST_BINS))
 
 # The link, remade on every make so that it always names this build's binary.
@@ -116,8 +146,8 @@ packages:
 	  "pkg-config: run 'make' (it runs scripts/setup.sh) or 'bash scripts/setup.sh'" >&2; exit 2; }
 
 # trainer.cu holds main() and no device code: nvcc compiles it in the CUDA build, g++ in the
-# CPU-only build.
-ifeq ($(CPU_ONLY),1)
+# CPU-only and emulated builds.
+ifneq ($(CPU_ONLY)$(EMULATED),00)
 $(BUILD)/trainer.o: trainer.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
@@ -143,9 +173,39 @@ $(BUILD)/kernels/%.o: kernels/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(KERNEL_FLAGS) -c $< -o $@
 
+ifeq ($(EMULATED),1)
+.PRECIOUS: $(BUILD)/gen/kernels/cuda/% $(BUILD)/gen/tests/emulator/%
+$(BUILD)/gen/kernels/cuda/%: kernels/cuda/% kernels/emulator/translate.py
+	@mkdir -p $(dir $@)
+	python3 kernels/emulator/translate.py $< $@
+$(BUILD)/gen/tests/emulator/%: tests/emulator/% kernels/emulator/translate.py
+	@mkdir -p $(dir $@)
+	python3 kernels/emulator/translate.py $< $@
+
+$(BUILD)/%.cu.o: $(BUILD)/gen/%.cu $(EMU_GEN_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_KERNEL_FLAGS) -c $< -o $@
+
+# Registers, static shared memory and stack per kernel (sm_90) from the nvcc build's ptxas
+# reports, when this machine has made one (kernels/emulator/kernel_counters.h).
+$(BUILD)/kernel_resources.txt: FORCE
+	@python3 kernels/emulator/resources.py build/cuda/kernels/cuda > $@
+
+$(BUILD)/op_check: $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/gpu/op_check*.cpp)) $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/emulator_tests: $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/emulator/*.cpp)) \
+                         $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard tests/emulator/*.cu)) $(LIB_OBJS)
+	$(CXX) -o $@ $^ -lgtest -lgtest_main $(LDLIBS) $(CUDA_LIBS)
+else
+# ptxas's report of each kernel's registers, shared memory and spills (sm_80 and sm_90) is
+# kept beside the object: the emulated device's kernel table reads it.
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@echo "$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@"
+	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2>$@.ptxas; status=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas >&2; exit $$status
+endif
 
 $(BUILD)/unit_tests: $(TEST_OBJS) $(LIB_OBJS)
 	$(CXX) -o $@ $^ -lgtest -lgtest_main $(LDLIBS) $(CUDA_LIBS)

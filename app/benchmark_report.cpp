@@ -81,7 +81,7 @@ std::string compute_text(const BenchmarkReport& r) {
                  "copies, %s host memory), %.2f us per 4-byte copy; host AdamW %.4g "
                  "parameters/s on one thread (fp32)\n",
                  m.pcie_bytes / m.d2h_seconds / 1e9, m.pcie_bytes / m.h2d_seconds / 1e9,
-                 m.pcie_bytes / 1048576, r.device == "cuda" ? "pinned" : "the same",
+                 m.pcie_bytes / 1048576, r.device != "cpu" ? "pinned" : "the same",
                  m.pcie_latency_s * 1e6, m.host_adam_rate);
   s += strprintf("attention: flash forward + backward (%s, causal), B %d, %d heads, seq %d, "
                  "head dim "
@@ -170,7 +170,7 @@ std::string benchmark_json(const BenchmarkReport& r, const std::string& saved) {
 }
 
 HardwareProfile benchmark_profile(const BenchmarkReport& r) {
-  const bool gpu = r.device == "cuda";
+  const bool gpu = r.device != "cpu";
   HardwareProfile p;
   if (r.base) p = *r.base;
   p.file.clear();

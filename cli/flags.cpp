@@ -300,8 +300,10 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
 
   // ---- run, data, backends ----
   app.add_option("--device", raw.device,
-                 "compute backend; default cuda when a GPU is visible, else cpu")
-      ->check(one_of({"cuda", "cpu"}))->group(kRun);
+                 "compute backend; default cuda when a GPU is visible, else cpu; cuda-emulated: "
+                 "the CUDA code run on the CPU by the emulated device (build/emulated/trainer, "
+                 "make emulated), for testing and reading, not speed")
+      ->check(one_of({"cuda", "cpu", "cuda-emulated"}))->group(kRun);
   app.add_option("--comm", raw.comm,
                  "communication backend; default nccl with --device cuda, mpi with cpu; "
                  "nccl needs --device cuda")
@@ -509,7 +511,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   if (!no_effect.empty()) o.warnings.push_back(no_effect);
   if (o.verbose) {
     // The defaults resolve_and_check derived into Options, shown under their flags.
-    raw.device = o.device == kernels::Device::CUDA ? "cuda" : "cpu";
+    raw.device = kernels::device_name(o.device);
     raw.comm = comm_name(o.comm);
     raw.pipeline_schedule = schedule_name(o.parallel.pipeline_schedule);
     raw.virtual_pipeline = o.parallel.virtual_pipeline;

@@ -470,10 +470,17 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_finite("--adam-eps", t.adam_eps);
 
   // Backends. A plan may describe GPUs this machine does not have.
+  // The emulated build's CUDA device is the emulator (kernels/common.h device_name): it answers
+  // to its own word, and the main build's to "cuda", so a run cannot take one for the other.
+  const std::string cuda_word = kernels::device_name(kernels::Device::CUDA);
+  if (!raw.device.empty() && raw.device != "cpu" && raw.device != cuda_word)
+    fail("--device ", raw.device, ": this binary's CUDA device is --device ", cuda_word,
+         cuda_word == "cuda" ? " (the emulated device is build/emulated/trainer: make emulated)"
+                             : " (a GPU runs the main build's ./trainer)");
   if (raw.device.empty())
     o.device = visible_gpus > 0 ? kernels::Device::CUDA : kernels::Device::CPU;
   else
-    o.device = raw.device == "cuda" ? kernels::Device::CUDA : kernels::Device::CPU;
+    o.device = raw.device == cuda_word ? kernels::Device::CUDA : kernels::Device::CPU;
   if (o.device == kernels::Device::CUDA && visible_gpus <= 0 && !o.plan)
     fail("--device cuda, but no GPU is visible (use --device cpu)");
   if (raw.comm.empty())
@@ -481,7 +488,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   else
     o.comm = raw.comm == "nccl" ? Comm::NCCL : Comm::MPI;
   if (o.comm == Comm::NCCL && o.device != kernels::Device::CUDA)
-    fail("--comm nccl needs --device cuda (use --comm mpi on the CPU backend)");
+    fail("--comm nccl needs --device ", cuda_word, " (use --comm mpi on the CPU backend)");
   check_at_least("--collective-timeout", o.collective_timeout, 0);
   check_finite("--collective-timeout", o.collective_timeout);
 

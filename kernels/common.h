@@ -29,7 +29,14 @@ struct bf16 {
 // Where a buffer lives and which twin runs an op on it.
 enum class Device { CPU, CUDA };
 
+// The --device word of a device: Device::CUDA is a GPU in the main build and the emulated GPU
+// in the emulated one (make emulated; kernels/emulator/README.md), which says so wherever the
+// run names its device.
+#if defined(PARALAB_EMULATED)
+inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda-emulated" : "cpu"; }
+#else
 inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
+#endif
 
 // True when this binary was built with the CUDA toolkit (nvcc build).
 bool cuda_compiled();

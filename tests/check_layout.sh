@@ -26,7 +26,8 @@ while IFS= read -r file; do
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
   if [ -n "$bad" ]; then failed=$((failed + 1)); echo "FAIL  $file includes from above its layer:$bad"
   else passed=$((passed + 1)); fi
-done < <(ls kernels/*.h kernels/*.cpp kernels/ops/* kernels/cpu/* kernels/cuda/* measure/* parallel/* \
+done < <(ls kernels/*.h kernels/*.cpp kernels/ops/* kernels/cpu/* kernels/cuda/* kernels/emulator/*.h \
+            kernels/emulator/*.cpp kernels/emulator/include/* measure/* parallel/* \
             model/* checkpoint/* plan/* report/* cli/* app/* 2>/dev/null)
 # The root holds the entrance only: trainer.cu is its one source file (notes/design.md).
 for file in $(ls *.cpp *.h *.cu *.cuh 2>/dev/null); do

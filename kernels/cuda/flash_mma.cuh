@@ -23,12 +23,36 @@
 #include "kernels/cuda/flash_mma_tiles.h"  // tile sizes, tile_needs_mask, first_query_seeing
 #include "kernels/cuda/mma_layout.h"
 #include "kernels/math.h"  // AttentionBlock, dropout_keep, bf16
+#if defined(PARALAB_EMULATED)
+#include "kernels/emulator/ptx.h"  // the instructions' emulated twins
+#endif
 
 namespace kernels {
 namespace cuda {
 namespace flash_mma {
 
 // ---- PTX wrappers ----------------------------------------------------------------------------
+#if defined(PARALAB_EMULATED)
+// The emulated device (make emulated) runs each instruction as kernels/emulator/ptx.h's twin,
+// which computes what the PTX ISA says it does and checks its addresses; the arguments and
+// results are the same registers.
+__device__ inline void ldsm_x4(uint32_t (&r)[4], const bf16* p) { emu::ptx::ldmatrix_x4(r, p, false); }
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  emu::ptx::ldmatrix_x4(r, p, true);
+}
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::ptx::mma_bf16(d, a, b0, b1);
+}
+__device__ inline uint32_t pack_bf16x2(float lo, float hi) { return emu::ptx::cvt_bf16x2(hi, lo); }
+__device__ inline void cp_async_16(bf16* dst, const bf16* src, bool full) {
+  emu::ptx::cp_async_16(dst, src, full ? 16 : 0);
+}
+__device__ inline void cp_async_commit() { emu::ptx::cp_async_commit(); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  emu::ptx::cp_async_wait(N);
+}
+#else
 __device__ inline uint32_t smem_addr(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -71,6 +95,7 @@ template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#endif
 
 // ---- tiles -----------------------------------------------------------------------------------
 // Rows row0 .. row0 + ROWS - 1 of a head's (rows, D) bf16 slice (rows D apart) into a shared

@@ -241,8 +241,11 @@ void check_moe_dispatch() {
         R += rows.cpu[first + e];
       }
     Twin<int> gathered(map);
-    Twin<int> source_pair(std::vector<int>(std::max(R, 1), -7),
-                          std::vector<int>(std::max(R, 1), -8));
+    // R entries seeded differently on each side (each must be written), and one past them the
+    // same on both, which neither twin may touch (with no local pair, R is 0: that one alone).
+    std::vector<int> pair_cpu(R + 1, -7), pair_gpu(R + 1, -8);
+    pair_cpu[R] = pair_gpu[R] = -9;
+    Twin<int> source_pair(pair_cpu, pair_gpu);
     Twin<int> local_slots(std::vector<int>(sources * P, -7), std::vector<int>(sources * P, -8));
     check("moe_local_maps" + tag, 0.0, [&] {
       kernels::moe_local_maps(Device::CPU, source_pair.c(), local_slots.c(), gathered.c() + E,

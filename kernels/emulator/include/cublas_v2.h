@@ -2,7 +2,7 @@
 // (kernels/emulator/cublas.cpp: column-major, with cuBLAS's transposes and leading dimensions,
 // computed by the CPU BLAS). Values as the toolkit's cublas_api.h.
 #pragma once
-#include "cuda_runtime.h"
+#include "kernels/emulator/include/cuda_runtime.h"
 
 typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda_runtime.h"
+#include "kernels/emulator/include/cuda_runtime.h"
 
 struct __nv_bfloat16 {
   unsigned short __x;

@@ -1,3 +1,3 @@
 // kernels/emulator/include/cuda_runtime_api.h: the emulated runtime (cuda_runtime.h).
 #pragma once
-#include "cuda_runtime.h"
+#include "kernels/emulator/include/cuda_runtime.h"

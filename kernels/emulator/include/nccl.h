@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 
-#include "cuda_runtime.h"
+#include "kernels/emulator/include/cuda_runtime.h"
 
 typedef enum {
   ncclSuccess = 0,

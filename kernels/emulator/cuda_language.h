@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #define __global__ __attribute__((noinline))
@@ -130,15 +131,15 @@ void run_launch(const LaunchConfig& config, const LaunchSite& site, void (*body)
                 void* context, const void* params, size_t params_bytes);
 
 template <class Body, class... Args>
-void launch(const LaunchConfig& config, const LaunchSite& site, Body body, const Args&... args) {
+void launch(const LaunchConfig& config, const LaunchSite& site, Body body, Args&&... args) {
   struct Call {  // the kernel's parameter space: the threads read the arguments from here
     Body body;
-    std::tuple<Args...> params;
+    std::tuple<std::decay_t<Args>...> params;  // an array argument decays, as in a launch
     static void run(void* self) {
       Call* call = static_cast<Call*>(self);
       std::apply(call->body, call->params);
     }
-  } call{body, std::tuple<Args...>(args...)};
+  } call{body, std::tuple<std::decay_t<Args>...>(args...)};
   run_launch(config, site, &Call::run, &call, &call, sizeof(call));
 }
 

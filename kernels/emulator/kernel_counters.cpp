@@ -291,7 +291,8 @@ std::string kernel_name_of(const void* function) {
 }
 
 // "flash_mma.cuh:88 (in flash_mma_forward.cu:140)": the innermost source line of an
-// instruction and, when inlined, the line of the function it was inlined into.
+// instruction outside the emulator's own headers and, when that was inlined, the line of the
+// function it was inlined into.
 std::string site_name(uintptr_t site) {
   static std::map<uintptr_t, std::string>* cache = new std::map<uintptr_t, std::string>();
   auto hit = cache->find(site);
@@ -299,7 +300,7 @@ std::string site_name(uintptr_t site) {
   char command[256];
   std::snprintf(command, sizeof command, "addr2line -e /proc/%d/exe -i 0x%lx 2>/dev/null",
                 (int)getpid(), (unsigned long)(site - 1 - load_base()));
-  std::vector<std::string> lines;
+  std::vector<std::string> lines;  // innermost first
   if (FILE* p = popen(command, "r")) {
     char line[1024];
     while (std::fgets(line, sizeof line, p)) {
@@ -307,13 +308,14 @@ std::string site_name(uintptr_t site) {
       while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
       const size_t paren = s.find(" (");
       if (paren != std::string::npos) s = s.substr(0, paren);
+      if (s.find("kernels/emulator/") != std::string::npos || s.find("??") == 0) continue;
       const size_t slash = s.rfind('/');
       lines.push_back(slash == std::string::npos ? s : s.substr(slash + 1));
     }
     pclose(p);
   }
   std::string name;
-  if (lines.empty() || lines[0].find("??") == 0) {
+  if (lines.empty()) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "pc 0x%lx", (unsigned long)(site - load_base()));
     name = buf;

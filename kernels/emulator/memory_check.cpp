@@ -24,8 +24,8 @@ std::map<uintptr_t, Allocation>& allocations() {
 }
 uint64_t g_serial = 0;
 
-// The executable's own loaded segments: code and constants the compiler may read from
-// (a table it made of a switch, say), never the kernel's data.
+// The executable's own read-only segments: code and constants the compiler may read from (a
+// table it made of a switch, say). Its writable data (a host array) is no memory of the device.
 struct Image {
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   Image() {
@@ -34,7 +34,7 @@ struct Image {
           Image* image = static_cast<Image*>(self);
           for (int i = 0; i < info->dlpi_phnum; i++) {
             const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-            if (ph.p_type != PT_LOAD) continue;
+            if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W)) continue;
             const uintptr_t low = info->dlpi_addr + ph.p_vaddr;
             image->ranges.push_back({low, low + ph.p_memsz});
           }
@@ -59,15 +59,18 @@ std::string hex(uintptr_t a) {
   return buf;
 }
 
-// Where an address lies relative to the allocations: past the end of one, or before one.
-std::string nearest(uintptr_t a) {
+// Where an access of `bytes` at `a` lies relative to the allocations: past the end of one, or
+// before one.
+std::string nearest(uintptr_t a, size_t bytes) {
   auto& all = allocations();
   auto above = all.upper_bound(a);
   std::string s;
   if (above != all.begin()) {
     const Allocation& below = std::prev(above)->second;
-    s = std::to_string(a - below.base - below.bytes) + " bytes past the end of a " +
-        std::to_string(below.bytes) + "-byte allocation (#" + std::to_string(below.serial) + ")";
+    s = "bytes [" + std::to_string(a - below.base) + ", " + std::to_string(a - below.base + bytes) +
+        ") of a " + std::to_string(below.bytes) + "-byte allocation (#" +
+        std::to_string(below.serial) + "): " + std::to_string(a + bytes - below.base - below.bytes) +
+        " bytes past its end";
   }
   if (above != all.end() && (s.empty() || above->first - a < 4096))
     s += std::string(s.empty() ? "" : "; ") + std::to_string(above->first - a) +
@@ -120,7 +123,7 @@ void global_access(Lane& lane, uintptr_t a, uint32_t bytes, bool write, uintptr_
     EmulatorCode inside;
     fail("memcheck",
          access_text(bytes, write, "global", a) + " by " + where(lane) + " at " +
-             site_name(site) + ": " + nearest(a),
+             site_name(site) + ": " + nearest(a, bytes),
          cudaErrorIllegalAddress, true);
   }
   if (a + bytes > hit->base + hit->bytes) {
@@ -165,7 +168,7 @@ std::string device_range_error(const void* p, size_t bytes, const std::string& w
   const Allocation* hit = find_allocation(a);
   if (hit == nullptr)
     return what + " at " + hex(a) + " (" + std::to_string(bytes) +
-           " bytes) is not device memory: " + nearest(a);
+           " bytes) is not device memory: " + nearest(a, bytes);
   if (a + bytes > hit->base + hit->bytes)
     return what + " at " + hex(a) + " (" + std::to_string(bytes) + " bytes) runs " +
            std::to_string(a + bytes - hit->base - hit->bytes) + " bytes past the end of a " +

@@ -87,8 +87,11 @@ std::string written_name(const LaunchSite& site) {
   std::string name = site.kernel;
   const char* with = std::strstr(site.caller, "[with ");
   if (with != nullptr) name += " " + std::string(with);
+  return name;
+}
+std::string launch_site(const LaunchSite& site) {
   const char* slash = std::strrchr(site.file, '/');
-  return name + " (" + (slash ? slash + 1 : site.file) + ":" + std::to_string(site.line) + ")";
+  return std::string(slash ? slash + 1 : site.file) + ":" + std::to_string(site.line);
 }
 
 // ---- the barrier ---------------------------------------------------------------------------
@@ -291,7 +294,8 @@ bool valid_configuration(Launch& launch) {
     why = "grid " + dims(uint3{g.x, g.y, g.z}) + " beyond (2^31 - 1, 65535, 65535)";
   if (why.empty()) return true;
   launch.error = cudaErrorInvalidConfiguration;
-  launch.message = "emulator: launch of " + written_name(launch.site) + ": " + why;
+  launch.message = "emulator: launch of " + written_name(launch.site) + " at " +
+                   launch_site(launch.site) + ": " + why;
   return false;
 }
 
@@ -361,8 +365,8 @@ void kernel_entered(const void* function) {
   const int allowed = limit == max_dynamic_shared().end() ? kDefaultSharedLimit : limit->second;
   if (launch.config.shared_bytes > (size_t)allowed) {
     launch.error = cudaErrorInvalidValue;
-    launch.message = "emulator: launch of " + launch.kernel_name + " (" +
-                     written_name(launch.site) + "): " +
+    launch.message = "emulator: launch of " + launch.kernel_name + " at " +
+                     launch_site(launch.site) + ": " +
                      std::to_string(launch.config.shared_bytes) +
                      " bytes of dynamic shared memory, above the kernel's limit of " +
                      std::to_string(allowed) +

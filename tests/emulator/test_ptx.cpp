@@ -1,0 +1,130 @@
+// tests/emulator/test_ptx.cpp: the emulated device's PTX instructions, run through the very
+// wrappers the tensor-core flash kernels call (kernels/cuda/flash_mma.cuh), against the PTX ISA's
+// tables (tests/ptx_isa_tables.h) and plain arithmetic:
+//   ldmatrix.x4 (and .trans): every lane's registers hold the elements the ISA names;
+//   mma.m16n8k16 bf16 -> fp32: D = A B + C, fragments placed by the ISA's tables, on small
+//     integers where fp32 is exact (so equal to the bit), and on random values within fp32
+//     rounding of the double product;
+//   cvt.rn.bf16x2.f32: round to nearest even, the first operand in the upper half;
+//   cp.async: 16 bytes landed after the wait_group that covers their group, not before (the
+//     emulator's documented, and GPU-conservative, choice), src-size 0 zero-filled.
+// These replace the re-typed ldmatrix and mma of the former tests/flash_mma_warp.h: the
+// instructions the kernels run are the ones tested.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/math.h"  // to_bf16, bits_to_float
+#include "tests/emulator/test_kernels.h"
+#include "tests/ptx_isa_tables.h"
+
+namespace {
+
+using namespace emulator_test;
+
+uint16_t bits(float x) { return kernels::to_bf16(x).bits; }
+float value(uint16_t b) { return kernels::bits_to_float((uint32_t)b << 16); }
+
+TEST(EmulatedPtx, LdmatrixGivesEachLaneTheIsaElements) {
+  std::vector<uint16_t> tile(256);
+  for (int i = 0; i < 256; i++) tile[i] = (uint16_t)(1000 + i);  // distinct, row-major 16 x 16
+  for (bool trans : {false, true}) {
+    const std::vector<uint32_t> regs = run_ldmatrix(tile, trans);
+    for (int lane = 0; lane < 32; lane++)
+      for (int m = 0; m < 4; m++)
+        for (int h = 0; h < 2; h++) {
+          const ptx_isa::Coord c = ptx_isa::ldsm(lane, h, trans);  // within matrix m
+          const int row = 8 * (m % 2) + c.row, col = 8 * (m / 2) + c.col;
+          const uint16_t got = (uint16_t)(regs[lane * 4 + m] >> (16 * h));
+          EXPECT_EQ(got, tile[row * 16 + col])
+              << "lane " << lane << " register " << m << " half " << h << (trans ? " .trans" : "");
+        }
+  }
+}
+
+// Fragments of A (16 x 16), B (16 x 8) and C (16 x 8) for every lane, by the ISA's tables.
+struct Fragments {
+  std::vector<uint32_t> a = std::vector<uint32_t>(128), b = std::vector<uint32_t>(64);
+  std::vector<float> c = std::vector<float>(128);
+};
+Fragments place(const float (&A)[16][16], const float (&B)[16][8], const float (&C)[16][8]) {
+  Fragments f;
+  for (int lane = 0; lane < 32; lane++) {
+    for (int i = 0; i < 8; i++) {
+      const ptx_isa::Coord p = ptx_isa::a(lane, i);
+      f.a[lane * 4 + i / 2] |= (uint32_t)bits(A[p.row][p.col]) << (16 * (i % 2));
+    }
+    for (int i = 0; i < 4; i++) {
+      const ptx_isa::Coord p = ptx_isa::b(lane, i);
+      f.b[lane * 2 + i / 2] |= (uint32_t)bits(B[p.row][p.col]) << (16 * (i % 2));
+      const ptx_isa::Coord q = ptx_isa::c(lane, i);
+      f.c[lane * 4 + i] = C[q.row][q.col];
+    }
+  }
+  return f;
+}
+
+void check_mma(bool integers) {
+  std::mt19937 rng(integers ? 7 : 11);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  float A[16][16], B[16][8], C[16][8];
+  for (auto& row : A)
+    for (float& x : row) x = value(bits(integers ? (float)small(rng) : real(rng)));
+  for (auto& row : B)
+    for (float& x : row) x = value(bits(integers ? (float)small(rng) : real(rng)));
+  for (auto& row : C)
+    for (float& x : row) x = integers ? (float)small(rng) : real(rng);
+  const Fragments f = place(A, B, C);
+  const std::vector<float> d = run_mma(f.a, f.b, f.c);
+  for (int lane = 0; lane < 32; lane++)
+    for (int i = 0; i < 4; i++) {
+      const ptx_isa::Coord p = ptx_isa::c(lane, i);
+      double want = C[p.row][p.col];
+      for (int k = 0; k < 16; k++) want += (double)A[p.row][k] * B[k][p.col];
+      if (integers)
+        EXPECT_EQ(d[lane * 4 + i], (float)want) << "lane " << lane << " element " << i;
+      else
+        EXPECT_NEAR(d[lane * 4 + i], want, 1e-6 * (1 + std::fabs(want))) << "lane " << lane;
+    }
+}
+TEST(EmulatedPtx, MmaIsTheProductOnSmallIntegersExactly) { check_mma(true); }
+TEST(EmulatedPtx, MmaIsTheProductOnRandomValues) { check_mma(false); }
+
+TEST(EmulatedPtx, CvtRoundsToNearestEvenFirstOperandHigh) {
+  std::vector<float> lo, hi;
+  const uint32_t cases[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x00000001u,
+                            0x80000000u, 0x3f800000u, 0xbf7fffffu};
+  for (uint32_t c : cases) {
+    float f;
+    std::memcpy(&f, &c, 4);
+    lo.push_back(f);
+    hi.push_back(-2.5f * f);
+  }
+  const std::vector<uint32_t> packed = run_cvt(lo, hi);
+  for (size_t i = 0; i < lo.size(); i++) {
+    EXPECT_EQ(packed[i] & 0xffffu, bits(lo[i])) << "case " << i;
+    EXPECT_EQ(packed[i] >> 16, bits(hi[i])) << "case " << i;
+  }
+}
+
+TEST(EmulatedPtx, CpAsyncLandsAtItsWaitAndZeroFills) {
+  std::vector<uint16_t> first(256), second(256);
+  for (int i = 0; i < 256; i++) {
+    first[i] = (uint16_t)(100 + i);
+    second[i] = (uint16_t)(5000 + i);
+  }
+  const std::vector<uint16_t> seen = run_cp_async(first, second);
+  for (int t = 0; t < 32; t++)
+    for (int e = 0; e < 8; e++) {
+      const int i = 8 * t + e;
+      EXPECT_EQ(seen[i], first[i]) << "group 0 after wait_group 1, thread " << t;
+      EXPECT_EQ(seen[256 + i], 0xffffu) << "group 1 before its wait: shared memory's old bytes";
+      EXPECT_EQ(seen[512 + i], t % 2 == 0 ? second[i] : 0) << "group 1 after wait_group 0";
+    }
+}
+
+}  // namespace

@@ -87,7 +87,7 @@ JOBS = $(if $(filter -j% --jobs%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || e
 SUBMAKE = $(MAKE) --no-print-directory $(JOBS)
 
 .PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE \
-        emulated emulated-binaries
+        emulated emulated-binaries emulated-kernel-flags emulated-link-libs
 all: setup
 	+@$(SUBMAKE) trainer
 
@@ -126,7 +126,7 @@ emulated: setup
 
 # The emulated device's binaries stay in build/emulated: ./trainer keeps naming the main build.
 emulated-binaries: $(BUILD)/trainer $(BUILD)/op_check $(BUILD)/emulator_tests \
-                   $(BUILD)/kernel_resources.txt
+                   $(BUILD)/planted_driver $(BUILD)/kernel_resources.txt
 
 binaries: trainer $(addprefix build/,$(TEST_BINS))
 
@@ -193,6 +193,14 @@ $(BUILD)/kernel_resources.txt: FORCE
 
 $(BUILD)/op_check: $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/gpu/op_check*.cpp)) $(LIB_OBJS)
 	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# tests/emulator/planted/defects.sh's driver, and the flags it compiles each planted defect with.
+$(BUILD)/planted_driver: $(BUILD)/tests/emulator/planted/driver.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+emulated-kernel-flags:
+	@echo $(EMU_KERNEL_FLAGS)
+emulated-link-libs:
+	@echo $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/emulator_tests: $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/emulator/*.cpp)) \
                          $(patsubst %.cu,$(BUILD)/%.cu.o,$(wildcard tests/emulator/*.cu)) $(LIB_OBJS)

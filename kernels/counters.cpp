@@ -2,7 +2,9 @@
 // time per phase (kernels/counters.h declares them and says what each counts).
 #include "kernels/counters.h"
 #include "kernels/dispatch.h"  // twin_for: the timer_* twins
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,8 +173,19 @@ KernelTimer::KernelTimer(Device d) : device_(d) {
   pool.pairs.push_back({phase, g_label, start_});
   mark(d, start_);
 }
+// A call that threw (a CUDA error, say) is not timed: its pair is dropped, and no second
+// runtime call is made while the first error unwinds (a throwing destructor would end the
+// process before the error's message is printed).
 KernelTimer::~KernelTimer() {
-  if (start_ >= 0) mark(device_, start_ + 1);
+  if (start_ < 0) return;
+  if (std::uncaught_exceptions() > 0) {
+    std::vector<MarkPair>& pairs = pool_of(device_).pairs;
+    pairs.erase(std::remove_if(pairs.begin(), pairs.end(),
+                               [this](const MarkPair& p) { return p.start == start_; }),
+                pairs.end());
+    return;
+  }
+  mark(device_, start_ + 1);
 }
 
 }  // namespace kernels

@@ -51,6 +51,10 @@ const NumberKey kNumbers[] = {
     {"host_memory_gib", &HardwareProfile::host_memory_gib, false},
     {"host_cores", &HardwareProfile::host_cores, false},
     {"host_adam_params_per_s", &HardwareProfile::host_adam_params_per_s, false},
+    {"sm_count", &HardwareProfile::sm_count, false},
+    {"sm_clock_ghz", &HardwareProfile::sm_clock_ghz, false},
+    {"mma_sync_tflops", &HardwareProfile::mma_sync_tflops, false},
+    {"compute_capability", &HardwareProfile::compute_capability, false},
 };
 
 // The keys `assumed` may name: every figure (the numbers, the node size, the link), not the

@@ -72,6 +72,15 @@ struct HardwareProfile {
   double host_memory_gib = 0;
   double host_cores = 0;
   double host_adam_params_per_s = 0;
+  // The GPU's streaming multiprocessors, for one kernel's projected time from its counters
+  // (plan/kernel_time.h; the emulated device's kernel table); 0 = not stated (no projection).
+  // sm_clock_ghz: the clock the dense tensor peak is quoted at; mma_sync_tflops: the dense bf16
+  // rate mma.sync reaches (all of it before Hopper; on Hopper only wgmma reaches the peak);
+  // compute_capability: 9.0, 8.0, ... (the per-SM limits of occupancy: plan/kernel_time.cpp).
+  double sm_count = 0;
+  double sm_clock_ghz = 0;
+  double mma_sync_tflops = 0;
+  double compute_capability = 0;
   std::vector<std::string> assumed;  // keys that are assumptions, not datasheet or measured
 
   bool is_assumed(const std::string& key) const;

@@ -2,7 +2,8 @@
 // with its CPU twin (notes/design.md, "Two backends, one code path").
 //
 // defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad,
-//          silu, silu_grad, rope_inv_freq, counter_uniform (dropout RNG), init_normal_value,
+//          silu, silu_grad, rope_inv_freq, counter_uniform (init's RNG), dropout_key,
+//          dropout_keep_keyed, dropout_keep (dropout's), init_normal_value,
 //          TokenPositions,
 //          AttentionRows, AttentionBlock, whole_sequence, visible_pairs,
 //          attention_merge_weights, attention_merge_value, adamw_step, and the MoE router rows:
@@ -155,8 +156,16 @@ HD float init_normal_value(uint64_t seed, uint64_t stream, uint64_t index, float
   return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2) * sigma;
 }
 // Dropout keeps an element when its uniform is >= p; kept values are scaled by 1/(1-p).
+// Dropout's keep bit of element `index` of stream (seed, stream): the uniform of one 64-bit mix
+// of the stream's key and the index, kept when >= p. The key is a function of (seed, stream)
+// alone, so a kernel hashes it once (dropout_key) and each element costs one mix64
+// (dropout_keep_keyed), not three: the flash kernels draw 32 bits a lane per tile.
+HD uint64_t dropout_key(uint64_t seed, uint64_t stream) { return mix64(seed ^ mix64(stream)); }
+HD bool dropout_keep_keyed(uint64_t key, uint64_t index, float p) {
+  return (float)(mix64(key ^ index) >> 40) * (1.0f / 16777216.0f) >= p;
+}
 HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
-  return counter_uniform(seed, stream, index) >= p;
+  return dropout_keep_keyed(dropout_key(seed, stream), index, p);
 }
 
 // ---- where a rank's tokens sit in the sequence (context parallelism) ------------------------
@@ -168,10 +177,9 @@ struct TokenPositions {
   int chunk = 1 << 30;        // rows per chunk
   int start[2] = {0, 0};      // global position of each chunk's first row
   int local = 0, length = 0;  // rows per sequence here, and in the full sequence (0: whole)
-  HD int at(int i) const {
-    const int c = i / chunk;
-    return start[c] + (i - c * chunk);
-  }
+  // A select, not start[i / chunk]: no division, and no array indexed at run time (which puts
+  // the whole struct in a GPU thread's local memory). Rows past the view get a finite position.
+  HD int at(int i) const { return i < chunk ? start[0] + i : start[1] + (i - chunk); }
   // How many of rows 0..rows-1 sit at a position <= p, when positions increase with the row
   // (start[1] >= start[0] + chunk): the causal mask keeps a prefix of keys for each query.
   HD int count_upto(int p, int rows) const {
@@ -212,9 +220,13 @@ struct AttentionBlock {
   //   + k.pos.at(j)
   int dropout_heads = 0, dropout_head0 = 0, dropout_length = 0;
   HD uint64_t dropout_index(int b, int h, int i, int j) const {
+    return dropout_row(b, h, i) + (uint64_t)k.pos.at(j);
+  }
+  // The index of (b, h, i, key position 0): a kernel computes it once per row.
+  HD uint64_t dropout_row(int b, int h, int i) const {
     const uint64_t L = (uint64_t)dropout_length;
     const uint64_t head = (uint64_t)b * dropout_heads + dropout_head0 + h;
-    return (head * L + (uint64_t)q.pos.at(i)) * L + (uint64_t)k.pos.at(j);
+    return (head * L + (uint64_t)q.pos.at(i)) * L;
   }
   // keys 0..visible(i)-1 are the ones query i sees (a prefix: positions increase)
   HD int visible(int i) const { return causal ? k.pos.count_upto(q.pos.at(i), k.rows) : k.rows; }

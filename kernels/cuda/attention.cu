@@ -323,7 +323,7 @@ __global__ void attention_probs_rescale_kernel(T* probs, const float* lse_pass, 
 static float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
 // mirrors attention_dropout_forward<Device::CPU>: element (bh, i, j), bh = b A + h, is kept when
-// counter_uniform(seed, stream, blk.dropout_index(b, h, i, j)) >= p, the bit the flash kernels
+// dropout_keep(seed, stream, blk.dropout_index(b, h, i, j), p), the bit the flash kernels
 // and the single-rank naive pass draw for the same probability.
 template <typename T>
 __global__ void attention_dropout_forward_kernel(T* out, uint8_t* mask, const T* probs,

@@ -51,9 +51,9 @@ cudaStream_t stream();
 cublasHandle_t cublas();
 
 // A twin's scratch, from the caching allocator (kernels/block_cache.h) that device_malloc
-// uses: neither zeroed nor synchronised, for work queued on stream(). scratch_free hands the
-// block back at once; whoever takes it next queues its work on the same stream, after the
-// work that used it (device_malloc waits for the stream), so no event is needed.
+// uses: not zeroed, for work queued on stream(). scratch_free hands the block back at once;
+// whoever takes it next queues its work on the same stream, after the work that used it
+// (memory_gemm.cu, "memory": the allocator is stream-ordered), so no event is needed.
 void* scratch_alloc(size_t bytes);
 void scratch_free(void* p);
 

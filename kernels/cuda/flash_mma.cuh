@@ -12,7 +12,7 @@
 // are zero-filled by cp.async (src-size 0), so partial tiles need no special case in the math:
 // a zero key scores 0 and is masked, a zero value row adds 0 * p = 0 (never 0 * garbage = NaN).
 //
-// defines: ldsm_x4, ldsm_x4_trans, mma_bf16, pack_bf16x2, cp_async_16, cp_async_commit,
+// defines: ldsm_x4, ldsm_x4_trans, mma_bf16, pack_bf16x2, cp_async_16, cp_async_4, cp_async_commit,
 //          cp_async_wait, load_rows_async, quad_max, quad_sum, keep_bits, aligned16,
 //          flash_mma_shape_ok, set_smem
 #pragma once
@@ -45,7 +45,10 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
 }
 __device__ inline uint32_t pack_bf16x2(float lo, float hi) { return emu::ptx::cvt_bf16x2(hi, lo); }
 __device__ inline void cp_async_16(bf16* dst, const bf16* src, bool full) {
-  emu::ptx::cp_async_16(dst, src, full ? 16 : 0);
+  emu::ptx::cp_async(dst, src, 16, full ? 16 : 0);
+}
+__device__ inline void cp_async_4(float* dst, const float* src, bool full) {
+  emu::ptx::cp_async(dst, src, 4, full ? 4 : 0);
 }
 __device__ inline void cp_async_commit() { emu::ptx::cp_async_commit(); }
 template <int N>
@@ -88,6 +91,11 @@ __device__ inline void cp_async_16(bf16* dst, const bf16* src, bool full) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                "l"(src), "r"(full ? 16 : 0));
 }
+// 4 bytes (a float), cached in L1 on the way (.ca: .cg takes only 16); full = false writes 0.
+__device__ inline void cp_async_4(float* dst, const float* src, bool full) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(full ? 4 : 0));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N committed groups are still in flight (this thread's copies only: a
 // __syncthreads must follow before other threads' rows are read).
@@ -127,16 +135,18 @@ __device__ inline float quad_sum(float x) {
 // Dropout's keep bits of a lane's 32 elements of a 16 x 64 score tile whose rows are queries
 // (forward, dQ): bit 4 nt + e for element e of n-tile nt, at query row[e / 2] and key
 // k0 + 8 nt + 2 tig + e % 2 (mma_layout.h c_coord). Drawn in a rolled loop before the tile's
-// products, so that the 64-bit hashing never competes with the fragments for registers.
+// products, so that the 64-bit hashing never competes with the fragments for registers; key is
+// the stream's dropout_key (hashed once per kernel), each row's index base computed once, so an
+// element costs one mix64 (kernels/math.h).
 __device__ inline uint32_t keep_bits(const AttentionBlock& blk, int b, int h, const int (&row)[2],
-                                     int k0, int lane, float p, uint64_t seed,
-                                     uint64_t rng_stream) {
+                                     int k0, int lane, float p, uint64_t key) {
+  const uint64_t top = blk.dropout_row(b, h, row[0]), bottom = blk.dropout_row(b, h, row[1]);
   uint32_t keep = 0;
 #pragma unroll 1
   for (int bit = 0; bit < 32; bit++) {
     const mma::Coord at = mma::c_coord(lane, bit & 3);
-    const int i = at.row < 8 ? row[0] : row[1], j = k0 + 8 * (bit >> 2) + at.col;
-    keep |= (uint32_t)dropout_keep(seed, rng_stream, blk.dropout_index(b, h, i, j), p) << bit;
+    const uint64_t index = (at.row < 8 ? top : bottom) + (uint64_t)blk.k.pos.at(k0 + 8 * (bit >> 2) + at.col);
+    keep |= (uint32_t)dropout_keep_keyed(key, index, p) << bit;
   }
   return keep;
 }

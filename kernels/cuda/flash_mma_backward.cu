@@ -22,10 +22,11 @@
 // bf16 into A fragments (c_to_a) and dQ (16 x D, D/2 fp32) += dS K with K's B fragments from
 // ldmatrix.trans. Shared: sQ, sdO (128, D+8), sK[2], sV[2] (64, D+8) = 136 KiB at D 128.
 //
-// dkdv_kernel: transposed. One block of 8 warps per (key tile of 128 rows, group, batch); warp w
-// owns keys [16w, 16w + 16) and holds dK, dV (16 x D each, fp32 C fragments: D fp32). It loops
-// over the group's A/G heads and, for each, over the query tiles of 64 rows that see the key
-// tile (from first_query_seeing(k0)), double-buffering Q, dO and the rows' (lse, delta, n_i):
+// dkdv_kernel: transposed. One block of 8 warps per (key tile of 128 rows, query head, batch);
+// warp w owns keys [16w, 16w + 16) and holds dK, dV (16 x D each, fp32 C fragments: D fp32). It
+// loops over the query tiles of 64 rows that see the key tile (from first_query_seeing(k0)),
+// double-buffering Q, dO and the rows' lse and delta (all by cp.async) and n_i. With GQA the
+// group's heads are separate blocks, their shares summed afterwards by group_sum_kernel:
 //
 //   S^T  (16 keys x 64 queries) = K_w Q^T    A: K_w (ldmatrix)   B: Q rows (ldmatrix)
 //   dP^T (16 x 64)              = V_w dO^T   A: V_w              B: dO rows
@@ -33,14 +34,16 @@
 //     key kw0 + group      queries 8 nt + 2 tig, 8 nt + 2 tig + 1   (c0, c1 of n-tile nt)
 //     key kw0 + group + 8  the same two queries                     (c2, c3)
 //   so a lane's keys are fixed and its 16 queries read their lse, delta and n_i from shared
-//   memory (a float2 and an int per query, per stage)
+//   memory (two floats and an int per query, per stage)
 //   dV (16 x D) += (P z)^T dO    A: (P z)^T from registers (c_to_a)   B: dO, ldmatrix.trans
 //   dK (16 x D) += dS^T Q        A: dS^T from registers               B: Q, ldmatrix.trans
 //
 // Shared: sK, sV (128, D+8), sQ[2], sdO[2] (64, D+8), 1.5 KiB of row terms = 137.5 KiB at D 128.
 // At the end each lane adds its fp32 dK (times scale) and dV to the widened old bf16 values and
-// rounds once. Per (key tile, query tile): 4 tile products, 8 kBc kBr D FLOPs (8.4 MFLOP at
-// D 128); global/L2 reads of Q and dO: 2 kBr D 2 bytes (32 KiB: 256 FLOP per byte).
+// rounds once (with GQA it writes them to scratch, and group_sum_kernel does that: 2 B A Sk D
+// fp32 written and read, 4 bytes an element, against the block's 8 kBc kBr D FLOPs per query
+// tile). Per (key tile, query tile): 4 tile products, 8 kBc kBr D FLOPs (8.4 MFLOP at D 128);
+// global/L2 reads of Q and dO: 2 kBr D 2 bytes (32 KiB: 256 FLOP per byte).
 #include "kernels/cuda/flash_mma.cuh"
 
 namespace kernels {
@@ -186,9 +189,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (k0 < warp_keys) {
       const bf16* tK = sK + stage * kBc * kStride;
-      const uint32_t keep = dropout_p > 0.0f ? keep_bits(blk, b, h, row, k0, lane, dropout_p, seed,
-                                                         rng_stream)
-                                             : 0xffffffffu;
+      const uint32_t keep = dropout_p > 0.0f
+                                ? keep_bits(blk, b, h, row, k0, lane, dropout_p, dropout_key(seed, rng_stream))
+                                : 0xffffffffu;
       float s[8][4], dp[8][4];  // S = Q_w K^T and dP' = dO_w V^T (16 x 64)
       rows_times_rows_t<D, 8>(s, sQ + 16 * warp * kStride, tK, lane);
       rows_times_rows_t<D, 8>(dp, sdO + 16 * warp * kStride, sV + stage * kBc * kStride, lane);
@@ -223,12 +226,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// mirrors the dK, dV part of cpu::flash_attention_backward. Grid (key tiles, G, B).
+// mirrors the dK, dV part of cpu::flash_attention_backward for one query head. Grid (key
+// tiles, A, B): each block takes one (key tile, query head, batch), so a GQA group's heads run in
+// parallel blocks, not one after another inside one (at Qwen3's shape, G 4 B 1 S 4096, the grid
+// over groups was 128 blocks on 132 SMs and the first key tile's block ran all 8 heads' tiles).
+// Without GQA (A == G) the block adds its dK, dV to the bf16 outputs itself; with it, its fp32
+// share goes to `partial` ((B A, Sk, D) for dK, then for dV) and group_sum_kernel adds a group's
+// heads in head order: deterministic, no atomics.
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-                const float* lse, const float* delta, int A, int G, float scale, float dropout_p,
-                uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
+    dkdv_kernel(bf16* dk, bf16* dv, float* partial, const bf16* dout, const bf16* q, const bf16* k,
+                const bf16* v, const float* lse, const float* delta, int A, int G, float scale,
+                float dropout_p, uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
   using T = Dkv<D>;
   constexpr int kBr = T::kBr, kBc = T::kBc, kStride = T::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -236,45 +245,43 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* sV = sK + kBc * kStride;              // (kBc, kStride)
   bf16* sQ = sV + kBc * kStride;              // 2 stages of (kBr, kStride)
   bf16* sdO = sQ + 2 * kBr * kStride;         // 2 stages of (kBr, kStride)
-  // 2 stages of kBr row terms: (lse_i log2 e, delta_i), and n_i
-  float2* sRow = reinterpret_cast<float2*>(smem + T::kTileBytes);
-  int* sKeys = reinterpret_cast<int*>(sRow + 2 * kBr);
+  // 2 stages of kBr row terms: lse_i, delta_i (cp.async, with the tiles), and n_i
+  float* sLse = reinterpret_cast<float*>(smem + T::kTileBytes);
+  float* sDelta = sLse + 2 * kBr;
+  int* sKeys = reinterpret_cast<int*>(sDelta + 2 * kBr);
 
-  const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int Sq = blk.q.rows, Sk = blk.k.rows, k0 = kt * kBc, kw0 = k0 + 16 * warp;
-  const int heads_per_group = A / G;
-  const size_t bg = (size_t)b * G + g;
+  const size_t bg = (size_t)b * G + h / (A / G), bh = (size_t)b * A + h;
   const size_t lse_stride = blk.q.head_stride / D;
   const float c = scale * kLog2e, kept_scale = 1.0f / (1.0f - dropout_p);
 
   // Query tiles before the first row that sees key k0 see none of the tile.
   const int first = first_query_seeing(blk, k0);
-  if (first >= Sq) return;  // no query sees the tile: dk, dv stay as they are (block-uniform)
-  const int qt_first = first / kBr, per_head = (Sq + kBr - 1) / kBr - qt_first;
-  const int steps = heads_per_group * per_head;
+  const int qt_first = first / kBr, steps = first >= Sq ? 0 : (Sq + kBr - 1) / kBr - qt_first;
 
-  // Step s: query head g * A/G + s / per_head, query tile qt_first + s % per_head, into `stage`.
+  // Step s: query tile qt_first + s, into `stage`: its Q and dO rows, and its rows' lse and
+  // delta (raw, zero past the view), fetched ahead by cp.async, so no plain load stalls the
+  // barrier; n_i is arithmetic.
   auto issue = [&](int s, int stage) {
-    const int h = g * heads_per_group + s / per_head, q0 = (qt_first + s % per_head) * kBr;
-    const size_t bh = (size_t)b * A + h;
+    const int q0 = (qt_first + s) * kBr;
     load_rows_async<D, kBr, kThreads>(sQ + stage * kBr * kStride, q + bh * blk.q.head_stride, q0,
                                       Sq);
     load_rows_async<D, kBr, kThreads>(sdO + stage * kBr * kStride, dout + bh * blk.q.head_stride,
                                       q0, Sq);
     if (threadIdx.x < kBr) {
       const int i = q0 + threadIdx.x;
-      const int n = i < Sq ? blk.visible(i) : 0;
-      sKeys[stage * kBr + threadIdx.x] = n;
-      sRow[stage * kBr + threadIdx.x] =
-          make_float2(n > 0 ? lse[bh * lse_stride + i] * kLog2e : 0.0f,
-                      i < Sq ? delta[bh * Sq + i] : 0.0f);
+      const bool inside = i < Sq;
+      sKeys[stage * kBr + threadIdx.x] = inside ? blk.visible(i) : 0;
+      cp_async_4(sLse + stage * kBr + threadIdx.x, lse + bh * lse_stride + (inside ? i : 0), inside);
+      cp_async_4(sDelta + stage * kBr + threadIdx.x, delta + bh * Sq + (inside ? i : 0), inside);
     }
   };
 
   load_rows_async<D, kBc, kThreads>(sK, k + bg * blk.k.head_stride, k0, Sk);
   load_rows_async<D, kBc, kThreads>(sV, v + bg * blk.k.head_stride, k0, Sk);
-  issue(0, 0);
+  if (steps > 0) issue(0, 0);
   cp_async_commit();
 
   float acc_k[D / 8][4], acc_v[D / 8][4];  // dK (without the scale), dV: 16 x D each
@@ -284,8 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; e++) acc_k[dt][e] = acc_v[dt][e] = 0.0f;
 
   for (int s = 0; s < steps; s++) {
-    const int stage = s & 1;
-    const int h = g * heads_per_group + s / per_head, q0 = (qt_first + s % per_head) * kBr;
+    const int stage = s & 1, q0 = (qt_first + s) * kBr;
     if (s + 1 < steps) {
       issue(s + 1, stage ^ 1);
       cp_async_commit();
@@ -299,17 +305,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kw0 < n_last) {  // some query of the tile sees some key of the warp (warp-uniform)
       const bf16* tQ = sQ + stage * kBr * kStride;
       const bf16* tdO = sdO + stage * kBr * kStride;
-      // Dropout's keep bits of the lane's 32 elements (bit 4 nt + e: row kw0 + row, column
+      // Dropout's keep bits of the lane's 32 elements (bit 4 nt + e: key kw0 + row, query
       // q0 + 8 nt + col of c_coord(lane, e)), drawn while only the accumulators are live.
       uint32_t keep = 0xffffffffu;
       if (dropout_p > 0.0f) {
         keep = 0;
+        const uint64_t key = dropout_key(seed, rng_stream);  // here, not live across the loop
+        const uint64_t key_top = (uint64_t)blk.k.pos.at(kw0 + mma::group_of(lane)),
+                       key_bottom = (uint64_t)blk.k.pos.at(kw0 + mma::group_of(lane) + 8);
 #pragma unroll 1
         for (int bit = 0; bit < 32; bit++) {
           const mma::Coord at = mma::c_coord(lane, bit & 3);
           const uint64_t index =
-              blk.dropout_index(b, h, q0 + 8 * (bit >> 2) + at.col, kw0 + at.row);
-          keep |= (uint32_t)dropout_keep(seed, rng_stream, index, dropout_p) << bit;
+              blk.dropout_row(b, h, q0 + 8 * (bit >> 2) + at.col) + (at.row < 8 ? key_top : key_bottom);
+          keep |= (uint32_t)dropout_keep_keyed(key, index, dropout_p) << bit;
         }
       }
       // The warp's 16 keys against the tile's rows: unmasked when the first row sees them all.
@@ -329,14 +338,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int e = 0; e < 4; e++) {
             const mma::Coord at = mma::c_coord(lane, e);
             const int j = kw0 + at.row, il = c0 + 8 * nt + at.col;  // key row, query column
-            const float2 lse_delta = sRow[stage * kBr + il];
             const float p = !mask || j < sKeys[stage * kBr + il]
-                                ? exp2f(fmaf(st[nt][e], c, -lse_delta.x))
+                                ? exp2f(fmaf(st[nt][e], c, -sLse[stage * kBr + il] * kLog2e))
                                 : 0.0f;
             const int bit = 4 * (NT * part + nt) + e;
             const float z = (keep >> bit) & 1u ? kept_scale : 0.0f;  // keep / (1-p)
             st[nt][e] = p * z;                                      // (P z)^T
-            dpt[nt][e] = p * (dpt[nt][e] * z - lse_delta.y);        // dS^T
+            dpt[nt][e] = p * (dpt[nt][e] * z - sDelta[stage * kBr + il]);  // dS^T
           }
         regs_times_rows<D, NT>(acc_v, st, tdO + c0 * kStride, lane);  // dV += (P z)^T dO
         regs_times_rows<D, NT>(acc_k, dpt, tQ + c0 * kStride, lane);  // dK += dS^T Q
@@ -344,13 +352,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // every warp is done with this stage before step s + 2 overwrites it
   }
+  cp_async_wait<0>();  // no step: sK, sV may still be in flight; none may outlive the block
 
-  // "+=": the fp32 share added to the widened bf16 value, rounded once.
 #pragma unroll
   for (int hf = 0; hf < 2; hf++) {
     const int j = kw0 + mma::group_of(lane) + 8 * hf;
     if (j >= Sk) continue;
-    const size_t at = bg * blk.k.head_stride + (size_t)j * D + 2 * mma::tig_of(lane);
+    const int col = 2 * mma::tig_of(lane);
+    if (partial != nullptr) {  // GQA: the head's share, summed by group_sum_kernel
+      float* pk = partial + (bh * Sk + j) * D + col;
+      float* pv = pk + (size_t)gridDim.z * A * Sk * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        *reinterpret_cast<float2*>(pk + 8 * dt) =
+            make_float2(scale * acc_k[dt][2 * hf], scale * acc_k[dt][2 * hf + 1]);
+        *reinterpret_cast<float2*>(pv + 8 * dt) = make_float2(acc_v[dt][2 * hf], acc_v[dt][2 * hf + 1]);
+      }
+      continue;
+    }
+    // "+=": the fp32 share added to the widened bf16 value, rounded once.
+    const size_t at = bg * blk.k.head_stride + (size_t)j * D + col;
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++) {
       uint32_t* pk = reinterpret_cast<uint32_t*>(dk + at + 8 * dt);
@@ -360,6 +381,34 @@ __global__ void __launch_bounds__(kThreads, 1)
                         high_bf16(ok) + scale * acc_k[dt][2 * hf + 1]);
       *pv = pack_bf16x2(low_bf16(ov) + acc_v[dt][2 * hf], high_bf16(ov) + acc_v[dt][2 * hf + 1]);
     }
+  }
+}
+
+// dK, dV of a GQA group: the group's heads' fp32 shares (dkdv_kernel's partial) summed in head
+// order, added to the widened bf16 values and rounded once. One thread per pair of channels of a
+// key row of a group: (B G Sk D / 2) threads.
+template <int D>
+__global__ void group_sum_kernel(bf16* dk, bf16* dv, const float* partial, int A, int G, int Sk,
+                                 int B, long long head_stride) {
+  const size_t pairs = (size_t)B * G * Sk * D / 2;
+  const int per_group = A / G;
+  const size_t v_offset = (size_t)B * A * Sk * D;
+  GRID_STRIDE_LOOP(e, pairs) {
+    const size_t col = 2 * (e % (D / 2)), j = e / (D / 2) % Sk, bg = e / (D / 2) / Sk;
+    const size_t b = bg / G, g = bg % G;
+    float2 sk = make_float2(0.0f, 0.0f), sv = make_float2(0.0f, 0.0f);
+    for (int hh = 0; hh < per_group; hh++) {
+      const size_t from = (((b * A + g * per_group + hh) * Sk + j) * D + col);
+      const float2 pk = *reinterpret_cast<const float2*>(partial + from);
+      const float2 pv = *reinterpret_cast<const float2*>(partial + v_offset + from);
+      sk.x += pk.x, sk.y += pk.y, sv.x += pv.x, sv.y += pv.y;
+    }
+    const size_t at = bg * head_stride + j * D + col;
+    uint32_t* pk = reinterpret_cast<uint32_t*>(dk + at);
+    uint32_t* pv = reinterpret_cast<uint32_t*>(dv + at);
+    const uint32_t ok = *pk, ov = *pv;
+    *pk = pack_bf16x2(low_bf16(ok) + sk.x, high_bf16(ok) + sk.y);
+    *pv = pack_bf16x2(low_bf16(ov) + sv.x, high_bf16(ov) + sv.y);
   }
 }
 
@@ -381,10 +430,19 @@ bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16
                  stream()>>>(dq, dout, q, k, v, lse, delta, A, G, scale, dropout_p, seed,
                              rng_stream, blk);
   KERNEL_CHECK();
-  dkdv_kernel<D><<<dim3((blk.k.rows + Dkv<D>::kBc - 1) / Dkv<D>::kBc, G, B), kThreads,
-                   Dkv<D>::kSmemBytes, stream()>>>(dk, dv, dout, q, k, v, lse, delta, A, G, scale,
-                                                   dropout_p, seed, rng_stream, blk);
+  // GQA: each head's share into scratch, then the group's sum (dkdv_kernel says why)
+  const int Sk = blk.k.rows;
+  float* partial = A == G ? nullptr : (float*)scratch_alloc(2 * (size_t)B * A * Sk * D * sizeof(float));
+  dkdv_kernel<D><<<dim3((Sk + Dkv<D>::kBc - 1) / Dkv<D>::kBc, A, B), kThreads, Dkv<D>::kSmemBytes,
+                   stream()>>>(dk, dv, partial, dout, q, k, v, lse, delta, A, G, scale, dropout_p,
+                               seed, rng_stream, blk);
   KERNEL_CHECK();
+  if (partial != nullptr) {
+    group_sum_kernel<D><<<grid_1d((size_t)B * G * Sk * D / 2), kThreads, 0, stream()>>>(
+        dk, dv, partial, A, G, Sk, B, blk.k.head_stride);
+    KERNEL_CHECK();
+    scratch_free(partial);
+  }
   scratch_free(delta);
   return true;
 }

@@ -64,8 +64,11 @@ namespace {
 
 // mirrors cpu::flash_attention_forward for one (query tile, head, batch). Grid: (query tiles,
 // A, B), the query tiles in reverse so that the longest (causal: the last) start first.
+// Occupancy: at D 64 two blocks share an SM (54 KiB of shared memory each; the launch bound
+// caps the registers at 128 a thread, which ptxas meets without spilling), so one block's
+// barrier stalls hide behind the other's products; at D 128 one (104 KiB, ~227 registers).
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
     forward_kernel(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int A, int G,
                    float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
                    AttentionBlock blk) {
@@ -144,9 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (k0 < warp_keys) {  // warp-uniform: some row of this warp sees a key of the tile
       const bf16* tK = sK + stage * kBc * kStride;
       const bf16* tV = sV + stage * kBc * kStride;
-      const uint32_t keep = dropout_p > 0.0f ? keep_bits(blk, b, h, row, k0, lane, dropout_p, seed,
-                                                         rng_stream)
-                                             : 0xffffffffu;
+      const uint32_t keep = dropout_p > 0.0f
+                                ? keep_bits(blk, b, h, row, k0, lane, dropout_p, dropout_key(seed, rng_stream))
+                                : 0xffffffffu;
       // S (16 x 64) = Q K^T: per 16 channels, one ldmatrix gives B fragments of 2 n-tiles.
       float s[kBc / 8][4];
 #pragma unroll

@@ -33,6 +33,8 @@ struct Fwd {
   static constexpr int kStride = D + kPad;
   // sQ (kBr), sK and sV (2 stages of kBc each)
   static constexpr size_t kSmemBytes = (size_t)(kBr + 4 * kBc) * kStride * kElem;
+  // Blocks an SM holds: the kernel's launch bound (flash_mma_forward.cu says why).
+  static constexpr int kBlocksPerSm = D == 64 ? 2 : 1;
 };
 template <int D>
 struct Dq {
@@ -43,8 +45,8 @@ struct Dq {
 template <int D>
 struct Dkv {
   static constexpr int kBc = 16 * kWarps, kBr = 64, kStride = D + kPad;
-  // sK, sV (kBc each), sQ and sdO (2 stages of kBr each), then per stage and query row
-  // (lse log2 e, delta) as a float2 and n_i as an int
+  // sK, sV (kBc each), sQ and sdO (2 stages of kBr each), then per stage and query row lse_i
+  // and delta_i (floats, fetched by cp.async with the tiles) and n_i (an int)
   static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * kElem;
   static constexpr size_t kSmemBytes = kTileBytes + 2 * kBr * (2 * sizeof(float) + sizeof(int));
   // The 64 query columns of a step are taken in kParts parts of 64 / kParts: S^T and dP^T

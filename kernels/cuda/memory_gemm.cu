@@ -83,6 +83,15 @@ void* cuda_current_stream() { return (void*)stream(); }
 // cudaMalloc or cudaFree (each of which synchronises the whole device) runs inside a step.
 // A failed cudaMalloc clears its error and returns nullptr, so that the cache can give its
 // blocks back (cudaFree) and try once more.
+//
+// Stream-ordered, as PyTorch's caching allocator and cudaMallocAsync's pools are: neither
+// device_malloc nor device_free waits for the device. A block freed while kernels queued on the
+// compute stream still use it may be handed out at once, because whoever takes it queues its
+// own work on the same stream, after theirs (the zero-fill below is such work). Work on another
+// stream is ordered the same way: NCCL's operations wait for an event of the compute stream
+// recorded when they are posted (parallel/comm_nccl.cpp), and a buffer given to one is freed only
+// after the host has waited for it (the comm layer's wait), so the compute stream's order is the
+// only one a freed block needs (PyTorch's record_stream covers the case this design rules out).
 static BlockCache& cache() {
   // never destroyed: a static object's destructor may free a buffer after it
   static BlockCache* c = new BlockCache(
@@ -104,18 +113,11 @@ template <> void* device_malloc<Device::CUDA>(size_t bytes) {
   // A reused block is zeroed as a fresh one: a write of `bytes` at the memory's bandwidth
   // (1 GiB in about 0.4 ms on an H100), queued on the stream after the block's last use.
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
-  // Synchronised so that code on other streams (NCCL) may use the buffer at once.
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
   return p;
 }
 
 template <> void device_free<Device::CUDA>(void* p) {
   if (p == nullptr) return;
-  // An op still queued, on this stream or (through the comm layer's waits) another, may read
-  // or write p; the block is cached, not freed, but the next taker may use it from another
-  // stream at once (device_malloc's promise), so it is handed back only once the stream is
-  // done with it.
-  CUDA_CHECK(cudaStreamSynchronize(stream()));
   if (!cache().give(p)) CUDA_CHECK(cudaFree(p));
 }
 

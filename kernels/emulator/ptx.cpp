@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/emulator/kernel_counters.h"
 #include "kernels/emulator/machine.h"
 #include "kernels/emulator/memory_check.h"
 #include "kernels/emulator/race_check.h"
@@ -60,10 +61,10 @@ size_t shared_offset_checked(Lane& lane, const void* p, size_t bytes, const char
              std::to_string((uintptr_t)p) + ", outside the block's shared memory, by " +
              where(lane) + " at " + site_name(site),
          cudaErrorIllegalAddress, true);
-  if (offset % 16 != 0)
+  if (offset % bytes != 0)
     fail("memcheck",
-         std::string(what) + ": shared address offset " + std::to_string(offset) +
-             " is not 16-byte aligned, by " + where(lane) + " at " + site_name(site),
+         std::string(what) + ": shared address offset " + std::to_string(offset) + " is not " +
+             std::to_string(bytes) + "-byte aligned, by " + where(lane) + " at " + site_name(site),
          cudaErrorMisalignedAddress, true);
   return offset;
 }
@@ -104,6 +105,21 @@ void ldmatrix_complete(Block& block, int warp, Lane* const (&lanes)[32], bool tr
 }
 
 // ---- mma.m16n8k16 bf16 -> fp32 ----------------------------------------------------------------
+namespace {
+bool g_trace_mma = false;
+std::vector<MmaTrace>& traces() {
+  static std::vector<MmaTrace>* t = new std::vector<MmaTrace>();
+  return *t;
+}
+}  // namespace
+
+void trace_mma(bool on) { g_trace_mma = on; }
+std::vector<MmaTrace> mma_traces() {
+  std::vector<MmaTrace> out;
+  out.swap(traces());
+  return out;
+}
+
 void mma_complete(Block& block, Lane* const (&lanes)[32]) {
   float A[16][16], B[16][8], C[16][8];
   for (int l = 0; l < 32; l++) {
@@ -137,6 +153,17 @@ void mma_complete(Block& block, Lane* const (&lanes)[32]) {
       d[e] = (float)sum;
     }
     std::memcpy(lanes[l]->collective.out, d, sizeof d);
+  }
+  if (g_trace_mma && lanes[0]->warp == 0 && block.index.x == 0 && block.index.y == 0 &&
+      block.index.z == 0) {
+    MmaTrace t;
+    for (int l = 0; l < 32; l++) {
+      std::memcpy(t.a[l], lanes[l]->collective.in, 16);
+      std::memcpy(t.b[l], &lanes[l]->collective.in[4], 8);
+      std::memcpy(t.c[l], &lanes[l]->collective.in[6], 16);
+      std::memcpy(t.d[l], lanes[l]->collective.out, 16);
+    }
+    traces().push_back(t);
   }
   Launch& launch = *current_launch();
   launch.counters.mma++;
@@ -196,31 +223,35 @@ uint32_t cvt_bf16x2(float a, float b) {
   return ((uint32_t)round_bf16(a) << 16) | (uint32_t)round_bf16(b);
 }
 
-void cp_async_16(void* dst, const void* src, uint32_t src_bytes) {
+void cp_async(void* dst, const void* src, uint32_t bytes, uint32_t src_bytes) {
   EmulatorCode inside;
   Lane& lane = *g_lane;
   const uintptr_t site = (uintptr_t)__builtin_return_address(0);
-  const size_t offset = shared_offset_checked(lane, dst, 16, "cp.async destination", site);
-  if ((uintptr_t)src % 16 != 0)
+  if (bytes != 4 && bytes != 8 && bytes != 16)
+    fail("memcheck", "cp.async of " + std::to_string(bytes) + " bytes (4, 8 or 16)",
+         cudaErrorIllegalAddress, true);
+  const size_t offset = shared_offset_checked(lane, dst, bytes, "cp.async destination", site);
+  if ((uintptr_t)src % bytes != 0)
     fail("memcheck",
-         "cp.async source " + std::to_string((uintptr_t)src) + " is not 16-byte aligned, by " +
-             where(lane) + " at " + site_name(site),
+         "cp.async source " + std::to_string((uintptr_t)src) + " is not " + std::to_string(bytes) +
+             "-byte aligned, by " + where(lane) + " at " + site_name(site),
          cudaErrorMisalignedAddress, true);
-  if (src_bytes > 16)
-    fail("memcheck", "cp.async src-size " + std::to_string(src_bytes) + " above its 16 bytes",
+  if (src_bytes > bytes)
+    fail("memcheck", "cp.async src-size " + std::to_string(src_bytes) + " above its " +
+                         std::to_string(bytes) + " bytes",
          cudaErrorIllegalAddress, true);
   if (src_bytes > 0) {
     const std::string bad = device_range_error(src, src_bytes, "cp.async source");
     if (!bad.empty())
       fail("memcheck", bad + ", by " + where(lane) + " at " + site_name(site),
            cudaErrorIllegalAddress, true);
-    lane.log.push_back(Access{site, (uintptr_t)src, src_bytes, Space::Global, false});
+    if (g_count_requests) lane.log.push_back(Access{site, (uintptr_t)src, src_bytes, Space::Global, false});
   }
   Block& block = *current_block();
-  race_shared_access(lane, block, offset, 16, true, site);
-  lane.log.push_back(Access{site, offset, 16, Space::Shared, true});
-  lane.async_copies.push_back(AsyncCopy{dst, src, 16, src_bytes, site});
-  current_launch()->counters.cp_async_bytes += 16;
+  race_shared_access(lane, block, offset, bytes, true, site);
+  if (g_count_requests) lane.log.push_back(Access{site, offset, bytes, Space::Shared, true});
+  lane.async_copies.push_back(AsyncCopy{dst, src, bytes, src_bytes, site});
+  current_launch()->counters.cp_async_bytes += bytes;
 }
 
 void cp_async_commit() {

@@ -18,13 +18,14 @@
 //       once to fp32 (the tensor cores' order of summation is not specified).
 //   cvt.rn.bf16x2.f32 d, a, b   cvt_bf16x2: a rounded to nearest even into the upper half,
 //       b into the lower; NaN becomes the canonical 0x7fff.
-//   cp.async.cg.shared.global [dst], [src], 16, src_size   cp_async_16: 16 bytes, src_size of
-//       them read from global and the rest zero-filled; dst and src 16-aligned (src even when
-//       src_size is 0). The copy lands when a cp.async.wait_group covers its group
+//   cp.async.{cg,ca}.shared.global [dst], [src], cp-size, src_size   cp_async: cp-size (4, 8 or
+//       16) bytes, src_size of them read from global and the rest zero-filled; dst and src
+//       aligned to cp-size (src even when src_size is 0). The copy lands when a
+//       cp.async.wait_group covers its group
 //       (cp_async_commit / cp_async_wait); until then the destination holds what it held,
 //       and racecheck counts it as written (race_check.h).
 //
-// defines: emu::ptx::{ldmatrix_x4, mma_bf16, cvt_bf16x2, cp_async_16, cp_async_commit,
+// defines: emu::ptx::{ldmatrix_x4, mma_bf16, cvt_bf16x2, cp_async, cp_async_commit,
 //          cp_async_wait}, emu::complete_async_copies
 #pragma once
 #include <cstddef>
@@ -42,7 +43,7 @@ namespace ptx {
 void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans);
 void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 uint32_t cvt_bf16x2(float a, float b);
-void cp_async_16(void* dst, const void* src, uint32_t src_bytes);
+void cp_async(void* dst, const void* src, uint32_t bytes, uint32_t src_bytes);
 void cp_async_commit();
 void cp_async_wait(int groups_in_flight);
 

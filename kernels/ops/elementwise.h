@@ -89,7 +89,7 @@ void swiglu_backward(Device d, T* din, const T* dout, const T* in, int N, int F)
 }
 
 // ---- dropout --------------------------------------------------------------------------------
-// Keep element i when counter_uniform(seed, stream, pos.element(i, width)) >= p
+// Keep element i when dropout_keep(seed, stream, pos.element(i, width), p) (kernels/math.h)
 // (kernels/math.h); out = in * keep / (1-p); mask[i] = keep (1 byte). p == 0 copies and sets
 // mask to 1. pos and width: a (B * pos.local, width) tensor of a context-parallel rank's
 // tokens draws the single-rank run's bits (the default: index i itself). The mask does not

@@ -162,6 +162,7 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
   float* one = static_cast<float*>(kernels::device_malloc(d, 3 * sizeof(float)));
   c.launch_s = best_seconds(d, [&] { kernels::add(d, one, one + 1, one + 2, 1); }, 0.01);
   kernels::device_free(d, one);
+  c.timer_pair_s = kernels::timer_overhead_seconds(d);
 
   time_gemms<float>(d, "fp32", max_bytes, trial_s, gpu ? 1.0 : 0.4, c.gemm);
   if (gpu) time_gemms<kernels::bf16>(d, "bf16", max_bytes, trial_s, 1.0, c.gemm);

@@ -48,6 +48,8 @@ struct AttentionShape {
 // One rank's compute measurements.
 struct ComputeResults {
   double launch_s = 0;                   // per call of a 1-element add
+  double timer_pair_s = 0;               // host time of one timed call's pair of marks
+                                         // (--timing-log-level 1 and 2: kernels/counters.h)
   std::vector<GemmPoint> gemm;           // fp32 sizes, then bf16 ones (CUDA)
   double best_fp32 = 0, best_bf16 = 0;   // FLOP/s
   double bw_bytes = 0, bw_seconds = 0;   // out = a + b: bytes per call, seconds per call

@@ -40,6 +40,7 @@ Training::Training(const Options& o, const World& w)
   const ParallelConfig& par = o.parallel;
   const kernels::Device dev = o.device;
   if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
+  kernels::set_timing_level(o.timing_log_level);
   set_collective_timeout(o.collective_timeout);  // the comm layer's watchdog (parallel/comm.h)
   topo_.reset(new Topology(GridSpec{w.size, par.tensor_parallel, par.context_parallel,
                                     par.pipeline_parallel, par.expert_parallel,

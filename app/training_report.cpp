@@ -94,6 +94,7 @@ void Training::report(StepRecord& r) {
   measured_time.attention = s.kernel_seconds.attention;
   measured_time.memory = s.kernel_seconds.memory;
   measured_time.optimizer = s.kernel_seconds.optimizer;
+  measured_time.ops = s.op_times;
   measured_time.comm = &r.comm;
   if (o_.parallel.offload.enabled()) measured_time.host_optimizer = optimizer_->host_seconds();
   if (pp_ > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)

@@ -135,6 +135,7 @@ void Training::run_step(int step, StepRecord& r) {
     s.moe_nonempty.push_back(model_->moe_layers()[l].stats.nonempty_experts);
   s.allocations = kernels::allocation_counts();
   s.kernel_seconds = kernels::phase_seconds();  // before gemm_counts: it adds their seconds
+  s.op_times = kernels::op_times();              // level 2 only: empty below it
   if (w_.size > 1) s.comm_bytes = step_comm_bytes(r.comm);
   for (const auto& [label, count] : kernels::gemm_counts())
     s.gemm_calls.push_back({label, count.calls, count.flops});

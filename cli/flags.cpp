@@ -313,6 +313,12 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "the job, naming the group, the operation and the step (a rank died or "
                  "hangs); 0: wait forever")
       ->capture_default_str()->group(kRun);
+  app.add_option("--timing-log-level", o.timing_log_level,
+                 "kernel timing (Megatron-LM's levels): 0 none, so the step carries no timer "
+                 "events; 1 each phase's kernels (GEMMs, attention, memory-bound, optimizer) "
+                 "timed and printed beside their projection; 2 also each op's; Megatron's "
+                 "default is 0")
+      ->capture_default_str()->group(kRun);
   app.add_option("--data-path", o.data_path,
                  "training tokens: an llm.c token file (.bin, uint16 tokens) or plain text "
                  "(one token per byte); without it, a synthetic corpus made from --seed")

@@ -49,6 +49,8 @@ struct Options {
   // The comm layer's watchdog: a wait for a collective or a pipeline message longer than this
   // ends the job with the group, the call and the step (a peer died or hangs); 0: none.
   double collective_timeout = 300;
+  // --timing-log-level (kernels/counters.h): 0 no kernel timing, 1 per phase, 2 per op.
+  int timing_log_level = 1;
 
   // Data: empty means the synthetic corpus.
   std::string data_path;

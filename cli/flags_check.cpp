@@ -490,6 +490,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (o.comm == Comm::NCCL && o.device != kernels::Device::CUDA)
     fail("--comm nccl needs --device ", cuda_word, " (use --comm mpi on the CPU backend)");
   check_at_least("--collective-timeout", o.collective_timeout, 0);
+  if (o.timing_log_level < 0 || o.timing_log_level > 2)
+    fail("--timing-log-level must be 0, 1 or 2, got ", o.timing_log_level);
   check_finite("--collective-timeout", o.collective_timeout);
 
   check_checkpoint_flags(o);  // cli/flags_checkpoint.cpp: --load resolved, --save's latest

@@ -3,6 +3,7 @@
 #include "kernels/counters.h"
 #include "kernels/dispatch.h"  // twin_for: the timer_* twins
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -102,8 +103,19 @@ namespace {
 struct MarkPair {
   Phase phase;
   const char* label;  // the GEMM label in force (null: "other")
+  const char* op;     // the op's name (level 2), null otherwise
   int start;          // the end mark is start + 1
 };
+int g_timing_level = 1;
+std::vector<std::pair<std::string, OpTime>> g_ops;  // level 2, by name
+OpTime& op_time_of(const char* op) {
+  auto it = std::lower_bound(g_ops.begin(), g_ops.end(), op,
+                             [](const std::pair<std::string, OpTime>& e, const char* name) {
+                               return e.first.compare(name) < 0;
+                             });
+  if (it == g_ops.end() || it->first != op) it = g_ops.insert(it, {op, OpTime()});
+  return it->second;
+}
 struct MarkPool {
   int next = 0;
   std::vector<MarkPair> pairs;
@@ -140,6 +152,11 @@ void resolve(Device d) {
     g_phase_s[(int)p.phase] += s;
     g_phase_timed[(int)p.phase] = true;
     if (p.phase == Phase::gemm) count_of(p.label ? p.label : "other").seconds += s;
+    if (p.op != nullptr) {
+      OpTime& t = op_time_of(p.op);
+      t.calls++;
+      t.seconds += s;
+    }
   }
   pool.pairs.clear();
   pool.next = 0;
@@ -155,22 +172,44 @@ PhaseSeconds phase_seconds() {
 }
 void reset_phase_seconds() {
   for (MarkPool& pool : g_pools) pool.pairs.clear(), pool.next = 0;
+  g_ops.clear();
   for (int p = 0; p < kNumPhases; ++p) g_phase_s[p] = 0, g_phase_timed[p] = false;
 }
 
 PhaseScope::PhaseScope(Phase phase) : previous_(g_scope) { g_scope = phase; }
 PhaseScope::~PhaseScope() { g_scope = previous_; }
 
-KernelTimer::KernelTimer(Device d) : device_(d) {
+void set_timing_level(int level) { g_timing_level = level; }
+int timing_level() { return g_timing_level; }
+std::vector<std::pair<std::string, OpTime>> op_times() { return g_ops; }
+
+double timer_overhead_seconds(Device d) {
+  // The two marks past the ones the step has taken (never a timed call's), resolved by nothing.
+  const int first = pool_of(d).next, rounds = 400;
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  std::vector<double> each;
+  for (int r = 0; r < rounds; r++) {
+    const double start = now();
+    mark(d, first);
+    mark(d, first + 1);
+    each.push_back(now() - start);
+  }
+  std::nth_element(each.begin(), each.begin() + rounds / 2, each.end());
+  return each[rounds / 2];
+}
+
+KernelTimer::KernelTimer(Device d, const char* op) : device_(d) {
   Phase phase = g_counted;
   g_counted = Phase::none;  // consumed: the next call counts its own
-  if (phase == Phase::none) return;
+  if (phase == Phase::none || g_timing_level == 0) return;
   if (g_scope != Phase::none) phase = g_scope;
   MarkPool& pool = pool_of(d);
   if (pool.next + 2 > kMaxTimerMarks) resolve(d);
   start_ = pool.next;
   pool.next += 2;
-  pool.pairs.push_back({phase, g_label, start_});
+  pool.pairs.push_back({phase, g_label, g_timing_level >= 2 ? op : nullptr, start_});
   mark(d, start_);
 }
 // A call that threw (a CUDA error, say) is not timed: its pair is dropped, and no second

@@ -105,7 +105,8 @@
 //
 // defines: the counters' readers and resets, count_gemm, add_flops, count_kernel,
 //          count_attention_kernel, count_routing_copy, count_moe_permute, count_moe_unpermute,
-//          Phase, PhaseSeconds, phase_seconds, reset_phase_seconds, PhaseScope, KernelTimer,
+//          Phase, PhaseSeconds, phase_seconds, reset_phase_seconds, PhaseScope,
+//          set_timing_level, timing_level, OpTime, op_times, timer_overhead_seconds, KernelTimer,
 //          timer_mark, timer_seconds, AllocationCount, allocation_counts,
 //          reset_allocation_counts, count_allocation, count_zero_fill (kernels/counters.cpp;
 //          the timer_* twins in kernels/cpu/memory_gemm.cpp and kernels/cuda/memory_gemm.cu)
@@ -216,9 +217,25 @@ class PhaseScope {
 };
 // Lives for one twin call (ON_DEVICE makes one): a pair of marks on device d around it, when
 // the dispatcher counted a kernel just before; nothing otherwise (malloc, the host copies).
+// --timing-log-level (Megatron-LM's flag and levels; paralab's default is 1 where Megatron's
+// is 0, since the time table is a lesson): 0 takes no marks at all (the phases print "-");
+// 1 a pair around every timed call, summed per phase; 2 also per op (op_times: the time
+// table lists every op). The marks' own cost: timer_overhead_seconds, measured by --benchmark.
+void set_timing_level(int level);
+int timing_level();
+struct OpTime {
+  long long calls = 0;
+  double seconds = 0;
+};
+// Level 2: each op's calls and time since the last reset_phase_seconds (resolved with
+// phase_seconds), in op-name order.
+std::vector<std::pair<std::string, OpTime>> op_times();
+// Host seconds one timed call's pair of marks costs on device d (the median of a few hundred).
+double timer_overhead_seconds(Device d);
+
 class KernelTimer {
  public:
-  explicit KernelTimer(Device d);
+  explicit KernelTimer(Device d, const char* op = nullptr);
   ~KernelTimer();
   KernelTimer(const KernelTimer&) = delete;
   KernelTimer& operator=(const KernelTimer&) = delete;

@@ -60,16 +60,17 @@ namespace kernels {
 template <class F>
 struct Timed {
   Device d;
+  const char* op;  // the op's name, for --timing-log-level 2
   F* twin;
   template <class... Args>
   decltype(auto) operator()(Args&&... args) const {
-    KernelTimer timer(d);
+    KernelTimer timer(d, op);
     return twin(std::forward<Args>(args)...);
   }
 };
 template <class F>
-Timed<F> timed(Device d, F* twin) {
-  return Timed<F>{d, twin};
+Timed<F> timed(Device d, const char* op, F* twin) {
+  return Timed<F>{d, op, twin};
 }
 
 #ifndef PARALAB_CPU_ONLY
@@ -79,8 +80,8 @@ F* twin_for(Device d, F* cpu, F* cuda) {
   return d == Device::CUDA ? cuda : cpu;
 }
 #define ON_DEVICE(NAME, ...)                                                                \
-  ::kernels::timed(d, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>,               \
-                                          NAME<Device::CUDA, ##__VA_ARGS__>))
+  ::kernels::timed(d, #NAME, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>,        \
+                                                 NAME<Device::CUDA, ##__VA_ARGS__>))
 #else
 template <class F>
 F* twin_for(Device d, F* cpu) {
@@ -88,7 +89,7 @@ F* twin_for(Device d, F* cpu) {
   return cpu;
 }
 #define ON_DEVICE(NAME, ...) \
-  ::kernels::timed(d, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>))
+  ::kernels::timed(d, #NAME, ::kernels::twin_for(d, NAME<Device::CPU, ##__VA_ARGS__>))
 #endif
 
 }  // namespace kernels

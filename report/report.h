@@ -68,6 +68,8 @@ struct StepMetrics {
   // time inside the kernels per phase (kernels::phase_seconds: the CPU's clock, CUDA events;
   // -1: nothing timed)
   kernels::PhaseSeconds kernel_seconds;
+  // --timing-log-level 2: each op's calls and time (kernels::op_times), empty below it
+  std::vector<std::pair<std::string, kernels::OpTime>> op_times;
   // what the allocator did this step (kernels::allocation_counts; fresh -1: not measured)
   kernels::AllocationCount allocations{-1, 0, 0, 0};
   double comm_bytes = -1;         // later issues: bytes this rank communicated this step

@@ -286,6 +286,14 @@ std::string time_measured_text(const StepTime& t, const MeasuredTime& m) {
   row("other compute (the rest)", projected_rest, measured_rest);
   s += "  ratio = projected / measured; the projection's assumptions: trainer --plan "
        "--hardware ...\n";
+  if (!m.ops.empty()) {  // --timing-log-level 2
+    std::vector<std::pair<std::string, kernels::OpTime>> ops = m.ops;
+    std::sort(ops.begin(), ops.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    s += strprintf("  each op, measured (--timing-log-level 2)   %8s %13s\n", "calls", "ms");
+    for (const auto& [name, t] : ops)
+      s += strprintf("    %-38s %8lld %13.3f\n", name.c_str(), t.calls, t.seconds * 1e3);
+  }
   return s;
 }
 

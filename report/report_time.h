@@ -17,6 +17,10 @@
 //          MeasuredTime, time_measured_text, time_step_json
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/counters.h"  // OpTime
 #include "measure/comm_stats.h"
 #include "plan/fit.h"
 #include "plan/time_model.h"
@@ -52,6 +56,8 @@ struct MeasuredTime {
   double bubble = -1;   // the executor's idle time, pipelines only
   double host_optimizer = -1;  // CPU offload: the host AdamW's wall time
   const CommStats* comm = nullptr;  // exposed time per group
+  // --timing-log-level 2: each op's calls and time, listed under the phases
+  std::vector<std::pair<std::string, kernels::OpTime>> ops;
 };
 std::string time_measured_text(const StepTime& t, const MeasuredTime& m);
 void time_step_json(JsonWriter& j, const StepTime& t, const MeasuredTime& m);

@@ -141,6 +141,9 @@ bad "offload fraction below 0"   "--optimizer-offload-fraction must be in [0, 1]
 bad "offload params, part optimizer" "--optimizer-offload-fraction must be 1, got 0.5" --zero-stage 3 --offload-params --optimizer-cpu-offload --optimizer-offload-fraction 0.5
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
+bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3
+bad "emulated device elsewhere" "--device cuda-emulated: this binary's CUDA device is --device cuda (the emulated device is build/emulated/trainer: make emulated)" \
+                                                        --device cuda-emulated
 # Activation recompute (Megatron's constraints).
 bad "full needs a method"     "--recompute-granularity full needs --recompute-method" \
                                                         --recompute-granularity full --recompute-num-layers 1

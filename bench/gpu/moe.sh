@@ -37,7 +37,7 @@
 # ~16M parameters/s: the MoE rows' 1.87B take ~2 minutes before step 1 and end as "timeout"
 # rows (ROW_TIMEOUT=150 BUDGET_S=400 lets the grouped one through). Expected times on an H200:
 # bench/README.md ("On a GPU").
-# Environment: TRAINER, PYTHON, HARDWARE (h200), PROFILE, WARMUP (2), STEPS (4), LAYERS (2),
+# Environment: TRAINER, PYTHON, HARDWARE (the GPU's profile: bench/gpu/hardware.sh), PROFILE, WARMUP (2), STEPS (4), LAYERS (2),
 # HF_IMPLS (comma-separated; default every one found), BUDGET_S, ROW_TIMEOUT, HF_RESERVE_S,
 # DEVICE, DRY_RUN, OUT.
 set -uo pipefail
@@ -45,7 +45,7 @@ cd "$(dirname "$0")/../.." || exit 1
 
 TRAINER=${TRAINER:-./trainer}
 PY=${PYTHON:-python3}
-HARDWARE=${HARDWARE:-h200}
+HARDWARE=${HARDWARE:-}
 PROFILE=${PROFILE:-}
 WARMUP=${WARMUP:-2}
 STEPS=${STEPS:-4}
@@ -61,6 +61,9 @@ CFG=configs/models/qwen3-30b-a3b.toml
 START=$SECONDS
 DEST=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/paralab_moe.XXXXXX")}
 mkdir -p "$DEST"
+# The GPU's own hardware profile, unless HARDWARE names one (a dry run on the CPU takes H100 SXM's).
+WORK=$DEST
+if [[ "$DRY_RUN" == 1 ]]; then HARDWARE=${HARDWARE:-h100-sxm}; HARDWARE_NOTE=""; else source bench/gpu/hardware.sh; fi
 RESULTS="$DEST/moe_rows.jsonl"
 : >"$RESULTS"
 
@@ -139,4 +142,5 @@ paralab_run "dense-ffn-$dense_ffn" 0 "${dense[@]}" "${shape[@]}"
 
 echo
 echo "==== moe.sh: Qwen3-30B-A3B's layers ($LAYERS), $(gpu_name) ($((SECONDS - START)) s)"
-"$PY" bench/gpu/report.py moe "$RESULTS" | tee "$DEST/moe.md"
+"$PY" bench/gpu/report.py moe "$RESULTS" --hardware "$HARDWARE" --hardware-note "$HARDWARE_NOTE" |
+  tee "$DEST/moe.md"

@@ -292,6 +292,8 @@ def main():
     p.add_argument("rows")
     p.add_argument("--rows", dest="names", default="")
     p.add_argument("--compile-rows", default="")
+    p.add_argument("--hardware", default="", help="the profile the projections used")
+    p.add_argument("--hardware-note", default="", help="how it was chosen (bench/gpu/hardware.sh)")
     a = p.parse_args()
     rows = load(a.rows)
     if a.kind == "step":
@@ -300,6 +302,8 @@ def main():
         lines = step_report(rows, names, set(filter(None, a.compile_rows.split(","))))
     else:
         lines = moe_report(rows)
+    if a.hardware:
+        lines += ["", f"Projections on {a.hardware}" + (f" ({a.hardware_note})" if a.hardware_note else "")]
     lines += ["", "Conventions: " + " ".join(
         __doc__.split("Conventions, printed under each table: ")[1].split())]
     print("\n".join(lines))

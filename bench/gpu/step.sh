@@ -30,7 +30,8 @@
 # row. The rows run in ROWS's order (the headline rows first). Expected times on an
 # H200: bench/README.md ("On a GPU").
 #
-# Environment: TRAINER (./trainer), PYTHON (python3), HARDWARE (h200), PROFILE (a measured
+# Environment: TRAINER (./trainer), PYTHON (python3), HARDWARE (the GPU's own profile:
+# bench/gpu/hardware.sh), PROFILE (a measured
 # profile, optional), WARMUP (3), STEPS (5 per round), ROWS (all four, comma-separated),
 # BUDGET_S, ROW_TIMEOUT, TORCH_RESERVE_S,
 # COMPILE (gpt2: the GPT-2 rows | all | none), DEVICE (cuda), DRY_RUN (0), OUT (a directory).
@@ -39,7 +40,7 @@ cd "$(dirname "$0")/../.." || exit 1
 
 TRAINER=${TRAINER:-./trainer}
 PY=${PYTHON:-python3}
-HARDWARE=${HARDWARE:-h200}
+HARDWARE=${HARDWARE:-}
 PROFILE=${PROFILE:-}
 WARMUP=${WARMUP:-3}
 STEPS=${STEPS:-5}
@@ -55,6 +56,9 @@ if [[ "$DRY_RUN" == 1 ]]; then DEVICE=cpu; fi
 START=$SECONDS
 DEST=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/paralab_step.XXXXXX")}
 mkdir -p "$DEST"
+# The GPU's own hardware profile, unless HARDWARE names one (a dry run on the CPU takes H100 SXM's).
+WORK=$DEST
+if [[ "$DRY_RUN" == 1 ]]; then HARDWARE=${HARDWARE:-h100-sxm}; HARDWARE_NOTE=""; else source bench/gpu/hardware.sh; fi
 RESULTS="$DEST/step_rows.jsonl"
 : >"$RESULTS"
 
@@ -142,5 +146,6 @@ fi
 echo
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "$DEVICE")
 echo "==== step.sh: paralab beside PyTorch, $gpu ($((SECONDS - START)) s)"
-"$PY" bench/gpu/report.py step "$RESULTS" --rows "$ROWS" --compile-rows "$COMPILE_ROWS" |
+"$PY" bench/gpu/report.py step "$RESULTS" --rows "$ROWS" --compile-rows "$COMPILE_ROWS" \
+  --hardware "$HARDWARE" --hardware-note "$HARDWARE_NOTE" |
   tee "$DEST/step.md"

@@ -6,7 +6,8 @@
 #
 #   make            set-up, build ./trainer
 #   make run        set-up, build, train the demo model
-#   make test       set-up, build, run every test (tests/run_all.sh)
+#   make test       set-up, build (the emulated device's binaries too), run every test
+#                   (tests/run_all.sh)
 #   make unit-test  the GoogleTest binary alone;  make mpi-test  the MPI suites alone
 #   make lessons    every lesson's check (lessons/NN-topic/check.sh)
 #   make plan       print the plan of the demo model
@@ -104,6 +105,7 @@ plan: setup
 
 test: setup
 	+@$(SUBMAKE) binaries
+	+@$(SUBMAKE) EMULATED=1 emulated-binaries
 	bash tests/run_all.sh
 
 unit-test: setup
@@ -112,6 +114,7 @@ unit-test: setup
 
 mpi-test: setup
 	+@$(SUBMAKE) binaries
+	+@$(SUBMAKE) EMULATED=1 emulated-binaries
 	bash tests/run_all.sh --mpi-only
 
 lessons: setup

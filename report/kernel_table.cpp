@@ -34,7 +34,9 @@ std::string kernel_table(const std::vector<emu::KernelRecord>& records, const Ha
                    "launch", "blocks", "thr", "regs", "blk/SM", "GFLOP", "wf/req (ideal)",
                    "wf/kFLOP", "sect/req", "DRAM MB", "proj us", "TFLOP/s", "bound");
   double total_s = 0;
+  bool registers_unknown = false;
   for (const emu::KernelRecord& r : records) {
+    registers_unknown |= !r.library && r.registers < 0;
     const emu::LaunchCounters& c = r.totals;
     const double flops = (double)c.tensor_flops * (r.library ? 1 : replicas);
     double seconds = 0;
@@ -83,9 +85,12 @@ std::string kernel_table(const std::vector<emu::KernelRecord>& records, const Ha
             (r.library ? c.global_bytes / 1e6 : 0),
         seconds * 1e6, ratio(flops, seconds) / 1e12, bound.c_str());
   }
-  out += strprintf("total projected %.1f us; regs ?: no nvcc build's ptxas report beside this "
-                   "binary (the occupancy then ignores registers)\n",
+  out += strprintf("total projected %.1f us (a roofline: the busiest resource at its full rate; "
+                   "kernels reach a fraction of it)\n",
                    total_s * 1e6);
+  if (registers_unknown)
+    out += "regs ?: no ptxas report of the kernel beside this binary (kernel_resources.txt, from the "
+           "nvcc build); its occupancy then ignores registers\n";
   return out;
 }
 

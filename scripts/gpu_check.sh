@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh: the GPU self-check, for a machine with one NVIDIA GPU.
+# scripts/gpu_check.sh: the GPU self-check, for a machine with one NVIDIA GPU; with --emulated,
+# the same checks on the emulated CUDA device (make emulated: kernels/emulator/README.md), on any
+# machine, which CI runs on every commit.
 #
 #   1. set-up (scripts/setup.sh, when present) and `make` (the nvcc build: CUDA + CPU twins);
 #   2. tests/gpu/op_check: every op of kernels/ops.h on both twins, one row per op
@@ -15,6 +17,13 @@
 #   5. trainer --benchmark saved as a profile, and a llama-100m bf16 run with it: the time
 #      model's projected step beside the measured one.
 #
+# --emulated: the CUDA side is build/emulated/trainer --device cuda-emulated (and its op_check),
+# the CPU side the main build's ./trainer; the models are shrunk to what the emulator runs in
+# seconds (microbatches of 1, ITERS 2: the emulated device runs a tiny step in ~1 s, and a
+# pair's two runs go side by side on two cores), one more
+# 2-rank case talks through the emulated NCCL (on one real GPU NCCL refuses two ranks), and part
+# 5 is skipped (the emulator's times say nothing of a GPU's).
+#
 # Prints a summary table and exits non-zero when anything fails. When $OUT is set, the whole
 # log goes to $OUT/gpu_check.txt ($OUT a directory, with the metrics files beside it) or to
 # the file $OUT.
@@ -29,6 +38,8 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 
+EMULATED=0
+[[ "${1:-}" == --emulated ]] && EMULATED=1
 LOSS_RTOL=${LOSS_RTOL:-1e-3}
 # bf16 storage: the two twins round their outputs alike only up to an fp32 ulp (a flipped last
 # bf16 bit), and the differences grow over 20 steps; paralab's bf16 tests hold a bf16 run to
@@ -37,6 +48,18 @@ BF16_RTOL=${BF16_RTOL:-2e-2}
 ITERS=20
 CONFIG=configs/models/tiny.toml
 BUILD=build/cuda
+DEVICE=cuda
+GPU_TRAINER=./trainer
+SINGLE_SHAPE=()                                           # the 1-rank runs' batch
+RANKS_SHAPE=(--global-batch-size 8 --micro-batch-size 2)  # the 2-rank runs'
+if [[ $EMULATED -eq 1 ]]; then
+  ITERS=${ITERS_EMULATED:-2}
+  BUILD=build/emulated
+  DEVICE=cuda-emulated
+  GPU_TRAINER=build/emulated/trainer
+  SINGLE_SHAPE=(--global-batch-size 1 --micro-batch-size 1)
+  RANKS_SHAPE=(--global-batch-size 2 --micro-batch-size 1)
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/paralab_gpu_check.XXXXXX")
 
 OUT_DIR=""
@@ -78,39 +101,45 @@ finish() {
   exit $FAILED
 }
 
-say "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-run "nvidia-smi" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+say "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)$([[ $EMULATED -eq 1 ]] && echo ', the emulated device')"
+[[ $EMULATED -eq 0 ]] && { run "nvidia-smi" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true; }
 
 # ---- 1. set-up and build ----------------------------------------------------------------
 if [[ -f scripts/setup.sh ]]; then
   if run "setup" bash scripts/setup.sh; then record setup "scripts/setup.sh" PASS
   else record setup "scripts/setup.sh" FAIL; fi
 fi
-if run "build" make -j"$(nproc)"; then
-  record build "make" PASS
+if run "build" make -j"$(nproc)" && { [[ $EMULATED -eq 0 ]] || run "build" make emulated; }; then
+  record build "make$([[ $EMULATED -eq 1 ]] && echo ' && make emulated')" PASS
 else
   record build "make" FAIL
   finish
 fi
 
 # ---- 2. op_check --------------------------------------------------------------------------
-NVCC_BIN=$(command -v nvcc)
-CUDA_HOME=${CUDA_HOME:-${NVCC_BIN%/bin/nvcc}}
-read -ra HOST_LIBS <<<"$(pkg-config --libs mpich 2>/dev/null) \
-                      $(pkg-config --libs openblas 2>/dev/null)"
-mapfile -t OBJS < <(find "$BUILD" -name '*.o' ! -path "$BUILD/tests/*" ! -name trainer.o | sort)
-OP_CHECK_SRCS=(tests/gpu/op_check*.cpp)  # op_check.cpp (main) and the op families' files
-rm -f "$BUILD/libparalab.a"
-mkdir -p "$BUILD/tests/gpu"
-if run "op_check build" ar rcs "$BUILD/libparalab.a" "${OBJS[@]}" &&
-   run "op_check build" g++ -std=c++17 -O2 -Wall -Wextra -Werror -I. \
-       -o "$BUILD/tests/gpu/op_check" "${OP_CHECK_SRCS[@]}" "$BUILD/libparalab.a" \
-       "${HOST_LIBS[@]}" -lpthread \
-       -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl; then
-  if run "op_check" "$BUILD/tests/gpu/op_check"; then record op_check "every op, both twins" PASS
+if [[ $EMULATED -eq 1 ]]; then
+  if OPENBLAS_NUM_THREADS=1 run "op_check" build/emulated/op_check; then
+    record op_check "every op, both twins" PASS
   else record op_check "every op, both twins" FAIL; fi
 else
-  record op_check "build" FAIL
+  NVCC_BIN=$(command -v nvcc)
+  CUDA_HOME=${CUDA_HOME:-${NVCC_BIN%/bin/nvcc}}
+  read -ra HOST_LIBS <<<"$(pkg-config --libs mpich 2>/dev/null) \
+                        $(pkg-config --libs openblas 2>/dev/null)"
+  mapfile -t OBJS < <(find "$BUILD" -name '*.o' ! -path "$BUILD/tests/*" ! -name trainer.o | sort)
+  OP_CHECK_SRCS=(tests/gpu/op_check*.cpp)  # op_check.cpp (main) and the op families' files
+  rm -f "$BUILD/libparalab.a"
+  mkdir -p "$BUILD/tests/gpu"
+  if run "op_check build" ar rcs "$BUILD/libparalab.a" "${OBJS[@]}" &&
+     run "op_check build" g++ -std=c++17 -O2 -Wall -Wextra -Werror -I. \
+         -o "$BUILD/tests/gpu/op_check" "${OP_CHECK_SRCS[@]}" "$BUILD/libparalab.a" \
+         "${HOST_LIBS[@]}" -lpthread \
+         -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl; then
+    if run "op_check" "$BUILD/tests/gpu/op_check"; then record op_check "every op, both twins" PASS
+    else record op_check "every op, both twins" FAIL; fi
+  else
+    record op_check "build" FAIL
+  fi
 fi
 
 # ---- 3. training: cpu vs cuda losses ----------------------------------------------------------
@@ -155,13 +184,23 @@ declare -a TABLE=()
 train_both() {
   local name=$1 file="$WORK/single_${#TABLE[@]}" ok=1 result status device
   shift
-  for device in cpu cuda; do
+  # the two runs side by side (one rank each), their logs in order after
+  local pids=() device
+  for device in cpu "$DEVICE"; do
+    local bin=./trainer
+    [[ $device == cpu ]] || bin=$GPU_TRAINER
     rm -f "${file}_$device.jsonl"
-    run "train $name $device" ./trainer "$@" --train-iters "$ITERS" --device "$device" \
-        --metrics-jsonl "${file}_$device.jsonl" || ok=0
+    OPENBLAS_NUM_THREADS=1 "$bin" "$@" "${SINGLE_SHAPE[@]}" --train-iters "$ITERS" \
+        --device "$device" --metrics-jsonl "${file}_$device.jsonl" >"${file}_$device.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  for device in cpu "$DEVICE"; do
+    say "---- train $name $device"
+    tee -a "$LOG" <"${file}_$device.log" >/dev/null
   done
   if [[ $ok -eq 1 ]]; then
-    result=$(compare_losses "${file}_cpu.jsonl" "${file}_cuda.jsonl")
+    result=$(compare_losses "${file}_cpu.jsonl" "${file}_$DEVICE.jsonl")
     status=$?
   else
     result="trainer failed"
@@ -204,22 +243,30 @@ RTOL=$BF16_RTOL train_both "moe per-expert bf16" --config configs/models/tiny-mo
 # reorders, the log-sum-exp merge on CUDA buffers.
 moe_ep="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --ep 2 --moe-token-dispatcher-type"
 moe_etp="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --etp 2 --moe-token-dispatcher-type alltoall"
-for variant in "--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp" "--cp 2" "--cp 2 --attention naive" "--cp 2 --cp-comm-type all_gather" "--cp 2 --cp-comm-type a2a" "$moe_ep alltoall --bf16" "$moe_ep allgather --bf16" "$moe_etp --bf16"; do
+variants=("--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp" "--cp 2" "--cp 2 --attention naive" "--cp 2 --cp-comm-type all_gather" "--cp 2 --cp-comm-type a2a" "$moe_ep alltoall --bf16" "$moe_ep allgather --bf16" "$moe_etp --bf16")
+# The emulated device gives each rank its own GPU: NCCL's calls (on MPI) run too, data parallel
+# with ZeRO-1 and tensor parallel, fp32 and bf16.
+[[ $EMULATED -eq 1 ]] && variants+=("--zero-stage 1 --comm-cuda nccl" "--tp 2 --sequence-parallel --bf16 --comm-cuda nccl")
+for variant in "${variants[@]}"; do
   name="2 ranks ${variant// --/ }"
   name=${name//--/}
   RTOL=$LOSS_RTOL
   [[ "$variant" == *--bf16* ]] && RTOL=$BF16_RTOL
   ok=1
-  for device in cpu cuda; do
+  for device in cpu "$DEVICE"; do
+    bin=./trainer
+    comm=mpi
+    [[ $device == cpu ]] || bin=$GPU_TRAINER
+    [[ $device != cpu && "$variant" == *--comm-cuda\ nccl* ]] && comm=nccl
     file="$WORK/${device}_ranks_${#TABLE[@]}.jsonl"
     rm -f "$file"
     # shellcheck disable=SC2086
-    run "train $name $device" timeout 600 mpirun -np 2 ./trainer --config "$CONFIG" $variant \
-        --global-batch-size 8 --micro-batch-size 2 --train-iters "$ITERS" --device "$device" \
-        --comm mpi --metrics-jsonl "$file" || ok=0
+    OPENBLAS_NUM_THREADS=1 run "train $name $device" timeout 600 mpirun -np 2 "$bin" --config "$CONFIG" \
+        ${variant//--comm-cuda nccl/} "${RANKS_SHAPE[@]}" --train-iters "$ITERS" --device "$device" \
+        --comm "$comm" --metrics-jsonl "$file" || ok=0
   done
   if [[ $ok -eq 1 ]]; then
-    result=$(compare_losses "$WORK/cpu_ranks_${#TABLE[@]}.jsonl" "$WORK/cuda_ranks_${#TABLE[@]}.jsonl")
+    result=$(compare_losses "$WORK/cpu_ranks_${#TABLE[@]}.jsonl" "$WORK/${DEVICE}_ranks_${#TABLE[@]}.jsonl")
     status=$?
   else
     result="trainer failed"
@@ -236,7 +283,9 @@ done
 # the run's "time per step, projected vs measured" table goes to the log and its metrics to
 # $OUT (time{step_s{projected, measured}}), for notes/performance.md. Recorded, not judged:
 # PASS when both run.
-if run "benchmark" ./trainer --benchmark --device cuda --benchmark-save "$WORK/gpu.toml" &&
+if [[ $EMULATED -eq 1 ]]; then
+  say "---- 5. benchmark and time model: skipped on the emulated device (its times are the CPU's)"
+elif run "benchmark" ./trainer --benchmark --device cuda --benchmark-save "$WORK/gpu.toml" &&
    run "time model on the GPU" ./trainer --config configs/models/llama-100m.toml --bf16 \
        --device cuda --seq-length 1024 --micro-batch-size 8 --global-batch-size 8 \
        --train-iters 6 --hardware "$WORK/gpu.toml" --metrics-jsonl "$WORK/time_gpu.jsonl"; then
@@ -244,10 +293,10 @@ if run "benchmark" ./trainer --benchmark --device cuda --benchmark-save "$WORK/g
 else
   record "benchmark + time model" "a run failed" FAIL
 fi
-[[ -n "$OUT_DIR" ]] && cp "$WORK/gpu.toml" "$OUT_DIR"/ 2>/dev/null
+[[ -n "$OUT_DIR" && -f "$WORK/gpu.toml" ]] && cp "$WORK/gpu.toml" "$OUT_DIR"/ 2>/dev/null
 
 say ""
-say "==== losses, $ITERS steps, cuda vs cpu (bound $LOSS_RTOL)"
+say "==== losses, $ITERS steps, $DEVICE vs cpu (bound $LOSS_RTOL)"
 say "$(printf '%-14s %-36s %s' config 'max rel diff / steps' result)"
 for line in "${TABLE[@]}"; do say "$line"; done
 finish

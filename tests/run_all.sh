@@ -10,7 +10,9 @@
 # arguments as pasted (with TensorBoard's reader), the fuzzed file readers and every lesson's
 # check.
 # Takes the binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
-# test_data_parallel,hf_logits}, whichever build they are.
+# test_data_parallel,hf_logits}, whichever build they are; and the emulated device's
+# (make emulated: build/emulated/{emulator_tests,op_check,trainer,planted_driver}), whose
+# suites run the CUDA code on the CPU (kernels/emulator/README.md).
 #
 #   bash tests/run_all.sh              everything (make test)
 #   bash tests/run_all.sh --mpi-only   the MPI suites (make mpi-test)
@@ -63,6 +65,9 @@ elif [ "$mode" != --lessons ]; then
   run "CPU offload is bit-identical, host bytes == plan" bash tests/mpi/offload.sh ./trainer
 fi
 if [ "$mode" = all ]; then
+  run "emulated device: its PTX and its checks" build/emulated/emulator_tests
+  run "emulated device: planted defects reported" bash tests/emulator/planted/defects.sh
+  run "emulated device: CUDA ops = CPU twins, training" bash scripts/gpu_check.sh --emulated
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer

@@ -321,7 +321,7 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
       {{"--lr", "fast"}, 1, "--lr must be a number, got fast"},
       {{"--seq-length"}, 1, "--seq-length needs a value (an integer)"},
       {{"--bf16=maybe"}, 1, "--bf16 is a switch: give it alone (or =true / =false), got maybe"},
-      {{"--device", "tpu"}, 1, "--device must be one of cuda, cpu, got tpu"},
+      {{"--device", "tpu"}, 1, "--device must be one of cuda, cpu, cuda-emulated, got tpu"},
       {{"--lr-warmup-iters", "300", "--train-iters", "200"}, 1,
        "--lr-warmup-iters (300) must be <= --lr-decay-iters (defaults to --train-iters, 200)"},
       {{"--lr-warmup-iters", "50", "--lr-decay-iters", "40"}, 1,

@@ -278,7 +278,9 @@ bool g_record_launches = false;
 
 }  // namespace
 
-std::string kernel_name_of(const void* function) {
+namespace {
+// The function symbol holding an address, demangled, without its parameters.
+std::string symbol_name(const void* function) {
   const uintptr_t a = (uintptr_t)function - load_base();
   const std::vector<Symbol>& table = symbols();
   auto it = std::upper_bound(table.begin(), table.end(), a,
@@ -288,6 +290,15 @@ std::string kernel_name_of(const void* function) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "kernel at %p", function);
   return buf;
+}
+}  // namespace
+
+std::string kernel_name_of(const void* function) {
+  static std::unordered_map<const void*, std::string>* names =
+      new std::unordered_map<const void*, std::string>();
+  auto hit = names->find(function);
+  if (hit != names->end()) return hit->second;
+  return (*names)[function] = symbol_name(function);
 }
 
 // "flash_mma.cuh:88 (in flash_mma_forward.cu:140)": the innermost source line of an
@@ -429,16 +440,8 @@ void library_call(const std::string& name, double flops, double bytes) {
 
 std::vector<KernelRecord> kernel_records() { return records(); }
 
-struct DebugDump {
-  ~DebugDump() {
-    if (!std::getenv("EMU_DEBUG_DUMP")) return;
-    for (const KernelRecord& r : records())
-      std::fprintf(stderr, "%-70.70s %6zu launches %10llu thr %12llu greq %12llu sreq %8.3f s\n", r.name.c_str(), r.launches,
-                   (unsigned long long)r.totals.threads, (unsigned long long)r.totals.global_requests,
-                   (unsigned long long)r.totals.shared_requests, r.host_seconds);
-  }
-} g_debug_dump;
 void reset_kernel_records() { records().clear(); }
-void record_launches(bool on) { g_record_launches = on; }
+bool g_count_requests = false;
+void record_launches(bool on) { g_record_launches = g_count_requests = on; }
 
 }  // namespace emu

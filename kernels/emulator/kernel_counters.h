@@ -19,7 +19,8 @@
 // (cuobjdump --dump-resource-usage, sm_90: kernel_resources.txt beside the emulated binary).
 //
 // defines: emu::{BlockWork, LaunchCounters, LaunchRecord, KernelRecord, kernel_records,
-//          reset_kernel_records, record_launches, library_call, emulated_device_name}
+//          reset_kernel_records, record_launches, MmaTrace, trace_mma, mma_traces,
+//          library_call, emulated_device_name}
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -74,9 +75,22 @@ struct KernelRecord {
 // Every kernel launched since the last reset, in the order first launched.
 std::vector<KernelRecord> kernel_records();
 void reset_kernel_records();
-// Keep each launch's per-block work (for the projection; off by default: a training run
-// launches thousands of kernels).
+// Keep each launch's per-block work (for the projection), and take the request counters
+// (global sectors, shared wavefronts of plain loads and stores: the per-access log they need
+// costs a third of the emulation). Off by default: a training run launches thousands of
+// kernels and reads none of it; launches, blocks, threads, tensor FLOPs, barriers, ldmatrix
+// wavefronts and cp.async bytes are counted either way.
 void record_launches(bool on);
+// mma.sync instructions as the lanes saw them, for a student to see which lane holds which
+// element (op_check --lane-map): every mma of warp 0 of block (0,0,0) of each launch while
+// tracing is on, in order, each lane's A (4 registers), B (2), C and D (4 floats each).
+struct MmaTrace {
+  uint32_t a[32][4], b[32][2];
+  float c[32][4], d[32][4];
+};
+void trace_mma(bool on);
+std::vector<MmaTrace> mma_traces();  // and clears them
+
 // A library routine ran (kernels/emulator/cublas.cpp): its FLOPs and the bytes it moved.
 void library_call(const std::string& name, double flops, double bytes);
 // "NVIDIA H100 80GB HBM3 (emulated)": the device the emulator plays (kernels/emulator/runtime.cpp).

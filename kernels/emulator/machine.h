@@ -5,8 +5,8 @@
 // One host thread runs a launch: its blocks one after another, and a block's threads as
 // fibers (Boost.Context), each a full thread of the kernel with its own stack. A thread runs
 // until it reaches a rendezvous — __syncthreads (every live thread of the block), a warp
-// collective (every lane of its mask) — or ends; the scheduler then runs the next ready thread,
-// in thread order. The last thread to reach a rendezvous completes it (computes the shuffle,
+// collective (every lane of its mask) — or ends, and hands over to the next ready thread, in
+// thread order. The last thread to reach a rendezvous completes it (computes the shuffle,
 // the mma, releases the barrier) and makes the others ready. So the interleaving is
 // deterministic, and a rendezvous that can never complete is seen (a deadlock: synccheck).
 //
@@ -21,7 +21,7 @@
 //          the parameter space, the first error, and the counters
 //
 // defines: emu::{Lane, Warp, Block, Launch, SharedArena, Access, Collective, current_*,
-//          fail, yield_to_scheduler}
+//          fail, wait_for_others}
 #pragma once
 #include <boost/context/fiber.hpp>
 
@@ -76,8 +76,7 @@ struct Lane {
   int warp = 0, lane = 0;
   LaneState state = LaneState::Ready;
   bool started = false;
-  ctx::fiber fiber;      // this thread
-  ctx::fiber scheduler;  // where it returns when it waits or ends
+  ctx::fiber fiber;  // this thread, where it waits (simt.cpp: threads hand over to one another)
   uintptr_t stack_low = 0, stack_high = 0;
   // At a barrier: where, which reduction, its predicate; the result when released.
   uintptr_t wait_site = 0;
@@ -151,6 +150,9 @@ struct Launch {
 
 // The running thread (null outside a kernel: the hooks then do nothing), block and launch.
 extern thread_local Lane* g_lane;
+// Whether accesses are logged for the request counters (kernel_counters.h: record_launches):
+// the logging and grouping cost a third of the emulation, and only the kernel table reads them.
+extern bool g_count_requests;
 Lane* current_lane();
 Block* current_block();
 Launch* current_launch();
@@ -176,9 +178,9 @@ struct EmulatorCode {
   EmulatorCode& operator=(const EmulatorCode&) = delete;
 };
 
-// The running thread gives the host thread back to the scheduler (it waits, or the launch
-// stopped); returns when the scheduler runs it again.
-void yield_to_scheduler();
+// The running thread waits: the next ready thread of the block runs (the scheduler, when
+// none is or the launch stopped); returns when the thread is run again.
+void wait_for_others();
 
 // Warp collectives (warp.cpp): the calling lane arrives; returns once the collective has
 // completed, with the lane's collective.out filled.

@@ -108,7 +108,7 @@ void shared_access(Lane& lane, Block& block, size_t offset, uint32_t bytes, bool
          cudaErrorMisalignedAddress, true);
   }
   if (!(flags & kAtomic)) race_shared_access(lane, block, offset, bytes, write, site);
-  lane.log.push_back(Access{site, offset, bytes, Space::Shared, write});
+  if (g_count_requests) lane.log.push_back(Access{site, offset, bytes, Space::Shared, write});
 }
 
 void global_access(Lane& lane, uintptr_t a, uint32_t bytes, bool write, uintptr_t site,
@@ -142,7 +142,7 @@ void global_access(Lane& lane, uintptr_t a, uint32_t bytes, bool write, uintptr_
              " by " + where(lane) + " at " + site_name(site),
          cudaErrorMisalignedAddress, true);
   }
-  lane.log.push_back(Access{site, a, bytes, Space::Global, write});
+  if (g_count_requests) lane.log.push_back(Access{site, a, bytes, Space::Global, write});
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 //
 // defines: emu::run_launch, thread_idx, block_idx, block_dim, grid_dim, syncthreads,
 //          syncthreads_reduce, func_set_attribute, current_lane/block/launch, fail,
-//          yield_to_scheduler, kernel_entered (kernels/emulator/hooks.cpp calls it)
+//          wait_for_others, kernel_entered (kernels/emulator/hooks.cpp calls it)
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -144,7 +144,7 @@ int arrive_at_barrier(int op, int predicate, uintptr_t site) {
   lane.predicate = predicate;
   block.at_barrier++;
   maybe_release_barrier(block);
-  if (lane.state == LaneState::AtBarrier) yield_to_scheduler();
+  if (lane.state == LaneState::AtBarrier) wait_for_others();
   return lane.barrier_result;
 }
 
@@ -193,25 +193,64 @@ void deadlock(Block& block) {
        cudaErrorLaunchFailure, false);
 }
 
-// ---- one block -----------------------------------------------------------------------------
-void run_lane(Launch& launch, Lane& lane) {
-  g_lane = &lane;
-  if (!lane.started) {
-    lane.started = true;
-    unsigned char* low = stack_pool() + lane.tid * (kStackBytes + kGuardBytes) + kGuardBytes;
-    lane.stack_low = (uintptr_t)low;
-    lane.stack_high = (uintptr_t)(low + kStackBytes);
-    lane.fiber = ctx::fiber(std::allocator_arg, PooledStack{low},
-                            [&launch, &lane](ctx::fiber&& scheduler) {
-                              lane.scheduler = std::move(scheduler);
-                              launch.body(launch.context);
-                              lane.in_emulator++;
-                              lane_exited(lane);
-                              return std::move(lane.scheduler);
-                            });
+// ---- switching threads -----------------------------------------------------------------------
+// A thread that waits hands the host thread straight to the next ready thread of its block (in
+// thread order, wrapping), or to the scheduler when none is ready: one context switch per wait,
+// not two. Whoever switches names itself in g_from, and the one resumed stores the switcher's
+// continuation in the switcher's slot (its Lane::fiber, or g_scheduler).
+ctx::fiber g_scheduler;  // the scheduler's continuation while a thread runs
+Lane* g_from = nullptr;  // who switched last (null: the scheduler)
+
+void adopt(ctx::fiber&& continuation) {
+  if (!continuation) return;  // the switcher ended: nothing to resume it by
+  if (g_from == nullptr) g_scheduler = std::move(continuation);
+  else g_from->fiber = std::move(continuation);
+}
+
+// The first ready thread after `after` (thread order, wrapping), null when none is.
+Lane* next_ready(Block& block, int after) {
+  const int n = (int)block.lanes.size();
+  for (int i = 1; i <= n; i++) {
+    Lane& l = block.lanes[(after + i + n) % n];
+    if (l.state == LaneState::Ready) return &l;
   }
-  lane.fiber = std::move(lane.fiber).resume();
-  g_lane = nullptr;
+  return nullptr;
+}
+
+ctx::fiber new_thread(Launch& launch, Lane& lane);
+
+// The continuation that runs `to` (its first run or where it waited), or the scheduler's.
+ctx::fiber continuation_of(Lane* to) {
+  if (to == nullptr) return std::move(g_scheduler);
+  return to->started ? std::move(to->fiber) : new_thread(*g_launch, *to);
+}
+
+// From the running context (`me`: null for the scheduler) to `to` (null: the scheduler);
+// returns when someone switches back to `me`.
+void switch_to(Lane* me, Lane* to) {
+  g_from = me;
+  g_lane = to;
+  ctx::fiber back = continuation_of(to).resume();
+  adopt(std::move(back));
+  g_lane = me;
+}
+
+ctx::fiber new_thread(Launch& launch, Lane& lane) {
+  lane.started = true;
+  unsigned char* low = stack_pool() + lane.tid * (kStackBytes + kGuardBytes) + kGuardBytes;
+  lane.stack_low = (uintptr_t)low;
+  lane.stack_high = (uintptr_t)(low + kStackBytes);
+  return ctx::fiber(std::allocator_arg, PooledStack{low}, [&launch, &lane](ctx::fiber&& from) {
+    adopt(std::move(from));
+    g_lane = &lane;
+    launch.body(launch.context);
+    lane.in_emulator++;
+    lane_exited(lane);
+    Lane* next = launch.aborted ? nullptr : next_ready(*g_block, lane.tid);
+    g_from = &lane;  // ended: the next one adopts nothing
+    g_lane = next;
+    return continuation_of(next);
+  });
 }
 
 // A block's threads, made afresh for each block from objects kept for the process: their logs
@@ -253,20 +292,16 @@ void run_block(Launch& launch, SharedArena& arena, uint3 index) {
   race_new_interval(block);
   g_block = &block;
   launch.block = &block;
+  // The scheduler starts the block's first thread; threads hand over to one another and come
+  // back here when none is ready: all ended, a fault, or a deadlock.
   for (;;) {
-    bool ran = false;
-    for (Lane& lane : block.lanes) {
-      while (lane.state == LaneState::Ready && !launch.aborted) {
-        run_lane(launch, lane);
-        ran = true;
-      }
-      if (launch.aborted) break;
-    }
     if (launch.aborted || block.live == 0) break;
-    if (!ran) {
+    Lane* first = next_ready(block, -1);
+    if (first == nullptr) {
       deadlock(block);
       break;
     }
+    switch_to(nullptr, first);
   }
   for (int w = 0; w < (int)block.warps.size(); w++) flush_warp_log(block, w);
   // Threads still suspended (a fault, a deadlock) are abandoned, never resumed: unwinding them
@@ -310,9 +345,9 @@ uint3 block_idx() { return g_block->index; }
 dim3 block_dim() { return g_launch->config.block; }
 dim3 grid_dim() { return g_launch->config.grid; }
 
-void yield_to_scheduler() {
-  Lane* lane = g_lane;
-  lane->scheduler = std::move(lane->scheduler).resume();
+void wait_for_others() {
+  Lane* me = g_lane;
+  switch_to(me, g_launch->aborted ? nullptr : next_ready(*g_block, me->tid));
 }
 
 void fail(const std::string& check, const std::string& what, cudaError_t error, bool fatal) {
@@ -325,7 +360,7 @@ void fail(const std::string& check, const std::string& what, cudaError_t error, 
   }
   if (fatal) {
     launch.aborted = true;
-    if (g_lane != nullptr) yield_to_scheduler();  // never resumed but to be unwound
+    if (g_lane != nullptr) wait_for_others();  // to the scheduler (aborted): never resumed
   }
 }
 
@@ -373,7 +408,7 @@ void kernel_entered(const void* function) {
                      " (cudaFuncAttributeMaxDynamicSharedMemorySize: 48 KiB unless "
                      "cudaFuncSetAttribute raised it)";
     launch.aborted = true;
-    yield_to_scheduler();
+    wait_for_others();  // to the scheduler (aborted): never resumed
   }
 }
 

@@ -134,7 +134,7 @@ void warp_collective(Collective& c) {
     for (int l = 0; l < 32; l++)
       if ((c.mask >> l) & 1u) block.lanes[lane.warp * 32 + l].state = LaneState::Ready;
   } else {
-    yield_to_scheduler();
+    wait_for_others();
   }
   c = lane.collective;
 }

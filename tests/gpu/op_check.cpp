@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   // op_check --kernel-table: the emulated device's counters and projection of the tensor-core
   // flash attention (tests/gpu/op_check_kernel_table.cpp)
   if (argc > 1 && std::string(argv[1]) == "--kernel-table") return kernel_table_main(argc, argv);
+  // op_check --lane-map: which lane holds which element of S, P and O (op_check_lane_map.cpp)
+  if (argc > 1 && std::string(argv[1]) == "--lane-map") return lane_map_main();
   // op_check --attention-check | --attention-bench ...: the tensor-core flash attention alone
   // (tests/gpu/op_check_attention_bench.cpp)
   if (argc > 1) return attention_main(argc, argv);

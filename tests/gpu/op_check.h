@@ -262,6 +262,7 @@ void check_gemm_grouped_cases();  // op_check_moe.cpp: the grouped GEMM's layout
 void check_flash_mma();           // op_check_flash_mma.cpp: the tensor-core flash attention
 int attention_main(int argc, char** argv);  // op_check_attention_bench.cpp: its two modes
 int kernel_table_main(int argc, char** argv);  // op_check_kernel_table.cpp: --kernel-table
+int lane_map_main();  // op_check_lane_map.cpp: --lane-map
 template <typename T> void check_moe();  // op_check_moe.cpp: grouped GEMM, permute, experts
 
 }  // namespace op_check

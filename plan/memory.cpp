@@ -238,7 +238,7 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
 }
 
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp, bool sp,
-                                 bool embedding, bool head) {
+                                 bool embedding, bool head, bool one_chunk) {
   WorkspacePhases w;
   int64_t tokens = 0, targets = 0, dxf = 0;
   for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp)) {
@@ -247,7 +247,9 @@ WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int
     else if (t.name == "dxf") dxf = head ? t.bytes() : 0;
     else w.common += t.bytes();
   }
-  w.forward = tokens + targets;          // model/transformer.cpp, forward_as
+  // model/transformer.cpp, forward_as: one forward reads both ends' only if they share a
+  // chunk (a V's rank 0 runs them in two: tokens, then targets)
+  w.forward = one_chunk ? tokens + targets : std::max(tokens, targets);
   w.backward = std::max(dxf, tokens);    // the head's backward, then the embedding's
   return w;
 }

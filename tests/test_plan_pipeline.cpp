@@ -161,7 +161,8 @@ TEST(PlanPipeline, InterleavedHoldsMegatronsCount) {
 // interleaved p 2, v 2 over 4 layers, gpt (tied).
 TEST(PlanPipeline, StageSlicesAndUnits) {
   const ModelConfig m = gpt(4);
-  const StageSlice s0 = pipeline_stage_slice(m, 2, 2, 0), s1 = pipeline_stage_slice(m, 2, 2, 1);
+  const PipelineShape shape{PipelineSchedule::INTERLEAVED, 2, 2, 2};
+  const StageSlice s0 = pipeline_stage_slice(m, shape, 0), s1 = pipeline_stage_slice(m, shape, 1);
   EXPECT_EQ(s0.chunk_first_layer, (std::vector<int>{0, 2}));
   EXPECT_EQ(s1.chunk_first_layer, (std::vector<int>{1, 3}));
   EXPECT_TRUE(s0.embedding && !s0.head && !s0.tied_copy);

@@ -471,6 +471,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     LayerContext c{lm, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
+    c.microbatch = microbatch;
     c.forward_only = data.forward_only;
     c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);

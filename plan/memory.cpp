@@ -254,10 +254,15 @@ WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int
   return w;
 }
 
-void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first, int n) {
+void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first, int n,
+                          const std::vector<int>& microbatches) {
   if (n < 0) n = plan.model.num_layers - first;
   for (size_t mb = 0; mb < plan.layer_footprints.size(); ++mb)
     for (int l = first; l < first + n; ++l) {
+      // one set for all microbatches, or per microbatch: only those run here
+      if (plan.layer_footprints.size() > 1 && !microbatches.empty() &&
+          std::find(microbatches.begin(), microbatches.end(), (int)mb) == microbatches.end())
+        continue;
       const LayerFootprint& f = plan.layer_footprints[mb].at(l);
       w.forward_transient = std::max(w.forward_transient, f.forward_transient);
       w.backward_transient = std::max(w.backward_transient, f.backward_transient);

@@ -75,6 +75,30 @@ std::vector<SplitLayerBytes> split_layer_bytes(const Plan& plan) {
   return out;
 }
 
+// The microbatches through chunk c of rank r, in order: all m, or DualPipe's one direction's
+// m/2 (every placement gives each chunk of a rank as many).
+std::vector<int> chunk_microbatches(const Plan& plan, int r, int c = 0) {
+  std::vector<int> ids;
+  for (const Action& a : plan.pipeline.schedule.ranks[r])
+    if (a.type == ActionType::F && a.chunk == c) ids.push_back(a.microbatch);
+  return ids;
+}
+
+// A measured routing (plan/moe_memory.h) cut to the microbatches `ids`, renumbered from 0;
+// empty stays empty (the configuration's expectation).
+MoeRouting routing_of(const MoeRouting& routing, const std::vector<int>& ids) {
+  if (!routing.measured()) return routing;
+  MoeRouting out = routing;
+  for (auto* rows : {&out.rows, &out.expert_rows, &out.ep_rows})
+    for (std::vector<int>& per_layer : *rows) {
+      if (per_layer.empty()) continue;
+      std::vector<int> cut;
+      for (int i : ids) cut.push_back(per_layer.at(i));
+      per_layer = cut;
+    }
+  return out;
+}
+
 // Rank r's slice of the model (model/param_table.h: the slice the trainer builds) and its
 // chunks as the replays read them: one (microbatch, chunk)'s activations, whole and split (its
 // input: x0 on model stage 0, else the received activation; its layers, full recompute keeping
@@ -101,7 +125,7 @@ StageChunks stage_chunks(const Plan& plan, int r, const std::vector<SplitLayerBy
   for (int c = 0; c < sh.v; ++c) {
     const int s = sh.stage_of(r, c), n = pp.stage_layers[s], first = slice.chunk_first_layer[c];
     sc.groups.push_back(m.recompute.full_groups(n));
-    add_layer_transients(transients, plan, first, n);
+    add_layer_transients(transients, plan, first, n, chunk_microbatches(plan, r, c));
     std::vector<int64_t> copies, keep;  // split: each layer's (SplitLayerBytes)
     for (int i = 0; !split_bytes.empty() && i < n; ++i) {
       copies.push_back(split_bytes[first + i].copies);
@@ -249,15 +273,6 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
       experts);
 }
 
-// Microbatches through each chunk of rank r: m, or DualPipe's m/2 (one direction's). One
-// count for all its chunks (every placement gives each chunk the same share).
-int64_t chunk_microbatches(const Plan& plan, int r) {
-  int64_t n = 0;
-  for (const Action& a : plan.pipeline.schedule.ranks[r])
-    n += a.type == ActionType::F && a.chunk == 0;
-  return n;
-}
-
 // Hardware FLOPs per step on each of its ranks: its layers' share of the per-layer matmuls,
 // the head's on the last stage, and the recomputed forwards of its layers, each for the
 // microbatches its chunks run; model FLOPs the same way, without recompute (MFU never
@@ -265,7 +280,7 @@ int64_t chunk_microbatches(const Plan& plan, int r) {
 void stage_flops(const Plan& plan, int r, PipelineStagePlan& st) {
   const ModelConfig& m = plan.model;
   const FlopsPlan& f = plan.flops;
-  const int64_t k = chunk_microbatches(plan, r);
+  const int64_t k = (int64_t)chunk_microbatches(plan, r).size();
   int layers = 0;
   for (int n : st.chunk_layers) layers += n;
   double head_flops = 0, head_model = 0;
@@ -286,17 +301,31 @@ void stage_flops(const Plan& plan, int r, PipelineStagePlan& st) {
   st.model_flops = ((f.model_per_microbatch - head_model) * layers / m.num_layers +
                     (st.head ? head_model : 0)) * (double)k;
   if (!m.moe.enabled()) return;
-  // per step over all microbatches: scaled to this rank's share of them
-  const double share = (double)k / (double)plan.microbatches_per_rank;
-  auto scaled = [&](double x) { return share == 1.0 ? x : x * share; };
-  st.hardware_flops = st.head ? scaled(f.head_hardware_step) : 0;
-  st.model_flops = st.head ? scaled(f.head_model_step) : 0;
-  for (size_t c = 0; c < st.chunk_layers.size(); ++c)
+  // Per step over the microbatches each chunk runs: DualPipe's copies each their direction's
+  // half, their rows from the routing's (the model FLOPs' kept pairs in proportion: the
+  // routing keeps the step's sum only).
+  st.hardware_flops = st.model_flops = 0;
+  const int chunks = (int)st.chunk_layers.size();
+  for (int c = 0; c < chunks; ++c) {
+    const std::vector<int> ids = chunk_microbatches(plan, r, c);
+    const bool all = (int64_t)ids.size() == plan.microbatches_per_rank;
+    const double share = (double)ids.size() / (double)plan.microbatches_per_rank;
+    const FlopsPlan part =
+        all ? f
+            : flops_plan(m, plan.train.micro_batch_size, plan.global_batch / plan.train.micro_batch_size,
+                         (int64_t)ids.size(), plan.options.attention_flops, plan.tp,
+                         m.recompute.full() ? plan.pipeline.stage_layers : std::vector<int>{},
+                         routing_of(plan.routing, ids), plan.parallel.expert_tensor_parallel);
+    if (st.head && c == chunks - 1) {
+      st.hardware_flops += part.head_hardware_step;
+      st.model_flops += all ? f.head_model_step : f.head_model_step * share;
+    }
     for (int i = 0; i < st.chunk_layers[c]; ++i) {
       const int l = st.chunk_first_layer[c] + i;
-      st.hardware_flops += scaled(f.layer_hardware_step[l] + f.layer_recompute_step[l]);
-      st.model_flops += scaled(f.layer_model_step[l]);
+      st.hardware_flops += part.layer_hardware_step[l] + part.layer_recompute_step[l];
+      st.model_flops += all ? f.layer_model_step[l] : f.layer_model_step[l] * share;
     }
+  }
 }
 
 // Communication per step on each of its ranks (plan.h, plan_pipeline): tp, cp, ep inside its
@@ -309,7 +338,7 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
   const PipelinePlan& pp = plan.pipeline;
   const int B = plan.train.micro_batch_size, tp = plan.tp, act = storage_bytes(plan.train);
   const int z = par.zero_stage, p = pp.shape.p, param_b = act, grad_b = act;
-  const int64_t k = chunk_microbatches(plan, r);
+  const int64_t k = (int64_t)chunk_microbatches(plan, r).size();
   const DataParallelPlan& d = st.data_parallel;
   const DataParallelPlan* experts = st.expert_unit_begin.empty() ? nullptr : &st.expert_data_parallel;
   int full_recomputed = 0, layers = 0;
@@ -317,16 +346,18 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
     for (int x : g) full_recomputed += x >= 0;
   for (int n : st.chunk_layers) layers += n;
   ModelSlice model_slice{layers, st.embedding, st.head, full_recomputed, {}, {}};
-  std::vector<int> moe_layers;
+  std::vector<int> moe_layers, first_microbatch;  // DualPipe: each chunk its direction's
   std::vector<bool> recomputed(m.num_layers, false);
-  for (size_t c = 0; c < st.chunk_layers.size(); ++c)
+  for (size_t c = 0; c < st.chunk_layers.size(); ++c) {
+    const int first = chunk_microbatches(plan, r, (int)c).front();  // a contiguous run
     for (int i = 0; i < st.chunk_layers[c]; ++i) {
       const int l = st.chunk_first_layer[c] + i;
       model_slice.layer_ids.push_back(l);
       recomputed[l] = !sc.groups[c].empty() && sc.groups[c][i] >= 0;
       if (recomputed[l]) model_slice.recomputed_ids.push_back(l);
-      if (m.moe.is_moe_layer(l)) moe_layers.push_back(l);
+      if (m.moe.is_moe_layer(l)) moe_layers.push_back(l), first_microbatch.push_back(first);
     }
+  }
   st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z, model_slice);
   int64_t calls = 0;
   for (const Exchange& e : exchanges(pp.schedule, r)) calls += e.empty() ? 0 : 1;
@@ -350,7 +381,8 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
       add_comm(st.comm, CommGroup::MIRROR, CommOp::ALL_REDUCE, 2,
                experts->grads_resident > 0 ? 1 : 0, experts->grads_resident * grad_b);
   }
-  expert_parallel_comm(st.comm, m, par, B, act, plan.routing, moe_layers, recomputed, k);
+  expert_parallel_comm(st.comm, m, par, B, act, plan.routing, moe_layers, recomputed, k,
+                       first_microbatch);
   context_parallel_comm(st.comm, m, B, act, tp, model_slice.layer_ids, recomputed, k);
   expert_bias_comm(st.comm, m, plan.dp, (int)moe_layers.size());
   // gpt's tied embedding: the first stage and a last stage holding a copy sum its gradient

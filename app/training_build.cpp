@@ -141,7 +141,7 @@ Training::Training(const Options& o, const World& w)
   skipped_in_a_row_ = start_.skipped_in_a_row;
   place_ = CheckpointPlace{par.zero_stage,
                            (par.context_parallel > 1 ? topo.dp_cp() : topo.dp()).rank(),
-                           topo.edp().rank()};
+                           topo.edp().rank(), dp_options.mirror_copy};
   listen_for_stop_signals();
 
   data_.reset(new DataLoader(o.data_path, o.model, o.train, dp_));

@@ -487,3 +487,33 @@ TEST(Timeline, ChromeTrace) {
 
 }  // namespace
 }  // namespace paralab
+
+namespace paralab {
+namespace {
+
+// DualPipe's F&B on a GPU: each half's communication hides under the other half's compute
+// (ActionCosts::stage_F_comm, stage_B_comm); alone, or on a CPU, an action costs it all.
+TEST(PipelineSchedule, OverlappedPairHidesCommunication) {
+  ActionCosts c;
+  c.F = 3, c.B = 4, c.W = 1;
+  c.stage_F_comm = {1}, c.stage_B_comm = {2};
+  Action f, b;
+  f.type = ActionType::F, b.type = ActionType::B;
+  f.overlapped = b.overlapped = true;
+  EXPECT_EQ(c.cost(f), 3);
+  EXPECT_EQ(c.cost(b), 5);           // the whole B: B + W
+  EXPECT_EQ(c.cost(f, &b), 2);       // F's 1 of communication under B's 3 of compute
+  EXPECT_EQ(c.cost(b, &f), 3);       // B's 2 under F's 2: gone
+  c.stage_B_comm = {4};              // B's 4 against F's 2 of compute: 2 left out
+  EXPECT_EQ(c.cost(b, &f), 5 - 4 + 2);
+  // a dualpipev step with communication inside the actions is shorter overlapped
+  const Schedule s = make_schedule({PipelineSchedule::DUALPIPE_V, 2, 8, 2});
+  ActionCosts plain;
+  plain.stage_F = std::vector<double>(4, 2.0), plain.stage_B = std::vector<double>(4, 3.0);
+  ActionCosts hidden = plain;
+  hidden.stage_F_comm = std::vector<double>(4, 1.0), hidden.stage_B_comm = std::vector<double>(4, 1.0);
+  EXPECT_LT(simulate(s, hidden).step_time, simulate(s, plain).step_time);
+}
+
+}  // namespace
+}  // namespace paralab

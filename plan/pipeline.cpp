@@ -32,6 +32,24 @@ void plan_schedule(Plan& plan) {
   pp.stage_layers = pipeline_stage_layers(plan.model.num_layers, pp.shape, par.stage_split());
   pp.schedule = make_schedule(pp.shape);
   if (!has_split_backward(pp.schedule)) pp.costs.B = 3, pp.costs.W = 0;
+  // Uneven stages cost in proportion to what they hold: their layers, and with Megatron's
+  // accounted split the embedding and the loss one layer each (its premise); the closed forms
+  // assume equal stages, the simulation does not.
+  if (par.stage_split().uneven()) {
+    const StageSplit& split = par.stage_split();
+    const int S = pp.shape.model_stages();
+    std::vector<double> counted(pp.stage_layers.begin(), pp.stage_layers.end());
+    counted.front() += split.embedding;
+    counted.back() += split.loss;
+    double total = 0;
+    for (double c : counted) total += c;
+    for (double c : counted) {
+      const double f = c * S / total;  // 1 on an even split
+      pp.costs.stage_F.push_back(pp.costs.F * f);
+      pp.costs.stage_B.push_back(pp.costs.B * f);
+      pp.costs.stage_W.push_back(pp.costs.W * f);
+    }
+  }
   pp.sim = simulate(pp.schedule, pp.costs);
   pp.closed_form = bubble_closed_form(pp.shape, pp.costs);
   const int B = plan.train.micro_batch_size;

@@ -243,6 +243,12 @@ std::string pipeline_text(const Plan& plan) {
            "%.2f%% of the step (%.2f%%)\n",
            100 * sim.bubble, 100 * sim.bubble_vs_ideal, cf.formula.c_str(), 100 * cf.of_step,
            100 * cf.vs_ideal);
+  if (!pp.costs.stage_F.empty()) {  // an uneven split: each stage's costs by its layers
+    std::string f;
+    for (double x : pp.costs.stage_F) f += strprintf("%s%.3g", f.empty() ? "" : " ", x / pp.costs.F);
+    t += "  uneven stages: each model stage's costs x its layers / the mean (" + f +
+         "); the closed form assumes equal stages\n";
+  }
   const int per_stage = plan.parallel.world_size / sh.p;
   t += strprintf("  %-5s %-9s %-34s %6s %14s %13s %9s\n", "stage", "ranks", "layers", "holds",
            "idle (units)", "sends act/grad", "calls");
@@ -290,7 +296,10 @@ void pipeline_json(JsonWriter& j, const Plan& plan) {
   j.field("bubble_vs_ideal_closed_form", pp.closed_form.vs_ideal);
   j.field("bubble_formula", pp.closed_form.formula).field("step_time_units", pp.sim.step_time);
   j.key("costs").begin_object().field("F", pp.costs.F).field("B", pp.costs.B);
-  j.field("W", pp.costs.W).field("split_backward", has_split_backward(pp.schedule)).end_object();
+  j.field("W", pp.costs.W).field("split_backward", has_split_backward(pp.schedule));
+  j.key("stage_factor").begin_array();  // an uneven split's per-stage scale (empty: even)
+  for (double x : pp.costs.stage_F) j.value(x / pp.costs.F);
+  j.end_array().end_object();
   j.key("layers_per_model_stage").begin_array();
   for (int n : pp.stage_layers) j.value(n);
   j.end_array();

@@ -502,6 +502,18 @@ TEST(PlanPipeline, AccountedSplit) {
   EXPECT_EQ(plan.pipeline.stage_layers, (std::vector<int>{2, 3, 3, 2}));
   EXPECT_EQ(plan.pipeline.stages[3].chunk_layers, (std::vector<int>{2}));
   EXPECT_EQ(plan.pipeline.stages[3].chunk_first_layer, (std::vector<int>{8}));
+  // Megatron's premise: the embedding and the loss cost a layer each, so the stages balance
+  EXPECT_EQ(plan.pipeline.costs.stage_F, (std::vector<double>{1, 1, 1, 1}));
+  // first 1, last 3 of 8: the simulation costs each stage by its layers (0.5 1 1 1.5 of
+  // the mean), the slowest stage sets the pace, and the bubble grows past the closed form's
+  ParallelConfig uneven = grid(4, 1);
+  uneven.first_stage_layers = 1, uneven.last_stage_layers = 3;
+  const Plan u = make_plan(gpt(8), batch(1, 4), uneven);
+  EXPECT_EQ(u.pipeline.costs.stage_B, (std::vector<double>{1.5, 3, 3, 4.5}));
+  const Plan even = make_plan(gpt(8), batch(1, 4), grid(4, 1));
+  EXPECT_TRUE(even.pipeline.costs.stage_F.empty());
+  EXPECT_GT(u.pipeline.sim.bubble, even.pipeline.sim.bubble);
+  EXPECT_NEAR(u.pipeline.closed_form.of_step, even.pipeline.closed_form.of_step, 1e-12);
 }
 
 }  // namespace

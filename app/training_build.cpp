@@ -89,12 +89,18 @@ Training::Training(const Options& o, const World& w)
   // data parallelism holds, each in its chunk; gpt's tied embedding defers its buckets.
   pp_ = par.pipeline_parallel;
   pp_rank_ = topo.coord().pp;
-  const StageSlice slice =
-      pp_ > 1 ? pipeline_stage_slice(o.model, pp_, par.virtual_pipeline, pp_rank_,
-                                     par.first_stage_layers, par.last_stage_layers)
-              : whole_model(o.model);
+  const PipelineShape& shape = plan_.pipeline.shape;
+  const StageSlice slice = pp_ > 1 ? pipeline_stage_slice(o.model, shape, pp_rank_,
+                                                          par.stage_split())
+                                   : whole_model(o.model);
   dp_options.unit_chunk = stage_unit_chunk(slice);
   dp_options.deferred_units = stage_deferred_units(o.model, slice);
+  // DualPipe: the rank holding the same stages; the pair's second rank leaves the norm to
+  // the first
+  if (shape.placement() == StagePlacement::MIRRORED) {
+    dp_options.mirror = &topo.mirror();
+    dp_options.mirror_copy = pp_rank_ > shape.mirror_of(pp_rank_);
+  }
   data_parallel_.reset(new DataParallel(
       stage_units(o.model, par.tensor_parallel, slice, expert_split(par)),
       par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp(), dp_options, dev));
@@ -121,6 +127,7 @@ Training::Training(const Options& o, const World& w)
   model_.reset(new Transformer(o.model, dev, data_parallel_.get(), tensor_parallel, slice,
                                &topo.pp(), &topo.embedding(), expert_parallel,
                                expert_data_parallel_.get(), context_parallel));
+  model_->set_gradient_buffers(pp_ > 1 ? gradient_buffers(plan_.pipeline.schedule, pp_rank_) : 1);
   model_->init_parameters(o.train.seed);
   // --load / --load-hf (app/checkpoint_run.h): the parameters, then the optimizer built on
   // them (bf16: its master starts as them) takes the checkpoint's moments and master.
@@ -135,7 +142,7 @@ Training::Training(const Options& o, const World& w)
   skipped_in_a_row_ = start_.skipped_in_a_row;
   place_ = CheckpointPlace{par.zero_stage,
                            (par.context_parallel > 1 ? topo.dp_cp() : topo.dp()).rank(),
-                           topo.edp().rank()};
+                           topo.edp().rank(), dp_options.mirror_copy};
   listen_for_stop_signals();
 
   data_.reset(new DataLoader(o.data_path, o.model, o.train, dp_));

@@ -68,7 +68,7 @@ void Training::run_step(int step, StepRecord& r) {
     data_->microbatch(step, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
   // every stage derives microbatch i's dropout seed alike, so its masks are the
   // single-rank run's
-  ModelStage stage(*model_, k, B_, splits_backward(plan_.pipeline.shape.kind), [&](int micro) {
+  ModelStage stage(*model_, plan_.pipeline.schedule, pp_rank_, B_, [&](int micro) {
     const uint64_t seed = kernels::mix64(
         o_.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank_ * k + micro));
     return Transformer::Microbatch{tokens_[micro].data(), targets_[micro].data(), B_,

@@ -89,7 +89,8 @@ std::vector<OwnedPiece> owned_pieces(Transformer& model, const CheckpointPlace& 
 // of its stage.
 std::vector<int> saved_bias_layers(const Transformer& model, const CheckpointPlace& place) {
   std::vector<int> layers;
-  if (place.dense_replica != 0 || model.tensor_parallel().rank() != 0) return layers;
+  if (place.dense_replica != 0 || place.mirror_copy || model.tensor_parallel().rank() != 0)
+    return layers;
   for (int l = 0; l < (int)model.moe_layers().size(); ++l)
     if (!model.moe_layers()[l].expert_bias.empty()) layers.push_back(l);
   return layers;
@@ -98,6 +99,7 @@ std::vector<int> saved_bias_layers(const Transformer& model, const CheckpointPla
 }  // namespace
 
 bool CheckpointPlace::writes(const TensorView& view) const {
+  if (mirror_copy) return false;  // DualPipe: the pair's first rank saves the stages
   if (zero_stage >= 1) return true;  // the owned slices are disjoint over the replicas
   return (view.expert ? expert_replica : dense_replica) == 0;
 }

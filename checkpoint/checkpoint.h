@@ -13,7 +13,8 @@
 //       owns (OwnedSegment), once over its data-parallel replicas (ZeRO >= 1: every dp rank
 //       its slice; DDP: dp rank 0). As in Megatron, what tp ranks or stages hold alike (norms,
 //       biases, gpt's tied copy of the word embedding on the last stage) each saves: equal
-//       values, so that a rank's shard is its owned state, no more, no less.
+//       values, so that a rank's shard is its owned state, no more, no less. DualPipe's second
+//       copy of two stages (pp rank p - 1 - r of r) saves nothing: the same pieces again.
 //   DIR/iter_NNNNNNN/manifest.json            rank 0, after every shard is on disk
 //       (checkpoint/checkpoint_manifest.h: the model, the pieces, a CRC32C per shard)
 //   DIR/latest                                the last complete iteration, rank 0, last
@@ -54,6 +55,7 @@ struct CheckpointPlace {
   int zero_stage = 0;
   int dense_replica = 0;   // rank in the dense group
   int expert_replica = 0;  // rank in the expert-data-parallel group
+  bool mirror_copy = false;  // DualPipe's second copy of two stages: the first saves them
   // Does this rank save the owned elements of a view? (the rule in the header)
   bool writes(const TensorView& view) const;
 };

@@ -211,33 +211,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
              "the tp ranks (all-gather / reduce-scatter instead of all-reduce); needs --tp "
              "to divide --seq-length; ignored with a warning at --tp 1")
       ->group(kParallel);
-  app.add_option("--pipeline-model-parallel-size,--pp", p.pipeline_parallel,
-                 "pipeline stages: split the layers; must divide --num-layers, unless "
-                 "--decoder-first/last-pipeline-num-layers give uneven stages")
-      ->capture_default_str()->group(kParallel);
-  app.add_option("--pipeline-schedule", raw.pipeline_schedule,
-                 "pipeline schedule: gpipe (all forwards, then all backwards; holds m "
-                 "microbatches), 1f1b (warm-up, one forward one backward, cool-down; stage r "
-                 "holds min(p - r, m)), interleaved (Megatron's 1F1B over virtual stages: "
-                 "bubble / v; needs the microbatches a multiple of --pp), zb-h1 (zero bubble: "
-                 "weight gradients deferred into the cool-down; 1f1b's memory). Default 1f1b, "
-                 "or interleaved when virtual stages are given")
-      ->check(one_of({"gpipe", "1f1b", "interleaved", "zb-h1"}))->group(kParallel);
-  app.add_option("--virtual-pipeline-model-parallel-size,--vpp", raw.virtual_pipeline,
-                 "model chunks v per pipeline rank (interleaved): chunk c of rank r is stage "
-                 "c x pp + r; v must divide each rank's layers")
-      ->group(kParallel);
-  app.add_option("--num-layers-per-virtual-pipeline-stage", raw.layers_per_virtual_stage,
-                 "layers per model chunk, the other way to give v = layers / (pp x this)")
-      ->group(kParallel);
-  app.add_option("--decoder-first-pipeline-num-layers", p.first_stage_layers,
-                 "layers of the first pipeline stage (it also runs the embedding); the stages "
-                 "not given split the rest evenly; 0: the even split")
-      ->capture_default_str()->group(kParallel);
-  app.add_option("--decoder-last-pipeline-num-layers", p.last_stage_layers,
-                 "layers of the last pipeline stage (it also runs the head and the loss); "
-                 "0: the even split")
-      ->capture_default_str()->group(kParallel);
+  add_pipeline_flags(app, o, raw, kParallel);  // cli/flags_pipeline.cpp: --pp, --pipeline-*
   app.add_option("--context-parallel-size,--cp", p.context_parallel,
                  "context parallel ranks cp: each sequence split over them (s/cp tokens per "
                  "rank), attention exchanging keys and values by --cp-comm-type; --seq-length "

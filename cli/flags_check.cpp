@@ -32,7 +32,6 @@ void check_unit_interval(const char* flag, double value) {  // [0, 1)
   if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
 }
 
-// Pipeline: virtual stages, the schedule, the layers of each stage (pipeline_schedule.h).
 // Context parallelism: the layout's chunks must cut the sequence evenly, and a2a splits
 // this tensor-parallel rank's heads and query groups over the cp ranks.
 void check_context_parallel(Options& o, const RawFlags& raw) {
@@ -61,72 +60,6 @@ void check_context_parallel(Options& o, const RawFlags& raw) {
   }
 }
 
-void check_pipeline(Options& o, const RawFlags& raw) {
-  ParallelConfig& p = o.parallel;
-  const int pp = p.pipeline_parallel, L = o.model.num_layers;
-  const int first = p.first_stage_layers, last = p.last_stage_layers;
-  check_at_least("--virtual-pipeline-model-parallel-size", raw.virtual_pipeline, 0);
-  check_at_least("--num-layers-per-virtual-pipeline-stage", raw.layers_per_virtual_stage, 0);
-  check_at_least("--decoder-first-pipeline-num-layers", first, 0);
-  check_at_least("--decoder-last-pipeline-num-layers", last, 0);
-  const bool uneven = first > 0 || last > 0;
-  std::ostringstream given;  // the uneven flags as typed, for the messages
-  if (first > 0) given << "--decoder-first-pipeline-num-layers (" << first << ")";
-  if (first > 0 && last > 0) given << " + ";
-  if (last > 0) given << "--decoder-last-pipeline-num-layers (" << last << ")";
-  if (uneven && pp == 1) fail(given.str(), " needs --pp > 1");
-
-  int v = raw.virtual_pipeline > 0 ? raw.virtual_pipeline : 1;
-  if (raw.layers_per_virtual_stage > 0) {
-    const int n = raw.layers_per_virtual_stage;
-    if (raw.virtual_pipeline > 0)
-      fail("give --virtual-pipeline-model-parallel-size (", raw.virtual_pipeline,
-           ") or --num-layers-per-virtual-pipeline-stage (", n, "), not both");
-    if (uneven)
-      fail("--num-layers-per-virtual-pipeline-stage needs the even split; with ", given.str(),
-           " give --virtual-pipeline-model-parallel-size");
-    if (L % (pp * n) != 0)
-      fail("--num-layers (", L, ") must be divisible by --pp (", pp,
-           ") x --num-layers-per-virtual-pipeline-stage (", n, ") = ", pp * n);
-    v = L / (pp * n);
-  }
-  if (v > 1 && pp == 1)
-    fail(raw.virtual_pipeline > 0 ? "--virtual-pipeline-model-parallel-size ("
-                                  : "--num-layers-per-virtual-pipeline-stage (",
-         raw.virtual_pipeline > 0 ? raw.virtual_pipeline : raw.layers_per_virtual_stage,
-         ") needs --pp > 1");
-
-  PipelineSchedule kind = v > 1 ? PipelineSchedule::INTERLEAVED : PipelineSchedule::ONE_F_ONE_B;
-  if (!raw.pipeline_schedule.empty()) parse_schedule_name(raw.pipeline_schedule, &kind);
-  if (kind == PipelineSchedule::INTERLEAVED && v == 1)
-    fail("--pipeline-schedule interleaved needs virtual stages: "
-         "--virtual-pipeline-model-parallel-size > 1 or --num-layers-per-virtual-pipeline-stage");
-  if (kind != PipelineSchedule::INTERLEAVED && v > 1)
-    fail("--pipeline-schedule ", schedule_name(kind), " takes no virtual stages, got ", v,
-         " (use --pipeline-schedule interleaved)");
-
-  if (!uneven) {
-    if (L % pp != 0) fail("--pp (", pp, ") must divide --num-layers (", L, ")");
-    if (L / pp % v != 0)
-      fail("--num-layers (", L, ") must be divisible by --pp (", pp, ") x virtual stages (", v,
-           ") = ", pp * v);
-  } else {
-    const int middle = pp - (first > 0) - (last > 0), rest = L - first - last;
-    if (middle == 0 && rest != 0)
-      fail(given.str(), " must add up to --num-layers (", L, ") with --pp ", pp);
-    if (middle > 0 && (rest <= 0 || rest % middle != 0))
-      fail(given.str(), ": the other ", middle, " stage(s) of --pp ", pp,
-           " cannot split the remaining ", rest, " of --num-layers (", L, ") evenly");
-    const int rest_each = middle > 0 ? rest / middle : 0;
-    for (int n : {first, last, rest_each})
-      if (n > 0 && n % v != 0)
-        fail("virtual stages (", v, ") must divide every stage's layers: ", given.str(),
-             ", the others ", rest_each);
-  }
-  p.virtual_pipeline = v;
-  p.pipeline_schedule = kind;
-}
-
 // Activation recompute (model/config.h Recompute), with Megatron's constraints: full needs a
 // method and a layer count, selective takes neither, and each needs its granularity. After
 // check_pipeline: the layer count is bounded by the layers of a pipeline rank.
@@ -150,13 +83,13 @@ void check_recompute(Options& o, const RawFlags& raw) {
   if (g == "full") {
     if (!method) fail("--recompute-granularity full needs --recompute-method uniform or block");
     const ParallelConfig& p = o.parallel;
-    const std::vector<int> chunks =
-        pipeline_stage_layers(o.model.num_layers, p.pipeline_parallel, p.virtual_pipeline,
-                              p.first_stage_layers, p.last_stage_layers);
+    const PipelineShape shape = p.pipeline_shape(1);
+    const std::vector<int> stages =
+        pipeline_stage_layers(o.model.num_layers, shape, p.stage_split());
     int rank_layers = 0;  // the most layers a pipeline rank holds (all its chunks)
-    for (int rank = 0; rank < p.pipeline_parallel; ++rank) {
+    for (int rank = 0; rank < shape.p; ++rank) {
       int n = 0;
-      for (int c = 0; c < p.virtual_pipeline; ++c) n += chunks[c * p.pipeline_parallel + rank];
+      for (int c = 0; c < shape.v; ++c) n += stages[shape.stage_of(rank, c)];
       rank_layers = std::max(rank_layers, n);
     }
     if (!layers)
@@ -391,7 +324,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (m.qk_layernorm && tp > 1 && !p.sequence_parallel)
     fail("--qk-layernorm with --tensor-model-parallel-size ", tp, " needs --sequence-parallel "
          "(its norm weights' gradients are partial over the heads' ranks)");
-  check_pipeline(o, raw);
+  check_pipeline(o, raw);  // cli/flags_pipeline.cpp
   check_recompute(o, raw);
   check_moe(o, raw);  // cli/flags_moe.cpp: after the layout and recompute, which it reads
   if (p.sequence_parallel && tp == 1) {
@@ -402,13 +335,6 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   if (p.sequence_parallel && (m.seq_length / cp) % tp != 0)
     fail("--sequence-parallel needs --tp (", tp, ") to divide the tokens per context-parallel "
          "rank, --seq-length / --cp (", m.seq_length, " / ", cp, " = ", m.seq_length / cp, ")");
-  // zb-h1's W reads the inputs of the weight GEMMs as the layer kept them (model/layer.h,
-  // BackwardPart): selective mlp and norm drop fc1's activation and the norms' outputs.
-  // The plan refuses it too: it would predict a run that cannot happen.
-  if (p.pipeline_parallel > 1 && p.pipeline_schedule == PipelineSchedule::ZB_H1 &&
-      (m.recompute.recompute_mlp() || m.recompute.recompute_norm()))
-    fail("--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
-         "reads the outputs they drop); use core_attn, full recompute, or 1f1b");
   if (raw.use_distributed_optimizer && p.zero_stage < 1) p.zero_stage = 1;
   if (p.zero_stage < 0 || p.zero_stage > 3)
     fail("--zero-stage must be 0, 1, 2 or 3, got ", p.zero_stage);
@@ -424,11 +350,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
          t.micro_batch_size, ") x data-parallel size (", dp, ") = ", t.micro_batch_size * dp);
   apply_megatron_schedule(o, raw);  // cli/flags_megatron.cpp: --train-samples, samples, fraction
   const int microbatches = t.global_batch_size / (t.micro_batch_size * dp);
-  if (p.pipeline_schedule == PipelineSchedule::INTERLEAVED && microbatches % pp != 0)
-    fail("--pipeline-schedule interleaved needs the microbatches per step, --global-batch-size (",
-         t.global_batch_size, ") / (--micro-batch-size (", t.micro_batch_size,
-         ") x data-parallel size (", dp, ")) = ", microbatches, ", to be a multiple of --pp (",
-         pp, ")");
+  check_pipeline_run(o, microbatches);  // cli/flags_pipeline.cpp: the schedule's microbatches
 
   // Optimizer and schedule.
   check_at_least("--min-lr", t.min_lr, 0);

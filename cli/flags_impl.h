@@ -5,7 +5,8 @@
 // files: cli/flags.h is the interface.
 //
 // defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, add_megatron_flags, resolve_megatron_flags, apply_megatron_schedule,
+//          check_moe, add_pipeline_flags, check_pipeline, check_pipeline_run,
+//          add_megatron_flags, resolve_megatron_flags, apply_megatron_schedule,
 //          megatron_no_effect_warning, closest_flag, add_checkpoint_flags,
 //          check_checkpoint_flags, check_output_file, check_output_folder, add_offload_flags,
 //          check_offload_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
@@ -104,6 +105,14 @@ void record_moe_flags_given(const CLI::App& app, RawFlags& raw);
 // Resolves o.model.moe (the layer pattern, the expert width) and checks the MoE flags; after
 // the parallel layout and recompute are resolved. Throws FlagError.
 void check_moe(Options& o, const RawFlags& raw);
+// ---- cli/flags_pipeline.cpp ----
+// --pp, --pipeline-schedule, --vpp and the uneven splits, in the manual's `group`.
+void add_pipeline_flags(CLI::App& app, Options& o, RawFlags& raw, const char* group);
+// Resolves the schedule and its chunks per rank (o.parallel) and checks the layers of each
+// stage; after the parallel sizes. Throws FlagError.
+void check_pipeline(Options& o, const RawFlags& raw);
+// Once the microbatches per step and recompute are known: the schedule's constraints on them.
+void check_pipeline_run(const Options& o, int microbatches);
 // ---- cli/flags_megatron.cpp ----
 // Megatron-LM's flags for a pasted launch script, in their own group of the manual.
 void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw);

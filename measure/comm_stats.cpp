@@ -17,6 +17,7 @@ const char* group_name(CommGroup g) {
     case CommGroup::ETP_EP: return "etp_ep";
     case CommGroup::EDP: return "edp";
     case CommGroup::EMBEDDING: return "embedding";
+    case CommGroup::MIRROR: return "mirror";
     case CommGroup::WORLD: return "world";
     case CommGroup::PCIE: return "pcie";
     default: return "?";

@@ -39,10 +39,11 @@
 
 namespace paralab {
 
-// The dense grid's groups, the expert grid's (ep, etp, etp_ep, edp), then embedding, world.
+// The dense grid's groups, the expert grid's (ep, etp, etp_ep, edp), then embedding, mirror
+// (DualPipe's two ranks holding the same stages), world.
 // PCIE: a rank's own copies between device and host memory (CPU offload), not a group.
 enum class CommGroup : int {
-  TP = 0, CP, PP, DP, DP_CP, EP, ETP, ETP_EP, EDP, EMBEDDING, WORLD, PCIE, COUNT
+  TP = 0, CP, PP, DP, DP_CP, EP, ETP, ETP_EP, EDP, EMBEDDING, MIRROR, WORLD, PCIE, COUNT
 };
 enum class CommOp : int {
   ALL_REDUCE = 0,

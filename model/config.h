@@ -212,11 +212,24 @@ struct ParallelConfig {
   OffloadConfig offload;           // --optimizer-cpu-offload, --offload-params (ZeRO-Offload)
   bool sequence_parallel = false;  // with tensor parallelism: split the tokens between blocks
   // Pipeline (parallel/pipeline_schedule.h): the schedule, v model chunks per pp rank
-  // (interleaved), and the layers of the first and last stage (0: the even split).
+  // (interleaved's virtual stages; 2 for zb-v and the DualPipes), and how the layers split
+  // when not evenly (Megatron's --decoder-first/last-pipeline-num-layers, 0: the even split;
+  // --account-for-embedding/loss-in-pipeline-split).
   PipelineSchedule pipeline_schedule = PipelineSchedule::ONE_F_ONE_B;
   int virtual_pipeline = 1;
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  bool account_for_embedding = false, account_for_loss = false;
+  StageSplit stage_split() const {
+    return {first_stage_layers, last_stage_layers, account_for_embedding, account_for_loss};
+  }
+  // The schedule's shape for m microbatches per step; without pipelining 1F1B on one stage.
+  PipelineShape pipeline_shape(int microbatches) const {
+    return pipeline_parallel == 1
+               ? PipelineShape{PipelineSchedule::ONE_F_ONE_B, 1, microbatches, 1}
+               : PipelineShape{pipeline_schedule, pipeline_parallel, microbatches,
+                               virtual_pipeline};
+  }
   int data_parallel() const {
     return world_size / (tensor_parallel * pipeline_parallel * context_parallel);
   }

@@ -43,7 +43,7 @@ EvalResult Evaluator::run(int eval_iters) {
   for (int j = 0; j < eval_iters; ++j) {
     for (int micro = 0; micro < k_; ++micro)
       data_.valid_microbatch(j, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
-    EvalStage stage(model_, B_, [&](int micro) {
+    EvalStage stage(model_, executor_.schedule().shape, B_, [&](int micro) {
       return Transformer::Microbatch{tokens_[micro].data(), targets_[micro].data(), B_, 1.0f, 0, true};
     });
     executor_.run(stage);

@@ -126,6 +126,7 @@ struct LayerContext {
   // is an evaluation (no balancing losses), and the scale of the auxiliary losses' gradients.
   MoeLayerState* moe = nullptr;
   bool record_moe_stats = false;
+  int microbatch = 0;  // the step's microbatch, recorded beside its statistics
   bool forward_only = false;
   float grad_scale = 1.0f;
 };

@@ -216,6 +216,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   if (record) {
     MoeLayerStats& s = c.moe->stats;
     s.permuted_rows.push_back(x.M);
+    s.microbatch_ids.push_back(c.microbatch);
     s.expert_rows.push_back(R);
     s.ep_rows.push_back(x.R_ep);
     for (int rows : x.local_rows) s.nonempty_experts += rows > 0;

@@ -90,6 +90,8 @@ struct MoeLayerStats {
   long long dropped_pairs = 0;               // (token, expert) pairs over capacity
   long long padding_rows = 0;                // zero rows added to reach the capacity
   std::vector<int> permuted_rows;            // M of each microbatch, in order
+  std::vector<int> microbatch_ids;           // which microbatch each entry is (DualPipe's
+                                             // copies of a layer each run half of them)
   std::vector<int> expert_rows;              // R of each microbatch: what this rank's
                                              // experts ran (= M without expert parallelism)
   std::vector<int> ep_rows;                  // alltoall: the rows it received over ep each

@@ -268,18 +268,20 @@ StageSlice whole_model(const ModelConfig& m) {
   return s;
 }
 
-StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, int first,
-                                int last) {
-  const std::vector<int> layers = pipeline_stage_layers(m.num_layers, p, v, first, last);
+StageSlice pipeline_stage_slice(const ModelConfig& m, const PipelineShape& shape, int rank,
+                                const StageSplit& split) {
+  const std::vector<int> layers = pipeline_stage_layers(m.num_layers, shape, split);
   std::vector<int> begin(layers.size() + 1, 0);
   for (size_t i = 0; i < layers.size(); ++i) begin[i + 1] = begin[i] + layers[i];
   StageSlice s;
-  for (int c = 0; c < v; ++c) {
-    s.chunk_first_layer.push_back(begin[c * p + rank]);
-    s.chunk_layers.push_back(layers[c * p + rank]);
+  for (int c = 0; c < shape.v; ++c) {
+    const int stage = shape.stage_of(rank, c);
+    s.chunk_first_layer.push_back(begin[stage]);
+    s.chunk_layers.push_back(layers[stage]);
   }
-  s.embedding = rank == 0;
-  s.head = rank == p - 1;
+  // every placement puts model stage 0 in a rank's chunk 0 and the last in its last chunk
+  s.embedding = shape.stage_of(rank, 0) == 0;
+  s.head = shape.stage_of(rank, shape.v - 1) == shape.model_stages() - 1;
   s.tied_copy = s.head && !s.embedding && m.tied_embeddings();
   return s;
 }

@@ -91,21 +91,25 @@ int64_t parameter_count(const ModelConfig& m);
 std::vector<int64_t> param_units(const ModelConfig& m, int tp = 1);
 
 // ---- pipeline parallelism: the part of the model one pp rank holds -----------------------
-// v chunks of consecutive layers (chunk c is model stage c p + r; parallel/pipeline_schedule.h),
-// the embedding on the first rank, the head (final norm, output weight) on the last. gpt's
-// tied output weight is embedding.word: a last rank that is not also the first keeps a
-// copy of it, under the same name, at the end of its head unit; the two copies start equal
-// and stay equal because their gradients are summed over the embedding group (Megatron's
-// shared embedding). Units of a stage, in flat order: [embedding] layers... [head].
+// v chunks of consecutive layers (chunk c is model stage stage_of(r, c): c p + r looped, r and
+// 2p - 1 - r in a V, the pair r, p - 1 - r mirrored; parallel/pipeline_schedule.h), the
+// embedding on the rank of model stage 0 (in its chunk 0), the head (final norm, output
+// weight) on the rank of the last (in its last chunk). gpt's tied output weight is
+// embedding.word: a rank with the head and not the embedding keeps a copy of it, under the
+// same name, at the end of its head unit; the two copies start equal and stay equal because
+// their gradients are summed over the embedding group (Megatron's shared embedding). A V or
+// mirrored rank 0 holds both ends and no copy. Units of a stage, in flat order: [embedding]
+// layers... [head].
 struct StageSlice {
   std::vector<int> chunk_first_layer, chunk_layers;  // per chunk
   bool embedding = true, head = true;
   bool tied_copy = false;
 };
 StageSlice whole_model(const ModelConfig& m);
-// pp rank `rank` of p with v chunks; first/last: --decoder-first/last-pipeline-num-layers.
-StageSlice pipeline_stage_slice(const ModelConfig& m, int p, int v, int rank, int first = 0,
-                                int last = 0);
+// pp rank `rank` of the shape's pipeline (its chunks' model stages by the placement,
+// parallel/pipeline_schedule.h); split: the uneven split's flags.
+StageSlice pipeline_stage_slice(const ModelConfig& m, const PipelineShape& shape, int rank,
+                                const StageSplit& split = {});
 // This stage's tensors (tp-local shapes) in flat order, and where each of its units starts
 // (size units + 1); the chunk of every unit (embedding: 0, head: the last chunk).
 // Where a rank's expert tensors live: E/ep experts of each, in a flat vector of their own

@@ -3,18 +3,21 @@
 //
 //   F(i, c)  data parallelism starts a microbatch (begin_microbatch), then the model's
 //            forward of microbatch i on chunk c; the last model stage adds its loss.
-//   B(i, c)  begin_microbatch(last = i is the step's last microbatch: ZeRO 0-1 reduce after
-//            it), then the backward of (i, c): all of it, or for a split schedule (zb-h1)
-//            the input gradient only;
+//   B(i, c)  begin_microbatch(last = the rank's last B or W on chunk c: ZeRO 0-1 reduce after
+//            it), then the backward of (i, c): all of it, or for a split B (zero-bubble
+//            schedules) the input gradient only;
 //   W(i, c)  begin_microbatch(last) and the layers' weight gradients, declared done.
-// Every action ends with a device synchronisation so the executor's clock measures it.
+// A message between two of the rank's chunks (the V's turn) is copied in memory
+// (Transformer::hand_over). Every action ends with a device synchronisation so the
+// executor's clock measures it.
 //
 // EvalStage runs evaluation's forward-only schedule (forward_only_schedule): F(i, c) only,
 // Transformer::Microbatch::forward_only, no data-parallel microbatch bookkeeping (nothing is
-// reduced). A pair's output must live until it has been sent: the executor sends slot j's
-// outputs in the exchange before slot j + 1 and waits for it, so when slot j + 1 runs the
-// pairs of slot j are discarded; finish() discards the last ones (after executor.run).
+// reduced). A pair's output must live until it has gone out: it is discarded once its send
+// completed (sent), once handed over to the next chunk, or right after the forward of the
+// last model stage (no output); finish() discards any left (after executor.run).
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -27,12 +30,18 @@ namespace paralab {
 
 class ModelStage : public PipelineStage {
  public:
-  // data(i): microbatch i's tokens, targets, size, loss scale and dropout seed.
-  // split: the schedule splits the backward (zb-h1): B the input gradient, W the weights'.
-  ModelStage(Transformer& model, int microbatches, int micro_batch_size, bool split,
+  // data(i): microbatch i's tokens, targets, size, loss scale and dropout seed. The
+  // schedule and this rank's place in it: which chunk a model stage is, each chunk's last
+  // backward.
+  ModelStage(Transformer& model, const Schedule& schedule, int pp_rank, int micro_batch_size,
              std::function<Transformer::Microbatch(int)> data)
-      : model_(model), m_(microbatches), B_(micro_batch_size), split_(split),
-        data_(std::move(data)) {}
+      : model_(model), shape_(schedule.shape), B_(micro_batch_size), data_(std::move(data)) {
+    for (const Action& a : schedule.ranks.at(pp_rank))
+      if (a.type != ActionType::F) {
+        if ((int)last_.size() <= a.chunk) last_.resize(a.chunk + 1, -1);
+        last_[a.chunk] = std::max(last_[a.chunk], a.microbatch);
+      }
+  }
 
   void* activation_in(int microbatch, int chunk) override {
     return model_.activation_input(microbatch, chunk, B_);
@@ -40,16 +49,23 @@ class ModelStage : public PipelineStage {
   const void* activation_out(int microbatch, int chunk) override {
     return model_.activation_output(microbatch, chunk);
   }
-  void* gradient_in() override { return model_.output_gradient_input(B_); }
+  void* gradient_in(int microbatch, int chunk) override {
+    return model_.output_gradient_input(microbatch, chunk, B_);
+  }
   const void* gradient_out() override { return model_.input_gradient(); }
+  void hand_over(const Message& m) override {
+    model_.hand_over(m.kind == Message::ACTIVATION, m.microbatch, shape_.chunk_of(m.from_stage),
+                     shape_.chunk_of(m.to_stage));
+  }
 
   void run(const Action& a) override {
     if (a.type == ActionType::F) {
       model_.begin_microbatch(false);
       loss_sum_ += model_.forward(a.microbatch, a.chunk, data_(a.microbatch));
     } else {
-      model_.begin_microbatch(a.microbatch == m_ - 1);
-      if (a.type == ActionType::B) model_.backward(a.microbatch, a.chunk, split_);
+      // the chunk's last microbatch: microbatches run in order on each chunk
+      model_.begin_microbatch(a.microbatch == last_.at(a.chunk));
+      if (a.type == ActionType::B) model_.backward(a.microbatch, a.chunk, a.split);
       else model_.backward_weight(a.microbatch, a.chunk);
     }
     kernels::synchronize(model_.device());
@@ -60,17 +76,18 @@ class ModelStage : public PipelineStage {
 
  private:
   Transformer& model_;
-  int m_, B_;
-  bool split_;
+  PipelineShape shape_;
+  int B_;
   std::function<Transformer::Microbatch(int)> data_;
+  std::vector<int> last_;  // per chunk: the microbatch of its last B or W
   double loss_sum_ = 0;
 };
 
 class EvalStage : public PipelineStage {
  public:
-  EvalStage(Transformer& model, int micro_batch_size,
+  EvalStage(Transformer& model, const PipelineShape& shape, int micro_batch_size,
             std::function<Transformer::Microbatch(int)> data)
-      : model_(model), B_(micro_batch_size), data_(std::move(data)) {}
+      : model_(model), shape_(shape), B_(micro_batch_size), data_(std::move(data)) {}
   ~EvalStage() override { finish(); }
 
   void* activation_in(int microbatch, int chunk) override {
@@ -79,29 +96,39 @@ class EvalStage : public PipelineStage {
   const void* activation_out(int microbatch, int chunk) override {
     return model_.activation_output(microbatch, chunk);
   }
-  void* gradient_in() override { throw std::logic_error("EvalStage: no backward"); }
+  void* gradient_in(int, int) override { throw std::logic_error("EvalStage: no backward"); }
   const void* gradient_out() override { throw std::logic_error("EvalStage: no backward"); }
+  void hand_over(const Message& m) override {
+    const int from = shape_.chunk_of(m.from_stage);
+    model_.hand_over(true, m.microbatch, from, shape_.chunk_of(m.to_stage));
+    model_.discard(m.microbatch, from);
+  }
+  void sent(const Message& m) override {
+    model_.discard(m.microbatch, shape_.chunk_of(m.from_stage));
+  }
 
   void run(const Action& a) override {
     if (a.type != ActionType::F) throw std::logic_error("EvalStage: forward actions only");
-    finish();  // the previous slot's outputs went out in the exchange before this slot
     Transformer::Microbatch mb = data_(a.microbatch);
     mb.forward_only = true;
     loss_sum_ += model_.forward(a.microbatch, a.chunk, mb);
-    sent_.push_back({a.microbatch, a.chunk});
+    if (a.sends.empty()) model_.discard(a.microbatch, a.chunk);  // the last model stage
+    else pending_.push_back({a.microbatch, a.chunk});
     kernels::synchronize(model_.device());
   }
+  // Discards what no send or hand-over did (nothing after a whole run; an interrupted one).
   void finish() {
-    for (const auto& [i, c] : sent_) model_.discard(i, c);
-    sent_.clear();
+    for (const auto& [i, c] : pending_) model_.discard(i, c);
+    pending_.clear();
   }
   double loss_sum() const { return loss_sum_; }  // as ModelStage's
 
  private:
   Transformer& model_;
+  PipelineShape shape_;
   int B_;
   std::function<Transformer::Microbatch(int)> data_;
-  std::vector<std::pair<int, int>> sent_;
+  std::vector<std::pair<int, int>> pending_;
   double loss_sum_ = 0;
 };
 

@@ -346,13 +346,37 @@ const void* Transformer::activation_output(int microbatch, int chunk) const {
   return bf16_ ? output(*bf16_) : output(*fp32_);
 }
 
-void* Transformer::output_gradient_input(int B) {
+void* Transformer::output_gradient_input(int microbatch, int chunk, int B) {
   const size_t n = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size;
   auto buffer = [&](auto& s) -> void* {
-    if (s.grad_recv.size() != n) s.grad_recv.allocate(device_, n, Category::WORKSPACE);
-    return s.grad_recv.data();
+    if (s.grad_recv.size() != (size_t)gradient_buffers_) s.grad_recv.resize(gradient_buffers_);
+    for (auto& b : s.grad_recv)
+      if (b.size() != n) b.allocate(device_, n, Category::WORKSPACE);
+    if (microbatch < 0) return nullptr;  // the first forward: allocate them all
+    std::vector<bool> busy(s.grad_recv.size(), false);
+    for (const auto& [pair, k] : s.grad_of) busy[k] = true;
+    for (size_t k = 0; k < busy.size(); ++k)
+      if (!busy[k]) {
+        s.grad_of[{microbatch, chunk}] = k;
+        return s.grad_recv[k].data();
+      }
+    throw std::logic_error("Transformer: more output gradients held than the " +
+                           std::to_string(gradient_buffers_) + " receive buffers");
   };
   return bf16_ ? buffer(*bf16_) : buffer(*fp32_);
+}
+
+void Transformer::hand_over(bool activation, int microbatch, int from_chunk, int to_chunk) {
+  // the pair that exists now: the sender of an activation, the receiver of a gradient
+  const int known = activation ? from_chunk : to_chunk;
+  auto pair_b = [&](auto& s) { return in_flight(s, microbatch, known, false).B; };
+  const int B = bf16_ ? pair_b(*bf16_) : pair_b(*fp32_);
+  const size_t bytes = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size *
+                       (bf16_ ? sizeof(kernels::bf16) : sizeof(float));
+  void* to = activation ? activation_input(microbatch, to_chunk, B)
+                        : output_gradient_input(microbatch, to_chunk, B);
+  const void* from = activation ? activation_output(microbatch, from_chunk) : input_gradient();
+  kernels::memcpy_device(device_, to, from, bytes);
 }
 
 const void* Transformer::input_gradient() const {
@@ -389,7 +413,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   s.ws.ensure(m, tp_, cp_, dev, B);
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
-  if (receives_gradients(slice_)) output_gradient_input(B);
+  if (receives_gradients(slice_)) output_gradient_input(-1, -1, B);
   // tokens (model stage 0) and targets (the last) live on the device for the forward
   // With context parallelism the microbatch holds whole sequences and this rank takes its
   // S/cp tokens of each; the loss is the mean over every valid token of the sequences, so
@@ -447,6 +471,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     LayerContext c{lm, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
+    c.microbatch = microbatch;
     c.forward_only = data.forward_only;
     c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);
@@ -489,9 +514,11 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   if (last_model_stage(chunk)) {
     head_backward(s, f);  // writes d(last layer output) into ws.dres
   } else {
-    if (s.grad_recv.size() != (size_t)Nl * h)
+    auto it = s.grad_of.find({microbatch, chunk});
+    if (it == s.grad_of.end() || s.grad_recv[it->second].size() != (size_t)Nl * h)
       throw std::logic_error("Transformer::backward: no output gradient received");
-    std::swap(s.ws.dres, s.grad_recv);  // the received gradient becomes the running one
+    std::swap(s.ws.dres, s.grad_recv[it->second]);  // the received one becomes the running one
+    s.grad_of.erase(it);
   }
 
   // ---- the chunk's layers, last to first. Full recompute: at a group's last layer, its

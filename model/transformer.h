@@ -86,8 +86,8 @@ class Transformer {
   float forward(int microbatch, int chunk, const Microbatch& data);
   // Backward of microbatch i on chunk c: accumulates (+=) into data parallelism's gradients,
   // releases the pair's activations. The output gradient (not on the last model stage) must
-  // be in output_gradient_input(); the input gradient is left in input_gradient() (not on
-  // model stage 0).
+  // be in output_gradient_input(i, c); the input gradient is left in input_gradient() (not
+  // on model stage 0).
   // split (zb-h1): B only, the input gradient; the layers' weight GEMMs wait for
   // backward_weight(i, c), W, which also declares every unit's gradients done.
   void backward(int microbatch, int chunk, bool split = false);
@@ -104,8 +104,15 @@ class Transformer {
   // ---- pipeline buffers (storage type elements, N_l h each)
   void* activation_input(int microbatch, int chunk, int B);  // allocates the pair's input
   const void* activation_output(int microbatch, int chunk) const;
-  void* output_gradient_input(int B);
+  // The receive buffers of the output gradients: `buffers` of them (the schedule's
+  // gradient_buffers for this rank), allocated at the first forward; each holds one pair's
+  // gradient from its arrival to its backward.
+  void set_gradient_buffers(int buffers) { gradient_buffers_ = buffers; }
+  void* output_gradient_input(int microbatch, int chunk, int B);  // a free buffer, now (i, c)'s
   const void* input_gradient() const;
+  // A message between two of this rank's chunks (the V's turn): the activation or gradient
+  // copied to where the receiving chunk reads it (one device copy of N_l h).
+  void hand_over(bool activation, int microbatch, int from_chunk, int to_chunk);
   const StageSlice& slice() const { return slice_; }
   bool first_model_stage(int chunk) const { return slice_.embedding && chunk == 0; }
   bool last_model_stage(int chunk) const {
@@ -205,6 +212,7 @@ class Transformer {
   Communicator* pp_ = nullptr;
   Communicator* embedding_ = nullptr;
   int embedding_unit_ = -1, head_unit_ = -1;  // local units (-1: not on this stage)
+  int gradient_buffers_ = 1;                  // output-gradient receive buffers (pipelines)
   std::vector<int> layer_unit_;               // per global layer (-1: not on this stage)
   std::vector<ParamSpec> full_table_;  // full shapes: initialisation and gather_full
   std::vector<ParamSpec> table_;       // this rank's shapes: the flat vector

@@ -78,10 +78,13 @@ template <typename T>
 struct Transformer::State {
   std::map<std::pair<int, int>, std::unique_ptr<InFlight<T>>> in_flight;  // (microbatch, chunk)
   Workspace<T> ws;
-  // Pipelines: the output gradient of the next model stage arrives here; a backward swaps
-  // it with ws.dres (the running residual gradient), so the input gradient it leaves in
-  // dres can still be sent while the next one arrives. Category workspace, (N_l, h).
-  Buffer<T> grad_recv;
+  // Pipelines: the output gradients of the next model stage arrive here, one buffer per
+  // gradient held (Transformer::set_gradient_buffers; which pair's is in which: grad_of); a
+  // backward swaps its with ws.dres (the running residual gradient), so the input gradient
+  // it leaves in dres can still be sent while the next one arrives. Category workspace,
+  // (N_l, h) each.
+  std::vector<Buffer<T>> grad_recv;
+  std::map<std::pair<int, int>, size_t> grad_of;  // (microbatch, chunk) -> its buffer
 };
 
 // The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, bf16

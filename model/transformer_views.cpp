@@ -42,13 +42,15 @@ std::vector<float> Transformer::gather_full(bool grads) {
                               local.size() * sizeof(float));
   }
   // Each stage writes its own tensors into the full vector (zeros elsewhere) and a sum over
-  // pp assembles it: x + 0 is exact. The tied copy is the first stage's to write.
+  // pp assembles it: x + 0 is exact. The tied copy is the first stage's to write, DualPipe's
+  // mirrored stages the pair's first rank's.
   std::vector<size_t> full_offset(full_table_.size() + 1, 0);
   for (size_t i = 0; i < full_table_.size(); ++i)
     full_offset[i + 1] = full_offset[i] + full_table_[i].numel();
   std::vector<float> out(full_offset.back(), 0.0f);
   for (const TensorView& v : views_) {
     if (slice_.tied_copy && v.spec->name == "embedding.word") continue;
+    if (dp_->mirror_copy()) break;
     size_t i = 0;
     while (full_table_[i].name != v.spec->name) ++i;
     if (v.expert) {  // global expert ids: ep rank r's block of experts is the r-th

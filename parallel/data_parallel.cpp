@@ -117,6 +117,7 @@ DataParallel::~DataParallel() = default;
 
 int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
+bool DataParallel::mirror_copy() const { return impl_->opt.mirror_copy; }
 bool DataParallel::bf16() const { return impl_->opt.bf16; }
 bool DataParallel::hands_over_grads() const { return impl_->stage >= 2 || impl_->last; }
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
@@ -250,6 +251,10 @@ void DataParallel::finish_gradients() {
         m.complete_grad_reduce((int)j);
       }
   }
+  // DualPipe: the copy of these stages on the mirror rank saw the other half of the
+  // microbatches; every element sits at the same place in its gradient buffer
+  if (m.opt.mirror && m.opt.mirror->size() > 1 && m.grads.bytes() > 0)
+    m.opt.mirror->all_reduce(m.grads.data(), m.grads.bytes() / m.es, ReduceOp::SUM, m.dtype);
   // The optimizer is about to write the owned slices that a pending gather still reads.
   m.wait_param_gathers();
 }
@@ -274,6 +279,7 @@ double DataParallel::grad_sum_squares() {
   Impl& m = *impl_;
   std::vector<kernels::Span> device_spans, host_spans;
   if (m.stage == 0) {
+    if (m.opt.mirror_copy) return 0.0;  // counted on the mirror's first rank
     m.counted_spans(device_spans, m.grads.data(), 0, m.layout.total);
     return m.sum_squares(device_spans, false);
   }
@@ -281,7 +287,10 @@ double DataParallel::grad_sum_squares() {
   // (CPU offload) on the host: one sum for each
   for (const OwnedSegment& s : m.norm_segments)
     m.counted_spans(s.host ? host_spans : device_spans, s.grad, s.flat_begin, s.count);
-  const double local = m.sum_squares(device_spans, false) + m.sum_squares(host_spans, true);
+  // a mirror's second rank holds the same sums as the first: counted there
+  const double local = m.opt.mirror_copy ? 0.0
+                                         : m.sum_squares(device_spans, false) +
+                                               m.sum_squares(host_spans, true);
   if (!m.dp) return local;
   // One fp32 scalar on the wire (the plan's 4 bytes, bf16 or not); the partial sums are
   // doubles.

@@ -69,6 +69,13 @@ struct DataParallelOptions {
   // summed over the embedding group before any dp reduction (Transformer::
   // sync_tied_embedding), which needs the unreduced sum of the whole step.
   std::vector<int> deferred_units;
+  // DualPipe's mirrored stages (parallel/pipeline_schedule.h): the group of the two ranks
+  // holding the same stages, whose gradients are summed once the dp reduction is done (one
+  // all-reduce of the rank's gradient buffer: the full one at ZeRO 0-1, the shard at 2-3,
+  // each element in the same place on both); mirror_copy: the pair's second rank, whose
+  // gradients the norm does not count (the first's are the same). No CPU offload with it.
+  Communicator* mirror = nullptr;
+  bool mirror_copy = false;
   // CPU offload (parallel/offload.h): the share of the rank's optimizer-state elements on
   // the host (--optimizer-offload-fraction; 0: none); the ZeRO-3 parameter shard on the host
   // (--offload-params: needs zero_stage 3 and offload_fraction 1); host buffers page-locked
@@ -100,6 +107,7 @@ class DataParallel {
 
   int num_units() const;
   int dp_size() const;
+  bool mirror_copy() const;  // DataParallelOptions::mirror_copy
   bool bf16() const;  // storage type of parameters and gradients: bf16, else float
   const BucketLayout& layout() const;
 
@@ -123,8 +131,9 @@ class DataParallel {
 
   // ---- the trainer's side
   void zero_grads();  // start of a step
-  // After the last microbatch's backward: every reduction posted and complete. Then each
-  // OwnedSegment's grad holds the gradient summed over dp (the model scaled by 1/(k dp)).
+  // After the last microbatch's backward: every reduction posted and complete (and with a
+  // mirror its sum). Then each OwnedSegment's grad holds the gradient summed over dp (the
+  // model scaled by 1/(k dp)).
   void finish_gradients();
   // The segments this rank updates (stage 0: all parameters; else its slices).
   const std::vector<OwnedSegment>& owned_segments() const;

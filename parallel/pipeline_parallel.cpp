@@ -1,6 +1,7 @@
 // parallel/pipeline_parallel.cpp: the executor (pipeline_parallel.h).
 #include "parallel/pipeline_parallel.h"
 #include "measure/clock.h"  // now_seconds
+#include "parallel/pipeline_schedule_impl.h"  // slot_indices
 
 namespace paralab {
 
@@ -20,7 +21,7 @@ PipelineExecutor::PipelineExecutor(const Schedule& schedule, int pp_rank, Commun
       exchanges_(exchanges(schedule, pp_rank)) {}
 
 PipelineTiming PipelineExecutor::run(PipelineStage& stage) {
-  const int p = schedule_.shape.p;
+  const PipelineShape& sh = schedule_.shape;
   const std::vector<Action>& acts = actions();
   PipelineTiming t;
   t.actions.resize(acts.size());
@@ -28,33 +29,38 @@ PipelineTiming PipelineExecutor::run(PipelineStage& stage) {
   const double t0 = now_seconds();
   t.start_seconds = t0;
 
-  // Exchange j: the sends of the slot before it (their buffers are still the stage's) and
-  // the receives of the slot after it, as one batched call; matching is by posting order
-  // (check_exchanges proves every pair of ranks posts its transfers in the same order).
+  // Exchange j as one batched call; matching is by posting order (check_exchanges proves
+  // every pair of ranks posts its transfers in the same order). The sends' buffers are still
+  // the stage's (an activation until its pair's B, an input gradient until the next B).
   auto post = [&](size_t j) {
     const Exchange& e = exchanges_[j];
     if (e.empty()) return;
     std::vector<P2POp> ops;
     for (const Message& m : e.sends) {
       const void* buf = m.kind == Message::ACTIVATION
-                            ? stage.activation_out(m.microbatch, m.from_stage / p)
+                            ? stage.activation_out(m.microbatch, sh.chunk_of(m.from_stage))
                             : stage.gradient_out();
       ops.push_back(P2POp::send(buf, elements_, m.to_rank, type_));
     }
     for (const Message& m : e.recvs) {
-      void* buf = m.kind == Message::ACTIVATION
-                      ? stage.activation_in(m.microbatch, m.to_stage / p)
-                      : stage.gradient_in();
+      const int chunk = sh.chunk_of(m.to_stage);
+      void* buf = m.kind == Message::ACTIVATION ? stage.activation_in(m.microbatch, chunk)
+                                                : stage.gradient_in(m.microbatch, chunk);
       ops.push_back(P2POp::recv(buf, elements_, m.from_rank, type_));
     }
     const double start = now_seconds();
     pp_->send_recv(ops);
     t.exchanges[j] = {start - t0, now_seconds() - t0};
+    for (const Message& m : e.sends) stage.sent(m);
   };
 
   size_t next_exchange = 0;
+  const std::vector<int> slot = slot_indices(acts);
   for (size_t k = 0; k < acts.size(); ++k) {
-    if (k == 0 || acts[k].slot != acts[k - 1].slot) post(next_exchange++);
+    while (next_exchange < exchanges_.size() && exchanges_[next_exchange].before_slot <= slot[k])
+      post(next_exchange++);
+    for (const Message& m : acts[k].recvs)
+      if (m.local()) stage.hand_over(m);
     const double start = now_seconds();
     stage.run(acts[k]);
     t.actions[k] = {start - t0, now_seconds() - t0};

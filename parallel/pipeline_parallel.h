@@ -1,19 +1,21 @@
 // parallel/pipeline_parallel.h: the pipeline executor. It runs this rank's list of a schedule
-// (parallel/pipeline_schedule.h: gpipe, 1f1b, interleaved, zb-h1) on the model chunks the
-// rank holds, and measures where the time went.
+// (parallel/pipeline_schedule.h: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, dualpipe) on
+// the model chunks the rank holds, and measures where the time went.
 //
-// The idea: the layers are cut into model stages, one (or v, interleaved) per pp rank, and
+// The idea: the layers are cut into model stages, one or more per pp rank (its chunks), and
 // the step's batch into m microbatches. A stage's forward F(i, c) needs the activation of
 // microbatch i from the previous model stage; its backward B(i, c) needs the gradient of
 // its output from the next one. The schedule fixes, per rank, the order of the actions and
 // so which microbatches are in flight (1F1B: rank r holds min(p - r, m)); the executor only
 // follows it:
 //   for each slot j of the rank's list:
-//     post one batched send/recv on the pp group: the sends of slot j - 1 and the receives
-//     of slot j (exchanges(): Megatron's discipline; interleaved's steady state puts an F
-//     and a B in one slot, or it would deadlock), and wait for it;
-//     run the slot's actions: F, B (for split schedules B is the input gradient only), W;
-//   post the last slot's sends.
+//     post the batched send/recvs on the pp group that come before slot j (exchanges():
+//     Megatron's slot rule, one holding the sends of slot j - 1 and the receives of slot j;
+//     or, for the V and mirrored schedules, one per step of their timeline), each waited for;
+//     run the slot's actions: F, B (for a split B the input gradient only), W; a message
+//     between two chunks of this rank (the V's turn) is handed over in memory just before the
+//     action that reads it;
+//   post the exchanges after the last slot.
 // Each message is one (N_l, h) tensor: N = b s tokens (N/t under sequence parallelism).
 //
 // The executor never sees the model: it drives a PipelineStage (model/pipeline_stage.h
@@ -43,11 +45,18 @@ class PipelineStage {
   virtual void* activation_in(int microbatch, int chunk) = 0;
   // The chunk's output activation after F(i, c), for the next model stage.
   virtual const void* activation_out(int microbatch, int chunk) = 0;
-  // Where the gradient of the chunk's output arrives before a B (one buffer: one B a slot).
-  virtual void* gradient_in() = 0;
+  // Where the gradient of microbatch i's output on chunk c arrives before its B (one of the
+  // rank's gradient_buffers(), kept until that B).
+  virtual void* gradient_in(int microbatch, int chunk) = 0;
   // The gradient of the chunk's input after a B, for the previous model stage (valid until
-  // the next B).
+  // the next B: check_exchanges proves it is sent before).
   virtual const void* gradient_out() = 0;
+  // A message between two chunks of this rank: copy the sender's output (activation_out,
+  // gradient_out) to where the receiver reads it (activation_in, gradient_in); called just
+  // before the receiving action.
+  virtual void hand_over(const Message& m) = 0;
+  // A send of an exchange has completed (the stage may free what it read).
+  virtual void sent(const Message&) {}
   virtual void run(const Action& a) = 0;  // F, B or W
 };
 
@@ -70,6 +79,7 @@ class PipelineExecutor {
   // One step: every action of the rank's list, in order, with its exchanges.
   PipelineTiming run(PipelineStage& stage);
   const std::vector<Action>& actions() const { return schedule_.ranks[rank_]; }
+  const Schedule& schedule() const { return schedule_; }
 
  private:
   Schedule schedule_;

@@ -1,5 +1,6 @@
 // parallel/topology.cpp: see topology.h.
 #include "parallel/topology.h"
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
@@ -71,6 +72,10 @@ RankLayout::RankLayout(const GridSpec& spec) : spec_(spec) {
           } else {
             color = {-1, r};  // pp == 1 or a middle stage: a group of its own
           }
+          break;
+        case CommGroup::MIRROR:  // pp ranks r and pp - 1 - r at the same (tp, cp, dp)
+          color = {c.tp, c.cp, c.dp, std::min(c.pp, s.pp - 1 - c.pp)};
+          pos = c.pp < s.pp - 1 - c.pp ? 0 : c.pp == s.pp - 1 - c.pp ? 0 : 1;
           break;
         case CommGroup::PCIE: color = {-2, r}; break;  // the rank alone, with its host
         default: color = {0}; pos = r; break;  // WORLD

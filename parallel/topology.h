@@ -45,12 +45,15 @@
 //   embedding  first and last pipeline stage at the same (tp, cp, dp) position: the tied
 //              word-embedding gradient all-reduce. Middle stages form singleton groups,
 //              so every rank has one; `in_embedding_group()` says who takes part.
+//   mirror     pp ranks r and pp - 1 - r at the same (tp, cp, dp) position: DualPipe's two
+//              ranks holding the same two stages sum their gradients (the middle rank of
+//              an odd pp alone)
 //   world      everyone
 //   pcie       the rank alone: CPU offload's copies to and from its own host memory
 //              (parallel/offload.h) are recorded under this name; no collective runs on it
 // Sizes: |tp| = tp, |cp| = cp, |pp| = pp, |dp| = dp = world/(tp*cp*pp), |dp_cp| = dp*cp,
 // |ep| = ep, |etp| = etp, |etp_ep| = etp*ep, |edp| = edp = world/(etp*ep*pp),
-// |embedding| = min(pp, 2) (1 in middle stages).
+// |embedding| = min(pp, 2) (1 in middle stages), |mirror| = 2 (1 for pp's middle rank).
 //
 // RankLayout is pure (no MPI): tests/test_topology.cpp checks it on many grids, against a
 // re-implementation of Megatron's RankGenerator, and describe_grid prints it for --verbose.
@@ -164,6 +167,7 @@ class Topology {
   Communicator& etp_ep() { return group(CommGroup::ETP_EP); }
   Communicator& edp() { return group(CommGroup::EDP); }
   Communicator& embedding() { return group(CommGroup::EMBEDDING); }
+  Communicator& mirror() { return group(CommGroup::MIRROR); }
   Communicator& world() { return group(CommGroup::WORLD); }
 
   // Pipeline neighbours as ranks *in the pp group* (= stage index), for send/recv.

@@ -6,7 +6,8 @@
 // ZeRO >= 1 every rank its slices (owned_elements: the padding is not saved). Per element:
 // the parameter in its storage type (2 or 4 bytes), Adam's m and v (fp32, 8 bytes) and with
 // bf16 the fp32 master (4 bytes); with --no-save-optim the parameter alone. What tp ranks or stages hold alike (norms, biases, gpt's
-// tied copy of the word embedding) each saves, as in Megatron. The expert bias (aux-loss-free
+// tied copy of the word embedding) each saves, as in Megatron; DualPipe's second copy of two
+// stages nothing. The expert bias (aux-loss-free
 // balancing) adds E fp32 per MoE layer of the stage, saved by dense replica 0 on tp rank 0.
 #include "plan/plan.h"
 
@@ -38,6 +39,14 @@ void plan_checkpoint(Plan& plan) {
     } else {
       if (dense_replica == 0) elements += dense.layout.total;
       if (has_experts && expert_replica == 0) elements += experts.layout.total;
+    }
+    // DualPipe: the second copy of two stages saves nothing (checkpoint/checkpoint.h)
+    const PipelineShape& sh = plan.pipeline.shape;
+    const bool mirror_copy =
+        sh.placement() == StagePlacement::MIRRORED && rp.pp_rank > sh.mirror_of(rp.pp_rank);
+    if (mirror_copy) {
+      rp.checkpoint_bytes = 0;
+      continue;
     }
     rp.checkpoint_bytes = elements * per_element;
     if (m.moe.enabled() && m.moe.expert_bias && dense_replica == 0 && rp.tp_rank == 0) {

@@ -6,7 +6,7 @@ namespace paralab {
 void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                           const ParallelConfig& p, int B, int e, const MoeRouting& routing,
                           const std::vector<int>& layers, const std::vector<bool>& recomputed,
-                          int64_t microbatches) {
+                          int64_t microbatches, const std::vector<int>& first_microbatch) {
   const int ep = p.expert_parallel, T = p.expert_tensor_parallel, P = ep * T;
   const int64_t h = m.hidden_size, k = m.moe.topk, E = m.moe.num_experts;
   // The aux loss's expert counts summed over cp (model/moe.cpp balancing_counts), at every forward
@@ -24,9 +24,11 @@ void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m
   if (P <= 1 || layers.empty()) return;
   const CommGroup EP = CommGroup::EP, ETP = CommGroup::ETP, ETP_EP = CommGroup::ETP_EP;
   const CommOp AG = CommOp::ALL_GATHER, RS = CommOp::REDUCE_SCATTER, A2A = CommOp::ALL_TO_ALL_V;
-  for (int l : layers) {
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const int l = layers[j];
     const int forwards = recomputed.empty() || !recomputed[l] ? 1 : 2;
-    for (int64_t i = 0; i < microbatches; ++i) {
+    const int64_t first = j < first_microbatch.size() ? first_microbatch[j] : 0;
+    for (int64_t i = first; i < first + microbatches; ++i) {
       const MoeRows r = moe_layer_rows(m, p, B, routing, l, (int)i);
       const int64_t N = r.N;  // the rank's tokens (B S/cp, over tp under sequence parallelism)
       if (p.token_dispatcher == TokenDispatcher::ALLTOALL) {

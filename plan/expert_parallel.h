@@ -37,10 +37,13 @@ namespace paralab {
 
 // Adds to `comm` the step's expert-parallel calls of a rank holding the MoE layers `layers`
 // (global indices), `recomputed[l]` true where full recompute runs layer l's forward again;
-// microbatches per step, act_bytes the storage bytes. Nothing at ep 1 but cp's counts.
+// microbatches through each layer per step, from first_microbatch[j] for layers[j] (empty: 0;
+// DualPipe's copy of a layer runs one direction's half); act_bytes the storage bytes. Nothing
+// at ep 1 but cp's counts.
 void expert_parallel_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                           const ParallelConfig& p, int B, int act_bytes,
                           const MoeRouting& routing, const std::vector<int>& layers,
-                          const std::vector<bool>& recomputed, int64_t microbatches);
+                          const std::vector<bool>& recomputed, int64_t microbatches,
+                          const std::vector<int>& first_microbatch = {});
 
 }  // namespace paralab

@@ -41,7 +41,9 @@ GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank,
   const ModelConfig& m = plan.model;
   const Moe& moe = m.moe;
   const Recompute& rc = m.recompute;
-  const double k = (double)plan.microbatches_per_rank;  // microbatches
+  // microbatches through each of the rank's chunks (DualPipe's: one direction's half)
+  const double k = (double)plan.microbatches_per_rank /
+                   (plan.pipeline.shape.placement() == StagePlacement::MIRRORED ? 2 : 1);
   const int64_t N = (int64_t)plan.train.micro_batch_size * m.seq_length / m.context_parallel.size;
   const bool naive = m.attention == AttentionImpl::NAIVE;
   // naive attention's GEMM calls per product: one per pass, or one per head of a group for

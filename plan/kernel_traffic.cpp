@@ -14,8 +14,9 @@
 // backward: the mirror (bias_backward for each bias, dropout_backward, gelu | swiglu backward,
 // the norms' backwards, heads_merge backward twice: dO and O's head layout, unless the core is
 // recomputed and made O itself), the core's backward, qkv_split backward; a split backward
-// (zb-h1) copies the linears' output gradients for W (memcpy_device) and W does the column-
-// parallel biases' gradients. Recompute adds: selective norm2, fc1's bias and activation
+// (zero-bubble schedules) copies the linears' output gradients for W (memcpy_device) and W
+// does the column-parallel biases' gradients. A pipeline rank's message between two of its
+// chunks (the V's turn) is one more copy. Recompute adds: selective norm2, fc1's bias and activation
 // (mlp), the core's forward (core_attn), norm1 (norm); full: the whole forward again.
 // Head, per microbatch: final norm; per loss chunk of c rows the three cross-entropy kernels
 // (bf16: the logits' gradient rounded, convert chunk V_l, with the fused loss); backward: the
@@ -37,7 +38,7 @@ struct RankShape {
   int B = 1, e = 4, tp_rank = 0;
   CoreShape core;
   CpSpec cp;
-  bool gpt = true, split = false, by_group = false;
+  bool gpt = true, by_group = false;
   RankShape(const Plan& plan, int rank)
       : m(plan.model), p(plan.parallel) {
     B = plan.train.micro_batch_size;
@@ -50,7 +51,6 @@ struct RankShape {
       tp_rank = plan.ranks.at(rank).tp_rank;
     }
     gpt = m.is_gpt();
-    split = splits_backward(plan.pipeline.shape.kind);
     by_group = plan.options.flash_ring_by_group && cp.size > 1 && cp.type == CpCommType::P2P;
   }
 };
@@ -107,13 +107,13 @@ void layer_forward(KernelTally& k, const RankShape& r, int layer, const MoeRows&
 // The layer's backward (layer_backward; with a split, B and W together), and apart in
 // `again` what selective recompute runs first.
 void layer_backward(KernelTally& k, KernelTally& again, const RankShape& r, int layer,
-                    const MoeRows& rows) {
+                    const MoeRows& rows, bool split) {
   const ModelConfig& m = r.m;
   const LocalSizes& l = r.l;
   const Recompute& rc = m.recompute;
   const double h = m.hidden_size, B = r.B, S = l.S, A = l.heads, G = l.groups, D = l.head_dim;
   const bool dropout = m.hidden_dropout > 0.0f, moe = m.moe.is_moe_layer(layer);
-  const bool split = r.split, sp = r.p.sequence_parallel && r.p.tensor_parallel > 1;
+  const bool sp = r.p.sequence_parallel && r.p.tensor_parallel > 1;
   // ---- MLP block
   if (rc.recompute_norm()) norm_forward(again, r, l.N_l, h);  // norm2 again
   if (rc.recompute_mlp()) mlp_up(again, r);                   // fc1's bias and act again
@@ -218,19 +218,34 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
     embedding = st.embedding;
     head = st.head;
   }
+  // each chunk's backwards: (microbatch, split) in the rank's list; every microbatch whole
+  // without pipelining
+  std::vector<std::vector<std::pair<int, bool>>> backwards(first.size());
+  int64_t handed_over = 0;  // messages between two of the rank's chunks: one copy each
+  if (!plan.pipeline.stages.empty()) {
+    for (const Action& a : plan.pipeline.schedule.ranks.at(pp_rank)) {
+      if (a.type == ActionType::B) backwards.at(a.chunk).push_back({a.microbatch, a.split});
+      for (const Message& msg : a.recvs) handed_over += msg.local();
+    }
+  } else {
+    for (int64_t mb = 0; mb < micro; ++mb) backwards[0].push_back({(int)mb, false});
+  }
+  // the microbatches through a chunk (each chunk of a rank runs as many)
+  const int64_t runs = std::max<int64_t>(1, (int64_t)backwards[0].size());
   KernelTally total(e);
   for (size_t c = 0; c < first.size(); ++c) {
     const std::vector<int> group = m.recompute.full_groups(count[c]);
     for (int i = 0; i < count[c]; ++i) {
       const int l = first[c] + i;
       KernelTally fwd(e), bwd(e), again(e);
-      for (int64_t mb = 0; mb < micro; ++mb) {
+      for (size_t j = 0; j < backwards[c].size(); ++j) {
+        const int mb = backwards[c][j].first;
         const MoeRows rows = m.moe.is_moe_layer(l)
-                                 ? moe_layer_rows(m, plan.parallel, r.B, routing, l, (int)mb)
+                                 ? moe_layer_rows(m, plan.parallel, r.B, routing, l, mb)
                                  : MoeRows();
-        layer_forward(fwd, r, l, rows, true, mb == 0);
+        layer_forward(fwd, r, l, rows, true, j == 0);
         if (group[i] >= 0) layer_forward(again, r, l, rows, false);  // full: forward again
-        layer_backward(bwd, again, r, l, rows);
+        layer_backward(bwd, again, r, l, rows, backwards[c][j].second);
       }
       total.traffic.add(fwd.traffic);
       total.traffic.add(bwd.traffic);
@@ -242,7 +257,7 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
       total.routing.add(again.routing);
       // per microbatch: the mean (all alike but for a measured routing's rows)
       auto mean = [&](const KernelTraffic& x) {
-        return KernelTraffic{x.launches / micro, x.bytes / (double)micro};
+        return KernelTraffic{x.launches / runs, x.bytes / (double)runs};
       };
       t.layer_forward[l] = mean(fwd.traffic);
       t.layer_backward[l] = mean(bwd.traffic);
@@ -266,12 +281,16 @@ KernelTrafficPlan kernel_traffic_plan(const Plan& plan, int rank, const KernelTr
     forward(f, r);
     backward(b, r);
     f_out = f.traffic, b_out = b.traffic;
-    total.traffic.add(f.traffic, (double)micro);
-    total.traffic.add(b.traffic, (double)micro);
+    total.traffic.add(f.traffic, (double)runs);
+    total.traffic.add(b.traffic, (double)runs);
   };
   if (embedding)
     end(embedding_forward, embedding_backward, t.embedding_forward, t.embedding_backward);
   if (head) end(head_forward, head_backward, t.head_forward, t.head_backward);
+  KernelTally hand_over(e);  // Transformer::hand_over: one device copy a message
+  for (int64_t i = 0; i < handed_over; ++i)
+    hand_over.memcpy_device((double)plan.pipeline.message_bytes);
+  total.traffic.add(hand_over.traffic);
   KernelTally other(e);
   optimizer_step_traffic(other, plan, rank);
   moe_step_traffic(other, plan, rank);

@@ -30,6 +30,7 @@
 // experts', in one multi-tensor launch.
 #include <algorithm>
 #include <string>
+#include <limits>
 #include "model/param_table.h"  // stage_param_table, stage_expert_table, pipeline_stage_slice
 #include "plan/kernel_traffic.h"
 
@@ -260,15 +261,25 @@ void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank) {
   const RankPlan none;
   const RankPlan& me = plan.ranks.empty() ? none : plan.ranks.at(rank);
   const int pp = p.pipeline_parallel;
-  const StageSlice slice = pp > 1 ? pipeline_stage_slice(m, pp, p.virtual_pipeline, me.pp_rank,
-                                                         p.first_stage_layers, p.last_stage_layers)
-                                  : whole_model(m);
+  const PipelineShape& shape = plan.pipeline.shape;
+  const StageSlice slice =
+      pp > 1 ? pipeline_stage_slice(m, shape, me.pp_rank, p.stage_split()) : whole_model(m);
+  // DualPipe: the mirror's second rank leaves its norm to the first (data_parallel.h)
+  const bool mirror_copy = shape.placement() == StagePlacement::MIRRORED &&
+                           me.pp_rank > shape.mirror_of(me.pp_rank);
+  const std::pair<int64_t, int64_t> everything{0, std::numeric_limits<int64_t>::max()};
   const bool staged = !plan.pipeline.stages.empty();
   const DataParallelPlan& dense =
       staged ? plan.pipeline.stages.at(me.pp_rank).data_parallel : plan.data_parallel;
   const DataParallelPlan& experts = staged ? plan.pipeline.stages.at(me.pp_rank).expert_data_parallel
                                            : plan.expert_data_parallel;
-  const int64_t micro = std::max<int64_t>(1, plan.microbatches_per_rank);
+  // the microbatches through each of the rank's chunks (DualPipe's: one direction's m/2)
+  int64_t micro = std::max<int64_t>(1, plan.microbatches_per_rank);
+  if (staged) {
+    micro = 0;
+    for (const Action& a : plan.pipeline.schedule.ranks.at(me.pp_rank))
+      micro += a.type == ActionType::F && a.chunk == 0;
+  }
   // the dense vector over dp x cp (rank cp + cp dp in that group)
   const std::vector<ParamSpec> table = stage_param_table(m, plan.tp, slice, expert_split(p));
   const std::vector<std::pair<int64_t, int64_t>> tensors = ranges_of(table);
@@ -278,6 +289,7 @@ void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank) {
     const bool tied_copy = slice.tied_copy && table[i].name == "embedding.word";
     if ((replicated && me.tp_rank > 0) || tied_copy) excluded.push_back(tensors[i]);
   }
+  if (mirror_copy) excluded = {everything};
   double adam_elements = 0;
   vector_step(k, dense, p.zero_stage, plan.dp_cp, me.cp_rank + plan.cp * me.dp_rank, micro,
               tensors, excluded, stage_deferred_units(m, slice), adam_elements);
@@ -286,7 +298,10 @@ void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank) {
     const int edp = p.expert_data_parallel();
     const int edp_rank = (rank / (p.expert_tensor_parallel * p.expert_parallel)) % edp;
     vector_step(k, experts, p.zero_stage, edp, edp_rank, micro,
-                ranges_of(stage_expert_table(m, slice, expert_split(p))), {}, {}, adam_elements);
+                ranges_of(stage_expert_table(m, slice, expert_split(p))),
+                mirror_copy ? std::vector<std::pair<int64_t, int64_t>>{everything}
+                            : std::vector<std::pair<int64_t, int64_t>>{},
+                {}, adam_elements);
   }
   k.adamw_update(adam_elements);  // model/optimizer.cpp: the device's runs in one launch
 }

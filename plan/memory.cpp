@@ -238,7 +238,7 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
 }
 
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp, bool sp,
-                                 bool embedding, bool head) {
+                                 bool embedding, bool head, bool one_chunk) {
   WorkspacePhases w;
   int64_t tokens = 0, targets = 0, dxf = 0;
   for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp)) {
@@ -247,15 +247,22 @@ WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int
     else if (t.name == "dxf") dxf = head ? t.bytes() : 0;
     else w.common += t.bytes();
   }
-  w.forward = tokens + targets;          // model/transformer.cpp, forward_as
+  // model/transformer.cpp, forward_as: one forward reads both ends' only if they share a
+  // chunk (a V's rank 0 runs them in two: tokens, then targets)
+  w.forward = one_chunk ? tokens + targets : std::max(tokens, targets);
   w.backward = std::max(dxf, tokens);    // the head's backward, then the embedding's
   return w;
 }
 
-void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first, int n) {
+void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first, int n,
+                          const std::vector<int>& microbatches) {
   if (n < 0) n = plan.model.num_layers - first;
   for (size_t mb = 0; mb < plan.layer_footprints.size(); ++mb)
     for (int l = first; l < first + n; ++l) {
+      // one set for all microbatches, or per microbatch: only those run here
+      if (plan.layer_footprints.size() > 1 && !microbatches.empty() &&
+          std::find(microbatches.begin(), microbatches.end(), (int)mb) == microbatches.end())
+        continue;
       const LayerFootprint& f = plan.layer_footprints[mb].at(l);
       w.forward_transient = std::max(w.forward_transient, f.forward_transient);
       w.backward_transient = std::max(w.backward_transient, f.backward_transient);

@@ -139,9 +139,10 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
 
   // Full recompute's block method recomputes min(n, l_c) layers of each model chunk c.
   const std::vector<int> chunk_layers =
-      m.recompute.full() ? pipeline_stage_layers(m.num_layers, pp, p.virtual_pipeline,
-                                                 p.first_stage_layers, p.last_stage_layers)
-                         : std::vector<int>{};
+      m.recompute.full()
+          ? pipeline_stage_layers(m.num_layers, p.pipeline_shape((int)plan.microbatches_per_rank),
+                                  p.stage_split())
+          : std::vector<int>{};
   plan.flops = flops_plan(m, B, plan.global_batch / B, plan.microbatches_per_rank,
                           o.attention_flops, tp, chunk_layers, routing,
                           p.expert_tensor_parallel);

@@ -554,10 +554,14 @@ struct WorkspacePhases {
     return common + (f > b ? f : b);
   }
 };
-// The largest transients of layers [first, first + n) over the plan's microbatches.
-void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first = 0, int n = -1);
+// The largest transients of layers [first, first + n) over the plan's microbatches (only
+// `microbatches` when given: DualPipe's copy of a layer runs half of them).
+void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first = 0, int n = -1,
+                          const std::vector<int>& microbatches = {});
+// embedding, head: the rank holds the first, the last model stage; one_chunk: in one chunk.
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp = 1,
-                                 bool sp = false, bool embedding = true, bool head = true);
+                                 bool sp = false, bool embedding = true, bool head = true,
+                                 bool one_chunk = true);
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                         bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and

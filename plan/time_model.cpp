@@ -225,12 +225,16 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
   st.peak_figure = hw.peak_figure(bf16);
   const Device dev{hw, bf16, peak_tflops * 1e12};
   const PipelinePlan& pipe = plan.pipeline;
-  const int p = pipe.shape.p, v = pipe.shape.v;
+  const PipelineShape& shape = pipe.shape;
+  const int p = shape.p;
   const int world = plan.parallel.world_size;
-  const double k = (double)plan.microbatches_per_rank;
+  // the microbatches through each of a rank's chunks (DualPipe's: one direction's half)
+  const double k = (double)plan.microbatches_per_rank /
+                   (shape.placement() == StagePlacement::MIRRORED ? 2 : 1);
 
-  // Each model stage c p + s (chunk c of pp rank s): its layers' and its ends' costs.
-  st.stages.assign((size_t)p * v, StageTime{});
+  // Each model stage (chunk c of pp rank s: shape.stage_of(s, c)): its layers' and its
+  // ends' costs. A DualPipe's stage is on two ranks, alike: costed once.
+  st.stages.assign((size_t)shape.model_stages(), StageTime{});
   std::vector<RankCompute> rank_compute(p);  // per pp rank: the overlaps' budgets
   for (int s = 0; s < p; ++s) {
     const int rank = s * (world / p);  // the stage's first rank (tp, cp, dp rank 0)
@@ -247,7 +251,8 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
     double gemm = 0, attention = 0, memory = 0, recompute = 0, gemm_calls = 0, launches = 0;
     double attention_core = 0;  // flash kernels, or naive's products: what a cp ring hides in
     for (size_t c = 0; c < first.size(); ++c) {
-      StageTime& stage = st.stages.at(c * p + s);
+      StageTime& stage = st.stages.at(shape.stage_of(s, (int)c));
+      if (shape.mirror_of(s) < s) stage = StageTime{};  // the mirror's copy: the same again
       for (int i = 0; i < count[c]; ++i) {
         const LayerCost lc = coster.cost(first[c] + i);
         stage.F += lc.forward;
@@ -277,8 +282,9 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
     budget.attention = k * attention_core;
     budget.chunks = (int)first.size();
     for (size_t c = 0; c < first.size(); ++c) {
-      budget.first_forward += st.stages.at(c * p + s).F;
-      budget.last_backward += st.stages.at(c * p + s).B + st.stages.at(c * p + s).W;
+      const StageTime& stage = st.stages.at(shape.stage_of(s, (int)c));
+      budget.first_forward += stage.F;
+      budget.last_backward += stage.B + stage.W;
     }
     if (s == 0) {
       st.gemm = k * gemm, st.attention = k * attention, st.memory = k * memory;
@@ -303,6 +309,9 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
     costs.stage_F.push_back(st.stages[i].F + comm.per_action_forward[i]);
     costs.stage_B.push_back(st.stages[i].B + comm.per_action_backward[i]);
     costs.stage_W.push_back(st.stages[i].W);
+    // DualPipe's F&B pairs hide each half's collectives under the other's compute (GPU)
+    costs.stage_F_comm.push_back(comm.per_action_forward[i]);
+    costs.stage_B_comm.push_back(comm.per_action_backward[i]);
   }
   const Simulation sim = simulate(pipe.schedule, costs);
   st.bubble = sim.idle.empty() ? 0 : sim.idle[0];

@@ -26,7 +26,9 @@ GroupShape group_shape(const Plan& plan, CommGroup g) {
     case CommGroup::ETP: return {1, etp};
     case CommGroup::ETP_EP: return {1, etp * ep};
     case CommGroup::EDP: return {etp * ep, world / (pp * etp * ep)};
-    case CommGroup::EMBEDDING: return {world / pp * std::max(1, pp - 1), 2};  // first, last
+    case CommGroup::EMBEDDING:  // first and last stage
+    case CommGroup::MIRROR:     // pp ranks r and pp - 1 - r: the widest, 0 and pp - 1
+      return {world / pp * std::max(1, pp - 1), 2};
     default: return {1, world};
   }
 }
@@ -140,10 +142,13 @@ CommTime project_comm_time(const Plan& plan, const HardwareProfile& hw,
       if (s == 0) out.groups.push_back(t);
     }
     // The layers' collectives: spread over the rank's actions, a third in each forward and
-    // two thirds in each backward (a backward makes about twice a forward's calls).
-    const double per_action = k > 0 ? in_layer / (k * rc.chunks) : 0;
+    // two thirds in each backward (a backward makes about twice a forward's calls). The
+    // rank's chunks each run k microbatches (DualPipe's k/2).
+    const PipelineShape& sh = plan.pipeline.shape;
+    const double runs = sh.placement() == StagePlacement::MIRRORED ? k / 2 : k;
+    const double per_action = runs > 0 ? in_layer / (runs * rc.chunks) : 0;
     for (int c = 0; c < rc.chunks; ++c) {
-      const size_t stage = (size_t)c * p + s;
+      const size_t stage = (size_t)sh.stage_of(s, c);
       if (stage >= stages.size()) continue;
       out.per_action_forward[stage] += per_action / 3;
       out.per_action_backward[stage] += per_action * 2 / 3;

@@ -196,11 +196,13 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
 
   const int64_t d_raw = qk_norm_transient_bytes(m, B, act, tp);  // --qk-layernorm's
 
+  // gpt with both ends here: the head's calls on the embedding's unit are the head's own
+  const bool tied_here = m.tied_embeddings() && embedding_unit >= 0 && head_unit >= 0;
   int64_t peak = 0, held = 0, logits_held = 0;
   int64_t above = 0;  // split B: the keeps of the chunk's layers it has done so far
   int k = -1, layers_seen = 0, head_grads = 0, n_layers = 0, mb = 0;
   std::vector<int64_t> chunk_kept = kept_sets.at(0);
-  bool first = false, last = false;
+  bool first = false, last = false, split_b = false, in_head = false;
   ActionType type = ActionType::F;
   int chunk = 0;
   for (size_t i = 0; i < d.microbatch.size(); ++i) {
@@ -221,6 +223,7 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
       mb = a.microbatch;
       chunk_kept = kept_sets.at(mb % kept_sets.size());
       type = a.type;
+      split_b = a.type == ActionType::B && a.split;
       chunk = a.chunk;
       first = a.stage == 0;
       last = a.stage == S - 1;
@@ -231,7 +234,11 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
         n_layers += unit_chunk[u] == chunk && u != embedding_unit && u != head_unit;
       continue;
     }
-    const int u = c.unit;
+    if (c.kind == DpCall::ACQUIRE && c.unit == head_unit) in_head = true;
+    if (c.kind == DpCall::RELEASE && c.unit == head_unit) in_head = false;
+    // inside the head the embedding's unit is the head's table (tied here)
+    const bool table = tied_here && in_head && c.unit == embedding_unit;
+    const int u = table ? head_unit : c.unit;
     const int64_t tokens = first ? 4 * l.N : 0, targets = last ? 4 * l.N : 0;
     const int64_t in = chunk_input[chunk];
     const bool layer = u != embedding_unit && u != head_unit;
@@ -243,7 +250,8 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
         probe(i, common + tokens + targets + held + logits_held + in +
                      first_layers(mb, chunk, j) +
                      plan.footprint(mb, chunk_first_layer.at(chunk) + j).forward_peak);
-      } else if (c.kind == DpCall::RELEASE && u == head_unit) {
+      } else if (c.kind == DpCall::RELEASE && u == head_unit && table == tied_here) {
+        // the loss ran before: before the table's release when tied here
         probe(i - 1, common + tokens + targets + held + chunk_kept[chunk] +
                          (fused ? loss_logits : logits_held + unfused_logits));
       }
@@ -262,14 +270,14 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
         const int gl = chunk_first_layer.at(chunk) + j;
         const LayerFootprint& f = plan.footprint(mb, gl);
         int64_t own = f.backward_transient;
-        if (!split.empty()) {
+        if (split_b) {
           const SplitLayerBytes& s = split.at(gl);
           own = std::max({m.moe.is_moe_layer(gl) ? f.backward_transient : 0,
                           s.before_head_norm + d_raw, s.copies});
         }
         probe(i, common + held - chunk_kept[chunk] + in + first_layers(mb, chunk, j + 1) +
                      above + logits_held + own);
-        if (!split.empty()) above += split.at(gl).keep;
+        if (split_b) above += split.at(gl).keep;
       }
     } else if (c.kind == DpCall::GRADS && layer) {  // W: layer j's weight gradients
       const int j = n_layers - 1 - layers_seen++;

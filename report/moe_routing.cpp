@@ -89,12 +89,14 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
     double kept = 0;
     for (long long x : s.kept_per_expert) kept += (double)x;
     mine[l * width] = kept;
-    for (int i = 0; i < k && i < (int)s.permuted_rows.size(); ++i)
-      mine[l * width + 1 + i] = s.permuted_rows[i];
-    for (int i = 0; i < k && i < (int)s.expert_rows.size(); ++i)
-      mine[l * width + 1 + k + i] = s.expert_rows[i];
-    for (int i = 0; i < k && i < (int)s.ep_rows.size(); ++i)
-      mine[l * width + 1 + 2 * k + i] = s.ep_rows[i];
+    // by microbatch: a DualPipe rank runs half of them on each copy of a layer
+    for (size_t j = 0; j < s.permuted_rows.size(); ++j) {
+      const int i = s.microbatch_ids.at(j);
+      if (i >= k) continue;
+      mine[l * width + 1 + i] = s.permuted_rows[j];
+      mine[l * width + 1 + k + i] = s.expert_rows.at(j);
+      mine[l * width + 1 + 2 * k + i] = s.ep_rows.at(j);
+    }
   }
   const std::vector<double> all = world.size() > 1 ? all_gather_doubles(world, mine) : mine;
   int pipelines = 1;
@@ -111,13 +113,16 @@ std::vector<MoeRouting> gather_moe_routing(Communicator& world, const Transforme
     const double* row = all.data() + (size_t)rank * mine.size();
     for (int l = 0; l < L; ++l) {
       if (row[l * width] < 0) continue;
-      r.kept[l] = (long long)row[l * width];
-      r.rows[l].clear();
-      r.expert_rows[l].clear();
-      r.ep_rows[l].clear();
-      for (int i = 0; i < k; ++i) r.rows[l].push_back((int)row[l * width + 1 + i]);
-      for (int i = 0; i < k; ++i) r.expert_rows[l].push_back((int)row[l * width + 1 + k + i]);
-      for (int i = 0; i < k; ++i) r.ep_rows[l].push_back((int)row[l * width + 1 + 2 * k + i]);
+      // a layer on two ranks of the pipeline (DualPipe's mirror): each its microbatches
+      const bool second = r.kept[l] >= 0;
+      r.kept[l] = (second ? r.kept[l] : 0) + (long long)row[l * width];
+      r.rows[l].resize(k, 0), r.expert_rows[l].resize(k, 0), r.ep_rows[l].resize(k, 0);
+      for (int i = 0; i < k; ++i) {
+        if (row[l * width + 1 + i] < 0) continue;
+        r.rows[l][i] = (int)row[l * width + 1 + i];
+        r.expert_rows[l][i] = (int)row[l * width + 1 + k + i];
+        r.ep_rows[l][i] = (int)row[l * width + 1 + 2 * k + i];
+      }
     }
   }
   return out;

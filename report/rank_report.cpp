@@ -134,13 +134,22 @@ ActionCosts measured_costs(const Schedule& schedule,
   const int S = schedule.shape.model_stages();
   std::vector<double> sum[3], count[3];
   for (int t = 0; t < 3; ++t) sum[t].assign(S, 0.0), count[t].assign(S, 0.0);
-  for (size_t r = 0; r < stages.size(); ++r)
-    for (size_t k = 0; k < schedule.ranks[r].size() && k < stages[r]->actions.size(); ++k) {
-      const Action& a = schedule.ranks[r][k];
-      const int t = (int)a.type;
-      sum[t][a.stage] += (stages[r]->actions[k].end - stages[r]->actions[k].start) * 1e3;
-      count[t][a.stage] += 1;
-    }
+  auto ms = [&](size_t r, size_t k) {
+    return (stages[r]->actions[k].end - stages[r]->actions[k].start) * 1e3;
+  };
+  // W first: a whole B (beside split ones, DualPipe's) costs B + W, its B part the rest
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t r = 0; r < stages.size(); ++r)
+      for (size_t k = 0; k < schedule.ranks[r].size() && k < stages[r]->actions.size(); ++k) {
+        const Action& a = schedule.ranks[r][k];
+        const int t = (int)a.type;
+        if ((pass == 0) != (a.type == ActionType::W)) continue;
+        const double w = count[2][a.stage] > 0 && a.type == ActionType::B && !a.split
+                             ? sum[2][a.stage] / count[2][a.stage]
+                             : 0.0;
+        sum[t][a.stage] += ms(r, k) - w;
+        count[t][a.stage] += 1;
+      }
   ActionCosts c;
   c.comm = 0;
   auto mean = [&](int t, int s) { return count[t][s] > 0 ? sum[t][s] / count[t][s] : 0.0; };

@@ -91,7 +91,7 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s%s)%s",
                schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
                st.chunk_layers[0], per_layer_mib(plan).c_str(), head,
-               splits_backward(plan.pipeline.shape.kind)
+               has_split_backward(plan.pipeline.schedule)
                    ? "; from B to W a layer keeps its linears' inputs and output gradients"
                    : "");
   }

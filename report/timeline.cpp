@@ -23,6 +23,20 @@ std::string describe(const Message& m, bool send) {
 }
 
 // The cost line of a legend: non-split schedules run B and W as one backward.
+// Which model stage each chunk letter is, by the placement.
+std::string placement_text(const PipelineShape& sh) {
+  switch (sh.placement()) {
+    case StagePlacement::V:
+      return "chunk letters: a = model stage r, b = model stage 2p-1-r (the V: rank 0 holds the "
+             "first and the last)";
+    case StagePlacement::MIRRORED:
+      return "chunk letters: a = model stage min(r, p-1-r), b = max(r, p-1-r); microbatches "
+             "below m/2 go down the ranks, the others up";
+    default:
+      return "chunk letters a, b, ...: model chunk 0, 1, ... (model stage = chunk x p + rank)";
+  }
+}
+
 std::string costs_text(const ActionCosts& c, bool split) {
   return split ? strprintf("F %.3g, B %.3g, W %.3g", c.F, c.B, c.W)
                : strprintf("F %.3g, B %.3g (input + weight gradient)", c.F, c.B + c.W);
@@ -155,10 +169,9 @@ std::string render_timeline(const Schedule& s, const Simulation& sim, const Acti
                         measured ? "measured (last step)" : "simulated",
                         schedule_name(sh.kind), sh.p, sh.m,
                         sh.v > 1 ? strprintf(", v %d", sh.v).c_str() : "",
-                        costs_text(costs, splits_backward(sh.kind)).c_str(),
+                        costs_text(costs, has_split_backward(s)).c_str(),
                         measured ? "ms (mean per action)" : "cost units", scale.c_str());
-  if (sh.v > 1)
-    out += "  chunk letters a, b, ...: model chunk 0, 1, ... (model stage = chunk x p + rank)\n";
+  if (sh.v > 1) out += "  " + placement_text(sh) + "\n";
   std::vector<std::string> lines;
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     std::string line(width, '.');
@@ -225,11 +238,17 @@ std::string pipeline_text(const Plan& plan) {
                       "communication time\n",
                       schedule_name(sh.kind), sh.p, sh.m,
                       sh.v > 1 ? strprintf(" x v %d chunks", sh.v).c_str() : "",
-                      costs_text(pp.costs, splits_backward(sh.kind)).c_str());
+                      costs_text(pp.costs, has_split_backward(pp.schedule)).c_str());
   t += strprintf("  bubble   simulated %.2f%% of the step (%.2f%% of the ideal time); closed form %s: "
            "%.2f%% of the step (%.2f%%)\n",
            100 * sim.bubble, 100 * sim.bubble_vs_ideal, cf.formula.c_str(), 100 * cf.of_step,
            100 * cf.vs_ideal);
+  if (!pp.costs.stage_F.empty()) {  // an uneven split: each stage's costs by its layers
+    std::string f;
+    for (double x : pp.costs.stage_F) f += strprintf("%s%.3g", f.empty() ? "" : " ", x / pp.costs.F);
+    t += "  uneven stages: each model stage's costs x its layers / the mean (" + f +
+         "); the closed form assumes equal stages\n";
+  }
   const int per_stage = plan.parallel.world_size / sh.p;
   t += strprintf("  %-5s %-9s %-34s %6s %14s %13s %9s\n", "stage", "ranks", "layers", "holds",
            "idle (units)", "sends act/grad", "calls");
@@ -245,14 +264,23 @@ std::string pipeline_text(const Plan& plan) {
   t += strprintf("  holds: (microbatch, chunk) pairs with F done and B not yet, at the peak; a message "
            "is N_l h = %s MiB; calls: batched send/recv exchanges per step\n",
            strprintf("%.3f", pp.message_bytes / MiB).c_str());
-  if (plan.model.tied_embeddings())
+  bool copy = false;
+  for (const PipelineStagePlan& st : pp.stages) copy |= st.tied_copy;
+  if (copy)
     t += "  gpt: the last stage keeps a copy of the word embedding for the tied head; the "
          "embedding group all-reduces its gradient with stage 0's once per step\n";
-  if (splits_backward(sh.kind)) {
+  else if (plan.model.tied_embeddings() && sh.placement() != StagePlacement::LOOPED)
+    t += "  gpt: the embedding and the head share rank 0 (and its mirror): one word table, "
+         "no copy to sum\n";
+  if (sh.placement() == StagePlacement::MIRRORED)
+    t += "  dualpipe: ranks r and p-1-r hold the same two stages (2x parameters); after the dp "
+         "reduction they sum their gradients (group mirror, one all-reduce per vector)\n";
+  if (has_split_backward(pp.schedule)) {
     int most = 0;
     for (const PipelineStagePlan& st : pp.stages) most = std::max(most, st.held_until_w);
-    t += strprintf("  zb-h1: up to %d microbatches between F and W; from B to W a layer keeps "
-             "its four linears' inputs and output gradients (counted in activations)\n", most);
+    t += strprintf("  %s: up to %d (microbatch, chunk) pairs between F and W; from a split B to "
+             "its W a layer keeps its four linears' inputs and output gradients (counted in "
+             "activations)\n", schedule_name(sh.kind), most);
   }
   return t;
 }
@@ -268,7 +296,10 @@ void pipeline_json(JsonWriter& j, const Plan& plan) {
   j.field("bubble_vs_ideal_closed_form", pp.closed_form.vs_ideal);
   j.field("bubble_formula", pp.closed_form.formula).field("step_time_units", pp.sim.step_time);
   j.key("costs").begin_object().field("F", pp.costs.F).field("B", pp.costs.B);
-  j.field("W", pp.costs.W).field("split_backward", splits_backward(sh.kind)).end_object();
+  j.field("W", pp.costs.W).field("split_backward", has_split_backward(pp.schedule));
+  j.key("stage_factor").begin_array();  // an uneven split's per-stage scale (empty: even)
+  for (double x : pp.costs.stage_F) j.value(x / pp.costs.F);
+  j.end_array().end_object();
   j.key("layers_per_model_stage").begin_array();
   for (int n : pp.stage_layers) j.value(n);
   j.end_array();

@@ -110,6 +110,14 @@ bad "first + last layers"     "must add up to --num-layers (8) with --pp 2" \
                                                         --plan --world-size 2 --pp 2 --layers 8 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3
 bad "first layers leave rest" "cannot split the remaining 5 of --num-layers (8) evenly" \
                                                         --plan --world-size 4 --pp 4 --layers 8 --decoder-first-pipeline-num-layers 3
+bad "dualpipe odd pp"         "--pipeline-schedule dualpipe needs --pp even" \
+                                                        --plan --world-size 3 --pp 3 --layers 6 --pipeline-schedule dualpipe
+bad "dualpipev microbatches"  "to be at least 2 x --pp (4)" \
+                                                        --plan --world-size 2 --pp 2 --layers 8 --pipeline-schedule dualpipev --mbs 2 --gbs 6
+bad "zb-v virtual stages"     "--pipeline-schedule zb-v takes no virtual stages, got 2" \
+                                                        --plan --world-size 2 --pp 2 --layers 8 --vpp 2 --pipeline-schedule zb-v
+bad "account and first"       "and --account-for-embedding-in-pipeline-split exclude each other" \
+                                                        --plan --world-size 2 --pp 2 --layers 8 --decoder-first-pipeline-num-layers 3 --account-for-embedding-in-pipeline-split
 # --plan refuses what training refuses.
 bad "zb-h1 selective mlp, plan" "--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm" \
                                                         --plan --world-size 2 --pp 2 --pipeline-schedule zb-h1 --recompute-granularity selective --recompute-modules mlp

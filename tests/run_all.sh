@@ -47,6 +47,7 @@ if [ "$mode" = --quick ]; then
 elif [ "$mode" != --lessons ]; then
   run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
   run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
+  run "zb-v, dualpipev, dualpipe equal the single rank" bash tests/mpi/pipeline_v.sh ./trainer
   run "recompute is bit-identical (tp+sp, pp, ZeRO-3)" bash tests/mpi/recompute.sh ./trainer
   run "MoE equals the single-rank run (dp, pp)" bash tests/mpi/moe.sh ./trainer
   run "expert parallelism equals the single-rank run" bash tests/mpi/expert_parallel.sh ./trainer

@@ -89,6 +89,66 @@ TEST(Flags, PipelineSchedules) {
   }
 }
 
+// The DeepSeek-era schedules: their two chunks by placement, their constraints one line
+// each; Megatron's --account-for-embedding/loss-in-pipeline-split and its exclusions.
+TEST(Flags, VAndMirroredSchedules) {
+  Options o = parse({"--pp", "2", "--layers", "8", "--pipeline-schedule", "zb-v"}, 2);
+  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::ZB_V);
+  EXPECT_EQ(o.parallel.virtual_pipeline, 2);  // the V's two chunks, without --vpp
+  o = parse({"--pp", "2", "--layers", "8", "--pipeline-schedule", "dualpipe", "--mbs", "1",
+             "--gbs", "4"}, 2);
+  EXPECT_EQ(o.parallel.pipeline_schedule, PipelineSchedule::DUALPIPE);
+  o = parse({"--pp", "2", "--layers", "6", "--account-for-embedding-in-pipeline-split",
+             "--account-for-loss-in-pipeline-split"}, 2);
+  EXPECT_TRUE(o.parallel.account_for_embedding && o.parallel.account_for_loss);
+  o = parse({"--account-for-loss-in-pipeline-split"});  // pp 1: nothing to split
+  EXPECT_FALSE(o.parallel.account_for_loss);
+  ASSERT_FALSE(o.warnings.empty());
+  const std::vector<BadInput> cases = {
+      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--pipeline-schedule", "zb-v"}, 2,
+       "--pipeline-schedule zb-v takes no virtual stages, got 2 (it holds two chunks per rank "
+       "by its placement)"},
+      {{"--pp", "3", "--layers", "6", "--pipeline-schedule", "dualpipe"}, 3,
+       "--pipeline-schedule dualpipe needs --pp even (rank r and pp - 1 - r hold the same two "
+       "stages), got 3"},
+      {{"--pp", "2", "--layers", "6", "--pipeline-schedule", "dualpipev"}, 2,
+       "--num-layers (6) must be divisible by --pp (2) x the chunks of a rank (2) = 4"},
+      {{"--pp", "2", "--layers", "8", "--pipeline-schedule", "dualpipev", "--mbs", "2", "--gbs",
+        "6"}, 2,
+       "--pipeline-schedule dualpipev needs the microbatches per step, --global-batch-size (6) "
+       "/ (--micro-batch-size (2) x data-parallel size (1)) = 3, to be at least 2 x --pp (4) "
+       "(DualPipe's num_chunks >= 2 num_ranks)"},
+      {{"--pp", "2", "--layers", "8", "--pipeline-schedule", "dualpipe", "--mbs", "1", "--gbs",
+        "5"}, 2,
+       "--pipeline-schedule dualpipe needs the microbatches per step, --global-batch-size (5) "
+       "/ (--micro-batch-size (1) x data-parallel size (1)) = 5, to be even (half go each way)"},
+      {{"--pp", "2", "--layers", "8", "--pipeline-schedule", "zb-v", "--recompute-granularity",
+        "selective", "--recompute-modules", "norm"}, 2,
+       "--pipeline-schedule zb-v does not train with --recompute-modules mlp or norm (its W "
+       "reads the outputs they drop); use core_attn, full recompute, or 1f1b"},
+      {{"--pp", "2", "--layers", "8", "--pipeline-schedule", "dualpipe", "--mbs", "1", "--gbs",
+        "4", "--optimizer-cpu-offload"}, 2,
+       "--pipeline-schedule dualpipe does not run with --optimizer-cpu-offload (its mirror sum "
+       "reads the gradients on the device)"},
+      {{"--pp", "2", "--layers", "8", "--account-for-loss-in-pipeline-split"}, 2,
+       "--num-layers (8) + the 1 counted by --account-for-loss-in-pipeline-split = 9 must be "
+       "divisible by --pp (2)"},
+      {{"--pp", "2", "--layers", "8", "--decoder-first-pipeline-num-layers", "3",
+        "--account-for-embedding-in-pipeline-split"}, 2,
+       "--decoder-first-pipeline-num-layers (3) and --account-for-embedding-in-pipeline-split "
+       "exclude each other (Megatron: no standalone embedding or loss stage with uneven pp)"},
+      {{"--pp", "2", "--layers", "8", "--vpp", "2", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split"}, 2,
+       "the 5 layers per pipeline rank (--account-for-embedding/loss-in-pipeline-split) must "
+       "split evenly over its 2 chunks"},
+  };
+  for (const BadInput& c : cases) {
+    std::string joined;
+    for (const std::string& a : c.args) joined += a + " ";
+    EXPECT_EQ(error_of(c.args, c.world), c.message) << "args: " << joined;
+  }
+}
+
 // Recompute (Megatron's names and constraints): full needs a method and a layer count,
 // selective takes neither; modules default to core_attn; a TOML list works too.
 TEST(Flags, Recompute) {

@@ -15,8 +15,10 @@
 namespace paralab {
 namespace {
 
-const PipelineSchedule kKinds[] = {PipelineSchedule::GPIPE, PipelineSchedule::ONE_F_ONE_B,
-                                   PipelineSchedule::INTERLEAVED, PipelineSchedule::ZB_H1};
+const PipelineSchedule kKinds[] = {PipelineSchedule::GPIPE,       PipelineSchedule::ONE_F_ONE_B,
+                                   PipelineSchedule::INTERLEAVED, PipelineSchedule::ZB_H1,
+                                   PipelineSchedule::ZB_V,        PipelineSchedule::DUALPIPE_V,
+                                   PipelineSchedule::DUALPIPE};
 
 // Every shape the tests sweep: p <= 8, m <= 16, v <= 4, valid for its schedule.
 std::vector<PipelineShape> valid_shapes(PipelineSchedule kind) {
@@ -55,6 +57,16 @@ TEST(PipelineSchedule, NamesAndShapes) {
   }
   PipelineSchedule unused;
   EXPECT_FALSE(parse_schedule_name("zb-h2", &unused));
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::DUALPIPE, 3, 6, 2}),
+            "dualpipe needs p even (each rank's mirror holds its two stages) (p 3, m 6, v 2)");
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::DUALPIPE, 4, 9, 2}),
+            "dualpipe needs m even (half the microbatches each way) (p 4, m 9, v 2)");
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::DUALPIPE_V, 4, 7, 2}),
+            "dualpipev needs m >= 2p (p 4, m 7, v 2)");
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::ZB_V, 4, 8, 1}),
+            "zb-v holds v = 2 chunks per rank (p 4, m 8, v 1)");
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::ZB_V, 1, 8, 2}), "zb-v needs p >= 2 (p 1, m 8, v 2)");
+  EXPECT_EQ(check_pipeline_shape({PipelineSchedule::ZB_V, 4, 1, 2}), "");  // any m (PyTorch's)
   EXPECT_EQ(check_pipeline_shape({PipelineSchedule::INTERLEAVED, 4, 6, 2}),
             "interleaved needs m to be a multiple of p (p 4, m 6, v 2)");
   EXPECT_EQ(check_pipeline_shape({PipelineSchedule::INTERLEAVED, 4, 8, 1}),
@@ -118,11 +130,12 @@ TEST(PipelineSchedule, EveryShapeIsConsistent) {
         }
         for (int i = 0; i < sh.m; ++i)
           for (int c = 0; c < sh.v; ++c) {
+            if (sh.rank_of(sh.stage_of(r, c), i) != r) continue;  // DualPipe: the other copy's
             EXPECT_LT(at.at(std::make_tuple((int)ActionType::F, i, c)),
                       at.at(std::make_tuple((int)ActionType::B, i, c)));
-            if (splits_backward(kind)) {
-              EXPECT_LT(at.at(std::make_tuple((int)ActionType::B, i, c)),
-                        at.at(std::make_tuple((int)ActionType::W, i, c)));
+            auto w = at.find(std::make_tuple((int)ActionType::W, i, c));
+            if (w != at.end()) {
+              EXPECT_LT(at.at(std::make_tuple((int)ActionType::B, i, c)), w->second);
             }
           }
       }
@@ -141,7 +154,7 @@ TEST(PipelineSchedule, EveryShapeIsConsistent) {
         }
       EXPECT_EQ(sent, received);
       for (const auto& kv : sent) EXPECT_EQ(kv.second, 1);
-      EXPECT_EQ((int)sent.size(), 2 * sh.m * (sh.p * sh.v - 1));
+      EXPECT_EQ((int)sent.size(), 2 * sh.m * (sh.model_stages() - 1));
       // Posting order matches per pair, and blocking exchanges complete.
       EXPECT_EQ(check_exchanges(s), "");
 
@@ -158,7 +171,10 @@ TEST(PipelineSchedule, EveryShapeIsConsistent) {
           EXPECT_GE(kv.second.start, f.at({kv.first.first - 1, kv.first.second}).end);
         }
 
-      // Activations held: 1F1B min(p - r, m), GPipe m, interleaved warm-up + 1 chunks.
+      // Activations held: 1F1B min(p - r, m), GPipe m, interleaved warm-up + 1 chunks; the
+      // DeepSeek-V3 report's Table 2 in (microbatch, chunk) pairs of 1/PP of the model each:
+      // DualPipe and DualPipeV PP + 1 (PP stages: p and 2p), ZB-V 1F1B's PP (2p) once m fills
+      // the V.
       for (int r = 0; r < sh.p; ++r) {
         const int held = sim.peak_held[r];
         switch (kind) {
@@ -168,10 +184,18 @@ TEST(PipelineSchedule, EveryShapeIsConsistent) {
           case PipelineSchedule::INTERLEAVED:
             EXPECT_EQ(held, std::min(interleaved_warmup(sh, r) + 1, sh.m * sh.v));
             break;
+          case PipelineSchedule::ZB_V:
+            if (sh.m >= 2 * sh.p) {
+              EXPECT_EQ(held, 2 * sh.p);
+            }
+            break;
+          case PipelineSchedule::DUALPIPE_V:
+          case PipelineSchedule::DUALPIPE: EXPECT_EQ(held, sh.model_stages() + 1); break;
         }
       }
     }
-  EXPECT_EQ(shapes, 128 * 3 + 78);  // interleaved: v >= 2, m % p == 0
+  // interleaved: v >= 2, m % p == 0; zb-v: p >= 2; dualpipev: m >= 2p; dualpipe: p, m even
+  EXPECT_EQ(shapes, 128 * 3 + 78 + 112 + 49 + 16);
 }
 
 // With zero communication time the simulation reproduces the closed forms exactly.
@@ -201,9 +225,29 @@ TEST(PipelineSchedule, BubbleMatchesClosedForms) {
               for (double idle : sim.idle) EXPECT_NEAR(idle, (p - 1) * (c.F + c.B - c.W), 1e-9);
             }
             break;
+          case PipelineSchedule::ZB_V:  // derived for the list, once it fills the V
+            if (sh.m >= 2 * sh.p - 1) {
+              for (double idle : sim.idle)
+                EXPECT_NEAR(idle, (p - 1) * std::max(c.B, 2 * (c.B - c.W)), 1e-9);
+            }
+            break;
+          case PipelineSchedule::DUALPIPE_V:
+          case PipelineSchedule::DUALPIPE:
+            // every rank idles alike, no more than the report's (PP/2 - 1)(F&B + B - 3W)
+            // with F&B = F + B, the pair run one half after the other
+            for (double idle : sim.idle) {
+              EXPECT_NEAR(idle, sim.idle[0], 1e-9);
+              EXPECT_LE(idle, cf.vs_ideal * sh.m * (c.F + c.B + c.W) *
+                                  (kind == PipelineSchedule::DUALPIPE ? 1 : 2) + 1e-9);
+            }
+            break;
         }
         EXPECT_NEAR(cf.of_step, cf.vs_ideal / (1 + cf.vs_ideal), 1e-12);
-        if (kind != PipelineSchedule::ZB_H1 || sh.m >= sh.p) {
+        const bool exact = kind == PipelineSchedule::ZB_H1 ? sh.m >= sh.p
+                           : kind == PipelineSchedule::ZB_V ? sh.m >= 2 * sh.p - 1
+                           : kind != PipelineSchedule::DUALPIPE_V &&
+                                 kind != PipelineSchedule::DUALPIPE;
+        if (exact) {
           EXPECT_NEAR(sim.bubble, cf.of_step, 1e-12);
           EXPECT_NEAR(sim.bubble_vs_ideal, cf.vs_ideal, 1e-12);
         }
@@ -254,7 +298,8 @@ TEST(PipelineSchedule, ForwardOnlyScheduleRunsEveryShape) {
       const Schedule f = forward_only_schedule(train);
       ASSERT_EQ(f.ranks.size(), train.ranks.size());
       for (int r = 0; r < sh.p; ++r) {
-        ASSERT_EQ((int)f.ranks[r].size(), sh.m * sh.v);
+        ASSERT_EQ((int)f.ranks[r].size(),
+                  sh.placement() == StagePlacement::MIRRORED ? sh.m : sh.m * sh.v);
         std::vector<std::pair<int, int>> order, train_order;
         for (int k = 0; k < (int)f.ranks[r].size(); ++k) {
           const Action& a = f.ranks[r][k];
@@ -274,17 +319,122 @@ TEST(PipelineSchedule, ForwardOnlyScheduleRunsEveryShape) {
 }
 
 TEST(PipelineSchedule, StageLayers) {
-  EXPECT_EQ(pipeline_stage_layers(8, 4, 1), (std::vector<int>{2, 2, 2, 2}));
+  auto looped = [](int p, int v) { return PipelineShape{PipelineSchedule::INTERLEAVED, p, 8, v}; };
+  const PipelineShape one_f{PipelineSchedule::ONE_F_ONE_B, 4, 8, 1};
+  EXPECT_EQ(pipeline_stage_layers(8, one_f), (std::vector<int>{2, 2, 2, 2}));
   // Model stage c p + r: rank 0 holds stages 0 and 2.
-  EXPECT_EQ(pipeline_stage_layers(8, 2, 2), (std::vector<int>{2, 2, 2, 2}));
-  EXPECT_EQ(pipeline_stage_layers(10, 4, 1, 1, 3), (std::vector<int>{1, 3, 3, 3}));
-  EXPECT_EQ(pipeline_stage_layers(10, 3, 1, 0, 2), (std::vector<int>{4, 4, 2}));
-  EXPECT_EQ(pipeline_stage_layers(12, 2, 2, 4), (std::vector<int>{2, 4, 2, 4}));
-  EXPECT_THROW(pipeline_stage_layers(10, 4, 1), std::invalid_argument);       // 10 / 4
-  EXPECT_THROW(pipeline_stage_layers(10, 2, 1, 3, 3), std::invalid_argument);  // 3 + 3 != 10
-  EXPECT_THROW(pipeline_stage_layers(10, 4, 1, 5, 5), std::invalid_argument);  // none left
-  EXPECT_THROW(pipeline_stage_layers(8, 2, 2, 3), std::invalid_argument);     // 3 over 2 chunks
-  EXPECT_THROW(pipeline_stage_layers(8, 1, 1, 4), std::invalid_argument);     // needs p > 1
+  EXPECT_EQ(pipeline_stage_layers(8, looped(2, 2)), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(pipeline_stage_layers(10, one_f, {1, 3}), (std::vector<int>{1, 3, 3, 3}));
+  const PipelineShape three{PipelineSchedule::ONE_F_ONE_B, 3, 8, 1};
+  EXPECT_EQ(pipeline_stage_layers(10, three, {0, 2}), (std::vector<int>{4, 4, 2}));
+  EXPECT_EQ(pipeline_stage_layers(12, looped(2, 2), {4}), (std::vector<int>{2, 4, 2, 4}));
+  EXPECT_THROW(pipeline_stage_layers(10, one_f), std::invalid_argument);       // 10 / 4
+  const PipelineShape two{PipelineSchedule::ONE_F_ONE_B, 2, 8, 1};
+  EXPECT_THROW(pipeline_stage_layers(10, two, {3, 3}), std::invalid_argument);  // 3 + 3 != 10
+  EXPECT_THROW(pipeline_stage_layers(10, one_f, {5, 5}), std::invalid_argument);  // none left
+  EXPECT_THROW(pipeline_stage_layers(8, looped(2, 2), {3}), std::invalid_argument);  // 3 over 2
+  const PipelineShape single{PipelineSchedule::ONE_F_ONE_B, 1, 8, 1};
+  EXPECT_THROW(pipeline_stage_layers(8, single, {4}), std::invalid_argument);  // needs p > 1
+  // Megatron's --account-for-embedding/loss-in-pipeline-split: (L + 2) / p a rank, the first
+  // and the last model stage one fewer; not with first/last sizes
+  EXPECT_EQ(pipeline_stage_layers(6, one_f, {0, 0, true, true}), (std::vector<int>{1, 2, 2, 1}));
+  EXPECT_EQ(pipeline_stage_layers(7, one_f, {0, 0, true, false}), (std::vector<int>{1, 2, 2, 2}));
+  EXPECT_EQ(pipeline_stage_layers(6, looped(2, 2), {0, 0, true, true}),
+            (std::vector<int>{1, 2, 2, 1}));
+  EXPECT_THROW(pipeline_stage_layers(7, one_f, {0, 0, true, true}), std::invalid_argument);
+  EXPECT_THROW(pipeline_stage_layers(8, one_f, {2, 0, true, false}), std::invalid_argument);
+  // a stage may be left with the embedding alone (Megatron asserts >= 0 layers)
+  EXPECT_EQ(pipeline_stage_layers(2, one_f, {0, 0, true, true}), (std::vector<int>{0, 1, 1, 0}));
+  // The V: rank r holds stages r and 2p - 1 - r, its layers split over the two; rank 0 holds
+  // both ends, so --decoder-first-pipeline-num-layers sizes stages 0 and 2p - 1 together.
+  const PipelineShape v{PipelineSchedule::ZB_V, 2, 8, 2};
+  EXPECT_EQ(pipeline_stage_layers(8, v), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(pipeline_stage_layers(8, v, {2}), (std::vector<int>{1, 3, 3, 1}));
+  EXPECT_EQ(pipeline_stage_layers(10, v, {0, 0, true, true}), (std::vector<int>{2, 3, 3, 2}));
+  // Mirrored: p stages, copy 0's rank r holds stage r.
+  const PipelineShape dual{PipelineSchedule::DUALPIPE, 4, 8, 2};
+  EXPECT_EQ(pipeline_stage_layers(8, dual), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(pipeline_stage_layers(8, dual, {1, 3}), (std::vector<int>{1, 2, 2, 3}));
+}
+
+// Where the model stages live: every placement's stage_of, rank_of and chunk_of agree.
+TEST(PipelineSchedule, Placements) {
+  for (PipelineSchedule kind : kKinds)
+    for (const PipelineShape& sh : valid_shapes(kind))
+      for (int r = 0; r < sh.p; ++r)
+        for (int c = 0; c < sh.v; ++c) {
+          const int s = sh.stage_of(r, c);
+          EXPECT_EQ(sh.chunk_of(s), c);
+          bool runs_here = false;  // DualPipe: for one direction's microbatches
+          for (int i = 0; i < sh.m; ++i) runs_here |= sh.rank_of(s, i) == r;
+          EXPECT_TRUE(runs_here) << name(sh) << " rank " << r << " chunk " << c;
+        }
+  const PipelineShape v{PipelineSchedule::DUALPIPE_V, 4, 8, 2};
+  EXPECT_EQ(v.stage_of(0, 1), 7);  // rank 0: the first and the last stage
+  EXPECT_EQ(v.stage_of(3, 0), 3);
+  EXPECT_EQ(v.stage_of(3, 1), 4);  // the turn, on one rank
+  const PipelineShape d{PipelineSchedule::DUALPIPE, 4, 8, 2};
+  EXPECT_EQ(d.stage_of(3, 0), 0);  // rank 3 holds stage 0 (copy 1) and 3 (copy 0)
+  EXPECT_EQ(d.stage_of(3, 1), 3);
+  EXPECT_EQ(d.rank_of(0, 3), 0);  // microbatch 3 < m/2 goes down the ranks
+  EXPECT_EQ(d.rank_of(0, 4), 3);  // microbatch 4 up
+  EXPECT_EQ(d.mirror_of(1), 2);
+}
+
+// DeepSeek's DualPipeV figure (deepseek-ai/DualPipe README: 4 ranks, 10 microbatches) and
+// PyTorch's ZB-V (p 2, m 4), action by action; '&' an overlapped F&B half, '*' a whole B.
+std::string marked(const Schedule& s, int rank) {
+  std::string t;
+  for (const Action& a : s.ranks[rank]) {
+    const bool whole = a.type == ActionType::B && !a.split;
+    t += (t.empty() ? "" : " ") + std::string(a.overlapped ? "&" : "") +
+         action_label(a, s.shape.v) + (whole ? "*" : "");
+  }
+  return t;
+}
+
+TEST(PipelineSchedule, DeepSeekAndPyTorchOrders) {
+  const Schedule v = make_schedule({PipelineSchedule::DUALPIPE_V, 4, 10, 2});
+  EXPECT_EQ(marked(v, 0),
+            "F0a F1a F2a F3a F4a F5a F6a F0b B0b W0b F1b B1b W1b F2b B2b W2b F3b &F7a &B3b* "
+            "&F4b &B0a* &F8a &B4b* &F5b &B1a* &F9a &B5b* &F6b &B2a* B6b* &F7b &B3a* B7b* &F8b "
+            "&B4a* B8b* &F9b &B5a* B9b* B6a W6a B7a W7a B8a W8a B9a W9a");
+  EXPECT_EQ(marked(v, 3),
+            "F0a F0b F1a F1b F2a F2b F3a F3b F4a B0b* &F4b &B0a* &F5a &B1b* &F5b &B1a* &F6a "
+            "&B2b* &F6b &B2a* &F7a &B3b* &F7b &B3a* &F8a &B4b* &F8b &B4a* &F9a &B5b* &F9b &B5a* "
+            "B6b* B6a* B7b* B7a* B8b B8a B9b B9a W8b W8a W9b W9a");
+  const Schedule z = make_schedule({PipelineSchedule::ZB_V, 2, 4, 2});
+  EXPECT_EQ(order(z, 1),
+            "F0a F0b F1a F1b B0b W0b F2a B0a W0a F2b B1b W1b F3a B1a W1a F3b B2b W2b B2a B3b B3a "
+            "W2a W3b W3a");
+  // DualPipe: rank 0 feeds microbatches 0..m/2-1 down, rank p - 1 the rest up; each rank's
+  // chunk a runs one direction, chunk b the other.
+  const Schedule d = make_schedule({PipelineSchedule::DUALPIPE, 4, 8, 2});
+  for (const Action& a : d.ranks[0]) EXPECT_EQ(a.chunk == 0, a.microbatch < 4);
+  for (const Action& a : d.ranks[3]) EXPECT_EQ(a.chunk == 0, a.microbatch >= 4);
+}
+
+// The V's turn and DualPipe's second copy: the messages between two chunks of one rank stay
+// out of the exchanges; the gradient buffers each rank keeps (zb-v's turn holds two).
+TEST(PipelineSchedule, LocalMessagesAndGradientBuffers) {
+  const Schedule v = make_schedule({PipelineSchedule::ZB_V, 4, 8, 2});
+  int local = 0;
+  for (const Action& a : v.ranks[3])
+    for (const Message& m : a.recvs) local += m.local();
+  EXPECT_EQ(local, 2 * 8);  // each microbatch's activation and gradient at the turn
+  for (int r = 0; r < 4; ++r)
+    for (const Exchange& e : exchanges(v, r)) {
+      for (const Message& m : e.sends) EXPECT_FALSE(m.local());
+      for (const Message& m : e.recvs) EXPECT_FALSE(m.local());
+    }
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(gradient_buffers(make_schedule({PipelineSchedule::ONE_F_ONE_B, 2, 4, 1}), r),
+              r == 0 ? 1 : 0);
+  int most = 0;
+  for (int r = 0; r < 4; ++r) most = std::max(most, gradient_buffers(v, r));
+  EXPECT_EQ(most, 2);
+  // the turn's hand-over is the previous B's: its one dres buffer
+  EXPECT_EQ(check_schedule(v), "");
 }
 
 TEST(Timeline, TerminalToScale) {
@@ -333,6 +483,36 @@ TEST(Timeline, ChromeTrace) {
     EXPECT_NE(j.find(key), std::string::npos) << key;
   EXPECT_THROW(write_chrome_trace("/nonexistent/dir/t.json", spans, flows, "x"),
                std::runtime_error);
+}
+
+}  // namespace
+}  // namespace paralab
+
+namespace paralab {
+namespace {
+
+// DualPipe's F&B on a GPU: each half's communication hides under the other half's compute
+// (ActionCosts::stage_F_comm, stage_B_comm); alone, or on a CPU, an action costs it all.
+TEST(PipelineSchedule, OverlappedPairHidesCommunication) {
+  ActionCosts c;
+  c.F = 3, c.B = 4, c.W = 1;
+  c.stage_F_comm = {1}, c.stage_B_comm = {2};
+  Action f, b;
+  f.type = ActionType::F, b.type = ActionType::B;
+  f.overlapped = b.overlapped = true;
+  EXPECT_EQ(c.cost(f), 3);
+  EXPECT_EQ(c.cost(b), 5);           // the whole B: B + W
+  EXPECT_EQ(c.cost(f, &b), 2);       // F's 1 of communication under B's 3 of compute
+  EXPECT_EQ(c.cost(b, &f), 3);       // B's 2 under F's 2: gone
+  c.stage_B_comm = {4};              // B's 4 against F's 2 of compute: 2 left out
+  EXPECT_EQ(c.cost(b, &f), 5 - 4 + 2);
+  // a dualpipev step with communication inside the actions is shorter overlapped
+  const Schedule s = make_schedule({PipelineSchedule::DUALPIPE_V, 2, 8, 2});
+  ActionCosts plain;
+  plain.stage_F = std::vector<double>(4, 2.0), plain.stage_B = std::vector<double>(4, 3.0);
+  ActionCosts hidden = plain;
+  hidden.stage_F_comm = std::vector<double>(4, 1.0), hidden.stage_B_comm = std::vector<double>(4, 1.0);
+  EXPECT_LT(simulate(s, hidden).step_time, simulate(s, plain).step_time);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(ExpertParallelTable, ExpertsSplitByEp) {
   EXPECT_EQ(stage_expert_units(m, whole, {2, true}), (std::vector<int64_t>{0, 0, 0, 288, 288}));
   EXPECT_EQ(stage_expert_table(m, whole, {2, true}).size(), 2u);
   // a pipeline stage holding only layer 0 (dense) has no expert vector
-  const StageSlice first = pipeline_stage_slice(m, 2, 1, 0);
+  const StageSlice first = pipeline_stage_slice(m, {PipelineSchedule::ONE_F_ONE_B, 2, 1, 1}, 0);
   EXPECT_TRUE(stage_expert_units(m, first, {2, true}).empty());
   // rank r's experts are the r-th block of dim 0; the blocks in rank order are the tensor
   ParamSpec fc1;

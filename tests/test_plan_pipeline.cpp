@@ -161,7 +161,8 @@ TEST(PlanPipeline, InterleavedHoldsMegatronsCount) {
 // interleaved p 2, v 2 over 4 layers, gpt (tied).
 TEST(PlanPipeline, StageSlicesAndUnits) {
   const ModelConfig m = gpt(4);
-  const StageSlice s0 = pipeline_stage_slice(m, 2, 2, 0), s1 = pipeline_stage_slice(m, 2, 2, 1);
+  const PipelineShape shape{PipelineSchedule::INTERLEAVED, 2, 2, 2};
+  const StageSlice s0 = pipeline_stage_slice(m, shape, 0), s1 = pipeline_stage_slice(m, shape, 1);
   EXPECT_EQ(s0.chunk_first_layer, (std::vector<int>{0, 2}));
   EXPECT_EQ(s1.chunk_first_layer, (std::vector<int>{1, 3}));
   EXPECT_TRUE(s0.embedding && !s0.head && !s0.tied_copy);
@@ -421,6 +422,98 @@ TEST(PlanPipeline, FlopsTableOneScopePerRow) {
                   format_si(pp.stages[0].hardware_flops).c_str()),
         std::string("   <- rank 1, each rank of its stage\n")})
     EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+}
+
+}  // namespace
+}  // namespace paralab
+
+namespace paralab {
+namespace {
+
+ParallelConfig scheduled(int pp, int dp, PipelineSchedule kind, int zero = 0) {
+  ParallelConfig p = grid(pp, dp, 1, zero);
+  p.pipeline_schedule = kind;
+  p.virtual_pipeline = placement_of(kind) == StagePlacement::LOOPED ? 1 : 2;
+  return p;
+}
+
+// The V (zb-v, dualpipev): rank 0 holds model stages 0 and 2p - 1, so the embedding and the
+// head (gpt's tied table once: no copy, no embedding all-reduce); rank p - 1 the turn, whose
+// hand-over is no message. The tokens and the targets are read by two forwards of rank 0:
+// its workspace holds one of them at a time.
+TEST(PlanPipeline, VPlacementHoldsBothEndsOnRankZero) {
+  for (PipelineSchedule kind : {PipelineSchedule::ZB_V, PipelineSchedule::DUALPIPE_V}) {
+    const Plan plan = make_plan(gpt(8), batch(1, 8), scheduled(2, 1, kind));
+    const PipelineStagePlan& r0 = plan.pipeline.stages[0];
+    const PipelineStagePlan& r1 = plan.pipeline.stages[1];
+    EXPECT_TRUE(r0.embedding && r0.head && !r0.tied_copy);
+    EXPECT_TRUE(!r1.embedding && !r1.head);
+    EXPECT_EQ(r0.chunk_first_layer, (std::vector<int>{0, 6}));  // stages 0 and 3
+    EXPECT_EQ(r1.chunk_first_layer, (std::vector<int>{2, 4}));  // stages 1 and 2
+    for (const PipelineStagePlan& st : plan.pipeline.stages)
+      EXPECT_EQ(find_comm(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE), nullptr);
+    // every microbatch crosses rank 0 -> 1 and back: m activations and m gradients each way
+    EXPECT_EQ(r0.activations_sent, 8);
+    EXPECT_EQ(r0.gradients_sent, 8);
+    EXPECT_EQ(r1.activations_sent, 8);  // stage 2 -> 3; stage 1 -> 2 stays on rank 1
+    EXPECT_EQ(r1.gradients_sent, 8);
+    const WorkspacePhases one = workspace_phases(gpt(8), 1, 4);
+    const WorkspacePhases two = workspace_phases(gpt(8), 1, 4, 1, false, true, true, false);
+    EXPECT_EQ(one.forward - two.forward, 4 * N);  // tokens + targets against the larger one
+  }
+}
+
+// DualPipe: every rank holds two stages (2x the parameters of 1F1B's stage), the pair r,
+// p - 1 - r the same two and one all-reduce of its gradient buffer over the mirror group;
+// each rank holds PP + 1 = p + 1 (microbatch, chunk) pairs at its peak (DeepSeek-V3 Table 2).
+TEST(PlanPipeline, DualPipeMirrorsTheStages) {
+  for (int zero : {0, 1, 2, 3}) {
+    SCOPED_TRACE(zero);
+    const Plan one = make_plan(gpt(8), batch(1, 16), grid(4, 2, 1, zero));
+    const Plan dual =
+        make_plan(gpt(8), batch(1, 16), scheduled(4, 2, PipelineSchedule::DUALPIPE, zero));
+    const auto& s = dual.pipeline.stages;
+    // both ends: 1F1B's first and last stage but its tied copy of the word table (V h)
+    EXPECT_EQ(s[0].params, one.pipeline.stages[0].params + one.pipeline.stages[3].params - V * h);
+    EXPECT_EQ(s[0].params, s[3].params);
+    EXPECT_EQ(s[1].params, s[2].params);
+    EXPECT_EQ(s[0].chunk_first_layer, s[3].chunk_first_layer);  // the mirror: the same stages
+    for (const PipelineStagePlan& st : s) {
+      EXPECT_EQ(st.held, 4 + 1);
+      const CommPlanEntry* e = find_comm(st.comm, CommGroup::MIRROR, CommOp::ALL_REDUCE);
+      ASSERT_NE(e, nullptr);
+      EXPECT_EQ(e->calls, 1);
+      EXPECT_EQ(e->payload_bytes, st.data_parallel.grads_resident * 4);
+      EXPECT_EQ(find_comm(st.comm, CommGroup::EMBEDDING, CommOp::ALL_REDUCE), nullptr);
+    }
+    // each direction's half: every rank sends m/2 activations and m/2 gradients each way
+    EXPECT_EQ(s[1].activations_sent, 8);
+    EXPECT_EQ(s[1].gradients_sent, 8);
+  }
+}
+
+// Megatron's --account-for-embedding/loss-in-pipeline-split: (L + 2) / p layers a rank, the
+// first and the last model stage one fewer; the plan's stages are the slices the trainer
+// builds.
+TEST(PlanPipeline, AccountedSplit) {
+  ParallelConfig p = grid(4, 1);
+  p.account_for_embedding = p.account_for_loss = true;
+  const Plan plan = make_plan(gpt(10), batch(1, 4), p);
+  EXPECT_EQ(plan.pipeline.stage_layers, (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(plan.pipeline.stages[3].chunk_layers, (std::vector<int>{2}));
+  EXPECT_EQ(plan.pipeline.stages[3].chunk_first_layer, (std::vector<int>{8}));
+  // Megatron's premise: the embedding and the loss cost a layer each, so the stages balance
+  EXPECT_EQ(plan.pipeline.costs.stage_F, (std::vector<double>{1, 1, 1, 1}));
+  // first 1, last 3 of 8: the simulation costs each stage by its layers (0.5 1 1 1.5 of
+  // the mean), the slowest stage sets the pace, and the bubble grows past the closed form's
+  ParallelConfig uneven = grid(4, 1);
+  uneven.first_stage_layers = 1, uneven.last_stage_layers = 3;
+  const Plan u = make_plan(gpt(8), batch(1, 4), uneven);
+  EXPECT_EQ(u.pipeline.costs.stage_B, (std::vector<double>{1.5, 3, 3, 4.5}));
+  const Plan even = make_plan(gpt(8), batch(1, 4), grid(4, 1));
+  EXPECT_TRUE(even.pipeline.costs.stage_F.empty());
+  EXPECT_GT(u.pipeline.sim.bubble, even.pipeline.sim.bubble);
+  EXPECT_NEAR(u.pipeline.closed_form.of_step, even.pipeline.closed_form.of_step, 1e-12);
 }
 
 }  // namespace

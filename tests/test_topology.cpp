@@ -162,7 +162,7 @@ int expected_size(CommGroup g, const RankLayout& L) {
     case CommGroup::EDP: return L.edp();
     case CommGroup::WORLD: return L.world();
     case CommGroup::PCIE: return 1;  // a rank's copies to its own host memory
-    default: return -1;  // EMBEDDING: 2 or 1, checked per rank
+    default: return -1;  // EMBEDDING, MIRROR: 2 or 1, checked per rank
   }
 }
 }  // namespace
@@ -328,7 +328,13 @@ TEST(Topology, InvariantsOnAllSmallGrids) {
       const CommGroup kind = CommGroup(g);
       std::set<int> seen;
       for (const auto& members : L.groups(kind)) {
-        if (kind != CommGroup::EMBEDDING) {
+        if (kind == CommGroup::MIRROR) {  // pp ranks r and pp - 1 - r (pp's middle alone)
+          const int r = L.coord_of(members[0]).pp;
+          EXPECT_EQ(int(members.size()), r == pp - 1 - r ? 1 : 2);
+          if (members.size() == 2) {
+            EXPECT_EQ(L.coord_of(members[1]).pp, pp - 1 - r);
+          }
+        } else if (kind != CommGroup::EMBEDDING) {
           EXPECT_EQ(int(members.size()), expected_size(kind, L)) << group_name(kind);
         }
         for (size_t i = 0; i < members.size(); ++i) {

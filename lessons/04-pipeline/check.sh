@@ -3,7 +3,8 @@
 #   bash lessons/04-pipeline/check.sh [TRAINER]   (default: the repository's ./trainer)
 # Plans and trains lessons/04-pipeline/model.toml (3 steps) under gpipe, 1f1b, interleaved
 # (v 2) and zb-h1 at pp 2, and gpipe and 1f1b at pp 4 (mpirun -np 2 and 4), plus one rank
-# as the reference; checks the bubble, the microbatches held, the activation bytes and the
+# as the reference; at 8 layers every schedule at pp 4 (zb-v, dualpipev and dualpipe too),
+# their memory, bubble and DeepSeek-V3's table; checks the bubble, the microbatches held, the activation bytes and the
 # pp traffic of every rank against the closed forms, --plan --json and --metrics-jsonl, the
 # losses against one rank's, and the measured action order (--trace) against the plan's.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
@@ -27,6 +28,15 @@ run p2_interleaved 2 --pp 2 --pipeline-schedule interleaved --vpp 2
 run p2_zb 2 --pp 2 --pipeline-schedule zb-h1
 run p4_gpipe 4 --pp 4 --pipeline-schedule gpipe
 run p4_1f1b 4 --pp 4 --pipeline-schedule 1f1b
+# section 7: the seven schedules at L 8, p 4, m 8
+eight=(--num-layers 8 --global-batch-size 16)
+run l8_ref 1 "${eight[@]}"
+for s in gpipe 1f1b interleaved zb-h1 zb-v dualpipev dualpipe; do
+  extra=(); [ "$s" = interleaved ] && extra=(--vpp 2)
+  run "l8_$s" 4 "${eight[@]}" --pp 4 --pipeline-schedule "$s" "${extra[@]}"
+done
+python3 scripts/plot --out "$work/png" --timeline "$work"/l8_{gpipe,1f1b,interleaved,zb-h1,zb-v,dualpipev,dualpipe}.plan_trace.json \
+  > "$work/png.out" 2>&1 || { echo "FAIL  scripts/plot --timeline"; cat "$work/png.out"; }
 python3 - "$work" <<'PY'
 import json, re, sys
 from fractions import Fraction as Fr
@@ -213,5 +223,79 @@ for name in ("p2_gpipe", "p2_1f1b", "p2_interleaved", "p2_zb", "p4_gpipe", "p4_1
 log = open(f"{work}/p2_1f1b.log").read()
 check("p2_1f1b: --print-schedule prints the measured timeline",
       "timeline, measured (last step): 1f1b, p 2, m 4" in log, True)
+
+# 7. the seven schedules at L 8, p 4, m 8 (F 1, B 2, W 1; a whole B 3)
+p, m8 = 4, 8
+F, B, W = 1, 2, 1
+ideal = m8 * (F + B + W)  # one chunk's work a microbatch on 1F1B's ranks
+idle_of = {"gpipe": 3 * 4, "1f1b": 3 * 4, "interleaved": 3 * 4, "zb-h1": 3 * (F + B - W),
+           "zb-v": 3 * max(B, 2 * (B - W)), "dualpipev": 8, "dualpipe": 2}
+busy_of = {"gpipe": ideal, "1f1b": ideal, "interleaved": 2 * ideal, "zb-h1": ideal,
+           "zb-v": 2 * ideal, "dualpipev": 2 * ideal, "dualpipe": ideal}
+closed = {"gpipe": Fr(3, 11), "1f1b": Fr(3, 11), "interleaved": Fr(3, 19), "zb-h1": Fr(6, 38),
+          "zb-v": Fr(6, 70), "dualpipev": Fr(12, 76), "dualpipe": Fr(4, 36)}
+held_of = {"gpipe": [8] * 4, "1f1b": [4, 3, 2, 1], "interleaved": [11, 9, 7, 5],
+           "zb-h1": [4, 3, 2, 1], "zb-v": [8] * 4, "dualpipev": [9] * 4, "dualpipe": [5] * 4}
+looped = [473600, 399872, 399872, 465920]
+params_of = {"gpipe": looped, "1f1b": looped, "interleaved": looped, "zb-h1": looped,
+             "zb-v": [474112] + [399872] * 3, "dualpipev": [474112] + [399872] * 3,
+             "dualpipe": [873984, 799744, 799744, 873984]}
+total_of = {"gpipe": [6.29, 6.01, 6.01, 6.44], "1f1b": [4.21, 3.41, 2.89, 2.69],
+            "interleaved": [5.08, 4.26, 3.73, 3.52], "zb-h1": [4.35, 4.05, 4.03, 4.25],
+            "zb-v": [4.42, 4.15, 4.15, 4.15], "dualpipev": [4.62, 4.28, 4.26, 4.26],
+            "dualpipe": [6.34, 5.98, 5.98, 6.34]}
+ref8 = [r for r in map(json.loads, open(f"{work}/l8_ref.jsonl")) if r.get("type") == "step"]
+for s in ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "dualpipe"):
+    plan, steps = load(f"l8_{s}")
+    pl, ranks = plan["pipeline"], steps[-1]["ranks"]
+    check_frac(f"l8 {s}: closed form", pl["bubble_closed_form"], closed[s])
+    check_frac(f"l8 {s}: simulated, idle / (idle + busy) per rank", pl["bubble_simulated"],
+               Fr(idle_of[s], idle_of[s] + busy_of[s]))
+    check(f"l8 {s}: idle units per rank", [x["idle"] for x in pl["per_rank"]], [idle_of[s]] * 4)
+    check(f"l8 {s}: held per rank", [x["held"] for x in pl["per_rank"]], held_of[s])
+    check(f"l8 {s}: params per rank, measured", [r["memory"]["params"]["measured"] for r in ranks],
+          params_of[s])
+    check(f"l8 {s}: total peak per rank (MiB), measured",
+          [round(r["memory"]["total"]["measured"] / 2**20, 2) for r in ranks], total_of[s])
+    check(f"l8 {s}: every category and the total measured == predicted on every rank",
+          all(c["measured"] == c["predicted"] for r in ranks for c in r["memory"].values()), True)
+    measured = sum(x["bubble"] for x in steps[1:]) / len(steps[1:])
+    record(f"l8 {s}: measured bubble a fraction above the simulated",
+           pl["bubble_simulated"] < measured < 1, f"{measured:.3f}")
+    worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(steps, ref8))
+    record(f"l8 {s}: losses equal one rank's", len(steps) == len(ref8) == 3 and worst <= 1e-6,
+           f"to {worst:.1e}")
+zv, dual = load("l8_zb-v"), load("l8_dualpipe")
+r0 = zv[0]["pipeline"]["per_rank"][0]
+check("l8 zb-v: rank 0 holds the embedding and the head, no tied copy",
+      (r0["embedding"], r0["head"], r0["tied_embedding_copy"]), (True, True, False))
+check("l8 zb-v: no embedding all-reduce on any rank",
+      any(c["group"] == "embedding" for r in zv[1][-1]["ranks"] for c in r["comm"]), False)
+check("l8 zb-v: rank 0 sends m activations and m gradients",
+      (r0["activations_sent"], r0["gradients_sent"]), (m8, m8))
+check("l8 dualpipe: one mirror all-reduce of the gradient buffer per rank",
+      [int(comm(r, "mirror", "all-reduce")["calls"]["measured"]) for r in dual[1][-1]["ranks"]],
+      [1] * 4)
+check("l8 dualpipe: its bytes, the rank's gradients (fp32)",
+      [int(comm(r, "mirror", "all-reduce")["payload_bytes"]["measured"]) for r in dual[1][-1]["ranks"]],
+      [r["memory"]["grads"]["measured"] for r in dual[1][-1]["ranks"]])
+check("scripts/plot --timeline drew the seven simulated timelines",
+      open(f"{work}/png.out").read().split(), [f"{work}/png/timeline.png"])
+
+# 8. DeepSeek-V3's Table 2 (F 1, B whole 3, W 1; F&B = F + B on a CPU)
+Bw = B + W
+formula = {"1f1b": (4 - 1) * (F + Bw), "zb-h1": (4 - 1) * (F + Bw - 2 * W),
+           "dualpipe": (4 // 2 - 1) * ((F + Bw) + Bw - 3 * W),
+           "dualpipev": (8 // 2 - 1) * ((F + Bw) + Bw - 3 * W)}
+check("report bubbles at F&B = F + B: 1F1B, ZB1P, DualPipe, DualPipeV",
+      [formula[k] for k in ("1f1b", "zb-h1", "dualpipe", "dualpipev")], [12, 6, 4, 12])
+for k in ("1f1b", "zb-h1", "dualpipe", "dualpipev"):
+    sim = load(f"l8_{k}")[0]["pipeline"]["per_rank"][0]["idle"]
+    ok = sim == formula[k] if k in ("1f1b", "zb-h1") else sim < formula[k]
+    record(f"DeepSeek {k}: simulated idle {'=' if k in ('1f1b', 'zb-h1') else '<'} the report's",
+           ok, f"{sim:g} vs {formula[k]}")
+check("DeepSeek activations: PP (1F1B, ZB1P), PP + 1 (DualPipe PP 4, DualPipeV PP 8)",
+      [load(f"l8_{k}")[0]["pipeline"]["per_rank"][0]["held"]
+       for k in ("1f1b", "zb-h1", "dualpipe", "dualpipev")], [4, 4, 5, 9])
 finish()
 PY

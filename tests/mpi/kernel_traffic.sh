@@ -3,7 +3,7 @@
 # kernels::kernel_counts) against plan/kernel_traffic.h's prediction, on every rank: launches,
 # bytes and flash launches equal, exactly, for one rank and for each parallel dimension: tp 2
 # with and without sequence parallelism, pp 2 (1f1b with gpt's tied embedding, zb-h1's split
-# backward, interleaved with selective recompute), cp 2 and 4 (the ring, flash and naive, the
+# backward, interleaved with selective recompute, zb-v and dualpipev's turn, dualpipe's copies), cp 2 and 4 (the ring, flash and naive, the
 # contiguous layout, all-gather, all-to-all), dp 2 at ZeRO 0-3, ep 2 and 4 with either
 # dispatcher (padded to capacity; dropless and with drops at the measured routing; ZeRO-3),
 # etp 2, experts folded over tp 2 with sp, CPU offload at ZeRO 1-3, and combinations on 4
@@ -66,6 +66,11 @@ traffic gpt-tp2-sp 2 $gpt --tp 2 --sequence-parallel
 traffic llama-tp2-sp-naive 2 $llama --tp 2 --sequence-parallel --attention naive
 traffic gpt-pp2-1f1b 2 $gpt --pp 2
 traffic llama-pp2-zb-h1 2 $llama --pp 2 --pipeline-schedule zb-h1
+# the V (4 layers: one a stage): the turn's hand-overs are copies; dualpipe's mixed B's and
+# its copies' microbatches (gpt's dropout keeps every mask kernel in the count)
+traffic gpt-pp2-zb-v 2 $gpt --num-layers 4 --pp 2 --pipeline-schedule zb-v
+traffic llama-pp2-dualpipev 2 $llama --num-layers 4 --pp 2 --pipeline-schedule dualpipev
+traffic gpt-pp2-dualpipe 2 $gpt --pp 2 --pipeline-schedule dualpipe
 for type in p2p all_gather a2a; do
   traffic "gpt-cp2-$type" 2 $gpt --cp 2 --cp-comm-type "$type"
   traffic "llama-cp2-$type-naive" 2 $llama --cp 2 --cp-comm-type "$type" --attention naive

@@ -49,6 +49,9 @@ case_ pp2-tp2-dp2 8 --groups=tp,dp,pp,world:--flows --pp 2 --tp 2 --global-batch
 # data and tensor parallelism alone: no pipeline, still every rank
 case_ dp2 2 --groups=dp,world --global-batch-size 4 --mbs 2
 case_ tp2 2 --groups=tp,world --tp 2 --global-batch-size 4 --mbs 2
+# dualpipe: both directions' messages, the mirror all-reduce on every rank
+case_ pp2-dualpipe-tp2 4 --groups=tp,pp,mirror,world:--flows --pp 2 --tp 2 \
+  --pipeline-schedule dualpipe --global-batch-size 8 --mbs 2
 # the clocks estimated by ping-pong (as across nodes): flows still forwards
 PARALAB_CLOCK_PINGPONG=1 case_ pp2-pingpong 2 --groups=pp:--flows --pp 2 \
   --pipeline-schedule zb-h1 --global-batch-size 8 --mbs 2

@@ -9,7 +9,9 @@
 #    here by the trainer itself;
 # 3. a failing variant beside a good one: exit 1, the trainer's own error line in its row
 #    and in the CSV, the good one still run;
-# 4. a bad matrix file and a bad argument: exit 2 with one line.
+# 4. a bad matrix file and a bad argument: exit 2 with one line;
+# 5. configs/ablations/pipeline_schedules.toml planned with --plot: each bubble the plan's,
+#    the chart drawn.
 # Prints one line per check, then "N passed, M failed"; exits non-zero on a failure.
 set -uo pipefail
 trainer=${1:?usage: bash tests/scripts/ablate.sh TRAINER}
@@ -40,6 +42,10 @@ scripts/ablate --trainer "$trainer" --matrix "$work/bad.toml" > "$work/badm.out"
 echo $? > "$work/badm.rc"
 scripts/ablate --trainer "$trainer" --variant 'a b=--tp 2' > "$work/badn.out" 2> "$work/badn.err"
 echo $? > "$work/badn.rc"
+# the pipeline schedules as one ablation, planned and plotted
+scripts/ablate --trainer "$trainer" --plan --matrix configs/ablations/pipeline_schedules.toml \
+  --csv "$work/sched.csv" --plot "$work/charts" > "$work/sched.txt" 2> "$work/sched.err"
+echo $? > "$work/sched.rc"
 
 python3 - "$work" "$trainer" "$matrix" <<'EOF'
 import csv, json, os, shlex, subprocess, sys, tomllib
@@ -205,5 +211,19 @@ for tag, what in (("badm", "a matrix with an unknown key"), ("badn", "a name wit
           (int(text(tag + ".rc")), len(e), text(tag + ".out")), (2, 1, ""))
 check("the matrix error names the file and the key", text("badm.err").strip(),
       f"ablate: error: {work}/bad.toml: [base]: unknown key 'flag' (flags, np)")
+# -------------------------------------------------------------- 5. the schedules, plotted
+print("5. configs/ablations/pipeline_schedules.toml, planned, --plot")
+check("exit status", int(text("sched.rc")), 0)
+with open("configs/ablations/pipeline_schedules.toml", "rb") as fh:
+    m = tomllib.load(fh)
+base = shlex.split(m["base"]["flags"])
+for r in rows("sched.csv"):
+    v = next(x for x in m["variant"] if x["name"] == r["variant"])
+    want = plan_of(base + shlex.split(v["flags"]), m["base"]["np"])["pipeline"]["bubble_simulated"]
+    check(f"{r['variant']}: bubble = the plan's simulated", same(num(r["bubble"]), want), True)
+png = os.path.join(work, "charts", "ablate.png")
+check("--plot drew charts/ablate.png, its path the last line",
+      (os.path.getsize(png) > 10000, text("sched.txt").splitlines()[-1]), (True, png))
+
 finish()
 EOF

@@ -39,7 +39,7 @@ scripts/plot --out "$work/run" --loss "$work/pp.jsonl" "$work/dp.jsonl" --label 
   > "$work/run.out" 2> "$work/run.err"
 echo $? > "$work/run.rc"
 scripts/plot --out "$work/plan" --memory "$work/plan.json" --comm "$work/plan.json" \
-  --timeline "$work/plan.trace.json" > "$work/plan.out" 2> "$work/plan.err"
+  --timeline "$work/plan.trace.json" "$work/pp.trace.json" > "$work/plan.out" 2> "$work/plan.err"
 echo $? > "$work/plan.rc"
 
 # bad input: each case its own --out folder, which must stay without PNGs
@@ -115,7 +115,8 @@ for c in charts:
     msg = png(os.path.join(work, "run", c + ".png"))
     record(f"{c}.png: valid PNG, IHDR > 0, > 5 KB", good(msg), msg)
 
-print("plan: scripts/plot --memory plan.json --comm plan.json --timeline plan.trace.json")
+print("plan: scripts/plot --memory plan.json --comm plan.json --timeline plan.trace.json "
+      "pp.trace.json (two panels, one PNG)")
 check("exit status", int(text("plan.rc")), 0)
 for c in charts[1:]:
     msg = png(os.path.join(work, "plan", c + ".png"))

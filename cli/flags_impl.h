@@ -1,17 +1,20 @@
-// cli/flags_impl.h: what cli/flags.cpp (the flags), cli/flags_check.cpp (the checks), cli/flags_moe.cpp (the
-// MoE flags and their checks), cli/flags_toml.cpp (the --config files) and cli/flags_messages.cpp
-// (CLI11's errors, the manual's layout, --verbose) share: the string flags as typed, and the
-// steps that turn them and the parsed Options into one validated Options. Not for other
-// files: cli/flags.h is the interface.
+// cli/flags_impl.h: what the files of cli/ share: the string flags as typed (RawFlags), the
+// checks' helpers, and each topic's three functions: add_<topic>_flags (its flags and help text,
+// in its group of the manual), and the checks that resolve and refuse them, called in order by
+// resolve_and_check (cli/flags_check.cpp). One file a topic: cli/flags_model.cpp,
+// flags_training.cpp, flags_recompute.cpp, flags_precision.cpp, flags_parallel.cpp,
+// flags_offload.cpp, flags_moe.cpp, flags_backend.cpp, flags_data.cpp, flags_output.cpp,
+// flags_checkpoint.cpp, flags_megatron.cpp; the --config files in flags_toml.cpp, the messages
+// in flags_messages.cpp. Not for other files: cli/flags.h is the interface.
 //
-// defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, add_megatron_flags, resolve_megatron_flags, apply_megatron_schedule,
-//          megatron_no_effect_warning, closest_flag, add_checkpoint_flags,
-//          check_checkpoint_flags, check_output_file, check_output_folder, add_offload_flags,
-//          check_offload_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
-//          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
+// defines: RawFlags, fail, check_at_least, check_finite, check_unit_interval, add_switch,
+//          resolve_and_check, and per topic add_*_flags and check_*; closest_flag,
+//          check_output_file, check_output_folder, kIntOrList, ConfigEntry, check_config_files,
+//          typed_on_command_line, cli11_error_message, ManualFormatter, one_of, seed_range,
+//          resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -43,9 +46,12 @@ struct RawFlags {
   bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string moe_token_dispatcher = "allgather";
   std::string cp_comm_type = "p2p";
+  // The data (cli/flags_data.cpp): Megatron's --split as typed, and --mock-data.
+  std::string split;
+  bool mock_data = false;
   std::string cp_layout = "zigzag";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
-  // clamped to a decay the user shortened there (cli/flags_check.cpp), the user's own never.
+  // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
        decay_iters_on_command_line = false;
   bool kv_channels_given = false;  // set after parsing: 0 is an error, not "h/a"
@@ -62,8 +68,8 @@ struct RawFlags {
   struct Megatron {
     bool swiglu = false, untie = false, no_bias = false, gqa = false, rotary = false,
          no_position_embedding = false, recompute_activations = false, check_nan = false,
-         mock_data = false, validation_ppl = false;
-    std::string normalization, position_embedding_type, split;
+         validation_ppl = false;
+    std::string normalization, position_embedding_type;
     int max_position_embeddings = 0;
     double rotary_percent = 1.0, lr_warmup_fraction = 0, timeout_minutes = 0;
     int64_t train_samples = 0, lr_warmup_samples = 0, lr_decay_samples = 0;
@@ -81,6 +87,17 @@ template <class... Args>
   throw FlagError(s.str());
 }
 
+// Written as !(value >= min) so that a NaN fails too.
+inline void check_at_least(const char* flag, double value, double min) {
+  if (!(value >= min)) fail(flag, " must be >= ", min, ", got ", value);
+}
+inline void check_finite(const char* flag, double value) {
+  if (!std::isfinite(value)) fail(flag, " must be a finite number, got ", value);
+}
+inline void check_unit_interval(const char* flag, double value) {  // [0, 1)
+  if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
+}
+
 // A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
 inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
                                const std::string& help) {
@@ -89,10 +106,42 @@ inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& va
   });
 }
 
-// Fills the derived values and checks every constraint, the cheap ones first (cli/flags_check.cpp).
+// Fills the derived values and checks every constraint, each topic after those it reads
+// (cli/flags_check.cpp).
 // Throws FlagError (or check_data_file's DataError) naming the flags, the constraint, the values.
 void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus);
 
+// ---- one topic a file; add_* in the manual's order, check_* in resolve_and_check's ----
+// cli/flags_model.cpp: --arch and the sizes; check_model derives ffn, query groups, head dim.
+void add_model_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_model(Options& o, const RawFlags& raw);
+// cli/flags_training.cpp: batch, steps, AdamW, the learning-rate schedule, seed, evaluation.
+// check_batch (after the layout: dp) derives the global batch; check_optimizer the schedule.
+void add_training_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_batch(Options& o, const RawFlags& raw);
+void check_optimizer(Options& o, const RawFlags& raw);
+// cli/flags_recompute.cpp: --recompute-*; checked after the pipeline's stages are known.
+void add_recompute_flags(CLI::App& app, RawFlags& raw);
+void check_recompute(Options& o, const RawFlags& raw);
+// cli/flags_precision.cpp: --bf16.
+void add_precision_flags(CLI::App& app, Options& o);
+// cli/flags_parallel.cpp: tp, sp, cp, ep, etp, the dispatcher, ZeRO, DDP's buckets (and
+// add_offload_flags). check_parallel_layout: the world and what tp and cp ask of the model;
+// check_sequence_parallel after MoE; check_zero (and check_offload_flags) the stage.
+void add_parallel_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_parallel_layout(Options& o, const RawFlags& raw);
+void check_sequence_parallel(Options& o);
+void check_zero(Options& o, const RawFlags& raw);
+// cli/flags_backend.cpp: --device, --comm, --collective-timeout.
+void add_backend_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_backend(Options& o, const RawFlags& raw, int visible_gpus);
+// cli/flags_data.cpp: --data-path, --split, --mock-data; check_data reads the file.
+void add_data_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_data(Options& o, const RawFlags& raw);
+// cli/flags_output.cpp: --plan and the reports; check_run_modes first, check_outputs last.
+void add_output_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_run_modes(Options& o, const RawFlags& raw);
+void check_outputs(const Options& o);
 // ---- cli/flags_moe.cpp ----
 // The type name of an option that takes an integer or a quoted string (--moe-layer-freq): the
 // --config reader accepts either for it.
@@ -124,7 +173,7 @@ std::string closest_flag(const CLI::App& app, const std::string& typed);
 // (--load resolved into o.load_folder).
 void add_checkpoint_flags(CLI::App& app, Options& o);
 void check_checkpoint_flags(Options& o);
-// cli/flags_check.cpp: an output file (its folder must exist) or folder (made as mkdir -p)
+// cli/flags_output.cpp: an output file (its folder must exist) or folder (made as mkdir -p)
 // the run writes: tried, one FlagError naming the flag, the path and why.
 void check_output_file(const char* flag, const std::string& path);
 void check_output_folder(const char* flag, const std::string& path);

@@ -11,7 +11,8 @@
 //  - the same setting under another name or unit: --train-samples, --lr-warmup-samples,
 //    --lr-decay-samples, --lr-warmup-fraction, --recompute-activations,
 //    --check-for-nan-in-loss-and-grad, --distributed-timeout-minutes, --init-method-std,
-//    --split, --mock-data, and --tensorboard-dir (report/tensorboard.h);
+//    and --tensorboard-dir (report/tensorboard.h); --split and --mock-data are the data's
+//    (cli/flags_data.cpp);
 //  - flags about Megatron's own machinery (kernel fusions, Transformer Engine, the tokenizer,
 //    Weights & Biases, data-loader workers, RNG state): accepted, and named on one warning
 //    line as having no effect here.
@@ -66,34 +67,6 @@ const NoEffect kNoEffect[] = {
 
 bool given(const CLI::App& app, const char* name) { return app.count(name) > 0; }
 
-// "949,50,1" or "949/50/1" (Megatron's separators) -> three weights summing to 1.
-std::vector<double> split_weights(const std::string& text) {
-  std::vector<double> w;
-  std::string s = text;
-  for (char& c : s)
-    if (c == '/') c = ',';
-  std::stringstream in(s);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    size_t used = 0;
-    double x = -1;
-    try {
-      x = std::stod(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || !(x >= 0) || !std::isfinite(x))
-      fail("--split must be up to three weights >= 0 like 949,50,1, got ", text);
-    w.push_back(x);
-  }
-  if (w.empty() || w.size() > 3) fail("--split must be up to three weights >= 0 like 949,50,1, got ", text);
-  while (w.size() < 3) w.push_back(0);
-  const double sum = w[0] + w[1] + w[2];
-  if (!(sum > 0) || w[0] <= 0) fail("--split ", text, ": the training weight must be > 0");
-  for (double& x : w) x /= sum;
-  return w;
-}
-
 }  // namespace
 
 void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
@@ -142,12 +115,6 @@ void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--lr-warmup-fraction", mg.lr_warmup_fraction,
                  "the warm-up as a fraction of the decay (--lr-decay-iters, or samples), "
                  "instead of --lr-warmup-iters; in [0, 1]")->group(kGroup);
-  app.add_option("--split", mg.split,
-                 "train,validation,test weights of the data (e.g. 949,50,1): --data-path's "
-                 "tokens are cut in that proportion, validation reads the second part, the test "
-                 "part is not read; the synthetic corpus generates validation tokens in "
-                 "proportion to its training tokens; default: the last 10% of a file validates")
-      ->type_name("W,W,W")->group(kGroup);
   add_switch(app, "--recompute-activations", mg.recompute_activations,
              "= --recompute-granularity selective (Megatron's shorthand)")->group(kGroup);
   add_switch(app, "--check-for-nan-in-loss-and-grad", mg.check_nan,
@@ -155,8 +122,6 @@ void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
              "= --max-skipped-steps 1 (exit status 3)")->group(kGroup);
   app.add_option("--distributed-timeout-minutes", mg.timeout_minutes,
                  "= --collective-timeout in minutes (x 60)")->group(kGroup);
-  add_switch(app, "--mock-data", mg.mock_data, "the synthetic corpus (no --data-path)")
-      ->group(kGroup);
   app.add_option("--tensorboard-dir", o.tensorboard_dir,
                  "write TensorBoard event files of the scalars (loss, learning rate, gradient "
                  "norm, tokens/s, MFU, HFU, peak memory, skipped steps, validation loss) into DIR")
@@ -254,12 +219,6 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
       fail("--distributed-timeout-minutes ", mg.timeout_minutes, " (", 60 * mg.timeout_minutes,
            " s) conflicts with --collective-timeout ", o.collective_timeout);
     o.collective_timeout = 60 * mg.timeout_minutes;
-  }
-  if (mg.mock_data && !o.data_path.empty())
-    fail("--mock-data (the synthetic corpus) conflicts with --data-path ", o.data_path);
-  if (!mg.split.empty()) {
-    const std::vector<double> w = split_weights(mg.split);
-    o.train.split_train = w[0], o.train.split_valid = w[1];
   }
   if (o.tensorboard_log_interval < 1)
     fail("--tensorboard-log-interval must be >= 1, got ", o.tensorboard_log_interval);

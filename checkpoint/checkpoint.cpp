@@ -13,7 +13,7 @@
 #include "measure/clock.h"  // now_seconds
 #include "checkpoint/file_io.h"
 #include "checkpoint/json.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 
 namespace paralab {
 
@@ -181,7 +181,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   write_manifest_shard(entry, mine);
   std::vector<ManifestShard> shards;
   for (const std::string& text : all_gather_strings(world, entry.str(), dev)) {
-    shards.push_back(parse_manifest_shard(parse_json(text), model.config().num_layers,
+    shards.push_back(parse_manifest_shard(JsonDocument(text).root(), model.config().num_layers,
                                           "the shard list"));
     stats.total_file_bytes += shards.back().bytes;
     stats.rank_payload_bytes.push_back(shards.back().payload_bytes);

@@ -30,7 +30,7 @@
 #include "model/config.h"
 #include "model/data.h"  // InputError
 #include "checkpoint/json.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 #include "model/param_table.h"
 
 namespace paralab {
@@ -76,7 +76,7 @@ struct Manifest {
 std::string manifest_json(const Manifest& m);
 // One shard's entry, as in the manifest: what a rank sends rank 0 after writing its shard.
 void write_manifest_shard(JsonWriter& j, const ManifestShard& shard);
-ManifestShard parse_manifest_shard(const JsonValue& entry, int num_layers,
+ManifestShard parse_manifest_shard(const Json& entry, int num_layers,
                                    const std::string& path);
 // Parses and checks structure, types and ranges (not the model: check_manifest).
 Manifest parse_manifest(const std::string& text, const std::string& path);

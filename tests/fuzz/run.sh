@@ -15,10 +15,10 @@ mkdir -p "$out"
 
 # the target's name -> its sources (the target file first)
 declare -A sources=(
-  [fuzz_json]="tests/fuzz/fuzz_json.cpp checkpoint/json_reader.cpp"
-  [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cpp checkpoint/safetensors.cpp checkpoint/json_reader.cpp checkpoint/file_io.cpp"
+  [fuzz_json]="tests/fuzz/fuzz_json.cpp checkpoint/json_document.cpp"
+  [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cpp checkpoint/safetensors.cpp checkpoint/json_document.cpp checkpoint/file_io.cpp"
   [fuzz_token_file]="tests/fuzz/fuzz_token_file.cpp model/data.cpp"
-  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/json_reader.cpp model/param_table.cpp parallel/pipeline_schedule.cpp"
+  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/json_document.cpp model/param_table.cpp parallel/pipeline_schedule.cpp"
 )
 targets=(fuzz_json fuzz_safetensors fuzz_token_file fuzz_manifest)
 

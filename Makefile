@@ -26,9 +26,12 @@ MPI_CFLAGS = $(shell pkg-config --cflags mpich 2>/dev/null)
 MPI_LIBS = $(shell pkg-config --libs mpich 2>/dev/null)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null)
+TOML_CFLAGS = $(shell pkg-config --cflags tomlplusplus 2>/dev/null)
+TOML_LIBS = $(shell pkg-config --libs tomlplusplus 2>/dev/null)
 WARN := -Wall -Wextra -Werror
-CXXFLAGS = -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP $(FLAVOUR_FLAGS)
-LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
+CXXFLAGS = -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(TOML_CFLAGS) $(WARN) -MMD -MP \
+           $(FLAVOUR_FLAGS)
+LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) $(TOML_LIBS) -lpthread
 
 # The folders in their dependency order (notes/design.md): each includes only from those
 # before it; tests/check_layout.sh (make lint) holds it.
@@ -112,7 +115,7 @@ FORCE:
 # A direct `make trainer` on a machine without the packages says what to do, once.
 $(BUILD)/trainer.o $(LIB_OBJS) $(TEST_OBJS): | packages
 packages:
-	@pkg-config --exists mpich openblas || { echo "make: MPICH or OpenBLAS not found by" \
+	@pkg-config --exists mpich openblas tomlplusplus || { echo "make: MPICH, OpenBLAS or toml++ not found by" \
 	  "pkg-config: run 'make' (it runs scripts/setup.sh) or 'bash scripts/setup.sh'" >&2; exit 2; }
 
 # trainer.cu holds main() and no device code: nvcc compiles it in the CUDA build, g++ in the

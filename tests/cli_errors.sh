@@ -227,7 +227,7 @@ bad "norm epsilon"            "--norm-epsilon must be > 0, got 0" --norm-epsilon
 # Config files.
 bad "missing config"          "--config"                --config "$tmp/none.toml"
 bad "unknown config key"      "--config $tmp/typo.toml:1: unknown key 'num-layerz'" --config "$tmp/typo.toml"
-bad "config syntax"           "--config $tmp/unterminated.toml:2: unterminated string \"gpt (the closing \" is missing)" \
+bad "config syntax"           "--config $tmp/unterminated.toml:2: Error while parsing string" \
                                                         --config "$tmp/unterminated.toml"
 bad "config type"             "--config $tmp/type.toml:1: num-layers must be an integer, got \"four\"" \
                                                         --config "$tmp/type.toml"
@@ -346,7 +346,7 @@ bad "load-hf shared expert"   "--load-hf $tmp/hf: --moe-shared-expert-intermedia
 bad "load-hf missing"         "--load-hf $tmp/nohf: no such folder" --train-iters 1 --load-hf "$tmp/nohf"
 bad "load-hf not one"         "--load-hf $tmp/empty: no $tmp/empty/config.json" --train-iters 1 --load-hf "$tmp/empty"
 # --config files that are not TOML text; TOML's integers and a byte-order mark are read.
-bad "config is binary"        "--config /bin/ls: not a TOML text file (byte 0x" --config /bin/ls
+bad "config is binary"        "--config /bin/ls:1: Encountered invalid utf-8 sequence" --config /bin/ls
 printf '\xef\xbb\xbfnum-layers = 0x4\nhidden-size = 1_28\nseed = 0o17\n' >"$tmp/bom_hex.toml"
 if "$trainer" --config "$tmp/bom_hex.toml" --plan --json >"$tmp/stdout" 2>"$tmp/stderr" &&
    python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))["model"]; sys.exit(0 if (m["num_layers"], m["hidden_size"]) == (4, 128) else 1)' "$tmp/stdout"; then

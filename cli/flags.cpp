@@ -78,7 +78,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "0: the even split")
       ->capture_default_str()->group(kParallel);
   add_backend_flags(app, o, raw);     // cli/flags_backend.cpp: --device, --comm, the watchdog
-  add_data_flags(app, o, raw);        // cli/flags_data.cpp: --data-path, --split, --mock-data
+  add_data_flags(app, o, raw);        // cli/flags_data.cpp: --data-path and its kin, the tokenizer
   add_output_flags(app, o, raw);      // cli/flags_output.cpp: --plan, reports, outputs
   add_checkpoint_flags(app, o);       // cli/flags_checkpoint.cpp: --save, --load, --export-hf, ...
   add_megatron_flags(app, o, raw);    // cli/flags_megatron.cpp: a pasted Megatron script's flags
@@ -167,6 +167,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.kv_channels_given = app.count("--kv-channels") > 0;
   raw.expert_tensor_parallel_given = app.count("--expert-tensor-parallel-size") > 0;
   raw.rotary_base_given = app.count("--rotary-base") > 0;
+  raw.vocab_size_given = app.count("--vocab-size") > 0;
   record_moe_flags_given(app, raw);
   resolve_megatron_flags(app, o, raw);  // may choose --arch llama from Megatron's parts
   auto typed = [&](const char* flag) {

@@ -50,8 +50,9 @@ struct Options {
   // ends the job with the group, the call and the step (a peer died or hangs); 0: none.
   double collective_timeout = 300;
 
-  // Data: empty means the synthetic corpus.
-  std::string data_path;
+  // Data (model/data.h): a token file, Megatron's indexed datasets or mock data, or (naming
+  // nothing) the synthetic corpus; the sample counts Megatron's splits are asked for.
+  DataSpec data;
 
   // Data parallelism (issue 3).
   bool overlap_grad_reduce = false;     // start each bucket's reduction during backward

@@ -87,6 +87,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   const TrainConfig& t = o.train;
   const ParallelConfig& p = o.parallel;
   check_run_modes(o, raw);         // cli/flags_output.cpp: --plan, --json, --benchmark
+  resolve_tokenizer(o, raw);       // cli/flags_data.cpp: the vocabulary a tokenizer fixes
   check_model(o, raw);             // cli/flags_model.cpp: sizes, heads, norms, dropout
   check_parallel_layout(o, raw);   // cli/flags_parallel.cpp: world = tp x cp x pp x dp
   check_pipeline(o, raw);

@@ -46,9 +46,13 @@ struct RawFlags {
   bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string moe_token_dispatcher = "allgather";
   std::string cp_comm_type = "p2p";
-  // The data (cli/flags_data.cpp): Megatron's --split as typed, and --mock-data.
+  // The data (cli/flags_data.cpp): --data-path and the per-split paths as typed (a prefix, a
+  // file, or a blend's words), Megatron's --split, --mock-data, the tokenizer's flags.
+  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
   std::string split;
   bool mock_data = false;
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
+  bool vocab_size_given = false;  // set after parsing
   std::string cp_layout = "zigzag";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
@@ -135,8 +139,10 @@ void check_zero(Options& o, const RawFlags& raw);
 // cli/flags_backend.cpp: --device, --comm, --collective-timeout.
 void add_backend_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_backend(Options& o, const RawFlags& raw, int visible_gpus);
-// cli/flags_data.cpp: --data-path, --split, --mock-data; check_data reads the file.
+// cli/flags_data.cpp: --data-path and its kin, --split, --mock-data, the tokenizer's flags;
+// resolve_tokenizer (first: it may fix --vocab-size), check_data (last: it reads the files).
 void add_data_flags(CLI::App& app, Options& o, RawFlags& raw);
+void resolve_tokenizer(Options& o, const RawFlags& raw);
 void check_data(Options& o, const RawFlags& raw);
 // cli/flags_output.cpp: --plan and the reports; check_run_modes first, check_outputs last.
 void add_output_flags(CLI::App& app, Options& o, RawFlags& raw);

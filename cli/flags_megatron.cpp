@@ -13,7 +13,7 @@
 //    --check-for-nan-in-loss-and-grad, --distributed-timeout-minutes, --init-method-std,
 //    and --tensorboard-dir (report/tensorboard.h); --split and --mock-data are the data's
 //    (cli/flags_data.cpp);
-//  - flags about Megatron's own machinery (kernel fusions, Transformer Engine, the tokenizer,
+//  - flags about Megatron's own machinery (kernel fusions, Transformer Engine,
 //    Weights & Biases, data-loader workers, RNG state): accepted, and named on one warning
 //    line as having no effect here.
 #include <CLI/CLI.hpp>
@@ -43,10 +43,7 @@ const NoEffect kNoEffect[] = {
     {"--cross-entropy-loss-fusion", false, "the fused loss is the default, --no-fused-ce"},
     {"--attention-softmax-in-fp32", false, "the softmax is always fp32"},
     {"--no-async-tensor-model-parallel-allreduce", false, "tp collectives run blocking"},
-    {"--tokenizer-type", true, "token ids are read as they are, no tokenizer"},
-    {"--tokenizer-model", true, "token ids are read as they are, no tokenizer"},
     {"--num-workers", true, "no data-loader workers"},
-    {"--data-cache-path", true, "no index cache"},
     {"--no-create-attention-mask-in-dataloader", false, "causal attention builds no mask"},
     {"--no-mmap-bin-files", false, "data files are memory-mapped"},
     {"--distributed-backend", true, "--comm nccl|mpi"},

@@ -88,7 +88,7 @@ static void check_outputs_distinct(const Options& o) {
       {"--trace", o.trace}, {"--metrics-jsonl", o.metrics_jsonl},
       {"--save-tensors", o.save_tensors}, {"--benchmark-save", o.benchmark_save}};
   const size_t outputs = files.size();
-  files.push_back({"--data-path", o.data_path});
+  files.push_back({"--data-path", o.data.path});
   for (const std::string& c : o.config_files) files.push_back({"--config", c});
   auto same = [](const std::string& a, const std::string& b) {
     struct stat sa, sb;

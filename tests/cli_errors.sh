@@ -328,7 +328,7 @@ bad "nan check vs skipped"    "--check-for-nan-in-loss-and-grad (= --max-skipped
                                                         --check-for-nan-in-loss-and-grad --max-skipped-steps 5
 bad "timeout twice"           "--distributed-timeout-minutes 2 (120 s) conflicts with --collective-timeout 60" \
                                                         --distributed-timeout-minutes 2 --collective-timeout 60
-bad "mock data and a file"    "--mock-data (the synthetic corpus) conflicts with --data-path" \
+bad "mock data and a file"    "--mock-data conflicts with --data-path" \
                                                         --mock-data --data-path "$tmp/text.txt"
 bad "split syntax"            "--split must be up to three weights >= 0 like 949,50,1, got 90,x" --split 90,x
 bad "split, nothing to validate" "--eval-interval 5 with --split's validation share 0" --split 100,0,0 --eval-interval 5

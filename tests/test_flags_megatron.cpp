@@ -10,6 +10,7 @@
 namespace paralab {
 namespace {
 
+using flags_test::TempFile;
 using flags_test::error_of;
 using flags_test::parse;
 
@@ -60,12 +61,39 @@ TEST(FlagsMegatron, SamplesBecomeSteps) {
 
 TEST(FlagsMegatron, NoEffectFlagsAreNamedOnOneWarning) {
   const Options o = parse({"--use-mcore-models", "--attention-backend", "fused",
-                           "--tokenizer-type", "NullTokenizer"});
+                           "--no-mmap-bin-files"});
   ASSERT_EQ(o.warnings.size(), 1u);
   EXPECT_EQ(o.warnings[0],
             "Megatron flags with no effect in paralab: --use-mcore-models (one model "
-            "implementation), --attention-backend (--attention flash|naive), --tokenizer-type "
-            "(token ids are read as they are, no tokenizer)");
+            "implementation), --attention-backend (--attention flash|naive), --no-mmap-bin-files "
+            "(data files are memory-mapped)");
+}
+
+// The tokenizer fixes the vocabulary where its file counts it (cli/flags_data.cpp).
+TEST(FlagsMegatron, TheTokenizerFixesTheVocabulary) {
+  // NullTokenizer: --vocab-size tokens and its end-of-document token
+  EXPECT_EQ(parse({"--tokenizer-type", "NullTokenizer", "--vocab-size", "100"}).model.vocab_size,
+            101);
+  EXPECT_EQ(error_of({"--tokenizer-type", "NullTokenizer"}),
+            "--tokenizer-type NullTokenizer needs --vocab-size");
+  TempFile vocab(R"({"a": 0, "b": 1, "c": 2, "<|endoftext|>": 3})", ".json");
+  EXPECT_EQ(parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab.path()})
+                .model.vocab_size, 4);
+  EXPECT_EQ(error_of({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab.path(),
+                      "--vocab-size", "8"}),
+            "--vocab-size (8) is not the tokenizer's vocabulary, 4 from --vocab-file " +
+                vocab.path() + " (Megatron takes the tokenizer's)");
+  TempFile hf(R"({"model": {"type": "BPE", "vocab": {"x": 0, "y": 1}},
+                  "added_tokens": [{"id": 2, "content": "<s>"}, {"id": 1, "content": "y"}]})",
+              ".json");
+  EXPECT_EQ(parse({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf.path()})
+                .model.vocab_size, 3);
+  EXPECT_EQ(error_of({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "t.model"}),
+            "--tokenizer-type Llama2Tokenizer: paralab reads token ids and does not load the "
+            "tokenizer, so it cannot count its vocabulary (t.model is no tokenizer.json): give "
+            "--vocab-size");
+  EXPECT_EQ(parse({"--tokenizer-type", "Llama2Tokenizer", "--vocab-size", "320"}).model.vocab_size,
+            320);
 }
 
 TEST(FlagsMegatron, DidYouMean) {

@@ -61,7 +61,7 @@ TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
 # What `make` builds, under $(BUILD); ./trainer and build/<test> are links to the build
 # made last, so the commands in the README work whichever build it was.
-TEST_BINS := unit_tests test_comm test_data_parallel hf_logits
+TEST_BINS := unit_tests test_comm test_data_parallel hf_logits megatron_samples
 # The build runs one compile per core unless told otherwise (`make -j1`, or -jN): a fresh
 # machine's first `make run` compiled for 5 minutes on one of two cores.
 JOBS = $(if $(filter -j% --jobs%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
@@ -163,6 +163,10 @@ $(BUILD)/test_data_parallel: $(BUILD)/tests/mpi/test_data_parallel.o $(LIB_OBJS)
 
 # paralab's logits of a Hugging Face export, for scripts/hf_check.py (tests/scripts/hf_check.sh)
 $(BUILD)/hf_logits: $(BUILD)/tests/tools/hf_logits.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# paralab's samples of a Megatron data flag set, for tests/scripts/megatron_data.py
+$(BUILD)/megatron_samples: $(BUILD)/tests/tools/megatron_samples.o $(LIB_OBJS)
 	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 clean:

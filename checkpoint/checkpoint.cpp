@@ -105,7 +105,8 @@ bool CheckpointPlace::writes(const TensorView& view) const {
 SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
                           Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
                           Communicator& world, const TrainConfig& train,
-                          const ParallelConfig& parallel, bool save_optimizer) {
+                          const ParallelConfig& parallel, bool save_optimizer,
+                          const ManifestData& data) {
   const kernels::Device dev = model.device();
   model.data_parallel().drain();  // --overlap-param-gather: the updated parameters, complete
   if (model.expert_data_parallel()) model.expert_data_parallel()->drain();
@@ -198,6 +199,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     m.adam_steps = position.adam_steps;
     m.skipped_steps = position.skipped_steps;
     m.skipped_in_a_row = position.skipped_in_a_row;
+    m.data = data;
     for (const ParamSpec& p : param_table(model.config())) {
       m.tensors.push_back(p.name);
       m.shapes.push_back(p.shape);

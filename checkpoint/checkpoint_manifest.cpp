@@ -184,6 +184,16 @@ std::string manifest_json(const Manifest& m) {
   j.field("adam_steps", m.adam_steps);
   j.field("skipped_steps", m.skipped_steps);
   j.field("skipped_in_a_row", m.skipped_in_a_row);
+  if (!m.data.description.empty()) {
+    j.key("data").begin_object();
+    j.field("description", m.data.description);
+    j.key("files").begin_array();
+    for (size_t i = 0; i < m.data.files.size(); ++i)
+      j.begin_object().field("path", m.data.files[i]).field("crc32c", (int64_t)m.data.crc32c[i])
+          .end_object();
+    j.end_array();
+    j.end_object();
+  }
   j.key("tensors").begin_array();
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     j.begin_object().field("name", m.tensors[i]).key("shape").begin_array();
@@ -292,6 +302,15 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
   m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
   m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
+  if (root.contains("data")) {  // optional: older checkpoints do not record it
+    const Json& data = member(root, "data", K::object, path);
+    m.data.description = member(data, "description", K::string, path).get<std::string>();
+    for (const Json& f : member(data, "files", K::array, path)) {
+      if (!f.is_object()) refuse(path, "a \"data\" file is not an object");
+      m.data.files.push_back(member(f, "path", K::string, path).get<std::string>());
+      m.data.crc32c.push_back((uint32_t)integer(f, "crc32c", 0, UINT32_MAX, path));
+    }
+  }
   for (const Json& t : member(root, "tensors", K::array, path)) {
     if (!t.is_object()) refuse(path, "a \"tensors\" entry is not an object");
     m.tensors.push_back(member(t, "name", K::string, path).get<std::string>());

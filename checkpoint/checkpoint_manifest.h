@@ -58,6 +58,15 @@ struct ManifestShard {
   std::vector<int> expert_bias_layers;  // entries "expert_bias/L" (aux-loss-free balancing)
 };
 
+// The data a run read: what a checkpoint records of it, so that a resumed run that reads
+// other data is told (cli/flags_checkpoint.cpp warns): its flags in words, and the CRC-32C of
+// each indexed dataset's .idx file.
+struct ManifestData {
+  std::string description;  // "" when not recorded (a checkpoint from before the record)
+  std::vector<std::string> files;
+  std::vector<uint32_t> crc32c;
+};
+
 struct Manifest {
   int version = kCheckpointVersion;
   int iteration = 0;
@@ -71,6 +80,7 @@ struct Manifest {
   std::vector<std::string> tensors;                 // param_table order
   std::vector<std::vector<int64_t>> shapes;         // full shapes
   std::vector<ManifestShard> shards;                // one per saving rank, by rank
+  ManifestData data;                                // what the run read
 };
 
 std::string manifest_json(const Manifest& m);

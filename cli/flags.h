@@ -26,6 +26,8 @@
 #include "model/config.h"
 // defines: InputError (the base of FlagError and DataError: exit status 2)
 #include "model/data.h"
+// defines: ManifestData (what a checkpoint records of the data)
+#include "checkpoint/checkpoint_manifest.h"
 
 namespace paralab {
 
@@ -53,6 +55,7 @@ struct Options {
   // Data (model/data.h): a token file, Megatron's indexed datasets or mock data, or (naming
   // nothing) the synthetic corpus; the sample counts Megatron's splits are asked for.
   DataSpec data;
+  ManifestData data_record;  // the data in words and each .idx's CRC-32C (cli/flags_data.cpp)
 
   // Data parallelism (issue 3).
   bool overlap_grad_reduce = false;     // start each bucket's reduction during backward

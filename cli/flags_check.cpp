@@ -112,8 +112,8 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
          pp, ")");
   check_optimizer(o, raw);         // cli/flags_training.cpp: AdamW, the schedule
   check_backend(o, raw, visible_gpus);  // cli/flags_backend.cpp: --device, --comm
-  check_checkpoint_flags(o);       // cli/flags_checkpoint.cpp: --load resolved, --save's latest
-  check_data(o, raw);              // cli/flags_data.cpp: last, as it reads the file
+  check_data(o, raw);              // cli/flags_data.cpp: it reads the files
+  check_checkpoint_flags(o);       // cli/flags_checkpoint.cpp: --load's manifest against the run
   check_outputs(o);                // cli/flags_output.cpp: every output tried
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli/flags_impl.h"  // defines: RawFlags, add_switch, one_of, fail; cli/flags.h Options
+#include "checkpoint/file_io.h"  // crc32c_file
 #include "checkpoint/json_document.h"  // the tokenizer's JSON files
 
 namespace paralab {
@@ -208,6 +209,37 @@ void resolve_tokenizer(Options& o, const RawFlags& raw) {
   if (type != "NullTokenizer") o.data.megatron.eod = m.vocab_size - 1;
 }
 
+// The data in words, as a checkpoint records it: the flags that choose the samples.
+ManifestData record_of(const Options& o, const RawFlags& raw) {
+  ManifestData r;
+  auto words = [](const char* flag, const std::vector<std::string>& w) {
+    std::string s;
+    for (const std::string& x : w) s += " " + x;
+    return w.empty() ? std::string() : std::string(" ") + flag + s;
+  };
+  const MegatronDataSpec& mg = o.data.megatron;
+  if (mg.mock) r.description = "--mock-data";
+  else if (!o.data.path.empty()) r.description = "--data-path " + o.data.path;
+  else if (!mg.any()) r.description = "the synthetic corpus";
+  else
+    r.description = (words("--data-path", raw.data_path) + words("--train-data-path", raw.train_data_path) +
+                     words("--valid-data-path", raw.valid_data_path)).substr(1);
+  if (!raw.split.empty() || (mg.any() && !mg.per_split() && !mg.mock))
+    r.description += " --split " + (raw.split.empty() ? mg.split : raw.split);
+  r.description += " --seed " + std::to_string(o.train.seed);
+  std::vector<std::string> prefixes = mg.blend.prefixes;
+  for (const DataBlend* b : {&mg.train, &mg.valid})
+    prefixes.insert(prefixes.end(), b->prefixes.begin(), b->prefixes.end());
+  for (const std::string& p : prefixes) {
+    bool seen = false;
+    for (const std::string& f : r.files) seen = seen || f == p + ".idx";
+    if (seen) continue;
+    r.files.push_back(p + ".idx");
+    r.crc32c.push_back(crc32c_file(p + ".idx"));
+  }
+  return r;
+}
+
 void check_data(Options& o, const RawFlags& raw) {
   const ModelConfig& m = o.model;
   TrainConfig& t = o.train;
@@ -270,6 +302,7 @@ void check_data(Options& o, const RawFlags& raw) {
   if (o.eval_interval > 0 && t.split_train > 0 && t.split_valid == 0)
     fail("--eval-interval ", o.eval_interval, " with --split's validation share 0: nothing to "
          "validate on");
+  o.data_record = record_of(o, raw);
 }
 
 }  // namespace paralab

@@ -82,6 +82,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   add_output_flags(app, o, raw);      // cli/flags_output.cpp: --plan, reports, outputs
   add_checkpoint_flags(app, o);       // cli/flags_checkpoint.cpp: --save, --load, --export-hf, ...
   add_megatron_flags(app, o, raw);    // cli/flags_megatron.cpp: a pasted Megatron script's flags
+  add_deepspeed_flags(app, o, raw);   // cli/flags_deepspeed.cpp: --deepspeed --deepspeed_config
 }
 
 // CLI11 says "INI was not able to parse KEY" for a config key that is no flag.
@@ -170,6 +171,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.vocab_size_given = app.count("--vocab-size") > 0;
   record_moe_flags_given(app, raw);
   resolve_megatron_flags(app, o, raw);  // may choose --arch llama from Megatron's parts
+  resolve_deepspeed(o, raw, app);       // the config's keys set the batch, ZeRO, bf16 flags
   auto typed = [&](const char* flag) {
     return typed_on_command_line(*app.get_option(flag), argc, argv);
   };
@@ -184,6 +186,11 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   resolve_and_check(o, raw, visible_gpus);
   const std::string no_effect = megatron_no_effect_warning(raw);
   if (!no_effect.empty()) o.warnings.push_back(no_effect);
+  if (!raw.deepspeed_no_effect.empty()) {
+    std::string keys;
+    for (const std::string& k : raw.deepspeed_no_effect) keys += (keys.empty() ? " " : ", ") + k;
+    o.warnings.push_back("DeepSpeed config keys with no effect in paralab:" + keys);
+  }
   if (o.verbose) {
     // The defaults resolve_and_check derived into Options, shown under their flags.
     raw.device = o.device == kernels::Device::CUDA ? "cuda" : "cpu";

@@ -102,6 +102,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
     fail("--pipeline-schedule zb-h1 does not train with --recompute-modules mlp or norm (its W "
          "reads the outputs they drop); use core_attn, full recompute, or 1f1b");
   check_zero(o, raw);              // cli/flags_parallel.cpp: ZeRO's stage, CPU offload
+  check_deepspeed_batch(o, raw);   // cli/flags_deepspeed.cpp: the config's batch triad
   check_batch(o, raw);             // cli/flags_training.cpp: the global batch, samples
   const int dp = p.data_parallel(), pp = p.pipeline_parallel;
   const int microbatches = t.global_batch_size / (t.micro_batch_size * dp);

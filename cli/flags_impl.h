@@ -19,6 +19,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 #include "cli/flags.h"  // defines: Options, FlagError
 
@@ -53,6 +54,13 @@ struct RawFlags {
   bool mock_data = false;
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   bool vocab_size_given = false;  // set after parsing
+  // DeepSpeed (cli/flags_deepspeed.cpp): --deepspeed, --deepspeed_config, the batch triad as the
+  // config gives it (0: absent or "auto"), the config's keys that change nothing here.
+  bool deepspeed = false, deepspeed_checkpointing = false;
+  std::string deepspeed_config;
+  std::tuple<int64_t, int64_t, int64_t> deepspeed_batch{0, 0, 0};
+  std::vector<std::string> deepspeed_batch_sources;  // each of the triad's, for --plan
+  std::vector<std::string> deepspeed_no_effect;
   std::string cp_layout = "zigzag";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
@@ -148,6 +156,12 @@ void check_data(Options& o, const RawFlags& raw);
 void add_output_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_run_modes(Options& o, const RawFlags& raw);
 void check_outputs(const Options& o);
+// cli/flags_deepspeed.cpp: --deepspeed --deepspeed_config FILE. resolve_deepspeed (after
+// parsing, before the checks: the config sets flags) reads the file; check_deepspeed_batch
+// (once dp is known) completes the batch triad.
+void add_deepspeed_flags(CLI::App& app, Options& o, RawFlags& raw);
+void resolve_deepspeed(Options& o, RawFlags& raw, const CLI::App& app);
+void check_deepspeed_batch(Options& o, const RawFlags& raw);
 // ---- cli/flags_moe.cpp ----
 // The type name of an option that takes an integer or a quoted string (--moe-layer-freq): the
 // --config reader accepts either for it.

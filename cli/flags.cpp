@@ -122,8 +122,13 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
       ->type_name("FILE")->group("Run, data and backends");
   // Made again last, so that it is listed in a group of the manual rather than alone atop it.
   app.set_help_flag("-h,--help", "print this manual and exit")->group("Run, data and backends");
-  for (CLI::Option* opt : app.get_options())
+  for (CLI::Option* opt : app.get_options()) {
     opt->description(wrap(opt->get_description(), kHelpWidth - kHelpColumn));
+    // An integer flag takes a whole number however it is written: 2e9, 4.0 (Megatron's
+    // argparse reads int("2e9") as an error, but launch scripts write 2e9 for its float flags)
+    const std::string type = opt->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) opt->transform(whole_number());
+  }
 
   // The --config files are read as TOML here, after CLI11 has read them its lenient way:
   // their syntax and type errors (file, line) come before CLI11's (a mangled value), and
@@ -148,8 +153,10 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
       for (const std::string& s : app.remaining()) {
         extras += (extras.empty() ? "" : " ") + s;
         if (hint.empty() && s.rfind("-", 0) == 0) {
-          const std::string meant = closest_flag(app, s);
-          if (!meant.empty()) hint = "did you mean " + meant + "?";
+          const std::string instead = megatron_alias(s);  // cli/flags_megatron.cpp's table
+          const std::string meant = instead.empty() ? closest_flag(app, s) : "";
+          if (!instead.empty()) hint = instead;
+          else if (!meant.empty()) hint = "did you mean " + meant + "?";
         }
       }
       throw FlagError("unknown flag or argument: " + extras +
@@ -169,6 +176,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.expert_tensor_parallel_given = app.count("--expert-tensor-parallel-size") > 0;
   raw.rotary_base_given = app.count("--rotary-base") > 0;
   raw.vocab_size_given = app.count("--vocab-size") > 0;
+  raw.zero_stage_given = app.count("--zero-stage") > 0;
   record_moe_flags_given(app, raw);
   resolve_megatron_flags(app, o, raw);  // may choose --arch llama from Megatron's parts
   resolve_deepspeed(o, raw, app);       // the config's keys set the batch, ZeRO, bf16 flags

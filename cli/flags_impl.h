@@ -31,6 +31,7 @@ struct RawFlags {
   std::string arch = "gpt", attention = "flash", lr_decay_style = "cosine";
   std::string attention_flops = "full", device, comm;
   bool use_distributed_optimizer = false;
+  bool zero_stage_given = false;  // set after parsing
   int world_size = 0;  // --world-size
   bool world_size_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string pipeline_schedule;   // empty: 1f1b, or interleaved with virtual stages
@@ -184,6 +185,9 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw);
 void apply_megatron_schedule(Options& o, const RawFlags& raw);
 // The warning line naming the no-effect flags given ("" when none).
 std::string megatron_no_effect_warning(const RawFlags& raw);
+// What to use instead of a flag paralab does not take but a Megatron-LM or Megatron-DeepSpeed
+// script may ("use --num-query-groups" for --num-groups), or "" (cli/flags_megatron.cpp).
+std::string megatron_alias(const std::string& typed);
 // cli/flags_messages.cpp: the flag an unknown flag or --config key was meant to be: `_` read
 // as `-`, then the closest long name by edit distance (at most 1 edit in 4 characters, and 1
 // for short names); "" when nothing is close. "--num-layer" -> "--num-layers".
@@ -237,6 +241,8 @@ class ManualFormatter : public CLI::Formatter {
 CLI::Validator one_of(const std::vector<std::string>& names);
 // --seed: an integer in [0, 2^64 - 1] (CLI11 would wrap a negative one).
 CLI::Validator seed_range();
+// An integer flag's value written as a whole float (2e9, 4.0) becomes the integer's text.
+CLI::Validator whole_number();
 // --verbose: every option's final value and where it came from (default, a --config
 // file's line, the command line); `given` holds each option's value as parsed, before
 // resolve_and_check derived the defaults. The options' default functions read the values.

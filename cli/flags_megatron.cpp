@@ -60,6 +60,53 @@ const NoEffect kNoEffect[] = {
     {"--wandb-project", true, "no Weights & Biases"},
     {"--wandb-exp-name", true, "no Weights & Biases"},
     {"--wandb-save-dir", true, "no Weights & Biases"},
+    {"--data-impl", true, "indexed datasets are read memory-mapped (Megatron's mmap)"},
+    {"--use-flash-attn", false, "flash attention is the default, --attention flash"},
+    {"--use-flash-attn-v2", false, "flash attention is the default, --attention flash"},
+    {"--use-flash-attn-triton", false, "flash attention is the default, --attention flash"},
+    {"--initial-loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--min-loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--loss-scale-window", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--hysteresis", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--no-query-key-layer-scaling", false, "no query-key layer scaling (fp16's)"},
+    {"--accumulate-allreduce-grads-in-fp32", false, "gradients are reduced in fp32"},
+    {"--no-bias-gelu-fusion", false, "kernel fusion"},
+    {"--no-bias-dropout-fusion", false, "kernel fusion"},
+    {"--no-pipeline-parallel", false, "Megatron-DeepSpeed's pipeline engine off: paralab's is --pp"},
+    {"--partition-activations", false, "DeepSpeed's activation partitioning"},
+    {"--contigious-checkpointing", false, "DeepSpeed's checkpointing buffers"},
+    {"--checkpoint-in-cpu", false, "DeepSpeed's CPU checkpointing"},
+    {"--synchronize-each-layer", false, "DeepSpeed's checkpointing"},
+    {"--profile-backward", false, "DeepSpeed's checkpointing profile"},
+    {"--cpu-optimizer", false, "use --optimizer-cpu-offload (or the config's offload_optimizer)"},
+    {"--log-batch-size-to-tensorboard", false, "the batch is in the header"},
+    {"--log-memory-to-tensorboard", false, "peak memory is a step scalar already"},
+    {"--log-world-size-to-tensorboard", false, "the world is in the header"},
+};
+
+// Flags paralab does not take, with what to use instead: names a Megatron-LM or
+// Megatron-DeepSpeed script uses where an edit distance would not find paralab's.
+const std::pair<const char*, const char*> kAliases[] = {
+    {"--num-groups", "--num-query-groups"},
+    {"--num-key-value-heads", "--num-query-groups"},
+    {"--checkpoint-activations",
+     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"},
+    {"--checkpoint-num-layers", "--recompute-num-layers"},
+    {"--fp16", "--bf16 (fp16 training is not built yet)"},
+    {"--ffn-dim", "--ffn-hidden-size"},
+    {"--seq-len", "--seq-length"},
+    {"--max-seq-len", "--seq-length"},
+    {"--n-layers", "--num-layers"},
+    {"--n-heads", "--num-attention-heads"},
+    {"--dim", "--hidden-size"},
+    {"--warmup-iters", "--lr-warmup-iters"},
+    {"--warmup-steps", "--lr-warmup-iters"},
+    {"--zero-stage-3", "--zero-stage 3"},
+    {"--sequence-parallel-size", "--context-parallel-size (Megatron-DeepSpeed's Ulysses: "
+                                 "--cp-comm-type a2a)"},
+    {"--ds-sequence-parallel-size", "--context-parallel-size --cp-comm-type a2a (Ulysses)"},
+    {"--use-rotary-position-embedding", "--use-rotary-position-embeddings"},
 };
 
 bool given(const CLI::App& app, const char* name) { return app.count(name) > 0; }
@@ -155,6 +202,13 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
   if (mg.untie) llama.push_back("--untie-embeddings-and-output-weights");
   if (mg.no_bias) llama.push_back("--disable-bias-linear");
   const bool arch_given = given(app, "--arch");
+  // Megatron's pretrain_llama.py sets the Llama parts itself, so a Llama script names none but
+  // its tokenizer: rather than build a GPT from it, ask for the family by name
+  if (!arch_given && llama.empty() && gpt.empty() &&
+      raw.tokenizer_type.find("Llama") != std::string::npos)
+    fail("--tokenizer-type ", raw.tokenizer_type, " names a Llama model, but no --arch nor "
+         "Llama's parts (--swiglu, --normalization RMSNorm, ...) are given (Megatron's "
+         "pretrain_llama.py sets them): give --arch llama, or --arch gpt for a GPT");
   if (arch_given && raw.arch == "gpt" && !llama.empty())
     fail(llama[0], " (llama's) conflicts with --arch gpt (LayerNorm, learned positions, GeLU MLP, "
          "biases, tied embeddings)");
@@ -276,6 +330,13 @@ void apply_megatron_schedule(Options& o, const RawFlags& raw) {
                            std::to_string(steps) + ": warm-up rounded to " +
                            std::to_string(t.lr_warmup_iters) + " steps");
   }
+}
+
+std::string megatron_alias(const std::string& typed) {
+  const std::string name = typed.substr(0, typed.find('='));
+  for (const auto& [alias, instead] : kAliases)
+    if (name == alias) return "use " + std::string(instead);
+  return "";
 }
 
 std::string megatron_no_effect_warning(const RawFlags& raw) {

@@ -27,7 +27,8 @@ void add_model_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "gives the head dim)")
       ->capture_default_str()->group(kModel);
   app.add_option("--ffn-hidden-size,--ffn", m.ffn_hidden_size,
-                 "MLP inner width f (llama: width of each of gate and up); 0 means 4h; "
+                 "MLP inner width f (llama: width of each of gate and up); 0: 4h, llama "
+                 "Megatron's SwiGLU int(8h/3/64) x 64; "
                  "--tp must divide it")
       ->capture_default_str()->group(kModel);
   app.add_option("--num-attention-heads,--heads", m.num_attention_heads,
@@ -105,6 +106,14 @@ void check_model(Options& o, const RawFlags& raw) {
   else if (m.hidden_size % m.num_attention_heads != 0)
     fail("--num-attention-heads (", m.num_attention_heads, ") must divide --hidden-size (",
          m.hidden_size, ")");
+  if (m.ffn_hidden_size == 0 && m.arch == Arch::LLAMA) {
+    // Megatron's SwiGLU width (megatron/training/arguments.py: "int((4 * args.hidden_size * 2
+    // / 3) / 64) * 64"): two projections of 8h/3 keep 4h's parameter count, a multiple of 64
+    m.ffn_hidden_size = static_cast<int>((4.0 * m.hidden_size * 2 / 3) / 64) * 64;
+    if (m.ffn_hidden_size == 0)
+      fail("--arch llama with --hidden-size ", m.hidden_size, ": Megatron's SwiGLU width "
+           "int(8h/3/64) x 64 is 0; give --ffn-hidden-size");
+  }
   if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
   if (m.num_attention_heads % m.num_query_groups != 0)

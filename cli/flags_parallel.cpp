@@ -180,6 +180,10 @@ void check_sequence_parallel(Options& o) {
 
 void check_zero(Options& o, const RawFlags& raw) {
   ParallelConfig& p = o.parallel;
+  // Megatron's distributed optimizer is ZeRO-1; an explicit stage 0 asks for the opposite
+  if (raw.use_distributed_optimizer && raw.zero_stage_given && p.zero_stage == 0 &&
+      o.deepspeed.path.empty())
+    fail("--use-distributed-optimizer (ZeRO-1) conflicts with --zero-stage 0: give one");
   if (raw.use_distributed_optimizer && p.zero_stage < 1) p.zero_stage = 1;
   if (p.zero_stage < 0 || p.zero_stage > 3)
     fail("--zero-stage must be 0, 1, 2 or 3, got ", p.zero_stage);

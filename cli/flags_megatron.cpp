@@ -61,6 +61,7 @@ const NoEffect kNoEffect[] = {
     {"--wandb-exp-name", true, "no Weights & Biases"},
     {"--wandb-save-dir", true, "no Weights & Biases"},
     {"--data-impl", true, "indexed datasets are read memory-mapped (Megatron's mmap)"},
+    {"--optimizer", true, "paralab trains with AdamW (Megatron's adam, decoupled weight decay)"},
     {"--use-flash-attn", false, "flash attention is the default, --attention flash"},
     {"--use-flash-attn-v2", false, "flash attention is the default, --attention flash"},
     {"--use-flash-attn-triton", false, "flash attention is the default, --attention flash"},

@@ -31,9 +31,12 @@ MPI_CFLAGS = $(shell pkg-config --cflags mpich 2>/dev/null)
 MPI_LIBS = $(shell pkg-config --libs mpich 2>/dev/null)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS = $(shell pkg-config --libs openblas 2>/dev/null)
+TOML_CFLAGS = $(shell pkg-config --cflags tomlplusplus 2>/dev/null)
+TOML_LIBS = $(shell pkg-config --libs tomlplusplus 2>/dev/null)
 WARN := -Wall -Wextra -Werror
-CXXFLAGS = -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(WARN) -MMD -MP $(FLAVOUR_FLAGS)
-LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) -lpthread
+CXXFLAGS = -std=c++17 -O2 -g -I. $(MPI_CFLAGS) $(BLAS_CFLAGS) $(TOML_CFLAGS) $(WARN) -MMD -MP \
+           $(FLAVOUR_FLAGS)
+LDLIBS = $(MPI_LIBS) $(BLAS_LIBS) $(TOML_LIBS) -lpthread
 
 # The folders in their dependency order (notes/design.md): each includes only from those
 # before it; tests/check_layout.sh (make lint) holds it.
@@ -81,7 +84,7 @@ TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
 # What `make` builds, under $(BUILD); ./trainer and build/<test> are links to the build
 # made last, so the commands in the README work whichever build it was.
-TEST_BINS := unit_tests test_comm test_data_parallel hf_logits
+TEST_BINS := unit_tests test_comm test_data_parallel hf_logits megatron_samples
 # The build runs one compile per core unless told otherwise (`make -j1`, or -jN): a fresh
 # machine's first `make run` compiled for 5 minutes on one of two cores.
 JOBS = $(if $(filter -j% --jobs%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 1))
@@ -145,7 +148,7 @@ FORCE:
 # A direct `make trainer` on a machine without the packages says what to do, once.
 $(BUILD)/trainer.o $(LIB_OBJS) $(TEST_OBJS): | packages
 packages:
-	@pkg-config --exists mpich openblas || { echo "make: MPICH or OpenBLAS not found by" \
+	@pkg-config --exists mpich openblas tomlplusplus || { echo "make: MPICH, OpenBLAS or toml++ not found by" \
 	  "pkg-config: run 'make' (it runs scripts/setup.sh) or 'bash scripts/setup.sh'" >&2; exit 2; }
 
 # trainer.cu holds main() and no device code: nvcc compiles it in the CUDA build, g++ in the
@@ -231,6 +234,10 @@ $(BUILD)/test_data_parallel: $(BUILD)/tests/mpi/test_data_parallel.o $(LIB_OBJS)
 
 # paralab's logits of a Hugging Face export, for scripts/hf_check.py (tests/scripts/hf_check.sh)
 $(BUILD)/hf_logits: $(BUILD)/tests/tools/hf_logits.o $(LIB_OBJS)
+	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# paralab's samples of a Megatron data flag set, for tests/scripts/megatron_data.py
+$(BUILD)/megatron_samples: $(BUILD)/tests/tools/megatron_samples.o $(LIB_OBJS)
 	$(CXX) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 clean:

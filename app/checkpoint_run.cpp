@@ -39,17 +39,9 @@ ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Comm
                   "1, saving there (--save)\n", o.load.c_str());
     if (!o.load_folder.empty()) {
       resume.checkpoint.reset(new CheckpointReader(location_of(o), &world, &o.model, o.train.bf16));
-      const Manifest& m = resume.checkpoint->manifest();
-      if (!m.optimizer && !o.no_load_optim && !o.finetune)
-        throw FlagError("--load " + o.load + ": " + resume.checkpoint->folder() +
-                        " was saved with --no-save-optim (no optimizer state): add "
-                        "--no-load-optim (resume at its iteration, Adam afresh) or --finetune "
-                        "(start at iteration 0)");
+      // the manifest was checked against the run with the flags (cli/flags_checkpoint.cpp)
       // --finetune: a new run from these weights (Megatron's): iteration 0, no counters
-      if (!o.finetune) {
-        check_resumable(o, m, resume.checkpoint->folder());
-        resume.position = resume.checkpoint->position();
-      }
+      if (!o.finetune) resume.position = resume.checkpoint->position();
       load_parameters(model, resume.checkpoint->source());
     }
     if (!o.load_hf.empty()) {
@@ -97,22 +89,6 @@ void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer
                 checkpoint->bytes_read() / 1e6);
   }
   resume.checkpoint.reset();  // its shard files closed
-}
-
-void check_resumable(const Options& o, const Manifest& m, const std::string& folder) {
-  if (m.seed != o.train.seed)
-    throw FlagError("--seed " + std::to_string(o.train.seed) + ": the checkpoint " + folder +
-                    " was trained with --seed " + std::to_string(m.seed) +
-                    " (the data order and dropout follow it)");
-  if (m.global_batch_size != o.train.global_batch_size)
-    throw FlagError("--global-batch-size " + std::to_string(o.train.global_batch_size) +
-                    ": the checkpoint " + folder + " was trained with " +
-                    std::to_string(m.global_batch_size) +
-                    " (the samples of each step follow it)");
-  if (m.iteration >= o.train.train_iters)
-    throw FlagError("--train-iters " + std::to_string(o.train.train_iters) + ": the checkpoint " +
-                    folder + " is at iteration " + std::to_string(m.iteration) +
-                    " already (give more steps)");
 }
 
 namespace {

@@ -2,8 +2,9 @@
 // checkpoint.h, checkpoint/hugging_face.h hold the formats): what a resumed run must share with the
 // saved one, the export at the end of training, and --convert.
 //
-// defines: ResumePoint, load_parameters_to_resume, load_optimizer_to_resume, check_resumable,
-//          export_weights, run_convert
+// defines: ResumePoint, load_parameters_to_resume, load_optimizer_to_resume, export_weights,
+//          run_convert (what a resumed run must share with the saved one is checked with the
+//          flags: cli/flags_checkpoint.cpp check_resumable)
 #pragma once
 #include <memory>
 #include <string>
@@ -33,9 +34,6 @@ ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Comm
 void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer& model,
                               AdamW& optimizer, bool rank0);
 
-// The data order (model/data.h) and dropout follow (--seed, the global batch, the step): a run
-// that resumes must keep the first two, and have steps left. FlagError otherwise.
-void check_resumable(const Options& o, const Manifest& m, const std::string& folder);
 // --export-hf at the end of training: every parameter gathered (collective), rank 0 writes.
 void export_weights(Transformer& model, const Options& o, bool rank0);
 // --convert: --load's checkpoint to --export-hf, on one rank, no model built. Exit status.

@@ -197,9 +197,10 @@ int run_plan(const Options& o, const World& w) {
   if (o.json)
     std::printf("%s\n", plan_json(plan, &peak, true, &extras.view).c_str());
   else
-    std::printf("%s\n%s\n%s", plan_text(plan, &peak).c_str(),
+    std::printf("%s\n%s\n%s%s", plan_text(plan, &peak).c_str(),
                 time_plan_text(plan, extras.view).c_str(),
-                checkpoint_plan_text(plan, hw.found ? &hw.profile : nullptr).c_str());
+                checkpoint_plan_text(plan, hw.found ? &hw.profile : nullptr).c_str(),
+                o.deepspeed.effective.empty() ? "" : ("\n" + o.deepspeed.effective).c_str());
   // The pipeline's simulated timeline: text beside the plan (stderr keeps --json parseable),
   // and as a Chrome trace at 1 ms per cost unit.
   const PipelinePlan& pp = plan.pipeline;

@@ -145,7 +145,7 @@ Training::Training(const Options& o, const World& w)
                            topo.edp().rank(), dp_options.mirror_copy};
   listen_for_stop_signals();
 
-  data_.reset(new DataLoader(o.data_path, o.model, o.train, dp_));
+  data_.reset(new DataLoader(o.data, o.model, o.train, dp_));
   B_ = o.train.micro_batch_size;
   micro_ = data_->grad_accum_steps();
   const int N = B_ * o.model.seq_length;

@@ -210,7 +210,7 @@ void Training::save_or_stop(StepRecord& r) {
   const TrainingPosition position{r.step, optimizer_->steps_taken(), skipped_steps_,
                                   skipped_in_a_row_};
   r.save = save_checkpoint(o_.save, position, *model_, *optimizer_, place_, topo_->world(),
-                           o_.train, o_.parallel, !o_.no_save_optim);
+                           o_.train, o_.parallel, !o_.no_save_optim, o_.data_record);
 }
 
 }  // namespace paralab

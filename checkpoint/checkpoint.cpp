@@ -13,7 +13,7 @@
 #include "measure/clock.h"  // now_seconds
 #include "checkpoint/file_io.h"
 #include "checkpoint/json.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 
 namespace paralab {
 
@@ -107,7 +107,8 @@ bool CheckpointPlace::writes(const TensorView& view) const {
 SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
                           Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
                           Communicator& world, const TrainConfig& train,
-                          const ParallelConfig& parallel, bool save_optimizer) {
+                          const ParallelConfig& parallel, bool save_optimizer,
+                          const ManifestData& data) {
   const kernels::Device dev = model.device();
   model.data_parallel().drain();  // --overlap-param-gather: the updated parameters, complete
   if (model.expert_data_parallel()) model.expert_data_parallel()->drain();
@@ -183,7 +184,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   write_manifest_shard(entry, mine);
   std::vector<ManifestShard> shards;
   for (const std::string& text : all_gather_strings(world, entry.str(), dev)) {
-    shards.push_back(parse_manifest_shard(parse_json(text), model.config().num_layers,
+    shards.push_back(parse_manifest_shard(JsonDocument(text).root(), model.config().num_layers,
                                           "the shard list"));
     stats.total_file_bytes += shards.back().bytes;
     stats.rank_payload_bytes.push_back(shards.back().payload_bytes);
@@ -200,6 +201,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     m.adam_steps = position.adam_steps;
     m.skipped_steps = position.skipped_steps;
     m.skipped_in_a_row = position.skipped_in_a_row;
+    m.data = data;
     for (const ParamSpec& p : param_table(model.config())) {
       m.tensors.push_back(p.name);
       m.shapes.push_back(p.shape);

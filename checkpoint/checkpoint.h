@@ -80,7 +80,8 @@ struct SaveStats {
 SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& position,
                           Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
                           Communicator& world, const TrainConfig& train,
-                          const ParallelConfig& parallel, bool save_optimizer = true);
+                          const ParallelConfig& parallel, bool save_optimizer = true,
+                          const ManifestData& data = ManifestData());
 
 // DIR/iter_NNNNNNN (seven digits, Megatron's).
 std::string iteration_folder(const std::string& dir, int iteration);

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include "checkpoint/json.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 
 namespace paralab {
 
@@ -93,13 +93,13 @@ const FloatField kFloatFields[] = {
 }
 
 // A number in [lo, hi] that is an integer, else the rule naming the key.
-int64_t integer(const JsonValue& object, const char* key, int64_t lo, int64_t hi,
+int64_t integer(const Json& object, const char* key, int64_t lo, int64_t hi,
                 const std::string& path) {
-  const JsonValue* v = object.find(key);
-  if (!v) refuse(path, std::string("missing \"") + key + "\"");
+  const auto v = object.find(key);
+  if (v == object.end()) refuse(path, std::string("missing \"") + key + "\"");
   int64_t n = 0;
   try {
-    n = v->as_int();
+    n = json_int(*v);
   } catch (const JsonError&) {
     refuse(path, std::string("\"") + key + "\" is not an integer");
   }
@@ -109,11 +109,12 @@ int64_t integer(const JsonValue& object, const char* key, int64_t lo, int64_t hi
   return n;
 }
 
-const JsonValue& member(const JsonValue& object, const char* key, JsonValue::Kind kind,
-                        const std::string& path) {
-  const JsonValue* v = object.find(key);
-  if (!v) refuse(path, std::string("missing \"") + key + "\"");
-  if (v->kind != kind) refuse(path, std::string("\"") + key + "\" has the wrong type");
+const Json& member(const Json& object, const char* key, Json::value_t kind,
+                   const std::string& path) {
+  const auto v = object.find(key);
+  if (v == object.end()) refuse(path, std::string("missing \"") + key + "\"");
+  const bool fits = kind == Json::value_t::number_float ? v->is_number() : v->type() == kind;
+  if (!fits) refuse(path, std::string("\"") + key + "\" has the wrong type");
   return *v;
 }
 
@@ -183,6 +184,16 @@ std::string manifest_json(const Manifest& m) {
   j.field("adam_steps", m.adam_steps);
   j.field("skipped_steps", m.skipped_steps);
   j.field("skipped_in_a_row", m.skipped_in_a_row);
+  if (!m.data.description.empty()) {
+    j.key("data").begin_object();
+    j.field("description", m.data.description);
+    j.key("files").begin_array();
+    for (size_t i = 0; i < m.data.files.size(); ++i)
+      j.begin_object().field("path", m.data.files[i]).field("crc32c", (int64_t)m.data.crc32c[i])
+          .end_object();
+    j.end_array();
+    j.end_object();
+  }
   j.key("tensors").begin_array();
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     j.begin_object().field("name", m.tensors[i]).key("shape").begin_array();
@@ -197,31 +208,31 @@ std::string manifest_json(const Manifest& m) {
   return j.str() + "\n";
 }
 
-ManifestShard parse_manifest_shard(const JsonValue& s, int num_layers, const std::string& path) {
+ManifestShard parse_manifest_shard(const Json& s, int num_layers, const std::string& path) {
   if (!s.is_object()) refuse(path, "a \"shards\" entry is not an object");
-  using K = JsonValue::Kind;
+  using K = Json::value_t;
   ManifestShard shard;
   shard.rank = (int)integer(s, "rank", 0, 1 << 20, path);
-  shard.file = member(s, "file", K::STRING, path).as_string();
+  shard.file = member(s, "file", K::string, path).get<std::string>();
   if (!safe_file_name(shard.file)) refuse(path, "shard file name \"" + shard.file + "\" is not allowed");
   shard.bytes = (uint64_t)integer(s, "bytes", 8, INT64_MAX, path);
   shard.crc32c = (uint32_t)integer(s, "crc32c", 0, UINT32_MAX, path);
   shard.payload_bytes = (uint64_t)integer(s, "payload_bytes", 0, INT64_MAX, path);
-  for (const JsonValue& l : member(s, "expert_bias_layers", K::ARRAY, path).as_array()) {
+  for (const Json& l : member(s, "expert_bias_layers", K::array, path)) {
     if (!l.is_number()) refuse(path, "\"expert_bias_layers\" holds a non-number");
-    const double layer = l.as_double();
+    const double layer = l.get<double>();
     if (!(layer >= 0 && layer < num_layers) || layer != std::floor(layer))
       refuse(path, "\"expert_bias_layers\" names a layer the model does not have");
     shard.expert_bias_layers.push_back((int)layer);
   }
-  for (const JsonValue& p : member(s, "pieces", K::ARRAY, path).as_array()) {
+  for (const Json& p : member(s, "pieces", K::array, path)) {
     if (!p.is_object()) refuse(path, "a piece is not an object");
     ManifestPiece piece;
-    piece.tensor = member(p, "tensor", K::STRING, path).as_string();
-    piece.entry = member(p, "entry", K::STRING, path).as_string();
+    piece.tensor = member(p, "tensor", K::string, path).get<std::string>();
+    piece.entry = member(p, "entry", K::string, path).get<std::string>();
     piece.begin = integer(p, "begin", 0, kMaxDim, path);
     piece.end = integer(p, "end", piece.begin, kMaxDim, path);
-    piece.slice.expert = p.find("ep") != nullptr;
+    piece.slice.expert = p.contains("ep");
     if (piece.slice.expert) {
       piece.slice.ep = (int)integer(p, "ep", 1, 1 << 20, path);
       piece.slice.ep_rank = (int)integer(p, "ep_rank", 0, piece.slice.ep - 1, path);
@@ -237,15 +248,15 @@ ManifestShard parse_manifest_shard(const JsonValue& s, int num_layers, const std
 }
 
 Manifest parse_manifest(const std::string& text, const std::string& path) {
-  JsonValue root;
+  Json root;
   try {
-    root = parse_json(text);
+    root = JsonDocument(text).root();
   } catch (const JsonError& e) {
     refuse(path, std::string("not JSON: ") + e.what());
   }
   if (!root.is_object()) refuse(path, "not a JSON object");
-  using K = JsonValue::Kind;
-  if (member(root, "format", K::STRING, path).as_string() != "paralab checkpoint")
+  using K = Json::value_t;
+  if (member(root, "format", K::string, path).get<std::string>() != "paralab checkpoint")
     refuse(path, "\"format\" is not \"paralab checkpoint\"");
   Manifest m;
   m.version = (int)integer(root, "version", 0, 1 << 30, path);
@@ -253,20 +264,20 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     refuse(path, "version " + std::to_string(m.version) + ", this trainer reads version " +
                      std::to_string(kCheckpointVersion));
   m.iteration = (int)integer(root, "iteration", 1, 1 << 30, path);
-  const JsonValue& model = member(root, "model", K::OBJECT, path);
-  const std::string& arch = member(model, "arch", K::STRING, path).as_string();
+  const Json& model = member(root, "model", K::object, path);
+  const std::string& arch = member(model, "arch", K::string, path).get<std::string>();
   if (arch != "gpt" && arch != "llama") refuse(path, "\"arch\" is neither gpt nor llama");
   m.model.arch = arch == "llama" ? Arch::LLAMA : Arch::GPT;
   for (const ModelField& f : kIntFields) f.set(m.model, integer(model, f.key, 0, 1 << 30, path));
   for (const FloatField& f : kFloatFields) {
-    const double v = member(model, f.key, K::NUMBER, path).as_double();
+    const double v = member(model, f.key, K::number_float, path).get<double>();
     if (!std::isfinite(v) || v > 3e38 || (f.positive ? !(v > 0) : !(v >= 0)))
       refuse(path, std::string("\"") + f.key + "\" is not " + (f.positive ? "> 0" : ">= 0"));
     f.set(m.model, (float)v);
   }
-  for (const JsonValue& v : member(model, "moe_layer_pattern", K::ARRAY, path).as_array()) {
+  for (const Json& v : member(model, "moe_layer_pattern", K::array, path)) {
     if (!v.is_number()) refuse(path, "\"moe_layer_pattern\" holds a non-number");
-    m.model.moe.layer_pattern.push_back(v.as_double() != 0);
+    m.model.moe.layer_pattern.push_back(v.get<double>() != 0);
   }
   if (m.model.moe.enabled() &&
       (int)m.model.moe.layer_pattern.size() != m.model.num_layers)
@@ -275,7 +286,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
       m.model.vocab_size < 1 || m.model.seq_length < 1 || m.model.groups() < 1 ||
       m.model.num_attention_heads % m.model.groups() != 0)
     refuse(path, "the model's sizes are not a model");
-  const JsonValue& par = member(root, "parallel", K::OBJECT, path);
+  const Json& par = member(root, "parallel", K::object, path);
   m.parallel.tensor_parallel = (int)integer(par, "tensor_parallel", 1, 1 << 20, path);
   m.parallel.context_parallel = (int)integer(par, "context_parallel", 1, 1 << 20, path);
   m.parallel.pipeline_parallel = (int)integer(par, "pipeline_parallel", 1, 1 << 20, path);
@@ -284,22 +295,31 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   m.parallel.expert_tensor_parallel = (int)integer(par, "expert_tensor_parallel", 1, 1 << 20, path);
   m.parallel.zero_stage = (int)integer(par, "zero_stage", 0, 3, path);
   m.parallel.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
-  m.bf16 = member(root, "bf16", K::BOOL, path).as_bool();
-  m.optimizer = member(root, "optimizer", K::BOOL, path).as_bool();
+  m.bf16 = member(root, "bf16", K::boolean, path).get<bool>();
+  m.optimizer = member(root, "optimizer", K::boolean, path).get<bool>();
   m.seed = (uint64_t)integer(root, "seed", 0, INT64_MAX, path);
   m.global_batch_size = (int)integer(root, "global_batch_size", 1, 1 << 30, path);
   m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
   m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
   m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
-  for (const JsonValue& t : member(root, "tensors", K::ARRAY, path).as_array()) {
+  if (root.contains("data")) {  // optional: older checkpoints do not record it
+    const Json& data = member(root, "data", K::object, path);
+    m.data.description = member(data, "description", K::string, path).get<std::string>();
+    for (const Json& f : member(data, "files", K::array, path)) {
+      if (!f.is_object()) refuse(path, "a \"data\" file is not an object");
+      m.data.files.push_back(member(f, "path", K::string, path).get<std::string>());
+      m.data.crc32c.push_back((uint32_t)integer(f, "crc32c", 0, UINT32_MAX, path));
+    }
+  }
+  for (const Json& t : member(root, "tensors", K::array, path)) {
     if (!t.is_object()) refuse(path, "a \"tensors\" entry is not an object");
-    m.tensors.push_back(member(t, "name", K::STRING, path).as_string());
+    m.tensors.push_back(member(t, "name", K::string, path).get<std::string>());
     std::vector<int64_t> shape;
-    for (const JsonValue& d : member(t, "shape", K::ARRAY, path).as_array()) {
+    for (const Json& d : member(t, "shape", K::array, path)) {
       if (!d.is_number()) refuse(path, "tensor " + m.tensors.back() + ": a dimension is not a number");
       int64_t n = 0;
       try {
-        n = d.as_int();
+        n = json_int(d);
       } catch (const JsonError&) {
         refuse(path, "tensor " + m.tensors.back() + ": a dimension is not an integer");
       }
@@ -308,7 +328,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     }
     m.shapes.push_back(shape);
   }
-  for (const JsonValue& s : member(root, "shards", K::ARRAY, path).as_array()) {
+  for (const Json& s : member(root, "shards", K::array, path)) {
     ManifestShard shard = parse_manifest_shard(s, m.model.num_layers, path);
     if (shard.rank != (int)m.shards.size())
       refuse(path, "shard " + std::to_string(m.shards.size()) + " says rank " +

@@ -30,7 +30,7 @@
 #include "model/config.h"
 #include "model/data.h"  // InputError
 #include "checkpoint/json.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 #include "model/param_table.h"
 
 namespace paralab {
@@ -58,6 +58,15 @@ struct ManifestShard {
   std::vector<int> expert_bias_layers;  // entries "expert_bias/L" (aux-loss-free balancing)
 };
 
+// The data a run read: what a checkpoint records of it, so that a resumed run that reads
+// other data is told (cli/flags_checkpoint.cpp warns): its flags in words, and the CRC-32C of
+// each indexed dataset's .idx file.
+struct ManifestData {
+  std::string description;  // "" when not recorded (a checkpoint from before the record)
+  std::vector<std::string> files;
+  std::vector<uint32_t> crc32c;
+};
+
 struct Manifest {
   int version = kCheckpointVersion;
   int iteration = 0;
@@ -71,12 +80,13 @@ struct Manifest {
   std::vector<std::string> tensors;                 // param_table order
   std::vector<std::vector<int64_t>> shapes;         // full shapes
   std::vector<ManifestShard> shards;                // one per saving rank, by rank
+  ManifestData data;                                // what the run read
 };
 
 std::string manifest_json(const Manifest& m);
 // One shard's entry, as in the manifest: what a rank sends rank 0 after writing its shard.
 void write_manifest_shard(JsonWriter& j, const ManifestShard& shard);
-ManifestShard parse_manifest_shard(const JsonValue& entry, int num_layers,
+ManifestShard parse_manifest_shard(const Json& entry, int num_layers,
                                    const std::string& path);
 // Parses and checks structure, types and ranges (not the model: check_manifest).
 Manifest parse_manifest(const std::string& text, const std::string& path);

@@ -23,7 +23,7 @@
 #include "checkpoint/file_io.h"      // AtomicFile, make_folders
 #include "checkpoint/hugging_face_config.h"
 #include "checkpoint/json.h"         // JsonWriter
-#include "checkpoint/json_reader.h"  // parse_json
+#include "checkpoint/json_document.h"  // Json, JsonDocument
 #include "model/param_table.h"  // param_table
 
 namespace paralab {
@@ -342,10 +342,14 @@ LogicalTensors import_hugging_face(const std::string& folder, const ModelConfig&
     std::stringstream text;
     text << in.rdbuf();
     try {
-      const JsonValue doc = parse_json(text.str());
-      const JsonValue& map = doc.at("weight_map");
-      for (const auto& [name, file] : map.members()) {
-        const std::string& fname = file.as_string();
+      const Json doc = JsonDocument(text.str()).root();
+      const Json* map = json_find(doc, "weight_map");
+      if (!map || !map->is_object()) throw JsonError("missing \"weight_map\" (an object)");
+      for (const auto& entry : map->items()) {
+        const std::string& name = entry.key();
+        if (!entry.value().is_string())
+          throw JsonError("weight_map's \"" + name + "\" is not a file name");
+        const std::string fname = entry.value().get<std::string>();
         if (fname.empty() || fname.find('/') != std::string::npos || fname == "." ||
             fname == "..")
           throw InputError(index_path + ": tensor " + name + " is in \"" + fname +

@@ -29,7 +29,7 @@
 
 #include "checkpoint/hugging_face.h"
 #include "checkpoint/json.h"         // JsonWriter (string quoting)
-#include "checkpoint/json_reader.h"  // parse_json
+#include "checkpoint/json_document.h"  // Json, JsonDocument, json_find
 
 namespace paralab {
 
@@ -181,14 +181,14 @@ class ConfigCheck {
     std::stringstream text;
     text << in.rdbuf();
     try {
-      root_ = parse_json(text.str());
+      root_ = JsonDocument(text.str()).root();
     } catch (const JsonError& e) {
       throw InputError(path_ + ": " + e.what());
     }
     if (!root_.is_object()) throw InputError(path_ + ": not a JSON object");
   }
-  const JsonValue* find(const std::string& key) const {
-    const JsonValue* v = root_.find(key);
+  const Json* find(const std::string& key) const {
+    const Json* v = json_find(root_, key);
     return v && !v->is_null() ? v : nullptr;
   }
   [[noreturn]] void fail(const std::string& key, const std::string& got,
@@ -197,47 +197,47 @@ class ConfigCheck {
                      flag + ")");
   }
   // The key's value, or its default (text) when absent; fails when absent without one.
-  const JsonValue* value(const std::string& key, const std::string& want, const std::string& flag,
+  const Json* value(const std::string& key, const std::string& want, const std::string& flag,
                          bool has_default) const {
-    const JsonValue* v = find(key);
+    const Json* v = find(key);
     if (!v && !has_default)
       throw InputError(path_ + ": no " + key + ", the flags give " + want + " (" + flag + ")");
     return v;
   }
   void integer(const std::string& key, int64_t want, const std::string& flag,
                std::optional<int64_t> otherwise = std::nullopt) const {
-    const JsonValue* v = value(key, std::to_string(want), flag, otherwise.has_value());
+    const Json* v = value(key, std::to_string(want), flag, otherwise.has_value());
     if (v && !whole_number(*v)) fail(key, describe(*v), std::to_string(want), flag);
-    const int64_t got = v ? (int64_t)v->as_double() : *otherwise;
+    const int64_t got = v ? (int64_t)v->get<double>() : *otherwise;
     if (got != want) fail(key, v ? std::to_string(got) : absent(std::to_string(got)),
                           std::to_string(want), flag);
   }
   // Compared as float: the value paralab computes with.
   void real(const std::string& key, float want, const std::string& flag,
             std::optional<double> otherwise = std::nullopt) const {
-    const JsonValue* v = value(key, float_text(want), flag, otherwise.has_value());
+    const Json* v = value(key, float_text(want), flag, otherwise.has_value());
     if (v && !v->is_number()) fail(key, describe(*v), float_text(want), flag);
-    const double got = v ? v->as_double() : *otherwise;
+    const double got = v ? v->get<double>() : *otherwise;
     if ((float)got != want) fail(key, v ? describe(*v) : absent(num(got)), float_text(want), flag);
   }
   void text(const std::string& key, const std::string& want, const std::string& flag,
             std::optional<std::string> otherwise = std::nullopt) const {
-    const JsonValue* v = value(key, want, flag, otherwise.has_value());
+    const Json* v = value(key, want, flag, otherwise.has_value());
     if (v && !v->is_string()) fail(key, describe(*v), want, flag);
-    const std::string got = v ? v->as_string() : *otherwise;
+    const std::string got = v ? v->get<std::string>() : *otherwise;
     if (got != want) fail(key, v ? got : absent(got), want, flag);
   }
   void boolean(const std::string& key, bool want, const std::string& flag, bool otherwise) const {
-    const JsonValue* v = find(key);
+    const Json* v = find(key);
     const std::string w = want ? "true" : "false";
-    if (v && !v->is_bool()) fail(key, describe(*v), w, flag);
-    const bool got = v ? v->as_bool() : otherwise;
+    if (v && !v->is_boolean()) fail(key, describe(*v), w, flag);
+    const bool got = v ? v->get<bool>() : otherwise;
     if (got != want) fail(key, v ? describe(*v) : absent(got ? "true" : "false"), w, flag);
   }
   // A number with an integer value that fits an int64 exactly (64, 64.0, 6.4e1).
-  static bool whole_number(const JsonValue& v) {
+  static bool whole_number(const Json& v) {
     if (!v.is_number()) return false;
-    const double d = v.as_double();
+    const double d = v.get<double>();
     return d == std::floor(d) && std::fabs(d) < 9007199254740992.0;
   }
   static std::string num(double v) {
@@ -245,10 +245,10 @@ class ConfigCheck {
     std::snprintf(buf, sizeof buf, "%.9g", v);
     return buf;
   }
-  static std::string describe(const JsonValue& v) {
-    if (v.is_string()) return "\"" + v.as_string() + "\"";
-    if (v.is_number()) return num(v.as_double());
-    if (v.is_bool()) return v.as_bool() ? "true" : "false";
+  static std::string describe(const Json& v) {
+    if (v.is_string()) return "\"" + v.get<std::string>() + "\"";
+    if (v.is_number()) return num(v.get<double>());
+    if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
     if (v.is_array()) return "an array";
     return v.is_object() ? "an object" : "null";
   }
@@ -258,7 +258,7 @@ class ConfigCheck {
 
  private:
   std::string path_;
-  JsonValue root_;
+  Json root_;
 };
 
 bool moe_type(const std::string& t) { return t == "qwen3_moe" || t == "mixtral"; }
@@ -269,19 +269,19 @@ void check_hugging_face_config(const std::string& folder, const ModelConfig& m) 
   const ConfigCheck c(folder);
   const std::string type = hf_model_type(m);
   {  // the family first: every other key depends on it
-    const JsonValue* v = c.find("model_type");
-    const std::string got = v && v->is_string() ? v->as_string() : "";
+    const Json* v = c.find("model_type");
+    const std::string got = v && v->is_string() ? v->get<std::string>() : "";
     const std::string flag = (got == "gpt2") != m.is_gpt()         ? "--arch"
                              : moe_type(got) != m.moe.enabled()  ? "--num-experts"
                                                                   : "--qk-layernorm";
     if (got != type) c.fail("model_type", v ? ConfigCheck::describe(*v) : "absent", type, flag);
-    const JsonValue* arch = c.find("architectures");
-    if (arch && (!arch->is_array() || arch->as_array().empty() ||
-                 !arch->as_array()[0].is_string() ||
-                 arch->as_array()[0].as_string() != hf_architecture(m)))
+    const Json* arch = c.find("architectures");
+    if (arch && (!arch->is_array() || arch->empty() ||
+                 !arch->at(0).is_string() ||
+                 arch->at(0).get<std::string>() != hf_architecture(m)))
       c.fail("architectures[0]",
-             arch->is_array() && !arch->as_array().empty()
-                 ? ConfigCheck::describe(arch->as_array()[0]) : ConfigCheck::describe(*arch),
+             arch->is_array() && !arch->empty()
+                 ? ConfigCheck::describe(arch->at(0)) : ConfigCheck::describe(*arch),
              hf_architecture(m), "--arch");
   }
   const int h = m.hidden_size, a = m.num_attention_heads;
@@ -320,32 +320,32 @@ void check_hugging_face_config(const std::string& folder, const ModelConfig& m) 
   else if (!dense_layers(m).empty())
     c.integer("intermediate_size", m.ffn(), "--ffn-hidden-size");
   {  // RoPE: the base, unscaled (rope_parameters, else transformers 4's keys)
-    const JsonValue* rope = c.find("rope_parameters");
+    const Json* rope = c.find("rope_parameters");
     if (!rope) rope = c.find("rope_scaling");
     if (rope && !rope->is_object())
       c.fail("rope_parameters", ConfigCheck::describe(*rope), "an object", "--rotary-base");
-    const JsonValue* kind = rope ? rope->find("rope_type") : nullptr;
-    if (!kind && rope) kind = rope->find("type");
-    if (kind && (!kind->is_string() || kind->as_string() != "default"))
+    const Json* kind = rope ? json_find(*rope, "rope_type") : nullptr;
+    if (!kind && rope) kind = json_find(*rope, "type");
+    if (kind && (!kind->is_string() || kind->get<std::string>() != "default"))
       c.fail("rope_parameters.rope_type", ConfigCheck::describe(*kind), "\"default\"",
              "--rotary-base: paralab's RoPE is unscaled");
-    const JsonValue* theta = rope ? rope->find("rope_theta") : nullptr;
+    const Json* theta = rope ? json_find(*rope, "rope_theta") : nullptr;
     if (!theta) theta = c.find("rope_theta");
     const double want_default = type == "mixtral" ? 1e6 : 1e4;
     if (theta && !theta->is_number())
       c.fail("rope_theta", ConfigCheck::describe(*theta), float_text(m.rope_theta),
              "--rotary-base");
-    const double got = theta ? theta->as_double() : want_default;
+    const double got = theta ? theta->get<double>() : want_default;
     if ((float)got != m.rope_theta)
       c.fail("rope_theta",
              theta ? ConfigCheck::num(got) : ConfigCheck::absent(ConfigCheck::num(got)),
              float_text(m.rope_theta), "--rotary-base");
   }
   {  // a sliding window shorter than the sequence would mask keys paralab attends to
-    const JsonValue* w = c.find("sliding_window");
-    const JsonValue* on = c.find("use_sliding_window");
-    const bool used = w && (!qwen || (on && on->is_bool() && on->as_bool()));
-    if (used && (!w->is_number() || w->as_double() < m.seq_length))
+    const Json* w = c.find("sliding_window");
+    const Json* on = c.find("use_sliding_window");
+    const bool used = w && (!qwen || (on && on->is_boolean() && on->get<bool>()));
+    if (used && (!w->is_number() || w->get<double>() < m.seq_length))
       c.fail("sliding_window", ConfigCheck::describe(*w),
              "full attention over " + std::to_string(m.seq_length) + " tokens", "--seq-length");
   }
@@ -360,20 +360,20 @@ void check_hugging_face_config(const std::string& folder, const ModelConfig& m) 
     c.integer("moe_intermediate_size", m.moe_ffn(), "--moe-ffn-hidden-size", 768);
     c.boolean("norm_topk_prob", !m.moe.pre_softmax, "--moe-router-pre-softmax", false);
     // Qwen3-MoE's layer l is MoE when l is not in mlp_only_layers and (l+1) % step == 0
-    const JsonValue* step_v = c.find("decoder_sparse_step");
-    const JsonValue* only_v = c.find("mlp_only_layers");
-    if (step_v && (!ConfigCheck::whole_number(*step_v) || step_v->as_double() < 1))
+    const Json* step_v = c.find("decoder_sparse_step");
+    const Json* only_v = c.find("mlp_only_layers");
+    if (step_v && (!ConfigCheck::whole_number(*step_v) || step_v->get<double>() < 1))
       c.fail("decoder_sparse_step", ConfigCheck::describe(*step_v), "1", "--moe-layer-freq");
     if (only_v && !only_v->is_array())
       c.fail("mlp_only_layers", ConfigCheck::describe(*only_v), list_text(dense_layers(m)),
              "--moe-layer-freq");
-    const int64_t step = step_v ? (int64_t)step_v->as_double() : 1;
+    const int64_t step = step_v ? (int64_t)step_v->get<double>() : 1;
     std::vector<int> file_dense;
     for (int l = 0; l < m.num_layers; ++l) {
       bool only = false;
       if (only_v)
-        for (const JsonValue& x : only_v->as_array())
-          only = only || (x.is_number() && x.as_double() == l);
+        for (const Json& x : *only_v)
+          only = only || (x.is_number() && x.get<double>() == l);
       if (only || (l + 1) % step != 0) file_dense.push_back(l);
     }
     if (file_dense != dense_layers(m))

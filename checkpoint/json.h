@@ -1,5 +1,5 @@
 // checkpoint/json.h: a tiny JSON writer for --metrics-jsonl, `--plan --json`, the checkpoint manifest
-// and Hugging Face's config.json (checkpoint/json_reader.h reads them back).
+// and Hugging Face's config.json (checkpoint/json_document.h reads them back, with nlohmann/json).
 //
 // Streaming, no document tree: the report writes keys and values in order, and the writer
 // only tracks whether a comma is due. Compact (one line, for JSON lines) or indented.

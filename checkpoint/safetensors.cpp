@@ -21,8 +21,8 @@
 #include "checkpoint/file_io.h"
 // defines: JsonWriter
 #include "checkpoint/json.h"
-// defines: JsonValue, JsonError, parse_json
-#include "checkpoint/json_reader.h"
+// defines: Json, JsonDocument, JsonError, json_int
+#include "checkpoint/json_document.h"
 
 namespace paralab {
 
@@ -75,10 +75,10 @@ bool byte_size(const std::vector<int64_t>& shape, size_t element, uint64_t* out)
 }
 
 // A header integer that must be >= 0; `what` names it in the message.
-int64_t non_negative(const JsonValue& v, const std::string& what) {
+int64_t non_negative(const Json& v, const std::string& what) {
   int64_t n;
   try {
-    n = v.as_int();
+    n = json_int(v);
   } catch (const JsonError&) {
     refuse(what + " is not an integer");
   }
@@ -86,31 +86,31 @@ int64_t non_negative(const JsonValue& v, const std::string& what) {
   return n;
 }
 
-SafeTensor tensor_entry(const std::string& name, const JsonValue& entry) {
+SafeTensor tensor_entry(const std::string& name, const Json& entry) {
   const std::string at = "tensor " + quoted(name);
   if (name.empty()) refuse("a tensor has an empty name");
   if (!entry.is_object()) refuse(at + " is not an object");
-  for (const auto& m : entry.members())
-    if (m.first != "dtype" && m.first != "shape" && m.first != "data_offsets")
-      refuse(at + " has the unknown key " + quoted(m.first) +
+  for (const auto& m : entry.items())
+    if (m.key() != "dtype" && m.key() != "shape" && m.key() != "data_offsets")
+      refuse(at + " has the unknown key " + quoted(m.key()) +
              " (an entry holds exactly dtype, shape and data_offsets)");
   for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!entry.find(key)) refuse(at + " has no " + key);
-  const JsonValue& dtype = entry.at("dtype");
-  const JsonValue& shape = entry.at("shape");
-  const JsonValue& offsets = entry.at("data_offsets");
+    if (!entry.contains(key)) refuse(at + " has no " + key);
+  const Json& dtype = entry.at("dtype");
+  const Json& shape = entry.at("shape");
+  const Json& offsets = entry.at("data_offsets");
 
   SafeTensor t;
   t.name = name;
-  if (!dtype.is_string() || !parse_dtype(dtype.as_string(), &t.dtype))
+  if (!dtype.is_string() || !parse_dtype(dtype.get<std::string>(), &t.dtype))
     refuse(at + " has an unknown dtype" +
-           (dtype.is_string() ? " " + quoted(dtype.as_string()) : ""));
+           (dtype.is_string() ? " " + quoted(dtype.get<std::string>()) : ""));
   if (!shape.is_array()) refuse(at + ": shape is not an array");
-  for (const JsonValue& d : shape.as_array())
+  for (const Json& d : shape)
     t.shape.push_back(non_negative(d, at + ": a shape dimension"));
-  if (!offsets.is_array() || offsets.as_array().size() != 2)
+  if (!offsets.is_array() || offsets.size() != 2)
     refuse(at + ": data_offsets is not an array of two integers [begin, end]");
-  const std::vector<JsonValue>& range = offsets.as_array();
+  const Json& range = offsets;
   t.begin = static_cast<uint64_t>(non_negative(range[0], at + ": data_offsets' begin"));
   t.end = static_cast<uint64_t>(non_negative(range[1], at + ": data_offsets' end"));
   if (t.begin > t.end)
@@ -181,7 +181,7 @@ void store_le(uint8_t* p, uint64_t v, int n) {
 // written: the writer's JSON string of it goes through that reader.
 void check_utf8(const std::string& s, const char* what) {
   try {
-    parse_json(JsonWriter().value(s).str());
+    JsonDocument(JsonWriter().value(s).str());
   } catch (const JsonError&) {
     throw std::invalid_argument(std::string(what) + " " + quoted(s) + " is not valid UTF-8");
   }
@@ -247,24 +247,24 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t availabl
            " bytes were read");
   if (n == 0 || bytes[8] != '{') refuse("the header does not start with '{'");
 
-  JsonValue root;
+  Json root;
   try {
-    root = parse_json(std::string(reinterpret_cast<const char*>(bytes + 8), n));
+    root = JsonDocument(std::string(reinterpret_cast<const char*>(bytes + 8), n)).root();
   } catch (const JsonError& e) {
     refuse(std::string("the header (from file byte 8) is not strict JSON: ") + e.what());
   }
   SafetensorsHeader h;
   h.data_start = 8 + n;
-  for (const auto& m : root.members()) {
-    if (m.first != kMetadataKey) {
-      h.tensors.push_back(tensor_entry(m.first, m.second));
+  for (const auto& m : root.items()) {
+    if (m.key() != kMetadataKey) {
+      h.tensors.push_back(tensor_entry(m.key(), m.value()));
       continue;
     }
-    if (!m.second.is_object()) refuse("__metadata__ is not an object");
-    for (const auto& kv : m.second.members()) {
-      if (!kv.second.is_string())
-        refuse("__metadata__ value of " + quoted(kv.first) + " is not a string");
-      h.metadata.emplace_back(kv.first, kv.second.as_string());
+    if (!m.value().is_object()) refuse("__metadata__ is not an object");
+    for (const auto& kv : m.value().items()) {
+      if (!kv.value().is_string())
+        refuse("__metadata__ value of " + quoted(kv.key()) + " is not a string");
+      h.metadata.emplace_back(kv.key(), kv.value().get<std::string>());
     }
   }
   check_tiling(h.tensors, file_size - h.data_start);

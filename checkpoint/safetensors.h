@@ -12,7 +12,7 @@
 // hostile, so the reader enforces every rule before any tensor is read (tests/fuzz):
 //   the file holds at least the 8-byte length; N <= 100,000,000 (the format's limit) and
 //   8 + N <= the file's size; the header is a JSON object (starts with '{', model/
-//   json_reader.h's strict rules); every entry has exactly a known dtype, a shape of
+//   json_document.h's strict rules); every entry has exactly a known dtype, a shape of
 //   non-negative integers and two data_offsets; names are unique and not empty;
 //   end - begin == numel x the dtype's size (no overflow); sorted by begin, the tensors are
 //   contiguous from 0 and cover the buffer exactly (the last end == file size - 8 - N);

@@ -26,11 +26,25 @@
 #include "model/config.h"
 // defines: InputError (the base of FlagError and DataError: exit status 2)
 #include "model/data.h"
+// defines: ManifestData (what a checkpoint records of the data)
+#include "checkpoint/checkpoint_manifest.h"
 
 namespace paralab {
 
 enum class Comm { NCCL, MPI };
 inline const char* comm_name(Comm c) { return c == Comm::NCCL ? "nccl" : "mpi"; }
+
+// A DeepSpeed config's fp16 block (cli/flags_deepspeed.cpp), with DeepSpeed's defaults
+// (runtime/constants.py): checked and carried for the loss scaler; fp16 training is not built.
+struct DeepSpeedFp16 {
+  bool enabled = false;
+  double loss_scale = 0;           // 0: dynamic
+  int initial_scale_power = 16;    // the first scale, 2^16
+  int loss_scale_window = 1000;    // clean steps between doublings
+  int hysteresis = 2;              // overflows before a halving
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
 
 struct Options {
   // Sizes are resolved: ffn_hidden_size, num_query_groups, kv_channels, global_batch_size and
@@ -52,8 +66,16 @@ struct Options {
   // --timing-log-level (kernels/counters.h): 0 no kernel timing, 1 per phase, 2 per op.
   int timing_log_level = 1;
 
-  // Data: empty means the synthetic corpus.
-  std::string data_path;
+  // Data (model/data.h): a token file, Megatron's indexed datasets or mock data, or (naming
+  // nothing) the synthetic corpus; the sample counts Megatron's splits are asked for.
+  DataSpec data;
+  ManifestData data_record;  // the data in words and each .idx's CRC-32C (cli/flags_data.cpp)
+  // --deepspeed_config (cli/flags_deepspeed.cpp): its path, the table --plan prints (every
+  // effective value and its source), its fp16 block.
+  struct {
+    std::string path, effective;
+    DeepSpeedFp16 fp16;
+  } deepspeed;
 
   // Data parallelism (issue 3).
   bool overlap_grad_reduce = false;     // start each bucket's reduction during backward

@@ -11,10 +11,13 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cli/flags_impl.h"  // defines: add_switch, fail; cli/flags.h Options
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/hugging_face.h"
 
 namespace paralab {
@@ -68,6 +71,53 @@ void resolve_load(Options& o) {
   o.load_folder = at.folder;
   o.load_iteration = at.iteration;
   o.load_chosen_by = at.chosen_by;
+}
+
+// What the run will refuse or be told once it reads --load's manifest, said here so that
+// --plan says it too: a checkpoint of another model (check_manifest), one without optimizer
+// state for a run that resumes it, one at --train-iters already, another --seed or global
+// batch (the data order follows them); and, on a warning line, other data than it recorded.
+void check_resumable(Options& o) {
+  if (o.load_folder.empty() || o.convert) return;
+  const std::string path = o.load_folder + "/manifest.json";
+  Manifest m;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw CheckpointError(path + ": cannot read");
+    m = parse_manifest(text.str(), path);
+    check_manifest(m, o.model, path);
+  } catch (const CheckpointError& e) {
+    fail("--load ", o.load, ": ", e.what());
+  }
+  if (!m.optimizer && !o.no_load_optim && !o.finetune)
+    fail("--load ", o.load, ": ", o.load_folder, " was saved with --no-save-optim (no optimizer "
+         "state): add --no-load-optim (resume at its iteration, Adam afresh) or --finetune "
+         "(start at iteration 0)");
+  if (o.finetune) return;  // a new run from these weights (Megatron's): nothing else carries
+  if (m.seed != o.train.seed)
+    fail("--seed ", o.train.seed, ": the checkpoint ", o.load_folder, " was trained with --seed ",
+         m.seed, " (the data order and dropout follow it)");
+  if (m.global_batch_size != o.train.global_batch_size)
+    fail("--global-batch-size ", o.train.global_batch_size, ": the checkpoint ", o.load_folder,
+         " was trained with ", m.global_batch_size, " (the samples of each step follow it)");
+  if (m.iteration >= o.train.train_iters)
+    fail("--train-iters ", o.train.train_iters, ": the checkpoint ", o.load_folder,
+         " is at iteration ", m.iteration, " already (give more steps)");
+  const ManifestData& was = m.data;
+  const ManifestData& now = o.data_record;
+  if (was.description.empty()) return;
+  if (was.description != now.description) {
+    o.warnings.push_back("--load " + o.load_folder + " was trained on " + was.description +
+                         "; this run reads " + now.description);
+    return;
+  }
+  for (size_t i = 0; i < was.files.size() && i < now.files.size(); ++i)
+    if (was.crc32c[i] != now.crc32c[i])
+      o.warnings.push_back("--load " + o.load_folder + ": " + now.files[i] + " has changed since "
+                           "the checkpoint was saved (CRC-32C " + std::to_string(now.crc32c[i]) +
+                           ", was " + std::to_string(was.crc32c[i]) + ")");
 }
 
 // --save into a folder whose `latest` is past where this run starts: each save would move it
@@ -184,6 +234,7 @@ void check_checkpoint_flags(Options& o) {
            "folder holds config.json and model.safetensors)");
   }
   resolve_load(o);
+  check_resumable(o);
   if (!o.plan && !o.convert) check_latest_kept(o);
 }
 

@@ -1,22 +1,25 @@
-// cli/flags_impl.h: what cli/flags.cpp (the flags), cli/flags_check.cpp (the checks), cli/flags_moe.cpp (the
-// MoE flags and their checks), cli/flags_toml.cpp (the --config files) and cli/flags_messages.cpp
-// (CLI11's errors, the manual's layout, --verbose) share: the string flags as typed, and the
-// steps that turn them and the parsed Options into one validated Options. Not for other
-// files: cli/flags.h is the interface.
+// cli/flags_impl.h: what the files of cli/ share: the string flags as typed (RawFlags), the
+// checks' helpers, and each topic's three functions: add_<topic>_flags (its flags and help text,
+// in its group of the manual), and the checks that resolve and refuse them, called in order by
+// resolve_and_check (cli/flags_check.cpp). One file a topic: cli/flags_model.cpp,
+// flags_training.cpp, flags_recompute.cpp, flags_precision.cpp, flags_parallel.cpp,
+// flags_offload.cpp, flags_moe.cpp, flags_pipeline.cpp, flags_backend.cpp, flags_data.cpp,
+// flags_output.cpp, flags_checkpoint.cpp, flags_megatron.cpp, flags_deepspeed.cpp; the --config
+// files in flags_toml.cpp, the messages in flags_messages.cpp. Not for other files: cli/flags.h is the interface.
 //
-// defines: RawFlags, fail, add_switch, resolve_and_check, add_moe_flags, record_moe_flags_given,
-//          check_moe, add_pipeline_flags, check_pipeline, check_pipeline_run,
-//          add_megatron_flags, resolve_megatron_flags, apply_megatron_schedule,
-//          megatron_no_effect_warning, closest_flag, add_checkpoint_flags,
-//          check_checkpoint_flags, check_output_file, check_output_folder, add_offload_flags,
-//          check_offload_flags, kIntOrList, ConfigEntry, check_config_files, typed_on_command_line,
-//          cli11_error_message, ManualFormatter, one_of, seed_range, resolved_options_text
+// defines: RawFlags, fail, check_at_least, check_finite, check_unit_interval, add_switch,
+//          resolve_and_check, and per topic add_*_flags and check_*; closest_flag,
+//          check_output_file, check_output_folder, kIntOrList, ConfigEntry, check_config_files,
+//          typed_on_command_line, cli11_error_message, ManualFormatter, one_of, seed_range,
+//          resolved_options_text
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 #include "cli/flags.h"  // defines: Options, FlagError
 
@@ -28,6 +31,7 @@ struct RawFlags {
   std::string arch = "gpt", attention = "flash", lr_decay_style = "cosine";
   std::string attention_flops = "full", device, comm;
   bool use_distributed_optimizer = false;
+  bool zero_stage_given = false;  // set after parsing
   int world_size = 0;  // --world-size
   bool world_size_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string pipeline_schedule;   // empty: 1f1b, or interleaved with virtual stages
@@ -44,9 +48,23 @@ struct RawFlags {
   bool expert_tensor_parallel_given = false;  // set after parsing: 0 is an error, not "unset"
   std::string moe_token_dispatcher = "allgather";
   std::string cp_comm_type = "p2p";
+  // The data (cli/flags_data.cpp): --data-path and the per-split paths as typed (a prefix, a
+  // file, or a blend's words), Megatron's --split, --mock-data, the tokenizer's flags.
+  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
+  std::string split;
+  bool mock_data = false;
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
+  bool vocab_size_given = false;  // set after parsing
+  // DeepSpeed (cli/flags_deepspeed.cpp): --deepspeed, --deepspeed_config, the batch triad as the
+  // config gives it (0: absent or "auto"), the config's keys that change nothing here.
+  bool deepspeed = false, deepspeed_checkpointing = false;
+  std::string deepspeed_config;
+  std::tuple<int64_t, int64_t, int64_t> deepspeed_batch{0, 0, 0};
+  std::vector<std::string> deepspeed_batch_sources;  // each of the triad's, for --plan
+  std::vector<std::string> deepspeed_no_effect;
   std::string cp_layout = "zigzag";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
-  // clamped to a decay the user shortened there (cli/flags_check.cpp), the user's own never.
+  // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
        decay_iters_on_command_line = false;
   bool kv_channels_given = false;  // set after parsing: 0 is an error, not "h/a"
@@ -63,8 +81,8 @@ struct RawFlags {
   struct Megatron {
     bool swiglu = false, untie = false, no_bias = false, gqa = false, rotary = false,
          no_position_embedding = false, recompute_activations = false, check_nan = false,
-         mock_data = false, validation_ppl = false;
-    std::string normalization, position_embedding_type, split;
+         validation_ppl = false;
+    std::string normalization, position_embedding_type;
     int max_position_embeddings = 0;
     double rotary_percent = 1.0, lr_warmup_fraction = 0, timeout_minutes = 0;
     int64_t train_samples = 0, lr_warmup_samples = 0, lr_decay_samples = 0;
@@ -82,6 +100,17 @@ template <class... Args>
   throw FlagError(s.str());
 }
 
+// Written as !(value >= min) so that a NaN fails too.
+inline void check_at_least(const char* flag, double value, double min) {
+  if (!(value >= min)) fail(flag, " must be >= ", min, ", got ", value);
+}
+inline void check_finite(const char* flag, double value) {
+  if (!std::isfinite(value)) fail(flag, " must be a finite number, got ", value);
+}
+inline void check_unit_interval(const char* flag, double value) {  // [0, 1)
+  if (!(value >= 0.0 && value < 1.0)) fail(flag, " must be in [0, 1), got ", value);
+}
+
 // A switch whose final value --verbose can show (CLI11 reads a flag's variable only to set it).
 inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value,
                                const std::string& help) {
@@ -90,10 +119,50 @@ inline CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& va
   });
 }
 
-// Fills the derived values and checks every constraint, the cheap ones first (cli/flags_check.cpp).
+// Fills the derived values and checks every constraint, each topic after those it reads
+// (cli/flags_check.cpp).
 // Throws FlagError (or check_data_file's DataError) naming the flags, the constraint, the values.
 void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus);
 
+// ---- one topic a file; add_* in the manual's order, check_* in resolve_and_check's ----
+// cli/flags_model.cpp: --arch and the sizes; check_model derives ffn, query groups, head dim.
+void add_model_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_model(Options& o, const RawFlags& raw);
+// cli/flags_training.cpp: batch, steps, AdamW, the learning-rate schedule, seed, evaluation.
+// check_batch (after the layout: dp) derives the global batch; check_optimizer the schedule.
+void add_training_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_batch(Options& o, const RawFlags& raw);
+void check_optimizer(Options& o, const RawFlags& raw);
+// cli/flags_recompute.cpp: --recompute-*; checked after the pipeline's stages are known.
+void add_recompute_flags(CLI::App& app, RawFlags& raw);
+void check_recompute(Options& o, const RawFlags& raw);
+// cli/flags_precision.cpp: --bf16.
+void add_precision_flags(CLI::App& app, Options& o);
+// cli/flags_parallel.cpp: tp, sp, cp, ep, etp, the dispatcher, ZeRO, DDP's buckets (and
+// add_offload_flags). check_parallel_layout: the world and what tp and cp ask of the model;
+// check_sequence_parallel after MoE; check_zero (and check_offload_flags) the stage.
+void add_parallel_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_parallel_layout(Options& o, const RawFlags& raw);
+void check_sequence_parallel(Options& o);
+void check_zero(Options& o, const RawFlags& raw);
+// cli/flags_backend.cpp: --device, --comm, --collective-timeout.
+void add_backend_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_backend(Options& o, const RawFlags& raw, int visible_gpus);
+// cli/flags_data.cpp: --data-path and its kin, --split, --mock-data, the tokenizer's flags;
+// resolve_tokenizer (first: it may fix --vocab-size), check_data (last: it reads the files).
+void add_data_flags(CLI::App& app, Options& o, RawFlags& raw);
+void resolve_tokenizer(Options& o, const RawFlags& raw);
+void check_data(Options& o, const RawFlags& raw);
+// cli/flags_output.cpp: --plan and the reports; check_run_modes first, check_outputs last.
+void add_output_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_run_modes(Options& o, const RawFlags& raw);
+void check_outputs(const Options& o);
+// cli/flags_deepspeed.cpp: --deepspeed --deepspeed_config FILE. resolve_deepspeed (after
+// parsing, before the checks: the config sets flags) reads the file; check_deepspeed_batch
+// (once dp is known) completes the batch triad.
+void add_deepspeed_flags(CLI::App& app, Options& o, RawFlags& raw);
+void resolve_deepspeed(Options& o, RawFlags& raw, const CLI::App& app);
+void check_deepspeed_batch(Options& o, const RawFlags& raw);
 // ---- cli/flags_moe.cpp ----
 // The type name of an option that takes an integer or a quoted string (--moe-layer-freq): the
 // --config reader accepts either for it.
@@ -124,6 +193,9 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw);
 void apply_megatron_schedule(Options& o, const RawFlags& raw);
 // The warning line naming the no-effect flags given ("" when none).
 std::string megatron_no_effect_warning(const RawFlags& raw);
+// What to use instead of a flag paralab does not take but a Megatron-LM or Megatron-DeepSpeed
+// script may ("use --num-query-groups" for --num-groups), or "" (cli/flags_megatron.cpp).
+std::string megatron_alias(const std::string& typed);
 // cli/flags_messages.cpp: the flag an unknown flag or --config key was meant to be: `_` read
 // as `-`, then the closest long name by edit distance (at most 1 edit in 4 characters, and 1
 // for short names); "" when nothing is close. "--num-layer" -> "--num-layers".
@@ -133,7 +205,7 @@ std::string closest_flag(const CLI::App& app, const std::string& typed);
 // (--load resolved into o.load_folder).
 void add_checkpoint_flags(CLI::App& app, Options& o);
 void check_checkpoint_flags(Options& o);
-// cli/flags_check.cpp: an output file (its folder must exist) or folder (made as mkdir -p)
+// cli/flags_output.cpp: an output file (its folder must exist) or folder (made as mkdir -p)
 // the run writes: tried, one FlagError naming the flag, the path and why.
 void check_output_file(const char* flag, const std::string& path);
 void check_output_folder(const char* flag, const std::string& path);
@@ -177,6 +249,8 @@ class ManualFormatter : public CLI::Formatter {
 CLI::Validator one_of(const std::vector<std::string>& names);
 // --seed: an integer in [0, 2^64 - 1] (CLI11 would wrap a negative one).
 CLI::Validator seed_range();
+// An integer flag's value written as a whole float (2e9, 4.0) becomes the integer's text.
+CLI::Validator whole_number();
 // --verbose: every option's final value and where it came from (default, a --config
 // file's line, the command line); `given` holds each option's value as parsed, before
 // resolve_and_check derived the defaults. The options' default functions read the values.

@@ -11,8 +11,9 @@
 //  - the same setting under another name or unit: --train-samples, --lr-warmup-samples,
 //    --lr-decay-samples, --lr-warmup-fraction, --recompute-activations,
 //    --check-for-nan-in-loss-and-grad, --distributed-timeout-minutes, --init-method-std,
-//    --split, --mock-data, and --tensorboard-dir (report/tensorboard.h);
-//  - flags about Megatron's own machinery (kernel fusions, Transformer Engine, the tokenizer,
+//    and --tensorboard-dir (report/tensorboard.h); --split and --mock-data are the data's
+//    (cli/flags_data.cpp);
+//  - flags about Megatron's own machinery (kernel fusions, Transformer Engine,
 //    Weights & Biases, data-loader workers, RNG state): accepted, and named on one warning
 //    line as having no effect here.
 #include <CLI/CLI.hpp>
@@ -42,10 +43,7 @@ const NoEffect kNoEffect[] = {
     {"--cross-entropy-loss-fusion", false, "the fused loss is the default, --no-fused-ce"},
     {"--attention-softmax-in-fp32", false, "the softmax is always fp32"},
     {"--no-async-tensor-model-parallel-allreduce", false, "tp collectives run blocking"},
-    {"--tokenizer-type", true, "token ids are read as they are, no tokenizer"},
-    {"--tokenizer-model", true, "token ids are read as they are, no tokenizer"},
     {"--num-workers", true, "no data-loader workers"},
-    {"--data-cache-path", true, "no index cache"},
     {"--no-create-attention-mask-in-dataloader", false, "causal attention builds no mask"},
     {"--no-mmap-bin-files", false, "data files are memory-mapped"},
     {"--distributed-backend", true, "--comm nccl|mpi"},
@@ -62,37 +60,57 @@ const NoEffect kNoEffect[] = {
     {"--wandb-project", true, "no Weights & Biases"},
     {"--wandb-exp-name", true, "no Weights & Biases"},
     {"--wandb-save-dir", true, "no Weights & Biases"},
+    {"--data-impl", true, "indexed datasets are read memory-mapped (Megatron's mmap)"},
+    {"--optimizer", true, "paralab trains with AdamW (Megatron's adam, decoupled weight decay)"},
+    {"--use-flash-attn", false, "flash attention is the default, --attention flash"},
+    {"--use-flash-attn-v2", false, "flash attention is the default, --attention flash"},
+    {"--use-flash-attn-triton", false, "flash attention is the default, --attention flash"},
+    {"--initial-loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--min-loss-scale", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--loss-scale-window", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--hysteresis", true, "loss scaling is fp16's, and fp16 is not built"},
+    {"--no-query-key-layer-scaling", false, "no query-key layer scaling (fp16's)"},
+    {"--accumulate-allreduce-grads-in-fp32", false, "gradients are reduced in fp32"},
+    {"--no-bias-gelu-fusion", false, "kernel fusion"},
+    {"--no-bias-dropout-fusion", false, "kernel fusion"},
+    {"--no-pipeline-parallel", false, "Megatron-DeepSpeed's pipeline engine off: paralab's is --pp"},
+    {"--partition-activations", false, "DeepSpeed's activation partitioning"},
+    {"--contigious-checkpointing", false, "DeepSpeed's checkpointing buffers"},
+    {"--checkpoint-in-cpu", false, "DeepSpeed's CPU checkpointing"},
+    {"--synchronize-each-layer", false, "DeepSpeed's checkpointing"},
+    {"--profile-backward", false, "DeepSpeed's checkpointing profile"},
+    {"--cpu-optimizer", false, "use --optimizer-cpu-offload (or the config's offload_optimizer)"},
+    {"--log-batch-size-to-tensorboard", false, "the batch is in the header"},
+    {"--log-memory-to-tensorboard", false, "peak memory is a step scalar already"},
+    {"--log-world-size-to-tensorboard", false, "the world is in the header"},
+};
+
+// Flags paralab does not take, with what to use instead: names a Megatron-LM or
+// Megatron-DeepSpeed script uses where an edit distance would not find paralab's.
+const std::pair<const char*, const char*> kAliases[] = {
+    {"--num-groups", "--num-query-groups"},
+    {"--num-key-value-heads", "--num-query-groups"},
+    {"--checkpoint-activations",
+     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"},
+    {"--checkpoint-num-layers", "--recompute-num-layers"},
+    {"--fp16", "--bf16 (fp16 training is not built yet)"},
+    {"--ffn-dim", "--ffn-hidden-size"},
+    {"--seq-len", "--seq-length"},
+    {"--max-seq-len", "--seq-length"},
+    {"--n-layers", "--num-layers"},
+    {"--n-heads", "--num-attention-heads"},
+    {"--dim", "--hidden-size"},
+    {"--warmup-iters", "--lr-warmup-iters"},
+    {"--warmup-steps", "--lr-warmup-iters"},
+    {"--zero-stage-3", "--zero-stage 3"},
+    {"--sequence-parallel-size", "--context-parallel-size (Megatron-DeepSpeed's Ulysses: "
+                                 "--cp-comm-type a2a)"},
+    {"--ds-sequence-parallel-size", "--context-parallel-size --cp-comm-type a2a (Ulysses)"},
+    {"--use-rotary-position-embedding", "--use-rotary-position-embeddings"},
 };
 
 bool given(const CLI::App& app, const char* name) { return app.count(name) > 0; }
-
-// "949,50,1" or "949/50/1" (Megatron's separators) -> three weights summing to 1.
-std::vector<double> split_weights(const std::string& text) {
-  std::vector<double> w;
-  std::string s = text;
-  for (char& c : s)
-    if (c == '/') c = ',';
-  std::stringstream in(s);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    size_t used = 0;
-    double x = -1;
-    try {
-      x = std::stod(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || !(x >= 0) || !std::isfinite(x))
-      fail("--split must be up to three weights >= 0 like 949,50,1, got ", text);
-    w.push_back(x);
-  }
-  if (w.empty() || w.size() > 3) fail("--split must be up to three weights >= 0 like 949,50,1, got ", text);
-  while (w.size() < 3) w.push_back(0);
-  const double sum = w[0] + w[1] + w[2];
-  if (!(sum > 0) || w[0] <= 0) fail("--split ", text, ": the training weight must be > 0");
-  for (double& x : w) x /= sum;
-  return w;
-}
 
 }  // namespace
 
@@ -142,12 +160,6 @@ void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--lr-warmup-fraction", mg.lr_warmup_fraction,
                  "the warm-up as a fraction of the decay (--lr-decay-iters, or samples), "
                  "instead of --lr-warmup-iters; in [0, 1]")->group(kGroup);
-  app.add_option("--split", mg.split,
-                 "train,validation,test weights of the data (e.g. 949,50,1): --data-path's "
-                 "tokens are cut in that proportion, validation reads the second part, the test "
-                 "part is not read; the synthetic corpus generates validation tokens in "
-                 "proportion to its training tokens; default: the last 10% of a file validates")
-      ->type_name("W,W,W")->group(kGroup);
   add_switch(app, "--recompute-activations", mg.recompute_activations,
              "= --recompute-granularity selective (Megatron's shorthand)")->group(kGroup);
   add_switch(app, "--check-for-nan-in-loss-and-grad", mg.check_nan,
@@ -155,8 +167,6 @@ void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
              "= --max-skipped-steps 1 (exit status 3)")->group(kGroup);
   app.add_option("--distributed-timeout-minutes", mg.timeout_minutes,
                  "= --collective-timeout in minutes (x 60)")->group(kGroup);
-  add_switch(app, "--mock-data", mg.mock_data, "the synthetic corpus (no --data-path)")
-      ->group(kGroup);
   app.add_option("--tensorboard-dir", o.tensorboard_dir,
                  "write TensorBoard event files of the scalars (loss, learning rate, gradient "
                  "norm, tokens/s, MFU, HFU, peak memory, skipped steps, validation loss) into DIR")
@@ -193,6 +203,13 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
   if (mg.untie) llama.push_back("--untie-embeddings-and-output-weights");
   if (mg.no_bias) llama.push_back("--disable-bias-linear");
   const bool arch_given = given(app, "--arch");
+  // Megatron's pretrain_llama.py sets the Llama parts itself, so a Llama script names none but
+  // its tokenizer: rather than build a GPT from it, ask for the family by name
+  if (!arch_given && llama.empty() && gpt.empty() &&
+      raw.tokenizer_type.find("Llama") != std::string::npos)
+    fail("--tokenizer-type ", raw.tokenizer_type, " names a Llama model, but no --arch nor "
+         "Llama's parts (--swiglu, --normalization RMSNorm, ...) are given (Megatron's "
+         "pretrain_llama.py sets them): give --arch llama, or --arch gpt for a GPT");
   if (arch_given && raw.arch == "gpt" && !llama.empty())
     fail(llama[0], " (llama's) conflicts with --arch gpt (LayerNorm, learned positions, GeLU MLP, "
          "biases, tied embeddings)");
@@ -255,12 +272,6 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
            " s) conflicts with --collective-timeout ", o.collective_timeout);
     o.collective_timeout = 60 * mg.timeout_minutes;
   }
-  if (mg.mock_data && !o.data_path.empty())
-    fail("--mock-data (the synthetic corpus) conflicts with --data-path ", o.data_path);
-  if (!mg.split.empty()) {
-    const std::vector<double> w = split_weights(mg.split);
-    o.train.split_train = w[0], o.train.split_valid = w[1];
-  }
   if (o.tensorboard_log_interval < 1)
     fail("--tensorboard-log-interval must be >= 1, got ", o.tensorboard_log_interval);
   if (mg.validation_ppl && o.tensorboard_dir.empty())
@@ -320,6 +331,13 @@ void apply_megatron_schedule(Options& o, const RawFlags& raw) {
                            std::to_string(steps) + ": warm-up rounded to " +
                            std::to_string(t.lr_warmup_iters) + " steps");
   }
+}
+
+std::string megatron_alias(const std::string& typed) {
+  const std::string name = typed.substr(0, typed.find('='));
+  for (const auto& [alias, instead] : kAliases)
+    if (name == alias) return "use " + std::string(instead);
+  return "";
 }
 
 std::string megatron_no_effect_warning(const RawFlags& raw) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -155,6 +156,21 @@ CLI::Validator one_of(const std::vector<std::string>& names) {
       },
       shown + "}");
   // Index 0 is the last value given: the earlier ones of a repeated flag do not count.
+  return v.application_index(0);
+}
+
+CLI::Validator whole_number() {
+  CLI::Validator v(
+      [](std::string& s) -> std::string {
+        if (s.find_first_of(".eE") == std::string::npos) return "";  // an integer as it is
+        char* end = nullptr;
+        const double d = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() + s.size() && std::isfinite(d) && d == std::floor(d) &&
+            std::fabs(d) < 9.2e18)
+          s = std::to_string(static_cast<long long>(d));
+        return "";  // anything else: CLI11's own conversion error names it
+      },
+      "");
   return v.application_index(0);
 }
 

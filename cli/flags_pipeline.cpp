@@ -7,15 +7,9 @@
 #include <sstream>
 #include <string>
 
-#include "cli/flags_impl.h"  // defines: RawFlags, fail, add_switch, one_of; cli/flags.h Options
+#include "cli/flags_impl.h"  // defines: RawFlags, fail, check_at_least, add_switch, one_of
 
 namespace paralab {
-
-namespace {
-void check_at_least(const char* flag, int value, int min) {
-  if (value < min) fail(flag, " must be >= ", min, ", got ", value);
-}
-}  // namespace
 
 void add_pipeline_flags(CLI::App& app, Options& o, RawFlags& raw, const char* group) {
   ParallelConfig& p = o.parallel;

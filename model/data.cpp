@@ -140,6 +140,7 @@ const char* data_source_name(DataSource s) {
     case DataSource::SYNTHETIC: return "synthetic";
     case DataSource::LLMC: return "llm.c tokens";
     case DataSource::TEXT: return "text bytes";
+    case DataSource::MEGATRON: return "Megatron indexed data";
   }
   return "?";
 }
@@ -220,15 +221,22 @@ std::vector<int32_t> synthetic_corpus(uint64_t seed, int vocab_size, size_t n_to
   return out;
 }
 
-DataLoader::DataLoader(const std::string& data_path, const ModelConfig& model,
-                       const TrainConfig& train, int data_parallel)
-    : path_(data_path),
+DataLoader::DataLoader(const DataSpec& data, const ModelConfig& model, const TrainConfig& train,
+                       int data_parallel)
+    : path_(data.path),
       seq_length_(model.seq_length),
       micro_batch_(train.micro_batch_size),
       global_batch_(train.global_batch_size > 0 ? train.global_batch_size
                                                 : train.micro_batch_size * data_parallel),
       data_parallel_(data_parallel),
       seed_(train.seed) {
+  const std::string& data_path = data.path;
+  if (data.megatron.any()) {
+    megatron_.reset(new MegatronData(data.megatron, model.vocab_size, seq_length_, seed_,
+                                     data.train_samples, data.valid_samples));
+    source_ = DataSource::MEGATRON;
+    return;
+  }
   if (data_path.empty()) {
     // 1M tokens is ~4000 distinct 256-token windows per token of context: plenty for the
     // demo; longer sequences get at least 16 non-overlapping windows.
@@ -270,16 +278,17 @@ int32_t DataLoader::token(size_t i) const {
     case DataSource::LLMC:
       return reinterpret_cast<const uint16_t*>(map_ + kLlmcHeaderBytes)[i];
     case DataSource::TEXT: return map_[i];
+    case DataSource::MEGATRON: break;  // sampled by MegatronData, not by offset
   }
   return 0;
 }
 
 uint64_t DataLoader::sample_index(int step, int micro, int dp_rank, int row) const {
   const uint64_t G = static_cast<uint64_t>(global_batch_);
+  const uint64_t B = static_cast<uint64_t>(micro_batch_);
   return static_cast<uint64_t>(step - 1) * G +
-         static_cast<uint64_t>(dp_rank) * (G / static_cast<uint64_t>(data_parallel_)) +
-         static_cast<uint64_t>(micro) * static_cast<uint64_t>(micro_batch_) +
-         static_cast<uint64_t>(row);
+         static_cast<uint64_t>(micro) * B * static_cast<uint64_t>(data_parallel_) +
+         static_cast<uint64_t>(dp_rank) * B + static_cast<uint64_t>(row);
 }
 
 size_t DataLoader::sample_offset(uint64_t sample) const {
@@ -301,24 +310,46 @@ void copy_window(const DataLoader& d, size_t start, size_t S, int* x, int* y) {
     y[s] = d.token(start + s + 1);
   }
 }
+// A Megatron sample's S + 1 tokens: the inputs and the one-later labels.
+void copy_sample(const std::vector<int32_t>& sample, size_t S, int* x, int* y) {
+  for (size_t s = 0; s < S; ++s) {
+    x[s] = sample[s];
+    y[s] = sample[s + 1];
+  }
+}
 }  // namespace
 
 void DataLoader::microbatch(int step, int micro, int dp_rank, int* tokens, int* targets) const {
   const size_t S = static_cast<size_t>(seq_length_);
-  for (int row = 0; row < micro_batch_; ++row)
-    copy_window(*this, sample_offset(sample_index(step, micro, dp_rank, row)), S,
-                tokens + row * S, targets + row * S);
+  std::vector<int32_t> sample(megatron_ ? S + 1 : 0);
+  for (int row = 0; row < micro_batch_; ++row) {
+    const uint64_t n = sample_index(step, micro, dp_rank, row);
+    if (megatron_) {
+      megatron_->train_sample(static_cast<int64_t>(n), sample.data());
+      copy_sample(sample, S, tokens + row * S, targets + row * S);
+    } else {
+      copy_window(*this, sample_offset(n), S, tokens + row * S, targets + row * S);
+    }
+  }
 }
 
 void DataLoader::valid_microbatch(int batch, int micro, int dp_rank, int* tokens,
                                   int* targets) const {
   const size_t S = static_cast<size_t>(seq_length_);
-  for (int row = 0; row < micro_batch_; ++row)  // batch j's samples: "step" j + 1's indices
-    copy_window(*this, valid_sample_offset(sample_index(batch + 1, micro, dp_rank, row)), S,
-                tokens + row * S, targets + row * S);
+  std::vector<int32_t> sample(megatron_ ? S + 1 : 0);
+  for (int row = 0; row < micro_batch_; ++row) {  // batch j's samples: "step" j + 1's indices
+    const uint64_t n = sample_index(batch + 1, micro, dp_rank, row);
+    if (megatron_) {
+      megatron_->valid_sample(static_cast<int64_t>(n), sample.data());
+      copy_sample(sample, S, tokens + row * S, targets + row * S);
+    } else {
+      copy_window(*this, valid_sample_offset(n), S, tokens + row * S, targets + row * S);
+    }
+  }
 }
 
 std::string DataLoader::describe() const {
+  if (megatron_) return megatron_->describe();
   std::string what = source_ == DataSource::SYNTHETIC
                          ? std::string("synthetic order-2 Markov corpus")
                          : std::string(data_source_name(source_)) + " " + path_;

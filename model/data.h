@@ -1,15 +1,17 @@
 // model/data.h: where the tokens come from, and which ones a rank trains on at each step.
 //
 // The one idea: the data position is the step number. Sample n of the whole run (n counts
-// rows of global batches: step 1 holds samples 0 .. G-1) starts at a token offset that is a
-// counter hash of (seed, n), so the microbatch any rank needs at any step is a pure function
-// of (seed, step, microbatch, dp rank) — no cursor to save, and a run resumed at step t
-// reads exactly what the uninterrupted run read. Data parallelism only changes which rows
-// a rank asks for:
+// rows of global batches: step 1 holds samples 0 .. G-1) is a pure function of (seed, n) —
+// a token offset that is a counter hash of them, or Megatron's sample n — so the microbatch
+// any rank needs at any step is a pure function of (seed, step, microbatch, dp rank): no
+// cursor to save, and a run resumed at step t reads exactly what the uninterrupted run read.
+// Data parallelism only changes which rows a rank asks for, as Megatron's
+// MegatronPretrainingSampler hands them out (each microbatch step takes the next B dp
+// samples, dp rank r the r-th B of them):
 //
-//   sample(step, micro, dp_rank, row) = (step-1) G + dp_rank (G/dp) + micro B + row
+//   sample(step, micro, dp_rank, row) = (step-1) G + micro (B dp) + dp_rank B + row
 //
-// so dp rank r's microbatch m is the single-rank run's microbatch r (G/dp)/B + m.
+// so dp rank r's microbatch m is the single-rank run's microbatch m dp + r.
 //
 // Validation (--eval-interval) reads a held-out region that training never touches: the
 // token stream is [0, T) for training and [T, T + V_n) for validation, and every window
@@ -27,7 +29,11 @@
 //    it: check_validation_split); with --split (Megatron's train,valid,test weights) the
 //    shares in that order (data_regions).
 //
-// Three sources:
+// Four sources:
+//  - Megatron's indexed datasets (--data-path PREFIX, blends, --train-data-path, ...) and
+//    its mock data (--mock-data): sample n of a split is megatron-core's GPTDataset /
+//    BlendedDataset sample n (model/megatron_data.h); validation reads the valid split's
+//    samples j G .. j G + G - 1 for batch j, the same every evaluation;
 //  - synthetic (no --data-path): a corpus generated in process from the seed, with enough
 //    structure for a small model's loss to fall far below ln(V) (see synthetic_corpus);
 //  - an llm.c token file: 256 int32 header (magic 20240520, version 1, token count), then
@@ -35,15 +41,18 @@
 //  - plain text: every byte is a token (vocab 256).
 // Files are memory-mapped read-only, so the ranks of one node share one copy.
 //
-// defines: InputError, DataError, DataSource, DataLoader, check_data_file, synthetic_corpus,
-//          kValidFraction, validation_tokens, DataRegions, data_regions, check_validation_split
+// defines: InputError, DataError, DataSource, DataSpec, DataLoader, check_data_file,
+//          synthetic_corpus, kValidFraction, validation_tokens, DataRegions, data_regions,
+//          check_validation_split
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 #include "model/config.h"
+#include "model/megatron_data.h"
 
 namespace paralab {
 
@@ -57,7 +66,17 @@ struct DataError : InputError {
   using InputError::InputError;
 };
 
-enum class DataSource { SYNTHETIC, LLMC, TEXT };
+enum class DataSource { SYNTHETIC, LLMC, TEXT, MEGATRON };
+
+// Where the tokens come from: one llm.c or text file (path), Megatron's indexed datasets or
+// mock data (megatron.any()), or neither (the synthetic corpus).
+struct DataSpec {
+  std::string path;
+  MegatronDataSpec megatron;
+  // What Megatron's splits are asked for: --train-iters x G (or --train-samples), and
+  // (--train-iters / --eval-interval + 1) x --eval-iters x G (0: no evaluation).
+  int64_t train_samples = 0, valid_samples = 0;
+};
 const char* data_source_name(DataSource s);
 
 // The llm.c token-file header: 256 int32, of which the first three are used.
@@ -102,9 +121,10 @@ std::vector<int32_t> synthetic_corpus(uint64_t seed, int vocab_size, size_t n_to
 
 class DataLoader {
  public:
-  // data_path empty: the synthetic corpus. global batch and dp must already be consistent
-  // (cli/flags_check.cpp checks G % (B dp) == 0). Throws DataError on a bad file.
-  DataLoader(const std::string& data_path, const ModelConfig& model, const TrainConfig& train,
+  // data: where the tokens come from (the synthetic corpus when it names nothing). global
+  // batch and dp must already be consistent (cli/ checks G % (B dp) == 0). Throws DataError
+  // on a bad file.
+  DataLoader(const DataSpec& data, const ModelConfig& model, const TrainConfig& train,
              int data_parallel);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -119,7 +139,8 @@ class DataLoader {
   int grad_accum_steps() const { return global_batch_ / (micro_batch_ * data_parallel_); }
   // The index of the sample in row `row` of that microbatch (formula at the top).
   uint64_t sample_index(int step, int micro, int dp_rank, int row) const;
-  // Where sample n starts in the token stream: hash(seed, n) mod (train_tokens - S).
+  // Where sample n starts in the token stream: hash(seed, n) mod (train_tokens - S)
+  // (not for Megatron's data, whose samples are its own).
   size_t sample_offset(uint64_t sample) const;
 
   // Validation batch `batch` (0-based, < --eval-iters), microbatch `micro`, dp rank
@@ -133,6 +154,7 @@ class DataLoader {
   size_t train_tokens() const { return train_tokens_; }  // [0, train_tokens)
   size_t valid_begin() const { return train_tokens_; }   // [valid_begin, num_tokens)
   size_t valid_tokens() const { return num_tokens_ - train_tokens_; }  // 0: no split
+  const MegatronData* megatron() const { return megatron_.get(); }  // null unless MEGATRON
   int32_t token(size_t i) const;
   // One line for the run header, e.g. "llm.c tokens data/tiny.bin (338.0k tokens)".
   std::string describe() const;
@@ -146,6 +168,7 @@ class DataLoader {
   std::vector<int32_t> synthetic_;   // SYNTHETIC
   const uint8_t* map_ = nullptr;     // LLMC, TEXT: the whole file, mapped read-only
   size_t map_bytes_ = 0;
+  std::unique_ptr<MegatronData> megatron_;  // MEGATRON
 };
 
 }  // namespace paralab

@@ -8,17 +8,19 @@
 set -euo pipefail
 
 # g++ and pkg-config build it (the Makefile asks pkg-config for the MPI and BLAS flags);
-# MPICH launches the ranks; CLI11 parses the flags; OpenBLAS is the CPU GEMM; GoogleTest
-# runs the tests; python3 runs the tests' and lessons' comparisons (standard library only);
-# python3-matplotlib draws scripts/plot's charts; Boost.Context runs the emulated device's
-# threads as fibers (make emulated: kernels/emulator/); binutils' addr2line names the source
-# lines in the emulator's reports.
-packages=(g++ make pkg-config mpich libmpich-dev libcli11-dev libopenblas-dev googletest
-          libgtest-dev python3 python3-matplotlib libboost-context-dev binutils)
+# MPICH launches the ranks; CLI11 parses the flags; nlohmann/json reads every JSON file
+# (checkpoint/json_document.h) and toml++ the --config files (cli/flags_toml.cpp); OpenBLAS is
+# the CPU GEMM; GoogleTest runs the tests; python3 runs the tests' and lessons' comparisons
+# (standard library only); python3-matplotlib draws scripts/plot's charts; Boost.Context runs
+# the emulated device's threads as fibers (make emulated: kernels/emulator/); binutils'
+# addr2line names the source lines in the emulator's reports.
+packages=(g++ make pkg-config mpich libmpich-dev libcli11-dev nlohmann-json3-dev
+          libtomlplusplus-dev libopenblas-dev googletest libgtest-dev python3 python3-matplotlib
+          libboost-context-dev binutils)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup.sh: not a Debian/Ubuntu system; install g++, pkg-config, MPICH, CLI11," \
-       "OpenBLAS and GoogleTest yourself" >&2
+       "nlohmann/json, toml++, OpenBLAS and GoogleTest yourself" >&2
   exit 0
 fi
 

@@ -238,7 +238,7 @@ bad "norm epsilon"            "--norm-epsilon must be > 0, got 0" --norm-epsilon
 # Config files.
 bad "missing config"          "--config"                --config "$tmp/none.toml"
 bad "unknown config key"      "--config $tmp/typo.toml:1: unknown key 'num-layerz'" --config "$tmp/typo.toml"
-bad "config syntax"           "--config $tmp/unterminated.toml:2: unterminated string \"gpt (the closing \" is missing)" \
+bad "config syntax"           "--config $tmp/unterminated.toml:2: Error while parsing string" \
                                                         --config "$tmp/unterminated.toml"
 bad "config type"             "--config $tmp/type.toml:1: num-layers must be an integer, got \"four\"" \
                                                         --config "$tmp/type.toml"
@@ -339,7 +339,7 @@ bad "nan check vs skipped"    "--check-for-nan-in-loss-and-grad (= --max-skipped
                                                         --check-for-nan-in-loss-and-grad --max-skipped-steps 5
 bad "timeout twice"           "--distributed-timeout-minutes 2 (120 s) conflicts with --collective-timeout 60" \
                                                         --distributed-timeout-minutes 2 --collective-timeout 60
-bad "mock data and a file"    "--mock-data (the synthetic corpus) conflicts with --data-path" \
+bad "mock data and a file"    "--mock-data conflicts with --data-path" \
                                                         --mock-data --data-path "$tmp/text.txt"
 bad "split syntax"            "--split must be up to three weights >= 0 like 949,50,1, got 90,x" --split 90,x
 bad "split, nothing to validate" "--eval-interval 5 with --split's validation share 0" --split 100,0,0 --eval-interval 5
@@ -357,7 +357,7 @@ bad "load-hf shared expert"   "--load-hf $tmp/hf: --moe-shared-expert-intermedia
 bad "load-hf missing"         "--load-hf $tmp/nohf: no such folder" --train-iters 1 --load-hf "$tmp/nohf"
 bad "load-hf not one"         "--load-hf $tmp/empty: no $tmp/empty/config.json" --train-iters 1 --load-hf "$tmp/empty"
 # --config files that are not TOML text; TOML's integers and a byte-order mark are read.
-bad "config is binary"        "--config /bin/ls: not a TOML text file (byte 0x" --config /bin/ls
+bad "config is binary"        "--config /bin/ls:1: Encountered invalid utf-8 sequence" --config /bin/ls
 printf '\xef\xbb\xbfnum-layers = 0x4\nhidden-size = 1_28\nseed = 0o17\n' >"$tmp/bom_hex.toml"
 if "$trainer" --config "$tmp/bom_hex.toml" --plan --json >"$tmp/stdout" 2>"$tmp/stderr" &&
    python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))["model"]; sys.exit(0 if (m["num_layers"], m["hidden_size"]) == (4, 128) else 1)' "$tmp/stdout"; then

@@ -7,12 +7,13 @@
 # benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
 # resharded, killed and refused, CPU offload), the instructors' tools (scripts/ablate,
 # scripts/plot), the Hugging Face exports against transformers, a Megatron-LM Llama script's
-# arguments as pasted (with TensorBoard's reader), the fuzzed file readers and every lesson's
+# arguments as pasted (with TensorBoard's reader), Megatron's indexed datasets against
+# megatron-core's samples, a Megatron-DeepSpeed launch line with its ds_config.json, the fuzzed file readers and every lesson's
 # check.
 # Takes the binaries `make binaries` links: ./trainer and build/{unit_tests,test_comm,
-# test_data_parallel,hf_logits}, whichever build they are; and the emulated device's
-# (make emulated: build/emulated/{emulator_tests,op_check,trainer,planted_driver}), whose
-# suites run the CUDA code on the CPU (kernels/emulator/README.md).
+# test_data_parallel,hf_logits,megatron_samples}, whichever build they are; and the emulated
+# device's (make emulated: build/emulated/{emulator_tests,op_check,trainer,planted_driver}),
+# whose suites run the CUDA code on the CPU (kernels/emulator/README.md).
 #
 #   bash tests/run_all.sh              everything (make test)
 #   bash tests/run_all.sh --mpi-only   the MPI suites (make mpi-test)
@@ -73,6 +74,8 @@ if [ "$mode" = all ]; then
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer
   run "a Megatron Llama script as pasted, TensorBoard" bash tests/scripts/megatron_llama.sh ./trainer
+  run "Megatron's datasets: megatron-core's samples" bash tests/scripts/megatron_data.sh build/megatron_samples
+  run "a Megatron-DeepSpeed launch line, ds_config.json" bash tests/scripts/megatron_deepspeed.sh ./trainer
   run "fuzzed readers (15 s, with clang++)" env FUZZ_SECONDS=15 bash tests/fuzz/run.sh
 fi
 if [ "$mode" = all ] || [ "$mode" = --lessons ]; then

@@ -39,6 +39,13 @@ struct Batch {
   bool operator==(const Batch& o) const { return tokens == o.tokens && targets == o.targets; }
 };
 
+// The data a --data-path of one file (or "" for the synthetic corpus) names.
+DataSpec from_file(const std::string& path) {
+  DataSpec d;
+  d.path = path;
+  return d;
+}
+
 Batch get(const DataLoader& d, int B, int S, int step, int micro, int rank) {
   Batch b{std::vector<int>(B * S), std::vector<int>(B * S)};
   d.microbatch(step, micro, rank, b.tokens.data(), b.targets.data());
@@ -80,7 +87,7 @@ std::vector<uint8_t> llmc_bytes(const std::vector<uint16_t>& tokens, int32_t mag
 
 std::string data_error(const std::string& path, int vocab, int seq) {
   try {
-    DataLoader d(path, model(seq, vocab), train(1, 1), 1);
+    DataLoader d(from_file(path), model(seq, vocab), train(1, 1), 1);
   } catch (const DataError& e) {
     std::string msg = e.what();
     // check_data_file, which cli/flags_check.cpp runs, must say the same.
@@ -97,8 +104,8 @@ std::string data_error(const std::string& path, int vocab, int seq) {
 
 TEST(Data, SyntheticIsDeterministicFromTheSeed) {
   const int B = 4, S = 16;
-  DataLoader a("", model(S, 256), train(B, 8), 1), b("", model(S, 256), train(B, 8), 1);
-  DataLoader c("", model(S, 256), train(B, 8, /*seed=*/99), 1);
+  DataLoader a(from_file(""), model(S, 256), train(B, 8), 1), b(from_file(""), model(S, 256), train(B, 8), 1);
+  DataLoader c(from_file(""), model(S, 256), train(B, 8, /*seed=*/99), 1);
   EXPECT_EQ(a.source(), DataSource::SYNTHETIC);
   EXPECT_TRUE(get(a, B, S, 3, 1, 0) == get(b, B, S, 3, 1, 0));
   EXPECT_FALSE(get(a, B, S, 3, 1, 0) == get(c, B, S, 3, 1, 0));
@@ -108,7 +115,7 @@ TEST(Data, SyntheticIsDeterministicFromTheSeed) {
 
 TEST(Data, TargetsAreInputsShiftedByOne) {
   const int B = 3, S = 32;
-  DataLoader d("", model(S, 256), train(B, B), 1);
+  DataLoader d(from_file(""), model(S, 256), train(B, B), 1);
   Batch x = get(d, B, S, 7, 0, 0);
   for (int row = 0; row < B; ++row) {
     size_t start = d.sample_offset(d.sample_index(7, 0, 0, row));
@@ -123,35 +130,37 @@ TEST(Data, TargetsAreInputsShiftedByOne) {
 }
 
 TEST(Data, SampleIndexFormula) {
-  DataLoader d("", model(8, 64), train(2, 16), 4);  // 16 = 2 microbatches x 2 rows x 4 ranks
+  DataLoader d(from_file(""), model(8, 64), train(2, 16), 4);  // 16 = 2 microbatches x 2 rows x 4 ranks
   EXPECT_EQ(d.grad_accum_steps(), 2);
   EXPECT_EQ(d.sample_index(1, 0, 0, 0), 0u);
-  EXPECT_EQ(d.sample_index(1, 1, 0, 1), 3u);
-  EXPECT_EQ(d.sample_index(1, 0, 3, 0), 12u);
-  EXPECT_EQ(d.sample_index(3, 1, 2, 1), 2u * 16 + 2 * 4 + 2 + 1);
+  // Megatron's sampler: each microbatch step the next B dp samples, rank r the r-th B
+  EXPECT_EQ(d.sample_index(1, 1, 0, 1), 1u * 2 * 4 + 1);
+  EXPECT_EQ(d.sample_index(1, 0, 3, 0), 3u * 2);
+  EXPECT_EQ(d.sample_index(3, 1, 2, 1), 2u * 16 + 1 * 8 + 2 * 2 + 1);
 }
 
-// dp rank r's microbatch m is the single-rank run's microbatch r (G/dp)/B + m: the dp ranks
-// together read exactly the global batch the single rank reads, in the same order.
+// dp rank r's microbatch m is the single-rank run's microbatch m dp + r (Megatron's
+// MegatronPretrainingSampler): the dp ranks together read exactly the global batch the single
+// rank reads.
 TEST(Data, DataParallelSlicesTheSingleRankGlobalBatch) {
   const int B = 2, S = 16, G = 16;
-  DataLoader single("", model(S, 256), train(B, G), 1);
+  DataLoader single(from_file(""), model(S, 256), train(B, G), 1);
   ASSERT_EQ(single.grad_accum_steps(), 8);
   for (int dp : {2, 4, 8}) {
-    DataLoader sliced("", model(S, 256), train(B, G), dp);
+    DataLoader sliced(from_file(""), model(S, 256), train(B, G), dp);
     ASSERT_EQ(sliced.grad_accum_steps(), G / (B * dp));
     for (int step : {1, 2, 5})
       for (int r = 0; r < dp; ++r)
         for (int m = 0; m < sliced.grad_accum_steps(); ++m)
           EXPECT_TRUE(get(sliced, B, S, step, m, r) ==
-                      get(single, B, S, step, r * (G / dp) / B + m, 0))
+                      get(single, B, S, step, m * dp + r, 0))
               << "dp " << dp << " step " << step << " rank " << r << " micro " << m;
   }
 }
 
 TEST(Data, GlobalBatchDefaultsToMicroBatchTimesDp) {
   TrainConfig t = train(2, 0);
-  DataLoader d("", model(8, 64), t, 3);
+  DataLoader d(from_file(""), model(8, 64), t, 3);
   EXPECT_EQ(d.grad_accum_steps(), 1);
   EXPECT_EQ(d.sample_index(2, 0, 2, 1), 6u + 4 + 1);
 }
@@ -182,7 +191,7 @@ TEST(Data, SyntheticCorpusHasLearnableStructure) {
 
 TEST(Data, SyntheticWorksForLargeAndTinyVocabularies) {
   for (int V : {2, 7, 50257}) {
-    DataLoader d("", model(16, V), train(2, 2), 1);
+    DataLoader d(from_file(""), model(16, V), train(2, 2), 1);
     Batch b = get(d, 2, 16, 1, 0, 0);
     for (int t : b.tokens) {
       EXPECT_GE(t, 0);
@@ -196,7 +205,7 @@ TEST(Data, ReadsLlmcTokenFiles) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7) % 300);
   std::vector<uint8_t> bytes = llmc_bytes(tokens);
   TempFile f(".bin", bytes.data(), bytes.size());
-  DataLoader d(f.path(), model(16, 300), train(2, 2), 1);
+  DataLoader d(from_file(f.path()), model(16, 300), train(2, 2), 1);
   EXPECT_EQ(d.source(), DataSource::LLMC);
   EXPECT_EQ(d.num_tokens(), tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(d.token(i), tokens[i]);
@@ -207,7 +216,7 @@ TEST(Data, ReadsLlmcTokenFiles) {
   EXPECT_NE(d.describe().find("llm.c"), std::string::npos);
   // The magic, not the name, is what makes an llm.c file.
   TempFile g(".dat", bytes.data(), bytes.size());
-  EXPECT_EQ(DataLoader(g.path(), model(16, 300), train(2, 2), 1).source(), DataSource::LLMC);
+  EXPECT_EQ(DataLoader(from_file(g.path()), model(16, 300), train(2, 2), 1).source(), DataSource::LLMC);
 }
 
 TEST(Data, ReadsPlainTextAsBytes) {
@@ -215,7 +224,7 @@ TEST(Data, ReadsPlainTextAsBytes) {
   for (int i = 0; i < 40; ++i) text += "To be, or not to be: that is the question. ";
   text += "\xc3\xa9";  // UTF-8 bytes above 127 are tokens too
   TempFile f(text);
-  DataLoader d(f.path(), model(32, 256), train(1, 1), 1);
+  DataLoader d(from_file(f.path()), model(32, 256), train(1, 1), 1);
   EXPECT_EQ(d.source(), DataSource::TEXT);
   EXPECT_EQ(d.num_tokens(), text.size());
   for (size_t i = 0; i < text.size(); ++i)
@@ -293,7 +302,7 @@ TEST(Data, EveryBadFileSaysWhichAndWhy) {
 
 TEST(Data, ErrorsAreInputErrors) {
   try {
-    DataLoader d("/nonexistent", model(16, 256), train(1, 1), 1);
+    DataLoader d(from_file("/nonexistent"), model(16, 256), train(1, 1), 1);
     FAIL();
   } catch (const InputError&) {
     SUCCEED();
@@ -326,7 +335,7 @@ void expect_disjoint_windows(const DataLoader& d, int S, uint64_t samples) {
 
 TEST(Data, ValidationSplitIsHeldOut) {
   const int S = 16, B = 4, G = 8;
-  DataLoader d("", model(S, 256), train(B, G), 1);
+  DataLoader d(from_file(""), model(S, 256), train(B, G), 1);
   expect_disjoint_windows(d, S, 200000);
   // The training corpus is what it was without a split (the chain continues past it), so
   // enabling evaluation changes nothing training reads.
@@ -346,22 +355,22 @@ TEST(Data, ValidationSplitIsHeldOut) {
   EXPECT_FALSE(v == get(d, B, S, 3, 1, 0));
 }
 
-// dp rank r's validation microbatch m is the single rank's microbatch r (G/dp)/B + m, as in
+// dp rank r's validation microbatch m is the single rank's microbatch m dp + r, as in
 // training: every layout evaluates the same samples.
 TEST(Data, ValidationBatchesSliceLikeTraining) {
   const int B = 2, S = 16, G = 16;
-  DataLoader single("", model(S, 256), train(B, G), 1);
+  DataLoader single(from_file(""), model(S, 256), train(B, G), 1);
   auto valid = [&](const DataLoader& d, int j, int m, int r) {
     Batch b{std::vector<int>(B * S), std::vector<int>(B * S)};
     d.valid_microbatch(j, m, r, b.tokens.data(), b.targets.data());
     return b;
   };
   for (int dp : {2, 4, 8}) {
-    DataLoader sliced("", model(S, 256), train(B, G), dp);
+    DataLoader sliced(from_file(""), model(S, 256), train(B, G), dp);
     for (int j : {0, 3})
       for (int r = 0; r < dp; ++r)
         for (int m = 0; m < sliced.grad_accum_steps(); ++m)
-          EXPECT_TRUE(valid(sliced, j, m, r) == valid(single, j, r * (G / dp) / B + m, 0))
+          EXPECT_TRUE(valid(sliced, j, m, r) == valid(single, j, m * dp + r, 0))
               << "dp " << dp << " batch " << j << " rank " << r << " micro " << m;
   }
   EXPECT_FALSE(valid(single, 0, 0, 0) == valid(single, 1, 0, 0));
@@ -377,7 +386,7 @@ TEST(Data, FileValidationIsItsTail) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7) % 300);
   std::vector<uint8_t> bytes = llmc_bytes(tokens);
   TempFile f(".bin", bytes.data(), bytes.size());
-  DataLoader d(f.path(), model(16, 300), train(2, 2), 1);
+  DataLoader d(from_file(f.path()), model(16, 300), train(2, 2), 1);
   EXPECT_EQ(d.train_tokens(), 900u);
   EXPECT_EQ(d.valid_tokens(), 100u);
   expect_disjoint_windows(d, 16, 20000);
@@ -385,7 +394,7 @@ TEST(Data, FileValidationIsItsTail) {
   EXPECT_NE(d.describe().find("validation the last 100"), std::string::npos) << d.describe();
   // too short to split: training keeps the whole file, and --eval-interval refuses it
   TempFile text(std::string(33, 'a'));
-  DataLoader t(text.path(), model(16, 256), train(1, 1), 1);
+  DataLoader t(from_file(text.path()), model(16, 256), train(1, 1), 1);
   EXPECT_EQ(t.train_tokens(), 33u);
   EXPECT_EQ(t.valid_tokens(), 0u);
   try {

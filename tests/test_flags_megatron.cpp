@@ -10,6 +10,7 @@
 namespace paralab {
 namespace {
 
+using flags_test::TempFile;
 using flags_test::error_of;
 using flags_test::parse;
 
@@ -60,12 +61,73 @@ TEST(FlagsMegatron, SamplesBecomeSteps) {
 
 TEST(FlagsMegatron, NoEffectFlagsAreNamedOnOneWarning) {
   const Options o = parse({"--use-mcore-models", "--attention-backend", "fused",
-                           "--tokenizer-type", "NullTokenizer"});
+                           "--no-mmap-bin-files"});
   ASSERT_EQ(o.warnings.size(), 1u);
   EXPECT_EQ(o.warnings[0],
             "Megatron flags with no effect in paralab: --use-mcore-models (one model "
-            "implementation), --attention-backend (--attention flash|naive), --tokenizer-type "
-            "(token ids are read as they are, no tokenizer)");
+            "implementation), --attention-backend (--attention flash|naive), --no-mmap-bin-files "
+            "(data files are memory-mapped)");
+}
+
+// The tokenizer fixes the vocabulary where its file counts it (cli/flags_data.cpp).
+TEST(FlagsMegatron, TheTokenizerFixesTheVocabulary) {
+  // NullTokenizer: --vocab-size tokens and its end-of-document token
+  EXPECT_EQ(parse({"--tokenizer-type", "NullTokenizer", "--vocab-size", "100"}).model.vocab_size,
+            101);
+  EXPECT_EQ(error_of({"--tokenizer-type", "NullTokenizer"}),
+            "--tokenizer-type NullTokenizer needs --vocab-size");
+  TempFile vocab(R"({"a": 0, "b": 1, "c": 2, "<|endoftext|>": 3})", ".json");
+  EXPECT_EQ(parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab.path()})
+                .model.vocab_size, 4);
+  EXPECT_EQ(error_of({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab.path(),
+                      "--vocab-size", "8"}),
+            "--vocab-size (8) is not the tokenizer's vocabulary, 4 from --vocab-file " +
+                vocab.path() + " (Megatron takes the tokenizer's)");
+  TempFile hf(R"({"model": {"type": "BPE", "vocab": {"x": 0, "y": 1}},
+                  "added_tokens": [{"id": 2, "content": "<s>"}, {"id": 1, "content": "y"}]})",
+              ".json");
+  EXPECT_EQ(parse({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf.path()})
+                .model.vocab_size, 3);
+  EXPECT_EQ(error_of({"--arch", "llama", "--tokenizer-type", "Llama2Tokenizer",
+                      "--tokenizer-model", "t.model"}),
+            "--tokenizer-type Llama2Tokenizer: paralab reads token ids and does not load the "
+            "tokenizer, so it cannot count its vocabulary (t.model is no tokenizer.json): give "
+            "--vocab-size");
+  EXPECT_EQ(parse({"--arch", "llama", "--tokenizer-type", "Llama2Tokenizer", "--vocab-size",
+                   "320"}).model.vocab_size, 320);
+}
+
+// Launch scripts as users paste them (issue 37): Megatron's defaults and names.
+TEST(FlagsMegatron, LaunchScriptsAsPasted) {
+  // a Llama tokenizer without family flags asks for the family by name
+  EXPECT_EQ(error_of({"--tokenizer-type", "Llama2Tokenizer", "--vocab-size", "320"}),
+            "--tokenizer-type Llama2Tokenizer names a Llama model, but no --arch nor Llama's parts "
+            "(--swiglu, --normalization RMSNorm, ...) are given (Megatron's pretrain_llama.py "
+            "sets them): give --arch llama, or --arch gpt for a GPT");
+  // Megatron's SwiGLU width, int(8h/3/64) x 64 (arguments.py); gpt keeps 4h
+  EXPECT_EQ(parse({"--arch", "llama", "--hidden-size", "8192", "--num-attention-heads", "64"})
+                .model.ffn_hidden_size, 21824);
+  EXPECT_EQ(parse({"--arch", "llama", "--hidden-size", "128"}).model.ffn_hidden_size, 320);
+  EXPECT_EQ(parse({"--hidden-size", "128"}).model.ffn_hidden_size, 512);
+  EXPECT_EQ(error_of({"--arch", "llama", "--hidden-size", "16", "--num-attention-heads", "2"}),
+            "--arch llama with --hidden-size 16: Megatron's SwiGLU width int(8h/3/64) x 64 is 0; "
+            "give --ffn-hidden-size");
+  // an alias table beside the edit distance
+  EXPECT_EQ(error_of({"--num-groups", "2"}),
+            "unknown flag or argument: --num-groups 2 (use --num-query-groups)");
+  EXPECT_EQ(error_of({"--fp16"}),
+            "unknown flag or argument: --fp16 (use --bf16 (fp16 training is not built yet))");
+  // whole numbers written as floats, conflicting ZeRO flags
+  EXPECT_EQ(parse({"--ddp-bucket-size", "2e9"}).ddp_bucket_size, 2000000000);
+  EXPECT_EQ(error_of({"--ddp-bucket-size", "2.5"}), "--ddp-bucket-size must be an integer, got 2.5");
+  EXPECT_EQ(error_of({"--use-distributed-optimizer", "--zero-stage", "0"}),
+            "--use-distributed-optimizer (ZeRO-1) conflicts with --zero-stage 0: give one");
+  // accepted, their no-effect named
+  const Options o = parse({"--data-impl", "mmap", "--use-flash-attn-v2", "--initial-loss-scale",
+                           "65536"});
+  ASSERT_EQ(o.warnings.size(), 1u);
+  EXPECT_NE(o.warnings[0].find("--data-impl (indexed datasets are read memory-mapped"),
+            std::string::npos) << o.warnings[0];
 }
 
 TEST(FlagsMegatron, DidYouMean) {

@@ -482,8 +482,8 @@ TEST(FlagsMoe, TomlKeys) {
        "1: moe-layer-freq must be an integer or a quoted string, got true"},
       {"num-experts = \"8\"\n", "1: num-experts must be an integer, got \"8\""},
       {"moe-grouped-gemm = 1\n", "1: moe-grouped-gemm must be true or false, got 1"},
-      {"moe-router-score-function = sigmoid\n",
-       "1: moe-router-score-function must be a quoted string, got sigmoid"},
+      {"moe-router-score-function = 2\n",
+       "1: moe-router-score-function must be a quoted string, got 2"},
       {"moe-aux-loss-coeff = \"0.01\"\n", "1: moe-aux-loss-coeff must be a number, got \"0.01\""},
   };
   for (const auto& [text, message] : bad) {

@@ -22,7 +22,7 @@
 #include <vector>
 #include "kernels/math.h"  // mix64, to_bf16, to_float
 #include "checkpoint/hugging_face.h"
-#include "checkpoint/json_reader.h"
+#include "checkpoint/json_document.h"
 #include "model/param_table.h"
 
 namespace paralab {
@@ -298,12 +298,12 @@ TEST(HuggingFace, ConfigJsonCarriesTheFlagsNumbers) {
   export_hugging_face(g.path(), gpt(), random_tensors(gpt()));
   const std::string gtext = read_text(g.path() + "/config.json");
   EXPECT_NE(gtext.find("\"layer_norm_epsilon\": 1e-05,"), std::string::npos) << gtext;
-  const JsonValue gc = parse_json(gtext);
-  EXPECT_EQ(gc.at("activation_function").as_string(), "gelu");
-  EXPECT_EQ(gc.at("n_positions").as_int(), 8);
-  EXPECT_EQ(gc.at("n_inner").as_int(), 64);
-  EXPECT_TRUE(gc.at("tie_word_embeddings").as_bool());
-  EXPECT_EQ(gc.at("architectures").as_array().at(0).as_string(), "GPT2LMHeadModel");
+  const Json gc = JsonDocument(gtext).root();
+  EXPECT_EQ(gc.at("activation_function").get<std::string>(), "gelu");
+  EXPECT_EQ(json_int(gc.at("n_positions")), 8);
+  EXPECT_EQ(json_int(gc.at("n_inner")), 64);
+  EXPECT_TRUE(gc.at("tie_word_embeddings").get<bool>());
+  EXPECT_EQ(gc.at("architectures").at(0).get<std::string>(), "GPT2LMHeadModel");
 
   ModelConfig m = qwen3_moe();
   m.rope_theta = 500000.0f;
@@ -313,23 +313,23 @@ TEST(HuggingFace, ConfigJsonCarriesTheFlagsNumbers) {
   // a float field is never written as an integer: transformers' config classes refuse that
   EXPECT_NE(qtext.find("\"router_aux_loss_coef\": 0.0,"), std::string::npos) << qtext;
   EXPECT_NE(qtext.find("\"rms_norm_eps\": 1e-05,"), std::string::npos) << qtext;
-  const JsonValue qc = parse_json(qtext);
-  EXPECT_EQ(qc.at("model_type").as_string(), "qwen3_moe");
-  EXPECT_EQ(qc.at("rope_parameters").at("rope_theta").as_double(), 500000.0);
-  EXPECT_EQ(qc.at("rope_parameters").at("rope_type").as_string(), "default");
-  EXPECT_EQ(qc.at("rope_theta").as_double(), 500000.0);
-  EXPECT_EQ(qc.at("hidden_act").as_string(), "silu");
-  EXPECT_EQ(qc.at("num_key_value_heads").as_int(), 2);
-  EXPECT_EQ(qc.at("head_dim").as_int(), 4);
-  EXPECT_EQ(qc.at("intermediate_size").as_int(), 24);
-  EXPECT_EQ(qc.at("moe_intermediate_size").as_int(), 8);
-  EXPECT_EQ(qc.at("num_experts").as_int(), 4);
-  EXPECT_EQ(qc.at("num_experts_per_tok").as_int(), 2);
-  EXPECT_TRUE(qc.at("norm_topk_prob").as_bool());  // top-k, then softmax over the k
-  ASSERT_EQ(qc.at("mlp_only_layers").as_array().size(), 1u);
-  EXPECT_EQ(qc.at("mlp_only_layers").as_array()[0].as_int(), 1);
-  EXPECT_FALSE(qc.at("tie_word_embeddings").as_bool());
-  EXPECT_EQ(qc.at("max_position_embeddings").as_int(), 8);
+  const Json qc = JsonDocument(qtext).root();
+  EXPECT_EQ(qc.at("model_type").get<std::string>(), "qwen3_moe");
+  EXPECT_EQ(qc.at("rope_parameters").at("rope_theta").get<double>(), 500000.0);
+  EXPECT_EQ(qc.at("rope_parameters").at("rope_type").get<std::string>(), "default");
+  EXPECT_EQ(qc.at("rope_theta").get<double>(), 500000.0);
+  EXPECT_EQ(qc.at("hidden_act").get<std::string>(), "silu");
+  EXPECT_EQ(json_int(qc.at("num_key_value_heads")), 2);
+  EXPECT_EQ(json_int(qc.at("head_dim")), 4);
+  EXPECT_EQ(json_int(qc.at("intermediate_size")), 24);
+  EXPECT_EQ(json_int(qc.at("moe_intermediate_size")), 8);
+  EXPECT_EQ(json_int(qc.at("num_experts")), 4);
+  EXPECT_EQ(json_int(qc.at("num_experts_per_tok")), 2);
+  EXPECT_TRUE(qc.at("norm_topk_prob").get<bool>());  // top-k, then softmax over the k
+  ASSERT_EQ(qc.at("mlp_only_layers").size(), 1u);
+  EXPECT_EQ(json_int(qc.at("mlp_only_layers")[0]), 1);
+  EXPECT_FALSE(qc.at("tie_word_embeddings").get<bool>());
+  EXPECT_EQ(json_int(qc.at("max_position_embeddings")), 8);
 }
 
 TEST(HuggingFace, ConfigCheckNamesTheKeyTheValuesAndTheFlag) {
@@ -461,8 +461,8 @@ TEST(HuggingFace, ShardsAndTheirIndexCoverEveryTensor) {
   EXPECT_EQ(e.files[n - 1], last);
   EXPECT_EQ(dir.files().count("model.safetensors"), 0u) << "a stale single file would win";
 
-  const JsonValue index = parse_json(read_text(dir.path() + "/model.safetensors.index.json"));
-  EXPECT_EQ((uint64_t)index.at("metadata").at("total_size").as_int(), e.payload_bytes);
+  const Json index = JsonDocument(read_text(dir.path() + "/model.safetensors.index.json")).root();
+  EXPECT_EQ((uint64_t)json_int(index.at("metadata").at("total_size")), e.payload_bytes);
   std::set<std::string> in_files;
   uint64_t largest = 0;
   for (size_t s = 0; s < n; ++s) {
@@ -471,12 +471,12 @@ TEST(HuggingFace, ShardsAndTheirIndexCoverEveryTensor) {
     for (const SafeTensor& st : r.header().tensors) {
       in_files.insert(st.name);
       bytes += st.end - st.begin;
-      EXPECT_EQ(index.at("weight_map").at(st.name).as_string(), e.files[s]) << st.name;
+      EXPECT_EQ(index.at("weight_map").at(st.name).get<std::string>(), e.files[s]) << st.name;
     }
     if (r.header().tensors.size() > 1) largest = std::max(largest, bytes);
   }
   EXPECT_LE(largest, 4096u) << "a shard of several tensors stays within max_shard_bytes";
-  EXPECT_EQ(index.at("weight_map").members().size(), in_files.size());
+  EXPECT_EQ(index.at("weight_map").size(), in_files.size());
   EXPECT_TRUE(bitwise_equal(import_hugging_face(dir.path(), m), t));
   // and back to one file: the index goes
   export_hugging_face(dir.path(), m, t);

@@ -276,7 +276,8 @@ TEST(SafetensorsRules, HeaderStartsWithABrace) {
 
 TEST(SafetensorsRules, HeaderIsStrictJson) {
   expect_refused(file_of("{\"a\":}", ""),
-                 "the header (from file byte 8) is not strict JSON: byte 5: expected a value");
+                 "the header (from file byte 8) is not strict JSON: line 1, column 6: syntax "
+                 "error while parsing value - unexpected '}'");
   expect_refused(file_of("{}x", ""), "not strict JSON");
   expect_refused(file_of("{\"a\":{},}", ""), "not strict JSON");
   // padding with spaces is the format's own; the reader accepts it
@@ -350,7 +351,7 @@ TEST(SafetensorsRules, SizeOverflowIsCaught) {
 
 TEST(SafetensorsRules, NamesUniqueAndNotEmpty) {
   const std::string e = entry("F32", "[2]", "[0,8]");
-  expect_refused(file_of("{\"a\":" + e + ",\"a\":" + e + "}", kBuffer8), "duplicate key \"a\"");
+  expect_refused(file_of("{\"a\":" + e + ",\"a\":" + e + "}", kBuffer8), "the key \"a\" is given twice");
   expect_refused(file_of("{\"\":" + e + "}", kBuffer8), "a tensor has an empty name");
 }
 

@@ -15,12 +15,13 @@ mkdir -p "$out"
 
 # the target's name -> its sources (the target file first)
 declare -A sources=(
-  [fuzz_json]="tests/fuzz/fuzz_json.cpp checkpoint/json_reader.cpp"
-  [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cpp checkpoint/safetensors.cpp checkpoint/json_reader.cpp checkpoint/file_io.cpp"
-  [fuzz_token_file]="tests/fuzz/fuzz_token_file.cpp model/data.cpp"
-  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/json_reader.cpp model/param_table.cpp parallel/pipeline_schedule.cpp parallel/pipeline_generators.cpp parallel/pipeline_simulation.cpp"
+  [fuzz_json]="tests/fuzz/fuzz_json.cpp checkpoint/json_document.cpp"
+  [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cpp checkpoint/safetensors.cpp checkpoint/json_document.cpp checkpoint/file_io.cpp"
+  [fuzz_token_file]="tests/fuzz/fuzz_token_file.cpp model/data.cpp model/megatron_data.cpp model/gpt_dataset.cpp model/indexed_dataset.cpp model/numpy_random.cpp"
+  [fuzz_indexed_dataset]="tests/fuzz/fuzz_indexed_dataset.cpp model/indexed_dataset.cpp"
+  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/json_document.cpp model/param_table.cpp parallel/pipeline_schedule.cpp parallel/pipeline_generators.cpp parallel/pipeline_simulation.cpp"
 )
-targets=(fuzz_json fuzz_safetensors fuzz_token_file fuzz_manifest)
+targets=(fuzz_json fuzz_safetensors fuzz_token_file fuzz_indexed_dataset fuzz_manifest)
 
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' \
   > "$out/probe.cpp"
@@ -76,6 +77,12 @@ seed() {
           cp "$out/manifest_seed/ckpt/iter_0000001/manifest.json" "$dir/seed_tiny"
       fi
       printf '%s' '{"format": "paralab checkpoint", "version": 1}' > "$dir/seed_partial"
+      ;;
+    fuzz_indexed_dataset)
+      # two sequences (3 tokens, 1 token) in two documents, uint16: the .idx's length, the
+      # .idx (magic, version 1, dtype 8, S 2, D 3, lengths, pointers, bounds), the .bin
+      { le 82 2; printf 'MMIDIDX\0\0'; le 1; printf '\x08'; le 2; le 3; le 3 4; le 1 4
+        le 0; le 6; le 0; le 1; le 2; le 7 2; le 8 2; le 9 2; le 999 2; } > "$dir/seed_two"
       ;;
     fuzz_token_file)
       llmc_file 1 2 3 4 5 6 7 8 9 10 11 12 255 > "$dir/seed_llmc"

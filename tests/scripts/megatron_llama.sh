@@ -8,7 +8,8 @@
 # trainer runs them as they are (cli/flags_megatron.cpp) and this test holds it to Megatron's
 # meanings:
 #   - it exits 0 and warns once, naming the flags that have no effect here (Transformer
-#     Engine, kernel fusions, the tokenizer, Weights & Biases, extra logging);
+#     Engine, kernel fusions, Weights & Biases, extra logging); its tokenizer.json fixes the
+#     vocabulary (256);
 #   - Megatron's Llama parts (--swiglu, --normalization RMSNorm, rope, untied output,
 #     no biases) choose --arch llama, --group-query-attention --num-query-groups 2 is GQA;
 #   - its losses are bitwise those of the same run spelt with paralab's own flags (--arch
@@ -38,6 +39,16 @@ random.seed(1)
 tokens = [random.randrange(256) if i % 3 else (i * 7) % 256 for i in range(20000)]
 header = struct.pack("<3i", 20240520, 1, len(tokens)) + b"\0" * (1024 - 12)
 open(sys.argv[1], "wb").write(header + struct.pack(f"<{len(tokens)}H", *tokens))
+EOF
+
+# The script's HuggingFaceTokenizer: a tokenizer.json of 256 tokens, which fixes the
+# vocabulary (paralab reads token ids; it counts the tokenizer's vocabulary, nothing more).
+mkdir -p "$work/tokenizer"
+python3 - "$work/tokenizer/tokenizer.json" <<'EOF'
+import json, sys
+vocab = {f"<0x{i:02X}>": i for i in range(256)}
+json.dump({"version": "1.0", "added_tokens": [], "model": {"type": "BPE", "vocab": vocab,
+           "merges": []}}, open(sys.argv[1], "w"))
 EOF
 
 CHECKPOINT_PATH=$work/checkpoints
@@ -127,8 +138,8 @@ if [ "$status" = 0 ] && [ "$(wc -l < "$work/megatron.err")" = 1 ] && grep -q "^$
 else
   flunk "the script's arguments: exit $status"; head -3 "$work/megatron.err"; tail -3 "$work/megatron.log"
 fi
-for flag in --attention-backend --transformer-impl --no-masked-softmax-fusion --attention-softmax-in-fp32 --tokenizer-type \
-            --tokenizer-model --wandb-project --wandb-exp-name --wandb-save-dir --log-params-norm \
+for flag in --attention-backend --transformer-impl --no-masked-softmax-fusion --attention-softmax-in-fp32 \
+            --wandb-project --wandb-exp-name --wandb-save-dir --log-params-norm \
             --log-num-zeros-in-grad --log-timers-to-tensorboard; do
   grep -q -- "$flag (" "$work/megatron.err" || flunk "the warning does not name $flag"
 done

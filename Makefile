@@ -122,6 +122,7 @@ mpi-test: setup
 
 lessons: setup
 	+@$(SUBMAKE) trainer
+	+@$(SUBMAKE) EMULATED=1 build/emulated/op_check
 	bash tests/run_all.sh --lessons
 
 lint:

@@ -1,7 +1,7 @@
 // kernels/cuda/flash_mma_tiles.h: the tile geometry and bookkeeping of the tensor-core flash
 // attention kernels (kernels/cuda/flash_mma_forward.cu, flash_mma_backward.cu). Plain C++
-// (HD), so that tests/test_flash_mma_layout.cpp emulates the kernels' warps on the CPU with the
-// same tile sizes, masks and tile ranges the GPU uses.
+// (HD), so that the CPU tests (tests/test_flash_mma_layout.cpp, tests/emulator/) read the same
+// tile sizes and padding the GPU uses.
 //
 //   kernel      block owns                 streams                  warp owns
 //   forward     128 query rows (8 warps)   64-key K, V tiles        16 query rows

@@ -1,8 +1,8 @@
 // kernels/cuda/mma_layout.h: where the elements of a tensor-core tile sit among a warp's 32
 // lanes, for mma.sync.aligned.m16n8k16 on 16-bit inputs (bf16) with fp32 accumulators, and
 // which shared-memory row each lane hands ldmatrix. Plain C++ (HD constexpr), so the same
-// functions serve the CUDA kernels (kernels/cuda/flash_mma_*.cu) and the CPU test that
-// emulates a warp's tile products with them (tests/test_flash_mma_layout.cpp).
+// functions serve the CUDA kernels (kernels/cuda/flash_mma_*.cu) and the CPU tests that hold
+// them to the ISA's tables (tests/test_flash_mma_layout.cpp, tests/emulator/test_ptx.cpp).
 //
 // Source: PTX ISA (CUDA 12/13), section "Matrix Fragments for mma.m16n8k16 with floating point
 // type" (9.7.14.5.8 in PTX ISA 8.x) and "Warp-level matrix load instruction: ldmatrix"

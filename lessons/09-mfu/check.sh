@@ -7,7 +7,9 @@
 # model FLOPs exactly. Part 3 trains lessons/09-mfu/model.toml for 2 steps with and without
 # full recompute and checks the measured HFU/MFU against the plan. Part 4 projects
 # Qwen3-30B-A3B at S = 49152 on 40 H20 under three layouts (the time model) and turns the
-# course's 8-10% MFU into tokens/s under each FLOP convention.
+# course's 8-10% MFU into tokens/s under each FLOP convention. Part 5 runs the tensor-core flash
+# attention on the emulated CUDA device (build/emulated/op_check, make emulated): the lane map
+# of one tile, and GPT-2 124M's attention in the kernel table (FLOPs run, the roofline).
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 export OPENBLAS_NUM_THREADS=1
@@ -59,6 +61,13 @@ for conv in full causal; do
 done
 plan h20_zero3_overlap "${h20[@]}" --zero-stage 3 --overlap-grad-reduce
 plan h20_zero3_norecompute "${h20_base[@]}" --zero-stage 3
+
+# Part 5: GPT-2 124M's attention in the tensor-core flash kernels, on the emulated CUDA device
+op_check=build/emulated/op_check
+[ -x "$op_check" ] || give_up "part 5 needs $op_check: build it with make emulated (kernels/emulator/README.md)"
+"$op_check" --lane-map > "$work/lane_map.log" 2>&1 || fail_run lane_map
+"$op_check" --kernel-table --seq 1024 --head-dim 64 --heads 96 > "$work/kernel_table.log" 2>&1 ||
+  fail_run kernel_table
 
 python3 - "$work" <<'EOF'
 import json, os, sys
@@ -299,5 +308,70 @@ for lay in ("zero3", "ep8", "pp4"):
            f"{tok * conv['Megatron'] / (P * n):.1%} (Megatron), HFU {tf['hfu']:.1%}; exposed "
            + ", ".join(f"{k} {v:.2f} s" for k, v in groups.items() if v >= 0.005)
            + f"; bubble {tf['bubble_s']:.1f} s ({tf['bubble_s'] / tf['step_s']:.0%})")
+print("# 5. GPT-2 124M's attention in the tensor-core flash kernels (the emulated device)")
+import math, re, tomllib
+lane_map = open(os.path.join(work, "lane_map.log")).read()
+tables, name = {}, None
+for line in lane_map.splitlines():
+    if re.match(r"^(S|P|O) ", line):
+        name = line[0]
+        tables[name] = []
+    elif name and line.startswith("row"):
+        tables[name].append([int(x) for x in line.split()[2:]])
+want = [[4 * (r % 8) + (c % 8) // 2 for c in range(16)] for r in range(16)]
+check("lane map: S, P and O, 16 x 16 each, lane = 4 (r mod 8) + (c mod 8) / 2 for every element",
+      [tables.get(t) == want for t in "SPO"], [True] * 3)
+err = float(re.search(r"P V to ([0-9.e+-]+) \(relative\)", lane_map).group(1))
+check(f"lane map: the kernel's S, P, O equal the host's to {err:.1e} (< 1e-5), its lanes agreeing",
+      ("holds S(r, c), P(r, c) and O(r, c), lane 4 (r mod 8) + (c mod 8) / 2: yes" in lane_map, err < 1e-5),
+      (True, True))
+
+table = open(os.path.join(work, "kernel_table.log")).read()
+row_re = re.compile(r"^flash_mma::(\w+)<64>\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) (\w+)\s+([0-9.]+)"
+                    r"\s+([0-9.]+) \(([0-9.]+)\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(.+)$")
+k = {}
+for line in table.splitlines():
+    m = row_re.match(line)
+    if m:
+        g = m.groups()
+        k[g[0].replace("_kernel", "")] = dict(blocks=int(g[2]), regs=int(g[4]), per_sm=int(g[5]), limit=g[6],
+                                              gflop=float(g[7]), us=float(g[13]), tflops=float(g[14]),
+                                              bound=g[15].strip())
+check("kernel table: forward, delta, dq and dkdv rows", sorted(k), ["delta", "dkdv", "dq", "forward"])
+S, D, BH = 1024, 64, 96  # GPT-2 124M at micro batch 8: 8 sequences x 12 heads, head dim 64
+pairs = BH * S * (S + 1) // 2  # causal (query, key) pairs
+fa = re.search(r"FlashAttention's count ([0-9.]+) GFLOP forward, ([0-9.]+) backward", table)
+check(f"FlashAttention's count: 4 D pairs = {4 * D * pairs / 1e9:.2f}, 10 D pairs = {10 * D * pairs / 1e9:.2f} GFLOP",
+      (fa.group(1), fa.group(2)), (f"{4 * D * pairs / 1e9:.2f}", f"{10 * D * pairs / 1e9:.2f}"))
+# What the kernels execute: a warp owns 16 rows (queries; keys in dkdv) and runs 64-wide tiles up
+# to its diagonal, ceil(16 (w + 1) / 64) tiles for warp w of the S / 16 warps of a head.
+tiles = sum(math.ceil(16 * (w + 1) / 64) for w in range(S // 16))
+computed = BH * 16 * 64 * tiles  # pairs the tiles compute, masked ones included
+check(f"tiles: sum over warps of ceil(16 (w + 1) / 64) = {tiles}; computed pairs / causal pairs = "
+      f"{computed / pairs:.4f}", tiles, 544)
+for kern, per_pair in (("forward", 4), ("dq", 6), ("dkdv", 8)):
+    check(f"{kern}: {per_pair} D x computed pairs = {per_pair * D * computed / 1e9:.3f} GFLOP of mma.sync, counted",
+          k[kern]["gflop"], round(per_pair * D * computed / 1e9, 3))
+hardware = sum(k[x]["gflop"] for x in ("forward", "dq", "dkdv"))
+model = 14 * D * pairs / 1e9
+check(f"executed / FlashAttention's count = {hardware:.2f} / {model:.2f} = {hardware / model:.3f} "
+      "= 18 D computed pairs / 14 D causal pairs (the backward recomputes S and dP in both kernels)",
+      round(hardware / model, 3), round(18 * computed / (14 * pairs), 3))
+check("blocks: 768 = 96 heads x 1024 / 128 rows each (forward, dq, dkdv)",
+      [k[x]["blocks"] for x in ("forward", "dq", "dkdv")], [BH * S // 128] * 3)
+check("forward: 128 registers (launch bound 2 blocks an SM), 2 blocks an SM",
+      (k["forward"]["regs"], k["forward"]["per_sm"]), (128, 2))
+check("forward, dq, dkdv: bound by shared memory (ldmatrix wavefronts), not the tensor cores",
+      [k[x]["bound"] for x in ("forward", "dq", "dkdv")], ["shared memory"] * 3)
+total = float(re.search(r"total projected ([0-9.]+) us", table).group(1))
+check(f"total projected {total} us = the rows' sum", abs(total - sum(x["us"] for x in k.values())) < 0.2, True)
+h100 = tomllib.load(open("configs/hardware/h100-sxm.toml", "rb"))
+peak, eff = h100["bf16_tflops"], h100["attention_efficiency"]
+time_model_us = model * 1e9 / (peak * 1e12 * eff) * 1e6
+check(f"the time model's attention: {model:.2f} GFLOP / ({peak} TFLOP/s x {eff}) = {time_model_us:.1f} us; "
+      f"the kernels' roofline {total} us is {total / time_model_us:.1f}x it",
+      total > time_model_us, True)
+info("the kernels' roofline in FlashAttention's count",
+     f"{model / total * 1e3:.0f} TFLOP/s, {model / total * 1e3 / peak:.1%} of the {peak} TFLOP/s peak")
 finish()
 EOF

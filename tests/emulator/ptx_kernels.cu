@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "kernels/cuda/flash_mma.cuh"
+#include "kernels/cuda/flash_mma_tiles.h"  // kPad
+#include "kernels/cuda/mma_layout.h"      // ldsm_a, ldsm_b, ldsm_bt
 #include "tests/emulator/test_kernels.h"
 
 namespace emulator_test {
@@ -42,6 +44,23 @@ __global__ void ldmatrix_kernel(uint32_t* out, const bf16* tile, bool trans) {
   for (int i = 0; i < 4; i++) out[lane * 4 + i] = regs[i];
 }
 
+// The tile in shared memory with the kernels' padded stride; each lane's row address from the
+// kernels' own coordinate functions, as flash_mma_forward.cu computes it.
+__global__ void kernel_ldmatrix_kernel(uint32_t* out, const bf16* tile, LdmatrixAddress at) {
+  constexpr int stride = 16 + fm::kPad;
+  __shared__ __align__(16) bf16 s[16 * stride];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) s[(i / 16) * stride + i % 16] = tile[i];
+  __syncwarp();
+  const kernels::mma::Coord c = at == LdmatrixAddress::a   ? kernels::mma::ldsm_a(lane)
+                                : at == LdmatrixAddress::b ? kernels::mma::ldsm_b(lane)
+                                                           : kernels::mma::ldsm_bt(lane);
+  uint32_t regs[4];
+  if (at == LdmatrixAddress::bt) fm::ldsm_x4_trans(regs, s + c.row * stride + c.col);
+  else fm::ldsm_x4(regs, s + c.row * stride + c.col);
+  for (int i = 0; i < 4; i++) out[lane * 4 + i] = regs[i];
+}
+
 __global__ void mma_kernel(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
   const int lane = threadIdx.x;
   uint32_t af[4] = {a[lane * 4], a[lane * 4 + 1], a[lane * 4 + 2], a[lane * 4 + 3]};
@@ -76,6 +95,16 @@ std::vector<uint32_t> run_ldmatrix(const std::vector<uint16_t>& tile, bool trans
   uint32_t* out = nullptr;
   CUDA_CHECK(cudaMalloc(&out, 128 * sizeof(uint32_t)));
   ldmatrix_kernel<<<1, 32>>>(out, t, trans);
+  KERNEL_CHECK();
+  CUDA_CHECK(cudaFree(const_cast<bf16*>(t)));
+  return to_host(out, 128);
+}
+
+std::vector<uint32_t> run_kernel_ldmatrix(const std::vector<uint16_t>& tile, LdmatrixAddress at) {
+  const bf16* t = reinterpret_cast<const bf16*>(to_device(tile));
+  uint32_t* out = nullptr;
+  CUDA_CHECK(cudaMalloc(&out, 128 * sizeof(uint32_t)));
+  kernel_ldmatrix_kernel<<<1, 32>>>(out, t, at);
   KERNEL_CHECK();
   CUDA_CHECK(cudaFree(const_cast<bf16*>(t)));
   return to_host(out, 128);

@@ -2,7 +2,7 @@
 // on the emulated device (tests/emulator/ptx_kernels.cu, check_kernels.cu), and what their host
 // wrappers return, for tests/emulator/test_ptx.cpp and test_checks.cpp.
 //
-// defines: emulator_test::{Outcome, run_ldmatrix, run_mma, run_cvt, run_cp_async, run_scenario,
+// defines: emulator_test::{Outcome, run_ldmatrix, LdmatrixAddress, run_kernel_ldmatrix, run_mma, run_cvt, run_cp_async, run_scenario,
 //          kScenarios}
 #pragma once
 #include <cstdint>
@@ -16,6 +16,11 @@ namespace emulator_test {
 // row L % 8 of 8 x 8 matrix L / 8 (matrix m: rows 8 (m % 2), columns 8 (m / 2)): each lane's 4
 // registers, lane-major.
 std::vector<uint32_t> run_ldmatrix(const std::vector<uint16_t>& tile, bool trans);
+// ldmatrix.x4 of the same tile stored with the kernels' padded row stride (16 + kPad), each lane
+// pointing where the kernels point it (kernels/cuda/mma_layout.h): ldsm_a, ldsm_b, or ldsm_bt
+// with .trans. Each lane's 4 registers, lane-major.
+enum class LdmatrixAddress { a, b, bt };
+std::vector<uint32_t> run_kernel_ldmatrix(const std::vector<uint16_t>& tile, LdmatrixAddress at);
 // mma.m16n8k16 on each lane's fragments (a: 4 registers, b: 2, c: 4 floats a lane): d, lane-major.
 std::vector<float> run_mma(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
                            const std::vector<float>& c);

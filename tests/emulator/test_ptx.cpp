@@ -1,15 +1,15 @@
 // tests/emulator/test_ptx.cpp: the emulated device's PTX instructions, run through the very
 // wrappers the tensor-core flash kernels call (kernels/cuda/flash_mma.cuh), against the PTX ISA's
 // tables (tests/ptx_isa_tables.h) and plain arithmetic:
-//   ldmatrix.x4 (and .trans): every lane's registers hold the elements the ISA names;
+//   ldmatrix.x4 (and .trans): every lane's registers hold the elements the ISA names, and the
+//     kernels' own lane addresses (mma_layout.h) load the fragments the kernels expect;
 //   mma.m16n8k16 bf16 -> fp32: D = A B + C, fragments placed by the ISA's tables, on small
 //     integers where fp32 is exact (so equal to the bit), and on random values within fp32
 //     rounding of the double product;
 //   cvt.rn.bf16x2.f32: round to nearest even, the first operand in the upper half;
 //   cp.async: 16 bytes landed after the wait_group that covers their group, not before (the
 //     emulator's documented, and GPU-conservative, choice), src-size 0 zero-filled.
-// These replace the re-typed ldmatrix and mma of the former tests/flash_mma_warp.h: the
-// instructions the kernels run are the ones tested.
+// The instructions the kernels run are the ones tested (no re-typed copy of them in the tests).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/math.h"  // to_bf16, bits_to_float
+#include "kernels/cuda/mma_layout.h"  // a_coord, b_coord
+#include "kernels/math.h"            // to_bf16, bits_to_float
 #include "tests/emulator/test_kernels.h"
 #include "tests/ptx_isa_tables.h"
 
@@ -42,6 +43,36 @@ TEST(EmulatedPtx, LdmatrixGivesEachLaneTheIsaElements) {
           EXPECT_EQ(got, tile[row * 16 + col])
               << "lane " << lane << " register " << m << " half " << h << (trans ? " .trans" : "");
         }
+  }
+}
+
+// The kernels' ldmatrix addresses (kernels/cuda/mma_layout.h ldsm_a, ldsm_b, ldsm_bt, on rows of
+// 16 + kPad) load, through the real instruction, the mma fragments the kernels' coordinate
+// functions name (which tests/test_flash_mma_layout.cpp holds to the ISA's tables):
+//   ldsm_a:  a row-major 16 x 16 block is A;
+//   ldsm_b:  a row-major (n, k) block gives B(k, n) = x[n][k] for n-tiles t = rows 8t .. 8t+7;
+//   ldsm_bt: a row-major (k, n) block with .trans gives B(k, n) = x[k][n], n-tile t = columns.
+TEST(EmulatedPtx, KernelsLdmatrixAddressesLoadTheirFragments) {
+  namespace mma = kernels::mma;
+  std::vector<uint16_t> tile(256);
+  for (int i = 0; i < 256; i++) tile[i] = (uint16_t)(3000 + 7 * i);  // distinct
+  auto half = [](uint32_t r, int h) { return (uint16_t)(h ? r >> 16 : r & 0xffff); };
+  const std::vector<uint32_t> a = run_kernel_ldmatrix(tile, LdmatrixAddress::a);
+  const std::vector<uint32_t> b = run_kernel_ldmatrix(tile, LdmatrixAddress::b);
+  const std::vector<uint32_t> bt = run_kernel_ldmatrix(tile, LdmatrixAddress::bt);
+  for (int lane = 0; lane < 32; lane++) {
+    for (int i = 0; i < 8; i++) {
+      const mma::Coord c = mma::a_coord(lane, i);
+      EXPECT_EQ(half(a[lane * 4 + i / 2], i % 2), tile[c.row * 16 + c.col]) << "A lane " << lane;
+    }
+    for (int t = 0; t < 2; t++)
+      for (int i = 0; i < 4; i++) {
+        const mma::Coord c = mma::b_coord(lane, i);  // (k, n) within n-tile t
+        EXPECT_EQ(half(b[lane * 4 + 2 * t + i / 2], i % 2), tile[(8 * t + c.col) * 16 + c.row])
+            << "B lane " << lane;
+        EXPECT_EQ(half(bt[lane * 4 + 2 * t + i / 2], i % 2), tile[c.row * 16 + 8 * t + c.col])
+            << "B.trans lane " << lane;
+      }
   }
 }
 

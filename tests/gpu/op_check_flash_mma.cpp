@@ -14,10 +14,10 @@
 //
 // Bounds: o, dq, dk, dv 1e-2 of the tensor's largest value. The kernels round P (and dS) to
 // bf16 before the second product (2^-9 relative per term; the terms' errors are independent and
-// mostly cancel: tests/test_flash_mma_kernels.cpp's CPU emulation of the kernels is within
-// 3.6e-3 of attention in double on these shapes), and each side rounds its bf16 outputs once
-// (up to 2^-9 of the element each): at most ~6e-3 apart. lse is fp32 on both sides from the
-// same scores: the fp32 bound 1e-3 (measured ~1e-7 in the emulation). Plus: the backward twice
+// mostly cancel), and each side rounds its bf16 outputs once (up to 2^-9 of the element each):
+// at most ~6e-3 apart. lse is fp32 on both sides from the same scores: the fp32 bound 1e-3.
+// Each row prints the error it measured (on the emulated device too: scripts/gpu_check.sh
+// --emulated). Plus: the backward twice
 // from the same values gives the same bits (no atomics), and the entry points decline (return
 // false, launch nothing) what they do not handle.
 //

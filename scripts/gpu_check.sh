@@ -118,7 +118,7 @@ fi
 
 # ---- 2. op_check --------------------------------------------------------------------------
 if [[ $EMULATED -eq 1 ]]; then
-  if OPENBLAS_NUM_THREADS=1 run "op_check" build/emulated/op_check; then
+  if OPENBLAS_NUM_THREADS=1 run "op_check" build/emulated/op_check --jobs "$(nproc)"; then
     record op_check "every op, both twins" PASS
   else record op_check "every op, both twins" FAIL; fi
 else

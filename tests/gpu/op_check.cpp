@@ -29,6 +29,7 @@
 //
 // Each family of rows runs in a process of its own (run_family), so a CUDA error that poisons
 // the context, or an exception outside a row, fails that family and the others still run.
+// `op_check --jobs N` runs N families at a time, their rows printed in the same order.
 // Exit status: 0 when every row passes, 1 otherwise, 2 when no GPU is visible.
 // Built and run by scripts/gpu_check.sh.
 #include <sys/wait.h>
@@ -37,9 +38,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "tests/gpu/op_check.h"  // defines: the harness (Twin, check, ...) and every check_X
 
@@ -98,12 +101,14 @@ void check_convert() {
 // error that poisons the context (an illegal or misaligned address is sticky: every later call
 // of the process fails; issue 27's grouped GEMM stopped the whole run so), fails that family's
 // rows and no other. The parent never touches CUDA (a CUDA context does not survive fork).
-// Returns the family's failed rows (1 at least when it died).
-int run_family(const char* name, void (*family)()) {
+// The child writes its rows to `out` (the parent's stdout, or a file the parent prints once
+// the family is done). Returns the child's pid.
+pid_t start_family(const char* name, void (*family)(), FILE* out) {
   std::fflush(stdout);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("op_check: fork failed");
   if (pid == 0) {
+    if (out != stdout) dup2(fileno(out), STDOUT_FILENO);
     try {
       family();
     } catch (const std::exception& e) {
@@ -113,12 +118,21 @@ int run_family(const char* name, void (*family)()) {
     std::fflush(stdout);
     _exit(std::min(failures, 255));
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  return pid;
+}
+
+// The family's failed rows from its child's exit status (1 at least when it died).
+int family_failures(const char* name, int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   std::printf("%-52s %12s %10s   FAIL  (killed by signal %d)\n", name, "-", "-",
               WIFSIGNALED(status) ? WTERMSIG(status) : -1);
   return 1;
+}
+
+int run_family(const char* name, void (*family)()) {
+  int status = 0;
+  waitpid(start_family(name, family, stdout), &status, 0);
+  return family_failures(name, status);
 }
 
 void gpu_present() {
@@ -163,6 +177,47 @@ const Family kFamilies[] = {
     {"moe bf16", check_moe<bf16>},
 };
 
+// Every family, `jobs` at a time, each child's rows kept in a file of its own and printed in
+// the families' order as soon as those before it are done: the output is the same whatever
+// `jobs` is. Several at a time suit the emulated device (each family runs on one CPU core; a
+// 2-core machine halves op_check's time); on a GPU one at a time keeps the rows streaming.
+int run_families(int jobs) {
+  const size_t n = sizeof(kFamilies) / sizeof(kFamilies[0]);
+  std::vector<FILE*> rows(n, nullptr);
+  std::vector<pid_t> pid(n, 0);
+  std::vector<int> status(n, 0);
+  std::vector<bool> done(n, false);
+  size_t next = 0, printed = 0;
+  int running = 0, failed = 0;
+  while (printed < n) {
+    for (; next < n && running < jobs; next++) {
+      const Family& f = kFamilies[next];
+      if (f.run == nullptr) { done[next] = true; continue; }
+      rows[next] = std::tmpfile();
+      if (rows[next] == nullptr) throw std::runtime_error("op_check: tmpfile failed");
+      pid[next] = start_family(f.name, f.run, rows[next]);
+      running++;
+    }
+    for (; printed < n && done[printed]; printed++) {  // the finished prefix, in order
+      const Family& f = kFamilies[printed];
+      if (f.run == nullptr) { std::printf("%s\n", f.name); continue; }
+      std::rewind(rows[printed]);
+      char buffer[4096];
+      for (size_t got; (got = std::fread(buffer, 1, sizeof buffer, rows[printed])) > 0;)
+        std::fwrite(buffer, 1, got, stdout);
+      std::fclose(rows[printed]);
+      failed += family_failures(f.name, status[printed]);
+      std::fflush(stdout);
+    }
+    if (running == 0) continue;
+    int child_status = 0;
+    const pid_t child = waitpid(-1, &child_status, 0);
+    for (size_t i = 0; i < next; i++)
+      if (pid[i] == child && !done[i]) { status[i] = child_status; done[i] = true; running--; }
+  }
+  return failed;
+}
+
 }  // namespace op_check
 
 using namespace op_check;
@@ -175,7 +230,17 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--lane-map") return lane_map_main();
   // op_check --attention-check | --attention-bench ...: the tensor-core flash attention alone
   // (tests/gpu/op_check_attention_bench.cpp)
-  if (argc > 1) return attention_main(argc, argv);
+  // op_check --jobs N: N families at a time (run_families)
+  int jobs = 1;
+  if (argc == 3 && std::string(argv[1]) == "--jobs") {
+    jobs = std::atoi(argv[2]);
+    if (jobs < 1) {
+      std::fprintf(stderr, "op_check: --jobs must be a whole number >= 1, got '%s'\n", argv[2]);
+      return 2;
+    }
+  } else if (argc > 1) {
+    return attention_main(argc, argv);
+  }
   if (run_family("a GPU", gpu_present) != 0) {  // asked in a child: no context here
     std::fprintf(stderr, "op_check: no GPU visible (cuda_compiled=%d)\n",
                  (int)kernels::cuda_compiled());
@@ -183,11 +248,7 @@ int main(int argc, char** argv) {
   }
   std::printf("op_check: CUDA twin vs CPU twin, error = max|gpu - cpu| / max|cpu| per output\n");
   std::printf("%-52s %12s %10s   %s\n", "op", "max rel err", "bound", "result");
-  int failed = 0;
-  for (const Family& f : kFamilies) {
-    if (f.run == nullptr) std::printf("%s\n", f.name);
-    else failed += run_family(f.name, f.run);
-  }
+  const int failed = run_families(jobs);
   if (failed > 0) {
     std::printf("op_check: %d FAILED\n", failed);
     return 1;

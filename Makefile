@@ -62,6 +62,20 @@ ifeq ($(EMULATED),1)
       -ffp-contract=off $(WARN) -Wno-unknown-pragmas -MMD -MP
   HOST_SRCS += $(wildcard kernels/emulator/*.cpp)
   CUDA_LIBS := -lboost_context
+  # The layers above kernels/ compile alike in both builds: none of their sources includes a
+  # CUDA header but the few grep finds below, and kernels/common.h keeps no flavour of its own
+  # (device_name lives in kernels/device.cpp). So where nvcc makes the main build, the emulated
+  # build links its objects of them (build/cuda; made here with the main build's flags when
+  # missing) and compiles only kernels/, the emulator and those few: in CI about four fifths
+  # of a clean emulated build. Without nvcc the main build is CPU_ONLY, whose dispatchers
+  # differ (kernels/dispatch.h): then the emulated build compiles everything itself.
+  ifeq ($(CPU_ONLY),0)
+    MAIN_BUILD := build/cuda
+    MAIN_FLAVOUR_FLAGS := -I$(patsubst %/bin/nvcc,%,$(NVCC))/include
+    FLAVOURED_SRCS := $(shell grep -lE '^\#include <(cuda|nccl|cublas)' \
+                        $(filter-out kernels/%,$(HOST_SRCS)))
+    SHARED_HOST_SRCS := $(filter-out kernels/% $(FLAVOURED_SRCS),$(HOST_SRCS))
+  endif
 else ifeq ($(CPU_ONLY),1)
   BUILD ?= build/cpu
   FLAVOUR_FLAGS := -DPARALAB_CPU_ONLY
@@ -78,7 +92,8 @@ else
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl
 endif
 
-HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(HOST_SRCS))
+HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(SHARED_HOST_SRCS),$(HOST_SRCS))) \
+             $(patsubst %.cpp,$(MAIN_BUILD)/%.o,$(SHARED_HOST_SRCS))
 CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRCS))
 TEST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(TEST_SRCS))
 LIB_OBJS := $(HOST_OBJS) $(CUDA_OBJS)
@@ -91,7 +106,8 @@ JOBS = $(if $(filter -j% --jobs%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || e
 SUBMAKE = $(MAKE) --no-print-directory $(JOBS)
 
 .PHONY: all run test unit-test mpi-test lessons plan clean setup lint binaries packages FORCE \
-        emulated emulated-binaries emulated-kernel-flags emulated-link-libs
+        emulated emulated-binaries emulated-kernel-flags emulated-link-libs \
+        emulated-library-objects
 all: setup
 	+@$(SUBMAKE) trainer
 
@@ -188,6 +204,20 @@ $(BUILD)/gen/kernels/cuda/%: kernels/cuda/% kernels/emulator/translate.py
 $(BUILD)/gen/tests/emulator/%: tests/emulator/% kernels/emulator/translate.py
 	@mkdir -p $(dir $@)
 	python3 kernels/emulator/translate.py $< $@
+
+# The main build's objects this build links (SHARED_HOST_SRCS), compiled as the main build
+# compiles them when it has not yet.
+ifneq ($(SHARED_HOST_SRCS),)
+$(patsubst %.cpp,$(MAIN_BUILD)/%.o,$(SHARED_HOST_SRCS)): FLAVOUR_FLAGS := $(MAIN_FLAVOUR_FLAGS)
+$(MAIN_BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+-include $(wildcard $(patsubst %.cpp,$(MAIN_BUILD)/%.d,$(SHARED_HOST_SRCS)))
+endif
+
+# The library objects, one per line, for tests/emulator/planted/defects.sh's links.
+emulated-library-objects:
+	@printf '%s\n' $(LIB_OBJS)
 
 $(BUILD)/%.cu.o: $(BUILD)/gen/%.cu $(EMU_GEN_HEADERS)
 	@mkdir -p $(dir $@)

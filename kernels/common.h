@@ -31,12 +31,10 @@ enum class Device { CPU, CUDA };
 
 // The --device word of a device: Device::CUDA is a GPU in the main build and the emulated GPU
 // in the emulated one (make emulated; kernels/emulator/README.md), which says so wherever the
-// run names its device.
-#if defined(PARALAB_EMULATED)
-inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda-emulated" : "cpu"; }
-#else
-inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
-#endif
+// run names its device. Defined in kernels/device.cpp, not inline here: the layers above
+// kernels/ then compile the same in both builds, and the emulated one links the main build's
+// objects of them (Makefile, SHARED_HOST_SRCS).
+const char* device_name(Device d);
 
 // True when this binary was built with the CUDA toolkit (nvcc build).
 bool cuda_compiled();

@@ -4,7 +4,7 @@
 // In a CPU_ONLY build (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) nothing here touches CUDA:
 // there are no GPUs, and asking for one throws no_cuda's message.
 //
-// defines: cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda,
+// defines: device_name, cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda,
 //          flash_attention_kernel (and cuda_current_stream in the CPU_ONLY build;
 //          kernels/cuda/memory_gemm.cu's else)
 #include <cmath>
@@ -19,6 +19,12 @@
 #endif
 
 namespace kernels {
+
+#if defined(PARALAB_EMULATED)
+const char* device_name(Device d) { return d == Device::CUDA ? "cuda-emulated" : "cpu"; }
+#else
+const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
+#endif
 
 void no_cuda() {
   throw std::runtime_error("--device cuda: this binary was built without CUDA (make CPU_ONLY=1)");

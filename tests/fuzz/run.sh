@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh: builds each libFuzzer target with clang++ (ASan + UBSan, no MPI) into
-# build/fuzz/ (all at once), seeds its corpus, build/fuzz/corpus/NAME/, with a few valid
+# build/fuzz/ (each source compiled once), seeds its corpus, build/fuzz/corpus/NAME/, with a few valid
 # inputs, runs them side by side for FUZZ_SECONDS (default 60; `make test`: 15) seconds of
 # wall time, and prints "PASS NAME: N runs in S s" or "FAIL NAME: ..." per target, then "N passed, M failed". A failing input is kept as
 # build/fuzz/crash-NAME-*, the run's output as build/fuzz/NAME.log. Exits 0 with a SKIP line
@@ -91,18 +91,25 @@ seed() {
   esac
 }
 
-# Build every target at once, then run them side by side (each for $seconds of wall time).
+# Compile each source once (several targets share the readers' files), nproc at a time, link
+# every target, then run them side by side (each for $seconds of wall time).
 passed=0; failed=0
-declare -A builds=()
+declare -A object_of=()
 for name in "${targets[@]}"; do
-  read -r -a srcs <<< "${sources[$name]}"
-  clang++ "${flags[@]}" "${srcs[@]}" -o "$out/$name" 2> "$out/$name.log" &
-  builds[$name]=$!
+  for src in ${sources[$name]}; do object_of[$src]=$out/obj/${src%.cpp}.o; done
 done
+for src in "${!object_of[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+  mkdir -p "$(dirname "${object_of[$src]}")"
+  clang++ "${flags[@]}" -c "$src" -o "${object_of[$src]}" 2> "${object_of[$src]%.o}.log" &
+done
+wait
 running=()
 for name in "${targets[@]}"; do
-  if ! wait "${builds[$name]}"; then
-    echo "FAIL $name: does not build (build/fuzz/$name.log)"
+  objects=()
+  for src in ${sources[$name]}; do objects+=("${object_of[$src]}"); done
+  if ! clang++ "${flags[@]}" "${objects[@]}" -o "$out/$name" 2> "$out/$name.log"; then
+    echo "FAIL $name: does not build (build/fuzz/$name.log, build/fuzz/obj/*.log)"
     failed=$((failed + 1)); continue
   fi
   seed "$name"

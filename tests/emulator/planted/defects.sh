@@ -14,6 +14,8 @@ BUILD=build/emulated
 [ -x "$BUILD/planted_driver" ] || { echo "defects.sh: $BUILD/planted_driver missing (make emulated)"; exit 1; }
 read -r -a FLAGS <<<"$(make -s EMULATED=1 emulated-kernel-flags)"
 read -r -a LIBS <<<"$(make -s EMULATED=1 emulated-link-libs)"
+# the emulated build's library objects (some of them the main build's: the Makefile says why)
+mapfile -t LIBRARY < <(make -s EMULATED=1 emulated-library-objects)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/paralab_defects.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 passed=0; failed=0
@@ -67,9 +69,7 @@ PY
     local skip=0
     for r in "${replaced[@]}"; do [ "$o" = "$r" ] && skip=1; done
     [ $skip -eq 0 ] && others+=("$o")
-  done < <(find "$BUILD" -name '*.o' ! -path "$BUILD/tests/emulator/test*" \
-             ! -path "$BUILD/tests/emulator/*.cu.o" ! -path "$BUILD/tests/gpu/*" \
-             ! -name trainer.o | sort)
+  done < <(printf '%s\n' "$BUILD/tests/emulator/planted/driver.o" "${LIBRARY[@]}")
   if ! g++ -o "$dir/driver" "${objects[@]}" "${others[@]}" "${LIBS[@]}" 2>"$dir/link.log"; then
     fail "$name: does not link: $(head -3 "$dir/link.log")"
     return

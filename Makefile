@@ -58,7 +58,7 @@ ifeq ($(EMULATED),1)
   EMU_KERNEL_FLAGS = -std=c++17 -O2 -g -x c++ -I$(BUILD)/gen -I. -Ikernels/emulator/include \
       $(MPI_CFLAGS) -DPARALAB_EMULATED -D__CUDA_ARCH__=900 -include cuda_runtime.h \
       -fsanitize=thread -finstrument-functions \
-      -finstrument-functions-exclude-file-list=/usr/,kernels/emulator/,kernels/math.h,kernels/common.h \
+      -finstrument-functions-exclude-file-list=/usr/,kernels/emulator/,kernels/math.h,kernels/common.h,kernels/fp8.h \
       -ffp-contract=off $(WARN) -Wno-unknown-pragmas -MMD -MP
   HOST_SRCS += $(wildcard kernels/emulator/*.cpp)
   CUDA_LIBS := -lboost_context
@@ -89,7 +89,7 @@ else
               -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
   FLAVOUR_FLAGS := -I$(CUDA_HOME)/include
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl
 endif
 
 HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(SHARED_HOST_SRCS),$(HOST_SRCS))) \

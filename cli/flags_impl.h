@@ -2,7 +2,7 @@
 // checks' helpers, and each topic's three functions: add_<topic>_flags (its flags and help text,
 // in its group of the manual), and the checks that resolve and refuse them, called in order by
 // resolve_and_check (cli/flags_check.cpp). One file a topic: cli/flags_model.cpp,
-// flags_training.cpp, flags_recompute.cpp, flags_precision.cpp, flags_parallel.cpp,
+// flags_training.cpp, flags_recompute.cpp, flags_precision.cpp, flags_fp8.cpp, flags_parallel.cpp,
 // flags_offload.cpp, flags_moe.cpp, flags_pipeline.cpp, flags_backend.cpp, flags_data.cpp,
 // flags_output.cpp, flags_checkpoint.cpp, flags_megatron.cpp, flags_deepspeed.cpp; the --config
 // files in flags_toml.cpp, the messages in flags_messages.cpp. Not for other files: cli/flags.h is the interface.
@@ -63,6 +63,9 @@ struct RawFlags {
   std::vector<std::string> deepspeed_batch_sources;  // each of the triad's, for --plan
   std::vector<std::string> deepspeed_no_effect;
   std::string cp_layout = "zigzag";
+  // FP8 (cli/flags_fp8.cpp), as typed: --fp8-format ("" = off), --fp8-recipe,
+  // --fp8-amax-compute-algo.
+  std::string fp8_format, fp8_recipe = "delayed", fp8_amax_compute_algo = "most_recent";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
@@ -138,6 +141,10 @@ void add_recompute_flags(CLI::App& app, RawFlags& raw);
 void check_recompute(Options& o, const RawFlags& raw);
 // cli/flags_precision.cpp: --bf16.
 void add_precision_flags(CLI::App& app, Options& o);
+// cli/flags_fp8.cpp: --fp8-format, --fp8-recipe, --fp8-margin, --fp8-amax-*; check_fp8 fills
+// o.fp8 and refuses FP8 training (not built yet).
+void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw);
+void check_fp8(Options& o, const RawFlags& raw);
 // cli/flags_parallel.cpp: tp, sp, cp, ep, etp, the dispatcher, ZeRO, DDP's buckets (and
 // add_offload_flags). check_parallel_layout: the world and what tp and cp ask of the model;
 // check_sequence_parallel after MoE; check_zero (and check_offload_flags) the stage.

@@ -25,6 +25,9 @@
 //                                                                     sum of squares
 //   init.h                 init.cpp              init.cu              the parameters' first
 //                                                                     values
+//   fp8.h                  fp8.cpp               fp8.cu, fp8_gemm.cu  FP8 casts, scales, the
+//                                                                     FP8 GEMM (kernels/fp8.h:
+//                                                                     the formats)
 //
 // Conventions, for all ops:
 //  - row-major; a "row" is one token; N = number of tokens (b*s), C = channels;
@@ -71,3 +74,6 @@
 #include "kernels/ops/loss_optimizer.h"
 // defines: init_normal, fill
 #include "kernels/ops/init.h"
+// defines: Fp8Matrix, fp8_amax, fp8_quantize, fp8_quantize_blocks, fp8_dequantize,
+//          fp8_current_scale, fp8_delayed_update, gemm_fp8, gemm_fp8_path
+#include "kernels/ops/fp8.h"

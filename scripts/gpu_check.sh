@@ -34,7 +34,7 @@
 #   ar rcs build/cuda/libparalab.a <objects>
 #   g++ -std=c++17 -O2 -I. tests/gpu/op_check*.cpp build/cuda/libparalab.a \
 #       $(pkg-config --libs mpich) $(pkg-config --libs openblas) -lpthread \
-#       -L$CUDA_HOME/lib64 -lcudart -lcublas -lnccl
+#       -L$CUDA_HOME/lib64 -lcudart -lcublas -lcublasLt -lnccl
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -134,7 +134,7 @@ else
      run "op_check build" g++ -std=c++17 -O2 -Wall -Wextra -Werror -I. \
          -o "$BUILD/tests/gpu/op_check" "${OP_CHECK_SRCS[@]}" "$BUILD/libparalab.a" \
          "${HOST_LIBS[@]}" -lpthread \
-         -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl; then
+         -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl; then
     if run "op_check" "$BUILD/tests/gpu/op_check"; then record op_check "every op, both twins" PASS
     else record op_check "every op, both twins" FAIL; fi
   else

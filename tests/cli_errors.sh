@@ -147,6 +147,12 @@ bad "offload params at ZeRO-0"   "got --zero-stage 0"     --offload-params
 bad "offload fraction above 1"   "--optimizer-offload-fraction must be in [0, 1], got 1.5" --optimizer-cpu-offload --optimizer-offload-fraction 1.5
 bad "offload fraction below 0"   "--optimizer-offload-fraction must be in [0, 1], got -0.1" --optimizer-cpu-offload --optimizer-offload-fraction -0.1
 bad "offload params, part optimizer" "--optimizer-offload-fraction must be 1, got 0.5" --zero-stage 3 --offload-params --optimizer-cpu-offload --optimizer-offload-fraction 0.5
+# FP8 (cli/flags_fp8.cpp)
+bad "fp8 format choice"       "--fp8-format must be one of e4m3, hybrid, got e5m2" --fp8-format e5m2
+bad "fp8 recipe mxfp8"        "--fp8-recipe must be one of delayed, tensorwise, blockwise, got mxfp8" --fp8-recipe mxfp8
+bad "fp8 margin negative"     "--fp8-margin must be >= 0, got -1" --fp8-margin -1
+bad "fp8 history length 0"    "--fp8-amax-history-len must be >= 1, got 0" --fp8-amax-history-len 0
+bad "fp8 training not built"  "--fp8-format e4m3: FP8 training is not built yet" --fp8-format e4m3
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3

@@ -75,6 +75,7 @@ if [ "$mode" = all ]; then
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer
   run "a Megatron Llama script as pasted, TensorBoard" bash tests/scripts/megatron_llama.sh ./trainer
   run "Megatron's datasets: megatron-core's samples" bash tests/scripts/megatron_data.sh build/megatron_samples
+  run "FP8 codes: PyTorch's float8 casts" bash tests/scripts/fp8_reference.sh
   run "a Megatron-DeepSpeed launch line, ds_config.json" bash tests/scripts/megatron_deepspeed.sh ./trainer
   run "fuzzed readers (15 s, with clang++)" env FUZZ_SECONDS=15 bash tests/fuzz/run.sh
 fi

@@ -16,7 +16,7 @@
 // Each call is counted as the library's kernel in the emulator's records (kernel_counters.h):
 // its 2 m n k FLOPs and the bytes of A, B and C.
 //
-// defines: the cublas* functions of include/cublas_v2.h
+// defines: the cublas* functions of include/cublas_v2.h, emu::cublas_refuse
 #include <cblas.h>
 
 #include <cstring>
@@ -147,6 +147,11 @@ cublasStatus_t gemm(cublasHandle_t h, const char* call, cublasOperation_t transa
 }
 
 }  // namespace
+
+// cuBLASLt's calls (kernels/emulator/cublaslt.cpp) report their refusals through the same message.
+namespace emu {
+cublasStatus_t cublas_refuse(cublasStatus_t s, const std::string& why) { return refuse(s, why); }
+}  // namespace emu
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
   *handle = new cublasContext();

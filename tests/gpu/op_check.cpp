@@ -175,6 +175,13 @@ const Family kFamilies[] = {
     {"flash attention, tensor cores (bf16)", check_flash_mma},
     {"optimizer bf16", check_optimizer_bf16},
     {"moe bf16", check_moe<bf16>},
+    {"---- fp8 ----", nullptr},
+    {"fp8 cast", check_fp8_cast},
+    {"fp8 quantize (fp32 source)", check_fp8_quantize<float>},
+    {"fp8 quantize (bf16 source)", check_fp8_quantize<bf16>},
+    {"fp8 scales", check_fp8_scales},
+    {"gemm fp8 -> fp32", check_gemm_fp8<float>},
+    {"gemm fp8 -> bf16", check_gemm_fp8<bf16>},
 };
 
 // Every family, `jobs` at a time, each child's rows kept in a file of its own and printed in

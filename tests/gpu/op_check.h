@@ -9,6 +9,7 @@
 //                           merge, flash attention on the whole sequence and on cp passes
 //   op_check_moe.cpp        grouped GEMM, the MoE ops, RoPE alone
 //   op_check_loss.cpp       cross-entropy, AdamW, sum of squares
+//   op_check_fp8.cpp        FP8 casts (per tensor, per block, transposed), amax, scales, FP8 GEMM
 // Each check_X<T> runs the fp32 rows (T = float) or the bf16 rows (T = bf16) of its ops.
 //
 // defines: rng, random_floats, round_all, random_values, random_ints, Twin, written, Precision,
@@ -264,5 +265,9 @@ int attention_main(int argc, char** argv);  // op_check_attention_bench.cpp: its
 int kernel_table_main(int argc, char** argv);  // op_check_kernel_table.cpp: --kernel-table
 int lane_map_main();  // op_check_lane_map.cpp: --lane-map
 template <typename T> void check_moe();  // op_check_moe.cpp: grouped GEMM, permute, experts
+void check_fp8_cast();                           // op_check_fp8.cpp: every value class, both formats
+template <typename T> void check_fp8_quantize();  // op_check_fp8.cpp: amax, casts, dequantise
+void check_fp8_scales();                         // op_check_fp8.cpp: current and delayed scales
+template <typename TC> void check_gemm_fp8();     // op_check_fp8.cpp: cuBLASLt and emulated paths
 
 }  // namespace op_check

@@ -1,0 +1,63 @@
+// cli/flags_fp8.cpp: FP8 training's flags (model/fp8_recipe.h Fp8Config), with Megatron-Core's
+// names, choices and defaults (megatron/training/arguments.py, _add_transformer_engine_args):
+//   --fp8-format e4m3|hybrid          default none: FP8 off (Megatron's dest is `fp8`)
+//   --fp8-recipe delayed|tensorwise|blockwise   default delayed (Megatron also has mxfp8,
+//                                      Blackwell's, which paralab does not build)
+//   --fp8-margin N                    default 0 (delayed scaling's 2^-margin)
+//   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
+//   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
+// Where Megatron's defaults differ from TE's: docs/megatron.md. The formats, casts, GEMM and
+// recipes are built (docs/fp8.md); the linear layers do not run in FP8 yet, so check_fp8
+// refuses --fp8-format with one line saying so, before any work.
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "cli/flags_impl.h"  // defines: RawFlags, one_of, fail; cli/flags.h Options
+
+namespace paralab {
+
+void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
+  const char* kPrecision = "Precision";
+  Fp8Config& f = o.fp8;
+  app.add_option("--fp8-format", raw.fp8_format,
+                 "FP8 training (Megatron's flag): e4m3 everywhere, or hybrid (E4M3 forward, "
+                 "E5M2 gradients); default off. Not yet in training: the run is refused "
+                 "(docs/fp8.md)")
+      ->check(one_of({"e4m3", "hybrid"}))->group(kPrecision);
+  app.add_option("--fp8-recipe", raw.fp8_recipe,
+                 "FP8 scaling: delayed (Transformer Engine's amax history), tensorwise (each "
+                 "tensor's own amax), blockwise (DeepSeek-V3's 1 x 128 tiles and 128 x 128 "
+                 "weight blocks)")
+      ->check(one_of({"delayed", "tensorwise", "blockwise"}))->capture_default_str()
+      ->group(kPrecision);
+  app.add_option("--fp8-margin", f.margin,
+                 "delayed scaling: scale = (max / amax) / 2^margin, margin >= 0")
+      ->capture_default_str()->group(kPrecision);
+  app.add_option("--fp8-amax-history-len", f.amax_history_len,
+                 "delayed scaling: the steps of amax history kept per tensor (Megatron's "
+                 "default 1; Transformer Engine's 1024)")
+      ->capture_default_str()->group(kPrecision);
+  app.add_option("--fp8-amax-compute-algo", raw.fp8_amax_compute_algo,
+                 "delayed scaling: the amax a scale comes from, the history's max or the most "
+                 "recent (Megatron's default; Transformer Engine's is max)")
+      ->check(one_of({"most_recent", "max"}))->capture_default_str()->group(kPrecision);
+}
+
+void check_fp8(Options& o, const RawFlags& raw) {
+  Fp8Config& f = o.fp8;
+  f.enabled = !raw.fp8_format.empty();
+  f.hybrid = raw.fp8_format == "hybrid";
+  f.recipe = raw.fp8_recipe == "tensorwise"   ? Fp8Recipe::Tensorwise
+             : raw.fp8_recipe == "blockwise" ? Fp8Recipe::Blockwise
+                                             : Fp8Recipe::Delayed;
+  f.amax_compute_algo = raw.fp8_amax_compute_algo == "max" ? kernels::Fp8AmaxAlgo::Max
+                                                           : kernels::Fp8AmaxAlgo::MostRecent;
+  if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
+  if (f.amax_history_len < 1)
+    fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
+  if (f.enabled)
+    fail("--fp8-format ", raw.fp8_format, ": FP8 training is not built yet: the formats, "
+         "casts, FP8 GEMM and recipes are (docs/fp8.md), the linear layers' GEMMs are not");
+}
+
+}  // namespace paralab

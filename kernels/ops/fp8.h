@@ -1,0 +1,132 @@
+// kernels/ops/fp8.h: FP8 quantisation and the FP8 GEMM (the formats and the scale arithmetic:
+// kernels/fp8.h). Twins: kernels/cpu/fp8.cpp, kernels/cuda/fp8.cu (quantisation, scales) and
+// kernels/cuda/fp8_gemm.cu (cuBLASLt, and the emulated block-scaled path).
+//
+// A quantised matrix is its codes (uint8, row-major, rows x cols, cols contiguous) and its
+// dequantisation factors scale_inv (fp32, one per scaling block): element (r, c) reads back as
+// fp8_decode(code) * scale_inv[block of (r, c)]. The blocks (Fp8Blocks):
+//   Tensor   one factor for the whole matrix (delayed and current scaling: Transformer Engine)
+//   Tiles    1 x 128: one per row and 128 columns, rows x ceil(cols / 128) factors (DeepSeek-V3's
+//            activations and gradients, arXiv:2412.19437 section 3.3.2)
+//   Blocks   128 x 128: ceil(rows / 128) x ceil(cols / 128) factors (its weights)
+// each laid out row-major over the blocks. The last tile or block of a row or column may be
+// short.
+//
+// The GEMM reads both operands with K contiguous: C(m,n) = alpha A(m,k) B(n,k)^T + beta C,
+// the only FP8 layout Hopper's tensor cores take ("TN" in cuBLAS's column-major words: FP8
+// GEMMs on sm_90 require A transposed and B not). A linear layer's three GEMMs therefore need
+// transposed copies (fp8_quantize with transpose): fprop Y = X W^T reads X and W as stored;
+// dgrad dX = dY W reads W^T; wgrad dW = dY^T X reads dY^T and X^T.
+//
+// Storage types: T, the high-precision tensor quantised from or dequantised into, is float or
+// bf16; the GEMM's C (TC) is float or bf16, accumulated in fp32 either way.
+//
+// defines: Fp8Matrix, fp8_amax, fp8_quantize, fp8_quantize_blocks,
+//          fp8_dequantize, fp8_current_scale, fp8_delayed_update, gemm_fp8, gemm_fp8_path
+#pragma once
+#include <string>
+
+#include "kernels/dispatch.h"
+#include "kernels/fp8.h"  // Fp8Format, Fp8AmaxAlgo, Fp8Blocks, fp8_scale_count, fp8_block_of
+
+namespace kernels {
+
+// A quantised matrix as the GEMM and fp8_dequantize read it (device pointers).
+struct Fp8Matrix {
+  const uint8_t* data = nullptr;     // (rows, cols) codes
+  const float* scale_inv = nullptr;  // fp8_scale_count(blocks, rows, cols) factors
+  Fp8Format format = Fp8Format::E4M3;
+  Fp8Blocks blocks = Fp8Blocks::Tensor;
+};
+
+// *amax = max_i |x_i| (0 for n == 0; NaN elements are skipped, as fmaxf does). Current
+// scaling's first pass over a tensor (its second is the cast).
+template <Device Dev, class T> void fp8_amax(float* amax, const T* x, size_t n);
+template <class T> void fp8_amax(Device d, float* amax, const T* x, size_t n) {
+  count_kernel((double)n * sizeof(T) + 4.0);
+  ON_DEVICE(fp8_amax, T)(amax, x, n);
+}
+
+// Per-tensor cast: q = encode(x * scale[0]) for the (rows, cols) matrix x, written as is, or
+// transposed (q is then (cols, rows)); *scale_inv = 1 / scale[0]. When amax is not null the cast
+// also records the tensor's amax, *amax = max(*amax, max |x|) (delayed scaling's fused amax:
+// row 0 of its history collects the pass's maximum).
+template <Device Dev, class T>
+void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const T* x, int rows, int cols,
+                  Fp8Format f, const float* scale, bool transpose);
+template <class T>
+void fp8_quantize(Device d, uint8_t* q, float* scale_inv, float* amax, const T* x, int rows,
+                  int cols, Fp8Format f, const float* scale, bool transpose) {
+  count_kernel((double)rows * cols * (sizeof(T) + 1) + 12.0);
+  ON_DEVICE(fp8_quantize, T)(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+}
+
+// Block cast (Tiles or Blocks): each block's amax, its scale fp8_scale_from_amax(amax, max), its
+// codes encode(x * scale) and its factor 1 / scale, all from this tensor (amax every step, fp32
+// scales: DeepSeek-V3). With transpose, q is the (cols, rows) matrix x^T quantised in the given
+// blocks of ITS layout: 1 x 128 tiles of x^T are 128 x 1 tiles of x, so they are made from x
+// itself, not from x's tiles (Transformer Engine quantises its columnwise copy from the
+// high-precision source for the same reason); 128 x 128 blocks of x^T are x's blocks transposed.
+template <Device Dev, class T>
+void fp8_quantize_blocks(uint8_t* q, float* scale_inv, const T* x, int rows, int cols,
+                         Fp8Format f, Fp8Blocks blocks, bool transpose);
+template <class T>
+void fp8_quantize_blocks(Device d, uint8_t* q, float* scale_inv, const T* x, int rows, int cols,
+                         Fp8Format f, Fp8Blocks blocks, bool transpose) {
+  count_kernel((double)rows * cols * (sizeof(T) + 1) +
+               4.0 * fp8_scale_count(blocks, transpose ? cols : rows, transpose ? rows : cols));
+  ON_DEVICE(fp8_quantize_blocks, T)(q, scale_inv, x, rows, cols, f, blocks, transpose);
+}
+
+// x = decode(q) * scale_inv of its block, for the (rows, cols) matrix q ("="; rounded once to T).
+template <Device Dev, class T> void fp8_dequantize(T* x, Fp8Matrix q, int rows, int cols);
+template <class T> void fp8_dequantize(Device d, T* x, Fp8Matrix q, int rows, int cols) {
+  count_kernel((double)rows * cols * (sizeof(T) + 1) +
+               4.0 * fp8_scale_count(q.blocks, rows, cols));
+  ON_DEVICE(fp8_dequantize, T)(x, q, rows, cols);
+}
+
+// Current scaling's scales: scale[i] = fp8_scale_from_amax(amax[i], fp8_max(f)), i < n.
+template <Device Dev> void fp8_current_scale(float* scale, const float* amax, int n, Fp8Format f);
+template <class = void>
+void fp8_current_scale(Device d, float* scale, const float* amax, int n, Fp8Format f) {
+  count_kernel(8.0 * n);
+  ON_DEVICE(fp8_current_scale)(scale, amax, n, f);
+}
+
+// Delayed scaling's step at the end of a pass, for the n tensors whose amax histories are the
+// columns of history (len, n): fp8_history_update on each (kernels/fp8.h), scaled_max = max *
+// 2^-margin. Row 0 holds this pass's amaxes, already reduced over the ranks that share them.
+template <Device Dev>
+void fp8_delayed_update(float* history, float* scale, int len, int n, Fp8AmaxAlgo algo,
+                        float scaled_max);
+template <class = void>
+void fp8_delayed_update(Device d, float* history, float* scale, int len, int n, Fp8AmaxAlgo algo,
+                        float scaled_max) {
+  count_kernel(8.0 * (double)len * n + 8.0 * n);
+  ON_DEVICE(fp8_delayed_update)(history, scale, len, n, algo, scaled_max);
+}
+
+// C(m,n) = alpha A(m,k) B(n,k)^T + beta C (row stride ldc): FP8 operands, fp32 accumulation, C
+// in TC (float or bf16, rounded once). CPU: dequantise both operands to fp32 (fp8_dequantize's
+// arithmetic) and run the fp32 GEMM, so the FP8 GEMM is exactly the dequantise-then-fp32
+// product. CUDA: gemm_fp8_path says which. E5M2 x E5M2 is refused (cuBLASLt has no such
+// kernel, and no recipe asks for it). One GEMM call of 2 m n k FLOPs.
+template <Device Dev, class TC>
+void gemm_fp8(int m, int n, int k, float alpha, Fp8Matrix A, Fp8Matrix B, float beta, TC* C,
+              int ldc);
+template <class TC>
+void gemm_fp8(Device d, int m, int n, int k, float alpha, Fp8Matrix A, Fp8Matrix B, float beta,
+              TC* C, int ldc) {
+  count_gemm(2.0 * m * n * k);
+  ON_DEVICE(gemm_fp8, TC)(m, n, k, alpha, A, B, beta, C, ldc);
+}
+
+// Which path the CUDA twin takes for these operands and sizes, in words for the run header:
+// cuBLASLt's FP8 GEMM for per-tensor factors with m, n and k multiples of 16 (its alignment
+// rule), else the emulated path (dequantise to fp32 and cuBLAS sgemm: cuBLASLt has no 1 x 128
+// or 128 x 128 scaling on Hopper). Defined in kernels/cpu/fp8.cpp (no CUDA needed to answer).
+std::string gemm_fp8_path(Fp8Blocks a, Fp8Blocks b, int m, int n, int k);
+bool gemm_fp8_uses_cublaslt(Fp8Blocks a, Fp8Blocks b, int m, int n, int k);
+
+}  // namespace kernels

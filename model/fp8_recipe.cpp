@@ -1,0 +1,155 @@
+// model/fp8_recipe.cpp: the recipes of model/fp8_recipe.h. Each cast goes through one or two
+// of kernels/ops/fp8.h's ops; the recipe only chooses the scale: the history's (delayed), this
+// tensor's amax (tensorwise), each block's (blockwise).
+//
+// defines: fp8_recipe_name, Fp8Scaling
+#include "model/fp8_recipe.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/ops/memory_gemm.h"  // memcpy_from_host
+
+namespace paralab {
+
+using kernels::Fp8Blocks;
+using kernels::Fp8Format;
+
+const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::Delayed: return "delayed";
+    case Fp8Recipe::Tensorwise: return "tensorwise";
+    case Fp8Recipe::Blockwise: return "blockwise";
+  }
+  return "?";
+}
+
+namespace {
+void fill(kernels::Device d, Buffer<float>& b, float v) {
+  const std::vector<float> host(b.size(), v);
+  kernels::memcpy_from_host(d, b.data(), host.data(), host.size() * sizeof(float));
+}
+}  // namespace
+
+Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears,
+                       Category state)
+    : config_(config), device_(device), linears_(linears) {
+  if (config.recipe == Fp8Recipe::Delayed) {
+    const size_t len = (size_t)config.amax_history_len;
+    history_fwd_.allocate(device, len * 2 * linears, state);
+    scale_fwd_.allocate(device, 2 * (size_t)linears, state);
+    history_bwd_.allocate(device, len * linears, state);
+    scale_bwd_.allocate(device, (size_t)linears, state);
+    fill(device, scale_fwd_, 1.0f);
+    fill(device, scale_bwd_, 1.0f);
+  } else if (config.recipe == Fp8Recipe::Tensorwise) {
+    scratch_.allocate(device, 2, Category::WORKSPACE);
+  }
+}
+
+size_t Fp8Scaling::state_bytes(const Fp8Config& config, int linears) {
+  if (config.recipe != Fp8Recipe::Delayed) return 0;
+  return sizeof(float) * ((size_t)config.amax_history_len + 1) * 3 * linears;
+}
+
+void Fp8Scaling::set_reductions(Reduce pieces, Reduce amax_group) {
+  pieces_ = std::move(pieces);
+  amax_group_ = std::move(amax_group);
+}
+
+Fp8Format Fp8Scaling::format(Fp8Role r) const {
+  return forward(r) ? config_.forward_format() : config_.backward_format();
+}
+
+Fp8Blocks Fp8Scaling::blocks(Fp8Role r) const {
+  if (config_.recipe != Fp8Recipe::Blockwise) return Fp8Blocks::Tensor;
+  return r == Fp8Role::Weight ? Fp8Blocks::Blocks : Fp8Blocks::Tiles;
+}
+
+size_t Fp8Scaling::scale_bytes(Fp8Role r, int rows, int cols) const {
+  return sizeof(float) * kernels::fp8_scale_count(blocks(r), rows, cols);
+}
+
+int Fp8Scaling::slot(int linear, Fp8Role role) const {
+  if (linear < 0 || linear >= linears_)
+    throw std::out_of_range("Fp8Scaling: linear " + std::to_string(linear) + " of " +
+                            std::to_string(linears_));
+  return role == Fp8Role::OutputGrad ? linear : 2 * linear + (role == Fp8Role::Weight);
+}
+
+// One scale for x: its copies as asked, amax recorded when `amax` is not null.
+template <class T>
+void Fp8Scaling::quantize_tensor(const T* x, int rows, int cols, Fp8Format f, const float* scale,
+                                 float* amax, uint8_t* q, float* q_scale_inv, uint8_t* qt,
+                                 float* qt_scale_inv) {
+  if (q != nullptr)
+    kernels::fp8_quantize(device_, q, q_scale_inv, amax, x, rows, cols, f, scale, false);
+  if (qt != nullptr)
+    kernels::fp8_quantize(device_, qt, qt_scale_inv, q != nullptr ? nullptr : amax, x, rows, cols,
+                          f, scale, true);
+}
+
+template <class T>
+void Fp8Scaling::quantize(int linear, Fp8Role role, const T* x, int rows, int cols, uint8_t* q,
+                          float* q_scale_inv, uint8_t* qt, float* qt_scale_inv) {
+  const int s = slot(linear, role);
+  const Fp8Format f = format(role);
+  switch (config_.recipe) {
+    case Fp8Recipe::Delayed: {
+      // the history's scale; this tensor's amax max-accumulates into row 0 of its column
+      float* history = forward(role) ? history_fwd_.data() : history_bwd_.data();
+      const float* scale = (forward(role) ? scale_fwd_.data() : scale_bwd_.data()) + s;
+      quantize_tensor(x, rows, cols, f, scale, history + s, q, q_scale_inv, qt, qt_scale_inv);
+      return;
+    }
+    case Fp8Recipe::Tensorwise: {
+      float* amax = scratch_.data();
+      float* scale = scratch_.data() + 1;
+      kernels::fp8_amax(device_, amax, x, (size_t)rows * cols);
+      if (pieces_) pieces_(amax, 1);
+      kernels::fp8_current_scale(device_, scale, amax, 1, f);
+      quantize_tensor(x, rows, cols, f, scale, nullptr, q, q_scale_inv, qt, qt_scale_inv);
+      return;
+    }
+    case Fp8Recipe::Blockwise: {
+      if (q != nullptr)
+        kernels::fp8_quantize_blocks(device_, q, q_scale_inv, x, rows, cols, f, blocks(role), false);
+      if (qt != nullptr)
+        kernels::fp8_quantize_blocks(device_, qt, qt_scale_inv, x, rows, cols, f, blocks(role), true);
+      return;
+    }
+  }
+}
+
+void Fp8Scaling::step_end() {
+  if (config_.recipe != Fp8Recipe::Delayed) return;
+  const float scaled_fwd = kernels::fp8_max(config_.forward_format()) * std::ldexp(1.0f, -config_.margin);
+  const float scaled_bwd = kernels::fp8_max(config_.backward_format()) * std::ldexp(1.0f, -config_.margin);
+  // Row 0 of each history holds the step's amaxes, contiguous: one reduction each.
+  if (amax_group_) {
+    amax_group_(history_fwd_.data(), 2 * linears_);
+    amax_group_(history_bwd_.data(), linears_);
+  }
+  kernels::fp8_delayed_update(device_, history_fwd_.data(), scale_fwd_.data(),
+                              config_.amax_history_len, 2 * linears_, config_.amax_compute_algo,
+                              scaled_fwd);
+  kernels::fp8_delayed_update(device_, history_bwd_.data(), scale_bwd_.data(),
+                              config_.amax_history_len, linears_, config_.amax_compute_algo,
+                              scaled_bwd);
+}
+
+std::vector<Fp8Scaling::State> Fp8Scaling::state() {
+  if (config_.recipe != Fp8Recipe::Delayed) return {};
+  return {{"fp8_amax_history_fwd", &history_fwd_},
+          {"fp8_scale_fwd", &scale_fwd_},
+          {"fp8_amax_history_bwd", &history_bwd_},
+          {"fp8_scale_bwd", &scale_bwd_}};
+}
+
+template void Fp8Scaling::quantize<float>(int, Fp8Role, const float*, int, int, uint8_t*, float*,
+                                          uint8_t*, float*);
+template void Fp8Scaling::quantize<kernels::bf16>(int, Fp8Role, const kernels::bf16*, int, int,
+                                                  uint8_t*, float*, uint8_t*, float*);
+
+}  // namespace paralab

@@ -1,0 +1,52 @@
+// tests/test_flags_fp8.cpp: the --fp8-* flags (cli/flags_fp8.cpp): Megatron-Core's defaults
+// (megatron/training/arguments.py: format off, recipe delayed, margin 0, history 1,
+// most_recent), each value read into Fp8Config, the bad values refused with one line naming
+// the flag, and --fp8-format itself refused while the linear layers do not run in FP8.
+#include <gtest/gtest.h>
+
+#include <string>
+#include "cli/flags.h"
+#include "tests/test_flags_helpers.h"
+
+namespace paralab {
+namespace {
+
+using flags_test::error_of;
+using flags_test::parse;
+
+TEST(FlagsFp8, MegatronsDefaults) {
+  const Options o = parse({});
+  EXPECT_FALSE(o.fp8.enabled);
+  EXPECT_EQ(o.fp8.recipe, Fp8Recipe::Delayed);
+  EXPECT_EQ(o.fp8.margin, 0);
+  EXPECT_EQ(o.fp8.amax_history_len, 1);  // Transformer Engine's DelayedScaling: 1024
+  EXPECT_EQ(o.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::MostRecent);  // TE's: max
+}
+
+TEST(FlagsFp8, ValuesAreRead) {
+  const Options o = parse({"--fp8-recipe", "blockwise", "--fp8-margin", "2",
+                           "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"});
+  EXPECT_EQ(o.fp8.recipe, Fp8Recipe::Blockwise);
+  EXPECT_EQ(o.fp8.margin, 2);
+  EXPECT_EQ(o.fp8.amax_history_len, 1024);
+  EXPECT_EQ(o.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::Max);
+  EXPECT_EQ(parse({"--fp8-recipe", "tensorwise"}).fp8.recipe, Fp8Recipe::Tensorwise);
+}
+
+TEST(FlagsFp8, BadValuesAreRefusedNamingTheFlag) {
+  EXPECT_EQ(error_of({"--fp8-format", "e5m2"}),
+            "--fp8-format must be one of e4m3, hybrid, got e5m2");
+  EXPECT_EQ(error_of({"--fp8-recipe", "mxfp8"}),
+            "--fp8-recipe must be one of delayed, tensorwise, blockwise, got mxfp8");
+  EXPECT_EQ(error_of({"--fp8-amax-compute-algo", "mean"}),
+            "--fp8-amax-compute-algo must be one of most_recent, max, got mean");
+  EXPECT_EQ(error_of({"--fp8-margin", "-1"}), "--fp8-margin must be >= 0, got -1");
+  EXPECT_EQ(error_of({"--fp8-amax-history-len", "0"}),
+            "--fp8-amax-history-len must be >= 1, got 0");
+  const std::string not_built = error_of({"--fp8-format", "hybrid", "--fp8-recipe", "delayed"});
+  EXPECT_EQ(not_built.rfind("--fp8-format hybrid: FP8 training is not built yet", 0), 0u)
+      << not_built;
+}
+
+}  // namespace
+}  // namespace paralab

@@ -1,0 +1,145 @@
+// tests/test_fp8_recipe.cpp: the scaling recipes of model/fp8_recipe.h on the CPU: which scale
+// each cast uses, what the delayed recipe records and when it updates, which reductions it
+// asks for, and the state it keeps (what the checkpoint saves).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/fp8.h"
+#include "model/fp8_recipe.h"
+
+namespace {
+
+using kernels::Device;
+using kernels::Fp8Blocks;
+using kernels::Fp8Format;
+using paralab::Fp8Config;
+using paralab::Fp8Recipe;
+using paralab::Fp8Role;
+using paralab::Fp8Scaling;
+
+std::vector<float> matrix(int rows, int cols, float range, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-range, range);
+  std::vector<float> x((size_t)rows * cols);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+float amax_of(const std::vector<float>& x) {
+  float a = 0.0f;
+  for (float v : x) a = std::max(a, std::fabs(v));
+  return a;
+}
+
+// Codes and factor of x cast at `scale` (the definition), and its transpose.
+void expect_cast(const std::vector<float>& x, int rows, int cols, Fp8Format f, float scale,
+                 const std::vector<uint8_t>& q, float q_scale_inv, const std::vector<uint8_t>& qt,
+                 float qt_scale_inv) {
+  EXPECT_EQ(q_scale_inv, 1.0f / scale);
+  EXPECT_EQ(qt_scale_inv, 1.0f / scale);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      const uint8_t want = kernels::fp8_encode(x[(size_t)r * cols + c] * scale, f);
+      ASSERT_EQ(q[(size_t)r * cols + c], want);
+      ASSERT_EQ(qt[(size_t)c * rows + r], want);
+    }
+}
+
+TEST(Fp8Recipe, DelayedUsesTheHistorysScaleAndUpdatesAtTheStepEnd) {
+  Fp8Config c;
+  c.enabled = true;
+  c.hybrid = true;
+  c.amax_history_len = 2;
+  c.amax_compute_algo = kernels::Fp8AmaxAlgo::Max;
+  c.margin = 1;
+  Fp8Scaling s(c, Device::CPU, 3, paralab::Category::WORKSPACE);
+  int group_calls = 0;
+  s.set_reductions(nullptr, [&](float*, int n) {
+    group_calls++;
+    EXPECT_TRUE(n == 6 || n == 3);  // row 0 of each history
+  });
+  const int rows = 5, cols = 7;
+  std::vector<uint8_t> q(rows * cols), qt(rows * cols);
+  float si = 0, sti = 0;
+  const std::vector<float> x1 = matrix(rows, cols, 3.0f, 1), x2 = matrix(rows, cols, 0.5f, 2);
+  const std::vector<float> g = matrix(rows, cols, 1e-3f, 3);
+  // step 1: scale 1 (TE's initial scale), the amaxes recorded
+  s.quantize(1, Fp8Role::Input, x1.data(), rows, cols, q.data(), &si, qt.data(), &sti);
+  expect_cast(x1, rows, cols, Fp8Format::E4M3, 1.0f, q, si, qt, sti);
+  s.quantize(1, Fp8Role::Input, x2.data(), rows, cols, q.data(), &si, qt.data(), &sti);  // mb 2
+  s.quantize(2, Fp8Role::OutputGrad, g.data(), rows, cols, q.data(), &si, qt.data(), &sti);
+  expect_cast(g, rows, cols, Fp8Format::E5M2, 1.0f, q, si, qt, sti);
+  s.step_end();
+  EXPECT_EQ(group_calls, 2);
+  // step 2: linear 1's input scale from the max over both microbatches, margin 1
+  const float want_in = 448.0f / 2 / std::max(amax_of(x1), amax_of(x2));
+  const float want_grad = 57344.0f / 2 / amax_of(g);
+  s.quantize(1, Fp8Role::Input, x2.data(), rows, cols, q.data(), &si, qt.data(), &sti);
+  expect_cast(x2, rows, cols, Fp8Format::E4M3, want_in, q, si, qt, sti);
+  s.quantize(2, Fp8Role::OutputGrad, g.data(), rows, cols, q.data(), &si, qt.data(), &sti);
+  expect_cast(g, rows, cols, Fp8Format::E5M2, want_grad, q, si, qt, sti);
+  // the state: forward history (2, 6) with linear 1's input column rolled into the last row
+  const auto state = s.state();
+  ASSERT_EQ(state.size(), 4u);
+  EXPECT_EQ(state[0].name, "fp8_amax_history_fwd");
+  EXPECT_EQ(state[0].buffer->size(), 2u * 6);
+  EXPECT_EQ(state[0].buffer->data()[6 + 2], std::max(amax_of(x1), amax_of(x2)));
+  EXPECT_EQ(state[0].buffer->data()[2], amax_of(x2));  // step 2's record so far
+  EXPECT_EQ(state[1].buffer->data()[2], want_in);
+  EXPECT_EQ(state[1].buffer->data()[0], 1.0f);  // linear 0 recorded nothing: kept
+  size_t bytes = 0;
+  for (const auto& st : state) bytes += st.buffer->bytes();
+  EXPECT_EQ(bytes, Fp8Scaling::state_bytes(c, 3));
+}
+
+TEST(Fp8Recipe, TensorwiseScalesFromThisTensorsReducedAmax) {
+  Fp8Config c;
+  c.enabled = true;
+  c.recipe = Fp8Recipe::Tensorwise;
+  Fp8Scaling s(c, Device::CPU, 2, paralab::Category::WORKSPACE);
+  // the pieces' reduction: another rank's piece had a larger amax
+  s.set_reductions(
+      [](float* amax, int n) {
+        EXPECT_EQ(n, 1);
+        *amax = std::max(*amax, 10.0f);
+      },
+      nullptr);
+  const int rows = 4, cols = 9;
+  const std::vector<float> x = matrix(rows, cols, 2.0f, 4);
+  std::vector<uint8_t> q(rows * cols), qt(rows * cols);
+  float si = 0, sti = 0;
+  s.quantize(0, Fp8Role::Weight, x.data(), rows, cols, q.data(), &si, qt.data(), &sti);
+  expect_cast(x, rows, cols, Fp8Format::E4M3, 448.0f / 10.0f, q, si, qt, sti);
+  EXPECT_TRUE(s.state().empty());
+  EXPECT_EQ(Fp8Scaling::state_bytes(c, 2), 0u);
+}
+
+TEST(Fp8Recipe, BlockwiseTilesActivationsAndBlocksWeights) {
+  Fp8Config c;
+  c.enabled = true;
+  c.recipe = Fp8Recipe::Blockwise;
+  Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  EXPECT_EQ(s.blocks(Fp8Role::Input), Fp8Blocks::Tiles);
+  EXPECT_EQ(s.blocks(Fp8Role::OutputGrad), Fp8Blocks::Tiles);
+  EXPECT_EQ(s.blocks(Fp8Role::Weight), Fp8Blocks::Blocks);
+  EXPECT_EQ(s.format(Fp8Role::OutputGrad), Fp8Format::E4M3);  // e4m3 everywhere unless hybrid
+  EXPECT_EQ(s.scale_bytes(Fp8Role::Input, 300, 260), 4u * 300 * 3);
+  EXPECT_EQ(s.scale_bytes(Fp8Role::Weight, 300, 260), 4u * 3 * 3);
+  const int rows = 130, cols = 200;
+  const std::vector<float> x = matrix(rows, cols, 2.0f, 5);
+  std::vector<uint8_t> q(rows * cols), qt(rows * cols), want(rows * cols), want_t(rows * cols);
+  std::vector<float> s1(2 * 2), s2(2 * 2), w1(4), w2(4);
+  s.quantize(0, Fp8Role::Weight, x.data(), rows, cols, q.data(), s1.data(), qt.data(), s2.data());
+  kernels::fp8_quantize_blocks<Device::CPU, float>(want.data(), w1.data(), x.data(), rows, cols,
+                                                   Fp8Format::E4M3, Fp8Blocks::Blocks, false);
+  kernels::fp8_quantize_blocks<Device::CPU, float>(want_t.data(), w2.data(), x.data(), rows, cols,
+                                                   Fp8Format::E4M3, Fp8Blocks::Blocks, true);
+  EXPECT_EQ(q, want);
+  EXPECT_EQ(qt, want_t);
+  EXPECT_EQ(s1, w1);
+  EXPECT_EQ(s2, w2);
+}
+
+}  // namespace

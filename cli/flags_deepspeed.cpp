@@ -5,10 +5,13 @@
 //   batch triad  train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps
 //                x dp (runtime/config.py _batch_assertion); any two fix the third; "auto" takes
 //                --global-batch-size / --micro-batch-size (Hugging Face's convention);
-//   fp16         loss_scale (0: dynamic), initial_scale_power (16), loss_scale_window (1000),
-//                hysteresis (2), consecutive_hysteresis (false), min_loss_scale (1): checked and
-//                carried (Options::deepspeed.fp16); fp16 training itself is not built yet;
-//   bf16         enabled -> --bf16;
+//   fp16         enabled -> --fp16; loss_scale (0: dynamic) -> --loss-scale;
+//                initial_scale_power (16) -> --initial-loss-scale 2^power; loss_scale_window
+//                (1000), hysteresis (2), min_loss_scale (1) -> Megatron's flags of those names;
+//                consecutive_hysteresis (false) -> --consecutive-hysteresis (paralab's scaler
+//                is Megatron's, model/loss_scaler.h; docs/megatron.md says where DeepSpeed's
+//                differs); auto_cast, fused_mode, fp16_master_weights_and_grads: no effect;
+//   bf16         enabled -> --bf16 (with fp16.enabled: refused, as DeepSpeed refuses it);
 //   zero_optimization  stage -> --zero-stage; reduce_bucket_size (5e8 elements) -> the DDP
 //                buckets (--ddp-bucket-size: the calls per step follow); overlap_comm (None:
 //                true iff stage 3) -> --overlap-grad-reduce; offload_optimizer {device cpu,
@@ -165,7 +168,53 @@ void read_batch(ConfigRead& c) {
 
 }
 
-// fp16 checked and carried (its training is not built), bf16 into --bf16.
+// fp16.enabled into --fp16 and the block's loss-scale keys into Megatron's flags (the JSON
+// wins where a flag disagrees); the keys paralab has no use for on the warning line when set.
+void apply_fp16(ConfigRead& c, const DeepSpeedFp16& fp, const Json& block) {
+  TrainConfig& t = c.o.train;
+  if (c.given("--fp16") && t.fp16 != fp.enabled)
+    c.won("fp16.enabled", "--fp16", "true", fp.enabled ? "true" : "false");
+  t.fp16 = fp.enabled;
+  c.eff.add("fp16.enabled", fp.enabled ? "true" : "false", "JSON");
+  if (!fp.enabled) return;
+  if (t.bf16 && c.given("--bf16")) {
+    c.won("fp16.enabled", "--bf16", "true", "true (bf16 off)");
+    t.bf16 = false;
+  }
+  LossScaleConfig& l = t.loss_scaling;
+  auto set = [&](const char* key, const char* flag, double& to, double value) {
+    if (c.given(flag) && to != value) c.won(key, flag, num(to), num(value));
+    to = value;
+    c.eff.add(key, num(value), json_find(block, key + 5) ? "JSON" : "DeepSpeed's default");
+  };
+  auto set_int = [&](const char* key, const char* flag, int& to, int value) {
+    double d = to;
+    set(key, flag, d, value);
+    to = value;
+  };
+  set("fp16.loss_scale", "--loss-scale", l.loss_scale, fp.loss_scale);
+  if (fp.loss_scale == 0) {  // dynamic: the scaler's keys
+    set("fp16.initial_scale_power", "--initial-loss-scale", l.initial_loss_scale,
+        std::ldexp(1.0, fp.initial_scale_power));
+    set("fp16.min_loss_scale", "--min-loss-scale", l.min_loss_scale, fp.min_loss_scale);
+    set_int("fp16.loss_scale_window", "--loss-scale-window", l.loss_scale_window,
+            fp.loss_scale_window);
+    set_int("fp16.hysteresis", "--hysteresis", l.hysteresis, fp.hysteresis);
+    l.consecutive_hysteresis = fp.consecutive_hysteresis;
+    c.eff.add("fp16.consecutive_hysteresis", fp.consecutive_hysteresis ? "true" : "false",
+              json_find(block, "consecutive_hysteresis") ? "JSON" : "DeepSpeed's default");
+  }
+  const std::pair<const char*, const char*> unused[] = {
+      {"auto_cast", "fp16.auto_cast (the inputs are fp16 storage already)"},
+      {"fused_mode", "fp16.fused_mode (one optimizer kernel already)"},
+      {"fp16_master_weights_and_grads",
+       "fp16.fp16_master_weights_and_grads (paralab keeps fp32 master weights)"}};
+  for (const auto& [k, why] : unused)
+    if (const Json* v = json_find(block, k))
+      if (v->is_boolean() && v->get<bool>()) c.no_effect.push_back(why);
+}
+
+// fp16 into --fp16 and its loss scale, bf16 into --bf16.
 void read_precision(ConfigRead& c) {
   TrainConfig& t = c.o.train;
   if (const Json* f = c.r.block("fp16", kFp16Keys)) {
@@ -193,10 +242,9 @@ void read_precision(ConfigRead& c) {
         c.r.boolean(v, at(k.c_str()), "fp16." + k);  // auto_cast, fused_mode, master weights
       }
     }
-    if (fp.enabled)
-      c.r.refuse("/fp16/enabled", "fp16.enabled: fp16 training is not built yet (its loss scaler "
-                                 "is; use bf16)");
-    c.eff.add("fp16.enabled", "false", "JSON");
+    apply_fp16(c, fp, *f);
+  } else {
+    c.eff.add("fp16.enabled", t.fp16 ? "true" : "false", c.given("--fp16") ? "--fp16" : "default");
   }
   const Json* bf = c.r.block("bf16", kBf16Keys);
   if (!bf) bf = c.r.block("bfloat16", kBf16Keys);  // DeepSpeed's older name
@@ -206,6 +254,9 @@ void read_precision(ConfigRead& c) {
       const bool b = c.r.boolean(item.value(), "/bf16/" + item.key(), "bf16." + item.key());
       if (item.key() == "enabled") enabled = b;
     }
+    if (enabled && c.o.deepspeed.fp16.enabled)  // runtime/config.py's assertion
+      c.r.refuse("/bf16/enabled", "bf16.enabled and fp16.enabled: DeepSpeed refuses both (give "
+                                  "one)");
     if (c.given("--bf16") && t.bf16 != enabled)
       c.won("bf16.enabled", "--bf16", t.bf16 ? "true" : "false", enabled ? "true" : "false");
     t.bf16 = enabled;

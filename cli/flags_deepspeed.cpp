@@ -42,100 +42,15 @@
 #include "cli/flags_impl.h"  // defines: RawFlags, add_switch, fail; cli/flags.h Options
 #include "checkpoint/json_document.h"
 #include "cli/flags_deepspeed_keys.h"  // defines: the keys of each block
+// defines: Reader, Effective, num, ConfigRead, read_precision (cli/flags_deepspeed_precision.cpp)
+#include "cli/flags_deepspeed_read.h"
 
 namespace paralab {
 
 namespace {
 
 using namespace deepspeed_keys;  // cli/flags_deepspeed_keys.h
-
-// Reads one config: each value checked where it is, messages "FILE:LINE:COL: ...".
-class Reader {
- public:
-  Reader(std::string path, const std::string& text) : path_(std::move(path)), doc_(text) {}
-  const Json& root() const { return doc_.root(); }
-  [[noreturn]] void refuse(const std::string& at, const std::string& what) const {
-    std::string where = doc_.where(at);  // "line L, column C"
-    fail("--deepspeed_config ", path_, ":", where.substr(5, where.find(',') - 5), ":",
-         where.substr(where.rfind(' ') + 1), ": ", what);
-  }
-  // A block: an object whose keys are all in `known` (DeepSpeed's extra="forbid").
-  const Json* block(const std::string& name, const std::set<std::string>& known) const {
-    const Json* b = json_find(root(), name);
-    if (!b) return nullptr;
-    check_block(b, "/" + name, name, known);
-    return b;
-  }
-  void check_block(const Json* b, const std::string& at, const std::string& name,
-                   const std::set<std::string>& known) const {
-    if (!b->is_object()) refuse(at, name + " must be an object, got " + json_kind(*b));
-    for (const auto& item : b->items())
-      if (!known.count(item.key()))
-        refuse(at + "/" + item.key(), "unknown key \"" + item.key() + "\" in " + name +
-                                          " (DeepSpeed's config refuses it: extra fields not "
-                                          "permitted)");
-  }
-  // A number that is whole (2e9 is), >= lo; "auto" gives nullopt when allowed.
-  std::optional<int64_t> whole(const Json& v, const std::string& at, const std::string& key,
-                               int64_t lo, bool auto_ok = false) const {
-    if (auto_ok && v.is_string() && v.get<std::string>() == "auto") return std::nullopt;
-    if (!v.is_number() || v.get<double>() != std::floor(v.get<double>()) ||
-        !(std::fabs(v.get<double>()) < 9.2e18))
-      refuse(at, key + " must be a whole number" + (auto_ok ? " or \"auto\"" : "") + ", got " +
-                     v.dump());
-    const int64_t n = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-    if (n < lo) refuse(at, key + " must be >= " + std::to_string(lo) + ", got " + v.dump());
-    return n;
-  }
-  double number(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_number()) refuse(at, key + " must be a number, got " + v.dump());
-    return v.get<double>();
-  }
-  bool boolean(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_boolean()) refuse(at, key + " must be true or false, got " + v.dump());
-    return v.get<bool>();
-  }
-  std::string text(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_string()) refuse(at, key + " must be a string, got " + v.dump());
-    return v.get<std::string>();
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  JsonDocument doc_;
-};
-
-struct Effective {  // what --plan prints: key, value, where it came from
-  std::vector<std::vector<std::string>> rows;
-  void add(const std::string& key, const std::string& value, const std::string& from) {
-    rows.push_back({key, value, from});
-  }
-};
-
-std::string num(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-// One config being read into the flags: the reader, the flags, and what --plan and the
-// warning line will say.
-struct ConfigRead {
-  Reader& r;
-  Options& o;
-  RawFlags& raw;
-  const CLI::App& app;
-  Effective eff;
-  std::vector<std::string>& no_effect;
-  bool given(const char* flag) const { return app.count(flag) > 0; }
-  // The JSON and a flag disagree: DeepSpeed's engine runs the config.
-  void won(const std::string& key, const std::string& flag, const std::string& flag_value,
-           const std::string& json_value) {
-    o.warnings.push_back("--deepspeed_config " + key + " " + json_value + " overrides " + flag +
-                         " " + flag_value + " (DeepSpeed's engine runs the config)");
-  }
-};
+using namespace deepspeed_read;  // cli/flags_deepspeed_read.h
 
 // train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps ("auto":
 // the flags'); the third is derived once dp is known (check_deepspeed_batch).
@@ -165,105 +80,6 @@ void read_batch(ConfigRead& c) {
                                  source("train_micro_batch_size_per_gpu", mbs.has_value(),
                                         "--micro-batch-size"),
                                  gas ? "JSON" : "train_batch_size / (micro x dp)"};
-
-}
-
-// fp16.enabled into --fp16 and the block's loss-scale keys into Megatron's flags (the JSON
-// wins where a flag disagrees); the keys paralab has no use for on the warning line when set.
-void apply_fp16(ConfigRead& c, const DeepSpeedFp16& fp, const Json& block) {
-  TrainConfig& t = c.o.train;
-  if (c.given("--fp16") && t.fp16 != fp.enabled)
-    c.won("fp16.enabled", "--fp16", "true", fp.enabled ? "true" : "false");
-  t.fp16 = fp.enabled;
-  c.eff.add("fp16.enabled", fp.enabled ? "true" : "false", "JSON");
-  if (!fp.enabled) return;
-  if (t.bf16 && c.given("--bf16")) {
-    c.won("fp16.enabled", "--bf16", "true", "true (bf16 off)");
-    t.bf16 = false;
-  }
-  LossScaleConfig& l = t.loss_scaling;
-  auto set = [&](const char* key, const char* flag, double& to, double value) {
-    if (c.given(flag) && to != value) c.won(key, flag, num(to), num(value));
-    to = value;
-    c.eff.add(key, num(value), json_find(block, key + 5) ? "JSON" : "DeepSpeed's default");
-  };
-  auto set_int = [&](const char* key, const char* flag, int& to, int value) {
-    double d = to;
-    set(key, flag, d, value);
-    to = value;
-  };
-  set("fp16.loss_scale", "--loss-scale", l.loss_scale, fp.loss_scale);
-  if (fp.loss_scale == 0) {  // dynamic: the scaler's keys
-    set("fp16.initial_scale_power", "--initial-loss-scale", l.initial_loss_scale,
-        std::ldexp(1.0, fp.initial_scale_power));
-    set("fp16.min_loss_scale", "--min-loss-scale", l.min_loss_scale, fp.min_loss_scale);
-    set_int("fp16.loss_scale_window", "--loss-scale-window", l.loss_scale_window,
-            fp.loss_scale_window);
-    set_int("fp16.hysteresis", "--hysteresis", l.hysteresis, fp.hysteresis);
-    l.consecutive_hysteresis = fp.consecutive_hysteresis;
-    c.eff.add("fp16.consecutive_hysteresis", fp.consecutive_hysteresis ? "true" : "false",
-              json_find(block, "consecutive_hysteresis") ? "JSON" : "DeepSpeed's default");
-  }
-  const std::pair<const char*, const char*> unused[] = {
-      {"auto_cast", "fp16.auto_cast (the inputs are fp16 storage already)"},
-      {"fused_mode", "fp16.fused_mode (one optimizer kernel already)"},
-      {"fp16_master_weights_and_grads",
-       "fp16.fp16_master_weights_and_grads (paralab keeps fp32 master weights)"}};
-  for (const auto& [k, why] : unused)
-    if (const Json* v = json_find(block, k))
-      if (v->is_boolean() && v->get<bool>()) c.no_effect.push_back(why);
-}
-
-// fp16 into --fp16 and its loss scale, bf16 into --bf16.
-void read_precision(ConfigRead& c) {
-  TrainConfig& t = c.o.train;
-  if (const Json* f = c.r.block("fp16", kFp16Keys)) {
-    DeepSpeedFp16& fp = c.o.deepspeed.fp16;
-    auto at = [&](const char* k) { return std::string("/fp16/") + k; };
-    for (const auto& item : f->items()) {
-      const std::string& k = item.key();
-      const Json& v = item.value();
-      if (k == "enabled") fp.enabled = c.r.boolean(v, at("enabled"), "fp16.enabled");
-      else if (k == "loss_scale") {
-        fp.loss_scale = c.r.number(v, at("loss_scale"), "fp16.loss_scale");
-        if (!(fp.loss_scale >= 0)) c.r.refuse(at("loss_scale"), "fp16.loss_scale must be >= 0 (0: dynamic)");
-      } else if (k == "initial_scale_power")
-        fp.initial_scale_power = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 0));
-      else if (k == "loss_scale_window")
-        fp.loss_scale_window = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 1));
-      else if (k == "hysteresis")
-        fp.hysteresis = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 1));
-      else if (k == "consecutive_hysteresis")
-        fp.consecutive_hysteresis = c.r.boolean(v, at(k.c_str()), "fp16." + k);
-      else if (k == "min_loss_scale") {
-        fp.min_loss_scale = c.r.number(v, at(k.c_str()), "fp16." + k);
-        if (!(fp.min_loss_scale > 0)) c.r.refuse(at(k.c_str()), "fp16.min_loss_scale must be > 0");
-      } else {
-        c.r.boolean(v, at(k.c_str()), "fp16." + k);  // auto_cast, fused_mode, master weights
-      }
-    }
-    apply_fp16(c, fp, *f);
-  } else {
-    c.eff.add("fp16.enabled", t.fp16 ? "true" : "false", c.given("--fp16") ? "--fp16" : "default");
-  }
-  const Json* bf = c.r.block("bf16", kBf16Keys);
-  if (!bf) bf = c.r.block("bfloat16", kBf16Keys);  // DeepSpeed's older name
-  if (bf) {
-    bool enabled = false;
-    for (const auto& item : bf->items()) {
-      const bool b = c.r.boolean(item.value(), "/bf16/" + item.key(), "bf16." + item.key());
-      if (item.key() == "enabled") enabled = b;
-    }
-    if (enabled && c.o.deepspeed.fp16.enabled)  // runtime/config.py's assertion
-      c.r.refuse("/bf16/enabled", "bf16.enabled and fp16.enabled: DeepSpeed refuses both (give "
-                                  "one)");
-    if (c.given("--bf16") && t.bf16 != enabled)
-      c.won("bf16.enabled", "--bf16", t.bf16 ? "true" : "false", enabled ? "true" : "false");
-    t.bf16 = enabled;
-    c.eff.add("bf16.enabled", enabled ? "true" : "false", "JSON");
-  } else {
-    c.eff.add("bf16.enabled", t.bf16 ? "true" : "false", c.given("--bf16") ? "--bf16" : "default");
-  }
 
 }
 

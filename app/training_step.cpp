@@ -81,8 +81,9 @@ void Training::run_step(int step, StepRecord& r) {
   kernels::PhaseScope step_kernels(kernels::Phase::optimizer);
   model_->sync_tied_embedding();
   // the schedule's position: the updates made, this one included (Megatron steps its
-  // scheduler only after a successful update: a skipped step leaves the schedule where it is)
-  const float lr = learning_rate(o_.train, optimizer_->steps_taken() + 1);
+  // scheduler only after a successful update: a skipped step leaves the schedule where it is);
+  // the steps so far less the skipped ones, which a resume restores even without the optimizer
+  const float lr = learning_rate(o_.train, step - skipped_steps_);
   // the reported loss: mean over the global batch (every microbatch of every dp rank);
   // taken before the update, so that a step whose loss is not finite updates nothing
   // --exit-duration-in-mins: rank 0's clock decides, and its vote rides the stop flag

@@ -89,7 +89,7 @@ else
               -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
   FLAVOUR_FLAGS := -I$(CUDA_HOME)/include
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl
 endif
 
 HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(SHARED_HOST_SRCS),$(HOST_SRCS))) \

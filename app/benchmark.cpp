@@ -227,7 +227,7 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
       kernels::memcpy_from_host(d, dev.data(), host.data(), max_bytes); }, trial_s);
     c.pcie_latency_s = best_seconds(d, [&] {
       kernels::memcpy_to_host(d, host.data(), dev.data(), 4); }, 0.01);
-    c.host_adam_rate = host_adamw_rate(int64_t(1) << 22, false);
+    c.host_adam_rate = host_adamw_rate(int64_t(1) << 22);
   }
 
   c.att = gpu ? AttentionShape{4, 16, 2048, 64} : AttentionShape{1, 12, 256, 64};
@@ -311,8 +311,9 @@ int run_benchmark(const Options& o, const World& w) {
 
   // The peak the efficiencies are relative to, then the curve, capped at it.
   r.bandwidth = median(r.rank_bw);
-  if (gpu && r.base && r.base->peak_tflops(r.fit_bf16) > 0) {
-    r.peak = r.base->peak_tflops(r.fit_bf16) * 1e12;
+  const Precision fit = r.fit_bf16 ? Precision::BF16 : Precision::FP32;
+  if (gpu && r.base && r.base->peak_tflops(fit) > 0) {
+    r.peak = r.base->peak_tflops(fit) * 1e12;
     r.peak_source = r.base->file + (r.fit_bf16 ? ", bf16 dense" : ", fp32") + " (datasheet)";
     if (r.base->memory_bandwidth_gbs > 0)
       r.memory_efficiency = std::min(1.0, r.mine.mix_bytes / r.mine.mix_seconds / 1e9 /

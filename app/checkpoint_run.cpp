@@ -38,7 +38,8 @@ ResumePoint load_parameters_to_resume(const Options& o, Transformer& model, Comm
       std::printf("checkpoint: none in %s yet (no latest, no iter_NNNNNNN/): training from step "
                   "1, saving there (--save)\n", o.load.c_str());
     if (!o.load_folder.empty()) {
-      resume.checkpoint.reset(new CheckpointReader(location_of(o), &world, &o.model, o.train.bf16));
+      resume.checkpoint.reset(new CheckpointReader(location_of(o), &world, &o.model,
+                                                   o.train.precision()));
       // the manifest was checked against the run with the flags (cli/flags_checkpoint.cpp)
       // --finetune: a new run from these weights (Megatron's): iteration 0, no counters
       if (!o.finetune) resume.position = resume.checkpoint->position();
@@ -71,6 +72,11 @@ void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer
   if (optimizer_state) {
     load_optimizer_state(model, optimizer, checkpoint->source());
     optimizer.set_steps_taken(resume.position.adam_steps);
+    // the dynamic loss scale where it was (megatron-core loads the grad scaler with the
+    // optimizer); a checkpoint without one (another precision's) leaves it at
+    // --initial-loss-scale
+    if (optimizer.loss_scaler().dynamic() && resume.position.dynamic_loss_scale)
+      optimizer.set_loss_scaler_state(resume.position.loss_scaler);
   }
   for (int l = 0; l < (int)model.moe_layers().size(); ++l)
     if (!model.moe_layers()[l].expert_bias.empty()) {
@@ -114,25 +120,27 @@ void print_export(const HfExport& e, const std::string& folder) {
 void export_weights(Transformer& model, const Options& o, bool rank0) {
   const std::vector<float> flat = model.gather_full(false);
   if (!rank0) return;
-  // the weights the model computes with: bf16 parameters stored as BF16 (exact), else F32
+  // the weights the model computes with: 16-bit parameters stored as BF16 or F16 (exact),
+  // else F32
   const HfExport e = export_hugging_face(o.export_hf, o.model, by_name(o.model, flat),
-                                         o.train.bf16 ? SafeDType::BF16 : SafeDType::F32);
+                                         float_type(o.train.precision()));
   print_export(e, o.export_hf);
 }
 
 int run_convert(const Options& o, const World& w) {
   if (w.size != 1) throw FlagError("--convert runs on one rank (launched on " +
                                    std::to_string(w.size) + ")");
-  CheckpointReader checkpoint(location_of(o), nullptr, nullptr, true);  // "param": as stored
+  CheckpointReader checkpoint(location_of(o), nullptr, nullptr, Precision::FP32);
   const ModelConfig& m = checkpoint.manifest().model;
   const std::string why = hugging_face_refusal(m);
   if (!why.empty()) throw FlagError("--export-hf: " + why);
-  // bf16 runs export their bf16 parameters (what the model computed with), as BF16
-  const bool bf16 = checkpoint.manifest().bf16;
+  // 16-bit runs export their 16-bit parameters (what the model computed with), as BF16 or F16;
+  // the reader, told the run is fp32, would give the master weights: read "param" as stored
+  const Precision saved = checkpoint.manifest().precision();
   LogicalTensors tensors;
-  for (const ParamSpec& p : param_table(m)) tensors[p.name] = checkpoint.full(p, "param");
-  const HfExport e = export_hugging_face(o.export_hf, m, tensors,
-                                         bf16 ? SafeDType::BF16 : SafeDType::F32);
+  for (const ParamSpec& p : param_table(m))
+    tensors[p.name] = checkpoint.full(p, saved == Precision::FP32 ? "param" : "stored");
+  const HfExport e = export_hugging_face(o.export_hf, m, tensors, float_type(saved));
   std::printf("convert: %s (iteration %d) -> ", checkpoint.folder().c_str(),
               checkpoint.manifest().iteration);
   print_export(e, o.export_hf);

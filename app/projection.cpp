@@ -186,7 +186,7 @@ int run_plan(const Options& o, const World& w) {
   try {
     hw = choose_hardware(o, false);
     plan_extras(extras, o, plan, hw);
-    if (hw.found && o.peak_tflops <= 0) peak = peak_from_profile(hw.profile, o.train.bf16);
+    if (hw.found && o.peak_tflops <= 0) peak = peak_from_profile(hw.profile, o.train.precision());
   } catch (const InputError& e) {
     exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
   }

@@ -30,7 +30,7 @@ Peak find_peak(const Options& o) {
     };
     return measure_peak_tflops(gemm, 2.0 * n * n * n);  // best of kPeakTrials
   };
-  return resolve_peak(o.peak_tflops, gpu, o.train.bf16, "configs/hardware", measure);
+  return resolve_peak(o.peak_tflops, gpu, o.train.precision(), "configs/hardware", measure);
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ Training::Training(const Options& o, const World& w)
   dp_rank_ = topo.coord().dp;
 
   DataParallelOptions dp_options;
-  dp_options.bf16 = o.train.bf16;
+  dp_options.storage = storage_type(o.train);
   dp_options.zero_stage = par.zero_stage;
   dp_options.overlap_grad_reduce = o.overlap_grad_reduce;
   dp_options.overlap_param_gather = o.overlap_param_gather;
@@ -154,7 +154,7 @@ Training::Training(const Options& o, const World& w)
   // what a stage sends on: this rank's tokens (S/cp of each sequence; N/t of them with sp)
   const size_t message = (size_t)tensor_parallel.local_tokens(N / par.context_parallel) *
                          o.model.hidden_size;
-  const DType activations = o.train.bf16 ? DType::BF16 : DType::F32;
+  const DType activations = storage_type(o.train);
   // The schedule the plan simulated (1F1B over one stage without pipelining), run here.
   executor_.reset(new PipelineExecutor(plan_.pipeline.schedule, pp_rank_, &topo.pp(), message,
                                        activations));

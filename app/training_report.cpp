@@ -54,7 +54,7 @@ void Training::begin() {
     const ModelConfig& m = o_.model;
     if (o_.device == kernels::Device::CUDA && m.attention == AttentionImpl::FLASH)
       std::printf("attention kernels: %s\n",
-                  kernels::flash_attention_kernel(o_.device, o_.train.bf16, m.seq_length,
+                  kernels::flash_attention_kernel(o_.device, o_.train.half(), m.seq_length,
                                                   m.num_attention_heads, m.groups(),
                                                   m.head_dim(), m.attention_dropout)
                       .c_str());
@@ -195,6 +195,20 @@ void Training::write_tensorboard(const StepRecord& r) {
          {"tokens-per-second", (float)s.tokens_per_second},
          {"mem-max-allocated-bytes", (float)s.peak_memory_bytes},
          {"skipped-iterations", (float)s.skipped_steps}};
+    if (s.grad_underflow.elements > 0) {  // --log-fp16-underflow
+      const GradUnderflow& u = s.grad_underflow;
+      v.push_back({"fp16-underflow-unscaled-zero", (float)u.fraction(u.unscaled_zero)});
+      v.push_back({"fp16-underflow-unscaled-subnormal", (float)u.fraction(u.unscaled_subnormal)});
+      v.push_back({"fp16-underflow-stored-below-normal",
+                   (float)u.fraction(u.stored_below_normal)});
+    }
+    if (s.loss_scale >= 0) {  // Megatron's tag; the trackers paralab's
+      v.push_back({"loss-scale", (float)s.loss_scale});
+      if (s.dynamic_loss_scale) {
+        v.push_back({"loss-scale-growth-tracker", (float)s.loss_scaler.growth_tracker});
+        v.push_back({"loss-scale-hysteresis-tracker", (float)s.loss_scaler.hysteresis_tracker});
+      }
+    }
     if (std::isfinite(s.mfu)) v.push_back({"mfu", (float)s.mfu});
     if (std::isfinite(s.hfu)) v.push_back({"hfu", (float)s.hfu});
   }

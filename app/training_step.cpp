@@ -68,17 +68,22 @@ void Training::run_step(int step, StepRecord& r) {
     data_->microbatch(step, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
   // every stage derives microbatch i's dropout seed alike, so its masks are the
   // single-rank run's
+  const float loss_scale = optimizer_->loss_scale();  // this step's, before its update
   ModelStage stage(*model_, plan_.pipeline.schedule, pp_rank_, B_, [&](int micro) {
     const uint64_t seed = kernels::mix64(
         o_.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank_ * k + micro));
+    // the mean over the global batch's microbatches, times the loss scale (1 without one)
     return Transformer::Microbatch{tokens_[micro].data(), targets_[micro].data(), B_,
-                                   1.0f / (k * dp_), seed, false};
+                                   loss_scale / (k * dp_), seed, false};
   });
   r.timing = executor_->run(stage);
   model_->collect_moe_stats();  // the routers' counts of the step: one copy
   kernels::PhaseScope step_kernels(kernels::Phase::optimizer);
   model_->sync_tied_embedding();
-  const float lr = learning_rate(o_.train, step);
+  // the schedule's position: the updates made, this one included (Megatron steps its
+  // scheduler only after a successful update: a skipped step leaves the schedule where it is);
+  // the steps so far less the skipped ones, which a resume restores even without the optimizer
+  const float lr = learning_rate(o_.train, step - skipped_steps_);
   // the reported loss: mean over the global batch (every microbatch of every dp rank);
   // taken before the update, so that a step whose loss is not finite updates nothing
   // --exit-duration-in-mins: rank 0's clock decides, and its vote rides the stop flag
@@ -92,7 +97,13 @@ void Training::run_step(int step, StepRecord& r) {
   const bool skipped = optimizer_->skipped();  // alike on every rank: loss and norm are global
   model_->update_expert_bias(par.context_parallel > 1 ? &topo_->dp_cp() : &topo_->dp(),
                              !skipped);
-  skipped_in_a_row_ = skipped ? skipped_in_a_row_ + 1 : 0;
+  // A dynamic scale's overflow is how the scale learns its size (from 2^32, a run's first
+  // dozen or so steps overflow): it counts towards --max-skipped-steps only once the scale
+  // cannot back off any more (at --min-loss-scale), as does any other skip.
+  const LossScaler& scaler = optimizer_->loss_scaler();
+  const bool backed_off = scaler.dynamic() && std::isfinite(loss) &&
+                          loss_scale > (float)o_.train.loss_scaling.min_loss_scale;
+  skipped_in_a_row_ = !skipped ? 0 : backed_off ? skipped_in_a_row_ : skipped_in_a_row_ + 1;
   skipped_steps_ += skipped;
   // Every rank stops alike (the loss and the norm are global), after this step's report;
   // what was written is whole: the step lines and --metrics-jsonl records so far, no
@@ -113,6 +124,12 @@ void Training::run_step(int step, StepRecord& r) {
   s.grad_norm = grad_norm;
   s.skipped = skipped;
   s.skipped_steps = skipped_steps_;
+  s.grad_underflow = optimizer_->grad_underflow();
+  if (o_.train.loss_scaled()) {  // the scale this step used, and the scaler after it
+    s.loss_scale = loss_scale;
+    s.loss_scaler = scaler.state();
+    s.dynamic_loss_scale = scaler.dynamic();
+  }
   s.step_seconds = seconds;
   // the step's peaks, and what is held between steps (after the optimizer step): the ledger
   // now, beside MemoryPlan's resident model states (the memory table's "held between steps")
@@ -208,7 +225,8 @@ void Training::save_or_stop(StepRecord& r) {
              (o_.save_interval > 0 && r.step % o_.save_interval == 0));
   if (!r.saved) return;
   const TrainingPosition position{r.step, optimizer_->steps_taken(), skipped_steps_,
-                                  skipped_in_a_row_};
+                                  skipped_in_a_row_, optimizer_->loss_scaler().dynamic(),
+                                  optimizer_->loss_scaler().state()};
   r.save = save_checkpoint(o_.save, position, *model_, *optimizer_, place_, topo_->world(),
                            o_.train, o_.parallel, !o_.no_save_optim, o_.data_record);
 }

@@ -124,8 +124,9 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
 
   // The shard: every piece's entries declared (their sizes make the header), then streamed
   // from the device through one bounded buffer, in that order.
-  const bool bf16 = model.data_parallel().bf16();
-  const size_t param_bytes = bf16 ? 2 : 4;
+  const DType storage = model.data_parallel().storage();
+  const size_t param_bytes = dtype_size(storage);
+  const SafeDType param_type = float_type(train.precision());
   std::vector<std::pair<const char*, AdamW::State>> states;  // none with --no-save-optim
   if (save_optimizer) {
     states = {{"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
@@ -139,7 +140,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   std::vector<SafetensorsStream::Tensor> entries;
   for (const OwnedPiece& p : pieces) {
     const std::string entry = std::to_string(mine.pieces.size());
-    entries.push_back({"param/" + entry, bf16 ? SafeDType::BF16 : SafeDType::F32, {p.hi - p.lo}});
+    entries.push_back({"param/" + entry, param_type, {p.hi - p.lo}});
     for (const auto& state : states)
       entries.push_back({std::string(state.first) + "/" + entry, SafeDType::F32, {p.hi - p.lo}});
     mine.pieces.push_back({p.view->spec->name, rank_slice(model, *p.view),
@@ -194,13 +195,16 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     m.iteration = position.iteration;
     m.model = model.config();
     m.parallel = parallel;
-    m.bf16 = bf16;
+    m.bf16 = storage == DType::BF16;
+    m.fp16 = storage == DType::F16;
     m.optimizer = save_optimizer;
     m.seed = train.seed;
     m.global_batch_size = train.global_batch_size;
     m.adam_steps = position.adam_steps;
     m.skipped_steps = position.skipped_steps;
     m.skipped_in_a_row = position.skipped_in_a_row;
+    m.has_loss_scaler = position.dynamic_loss_scale;
+    m.loss_scaler = position.loss_scaler;
     m.data = data;
     for (const ParamSpec& p : param_table(model.config())) {
       m.tensors.push_back(p.name);
@@ -330,8 +334,8 @@ CheckpointLocation locate_checkpoint(const std::string& load, int ckpt_step) {
 }
 
 CheckpointReader::CheckpointReader(const CheckpointLocation& at, Communicator* world,
-                                   const ModelConfig* run, bool run_bf16)
-    : run_bf16_(run_bf16), folder_(at.folder) {
+                                   const ModelConfig* run, Precision run_precision)
+    : run_precision_(run_precision), folder_(at.folder) {
   const int iteration = at.iteration;
   const std::string path = folder_ + "/manifest.json";
   manifest_ = parse_manifest(read_small_file(path, 1u << 30), path);
@@ -396,12 +400,17 @@ const std::vector<int64_t>& CheckpointReader::indices(const ParamSpec& spec,
 }
 
 std::vector<float> CheckpointReader::full(const ParamSpec& spec, const std::string& kind) {
-  // fp32 runs read the master weights of a bf16 checkpoint, the exact values; bf16 runs
-  // without them (an fp32 checkpoint) start their master from the fp32 parameters
-  std::string from = kind;
-  // (a checkpoint saved with --no-save-optim has no master: its bf16 parameters then)
-  if (kind == "param" && manifest_.bf16 && !run_bf16_ && manifest_.optimizer) from = "master";
-  if (kind == "master" && !manifest_.bf16) from = "param";
+  // a run of another storage reads the master weights of a 16-bit checkpoint, the exact
+  // values; 16-bit runs without them (an fp32 checkpoint) start their master from the fp32
+  // parameters
+  // ("stored": the parameters as saved, whatever the run: --convert's export)
+  std::string from = kind == "stored" ? "param" : kind;
+  const Precision saved = manifest_.precision();
+  // (a checkpoint saved with --no-save-optim has no master: its 16-bit parameters then)
+  if (kind == "param" && saved != Precision::FP32 && saved != run_precision_ &&
+      manifest_.optimizer)
+    from = "master";
+  if (kind == "master" && saved == Precision::FP32) from = "param";
   std::vector<float> out(spec.numel(), 0.0f);
   for (int s = 0; s < (int)manifest_.shards.size(); ++s)
     for (const ManifestPiece& p : manifest_.shards[s].pieces) {
@@ -452,6 +461,8 @@ TrainingPosition CheckpointReader::position() const {
   p.adam_steps = manifest_.adam_steps;
   p.skipped_steps = manifest_.skipped_steps;
   p.skipped_in_a_row = manifest_.skipped_in_a_row;
+  p.dynamic_loss_scale = manifest_.has_loss_scaler;
+  p.loss_scaler = manifest_.loss_scaler;
   return p;
 }
 

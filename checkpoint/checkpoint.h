@@ -60,9 +60,19 @@ struct CheckpointPlace {
   bool writes(const TensorView& view) const;
 };
 
+// The safetensors dtype of a run's parameters: F32, BF16 or F16.
+inline SafeDType float_type(Precision p) {
+  return p == Precision::BF16 ? SafeDType::BF16 : p == Precision::FP16 ? SafeDType::F16
+                                                                      : SafeDType::F32;
+}
+
 struct TrainingPosition {
   int iteration = 0;  // steps done
   int adam_steps = 0, skipped_steps = 0, skipped_in_a_row = 0;
+  // A dynamic loss scale's state after the step (a static one is its flag, as megatron-core's
+  // ConstantGradScaler saves nothing).
+  bool dynamic_loss_scale = false;
+  LossScalerState loss_scaler;
 };
 
 struct SaveStats {
@@ -108,15 +118,18 @@ class CheckpointReader {
  public:
   // The iteration folder `at` found (locate_checkpoint) and its manifest, checked against
   // `run` (nullptr: the manifest's own model, for --convert). Collective over `world` (the
-  // checksum check is shared out, then a barrier). run_bf16: the run stores bf16 (its master
-  // weights come from a bf16 checkpoint's master, or an fp32 one's parameters; an fp32 run
-  // takes a bf16 checkpoint's master).
+  // checksum check is shared out, then a barrier). run: the run's storage (a 16-bit run's
+  // master weights come from a 16-bit checkpoint's master, or an fp32 one's parameters; a run
+  // whose storage is not the checkpoint's 16-bit type takes that checkpoint's master, the exact
+  // values, rather than its rounded parameters).
   CheckpointReader(const CheckpointLocation& at, Communicator* world, const ModelConfig* run,
-                   bool run_bf16);
+                   Precision run_precision);
   ~CheckpointReader();
   const std::string& folder() const { return folder_; }
   const Manifest& manifest() const { return manifest_; }
-  // The full tensor of one kind, assembled from every rank's pieces (checkpoint/reshard.h).
+  // The full tensor of one kind, assembled from every rank's pieces (checkpoint/reshard.h):
+  // "param" (a 16-bit checkpoint's master weights for a run of another precision), "stored"
+  // (the parameters as saved), "master", "exp_avg", "exp_avg_sq".
   std::vector<float> full(const ParamSpec& spec, const std::string& kind);
   FullTensor source() {
     return [this](const ParamSpec& spec, const std::string& kind) { return full(spec, kind); };
@@ -132,7 +145,7 @@ class CheckpointReader {
   const std::vector<int64_t>& indices(const ParamSpec& spec, const TensorSlice& slice);
   std::string index_tensor_;
   std::map<std::string, std::vector<int64_t>> index_cache_;
-  bool run_bf16_ = false;
+  Precision run_precision_ = Precision::FP32;
   std::string folder_;
   Manifest manifest_;
   std::map<int, std::unique_ptr<SafetensorsReader>> shards_;

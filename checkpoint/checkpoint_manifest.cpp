@@ -3,6 +3,7 @@
 #include "checkpoint/checkpoint_manifest.h"
 
 #include <cctype>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -178,12 +179,19 @@ std::string manifest_json(const Manifest& m) {
   j.field("world_size", m.parallel.world_size);
   j.end_object();
   j.field("bf16", m.bf16);
+  j.field("fp16", m.fp16);
   j.field("optimizer", m.optimizer);
   j.field("seed", (int64_t)m.seed);
   j.field("global_batch_size", m.global_batch_size);
   j.field("adam_steps", m.adam_steps);
   j.field("skipped_steps", m.skipped_steps);
   j.field("skipped_in_a_row", m.skipped_in_a_row);
+  if (m.has_loss_scaler) {  // the scale written exactly (an fp32 value, as a double)
+    j.key("loss_scaler").begin_object();
+    j.field("scale", (double)m.loss_scaler.scale);
+    j.field("growth_tracker", m.loss_scaler.growth_tracker);
+    j.field("hysteresis_tracker", m.loss_scaler.hysteresis_tracker).end_object();
+  }
   if (!m.data.description.empty()) {
     j.key("data").begin_object();
     j.field("description", m.data.description);
@@ -296,12 +304,26 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   m.parallel.zero_stage = (int)integer(par, "zero_stage", 0, 3, path);
   m.parallel.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
   m.bf16 = member(root, "bf16", K::boolean, path).get<bool>();
+  // optional: checkpoints from before --fp16 do not record it
+  if (root.contains("fp16")) m.fp16 = member(root, "fp16", K::boolean, path).get<bool>();
+  if (m.bf16 && m.fp16) fail(path + ": bf16 and fp16 are both true");
   m.optimizer = member(root, "optimizer", K::boolean, path).get<bool>();
   m.seed = (uint64_t)integer(root, "seed", 0, INT64_MAX, path);
   m.global_batch_size = (int)integer(root, "global_batch_size", 1, 1 << 30, path);
   m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
   m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
   m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
+  if (root.contains("loss_scaler")) {  // optional: a loss-scaled run's
+    const Json& ls = member(root, "loss_scaler", K::object, path);
+    m.has_loss_scaler = true;
+    const double scale = member(ls, "scale", K::number_float, path).get<double>();
+    if (!(scale > 0 && scale <= FLT_MAX && (double)(float)scale == scale))
+      refuse(path, "\"loss_scaler\" \"scale\" is not a positive fp32 number");
+    m.loss_scaler.scale = (float)scale;
+    m.loss_scaler.growth_tracker = (int)integer(ls, "growth_tracker", 0, INT32_MAX, path);
+    m.loss_scaler.hysteresis_tracker =
+        (int)integer(ls, "hysteresis_tracker", INT32_MIN, INT32_MAX, path);
+  }
   if (root.contains("data")) {  // optional: older checkpoints do not record it
     const Json& data = member(root, "data", K::object, path);
     m.data.description = member(data, "description", K::string, path).get<std::string>();

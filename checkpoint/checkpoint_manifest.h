@@ -29,6 +29,7 @@
 #include <vector>
 #include "model/config.h"
 #include "model/data.h"  // InputError
+#include "model/loss_scaler.h"  // LossScalerState
 #include "checkpoint/json.h"
 #include "checkpoint/json_document.h"
 #include "model/param_table.h"
@@ -73,10 +74,18 @@ struct Manifest {
   ModelConfig model;              // the fields manifest_json writes (the rest default)
   ParallelConfig parallel;        // the saving layout (information; any layout loads it)
   bool bf16 = false;              // parameters stored as BF16, with fp32 master weights
+  bool fp16 = false;              // parameters stored as F16, with fp32 master weights
+  Precision precision() const {
+    return bf16 ? Precision::BF16 : fp16 ? Precision::FP16 : Precision::FP32;
+  }
   bool optimizer = true;          // exp_avg and exp_avg_sq (and master) saved
   uint64_t seed = 0;
   int global_batch_size = 0;
   int adam_steps = 0, skipped_steps = 0, skipped_in_a_row = 0;
+  // A dynamic loss scale's state after the saved step (megatron-core's DynamicGradScaler
+  // state_dict: scale, growth_tracker, hysteresis_tracker); absent in other runs' manifests.
+  bool has_loss_scaler = false;
+  LossScalerState loss_scaler;
   std::vector<std::string> tensors;                 // param_table order
   std::vector<std::vector<int64_t>> shapes;         // full shapes
   std::vector<ManifestShard> shards;                // one per saving rank, by rank

@@ -256,9 +256,9 @@ HfExport export_hugging_face(const std::string& folder, const ModelConfig& m,
                              uint64_t max_shard_bytes) {
   const std::string why = hugging_face_refusal(m);
   if (!why.empty()) throw InputError(folder + ": " + why);
-  if (dtype != SafeDType::F32 && dtype != SafeDType::BF16)
+  if (dtype != SafeDType::F32 && dtype != SafeDType::BF16 && dtype != SafeDType::F16)
     throw std::invalid_argument(std::string("export_hugging_face: dtype ") + dtype_name(dtype) +
-                                " (F32 or BF16)");
+                                " (F32, BF16 or F16)");
   const std::vector<ParamSpec> table = param_table(m);
   if (tensors.size() != table.size())
     throw std::invalid_argument("export_hugging_face: " + std::to_string(tensors.size()) +

@@ -118,7 +118,9 @@ std::string list_text(const std::vector<int>& v) {
 
 std::string hf_config_json(const ModelConfig& m, SafeDType dtype) {
   const std::string type = hf_model_type(m);
-  const char* torch_dtype = dtype == SafeDType::BF16 ? "bfloat16" : "float32";
+  const char* torch_dtype = dtype == SafeDType::BF16  ? "bfloat16"
+                            : dtype == SafeDType::F16 ? "float16"
+                                                      : "float32";
   Fields f;
   f.raw("architectures", "[" + quoted(hf_architecture(m)) + "]").str("model_type", type);
   f.integer("vocab_size", m.vocab_size);

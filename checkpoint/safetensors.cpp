@@ -152,17 +152,11 @@ void check_tiling(std::vector<SafeTensor>& tensors, uint64_t buffer) {
            std::to_string(buffer) + "-byte buffer (the rest belongs to no tensor)");
 }
 
-// Exact: every half is a float (5-bit exponent, bias 15; 10-bit mantissa; subnormals are
-// mantissa x 2^-24).
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 31) return kernels::bits_to_float(sign | 0x7F800000u | mantissa << 13);
-  return kernels::bits_to_float(sign | (exponent - 15 + 127) << 23 | mantissa << 13);
+// A float's bits as stored in `as` (F32, or rounded to nearest even into BF16 or F16).
+uint32_t float_bits(float v, SafeDType as) {
+  if (as == SafeDType::BF16) return kernels::to_bf16(v).bits;
+  if (as == SafeDType::F16) return kernels::to_fp16(v).bits;
+  return kernels::float_to_bits(v);
 }
 
 // Bytes built one by one: the file is little-endian whatever the host is (F32 on a
@@ -334,7 +328,7 @@ std::vector<float> SafetensorsReader::read_floats(const SafeTensor& t) const {
       if (t.dtype == SafeDType::F32) v = kernels::bits_to_float(static_cast<uint32_t>(bits));
       else if (t.dtype == SafeDType::BF16)
         v = kernels::to_float(kernels::bf16{static_cast<uint16_t>(bits)});
-      else v = half_to_float(static_cast<uint16_t>(bits));
+      else v = kernels::to_float(kernels::fp16{static_cast<uint16_t>(bits)});
     }
     first += n;
   }
@@ -361,9 +355,9 @@ void SafetensorsWriter::add(const std::string& name, SafeDType dtype,
 
 void SafetensorsWriter::add_floats(const std::string& name, const std::vector<int64_t>& shape,
                                    const std::vector<float>& values, SafeDType as) {
-  if (as != SafeDType::F32 && as != SafeDType::BF16)
+  if (as != SafeDType::F32 && as != SafeDType::BF16 && as != SafeDType::F16)
     throw std::invalid_argument("safetensors tensor " + quoted(name) +
-                                ": floats are stored as F32 or BF16, not " + dtype_name(as));
+                                ": floats are stored as F32, BF16 or F16, not " + dtype_name(as));
   if (as == SafeDType::F32 && kLittleEndianHost) {  // already the file's bytes
     add(name, as, shape, values.data(), values.size() * sizeof(float));
     return;
@@ -371,8 +365,7 @@ void SafetensorsWriter::add_floats(const std::string& name, const std::vector<in
   const int width = static_cast<int>(dtype_bytes(as));
   std::vector<uint8_t> bytes(values.size() * width);
   for (size_t i = 0; i < values.size(); ++i) {
-    const uint32_t bits = as == SafeDType::F32 ? kernels::float_to_bits(values[i])
-                                               : kernels::to_bf16(values[i]).bits;
+    const uint32_t bits = float_bits(values[i], as);
     store_le(bytes.data() + i * width, bits, width);
   }
   add(name, as, shape, bytes.data(), bytes.size());
@@ -453,16 +446,15 @@ void SafetensorsStream::write(const void* data, size_t bytes) {
 
 void SafetensorsStream::write_floats(const float* values, size_t count, SafeDType as) {
   if (as == SafeDType::F32 && kLittleEndianHost) return write(values, count * sizeof(float));
-  if (as != SafeDType::F32 && as != SafeDType::BF16)
-    throw std::invalid_argument(std::string("safetensors: floats are stored as F32 or BF16, not ") +
-                                dtype_name(as));
+  if (as != SafeDType::F32 && as != SafeDType::BF16 && as != SafeDType::F16)
+    throw std::invalid_argument(
+        std::string("safetensors: floats are stored as F32, BF16 or F16, not ") + dtype_name(as));
   const int width = static_cast<int>(dtype_bytes(as));
   std::vector<uint8_t> bytes(std::min<size_t>(count, 1u << 18) * width);  // bounded
   for (size_t first = 0; first < count;) {
     const size_t n = std::min(count - first, bytes.size() / width);
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t bits = as == SafeDType::F32 ? kernels::float_to_bits(values[first + i])
-                                                 : kernels::to_bf16(values[first + i]).bits;
+      const uint32_t bits = float_bits(values[first + i], as);
       store_le(bytes.data() + i * width, bits, width);
     }
     write(bytes.data(), n * width);

@@ -33,7 +33,7 @@
 
 namespace paralab {
 
-// The format's dtypes (its docs' list). paralab computes with F32 and BF16 and stores
+// The format's dtypes (its docs' list). paralab computes with F32, BF16 and F16 and stores
 // integers as I32 / I64; the reader accepts every known one.
 enum class SafeDType { BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32,
                        F64, I64, U64 };
@@ -109,7 +109,7 @@ class SafetensorsStream {
   SafetensorsStream(const std::string& path, const std::vector<Tensor>& tensors,
                     const std::vector<std::pair<std::string, std::string>>& metadata = {});
   void write(const void* data, size_t bytes);  // the buffer's next bytes
-  // Floats as the next tensor's values (F32, or BF16 rounded to nearest even).
+  // Floats as the next tensor's values (F32, or BF16 or F16 rounded to nearest even).
   void write_floats(const float* values, size_t count, SafeDType as = SafeDType::F32);
   struct Written {
     uint64_t file_bytes = 0, payload_bytes = 0;
@@ -130,8 +130,8 @@ class SafetensorsWriter {
   // std::invalid_argument naming the tensor. Names must be unique.
   void add(const std::string& name, SafeDType dtype, const std::vector<int64_t>& shape,
            const void* data, size_t bytes);
-  // Floats stored as F32, or rounded to BF16 (round to nearest even, kernels/math.h to_bf16:
-  // the trainer's own rounding, so a bf16 parameter stores exactly).
+  // Floats stored as F32, or rounded to BF16 or F16 (round to nearest even, kernels/float16.h:
+  // the trainer's own rounding, so a 16-bit parameter stores exactly).
   void add_floats(const std::string& name, const std::vector<int64_t>& shape,
                   const std::vector<float>& values, SafeDType as = SafeDType::F32);
   void set_metadata(const std::string& key, const std::string& value);

@@ -47,7 +47,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   add_moe_flags(app, o, raw);         // cli/flags_moe.cpp: --num-experts, --moe-*
   add_training_flags(app, o, raw);    // cli/flags_training.cpp: batch, steps, AdamW, schedule, eval
   add_recompute_flags(app, raw);      // cli/flags_recompute.cpp: --recompute-*
-  add_precision_flags(app, o);        // cli/flags_precision.cpp: --bf16
+  add_precision_flags(app, o);        // cli/flags_precision.cpp: --bf16, --fp16, loss scale
   add_fp8_flags(app, o, raw);         // cli/flags_fp8.cpp: --fp8-*
   add_parallel_flags(app, o, raw);    // cli/flags_parallel.cpp: tp, sp, cp, ep, ZeRO, offload
   add_pipeline_flags(app, o, raw, kParallel);  // cli/flags_pipeline.cpp: --pp, --pipeline-*
@@ -152,6 +152,7 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.vocab_size_given = app.count("--vocab-size") > 0;
   raw.zero_stage_given = app.count("--zero-stage") > 0;
   record_moe_flags_given(app, raw);
+  record_precision_flags_given(app, raw);
   resolve_megatron_flags(app, o, raw);  // may choose --arch llama from Megatron's parts
   resolve_deepspeed(o, raw, app);       // the config's keys set the batch, ZeRO, bf16 flags
   auto typed = [&](const char* flag) {

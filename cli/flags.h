@@ -37,7 +37,7 @@ enum class Comm { NCCL, MPI };
 inline const char* comm_name(Comm c) { return c == Comm::NCCL ? "nccl" : "mpi"; }
 
 // A DeepSpeed config's fp16 block (cli/flags_deepspeed.cpp), with DeepSpeed's defaults
-// (runtime/constants.py): checked and carried for the loss scaler; fp16 training is not built.
+// (runtime/constants.py), as read; cli/flags_deepspeed.cpp sets --fp16 and the loss-scale flags.
 struct DeepSpeedFp16 {
   bool enabled = false;
   double loss_scale = 0;           // 0: dynamic

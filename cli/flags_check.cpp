@@ -30,6 +30,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
                                    // cli/flags_pipeline.cpp: the schedule's microbatches
   check_optimizer(o, raw);         // cli/flags_training.cpp: AdamW, the schedule
   check_backend(o, raw, visible_gpus);  // cli/flags_backend.cpp: --device, --comm
+  check_precision(o, raw);         // cli/flags_precision.cpp: --bf16, --fp16, the loss scale
   check_data(o, raw);              // cli/flags_data.cpp: it reads the files
   check_checkpoint_flags(o);       // cli/flags_checkpoint.cpp: --load's manifest against the run
   check_outputs(o);                // cli/flags_output.cpp: every output tried

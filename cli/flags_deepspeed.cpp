@@ -5,10 +5,13 @@
 //   batch triad  train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps
 //                x dp (runtime/config.py _batch_assertion); any two fix the third; "auto" takes
 //                --global-batch-size / --micro-batch-size (Hugging Face's convention);
-//   fp16         loss_scale (0: dynamic), initial_scale_power (16), loss_scale_window (1000),
-//                hysteresis (2), consecutive_hysteresis (false), min_loss_scale (1): checked and
-//                carried (Options::deepspeed.fp16); fp16 training itself is not built yet;
-//   bf16         enabled -> --bf16;
+//   fp16         enabled -> --fp16; loss_scale (0: dynamic) -> --loss-scale;
+//                initial_scale_power (16) -> --initial-loss-scale 2^power; loss_scale_window
+//                (1000), hysteresis (2), min_loss_scale (1) -> Megatron's flags of those names;
+//                consecutive_hysteresis (false) -> --consecutive-hysteresis (paralab's scaler
+//                is Megatron's, model/loss_scaler.h; docs/megatron.md says where DeepSpeed's
+//                differs); auto_cast, fused_mode, fp16_master_weights_and_grads: no effect;
+//   bf16         enabled -> --bf16 (with fp16.enabled: refused, as DeepSpeed refuses it);
 //   zero_optimization  stage -> --zero-stage; reduce_bucket_size (5e8 elements) -> the DDP
 //                buckets (--ddp-bucket-size: the calls per step follow); overlap_comm (None:
 //                true iff stage 3) -> --overlap-grad-reduce; offload_optimizer {device cpu,
@@ -39,100 +42,15 @@
 #include "cli/flags_impl.h"  // defines: RawFlags, add_switch, fail; cli/flags.h Options
 #include "checkpoint/json_document.h"
 #include "cli/flags_deepspeed_keys.h"  // defines: the keys of each block
+// defines: Reader, Effective, num, ConfigRead, read_precision (cli/flags_deepspeed_precision.cpp)
+#include "cli/flags_deepspeed_read.h"
 
 namespace paralab {
 
 namespace {
 
 using namespace deepspeed_keys;  // cli/flags_deepspeed_keys.h
-
-// Reads one config: each value checked where it is, messages "FILE:LINE:COL: ...".
-class Reader {
- public:
-  Reader(std::string path, const std::string& text) : path_(std::move(path)), doc_(text) {}
-  const Json& root() const { return doc_.root(); }
-  [[noreturn]] void refuse(const std::string& at, const std::string& what) const {
-    std::string where = doc_.where(at);  // "line L, column C"
-    fail("--deepspeed_config ", path_, ":", where.substr(5, where.find(',') - 5), ":",
-         where.substr(where.rfind(' ') + 1), ": ", what);
-  }
-  // A block: an object whose keys are all in `known` (DeepSpeed's extra="forbid").
-  const Json* block(const std::string& name, const std::set<std::string>& known) const {
-    const Json* b = json_find(root(), name);
-    if (!b) return nullptr;
-    check_block(b, "/" + name, name, known);
-    return b;
-  }
-  void check_block(const Json* b, const std::string& at, const std::string& name,
-                   const std::set<std::string>& known) const {
-    if (!b->is_object()) refuse(at, name + " must be an object, got " + json_kind(*b));
-    for (const auto& item : b->items())
-      if (!known.count(item.key()))
-        refuse(at + "/" + item.key(), "unknown key \"" + item.key() + "\" in " + name +
-                                          " (DeepSpeed's config refuses it: extra fields not "
-                                          "permitted)");
-  }
-  // A number that is whole (2e9 is), >= lo; "auto" gives nullopt when allowed.
-  std::optional<int64_t> whole(const Json& v, const std::string& at, const std::string& key,
-                               int64_t lo, bool auto_ok = false) const {
-    if (auto_ok && v.is_string() && v.get<std::string>() == "auto") return std::nullopt;
-    if (!v.is_number() || v.get<double>() != std::floor(v.get<double>()) ||
-        !(std::fabs(v.get<double>()) < 9.2e18))
-      refuse(at, key + " must be a whole number" + (auto_ok ? " or \"auto\"" : "") + ", got " +
-                     v.dump());
-    const int64_t n = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-    if (n < lo) refuse(at, key + " must be >= " + std::to_string(lo) + ", got " + v.dump());
-    return n;
-  }
-  double number(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_number()) refuse(at, key + " must be a number, got " + v.dump());
-    return v.get<double>();
-  }
-  bool boolean(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_boolean()) refuse(at, key + " must be true or false, got " + v.dump());
-    return v.get<bool>();
-  }
-  std::string text(const Json& v, const std::string& at, const std::string& key) const {
-    if (!v.is_string()) refuse(at, key + " must be a string, got " + v.dump());
-    return v.get<std::string>();
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  JsonDocument doc_;
-};
-
-struct Effective {  // what --plan prints: key, value, where it came from
-  std::vector<std::vector<std::string>> rows;
-  void add(const std::string& key, const std::string& value, const std::string& from) {
-    rows.push_back({key, value, from});
-  }
-};
-
-std::string num(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-// One config being read into the flags: the reader, the flags, and what --plan and the
-// warning line will say.
-struct ConfigRead {
-  Reader& r;
-  Options& o;
-  RawFlags& raw;
-  const CLI::App& app;
-  Effective eff;
-  std::vector<std::string>& no_effect;
-  bool given(const char* flag) const { return app.count(flag) > 0; }
-  // The JSON and a flag disagree: DeepSpeed's engine runs the config.
-  void won(const std::string& key, const std::string& flag, const std::string& flag_value,
-           const std::string& json_value) {
-    o.warnings.push_back("--deepspeed_config " + key + " " + json_value + " overrides " + flag +
-                         " " + flag_value + " (DeepSpeed's engine runs the config)");
-  }
-};
+using namespace deepspeed_read;  // cli/flags_deepspeed_read.h
 
 // train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps ("auto":
 // the flags'); the third is derived once dp is known (check_deepspeed_batch).
@@ -162,57 +80,6 @@ void read_batch(ConfigRead& c) {
                                  source("train_micro_batch_size_per_gpu", mbs.has_value(),
                                         "--micro-batch-size"),
                                  gas ? "JSON" : "train_batch_size / (micro x dp)"};
-
-}
-
-// fp16 checked and carried (its training is not built), bf16 into --bf16.
-void read_precision(ConfigRead& c) {
-  TrainConfig& t = c.o.train;
-  if (const Json* f = c.r.block("fp16", kFp16Keys)) {
-    DeepSpeedFp16& fp = c.o.deepspeed.fp16;
-    auto at = [&](const char* k) { return std::string("/fp16/") + k; };
-    for (const auto& item : f->items()) {
-      const std::string& k = item.key();
-      const Json& v = item.value();
-      if (k == "enabled") fp.enabled = c.r.boolean(v, at("enabled"), "fp16.enabled");
-      else if (k == "loss_scale") {
-        fp.loss_scale = c.r.number(v, at("loss_scale"), "fp16.loss_scale");
-        if (!(fp.loss_scale >= 0)) c.r.refuse(at("loss_scale"), "fp16.loss_scale must be >= 0 (0: dynamic)");
-      } else if (k == "initial_scale_power")
-        fp.initial_scale_power = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 0));
-      else if (k == "loss_scale_window")
-        fp.loss_scale_window = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 1));
-      else if (k == "hysteresis")
-        fp.hysteresis = static_cast<int>(*c.r.whole(v, at(k.c_str()), "fp16." + k, 1));
-      else if (k == "consecutive_hysteresis")
-        fp.consecutive_hysteresis = c.r.boolean(v, at(k.c_str()), "fp16." + k);
-      else if (k == "min_loss_scale") {
-        fp.min_loss_scale = c.r.number(v, at(k.c_str()), "fp16." + k);
-        if (!(fp.min_loss_scale > 0)) c.r.refuse(at(k.c_str()), "fp16.min_loss_scale must be > 0");
-      } else {
-        c.r.boolean(v, at(k.c_str()), "fp16." + k);  // auto_cast, fused_mode, master weights
-      }
-    }
-    if (fp.enabled)
-      c.r.refuse("/fp16/enabled", "fp16.enabled: fp16 training is not built yet (its loss scaler "
-                                 "is; use bf16)");
-    c.eff.add("fp16.enabled", "false", "JSON");
-  }
-  const Json* bf = c.r.block("bf16", kBf16Keys);
-  if (!bf) bf = c.r.block("bfloat16", kBf16Keys);  // DeepSpeed's older name
-  if (bf) {
-    bool enabled = false;
-    for (const auto& item : bf->items()) {
-      const bool b = c.r.boolean(item.value(), "/bf16/" + item.key(), "bf16." + item.key());
-      if (item.key() == "enabled") enabled = b;
-    }
-    if (c.given("--bf16") && t.bf16 != enabled)
-      c.won("bf16.enabled", "--bf16", t.bf16 ? "true" : "false", enabled ? "true" : "false");
-    t.bf16 = enabled;
-    c.eff.add("bf16.enabled", enabled ? "true" : "false", "JSON");
-  } else {
-    c.eff.add("bf16.enabled", t.bf16 ? "true" : "false", c.given("--bf16") ? "--bf16" : "default");
-  }
 
 }
 

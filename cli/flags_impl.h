@@ -66,6 +66,10 @@ struct RawFlags {
   // FP8 (cli/flags_fp8.cpp), as typed: --fp8-format ("" = off), --fp8-recipe,
   // --fp8-amax-compute-algo.
   std::string fp8_format, fp8_recipe = "delayed", fp8_amax_compute_algo = "most_recent";
+  // The loss scale's flags given on the command line (cli/flags_precision.cpp): the dynamic
+  // scaler's, and --loss-scale.
+  std::vector<std::string> dynamic_loss_scale_flags_given;
+  bool loss_scale_given = false;
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
@@ -139,12 +143,15 @@ void check_optimizer(Options& o, const RawFlags& raw);
 // cli/flags_recompute.cpp: --recompute-*; checked after the pipeline's stages are known.
 void add_recompute_flags(CLI::App& app, RawFlags& raw);
 void check_recompute(Options& o, const RawFlags& raw);
-// cli/flags_precision.cpp: --bf16.
+// cli/flags_precision.cpp: --bf16, --fp16 and the loss scale; record_precision_flags_given
+// after parsing, check_precision after the backend.
 void add_precision_flags(CLI::App& app, Options& o);
 // cli/flags_fp8.cpp: --fp8-format, --fp8-recipe, --fp8-margin, --fp8-amax-*; check_fp8 fills
 // o.fp8 and refuses FP8 training (not built yet).
 void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_fp8(Options& o, const RawFlags& raw);
+void record_precision_flags_given(const CLI::App& app, RawFlags& raw);
+void check_precision(Options& o, const RawFlags& raw);
 // cli/flags_parallel.cpp: tp, sp, cp, ep, etp, the dispatcher, ZeRO, DDP's buckets (and
 // add_offload_flags). check_parallel_layout: the world and what tp and cp ask of the model;
 // check_sequence_parallel after MoE; check_zero (and check_offload_flags) the stage.

@@ -25,6 +25,13 @@ namespace kernels {
 struct bf16 {
   uint16_t bits;
 };
+// IEEE-754 binary16 (fp16, "half") storage: sign, 5-bit exponent (bias 15), 10-bit mantissa,
+// so ~3.3 significant digits but a range of only 6.0e-8 (smallest subnormal) to 65504: the
+// gradients of --fp16 underflow without a loss scale (model/loss_scaler.h). Stored like bf16
+// and computed in fp32 the same way; the encoding is kernels/float16.h.
+struct fp16 {
+  uint16_t bits;
+};
 
 // Where a buffer lives and which twin runs an op on it.
 enum class Device { CPU, CUDA };
@@ -45,9 +52,10 @@ void cuda_select_device(int local_rank);
 // Name of the current GPU ("NVIDIA H200"), "" without one.
 std::string cuda_device_name();
 // The flash attention kernels a run on device d takes for its shape (sequence S, A query heads,
-// G groups, head dim D): on CUDA the tensor-core ones (kernels/cuda/flash_mma.h) or the
-// scalar fallback; the run's header names it (kernels/device.cpp).
-std::string flash_attention_kernel(Device d, bool bf16, int S, int A, int G, int D,
+// G groups, head dim D; half: 16-bit storage): on CUDA the tensor-core ones
+// (kernels/cuda/flash_mma.h) or the scalar fallback; the run's header names it
+// (kernels/device.cpp).
+std::string flash_attention_kernel(Device d, bool half, int S, int A, int G, int D,
                                    float dropout_p);
 // The cudaStream_t every op is queued on, as void* (NCCL enqueues on it to stay ordered with
 // the compute); created on the current device at first use. nullptr in the CPU_ONLY build.

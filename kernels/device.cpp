@@ -47,14 +47,14 @@ void cuda_select_device(int local_rank) {
   if (cudaSetDevice(local_rank % n) != cudaSuccess)
     throw std::runtime_error("cudaSetDevice(" + std::to_string(local_rank % n) + ") failed");
 }
-std::string flash_attention_kernel(Device d, bool bf16, int S, int A, int G, int D,
+std::string flash_attention_kernel(Device d, bool half, int S, int A, int G, int D,
                                    float dropout_p) {
   if (d != Device::CUDA) return "the CPU twin (kernels/cpu/flash_attention.cpp)";
-  if (bf16 && cuda::flash_mma_handles(A, G, D, 1.0f / std::sqrt((float)D), dropout_p,
+  if (half && cuda::flash_mma_handles(A, G, D, 1.0f / std::sqrt((float)D), dropout_p,
                                       whole_sequence(S, A, D)))
     return cuda::flash_mma_name();
   return std::string("scalar fp32 tiles (kernels/cuda/flash_attention.cu; the tensor-core ") +
-         "kernels take bf16 at head dim 64 or 128)";
+         "kernels take bf16 or fp16 at head dim 64 or 128)";
 }
 std::string cuda_device_name() {
   int device = 0;

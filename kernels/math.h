@@ -1,7 +1,7 @@
 // kernels/math.h: the per-element and per-row arithmetic that every CUDA kernel shares
 // with its CPU twin (notes/design.md, "Two backends, one code path").
 //
-// defines: to_float, to_bf16, store (bf16 <-> float), exp_simd, normal_cdf, gelu, gelu_grad,
+// defines: exp_simd, normal_cdf, gelu, gelu_grad,
 //          silu, silu_grad, rope_inv_freq, counter_uniform (init's RNG), dropout_key,
 //          dropout_keep_keyed, dropout_keep (dropout's), init_normal_value,
 //          TokenPositions,
@@ -13,42 +13,9 @@
 #pragma once
 #include <cmath>
 #include "kernels/common.h"
+#include "kernels/float16.h"  // bits_to_float, to_float, to_bf16, to_fp16, store
 
 namespace kernels {
-
-// ---- bf16 <-> float ----------------------------------------------------------------------
-HD float bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-HD uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-// Widening is exact: the bf16 bits become the float's upper half.
-HD float to_float(bf16 x) { return bits_to_float((uint32_t)x.bits << 16); }
-HD float to_float(float x) { return x; }
-// Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then truncate.
-// NaN stays NaN (a quiet NaN with the sign kept).
-HD bf16 to_bf16(float f) {
-  const uint32_t u = float_to_bits(f);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
-    return bf16{(uint16_t)((u >> 16) | 0x0040u)};
-  return bf16{(uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
-}
-// Store a float into either storage type.
-HD void store(float& dst, float v) { dst = v; }
-HD void store(bf16& dst, float v) { dst = to_bf16(v); }
 
 // ---- exp and the normal CDF without libm, so that loops over them vectorise on the CPU
 // (libm's expf and erff are calls the compiler cannot vectorise; notes/performance.md) and

@@ -224,17 +224,26 @@ bool HardwareProfile::is_assumed(const std::string& key) const {
 // bf16 training: the bf16 tensor figure, else fp16's (the same tensor cores), else fp32 (a
 // profile with only fp32, such as the CPU benchmark's). fp32 training: the fp32 figure, else
 // bf16's, else fp16's. peak_from_profile (measure/peak.h) names which one it was.
-double HardwareProfile::peak_tflops(bool bf16) const {
-  const double half_precision = bf16_tflops > 0 ? bf16_tflops : fp16_tflops;
-  if (bf16) return half_precision > 0 ? half_precision : fp32_tflops;
+const char* precision_name(Precision p) {
+  return p == Precision::BF16 ? "bf16" : p == Precision::FP16 ? "fp16" : "fp32";
+}
+
+double HardwareProfile::peak_tflops(Precision p) const {
+  const double own = p == Precision::FP16 ? fp16_tflops : bf16_tflops;
+  const double half_precision = own > 0 ? own : std::max(bf16_tflops, fp16_tflops);
+  if (p != Precision::FP32) return half_precision > 0 ? half_precision : fp32_tflops;
   return fp32_tflops > 0 ? fp32_tflops : half_precision;
 }
 
-const char* HardwareProfile::peak_figure(bool bf16) const {
-  if (bf16)
+const char* HardwareProfile::peak_figure(Precision p) const {
+  if (p == Precision::BF16)
     return bf16_tflops > 0   ? "bf16 dense"
            : fp16_tflops > 0 ? "fp16 dense (no bf16 figure)"
                              : "fp32 dense (no bf16 figure)";
+  if (p == Precision::FP16)
+    return fp16_tflops > 0   ? "fp16 dense"
+           : bf16_tflops > 0 ? "bf16 dense (no fp16 figure)"
+                             : "fp32 dense (no fp16 figure)";
   return fp32_tflops > 0   ? "fp32 dense"
          : bf16_tflops > 0 ? "bf16 dense (no fp32 figure)"
                            : "fp16 dense (no fp32 figure)";
@@ -243,8 +252,8 @@ const char* HardwareProfile::peak_figure(bool bf16) const {
 // time = max(F / (peak x eff(F)), bytes / HBM) + launch, eff(F) = g x F / (F + H) (header);
 // the first term is (F + H) / (g x peak), see the top of this file. No memory bandwidth in
 // the profile: the bytes term is skipped.
-double HardwareProfile::gemm_seconds(double flops, double bytes, bool bf16) const {
-  const double peak_flops_per_s = peak_tflops(bf16) * 1e12;
+double HardwareProfile::gemm_seconds(double flops, double bytes, Precision p) const {
+  const double peak_flops_per_s = peak_tflops(p) * 1e12;
   if (peak_flops_per_s <= 0 || gemm_efficiency <= 0)
     throw std::runtime_error("hardware profile '" + name +
                              "': gemm_seconds needs a peak and a gemm_efficiency above 0");

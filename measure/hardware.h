@@ -32,6 +32,11 @@
 
 namespace paralab {
 
+// The element type a run's parameters, gradients, activations and GEMM inputs are stored in
+// (TrainConfig::precision: --bf16, --fp16, else fp32); the tensor peak a run's GEMMs reach.
+enum class Precision { FP32, BF16, FP16 };
+const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
+
 struct HardwareProfile {
   std::string file;                // path it was read from ("" when built in memory)
   std::string name;                // "H100 SXM"
@@ -84,15 +89,17 @@ struct HardwareProfile {
   std::vector<std::string> assumed;  // keys that are assumptions, not datasheet or measured
 
   bool is_assumed(const std::string& key) const;
-  // The peak a run's GEMMs use: bf16 (or fp16 when only it is stated; fp32 when neither is,
-  // as in a CPU profile) with --bf16, else fp32 (the bf16 figure when fp32 is not stated:
-  // the caller says so, see peak_from_profile in measure/peak.h). TFLOP/s.
-  double peak_tflops(bool bf16) const;
-  // Which figure peak_tflops(bf16) took, named for the output: "bf16 dense", or one that is
+  // The peak a run's GEMMs use: bf16 with --bf16 (fp16 when only it is stated), fp16 with
+  // --fp16 (bf16 when only it is stated: the same tensor rate on every NVIDIA part that has
+  // both), in either case fp32 when neither is (as in a CPU profile); else fp32 (the 16-bit
+  // figure when fp32 is not stated: the caller says so, see peak_from_profile in
+  // measure/peak.h). TFLOP/s.
+  double peak_tflops(Precision p) const;
+  // Which figure peak_tflops(p) took, named for the output: "bf16 dense", or one that is
   // not the run's own precision with the reason, e.g. "fp32 dense (no bf16 figure)".
-  const char* peak_figure(bool bf16) const;
+  const char* peak_figure(Precision p) const;
   // Seconds one GEMM of `flops` FLOPs and `bytes` moved takes (the curve above + launch).
-  double gemm_seconds(double flops, double bytes, bool bf16) const;
+  double gemm_seconds(double flops, double bytes, Precision p) const;
 };
 
 // The flat `key = value` TOML subset the profiles use (strings, numbers, booleans, one-line

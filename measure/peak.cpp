@@ -28,22 +28,22 @@ double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_c
   return best;
 }
 
-Peak peak_from_profile(const HardwareProfile& p, bool bf16) {
-  // the figure p.peak_tflops(bf16) took; one other than the run's own precision says so
-  const char* figure = p.peak_figure(bf16);
-  Peak peak{p.peak_tflops(bf16), (p.file.empty() ? p.name : p.file) + ", " + figure};
+Peak peak_from_profile(const HardwareProfile& p, Precision precision) {
+  // the figure p.peak_tflops(precision) took; one other than the run's own precision says so
+  const char* figure = p.peak_figure(precision);
+  Peak peak{p.peak_tflops(precision), (p.file.empty() ? p.name : p.file) + ", " + figure};
   if (!p.confirmed) peak.source += ", unconfirmed";
   return peak;
 }
 
-Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
+Peak resolve_peak(double flag_tflops, const std::string& gpu_name, Precision precision,
                   const std::string& hardware_dir, const std::function<double()>& measure) {
   if (flag_tflops > 0) return {flag_tflops, "flag"};
   std::string why_not;
   if (!gpu_name.empty()) {
     const auto profiles = load_hardware_profiles(hardware_dir);
     if (const HardwareProfile* p = match_hardware_profile(profiles, gpu_name))
-      return peak_from_profile(*p, bf16);
+      return peak_from_profile(*p, precision);
     why_not = "no profile in " + hardware_dir + " matches '" + gpu_name + "'";
   }
   if (measure) {

@@ -4,8 +4,8 @@
 //   1. --peak-tflops X                                   source "flag"
 //   2. the configs/hardware/*.toml profile whose `match` names the GPU; dense figures
 //      from vendor datasheets (dense = half the "with sparsity" number; notes/formulas.md).
-//      bf16 training uses bf16_tflops; fp32 uses fp32_tflops (CUDA-core fp32) when the
-//      profile has it, else the bf16 figure with a note (HardwareProfile::peak_tflops,
+//      bf16 training uses bf16_tflops, fp16 fp16_tflops; fp32 uses fp32_tflops (CUDA-core
+//      fp32) when the profile has it, else the 16-bit figure with a note (peak_tflops,
 //      peak_from_profile).                              source "configs/hardware/<file>"
 //   3. a timed GEMM at start-up (the CPU backend): the caller passes the GEMM as a
 //      callable, so measure/ needs no GEMM of its own.   source "measured sgemm, ..."
@@ -43,14 +43,14 @@ double measure_peak_tflops(const std::function<void()>& gemm, double flops_per_c
                            double trial_seconds = kPeakTrialSeconds, int trials = kPeakTrials,
                            double* worst = nullptr);
 
-// The peak a profile gives a run: p.peak_tflops(bf16), and a source naming the file and the
-// figure: "configs/hardware/h200.toml, bf16 dense", "..., fp32 dense", "..., bf16 dense (no
+// The peak a profile gives a run: p.peak_tflops(precision), and a source naming the file and
+// the figure: "configs/hardware/h200.toml, bf16 dense", "..., fp32 dense", "..., bf16 dense (no
 // fp32 figure)"; ", unconfirmed" added when !p.confirmed.
-Peak peak_from_profile(const HardwareProfile& p, bool bf16);
+Peak peak_from_profile(const HardwareProfile& p, Precision precision);
 
 // flag_tflops <= 0: not given. gpu_name empty: no GPU. measure may be empty; it returns
 // TFLOP/s (e.g. wrapping measure_peak_tflops around the CPU sgemm).
-Peak resolve_peak(double flag_tflops, const std::string& gpu_name, bool bf16,
+Peak resolve_peak(double flag_tflops, const std::string& gpu_name, Precision precision,
                   const std::string& hardware_dir, const std::function<double()>& measure);
 
 // "989.00 TFLOP/s/rank (configs/hardware/h100-sxm.toml, bf16 dense)"; "unknown (...)";

@@ -98,14 +98,20 @@ void attention_backward(const LayerContext& c, LayerActivations<T>& act, Workspa
 template void attention_forward(const LayerContext&, LayerActivations<float>&, Workspace<float>&);
 template void attention_forward(const LayerContext&, LayerActivations<kernels::bf16>&,
                                 Workspace<kernels::bf16>&);
+template void attention_forward(const LayerContext&, LayerActivations<kernels::fp16>&,
+                                Workspace<kernels::fp16>&);
 template void attention_backward(const LayerContext&, LayerActivations<float>&,
                                  Workspace<float>&);
 template void attention_backward(const LayerContext&, LayerActivations<kernels::bf16>&,
                                  Workspace<kernels::bf16>&);
+template void attention_backward(const LayerContext&, LayerActivations<kernels::fp16>&,
+                                 Workspace<kernels::fp16>&);
 template void attention_recompute(const LayerContext&, LayerActivations<float>&,
                                   Workspace<float>&);
 template void attention_recompute(const LayerContext&, LayerActivations<kernels::bf16>&,
                                   Workspace<kernels::bf16>&);
+template void attention_recompute(const LayerContext&, LayerActivations<kernels::fp16>&,
+                                  Workspace<kernels::fp16>&);
 
 // ---- --qk-layernorm (Qwen3, OLMo 2) ---------------------------------------------------------
 // The family's norm over each head's d channels of q and k, one (d) weight shared by the
@@ -174,10 +180,15 @@ template void qk_norm_forward(const LayerContext&, const LayerWeights<float>&,
                               LayerActivations<float>&);
 template void qk_norm_forward(const LayerContext&, const LayerWeights<kernels::bf16>&,
                               LayerActivations<kernels::bf16>&);
+template void qk_norm_forward(const LayerContext&, const LayerWeights<kernels::fp16>&,
+                              LayerActivations<kernels::fp16>&);
 template void qk_norm_backward(const LayerContext&, const LayerWeights<float>&,
                                LayerGrads<float>&, LayerActivations<float>&, Workspace<float>&);
 template void qk_norm_backward(const LayerContext&, const LayerWeights<kernels::bf16>&,
                                LayerGrads<kernels::bf16>&, LayerActivations<kernels::bf16>&,
                                Workspace<kernels::bf16>&);
+template void qk_norm_backward(const LayerContext&, const LayerWeights<kernels::fp16>&,
+                               LayerGrads<kernels::fp16>&, LayerActivations<kernels::fp16>&,
+                               Workspace<kernels::fp16>&);
 
 }  // namespace paralab

@@ -11,6 +11,8 @@
 // defines: TokenDispatcher (how tokens reach the experts of other ranks)
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
+// defines: Precision (fp32, bf16, fp16: the peak a run's GEMMs reach)
+#include "measure/hardware.h"
 
 namespace paralab {
 
@@ -147,6 +149,22 @@ struct ModelConfig {
   }
 };
 
+// --fp16's loss scaling (model/loss_scaler.h), Megatron's flags and defaults
+// (megatron/training/arguments.py; megatron/core/optimizer/__init__.py builds the scaler): a
+// static scale with --loss-scale S > 0 (ConstantGradScaler, which --bf16 takes too), else
+// dynamic (DynamicGradScaler: growth x2 after loss_scale_window clean steps, back-off x0.5 once
+// hysteresis overflows have been seen since the last growth, never below min_loss_scale).
+// consecutive_hysteresis is DeepSpeed's (fp16.consecutive_hysteresis): every clean step
+// refills the hysteresis, so only consecutive overflows count.
+struct LossScaleConfig {
+  double loss_scale = 0;                     // --loss-scale; 0: dynamic
+  double initial_loss_scale = 4294967296.0;  // --initial-loss-scale, 2^32
+  double min_loss_scale = 1.0;               // --min-loss-scale
+  int loss_scale_window = 1000;              // --loss-scale-window
+  int hysteresis = 2;                        // --hysteresis
+  bool consecutive_hysteresis = false;       // --consecutive-hysteresis (DeepSpeed's)
+};
+
 struct TrainConfig {
   int micro_batch_size = 4;      // b
   int global_batch_size = 0;     // 0 -> micro_batch_size * dp
@@ -162,7 +180,19 @@ struct TrainConfig {
   float adam_beta2 = 0.95f;
   float adam_eps = 1e-8f;
   uint64_t seed = 1234;
-  bool bf16 = false;             // parameter/gradient/activation storage precision
+  // parameter/gradient/activation storage: Megatron's --bf16 and --fp16 (at most one), each
+  // with fp32 master weights and Adam moments; neither: fp32
+  bool bf16 = false;
+  bool fp16 = false;
+  LossScaleConfig loss_scaling;  // --fp16 (and --bf16 --loss-scale S)
+  bool log_fp16_underflow = false;  // --log-fp16-underflow (model/grad_underflow.h)
+  Precision precision() const {
+    return bf16 ? Precision::BF16 : fp16 ? Precision::FP16 : Precision::FP32;
+  }
+  bool half() const { return bf16 || fp16; }  // 16-bit storage, fp32 masters
+  // A loss scaler runs: --fp16 always (dynamic or --loss-scale), --bf16 with --loss-scale
+  // (Megatron's ConstantGradScaler); fp32 never.
+  bool loss_scaled() const { return fp16 || (bf16 && loss_scaling.loss_scale > 0); }
   // A step whose loss or gradient norm is not finite is skipped (no update); this many in a
   // row stop the run (exit 3): the weights are gone, more steps would only repeat the NaN.
   int max_skipped_steps = 10;
@@ -246,6 +276,10 @@ struct ParallelConfig {
 };
 
 // Bytes of one activation/parameter element in storage.
-inline int storage_bytes(const TrainConfig& t) { return t.bf16 ? 2 : 4; }
+inline int storage_bytes(const TrainConfig& t) { return t.half() ? 2 : 4; }
+// The storage type's element type on the wire (parallel/comm.h): F32, BF16 or F16.
+inline DType storage_type(const TrainConfig& t) {
+  return t.bf16 ? DType::BF16 : t.fp16 ? DType::F16 : DType::F32;
+}
 
 }  // namespace paralab

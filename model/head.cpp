@@ -184,7 +184,10 @@ void Transformer::head_backward(State<T>& s, InFlight<T>& f) {
 template float Transformer::head_forward(State<float>&, InFlight<float>&, const float*, int);
 template float Transformer::head_forward(State<kernels::bf16>&, InFlight<kernels::bf16>&,
                                          const kernels::bf16*, int);
+template float Transformer::head_forward(State<kernels::fp16>&, InFlight<kernels::fp16>&,
+                                         const kernels::fp16*, int);
 template void Transformer::head_backward(State<float>&, InFlight<float>&);
 template void Transformer::head_backward(State<kernels::bf16>&, InFlight<kernels::bf16>&);
+template void Transformer::head_backward(State<kernels::fp16>&, InFlight<kernels::fp16>&);
 
 }  // namespace paralab

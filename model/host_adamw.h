@@ -7,7 +7,7 @@
 // here is the device kernel's own, kernels/math.h adamw_step (the CUDA kernel and the CPU twin
 // call it too), so an offloaded fp32 run updates bit for bit as the run without offload does
 // (on the CPU backend; on a GPU as far as nvcc and g++ round the same expression alike), and a
-// bf16 run rounds its parameter with the same to_bf16.
+// bf16 or fp16 run rounds its parameter with the same round_to.
 //
 // The work of a step is a list of runs (kernels::AdamRun: an owned segment cut at the tensors'
 // edges, each with its weight decay), the device's own op's list; `threads` threads take equal
@@ -21,16 +21,16 @@
 #include <cstdint>
 #include <vector>
 #include "kernels/ops/loss_optimizer.h"  // AdamRun, AdamStep
+#include "parallel/comm.h"                // DType
 
 namespace paralab {
 
-// bf16: the runs' gradients and parameters are bf16 (the masters fp32), else fp32.
+// storage: the runs' gradients' and parameters' type, F32, or BF16 or F16 (the masters fp32).
 void host_adamw(const std::vector<kernels::AdamRun>& runs, const kernels::AdamStep& step,
-                bool bf16, int threads);
+                DType storage, int threads);
 
-// Parameters per second one thread updates (fp32 or bf16 gradients), timed on `n` elements,
-// the best of a few trials: --benchmark's host AdamW rate (the time model's
-// host_adam_params_per_s).
-double host_adamw_rate(int64_t n, bool bf16);
+// Parameters per second one thread updates (fp32 gradients), timed on `n` elements, the best
+// of a few trials: --benchmark's host AdamW rate (the time model's host_adam_params_per_s).
+double host_adamw_rate(int64_t n);
 
 }  // namespace paralab

@@ -440,11 +440,15 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
 
 template struct Workspace<float>;
 template struct Workspace<kernels::bf16>;
+template struct Workspace<kernels::fp16>;
 template void layer_forward(const LayerContext&, const LayerWeights<float>&, const float*,
                             LayerActivations<float>&, Workspace<float>&);
 template void layer_forward(const LayerContext&, const LayerWeights<kernels::bf16>&,
                             const kernels::bf16*, LayerActivations<kernels::bf16>&,
                             Workspace<kernels::bf16>&);
+template void layer_forward(const LayerContext&, const LayerWeights<kernels::fp16>&,
+                            const kernels::fp16*, LayerActivations<kernels::fp16>&,
+                            Workspace<kernels::fp16>&);
 template void layer_backward(const LayerContext&, const LayerWeights<float>&, LayerGrads<float>&,
                              const float*, LayerActivations<float>&, Workspace<float>&,
                              BackwardPart);
@@ -452,9 +456,15 @@ template void layer_backward(const LayerContext&, const LayerWeights<kernels::bf
                              LayerGrads<kernels::bf16>&, const kernels::bf16*,
                              LayerActivations<kernels::bf16>&, Workspace<kernels::bf16>&,
                              BackwardPart);
+template void layer_backward(const LayerContext&, const LayerWeights<kernels::fp16>&,
+                             LayerGrads<kernels::fp16>&, const kernels::fp16*,
+                             LayerActivations<kernels::fp16>&, Workspace<kernels::fp16>&,
+                             BackwardPart);
 template void layer_weight_backward(const LayerContext&, LayerGrads<float>&,
                                     LayerActivations<float>&);
 template void layer_weight_backward(const LayerContext&, LayerGrads<kernels::bf16>&,
                                     LayerActivations<kernels::bf16>&);
+template void layer_weight_backward(const LayerContext&, LayerGrads<kernels::fp16>&,
+                                    LayerActivations<kernels::fp16>&);
 
 }  // namespace paralab

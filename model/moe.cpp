@@ -378,10 +378,15 @@ template void moe_forward(const LayerContext&, const MoeWeights<float>&, const f
                           MoeActivations<float>&);
 template void moe_forward(const LayerContext&, const MoeWeights<kernels::bf16>&,
                           const kernels::bf16*, kernels::bf16*, MoeActivations<kernels::bf16>&);
+template void moe_forward(const LayerContext&, const MoeWeights<kernels::fp16>&,
+                          const kernels::fp16*, kernels::fp16*, MoeActivations<kernels::fp16>&);
 template void moe_backward(const LayerContext&, const MoeWeights<float>&, MoeGrads<float>&,
                            const float*, const float*, float*, MoeActivations<float>&);
 template void moe_backward(const LayerContext&, const MoeWeights<kernels::bf16>&,
                            MoeGrads<kernels::bf16>&, const kernels::bf16*, const kernels::bf16*,
                            kernels::bf16*, MoeActivations<kernels::bf16>&);
+template void moe_backward(const LayerContext&, const MoeWeights<kernels::fp16>&,
+                           MoeGrads<kernels::fp16>&, const kernels::fp16*, const kernels::fp16*,
+                           kernels::fp16*, MoeActivations<kernels::fp16>&);
 
 }  // namespace paralab

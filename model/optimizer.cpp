@@ -5,6 +5,7 @@
 #include "model/optimizer.h"
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 #include "kernels/ops.h"
 #include "measure/clock.h"      // now_seconds
@@ -40,7 +41,8 @@ float learning_rate(const TrainConfig& t, int step) {
 }
 
 AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)
-    : model_(model), train_(train), host_threads_(std::max(1, host_threads)) {
+    : model_(model), train_(train), host_threads_(std::max(1, host_threads)),
+      scaler_(train.loss_scaled() ? LossScaler(train.loss_scaling) : LossScaler()) {
   DataParallel& dp = model.data_parallel();
   DataParallel* experts = model.expert_data_parallel();
   const kernels::Device dev = model.device();
@@ -61,14 +63,18 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)
   if (model.pipeline_group()) pp_norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
   if (experts && model.expert_parallel().distributed())
     ep_norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
-  if (dp.bf16()) {
+  if (dp.storage() != DType::F32) {
     master_.allocate(dev, n, Category::MASTER_PARAMS);
     host_master_.allocate_host(dev, host, Category::MASTER_PARAMS, pin);
     auto copy = [&](DataParallel& owner, bool expert) {
-      for (const OwnedSegment& seg : owner.owned_segments())
-        kernels::convert(seg.host ? kernels::Device::CPU : dev,
-                         state(State::MASTER, expert, seg.state_offset),
-                         static_cast<const kernels::bf16*>(seg.param), seg.count);
+      with_storage(owner.storage(), [&](auto type) {
+        using T = decltype(type);
+        if constexpr (!std::is_same_v<T, float>)  // 16-bit storage alone keeps masters
+          for (const OwnedSegment& seg : owner.owned_segments())
+            kernels::convert(seg.host ? kernels::Device::CPU : dev,
+                             state(State::MASTER, expert, seg.state_offset),
+                             static_cast<const T*>(seg.param), seg.count);
+      });
     };
     copy(dp, false);
     if (experts) copy(*experts, true);
@@ -98,6 +104,11 @@ float AdamW::step(float lr, bool skip) {
   const kernels::Device dev = model_.device();
   dp.finish_gradients();
   if (experts) experts->finish_gradients();
+  if (train_.log_fp16_underflow) {
+    underflow_ = GradUnderflow();
+    count_grad_underflow(dp, dev, scaler_.scale(), underflow_);
+    if (experts) count_grad_underflow(*experts, dev, scaler_.scale(), underflow_);
+  }
   // the sum of squares over this rank's share; tensor parallelism adds the other slices
   // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), expert
   // parallelism the other ranks' experts (each expert element once: the expert-data-parallel
@@ -123,9 +134,16 @@ float AdamW::step(float lr, bool skip) {
     squares += experts->grad_sum_squares();
   if (Communicator* pp = model_.pipeline_group())
     squares = sum_over(*pp, pp_norm_scalar_, squares);
-  const double norm = std::sqrt(squares);
+  // the gradients carry the loss scale S: their norm is S times the true one, and an
+  // overflow (inf or NaN in some gradient) makes it not finite
+  const float S = scaler_.scale();
+  const double norm = std::sqrt(squares) / S;
   skipped_ = skip || !std::isfinite(norm);
-  // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_)
+  // megatron-core's optimizer.step: the scaler sees found_inf every step (a loss that is not
+  // finite gave gradients that are not either)
+  scaler_.update(skipped_);
+  // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_), on
+  // the unscaled gradients g = scaled / S: both factors in the update's one multiply
   float clip = 1.0f;
   if (train_.clip_grad > 0.0f && norm > train_.clip_grad)
     clip = (float)(train_.clip_grad / (norm + 1e-6));
@@ -137,9 +155,10 @@ float AdamW::step(float lr, bool skip) {
   // experts', are one launch (kernels::adamw_update, multi-tensor); a segment on the host (CPU
   // offload) joins the host's list, updated after that launch by host_threads.
   std::vector<kernels::AdamRun> device_runs, host_runs;
-  const bool bf16 = dp.bf16();
+  const DType storage = dp.storage();
+  const bool half = storage != DType::F32;  // 16-bit parameters with fp32 masters
   auto runs_of = [&](DataParallel& owner, bool expert) {
-    const int es = bf16 ? 2 : 4;
+    const int es = (int)dtype_size(storage);
     for (const OwnedSegment& seg : owner.owned_segments()) {
       for (const TensorView& v : model_.views()) {
         if (v.expert != expert) continue;
@@ -149,8 +168,8 @@ float AdamW::step(float lr, bool skip) {
         const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
         void* param = static_cast<char*>(seg.param) + k * es;
         kernels::AdamRun r;
-        r.master = bf16 ? state(State::MASTER, expert, at) : static_cast<float*>(param);
-        r.params = bf16 ? param : nullptr;
+        r.master = half ? state(State::MASTER, expert, at) : static_cast<float*>(param);
+        r.params = half ? param : nullptr;
         r.grads = static_cast<const char*>(seg.grad) + k * es;
         r.m = state(State::EXP_AVG, expert, at);
         r.v = state(State::EXP_AVG_SQ, expert, at);
@@ -165,12 +184,15 @@ float AdamW::step(float lr, bool skip) {
     if (experts) runs_of(*experts, true);
     kernels::AdamStep s;
     s.lr = lr, s.beta1 = train_.adam_beta1, s.beta2 = train_.adam_beta2, s.eps = train_.adam_eps;
-    s.bias1 = bias1, s.bias2 = bias2, s.grad_scale = clip;
+    // 1/S as megatron-core's inv_scale takes it (the reciprocal in double, then fp32)
+    s.bias1 = bias1, s.bias2 = bias2;
+    s.grad_scale = S == 1.0f ? clip : clip * (float)(1.0 / (double)S);
     const int runs = (int)device_runs.size();
-    if (bf16) kernels::adamw_update<kernels::bf16>(dev, device_runs.data(), runs, s);
-    else kernels::adamw_update<float>(dev, device_runs.data(), runs, s);
+    with_storage(storage, [&](auto type) {
+      kernels::adamw_update<decltype(type)>(dev, device_runs.data(), runs, s);
+    });
     const double t0 = now_seconds();
-    if (!host_runs.empty()) host_adamw(host_runs, s, bf16, host_threads_);
+    if (!host_runs.empty()) host_adamw(host_runs, s, storage, host_threads_);
     host_seconds_ = now_seconds() - t0;
   }
   // ZeRO's parameter all-gather runs either way (unchanged shards on a skipped step): the

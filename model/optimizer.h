@@ -8,6 +8,14 @@
 // (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
 // Construct it after the parameters are initialised: the master starts as their values.
 //
+// The loss scale (--fp16, or --bf16 --loss-scale; model/loss_scaler.h): the step's gradients
+// arrive multiplied by loss_scale() (the loss's gradient was), so step() takes the norm of the
+// scaled gradients, finds an overflow there (a norm that is not finite: some gradient is inf
+// or NaN, on some rank: the norm is global), and otherwise divides the scale out in fp32 inside
+// the update, with the clipping factor (Megatron unscales the main grads, then clips: the same
+// product, g x (1/S) x clip, in one multiply here). It reports the unscaled norm. An overflow
+// skips the update and backs the scale off; the scaler's update runs every step.
+//
 // CPU offload (parallel/offload.h): of each vector's states (dense, experts) the first H
 // elements (DataParallel::host_state_numel) live in host memory, the rest on the device; an
 // owned segment marked host is updated on the host (model/host_adamw.h, `host_threads`
@@ -16,6 +24,8 @@
 #pragma once
 #include "measure/ledger.h"
 #include "model/config.h"
+#include "model/grad_underflow.h"
+#include "model/loss_scaler.h"
 #include "model/transformer.h"
 
 namespace paralab {
@@ -36,6 +46,14 @@ class AdamW {
   // alike: the loss and the norm are global).
   float step(float lr, bool skip = false);
   int steps_taken() const { return step_; }
+  // The scale the step's loss gradient is multiplied by (1 without a loss scaler), and the
+  // scaler itself (its state is the checkpoint's and the step line's).
+  float loss_scale() const { return scaler_.scale(); }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  void set_loss_scaler_state(const LossScalerState& s) { scaler_.set_state(s); }
+  // --log-fp16-underflow: the last step's gradients as fp16 would hold them unscaled
+  // (model/grad_underflow.h), counted before the update.
+  const GradUnderflow& grad_underflow() const { return underflow_; }
   bool skipped() const { return skipped_; }  // the last step()
   double host_seconds() const { return host_seconds_; }  // the last step's host AdamW
 
@@ -64,6 +82,8 @@ class AdamW {
   Buffer<float> ep_norm_scalar_;  // ep > 1: the experts' share over the ep group
   int step_ = 0;
   bool skipped_ = false;
+  LossScaler scaler_;
+  GradUnderflow underflow_;
   double host_seconds_ = 0;
   // Element i of the vector (expert or not): on the host, and its index in that buffer.
   bool on_host(bool expert, int64_t i) const { return i < (expert ? expert_h_ : dense_h_); }

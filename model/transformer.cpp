@@ -158,12 +158,12 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       expert_dp_ = expert_dp;
     } else {
       DataParallelOptions options;
-      options.bf16 = dp_->bf16();
+      options.storage = dp_->storage();
       options.unit_chunk = stage_unit_chunk(slice_);
       own_expert_dp_.reset(new DataParallel(expert_units, nullptr, options, device));
       expert_dp_ = own_expert_dp_.get();
     }
-    if (expert_dp_->num_units() != U || expert_dp_->bf16() != dp_->bf16())
+    if (expert_dp_->num_units() != U || expert_dp_->storage() != dp_->storage())
       throw std::logic_error("Transformer: expert data parallelism holds " +
                              std::to_string(expert_dp_->num_units()) + " units, the stage " +
                              std::to_string(U));
@@ -197,7 +197,8 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
       moe_[moe_here[i]].routed_counts = routing_counts_.data() + (n + i) * E;
     }
   }
-  if (dp_->bf16()) bf16_.reset(new State<kernels::bf16>);
+  if (dp_->storage() == DType::BF16) bf16_.reset(new State<kernels::bf16>);
+  else if (dp_->storage() == DType::F16) fp16_.reset(new State<kernels::fp16>);
   else fp32_.reset(new State<float>);
 }
 
@@ -224,7 +225,7 @@ void Transformer::init_parameters(uint64_t seed) {
   for (const bool experts : {false, true}) {
     DataParallel* owner = experts ? expert_dp_ : dp_;
     if (owner == nullptr) continue;
-    const size_t element = owner->bf16() ? sizeof(kernels::bf16) : sizeof(float);
+    const size_t element = dtype_size(owner->storage());
     const std::vector<DataParallel::StoredSegment> stored = owner->stored_params();
     for (const TensorView& v : views_) {
       if (v.expert != experts) continue;
@@ -259,19 +260,15 @@ void Transformer::init_parameters(uint64_t seed) {
           if (first >= last) continue;
           void* dst = static_cast<char*>(s.param) + (first - s.flat_begin) * element;
           const int64_t n = last - first;
-          if (bias || norm) {
-            const float value = bias ? 0.0f : 1.0f;
-            if (owner->bf16()) kernels::fill(s.device, static_cast<kernels::bf16*>(dst), value, n);
-            else kernels::fill(s.device, static_cast<float*>(dst), value, n);
-            continue;
-          }
-          const float std_dev = output_proj ? scaled : sigma;
-          if (owner->bf16())
-            kernels::init_normal(s.device, static_cast<kernels::bf16*>(dst), first - lo, n, b.cols,
-                                 b.full_offset, b.full_stride, seed, 2 * t, std_dev);
-          else
-            kernels::init_normal(s.device, static_cast<float*>(dst), first - lo, n, b.cols,
-                                 b.full_offset, b.full_stride, seed, 2 * t, std_dev);
+          with_storage(owner->storage(), [&](auto type) {
+            using T = decltype(type);
+            if (bias || norm)
+              kernels::fill(s.device, static_cast<T*>(dst), bias ? 0.0f : 1.0f, n);
+            else
+              kernels::init_normal(s.device, static_cast<T*>(dst), first - lo, n, b.cols,
+                                   b.full_offset, b.full_stride, seed, 2 * t,
+                                   output_proj ? scaled : sigma);
+          });
         }
       }
     }
@@ -290,23 +287,19 @@ void Transformer::zero_grads() {
 }
 
 float Transformer::forward(int microbatch, int chunk, const Microbatch& data) {
-  return bf16_ ? forward_as(*bf16_, microbatch, chunk, data)
-               : forward_as(*fp32_, microbatch, chunk, data);
+  return with_state([&](auto& s) { return forward_as(s, microbatch, chunk, data); });
 }
 
 void Transformer::backward(int microbatch, int chunk, bool split) {
-  if (bf16_) backward_as(*bf16_, microbatch, chunk, split);
-  else backward_as(*fp32_, microbatch, chunk, split);
+  with_state([&](auto& s) { backward_as(s, microbatch, chunk, split); });
 }
 
 void Transformer::backward_weight(int microbatch, int chunk) {
-  if (bf16_) backward_weight_as(*bf16_, microbatch, chunk);
-  else backward_weight_as(*fp32_, microbatch, chunk);
+  with_state([&](auto& s) { backward_weight_as(s, microbatch, chunk); });
 }
 
 void Transformer::discard(int microbatch, int chunk) {
-  if (bf16_) bf16_->in_flight.erase({microbatch, chunk});
-  else fp32_->in_flight.erase({microbatch, chunk});
+  with_state([&](auto& s) { s.in_flight.erase({microbatch, chunk}); });
 }
 
 // ---- pipeline buffers ---------------------------------------------------------------------
@@ -331,7 +324,7 @@ void* Transformer::activation_input(int microbatch, int chunk, int B) {
     f.input.allocate(device_, n, Category::ACTIVATIONS);
     return f.input.data();
   };
-  return bf16_ ? input(*bf16_) : input(*fp32_);
+  return with_state(input);
 }
 
 const void* Transformer::activation_output(int microbatch, int chunk) const {
@@ -343,7 +336,7 @@ const void* Transformer::activation_output(int microbatch, int chunk) const {
     const auto& f = *it->second;
     return f.acts.empty() ? (const void*)f.input.data() : (const void*)f.acts.back().out.data();
   };
-  return bf16_ ? output(*bf16_) : output(*fp32_);
+  return with_state(output);
 }
 
 void* Transformer::output_gradient_input(int microbatch, int chunk, int B) {
@@ -363,16 +356,16 @@ void* Transformer::output_gradient_input(int microbatch, int chunk, int B) {
     throw std::logic_error("Transformer: more output gradients held than the " +
                            std::to_string(gradient_buffers_) + " receive buffers");
   };
-  return bf16_ ? buffer(*bf16_) : buffer(*fp32_);
+  return with_state(buffer);
 }
 
 void Transformer::hand_over(bool activation, int microbatch, int from_chunk, int to_chunk) {
   // the pair that exists now: the sender of an activation, the receiver of a gradient
   const int known = activation ? from_chunk : to_chunk;
   auto pair_b = [&](auto& s) { return in_flight(s, microbatch, known, false).B; };
-  const int B = bf16_ ? pair_b(*bf16_) : pair_b(*fp32_);
+  const int B = with_state(pair_b);
   const size_t bytes = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size *
-                       (bf16_ ? sizeof(kernels::bf16) : sizeof(float));
+                       dtype_size(dp_->storage());
   void* to = activation ? activation_input(microbatch, to_chunk, B)
                         : output_gradient_input(microbatch, to_chunk, B);
   const void* from = activation ? activation_output(microbatch, from_chunk) : input_gradient();
@@ -380,7 +373,7 @@ void Transformer::hand_over(bool activation, int microbatch, int from_chunk, int
 }
 
 const void* Transformer::input_gradient() const {
-  return bf16_ ? (const void*)bf16_->ws.dres.data() : (const void*)fp32_->ws.dres.data();
+  return with_state([](auto& s) { return (const void*)s.ws.dres.data(); });
 }
 
 void Transformer::sync_tied_embedding() {
@@ -388,8 +381,8 @@ void Transformer::sync_tied_embedding() {
   if (!embedding_) throw std::logic_error("Transformer: a tied pipeline stage needs the embedding group");
   const TensorView& word = view("embedding.word");
   void* g = static_cast<char*>(dp_->grads(word.unit)) +
-            word.unit_offset * (dp_->bf16() ? 2 : 4);
-  embedding_->all_reduce(g, word.numel, ReduceOp::SUM, dp_->bf16() ? DType::BF16 : DType::F32);
+            word.unit_offset * dtype_size(dp_->storage());
+  embedding_->all_reduce(g, word.numel, ReduceOp::SUM, dp_->storage());
 }
 
 // ---- forward and backward of one (microbatch, chunk) -------------------------------------

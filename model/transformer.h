@@ -184,8 +184,8 @@ class Transformer {
 
  private:
   size_t unpadded_numel(const TensorView& v) const;  // without the vocabulary's padding
-  // The (microbatch, chunk) pairs in flight and the scratch, per storage type (float or
-  // kernels::bf16); model/transformer_state.h.
+  // The (microbatch, chunk) pairs in flight and the scratch, per storage type (float,
+  // kernels::bf16 or kernels::fp16); model/transformer_state.h.
   template <typename T>
   struct InFlight;
   template <typename T>
@@ -242,8 +242,13 @@ class Transformer {
   // Per unit: elements at its start replicated over tp (their gradients are all-reduced
   // over tp under sequence parallelism: param_table puts them first).
   std::vector<int64_t> replicated_;
+  // The one State this stage keeps, its storage type's; with_state(f) calls f on it
+  // (model/transformer_state.h).
   std::unique_ptr<State<float>> fp32_;
   std::unique_ptr<State<kernels::bf16>> bf16_;
+  std::unique_ptr<State<kernels::fp16>> fp16_;
+  template <typename F>
+  decltype(auto) with_state(F&& f) const;
 };
 
 }  // namespace paralab

@@ -87,7 +87,14 @@ struct Transformer::State {
   std::map<std::pair<int, int>, size_t> grad_of;  // (microbatch, chunk) -> its buffer
 };
 
-// The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, bf16
+template <typename F>
+decltype(auto) Transformer::with_state(F&& f) const {
+  if (bf16_) return f(*bf16_);
+  if (fp16_) return f(*fp16_);
+  return f(*fp32_);
+}
+
+// The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, 16-bit
 // rounded into `scratch` (category logits, notes/model.md).
 template <typename T>
 const T* loss_gradient_as(kernels::Device dev, const float* dlogits, size_t n,

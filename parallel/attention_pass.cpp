@@ -192,5 +192,6 @@ void AttentionPass<T>::backward(const CoreShape& s, const CorePass& p, size_t n,
 
 template struct AttentionPass<float>;
 template struct AttentionPass<kernels::bf16>;
+template struct AttentionPass<kernels::fp16>;
 
 }  // namespace paralab

@@ -37,6 +37,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include "measure/comm_stats.h"
 #include "kernels/common.h"
@@ -45,18 +46,32 @@ namespace paralab {
 
 enum class CommBackend { MPI, NCCL };
 // U8 moves raw bytes (no reductions). BF16 (kernels::bf16, --bf16 parameters and
-// gradients) reduces as widen to fp32, op, round to nearest even: NCCL's ncclBfloat16, and
-// a user-defined MPI_Op (MPI has no bf16 type).
-enum class DType { F32, I32, U8, BF16 };
+// gradients) and F16 (kernels::fp16, --fp16's) reduce as widen to fp32, op, round to nearest
+// even: NCCL's ncclBfloat16 and ncclFloat16, and user-defined MPI_Ops (MPI has no 16-bit
+// float type).
+enum class DType { F32, I32, U8, BF16, F16 };
 enum class ReduceOp { SUM, MAX };  // MAX: the vocab-parallel loss's row maximum
 
 inline size_t dtype_size(DType t) {
-  return t == DType::U8 ? 1 : t == DType::BF16 ? 2 : 4;
+  return t == DType::U8 ? 1 : t == DType::BF16 || t == DType::F16 ? 2 : 4;
 }
-// The DType of a storage type T: float, or kernels::bf16 (2 bytes).
+// The DType of a storage type T: float, kernels::bf16 or kernels::fp16.
 template <typename T>
 DType comm_type() {
-  return sizeof(T) == 2 ? DType::BF16 : DType::F32;
+  return std::is_same<T, kernels::bf16>::value   ? DType::BF16
+         : std::is_same<T, kernels::fp16>::value ? DType::F16
+                                                 : DType::F32;
+}
+// Calls f with a value of the storage type t names, float (F32), kernels::bf16 (BF16) or
+// kernels::fp16 (F16): code on the model's parameters, gradients or activations written once
+// for the three (`using T = decltype(x)` inside f).
+template <class F>
+decltype(auto) with_storage(DType t, F&& f) {
+  switch (t) {
+    case DType::BF16: return f(kernels::bf16{});
+    case DType::F16: return f(kernels::fp16{});
+    default: return f(0.0f);
+  }
 }
 const char* backend_name(CommBackend b);
 

@@ -27,7 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include "kernels/math.h"  // to_float, to_bf16: the bf16 reduction operations
+#include "kernels/math.h"  // to_float, round_to: the 16-bit reduction operations
 #include "kernels/ops.h"   // memcpy_to_host, memcpy_from_host, synchronize
 #include "parallel/comm.h"
 
@@ -43,46 +43,55 @@ void check(int rc, const char* what) {
   fail(std::string(what) + " failed: " + std::string(text, len));
 }
 
-// bf16 travels as 2-byte elements (MPI_UINT16_T: MPI has no bf16 type); moving it is
-// moving bits, and reducing it takes the user-defined operations below.
+// bf16 and fp16 travel as 2-byte elements (MPI_UINT16_T: MPI has no 16-bit float type);
+// moving them is moving bits, and reducing them takes the user-defined operations below.
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
     case DType::I32: return MPI_INT;
-    case DType::BF16: return MPI_UINT16_T;
+    case DType::BF16: case DType::F16: return MPI_UINT16_T;
     default: return MPI_BYTE;
   }
 }
 
-// bf16 reductions: inout[i] = round(widen(in[i]) op widen(inout[i])), as NCCL's
-// ncclBfloat16 does. The rounded sum is symmetric in its two arguments, so the operations
-// are declared commutative; like fp32 addition they are not associative, and the result
-// depends on MPICH's reduction order, as it does for MPI_SUM on floats.
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const kernels::bf16*>(in);
-  auto* b = static_cast<kernels::bf16*>(inout);
+// 16-bit reductions (H: kernels::bf16 or kernels::fp16): inout[i] = round(widen(in[i]) op
+// widen(inout[i])), as NCCL's ncclBfloat16 and ncclFloat16 do. The rounded sum is symmetric in
+// its two arguments, so the operations are declared commutative; like fp32 addition they are
+// not associative, and the result depends on MPICH's reduction order, as it does for MPI_SUM on
+// floats.
+template <class H>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
   for (int i = 0; i < *len; ++i)
-    b[i] = kernels::to_bf16(kernels::to_float(a[i]) + kernels::to_float(b[i]));
+    b[i] = kernels::round_to<H>(kernels::to_float(a[i]) + kernels::to_float(b[i]));
 }
-void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const kernels::bf16*>(in);
-  auto* b = static_cast<kernels::bf16*>(inout);
+template <class H>
+void half_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
   for (int i = 0; i < *len; ++i)
     if (kernels::to_float(a[i]) > kernels::to_float(b[i])) b[i] = a[i];
 }
-
-// The MPI_Op of a reduction on `t`. The bf16 ones are created once, at first use (after
-// MPI_Init), and live until MPI_Finalize frees them. A user-defined MPI_Op is valid in
-// every reduction collective, nonblocking ones included: MPI_Iallreduce and
-// MPI_Ireduce_scatter_block accept it exactly as they accept MPI_SUM.
-MPI_Op mpi_op(ReduceOp op, DType t) {
-  if (t != DType::BF16) return op == ReduceOp::MAX ? MPI_MAX : MPI_SUM;
+// The sum and max of H, created once, at first use (after MPI_Init); they live until
+// MPI_Finalize frees them.
+template <class H>
+MPI_Op half_op(ReduceOp op) {
   static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
   if (sum == MPI_OP_NULL) {
-    check(MPI_Op_create(bf16_sum, 1, &sum), "MPI_Op_create");
-    check(MPI_Op_create(bf16_max, 1, &max), "MPI_Op_create");
+    check(MPI_Op_create(half_sum<H>, 1, &sum), "MPI_Op_create");
+    check(MPI_Op_create(half_max<H>, 1, &max), "MPI_Op_create");
   }
   return op == ReduceOp::MAX ? max : sum;
+}
+
+// The MPI_Op of a reduction on `t`. A user-defined MPI_Op is valid in every reduction
+// collective, nonblocking ones included: MPI_Iallreduce and MPI_Ireduce_scatter_block accept
+// it exactly as they accept MPI_SUM.
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::BF16) return half_op<kernels::bf16>(op);
+  if (t == DType::F16) return half_op<kernels::fp16>(op);
+  return op == ReduceOp::MAX ? MPI_MAX : MPI_SUM;
 }
 
 // MPI counts are int: a larger message would need derived datatypes; say so instead.

@@ -41,9 +41,10 @@ ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::F32: return ncclFloat32;
     case DType::I32: return ncclInt32;
-    // kernels::bf16 has __nv_bfloat16's bits; each partial sum is rounded to bf16, as in the
-    // MPI backend's bf16_sum.
+    // kernels::bf16 has __nv_bfloat16's bits, kernels::fp16 __half's; each partial sum is
+    // rounded to the type, as in the MPI backend's half_sum.
     case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
     default: return ncclUint8;
   }
 }

@@ -447,6 +447,7 @@ void core_attention_backward(const ContextParallel& cp, const CoreShape& s, Buff
                                         CoreWorkspace<T>&, bool);
 PARALAB_CORE(float)
 PARALAB_CORE(kernels::bf16)
+PARALAB_CORE(kernels::fp16)
 #undef PARALAB_CORE
 
 }  // namespace paralab

@@ -253,7 +253,9 @@ void CoreWorkspace<T>::ensure(const CoreShape& s, const CpSpec& cp, kernels::Dev
 
 template struct CoreSaved<float>;
 template struct CoreSaved<kernels::bf16>;
+template struct CoreSaved<kernels::fp16>;
 template struct CoreWorkspace<float>;
 template struct CoreWorkspace<kernels::bf16>;
+template struct CoreWorkspace<kernels::fp16>;
 
 }  // namespace paralab

@@ -35,8 +35,8 @@ DataParallel::DataParallel(const std::vector<int64_t>& unit_begin, Communicator*
   m.size = m.dp ? dp->size() : 1;
   m.U = (int)unit_begin.size() - 1;
   m.stage = options.zero_stage;
-  m.es = options.bf16 ? 2 : 4;
-  m.dtype = options.bf16 ? DType::BF16 : DType::F32;
+  m.es = (int)dtype_size(options.storage);
+  m.dtype = options.storage;
   if (!options.unit_chunk.empty() && (int)options.unit_chunk.size() != m.U)
     misuse("unit_chunk must name the chunk of every unit");
   if (options.offload_params && (m.stage != 3 || options.offload_fraction != 1.0))
@@ -118,7 +118,7 @@ DataParallel::~DataParallel() = default;
 int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
 bool DataParallel::mirror_copy() const { return impl_->opt.mirror_copy; }
-bool DataParallel::bf16() const { return impl_->opt.bf16; }
+DType DataParallel::storage() const { return impl_->opt.storage; }
 bool DataParallel::hands_over_grads() const { return impl_->stage >= 2 || impl_->last; }
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 

@@ -17,7 +17,8 @@
 //   stage 3        parameters sharded too: each unit (embedding, layer, head) is
 //                  all-gathered before use in forward and again in backward, released after,
 //                  and the next --zero3-prefetch-layers units are gathered ahead.
-// Bytes per step on the dp group (Ψ parameters of 4 bytes, 2 with --bf16, padding aside):
+// Bytes per step on the dp group (Ψ parameters of 4 bytes, 2 with --bf16 or --fp16, padding
+// aside):
 //   stage 0: all-reduce 4Ψ;  stage 1: reduce-scatter 4Ψ + all-gather 4Ψ;
 //   stage 2: reduce-scatter 4Ψ per microbatch + all-gather 4Ψ;
 //   stage 3: per microbatch all-gather ~4Ψ forward + ~4Ψ backward + reduce-scatter 4Ψ
@@ -55,7 +56,8 @@
 namespace paralab {
 
 struct DataParallelOptions {
-  bool bf16 = false;               // parameters and gradients stored as bf16 (--bf16)
+  // parameters' and gradients' storage type: F32, BF16 (--bf16) or F16 (--fp16)
+  DType storage = DType::F32;
   int zero_stage = 0;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
@@ -86,9 +88,9 @@ struct DataParallelOptions {
 };
 
 // A run of parameters this rank updates: flat elements [flat_begin, flat_begin + count),
-// with where their value and summed gradient live (float or kernels::bf16 elements, as
-// DataParallelOptions::bf16 says), and their offset in the rank's optimizer state (Adam m
-// and v, and with bf16 the fp32 master weights). host: CPU offload, param and grad are the
+// with where their value and summed gradient live (float, kernels::bf16 or kernels::fp16
+// elements, as DataParallelOptions::storage says), and their offset in the rank's optimizer
+// state (Adam m and v, and with 16-bit storage the fp32 master weights). host: CPU offload, param and grad are the
 // host copies (and the states live on the host); a segment is never on both sides.
 struct OwnedSegment {
   int64_t flat_begin = 0, count = 0;
@@ -108,14 +110,14 @@ class DataParallel {
   int num_units() const;
   int dp_size() const;
   bool mirror_copy() const;  // DataParallelOptions::mirror_copy
-  bool bf16() const;  // storage type of parameters and gradients: bf16, else float
+  DType storage() const;  // storage type of parameters and gradients (DataParallelOptions)
   const BucketLayout& layout() const;
 
   // ---- the model's side
   // last: the step's last backward of the units used next (ZeRO 0-1 reduce after it). A
   // pipeline calls it before each of its actions (a forward: last = false).
   void begin_microbatch(bool last);
-  // Unit u's parameters, contiguous from the returned pointer (float or bf16 elements);
+  // Unit u's parameters, contiguous from the returned pointer (elements of storage());
   // valid until release_params. forward = true while the model goes up the units (decides
   // which units ZeRO-3 prefetches).
   const void* acquire_params(int u, bool forward);
@@ -154,7 +156,7 @@ class DataParallel {
   void drain();
 
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
-  // Always fp32 on the host: bf16 values are rounded on load and widened on gather.
+  // Always fp32 on the host: 16-bit values are rounded on load and widened on gather.
   void load_params(const std::vector<float>& full);  // every rank passes the same values
   // Where this rank stores the parameters, to write them in place (the initialisation draws
   // into them: kernels/ops/init.h): ZeRO 0-2 every element, ZeRO-3 its slice of each bucket,

@@ -4,7 +4,7 @@
 // the contract.
 //
 // Buffers (Ψ parameters, P = layout.padded_total, S = layout.shard_numel; elements of the
-// storage type, fp32 or with --bf16 bf16, so bytes = elements x 4 or x 2):
+// storage type, fp32, or bf16 (--bf16) or fp16 (--fp16), so bytes = elements x 4 or x 2):
 //   stage  params                        grads
 //   0      Ψ, flat order (PARAMS)        Ψ, flat order (GRADS)
 //   1      P, padded layout (PARAMS)     P, padded layout (GRADS)
@@ -25,8 +25,8 @@
 // layers, parallel/expert_parallel.h) takes part in every call but never communicates. With dp 1 the same buffers exist (memory equals
 // the plan at dp 1); reductions are no-ops and gathers device copies, never recorded.
 //
-// bf16: the buffers are bytes from the Ledger addressed by element (Impl::at), the
-// collectives run on DType::BF16 (sums rounded to bf16 per addition, parallel/comm.h), and
+// 16-bit: the buffers are bytes from the Ledger addressed by element (Impl::at), the
+// collectives run on DType::BF16 or F16 (sums rounded per addition, parallel/comm.h), and
 // the only typed work here, accumulate and sum_squares, dispatches on the storage type.
 // The host views (load_params, gather_*) stay fp32: rounded on the host before the copy
 // in, widened on the host after the copy out, so no fp32 device buffer is ever needed.
@@ -44,7 +44,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "kernels/math.h"            // to_bf16, to_float: the host views' conversions
+#include "kernels/math.h"            // round_to, to_float: the host views' conversions
 #include "kernels/ops.h"             // memcpy_device, accumulate, sum_squares
 #include "parallel/data_parallel.h"  // DataParallel, DataParallelOptions, OwnedSegment
 #include "parallel/offload.h"        // OffloadCopy, offload_copies, copy_to_host, copy_to_device
@@ -64,7 +64,7 @@ struct DataParallel::Impl {
   DataParallelOptions opt;
   Device device;
   int rank = 0, size = 1, U = 0, stage = 0;
-  int es = 4;                // bytes per stored element: 4 (fp32) or 2 (bf16)
+  int es = 4;                // bytes per stored element: 4 (fp32) or 2 (bf16, fp16)
   DType dtype = DType::F32;  // the collectives' element type, the same storage type
   BucketLayout layout;
   std::vector<int64_t> padded_pos;  // per bucket: pb_j in the padded full buffers
@@ -131,46 +131,44 @@ struct DataParallel::Impl {
     b.allocate(device, elements * es, c);
   }
   char* at(Buffer<char>& b, int64_t e) { return b.data() + e * es; }
-  // out += in over n elements (bf16: widened, added in fp32, rounded).
+  // out += in over n elements (16-bit: widened, added in fp32, rounded).
   void accumulate(void* out, const void* in, int64_t n) {
-    if (opt.bf16)
-      kernels::accumulate(device, static_cast<kernels::bf16*>(out),
-                          static_cast<const kernels::bf16*>(in), n);
-    else
-      kernels::accumulate(device, static_cast<float*>(out), static_cast<const float*>(in), n);
+    with_storage(opt.storage, [&](auto type) {
+      using T = decltype(type);
+      kernels::accumulate(device, static_cast<T*>(out), static_cast<const T*>(in), n);
+    });
   }
   // The sum of squares of the spans, one launch (kernels::sum_squares); host: host memory (CPU
   // offload at stages 2-3), summed by the CPU twin.
   double sum_squares(const std::vector<kernels::Span>& spans, bool host) {
     const Device d = host ? Device::CPU : device;
     if (spans.empty()) return 0.0;
-    if (opt.bf16) return kernels::sum_squares<kernels::bf16>(d, spans.data(), (int)spans.size());
-    return kernels::sum_squares<float>(d, spans.data(), (int)spans.size());
+    return with_storage(opt.storage, [&](auto type) {
+      return kernels::sum_squares<decltype(type)>(d, spans.data(), (int)spans.size());
+    });
   }
   // Host views: fp32 values <-> stored bytes, rounded or widened on the host.
   std::vector<char> to_storage(const std::vector<float>& v) const {
     std::vector<char> out(v.size() * es);
-    if (!opt.bf16) {
-      std::memcpy(out.data(), v.data(), out.size());
-      return out;
-    }
-    for (size_t i = 0; i < v.size(); ++i) {
-      const kernels::bf16 x = kernels::to_bf16(v[i]);
-      std::memcpy(&out[i * 2], &x, 2);
-    }
+    with_storage(opt.storage, [&](auto type) {
+      using T = decltype(type);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const T x = kernels::round_to<T>(v[i]);
+        std::memcpy(&out[i * sizeof(T)], &x, sizeof(T));
+      }
+    });
     return out;
   }
   std::vector<float> from_storage(const std::vector<char>& raw) const {
     std::vector<float> out(raw.size() / es);
-    if (!opt.bf16) {
-      std::memcpy(out.data(), raw.data(), raw.size());
-      return out;
-    }
-    for (size_t i = 0; i < out.size(); ++i) {
-      kernels::bf16 x;
-      std::memcpy(&x, &raw[i * 2], 2);
-      out[i] = kernels::to_float(x);
-    }
+    with_storage(opt.storage, [&](auto type) {
+      using T = decltype(type);
+      for (size_t i = 0; i < out.size(); ++i) {
+        T x;
+        std::memcpy(&x, &raw[i * sizeof(T)], sizeof(T));
+        out[i] = kernels::to_float(x);
+      }
+    });
     return out;
   }
 
@@ -240,7 +238,7 @@ struct DataParallel::Impl {
     const char* slice = at(s.grad_buf, rank * b.slice);
     if (on_host(j)) {
       copy_to_host(device, host_landing.data(), slice, b.slice * es);
-      host_accumulate(opt.bf16, at(host_grads, b.shard_offset), host_landing.data(), b.slice);
+      host_accumulate(opt.storage, at(host_grads, b.shard_offset), host_landing.data(), b.slice);
     } else {
       accumulate(at(grads, device_grad_pos(j)), slice, b.slice);
     }

@@ -164,6 +164,7 @@ void dispatch_tokens_backward(const ExpertParallel& ep, const ExpertExchange& x,
                                          const T*, const float*, T*, float*);
 PARALAB_EXPERT_PARALLEL(float)
 PARALAB_EXPERT_PARALLEL(kernels::bf16)
+PARALAB_EXPERT_PARALLEL(kernels::fp16)
 #undef PARALAB_EXPERT_PARALLEL
 
 }  // namespace paralab

@@ -21,7 +21,8 @@
 
 namespace paralab {
 
-// One path's four steps, T the hidden rows' element type (float, or bf16 with --bf16).
+// One path's four steps, T the hidden rows' element type (float, or bf16 / fp16 with --bf16 /
+// --fp16).
 template <typename T>
 struct TokenExchange {
   virtual ~TokenExchange() = default;
@@ -52,15 +53,16 @@ const TokenExchange<T>& allgather_exchange();
 void alltoall_rows(const ExpertParallel& ep, const LocalRouting& routing, ExpertExchange& x);
 
 // A path file ends with PARALAB_TOKEN_PATH(its class, its accessor above): the accessor's
-// definition, returning the path's one object, for both element types.
-#define PARALAB_TOKEN_PATH(Path, accessor)                 \
-  template <typename T>                                    \
-  const TokenExchange<T>& accessor() {                     \
-    static const Path<T> path;                             \
-    return path;                                           \
-  }                                                        \
-  template const TokenExchange<float>& accessor();         \
-  template const TokenExchange<kernels::bf16>& accessor();
+// definition, returning the path's one object, for the three element types.
+#define PARALAB_TOKEN_PATH(Path, accessor)                  \
+  template <typename T>                                     \
+  const TokenExchange<T>& accessor() {                      \
+    static const Path<T> path;                              \
+    return path;                                            \
+  }                                                         \
+  template const TokenExchange<float>& accessor();          \
+  template const TokenExchange<kernels::bf16>& accessor();  \
+  template const TokenExchange<kernels::fp16>& accessor();
 
 // A host map to the device (b allocated here in category c), and device routing (counts,
 // maps) to the host: a copy counted as the routing's (kernels::count_routing_copy).

@@ -2,7 +2,7 @@
 // as group pcie (parallel/offload.h). A copy blocks until the bytes have landed (kernels'
 // memcpy_to_host / memcpy_from_host synchronise the stream), so its time is all exposed.
 #include "parallel/offload.h"
-#include "kernels/math.h"         // to_bf16, to_float: host_accumulate's bf16
+#include "kernels/math.h"         // to_float, round_to: host_accumulate's 16-bit sums
 #include "kernels/ops.h"          // memcpy_to_host, memcpy_from_host
 #include "measure/clock.h"        // now_seconds
 #include "measure/comm_stats.h"   // CommStats, CommGroup::PCIE
@@ -33,17 +33,14 @@ void copy_to_device(kernels::Device device, void* dst, const void* host_src, siz
            [&] { kernels::memcpy_from_host(device, dst, host_src, bytes); });
 }
 
-void host_accumulate(bool bf16, void* out, const void* in, int64_t n) {
-  if (!bf16) {
-    float* o = static_cast<float*>(out);
-    const float* x = static_cast<const float*>(in);
-    for (int64_t i = 0; i < n; ++i) o[i] += x[i];
-    return;
-  }
-  kernels::bf16* o = static_cast<kernels::bf16*>(out);
-  const kernels::bf16* x = static_cast<const kernels::bf16*>(in);
-  for (int64_t i = 0; i < n; ++i)
-    o[i] = kernels::to_bf16(kernels::to_float(o[i]) + kernels::to_float(x[i]));
+void host_accumulate(DType storage, void* out, const void* in, int64_t n) {
+  with_storage(storage, [&](auto type) {
+    using T = decltype(type);
+    T* o = static_cast<T*>(out);
+    const T* x = static_cast<const T*>(in);
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = kernels::round_to<T>(kernels::to_float(o[i]) + kernels::to_float(x[i]));
+  });
 }
 
 }  // namespace paralab

@@ -54,8 +54,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
-#include "kernels/common.h"  // Device, bf16
+#include "kernels/common.h"  // Device
 #include "parallel/buckets.h"
+#include "parallel/comm.h"     // DType, with_storage
 
 namespace paralab {
 
@@ -106,8 +107,9 @@ inline std::vector<OffloadCopy> offload_copies(const BucketLayout& l, int zero_s
 // exposed). On the CPU backend one memcpy, recorded alike. Nothing for 0 bytes.
 void copy_to_host(kernels::Device device, void* host_dst, const void* src, size_t bytes);
 void copy_to_device(kernels::Device device, void* dst, const void* host_src, size_t bytes);
-// out += in over n host elements, fp32 or bf16 (widened, added in fp32, rounded): the device's
-// accumulate (kernels/ops.h) as a host loop, ZeRO-2/3's sum of a host bucket's slices.
-void host_accumulate(bool bf16, void* out, const void* in, int64_t n);
+// out += in over n host elements of the storage type (fp32, or bf16 and fp16 widened, added in
+// fp32, rounded): the device's accumulate (kernels/ops.h) as a host loop, ZeRO-2/3's sum of a
+// host bucket's slices.
+void host_accumulate(DType storage, void* out, const void* in, int64_t n);
 
 }  // namespace paralab

@@ -136,7 +136,7 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* losses, float
                                 vocab_rows, valid, vocab_start, grad_scale);
 }
 
-// ---- instantiations: float and bf16 storage
+// ---- instantiations: float, bf16 and fp16 storage
 #define PARALAB_TP_INSTANTIATE(T)                                                             \
   template const T* TensorParallel::enter_column_parallel(const T*, T*, int, int) const;     \
   template T* TensorParallel::enter_column_parallel_backward(T*, T*, int, int) const;        \
@@ -159,6 +159,7 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* losses, float
                                                   const int*, int, int, int);
 PARALAB_TP_INSTANTIATE(float)
 PARALAB_TP_INSTANTIATE(kernels::bf16)
+PARALAB_TP_INSTANTIATE(kernels::fp16)
 #undef PARALAB_TP_INSTANTIATE
 
 }  // namespace paralab

@@ -17,8 +17,8 @@ void plan_checkpoint(Plan& plan) {
   const ModelConfig& m = plan.model;
   const ParallelConfig& par = plan.parallel;
   // (--no-save-optim: the parameter alone)
-  const int64_t per_element = (plan.train.bf16 ? 2 : 4) +
-                              (plan.options.checkpoint_optimizer ? 8 + (plan.train.bf16 ? 4 : 0) : 0);
+  const int64_t per_element = (plan.train.half() ? 2 : 4) +
+                              (plan.options.checkpoint_optimizer ? 8 + (plan.train.half() ? 4 : 0) : 0);
   const int pp = par.pipeline_parallel;
   const int etp = par.expert_tensor_parallel, ep = par.expert_parallel;
   const int stage_world = par.world_size / pp;

@@ -213,7 +213,7 @@ void offload_comm(std::vector<CommPlanEntry>& comm, const DataParallelPlan& d, i
 void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t,
                        const DataParallelPlan* experts) {
   const int act = storage_bytes(t);
-  const int param_b = act, grad_b = act, master_b = t.bf16 ? 4 : 0, optim_b = 8;
+  const int param_b = act, grad_b = act, master_b = t.half() ? 4 : 0, optim_b = 8;
   int64_t params_peak = d.sim.params_transient_peak, grads_peak = d.sim.grads_transient_peak;
   int64_t params = d.params_resident, grads = d.grads_resident, states = d.state_numel;
   int64_t host = d.host_numel;  // CPU offload: of the states, on the host

@@ -173,14 +173,15 @@ int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_sta
   return s;
 }
 
-int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp) {
+int64_t logits_bytes(const ModelConfig& m, int B, bool half, int tp) {
   const LocalSizes l = local_sizes(m, B, tp);
   const int64_t rows = m.fused_cross_entropy ? std::min<int64_t>(l.N, m.cross_entropy_chunk)
                                              : l.N;
-  // fp32 logits (4 bytes) in both precisions; with bf16 their gradient is also rounded into
-  // a bf16 copy (2 bytes) for the head GEMMs while the fp32 ones live (notes/model.md).
+  // fp32 logits (4 bytes) in every precision; with 16-bit storage (bf16, fp16) their gradient
+  // is also rounded into a 16-bit copy (2 bytes) for the head GEMMs while the fp32 ones live
+  // (notes/model.md).
   // Under tp only the rank's V_l columns exist, the padded ones included.
-  return rows * l.vocab * (bf16 ? 4 + 2 : 4);
+  return rows * l.vocab * (half ? 4 + 2 : 4);
 }
 
 // ---- workspace (notes/model.md, "Workspace"; model/layer.h Workspace) ---------------------
@@ -357,7 +358,7 @@ KorthikantiCheck korthikanti_check(const Plan& plan) {
                 m.num_attention_heads);
   differs(m.groups() != m.num_attention_heads, buf);
   differs(m.head_dim() * m.num_attention_heads != m.hidden_size, "head dim x heads != h");
-  differs(!plan.train.bf16, "fp32: 4-byte activations (the paper's are 16-bit)");
+  differs(!plan.train.half(), "fp32: 4-byte activations (the paper's are 16-bit)");
   std::snprintf(buf, sizeof buf, "%d-byte dropout masks (the paper's are 1 byte)",
                 plan.options.mask_bytes);
   differs(plan.options.mask_bytes != 1, buf);

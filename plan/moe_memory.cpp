@@ -165,7 +165,7 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
                 k = e.topk, M = rows.M, R = rows.R, Re = rows.R_ep, T = rows.etp;
   const int64_t P = (int64_t)rows.ep * T;  // the ranks tokens are exchanged over
   const int64_t fc1 = m.moe_fc1_size() / T, f = m.moe_ffn() / T;  // the rank's slice
-  const bool bf16 = act == 2, balancing = balancing_on(e);
+  const bool half = act == 2, balancing = balancing_on(e);
   const bool alltoall = P > 1 && rows.dispatcher == TokenDispatcher::ALLTOALL;
   const bool allgather = P > 1 && !alltoall;
   const int64_t groups = e.balancing == Moe::Balancing::SEQ_AUX_LOSS ? B : 1;
@@ -182,7 +182,7 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
     fwd_transient = std::max(fwd_transient, transient);
     fwd_peak = std::max(fwd_peak, alive + transient);
   };
-  if (bf16) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
+  if (half) fwd(logits, N * h * 4 + E * h * 4);            // u_f, w_f
   if (balancing && e.expert_bias) fwd(aux, 2 * N * k * 4);  // g2, e2 beside the counts
   if (balancing) fwd(aux, N * E * 4);                       // scores (statistics)
   // the dispatch's counting sort: counts E, rows E, offset E + 1 (kernels/ops/moe_dispatch.h),
@@ -228,8 +228,8 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   const int64_t experts = R * 4 + R * h * act + R * f * act + R * fc1 * act + R * h * act +
                           exchange;
   const int64_t dscores = balancing ? N * E * 4 : 0;
-  const int64_t grads = (bf16 ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
-                        (bf16 ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded
+  const int64_t grads = (half ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
+                        (half ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded
   const int64_t router = N * E * 4 + std::max(dscores, grads);
   int64_t shared = 0;
   if (e.shared_expert_size > 0) {

@@ -251,7 +251,7 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   // --no-fused-ce keeps each microbatch's N V_l fp32 logits from its forward to its
   // backward: as many as the last model stage holds at once (the bf16 copy of their
   // gradient only inside one backward).
-  mem.logits = st.head ? logits_bytes(m, B, t.bf16, tp) : 0;
+  mem.logits = st.head ? logits_bytes(m, B, t.half(), tp) : 0;
   if (st.head && !m.fused_cross_entropy) {
     int alive = 0, most = 0;
     for (const Action& a : pp.schedule.ranks[r]) {
@@ -271,7 +271,7 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   ws.forward_transient = transients.forward_transient;
   ws.backward_transient = transients.backward_transient;
   mem.workspace = ws.peak() + grad_recv;
-  mem.total_stage = stage_total_peak(pp.schedule.ranks[r], sc, mem, S, m, B, t.bf16, tp,
+  mem.total_stage = stage_total_peak(pp.schedule.ranks[r], sc, mem, S, m, B, t.half(), tp,
                                      plan.sequence_parallel, act, grad_recv, transients);
   // Each compute beside the layer's own workspace transients (MoE, --qk-layernorm) and the
   // ZeRO-2/3 buffers alive then, not at their peaks (plan/total.cpp); total() takes this

@@ -33,7 +33,7 @@ std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions, const S
                                      bool fused);
 // The peak of a stage's total, replayed over its actions (plan/pipeline_replay.cpp).
 int64_t stage_total_peak(const std::vector<Action>& actions, const StageChunks& sc,
-                         const MemoryPlan& mem, int S, const ModelConfig& m, int B, bool bf16,
+                         const MemoryPlan& mem, int S, const ModelConfig& m, int B, bool half,
                          int tp, bool sp, int act, int64_t grad_recv,
                          const WorkspacePhases& transients);
 

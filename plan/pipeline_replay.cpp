@@ -79,7 +79,7 @@ std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions, const S
 //                  tokens (model stage 0) and targets (the last), older unfused logits
 //   F, head        held + the chunk kept, the loss's logits (fused: one chunk; unfused:
 //                  this microbatch's beside the older ones)
-//   B, head        unfused: held, d(xf) and the bf16 copy of the logits' gradient
+//   B, head        unfused: held, d(xf) and the 16-bit copy of the logits' gradient
 //   B, layers      held - kept + the chunk's backward peak, [selective recompute]
 //   B, embedding   the tokens again
 // Exact where the replay's order is the code's; ZeRO-2/3's transients stay at their peaks, and
@@ -87,7 +87,7 @@ std::vector<DpCall> stage_step_calls(const std::vector<Action>& actions, const S
 // total() takes it only with recompute: without, plan/total.cpp's replayed_stage_total puts
 // each layer's transients inside that layer (total_replayed).
 int64_t stage_total_peak(const std::vector<Action>& actions, const StageChunks& sc,
-                         const MemoryPlan& mem, int S, const ModelConfig& m, int B, bool bf16,
+                         const MemoryPlan& mem, int S, const ModelConfig& m, int B, bool half,
                          int tp, bool sp, int act, int64_t grad_recv,
                          const WorkspacePhases& transients) {
   const int64_t base = mem.params + mem.grads + mem.master_params + mem.optimizer_states +
@@ -96,7 +96,7 @@ int64_t stage_total_peak(const std::vector<Action>& actions, const StageChunks& 
   const LocalSizes l = local_sizes(m, B, tp, sp);
   const int64_t N = l.N, common = w.common + grad_recv;
   const int64_t unfused_logits = m.fused_cross_entropy ? 0 : N * l.vocab * 4;
-  const int64_t loss_logits = logits_bytes(m, B, bf16, tp);  // the loss's, while it runs
+  const int64_t loss_logits = logits_bytes(m, B, half, tp);  // the loss's, while it runs
   const int64_t dxf = m.fused_cross_entropy ? 0 : N * m.hidden_size * act;
   int64_t held = 0, peak = 0, logits_held = 0;
   for (const Action& a : actions) {
@@ -115,7 +115,7 @@ int64_t stage_total_peak(const std::vector<Action>& actions, const StageChunks& 
     } else if (a.type == ActionType::B) {
       if (last && !m.fused_cross_entropy)
         peak = std::max(peak, base + common + dxf + held + logits_held +
-                                  (bf16 ? N * l.vocab * 2 : 0));
+                                  (half ? N * l.vocab * 2 : 0));
       if (last) logits_held -= unfused_logits;
       peak = std::max(peak, base + common + held - c.kept + c.backward_peak + mem.recompute +
                                 logits_held + transients.backward_transient);

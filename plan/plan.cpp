@@ -201,7 +201,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   }
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
-  mem.logits = logits_bytes(m, B, t.bf16, tp);
+  mem.logits = logits_bytes(m, B, t.half(), tp);
   WorkspacePhases ws = workspace_phases(m, B, act, tp, sp);
   add_layer_transients(ws, plan);
   mem.workspace = ws.peak();

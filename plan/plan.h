@@ -403,9 +403,9 @@ std::vector<ActivationTensor> head_activation_tensors(const ModelConfig& m, int 
                                                       bool sp = false);
 int64_t sum_bytes(const std::vector<ActivationTensor>& ts, bool include_norm_statistics = true);
 // Category logits, rows = min(N, chunk) with the fused CE, N without: rows x V_l fp32
-// logits (V_l = Vp/tp, the rank's vocabulary columns), and with bf16 their bf16 gradient
-// beside them: rows V_l 4 (fp32), rows V_l (4 + 2) (bf16).
-int64_t logits_bytes(const ModelConfig& m, int B, bool bf16, int tp = 1);
+// logits (V_l = Vp/tp, the rank's vocabulary columns), and with 16-bit storage (half) their
+// 16-bit gradient beside them: rows V_l 4 (fp32), rows V_l (4 + 2) (bf16, fp16).
+int64_t logits_bytes(const ModelConfig& m, int B, bool half, int tp = 1);
 
 // ---- ZeRO sharding ------------------------------------------------------------------
 // Of one bucket of Ψ elements: ceil(Ψ / N_d) and N_d x that (the whole model in one bucket).

@@ -22,10 +22,10 @@ namespace {
 // What one GEMM, attention pass or memory-bound kernel costs on the profile.
 struct Device {
   const HardwareProfile& hw;
-  bool bf16;
+  Precision precision;
   double peak;  // FLOP/s
   double gemm(double flops, double bytes, double calls = 1) const {
-    return calls > 0 ? calls * hw.gemm_seconds(flops / calls, bytes / calls, bf16) : 0;
+    return calls > 0 ? calls * hw.gemm_seconds(flops / calls, bytes / calls, precision) : 0;
   }
   double attention(double flops, double launches) const {
     return flops / (peak * hw.attention_efficiency) + launches * hw.launch_overhead_us * 1e-6;
@@ -56,7 +56,7 @@ class LayerCoster {
   LayerCoster(const Plan& plan, const Device& dev, const KernelTrafficPlan& traffic)
       : plan_(plan), dev_(dev), traffic_(traffic) {
     const ModelConfig& m = plan.model;
-    e_ = plan.train.bf16 ? 2 : 4;
+    e_ = plan.train.half() ? 2 : 4;
     const LocalSizes ls = local_sizes(m, plan.train.micro_batch_size, plan.tp,
                                       plan.sequence_parallel);
     h_ = (double)m.hidden_size;
@@ -195,7 +195,7 @@ HeadCost head_cost(const Plan& plan, const Device& dev, const KernelTrafficPlan&
     const int64_t chunk = std::min<int64_t>(ls.N, std::max(1, m.cross_entropy_chunk));
     const double chunks = m.fused_cross_entropy ? (double)((ls.N + chunk - 1) / chunk) : 1;
     const double fwd = head->hardware / 3, n = (double)ls.vocab, k = (double)m.hidden_size;
-    const double rows = fwd / chunks / (2 * n * k), e = plan.train.bf16 ? 2 : 4;
+    const double rows = fwd / chunks / (2 * n * k), e = plan.train.half() ? 2 : 4;
     const double t = dev.gemm(fwd, chunks * e * (rows * k + k * n + rows * n), chunks);
     c.forward = t;
     if (m.fused_cross_entropy) c.forward += 2 * t;  // dX and dW inside the forward
@@ -214,16 +214,16 @@ bool group_fits_node(int stride, int group_size, int gpus_per_node) {
 }
 
 StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sensitivity) {
-  const bool bf16 = plan.train.bf16;
-  const double peak_tflops = hw.peak_tflops(bf16);
+  const Precision precision = plan.train.precision();
+  const double peak_tflops = hw.peak_tflops(precision);
   if (peak_tflops <= 0)
     throw std::invalid_argument(hw.file + ": the profile states no " +
-                                (bf16 ? "bf16" : "fp32") + " peak");
+                                precision_name(precision) + " peak");
   StepTime st;
   st.hardware = hw.name + (hw.file.empty() ? "" : " (" + hw.file + ")");
   st.peak_tflops = peak_tflops;
-  st.peak_figure = hw.peak_figure(bf16);
-  const Device dev{hw, bf16, peak_tflops * 1e12};
+  st.peak_figure = hw.peak_figure(precision);
+  const Device dev{hw, precision, peak_tflops * 1e12};
   const PipelinePlan& pipe = plan.pipeline;
   const PipelineShape& shape = pipe.shape;
   const int p = shape.p;

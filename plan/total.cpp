@@ -13,7 +13,7 @@
 //                  tensors and transients, LayerFootprint) + r_f        after ACQUIRE(l+1)
 //   F head (loss)  common + tokens + targets + x0 + the L layers + head + logits (fused: one
 //                  chunk; unfused: N V_l fp32)                          before its RELEASE
-//   B head         unfused, output weight: + N V_l fp32 logits, their bf16 copy, d(xf)
+//   B head         unfused, output weight: + N V_l fp32 logits, their 16-bit copy, d(xf)
 //                  final norm: x0 + the L layers + head (unfused: xf freed, d(xf) alive)
 //   B layer l      common + x0 + layers 0..l + r_b + its backward transients  after GRADS(l+1)
 //   B embedding    common + tokens + x0                                 after GRADS(0)
@@ -46,7 +46,7 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
                        const DataParallelPlan* experts) {
   const ModelConfig& m = plan.model;
   const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
-  const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16;
+  const bool sp = plan.sequence_parallel, half = plan.train.half();
   std::vector<std::array<int64_t, 2>> trace = with_experts(d, experts);
   const size_t n = d.microbatch.size();
   // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
@@ -72,9 +72,9 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
   const RecomputeBuffers r = recompute_buffers(m, B, act, plan.options.mask_bytes, tp, sp);
   const int64_t r_f = mem.recompute ? r.forward_peak() : 0, r_b = mem.recompute ? r.peak() : 0;
   const int64_t tokens = 4 * l.N;  // int32, the embedding's backward
-  const int64_t unfused_logits = l.N * l.vocab * 4, bf16_copy = bf16 ? l.N * l.vocab * 2 : 0;
+  const int64_t unfused_logits = l.N * l.vocab * 4, half_copy = half ? l.N * l.vocab * 2 : 0;
   const int64_t dxf = (int64_t)l.N * m.hidden_size * act;
-  const int64_t loss_logits = m.fused_cross_entropy ? logits_bytes(m, B, bf16, tp) : unfused_logits;
+  const int64_t loss_logits = m.fused_cross_entropy ? logits_bytes(m, B, half, tp) : unfused_logits;
   const int pb = act, gb = act;  // parameters and gradients in the storage type
 
   int64_t peak = 0;
@@ -113,7 +113,7 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
         const bool output_weight = !m.fused_cross_entropy && head_grads == 0;
         ++head_grads;
         if (output_weight)
-          probe(at, w.common + x0 + below(mb, L) + head + unfused_logits + bf16_copy + dxf);
+          probe(at, w.common + x0 + below(mb, L) + head + unfused_logits + half_copy + dxf);
         else
           probe(at, w.common + x0 + below(mb, L) +
                         (m.fused_cross_entropy ? head : head - head_out + dxf));
@@ -144,7 +144,7 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
 //                 i's forward peak (its tensors and transients, LayerFootprint)
 //      head       common + tokens + targets + H + kept_c + the loss's logits (unfused: the
 //                 held ones beside this microbatch's)
-//   B  head       unfused output weight: common + H + logits held + bf16 copy + d(xf);
+//   B  head       unfused output weight: common + H + logits held + 16-bit copy + d(xf);
 //                 final norm: common + H + logits held (unfused: - xf + d(xf))
 //      layer i    common + H - kept_c + in_c + saved_0..i + logits held + its backward
 //                 transients; split (zb-h1): + keep_j of the layers above it (j > i), and
@@ -166,7 +166,7 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
                              const DataParallelPlan* experts) {
   const ModelConfig& m = plan.model;
   const int B = plan.train.micro_batch_size, act = storage_bytes(plan.train), tp = plan.tp;
-  const bool sp = plan.sequence_parallel, bf16 = plan.train.bf16, fused = m.fused_cross_entropy;
+  const bool sp = plan.sequence_parallel, half = plan.train.half(), fused = m.fused_cross_entropy;
   (void)deferred_units;  // d's simulation (data_parallel_plan) was given them
   std::vector<std::array<int64_t, 2>> trace = with_experts(d, experts);
   // stages 0-1 have no transients: the same walk over buffers of 0 (equal to
@@ -188,9 +188,9 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
   for (const ActivationTensor& t : plan.head_activations)
     if (t.name == "final_norm.out") head_out = t.bytes();
   const int64_t unfused_logits = fused ? 0 : l.N * l.vocab * 4;
-  const int64_t bf16_copy = bf16 ? l.N * l.vocab * 2 : 0;
+  const int64_t half_copy = half ? l.N * l.vocab * 2 : 0;
   const int64_t dxf = fused ? 0 : (int64_t)l.N * m.hidden_size * act;
-  const int64_t loss_logits = logits_bytes(m, B, bf16, tp);
+  const int64_t loss_logits = logits_bytes(m, B, half, tp);
   const int S = plan.pipeline.shape.model_stages();
   const int pb = act, gb = act;
 
@@ -258,7 +258,7 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
     } else if (type == ActionType::B) {
       if (c.kind == DpCall::GRADS && u == head_unit) {
         if (!fused && head_grads++ == 0) {
-          probe(i, common + held + logits_held + bf16_copy + dxf);
+          probe(i, common + held + logits_held + half_copy + dxf);
           logits_held -= unfused_logits;
         } else {
           probe(i, common + held + logits_held + (fused ? 0 : dxf - head_out));

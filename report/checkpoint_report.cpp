@@ -46,7 +46,7 @@ std::string checkpoint_plan_text(const Plan& plan, const HardwareProfile* hardwa
       "checkpoint (--save): %s per rank at most (rank %d), %s in all: owned elements x %d B "
       "(parameter %d + Adam m, v 8%s)%s\n",
       format_bytes(big.checkpoint_bytes).c_str(), big.rank, format_bytes(total_bytes(plan)).c_str(),
-      plan.train.bf16 ? 14 : 12, plan.train.bf16 ? 2 : 4, plan.train.bf16 ? " + master 4" : "",
+      plan.train.half() ? 14 : 12, plan.train.half() ? 2 : 4, plan.train.half() ? " + master 4" : "",
       seconds >= 0 ? strprintf("; %.3g s to write at %.3g GB/s per node (%s)", seconds,
                                hardware->storage_write_gbs, hardware->name.c_str()).c_str()
                    : "; no write time (the profile states no storage_write_gbs)");

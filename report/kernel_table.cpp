@@ -46,7 +46,9 @@ std::string kernel_table(const std::vector<emu::KernelRecord>& records, const Ha
     if (r.library) {
       seconds = gpu.gemm_seconds((double)c.tensor_flops / std::max<size_t>(r.launches, 1),
                                  (double)c.global_bytes / std::max<size_t>(r.launches, 1),
-                                 r.name.find("bf16") != std::string::npos) *
+                                 r.name.find("bf16") != std::string::npos   ? Precision::BF16
+                                 : r.name.find("fp16") != std::string::npos ? Precision::FP16
+                                                                            : Precision::FP32) *
                 r.launches;
       bound = "cuBLAS (the time model's GEMM curve)";
     } else {

@@ -64,7 +64,7 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
            m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel,
            plan.sequence_parallel ? "+sp" : "", p.context_parallel, p.pipeline_parallel,
            plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",
-           plan.train.bf16 ? "bf16" : "fp32",
+           precision_name(plan.train.precision()),
            m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
   if (p.experts_apart() && m.moe.enabled())  // the expert grid (parallel/topology.h)
     s += strprintf(" | experts: etp%d x ep%d x edp%d x pp%d, %s dispatcher",
@@ -90,7 +90,15 @@ std::string step_header(const StepMetrics& s) {
   if (s.dropped_pairs >= 0) h += strprintf(" %8s", "dropped");
   if (s.comm_bytes >= 0) h += strprintf(" %10s", "comm(MiB)");
   if (s.bubble >= 0) h += strprintf("  %s", "bubble");
+  if (s.loss_scale >= 0) h += s.dynamic_loss_scale ? "  loss scale (growth, hysteresis)"
+                                                   : "  loss scale";
   return h;
+}
+
+std::string loss_scale_text(double scale) {
+  int e = 0;
+  if (scale > 0 && std::frexp(scale, &e) == 0.5) return strprintf("2^%d", e - 1);
+  return strprintf("%g", scale);
 }
 
 std::string step_row(const StepMetrics& s) {
@@ -113,7 +121,16 @@ std::string step_row(const StepMetrics& s) {
     r += "  " + percent(s.bubble);
     if (s.bubble_predicted >= 0) r += " (pred " + percent(s.bubble_predicted) + ")";
   }
-  if (s.skipped)
+  // the scale the step used; a dynamic scaler's trackers after its update
+  if (s.loss_scale >= 0) r += "  " + loss_scale_text(s.loss_scale);
+  if (s.loss_scale >= 0 && s.dynamic_loss_scale)
+    r += strprintf(" (%d, %d)", s.loss_scaler.growth_tracker, s.loss_scaler.hysteresis_tracker);
+  if (s.skipped && s.loss_scale >= 0 && std::isfinite(s.loss))
+    r += strprintf("  skipped: gradient overflow (inf or NaN), no update (%d so far)%s",
+                   s.skipped_steps, s.loss_scaler.scale != s.loss_scale ? strprintf(
+                       "; loss scale now %s", loss_scale_text(s.loss_scaler.scale).c_str()).c_str()
+                                                                         : "");
+  else if (s.skipped)
     r += strprintf("  skipped: loss or gradient norm not finite, no update (%d so far)",
                    s.skipped_steps);
   return r;

@@ -37,6 +37,8 @@
 #include "kernels/counters.h"  // PhaseSeconds
 #include "measure/comm_stats.h"
 #include "measure/peak.h"
+#include "model/grad_underflow.h"  // GradUnderflow
+#include "model/loss_scaler.h"  // LossScalerState
 #include "plan/plan.h"
 #include "report/rank_report.h"  // RankMetrics
 #include "report/report_time.h"  // MeasuredTime, StepTime
@@ -52,6 +54,14 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   bool skipped = false;   // loss or gradient norm not finite: no update (--max-skipped-steps)
   int skipped_steps = 0;  // skipped so far in the run, this step included
+  // A loss-scaled run's (--fp16, --bf16 --loss-scale): the scale the step's gradients carried,
+  // and the scaler's state after the step (model/loss_scaler.h); loss_scale < 0: none.
+  double loss_scale = -1;
+  LossScalerState loss_scaler;
+  bool dynamic_loss_scale = false;
+  // --log-fp16-underflow: rank 0's gradients as fp16 would hold them unscaled
+  // (model/grad_underflow.h); elements 0: not measured.
+  GradUnderflow grad_underflow;
   double step_seconds = 0;
   // Ledger peaks this step (Ledger::reset_peaks at step start), in ledger Category order.
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};
@@ -128,9 +138,11 @@ std::string gemm_alignment_text(const Plan& plan);
 // The header's columns follow what `s` carries (comm, bubble), so print the header from
 // the first step's metrics and every row from its own. Columns: iteration (N/total, as
 // Megatron prints it), loss (mean since the last line), lr, gnorm, ms, tok/s, MFU, HFU,
-// mem(MiB), elapsed, ETA[, comm(MiB)][, bubble].
+// mem(MiB), elapsed, ETA[, comm(MiB)][, bubble][, loss scale (growth, hysteresis)].
 std::string step_header(const StepMetrics& s);
 std::string step_row(const StepMetrics& s);
+// A loss scale as the step line prints it: "2^32" for a power of two, else %g.
+std::string loss_scale_text(double scale);
 
 // measured == nullptr: the predicted column only (`--plan`).
 std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured);

@@ -76,6 +76,20 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
   if (s.elapsed_seconds >= 0) j.field("elapsed_s", s.elapsed_seconds);
   j.field("grad_norm", s.grad_norm).field("step_ms", s.step_seconds * 1e3);
   j.field("skipped", s.skipped).field("skipped_steps", s.skipped_steps);
+  if (s.loss_scale >= 0) {  // Megatron's state_dict names, the state after the step's update
+    j.field("loss_scale", s.loss_scale).key("loss_scaler").begin_object();
+    j.field("scale", (double)s.loss_scaler.scale);
+    j.field("growth_tracker", s.loss_scaler.growth_tracker);
+    j.field("hysteresis_tracker", s.loss_scaler.hysteresis_tracker).end_object();
+  }
+  if (s.grad_underflow.elements > 0) {  // --log-fp16-underflow, rank 0's gradients
+    const GradUnderflow& u = s.grad_underflow;
+    j.key("fp16_underflow").begin_object();
+    j.field("elements", u.elements).field("nonzero", u.nonzero);
+    j.field("unscaled_zero", u.fraction(u.unscaled_zero));
+    j.field("unscaled_subnormal", u.fraction(u.unscaled_subnormal));
+    j.field("stored_below_normal", u.fraction(u.stored_below_normal)).end_object();
+  }
   if (s.kernel_seconds.gemm >= 0) j.field("gemm_ms", s.kernel_seconds.gemm * 1e3);
   j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
   j.field("peak_memory_bytes", s.peak_memory_bytes);
@@ -165,7 +179,7 @@ std::string plan_json(const Plan& plan, const Peak* peak, bool pretty,
   j.field("seq_length", m.seq_length).field("vocab_size", m.vocab_size);
   j.field("attention", m.attention == AttentionImpl::NAIVE ? "naive" : "flash");
   j.field("fused_cross_entropy", m.fused_cross_entropy);
-  j.field("precision", plan.train.bf16 ? "bf16" : "fp32");
+  j.field("precision", precision_name(plan.train.precision()));
   const Recompute& rc = m.recompute;
   j.key("recompute").begin_object();
   j.field("granularity", rc.full() ? "full" : rc.selective() ? "selective" : "none");

@@ -64,7 +64,7 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     return strprintf("%d bucket(s) padded to multiples of %s %d: +%lld elements", nb,
                plan.cp > 1 ? "dp x cp" : "dp", plan.dp_cp,
                (long long)(d.layout.padded_total - d.layout.total));
-  if (c == 2 && !plan.train.bf16) return "fp32 params are the master copy";
+  if (c == 2 && !plan.train.half()) return "fp32 params are the master copy";
   if ((c == 2 || c == 3) && z >= 1 && experts.layout.total > 0)  // expert parallelism
     return strprintf("zero %d: dense shard %s elements, 1/%d; experts' %s, 1/%d (edp)", z,
                      format_si((double)d.state_numel).c_str(), plan.dp_cp,
@@ -106,7 +106,9 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       break;
     case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
     case 7: {
-      const char* what = plan.train.bf16 ? "fp32 + bf16 gradient" : "fp32";
+      const char* what = plan.train.bf16   ? "fp32 + bf16 gradient"
+                         : plan.train.fp16 ? "fp32 + fp16 gradient"
+                                           : "fp32";
       const std::string cols =
           plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
       return m.fused_cross_entropy
@@ -249,7 +251,7 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
     total_meas += got(c);
   }
   const int z = plan.parallel.zero_stage, pb = storage_bytes(plan.train);
-  const int mb = plan.train.bf16 ? 4 : 0, ob = 8;
+  const int mb = plan.train.half() ? 4 : 0, ob = 8;
   const bool piped = !plan.pipeline.stages.empty();
   const DataParallelPlan& d =
       piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
@@ -263,13 +265,13 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
   const double closed = zero_resident_bytes(z, (double)psi, plan.dp, pb, pb, mb, ob) +
                         (psi_e > 0 ? zero_resident_bytes(z, (double)psi_e, edp, pb, pb, mb, ob) : 0);
   std::string note = strprintf("ZeRO %d%s: %s = %s MiB at Ψ %lld, N %d", z,
-                               plan.train.bf16 ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
+                               plan.train.half() ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
                                zero_resident_formula(z, pb, pb, mb, ob).c_str(),
                                format_mib(closed).c_str(), (long long)psi, plan.dp);
   if (psi_e > 0)
     note = strprintf("ZeRO %d%s: %s twice, dense Ψ %lld over N %d + experts Ψ %lld over edp %d "
                      "= %s MiB", z,
-                     plan.train.bf16 ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
+                     plan.train.half() ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
                      zero_resident_formula(z, pb, pb, mb, ob).c_str(), (long long)psi, plan.dp,
                      (long long)psi_e, edp, format_mib(closed).c_str());
   const int64_t psi_all = psi + psi_e;
@@ -302,9 +304,9 @@ static std::string host_rows(const Plan& plan, const RankPlan& rp, const StepMet
                             f.pin_memory ? "pinned" : "pageable", (long long)H, (long long)N,
                             f.host_fraction(),
                             d.params_on_host ? "; the ZeRO-3 parameter shard lives here" : "");
-  const char* why[4] = {plan.train.bf16 ? "bf16: AdamW's rounding, copied up" :
+  const char* why[4] = {plan.train.half() ? "16-bit: AdamW's rounding, copied up" :
                                           "fp32: the master copy, copied up",
-                        "the summed gradient, copied down", "fp32 master (bf16 only)",
+                        "the summed gradient, copied down", "fp32 master (16-bit only)",
                         "Adam m and v"};
   for (int c = 0; c < 4; ++c)
     t += row((std::string("  ") + kMemoryCategoryNames[c]).c_str(), (double)h.at(c),

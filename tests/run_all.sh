@@ -61,6 +61,7 @@ elif [ "$mode" != --lessons ]; then
   run "--benchmark's tables and profile" bash tests/mpi/benchmark.sh ./trainer
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
   run "NaN steps skipped, then exit 3 (1-2 ranks)" bash tests/mpi/skipped_steps.sh ./trainer
+  run "fp16: megatron-core's loss scale, underflow" bash tests/mpi/fp16.sh ./trainer
   run "a stopped or killed rank ends the job" bash tests/mpi/faults.sh ./trainer
   run "checkpoints resume bitwise, reshard to 1e-5" bash tests/mpi/checkpoint.sh ./trainer
   run "checkpoints: kill mid-save, signals, bad files" bash tests/mpi/checkpoint_faults.sh ./trainer
@@ -76,6 +77,7 @@ if [ "$mode" = all ]; then
   run "a Megatron Llama script as pasted, TensorBoard" bash tests/scripts/megatron_llama.sh ./trainer
   run "Megatron's datasets: megatron-core's samples" bash tests/scripts/megatron_data.sh build/megatron_samples
   run "FP8 codes: PyTorch's float8 casts" bash tests/scripts/fp8_reference.sh
+  run "the loss scaler's reference: megatron-core's" bash tests/scripts/loss_scaler.sh
   run "a Megatron-DeepSpeed launch line, ds_config.json" bash tests/scripts/megatron_deepspeed.sh ./trainer
   run "fuzzed readers (15 s, with clang++)" env FUZZ_SECONDS=15 bash tests/fuzz/run.sh
 fi

@@ -207,7 +207,7 @@ std::vector<float> train_losses(paralab::Arch arch, bool bf16_storage,
   t.min_lr = 1e-3f;
   t.train_iters = 10;
   paralab::DataParallelOptions options;
-  options.bf16 = bf16_storage;
+  options.storage = (bf16_storage) ? paralab::DType::BF16 : paralab::DType::F32;
   paralab::DataParallel dp(paralab::param_units(m), nullptr, options, Device::CPU);
   paralab::Transformer model(m, Device::CPU, &dp);
   model.init_parameters(7);

@@ -66,6 +66,8 @@ TEST(FlagsDeepSpeed, BlocksBecomeFlagsWithDeepSpeedsDefaults) {
   EXPECT_EQ(o.deepspeed.fp16.initial_scale_power, 12);
   EXPECT_EQ(o.deepspeed.fp16.hysteresis, 3);
   EXPECT_EQ(o.deepspeed.fp16.loss_scale_window, 1000);  // constants.py's default
+  EXPECT_FALSE(o.train.fp16);  // fp16.enabled false: the scaler's keys carried, unused
+  EXPECT_EQ(o.train.loss_scaling.initial_loss_scale, 4294967296.0);
   // an empty config: DeepSpeed's defaults, stage 0 and 5e8-element buckets
   TempFile empty("{}", ".json");
   const Options e = parse(with(empty, {"--zero-stage", "1"}));
@@ -78,6 +80,32 @@ TEST(FlagsDeepSpeed, BlocksBecomeFlagsWithDeepSpeedsDefaults) {
   EXPECT_TRUE(parse(with(three)).overlap_grad_reduce);
 }
 
+// fp16.enabled is --fp16, the block's keys Megatron's loss-scale flags with DeepSpeed's
+// defaults (constants.py: initial_scale_power 16, not Megatron's 2^32); the JSON wins over a
+// flag that disagrees, and says so.
+TEST(FlagsDeepSpeed, Fp16BlockBecomesTheLossScaleFlags) {
+  TempFile f(R"({"fp16": {"enabled": true, "hysteresis": 3, "consecutive_hysteresis": true,
+                          "min_loss_scale": 0.25, "auto_cast": true}})", ".json");
+  const Options o = parse(with(f, {"--plan", "--loss-scale-window", "7"}));
+  EXPECT_TRUE(o.train.fp16);
+  EXPECT_FALSE(o.train.bf16);
+  const paralab::LossScaleConfig& l = o.train.loss_scaling;
+  EXPECT_EQ(l.loss_scale, 0);                // dynamic
+  EXPECT_EQ(l.initial_loss_scale, 65536.0);  // 2^16
+  EXPECT_EQ(l.min_loss_scale, 0.25);
+  EXPECT_EQ(l.loss_scale_window, 1000);
+  EXPECT_EQ(l.hysteresis, 3);
+  EXPECT_TRUE(l.consecutive_hysteresis);
+  const std::string warnings = testing::PrintToString(o.warnings);
+  EXPECT_NE(warnings.find("fp16.loss_scale_window 1000 overrides --loss-scale-window 7"),
+            std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("fp16.auto_cast"), std::string::npos) << warnings;
+  TempFile fixed(R"({"fp16": {"enabled": true, "loss_scale": 128}})", ".json");
+  const Options s = parse(with(fixed, {"--plan"}));
+  EXPECT_TRUE(s.train.fp16);
+  EXPECT_EQ(s.train.loss_scaling.loss_scale, 128);
+}
+
 TEST(FlagsDeepSpeed, EveryBadKeyOrValueNamesItsLineAndColumn) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\n  \"zero_optimization\": {\n    \"stgae\": 1\n  }\n}",
@@ -87,8 +115,8 @@ TEST(FlagsDeepSpeed, EveryBadKeyOrValueNamesItsLineAndColumn) {
        ":1:24: zero_optimization.stage must be a whole number, got \"two\""},
       {"{\"zero_optimization\": {\"reduce_bucket_size\": 2500.5}}",
        ":1:24: zero_optimization.reduce_bucket_size must be a whole number, got 2500.5"},
-      {"{\"fp16\": {\"enabled\": true}}",
-       ":1:11: fp16.enabled: fp16 training is not built yet (its loss scaler is; use bf16)"},
+      {"{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
+       ":1:38: bf16.enabled and fp16.enabled: DeepSpeed refuses both (give one)"},
       {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}}",
        ":1:46: zero_optimization.offload_optimizer.device nvme: only cpu offload is built (nvme "
        "is not)"},

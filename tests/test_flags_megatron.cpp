@@ -115,8 +115,11 @@ TEST(FlagsMegatron, LaunchScriptsAsPasted) {
   // an alias table beside the edit distance
   EXPECT_EQ(error_of({"--num-groups", "2"}),
             "unknown flag or argument: --num-groups 2 (use --num-query-groups)");
-  EXPECT_EQ(error_of({"--fp16"}),
-            "unknown flag or argument: --fp16 (use --bf16 (fp16 training is not built yet))");
+  EXPECT_EQ(error_of({"--fp16", "--bf16"}), "--bf16 and --fp16 are exclusive: give one");
+  EXPECT_EQ(error_of({"--fp16", "--min-loss-scale", "8", "--initial-loss-scale", "4"}),
+            "--min-loss-scale must be > 0 and at most --initial-loss-scale (4), got 8");
+  EXPECT_EQ(error_of({"--fp16", "--loss-scale", "-1"}),
+            "--loss-scale must be > 0 and at most 3.4e38 (an fp32 number), got -1");
   // whole numbers written as floats, conflicting ZeRO flags
   EXPECT_EQ(parse({"--ddp-bucket-size", "2e9"}).ddp_bucket_size, 2000000000);
   EXPECT_EQ(error_of({"--ddp-bucket-size", "2.5"}), "--ddp-bucket-size must be an integer, got 2.5");
@@ -125,9 +128,13 @@ TEST(FlagsMegatron, LaunchScriptsAsPasted) {
   // accepted, their no-effect named
   const Options o = parse({"--data-impl", "mmap", "--use-flash-attn-v2", "--initial-loss-scale",
                            "65536"});
-  ASSERT_EQ(o.warnings.size(), 1u);
-  EXPECT_NE(o.warnings[0].find("--data-impl (indexed datasets are read memory-mapped"),
-            std::string::npos) << o.warnings[0];
+  ASSERT_EQ(o.warnings.size(), 2u);
+  EXPECT_NE(o.warnings[1].find("--data-impl (indexed datasets are read memory-mapped"),
+            std::string::npos) << o.warnings[1];
+  // the dynamic scale's flags without --fp16 (Megatron builds no scaler then)
+  EXPECT_EQ(o.warnings[0], "loss-scaling flags with no effect: --initial-loss-scale (the dynamic "
+                           "scale is --fp16's; --loss-scale needs --fp16 or --bf16)");
+  EXPECT_TRUE(parse({"--fp16", "--initial-loss-scale", "65536"}).warnings.empty());
 }
 
 TEST(FlagsMegatron, DidYouMean) {

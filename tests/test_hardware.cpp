@@ -334,25 +334,25 @@ TEST(Hardware, GemmSecondsCurve) {
 
   // A large GEMM approaches F / (peak x efficiency): 1 PFLOP at 800 TFLOP/s.
   const double big = 1e15;
-  EXPECT_NEAR(p.gemm_seconds(big, 0, true), big / (1000e12 * 0.8), 1e-5 * big / 800e12);
+  EXPECT_NEAR(p.gemm_seconds(big, 0, Precision::BF16), big / (1000e12 * 0.8), 1e-5 * big / 800e12);
   // At F = gemm_half_gflop, half of the large-GEMM efficiency: twice F / (peak x eff).
-  EXPECT_NEAR(p.gemm_seconds(1e9, 0, true) - launch, 2 * 1e9 / 800e12, 1e-15);
+  EXPECT_NEAR(p.gemm_seconds(1e9, 0, Precision::BF16) - launch, 2 * 1e9 / 800e12, 1e-15);
   // A small one, a vector times a 4096 x 4096 bf16 matrix: bound by its bytes, plus launch.
   const double flops = 2.0 * 4096 * 4096, bytes = 2.0 * 4096 * 4096;
   const double bytes_s = bytes / 2000e9;
   EXPECT_GT(bytes_s, (flops + 1e9) / 800e12);
-  EXPECT_DOUBLE_EQ(p.gemm_seconds(flops, bytes, true), bytes_s + launch);
+  EXPECT_DOUBLE_EQ(p.gemm_seconds(flops, bytes, Precision::BF16), bytes_s + launch);
   // No memory bandwidth in the profile: the bytes term is skipped.
   HardwareProfile no_bandwidth = p;
   no_bandwidth.memory_bandwidth_gbs = 0;
-  EXPECT_DOUBLE_EQ(no_bandwidth.gemm_seconds(flops, bytes, true),
+  EXPECT_DOUBLE_EQ(no_bandwidth.gemm_seconds(flops, bytes, Precision::BF16),
                    (flops + 1e9) / 800e12 + launch);
   // fp32 training uses the fp32 peak.
-  EXPECT_NEAR(p.gemm_seconds(big, 0, false), big / (50e12 * 0.8), 1e-5 * big / 40e12);
+  EXPECT_NEAR(p.gemm_seconds(big, 0, Precision::FP32), big / (50e12 * 0.8), 1e-5 * big / 40e12);
   // Monotone in FLOPs and in bytes; the achieved rate rises toward 0.8 of the peak.
   double last_time = 0, last_rate = 0;
   for (double f = 1e6; f <= 1e16; f *= 10) {
-    const double t = p.gemm_seconds(f, 1e6, true), rate = f / (t - launch);
+    const double t = p.gemm_seconds(f, 1e6, Precision::BF16), rate = f / (t - launch);
     EXPECT_GT(t, last_time) << f;
     EXPECT_GE(rate, last_rate) << f;
     EXPECT_LE(rate, 0.8 * 1000e12) << f;
@@ -360,9 +360,9 @@ TEST(Hardware, GemmSecondsCurve) {
     last_rate = rate;
   }
   for (double b = 1e3; b <= 1e12; b *= 10)
-    EXPECT_LE(p.gemm_seconds(1e9, b, true), p.gemm_seconds(1e9, b * 10, true)) << b;
+    EXPECT_LE(p.gemm_seconds(1e9, b, Precision::BF16), p.gemm_seconds(1e9, b * 10, Precision::BF16)) << b;
   HardwareProfile no_peak;
-  EXPECT_THROW(no_peak.gemm_seconds(1e9, 0, true), std::runtime_error);
+  EXPECT_THROW(no_peak.gemm_seconds(1e9, 0, Precision::BF16), std::runtime_error);
 }
 
 TEST(Hardware, PeakFallbacksAndSource) {
@@ -370,26 +370,33 @@ TEST(Hardware, PeakFallbacksAndSource) {
   p.file = "configs/hardware/x.toml";
   p.bf16_tflops = 989;
   p.fp32_tflops = 67;
-  EXPECT_EQ(p.peak_tflops(true), 989);
-  EXPECT_EQ(p.peak_tflops(false), 67);
-  EXPECT_EQ(peak_from_profile(p, true).source, "configs/hardware/x.toml, bf16 dense");
-  EXPECT_EQ(peak_from_profile(p, false).source, "configs/hardware/x.toml, fp32 dense");
+  EXPECT_EQ(p.peak_tflops(Precision::BF16), 989);
+  EXPECT_EQ(p.peak_tflops(Precision::FP32), 67);
+  EXPECT_EQ(peak_from_profile(p, Precision::BF16).source, "configs/hardware/x.toml, bf16 dense");
+  EXPECT_EQ(peak_from_profile(p, Precision::FP32).source, "configs/hardware/x.toml, fp32 dense");
   p.fp32_tflops = 0;  // fp32 training without an fp32 figure: the bf16 one, said so
-  EXPECT_EQ(peak_from_profile(p, false).tflops, 989);
-  EXPECT_EQ(peak_from_profile(p, false).source,
+  EXPECT_EQ(peak_from_profile(p, Precision::FP32).tflops, 989);
+  EXPECT_EQ(peak_from_profile(p, Precision::FP32).source,
             "configs/hardware/x.toml, bf16 dense (no fp32 figure)");
   p.confirmed = false;
-  EXPECT_EQ(peak_from_profile(p, true).source, "configs/hardware/x.toml, bf16 dense, unconfirmed");
+  EXPECT_EQ(peak_from_profile(p, Precision::BF16).source, "configs/hardware/x.toml, bf16 dense, unconfirmed");
 
   HardwareProfile fp16_only;  // built in memory: the name stands for the file
   fp16_only.name = "old card";
   fp16_only.fp16_tflops = 125;
-  EXPECT_EQ(peak_from_profile(fp16_only, true).tflops, 125);
-  EXPECT_EQ(peak_from_profile(fp16_only, true).source, "old card, fp16 dense (no bf16 figure)");
+  EXPECT_EQ(peak_from_profile(fp16_only, Precision::BF16).tflops, 125);
+  EXPECT_EQ(peak_from_profile(fp16_only, Precision::BF16).source, "old card, fp16 dense (no bf16 figure)");
+  // --fp16 takes the fp16 figure, or the bf16 one where only it is stated (the same tensor
+  // rate on every NVIDIA part that has both)
+  EXPECT_EQ(peak_from_profile(fp16_only, Precision::FP16).source, "old card, fp16 dense");
+  p.fp16_tflops = 0;
+  EXPECT_EQ(peak_from_profile(p, Precision::FP16).tflops, 989);
+  EXPECT_EQ(peak_from_profile(p, Precision::FP16).source,
+            "configs/hardware/x.toml, bf16 dense (no fp16 figure), unconfirmed");
   HardwareProfile cpu;  // the CPU benchmark's profile states only fp32
   cpu.fp32_tflops = 0.05;
-  EXPECT_EQ(cpu.peak_tflops(true), 0.05);
-  EXPECT_NE(peak_from_profile(cpu, true).source.find("fp32 dense (no bf16 figure)"),
+  EXPECT_EQ(cpu.peak_tflops(Precision::BF16), 0.05);
+  EXPECT_NE(peak_from_profile(cpu, Precision::BF16).source.find("fp32 dense (no bf16 figure)"),
             std::string::npos);
 }
 

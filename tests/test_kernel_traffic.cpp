@@ -169,7 +169,7 @@ TEST_P(KernelTrafficTest, MeasuredEqualsPredicted) {
   const ParallelConfig parallel = plan_test::world(1, tc.zero);
   const Plan config_plan = make_plan(m, train, parallel);
   DataParallelOptions options;
-  options.bf16 = tc.bf16;
+  options.storage = (tc.bf16) ? paralab::DType::BF16 : paralab::DType::F32;
   options.zero_stage = tc.zero;
   DataParallel dp(param_units(m), nullptr, options, kernels::Device::CPU);
   Transformer model(m, kernels::Device::CPU, &dp);

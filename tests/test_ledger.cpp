@@ -133,7 +133,7 @@ TEST_P(LedgerTest, MeasuredPeaksEqualThePlan) {
   const Snapshot baseline = current_bytes();
   {
     DataParallelOptions options;
-    options.bf16 = lc.bf16;
+    options.storage = (lc.bf16) ? paralab::DType::BF16 : paralab::DType::F32;
     DataParallel dp(param_units(lc.model), nullptr, options, kernels::Device::CPU);
     Transformer model(lc.model, kernels::Device::CPU, &dp);
     model.init_parameters(train.seed);

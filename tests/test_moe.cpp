@@ -44,7 +44,7 @@ TrainedRun train(const ModelConfig& m, int steps, int k, bool bf16 = false) {
   t.lr = 1e-2f;
   t.bf16 = bf16;
   DataParallelOptions options;
-  options.bf16 = bf16;
+  options.storage = (bf16) ? paralab::DType::BF16 : paralab::DType::F32;
   DataParallel dp(param_units(m), nullptr, options, kernels::Device::CPU);
   Transformer model(m, kernels::Device::CPU, &dp);
   model.init_parameters(7);

@@ -39,7 +39,7 @@ struct Training {
   }
   static paralab::DataParallelOptions dp_options(bool bf16) {
     paralab::DataParallelOptions o;
-    o.bf16 = bf16;
+    o.storage = (bf16) ? paralab::DType::BF16 : paralab::DType::F32;
     return o;
   }
   // forward and backward of one batch, then the optimizer at lr 1e-2; poison: a NaN in the
@@ -57,7 +57,7 @@ struct Training {
     model.backward();
     if (poison) {
       const paralab::OwnedSegment& seg = dp.owned_segments().at(0);
-      if (options.bf16)
+      if (options.storage == paralab::DType::BF16)
         *static_cast<kernels::bf16*>(const_cast<void*>(seg.grad)) =
             kernels::to_bf16(std::numeric_limits<float>::quiet_NaN());
       else

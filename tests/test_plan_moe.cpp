@@ -133,7 +133,7 @@ TEST_P(PlanMoeTest, LedgerAndFlopCounterEqualThePlan) {
   const int64_t baseline_total = (int64_t)Ledger::instance().current_total();
   {
     DataParallelOptions options;
-    options.bf16 = mc.bf16;
+    options.storage = (mc.bf16) ? paralab::DType::BF16 : paralab::DType::F32;
     DataParallel dp(param_units(mc.model), nullptr, options, kernels::Device::CPU);
     Transformer model(mc.model, kernels::Device::CPU, &dp);
     model.init_parameters(train.seed);

@@ -149,13 +149,13 @@ TEST(Peak, ShippedProfilesAndResolution) {
   for (const char* gpu : {"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB",
                           "NVIDIA H20", "NVIDIA GeForce RTX 4090", "NVIDIA H100 PCIe"})
     EXPECT_NE(match_hardware_profile(ps, gpu), nullptr) << gpu;
-  EXPECT_EQ(resolve_peak(0, "NVIDIA H200", true, "configs/hardware", {}).tflops, 989);
-  EXPECT_EQ(resolve_peak(0, "NVIDIA A100-SXM4-80GB", false, "configs/hardware", {}).tflops, 19.5);
-  EXPECT_NE(resolve_peak(0, "NVIDIA H20", true, "configs/hardware", {}).source.find("unconfirmed"),
+  EXPECT_EQ(resolve_peak(0, "NVIDIA H200", Precision::BF16, "configs/hardware", {}).tflops, 989);
+  EXPECT_EQ(resolve_peak(0, "NVIDIA A100-SXM4-80GB", Precision::FP32, "configs/hardware", {}).tflops, 19.5);
+  EXPECT_NE(resolve_peak(0, "NVIDIA H20", Precision::BF16, "configs/hardware", {}).source.find("unconfirmed"),
             std::string::npos);
-  const Peak flag = resolve_peak(123, "NVIDIA H200", true, "configs/hardware", {});
+  const Peak flag = resolve_peak(123, "NVIDIA H200", Precision::BF16, "configs/hardware", {});
   EXPECT_EQ(flag.source, "flag");
-  EXPECT_EQ(resolve_peak(0, "NVIDIA B300", true, "configs/hardware", {}).tflops, 0);
+  EXPECT_EQ(resolve_peak(0, "NVIDIA B300", Precision::BF16, "configs/hardware", {}).tflops, 0);
 }
 
 TEST(Peak, MeasuredSgemmOnCpu) {
@@ -165,7 +165,7 @@ TEST(Peak, MeasuredSgemmOnCpu) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A.data(), n,
                 B.data(), n, 0.0f, C.data(), n);
   };
-  const Peak p = resolve_peak(0, "", false, "configs/hardware",
+  const Peak p = resolve_peak(0, "", Precision::FP32, "configs/hardware",
                               [&] { return measure_peak_tflops(gemm, 2.0 * n * n * n, 0.01); });
   EXPECT_GT(p.tflops, 0);
   EXPECT_EQ(p.source, "measured sgemm, best of 5 trials of 40 ms");

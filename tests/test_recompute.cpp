@@ -90,7 +90,7 @@ Trace train(const ModelConfig& m, const TrainConfig& t, int steps, const Plan* p
   Trace trace;
   {
     DataParallelOptions options;
-    options.bf16 = t.bf16;
+    options.storage = (t.bf16) ? paralab::DType::BF16 : paralab::DType::F32;
     DataParallel dp(param_units(m), nullptr, options, kernels::Device::CPU);
     Transformer model(m, kernels::Device::CPU, &dp);
     model.init_parameters(t.seed);

@@ -24,8 +24,8 @@
 // writes the very entries the merge and the backward use. The merge and delta work at the
 // view's rows (o: head_stride apart per head, D per row).
 //
-// bf16 storage: the same loops between a widening and a rounding (kernels/cpu/widen.h); lse,
-// delta and the merge's accumulator o stay fp32.
+// 16-bit storage (bf16, fp16): the same loops between a widening and a rounding
+// (kernels/cpu/widen.h); lse, delta and the merge's accumulator o stay fp32.
 //
 // defines the CPU twins of kernels/ops/attention.h: qkv_split_forward, qkv_split_backward,
 //          heads_merge_forward, heads_merge_backward, rope_forward, rope_backward,
@@ -334,100 +334,209 @@ template <> void attention_merge<Device::CPU, float>(float* o, float* lse, const
   }
 }
 
-// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// ---- 16-bit storage (bf16, fp16): widen, the fp32 twin above, round ----------------------------
 using cpu::Input;
 using cpu::Widened;
 using cpu::view_span;
 
-template <> void qkv_split_forward<Device::CPU, bf16>(bf16* q, bf16* k, bf16* v, const bf16* qkv,
-                                                      int B, int S, int A, int G, int D,
-                                                      float theta, const TokenPositions& pos) {
+template <class H>
+static void qkv_split_forward_16(H* q, H* k, H* v, const H* qkv, int B, int S, int A, int G, int D,
+                                 float theta, const TokenPositions& pos) {
   const size_t N = (size_t)B * S;
   Input X(qkv, N * (A + 2 * G) * D);
   Widened Q(q, N * A * D), K(k, N * G * D), V(v, N * G * D);
   qkv_split_forward<Device::CPU>(Q.data(), K.data(), V.data(), X.data(), B, S, A, G, D, theta,
                                  pos);
 }
-template <> void qkv_split_backward<Device::CPU, bf16>(bf16* dqkv, const bf16* dq, const bf16* dk,
-                                                       const bf16* dv, int B, int S, int A, int G,
-                                                       int D, float theta,
-                                                       const TokenPositions& pos) {
+template <> void qkv_split_forward<Device::CPU, bf16>(bf16* q, bf16* k, bf16* v, const bf16* qkv,
+                                                      int B, int S, int A, int G, int D,
+                                                      float theta, const TokenPositions& pos) {
+  qkv_split_forward_16(q, k, v, qkv, B, S, A, G, D, theta, pos);
+}
+template <> void qkv_split_forward<Device::CPU, fp16>(fp16* q, fp16* k, fp16* v, const fp16* qkv,
+                                                      int B, int S, int A, int G, int D,
+                                                      float theta, const TokenPositions& pos) {
+  qkv_split_forward_16(q, k, v, qkv, B, S, A, G, D, theta, pos);
+}
+template <class H>
+static void qkv_split_backward_16(H* dqkv, const H* dq, const H* dk, const H* dv, int B, int S,
+                                  int A, int G, int D, float theta, const TokenPositions& pos) {
   const size_t N = (size_t)B * S;
   Input Q(dq, N * A * D), K(dk, N * G * D), V(dv, N * G * D);
   Widened X(dqkv, N * (A + 2 * G) * D);
   qkv_split_backward<Device::CPU>(X.data(), Q.data(), K.data(), V.data(), B, S, A, G, D, theta,
                                   pos);
 }
-template <> void heads_merge_forward<Device::CPU, bf16>(bf16* out, const bf16* o, int B, int S,
-                                                        int A, int D) {
+template <> void qkv_split_backward<Device::CPU, bf16>(bf16* dqkv, const bf16* dq, const bf16* dk,
+                                                       const bf16* dv, int B, int S, int A, int G,
+                                                       int D, float theta,
+                                                       const TokenPositions& pos) {
+  qkv_split_backward_16(dqkv, dq, dk, dv, B, S, A, G, D, theta, pos);
+}
+template <> void qkv_split_backward<Device::CPU, fp16>(fp16* dqkv, const fp16* dq, const fp16* dk,
+                                                       const fp16* dv, int B, int S, int A, int G,
+                                                       int D, float theta,
+                                                       const TokenPositions& pos) {
+  qkv_split_backward_16(dqkv, dq, dk, dv, B, S, A, G, D, theta, pos);
+}
+template <class H>
+static void heads_merge_forward_16(H* out, const H* o, int B, int S, int A, int D) {
   const size_t n = (size_t)B * S * A * D;
   Input O(o, n);
   Widened R(out, n);
   heads_merge_forward<Device::CPU>(R.data(), O.data(), B, S, A, D);
 }
-template <> void heads_merge_backward<Device::CPU, bf16>(bf16* d_o, const bf16* dout, int B, int S,
-                                                         int A, int D) {
+template <> void heads_merge_forward<Device::CPU, bf16>(bf16* out, const bf16* o, int B, int S,
+                                                        int A, int D) {
+  heads_merge_forward_16(out, o, B, S, A, D);
+}
+template <> void heads_merge_forward<Device::CPU, fp16>(fp16* out, const fp16* o, int B, int S,
+                                                        int A, int D) {
+  heads_merge_forward_16(out, o, B, S, A, D);
+}
+template <class H>
+static void heads_merge_backward_16(H* d_o, const H* dout, int B, int S, int A, int D) {
   const size_t n = (size_t)B * S * A * D;
   Input G(dout, n);
   Widened R(d_o, n);
   heads_merge_backward<Device::CPU>(R.data(), G.data(), B, S, A, D);
 }
-template <> void rope_forward<Device::CPU, bf16>(bf16* x, int B, int H, int S, int D, float theta,
-                                                 const TokenPositions& pos) {
+template <> void heads_merge_backward<Device::CPU, bf16>(bf16* d_o, const bf16* dout, int B, int S,
+                                                         int A, int D) {
+  heads_merge_backward_16(d_o, dout, B, S, A, D);
+}
+template <> void heads_merge_backward<Device::CPU, fp16>(fp16* d_o, const fp16* dout, int B, int S,
+                                                         int A, int D) {
+  heads_merge_backward_16(d_o, dout, B, S, A, D);
+}
+template <class T16>
+static void rope_forward_16(T16* x, int B, int H, int S, int D, float theta,
+                            const TokenPositions& pos) {
   Widened X(x, (size_t)B * H * S * D);
   rope_forward<Device::CPU>(X.data(), B, H, S, D, theta, pos);
 }
-template <> void rope_backward<Device::CPU, bf16>(bf16* dx, int B, int H, int S, int D,
-                                                  float theta, const TokenPositions& pos) {
+template <> void rope_forward<Device::CPU, bf16>(bf16* x, int B, int H, int S, int D, float theta,
+                                                 const TokenPositions& pos) {
+  rope_forward_16(x, B, H, S, D, theta, pos);
+}
+template <> void rope_forward<Device::CPU, fp16>(fp16* x, int B, int H, int S, int D, float theta,
+                                                 const TokenPositions& pos) {
+  rope_forward_16(x, B, H, S, D, theta, pos);
+}
+template <class T16>
+static void rope_backward_16(T16* dx, int B, int H, int S, int D, float theta,
+                             const TokenPositions& pos) {
   Widened X(dx, (size_t)B * H * S * D);
   rope_backward<Device::CPU>(X.data(), B, H, S, D, theta, pos);
 }
+template <> void rope_backward<Device::CPU, bf16>(bf16* dx, int B, int H, int S, int D, float theta,
+                                                  const TokenPositions& pos) {
+  rope_backward_16(dx, B, H, S, D, theta, pos);
+}
+template <> void rope_backward<Device::CPU, fp16>(fp16* dx, int B, int H, int S, int D, float theta,
+                                                  const TokenPositions& pos) {
+  rope_backward_16(dx, B, H, S, D, theta, pos);
+}
 
 // The probabilities of a pass: (BH, q.rows, k.rows), contiguous.
-template <> void attention_softmax_forward<Device::CPU, bf16>(bf16* probs, float* lse,
-                                                              const bf16* scores, int BH, int D,
-                                                              float scale,
-                                                              const AttentionBlock& blk) {
+template <class H>
+static void attention_softmax_forward_16(H* probs, float* lse, const H* scores, int BH, int D,
+                                         float scale, const AttentionBlock& blk) {
   const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
   Input X(scores, n);
   Widened P(probs, n);
   attention_softmax_forward<Device::CPU>(P.data(), lse, X.data(), BH, D, scale, blk);
 }
-template <> void attention_softmax_backward<Device::CPU, bf16>(
-    bf16* dscores, const bf16* dprobs, const bf16* probs, const float* delta, int BH, int D,
-    float scale, const AttentionBlock& blk) {
+template <> void attention_softmax_forward<Device::CPU, bf16>(bf16* probs, float* lse,
+    const bf16* scores, int BH, int D, float scale, const AttentionBlock& blk) {
+  attention_softmax_forward_16(probs, lse, scores, BH, D, scale, blk);
+}
+template <> void attention_softmax_forward<Device::CPU, fp16>(fp16* probs, float* lse,
+    const fp16* scores, int BH, int D, float scale, const AttentionBlock& blk) {
+  attention_softmax_forward_16(probs, lse, scores, BH, D, scale, blk);
+}
+template <class H>
+static void attention_softmax_backward_16(H* dscores, const H* dprobs, const H* probs,
+                                          const float* delta, int BH, int D, float scale,
+                                          const AttentionBlock& blk) {
   const size_t n = (size_t)BH * blk.q.rows * blk.k.rows;
   Input G(dprobs, n), P(probs, n);
   Widened DS(dscores, n);
   attention_softmax_backward<Device::CPU>(DS.data(), G.data(), P.data(), delta, BH, D, scale,
                                           blk);
 }
-template <> void attention_probs_rescale<Device::CPU, bf16>(bf16* probs, const float* lse_pass,
-                                                            const float* lse, int BH, int D,
-                                                            const AttentionBlock& blk) {
+template <> void attention_softmax_backward<Device::CPU, bf16>(bf16* dscores, const bf16* dprobs,
+    const bf16* probs, const float* delta, int BH, int D, float scale, const AttentionBlock& blk) {
+  attention_softmax_backward_16(dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
+template <> void attention_softmax_backward<Device::CPU, fp16>(fp16* dscores, const fp16* dprobs,
+    const fp16* probs, const float* delta, int BH, int D, float scale, const AttentionBlock& blk) {
+  attention_softmax_backward_16(dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
+template <class H>
+static void attention_probs_rescale_16(H* probs, const float* lse_pass, const float* lse, int BH,
+                                       int D, const AttentionBlock& blk) {
   Widened P(probs, (size_t)BH * blk.q.rows * blk.k.rows);
   attention_probs_rescale<Device::CPU>(P.data(), lse_pass, lse, BH, D, blk);
 }
-template <> void attention_dropout_forward<Device::CPU, bf16>(
-    bf16* out, uint8_t* mask, const bf16* probs, int B, int A, float p, uint64_t seed,
-    uint64_t stream, const AttentionBlock& blk) {
+template <> void attention_probs_rescale<Device::CPU, bf16>(bf16* probs, const float* lse_pass,
+    const float* lse, int BH, int D, const AttentionBlock& blk) {
+  attention_probs_rescale_16(probs, lse_pass, lse, BH, D, blk);
+}
+template <> void attention_probs_rescale<Device::CPU, fp16>(fp16* probs, const float* lse_pass,
+    const float* lse, int BH, int D, const AttentionBlock& blk) {
+  attention_probs_rescale_16(probs, lse_pass, lse, BH, D, blk);
+}
+template <class H>
+static void attention_dropout_forward_16(H* out, uint8_t* mask, const H* probs, int B, int A,
+                                         float p, uint64_t seed, uint64_t stream,
+                                         const AttentionBlock& blk) {
   const size_t n = (size_t)B * A * blk.q.rows * blk.k.rows;
   Input P(probs, n);
   Widened O(out, n);
   attention_dropout_forward<Device::CPU>(O.data(), mask, P.data(), B, A, p, seed, stream, blk);
 }
+template <> void attention_dropout_forward<Device::CPU, bf16>(bf16* out, uint8_t* mask,
+    const bf16* probs, int B, int A, float p, uint64_t seed, uint64_t stream,
+    const AttentionBlock& blk) {
+  attention_dropout_forward_16(out, mask, probs, B, A, p, seed, stream, blk);
+}
+template <> void attention_dropout_forward<Device::CPU, fp16>(fp16* out, uint8_t* mask,
+    const fp16* probs, int B, int A, float p, uint64_t seed, uint64_t stream,
+    const AttentionBlock& blk) {
+  attention_dropout_forward_16(out, mask, probs, B, A, p, seed, stream, blk);
+}
 // delta and the merge work at a view's rows: widen the span from its first row to its last.
-template <> void attention_delta<Device::CPU, bf16>(float* delta, const bf16* dout, const bf16* o,
-                                                    int BH, int D, const AttentionRows& rows) {
+template <class H>
+static void attention_delta_16(float* delta, const H* dout, const H* o, int BH, int D,
+                               const AttentionRows& rows) {
   const size_t n = view_span(BH, D, rows);
   Input G(dout, n), O(o, n);
   attention_delta<Device::CPU>(delta, G.data(), O.data(), BH, D, rows);
 }
+template <> void attention_delta<Device::CPU, bf16>(float* delta, const bf16* dout, const bf16* o,
+                                                    int BH, int D, const AttentionRows& rows) {
+  attention_delta_16(delta, dout, o, BH, D, rows);
+}
+template <> void attention_delta<Device::CPU, fp16>(float* delta, const fp16* dout, const fp16* o,
+                                                    int BH, int D, const AttentionRows& rows) {
+  attention_delta_16(delta, dout, o, BH, D, rows);
+}
+template <class H>
+static void attention_merge_16(float* o, float* lse, const H* o_pass, const float* lse_pass, int BH,
+                               int D, const AttentionRows& rows) {
+  Input P(o_pass, view_span(BH, D, rows));
+  attention_merge<Device::CPU>(o, lse, P.data(), lse_pass, BH, D, rows);
+}
 template <> void attention_merge<Device::CPU, bf16>(float* o, float* lse, const bf16* o_pass,
                                                     const float* lse_pass, int BH, int D,
                                                     const AttentionRows& rows) {
-  Input P(o_pass, view_span(BH, D, rows));
-  attention_merge<Device::CPU>(o, lse, P.data(), lse_pass, BH, D, rows);
+  attention_merge_16(o, lse, o_pass, lse_pass, BH, D, rows);
+}
+template <> void attention_merge<Device::CPU, fp16>(float* o, float* lse, const fp16* o_pass,
+                                                    const float* lse_pass, int BH, int D,
+                                                    const AttentionRows& rows) {
+  attention_merge_16(o, lse, o_pass, lse_pass, BH, D, rows);
 }
 
 }  // namespace kernels

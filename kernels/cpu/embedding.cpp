@@ -12,7 +12,7 @@
 // Row first_row + i sits at local position s = (first_row + i) % seq_len and global position
 // pos.at(s): a context-parallel rank's sequence is a slice of the full one (kernels/math.h).
 //
-// bf16 storage: only the table rows the tokens (or positions) reach are widened and, for a
+// 16-bit storage: only the table rows the tokens (or positions) reach are widened and, for a
 // gradient, rounded back (kernels/cpu/widen.h).
 //
 // defines the CPU twins of kernels/ops/embedding.h: embedding_forward, embedding_backward,
@@ -79,7 +79,7 @@ template <> void position_embedding_backward<Device::CPU, float>(float* dwpe, co
   }
 }
 
-// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// ---- 16-bit storage (bf16, fp16): widen, the fp32 twin above, round ----------------------------
 using cpu::Input;
 using cpu::Widened;
 using cpu::positions_used;
@@ -95,34 +95,69 @@ static int rows_used(const int* tokens, int vocab_start, int vocab_rows, int N) 
   return rows;
 }
 
-template <> void embedding_forward<Device::CPU, bf16>(bf16* out, const int* tokens,
-                                                      const bf16* wte, int vocab_start,
-                                                      int vocab_rows, int N, int C) {
+template <class H>
+static void embedding_forward_16(H* out, const int* tokens, const H* wte, int vocab_start,
+                                 int vocab_rows, int N, int C) {
   Input e(wte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
   Widened o(out, (size_t)N * C);
   embedding_forward<Device::CPU>(o.data(), tokens, e.data(), vocab_start, vocab_rows, N, C);
 }
-template <> void embedding_backward<Device::CPU, bf16>(bf16* dwte, const bf16* dout,
-                                                       const int* tokens, int vocab_start,
-                                                       int vocab_rows, int N, int C) {
+template <> void embedding_forward<Device::CPU, bf16>(bf16* out, const int* tokens, const bf16* wte,
+                                                      int vocab_start, int vocab_rows, int N,
+                                                      int C) {
+  embedding_forward_16(out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
+template <> void embedding_forward<Device::CPU, fp16>(fp16* out, const int* tokens, const fp16* wte,
+                                                      int vocab_start, int vocab_rows, int N,
+                                                      int C) {
+  embedding_forward_16(out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
+template <class H>
+static void embedding_backward_16(H* dwte, const H* dout, const int* tokens, int vocab_start,
+                                  int vocab_rows, int N, int C) {
   Widened de(dwte, (size_t)rows_used(tokens, vocab_start, vocab_rows, N) * C);
   Input g(dout, (size_t)N * C);
   embedding_backward<Device::CPU>(de.data(), g.data(), tokens, vocab_start, vocab_rows, N, C);
 }
-template <> void position_embedding_forward<Device::CPU, bf16>(bf16* out, const bf16* wpe, int N,
-                                                               int seq_len, int first_row, int C,
-                                                               const TokenPositions& pos) {
+template <> void embedding_backward<Device::CPU, bf16>(bf16* dwte, const bf16* dout,
+                                                       const int* tokens, int vocab_start,
+                                                       int vocab_rows, int N, int C) {
+  embedding_backward_16(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+template <> void embedding_backward<Device::CPU, fp16>(fp16* dwte, const fp16* dout,
+                                                       const int* tokens, int vocab_start,
+                                                       int vocab_rows, int N, int C) {
+  embedding_backward_16(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+template <class H>
+static void position_embedding_forward_16(H* out, const H* wpe, int N, int seq_len, int first_row,
+                                          int C, const TokenPositions& pos) {
   Input p(wpe, positions_used(pos, seq_len) * C);
   Widened o(out, (size_t)N * C);
   position_embedding_forward<Device::CPU>(o.data(), p.data(), N, seq_len, first_row, C, pos);
 }
-template <> void position_embedding_backward<Device::CPU, bf16>(bf16* dwpe, const bf16* dout,
-                                                                int N, int seq_len,
-                                                                int first_row, int C,
-                                                                const TokenPositions& pos) {
+template <> void position_embedding_forward<Device::CPU, bf16>(bf16* out, const bf16* wpe, int N,
+    int seq_len, int first_row, int C, const TokenPositions& pos) {
+  position_embedding_forward_16(out, wpe, N, seq_len, first_row, C, pos);
+}
+template <> void position_embedding_forward<Device::CPU, fp16>(fp16* out, const fp16* wpe, int N,
+    int seq_len, int first_row, int C, const TokenPositions& pos) {
+  position_embedding_forward_16(out, wpe, N, seq_len, first_row, C, pos);
+}
+template <class H>
+static void position_embedding_backward_16(H* dwpe, const H* dout, int N, int seq_len,
+                                           int first_row, int C, const TokenPositions& pos) {
   Widened dp(dwpe, positions_used(pos, seq_len) * C);
   Input g(dout, (size_t)N * C);
   position_embedding_backward<Device::CPU>(dp.data(), g.data(), N, seq_len, first_row, C, pos);
+}
+template <> void position_embedding_backward<Device::CPU, bf16>(bf16* dwpe, const bf16* dout, int N,
+    int seq_len, int first_row, int C, const TokenPositions& pos) {
+  position_embedding_backward_16(dwpe, dout, N, seq_len, first_row, C, pos);
+}
+template <> void position_embedding_backward<Device::CPU, fp16>(fp16* dwpe, const fp16* dout, int N,
+    int seq_len, int first_row, int C, const TokenPositions& pos) {
+  position_embedding_backward_16(dwpe, dout, N, seq_len, first_row, C, pos);
 }
 
 }  // namespace kernels

@@ -54,7 +54,7 @@
 // query head h reads key/value group h / (A/G), and the group's dK, dV sum over its A/G query
 // heads.
 //
-// bf16 storage: the same tiles between a widening and a rounding (kernels/cpu/widen.h) of
+// 16-bit storage: the same tiles between a widening and a rounding (kernels/cpu/widen.h) of
 // the views; dq and lse stay fp32.
 //
 // defines the CPU twins of kernels/ops/flash_attention.h: flash_attention_forward,
@@ -280,32 +280,58 @@ template <> void flash_attention_backward<Device::CPU, float>(
   }
 }
 
-// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// ---- 16-bit storage (bf16, fp16): widen, the fp32 twin above, round ----------------------------
 // The widened spans cover the views (rows of other passes between them round-trip exactly).
 using cpu::Input;
 using cpu::Widened;
 using cpu::view_span;
 
-template <> void flash_attention_forward<Device::CPU, bf16>(
-    bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int A, int G, int D,
-    float scale, float p, uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+template <class H>
+static void flash_attention_forward_16(H* o, float* lse, const H* q, const H* k, const H* v, int B,
+                                       int A, int G, int D, float scale, float p, uint64_t seed,
+                                       uint64_t stream, const AttentionBlock& blk) {
   const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
   Input Q(q, nq), K(k, nk), V(v, nk);
   Widened O(o, nq);
   flash_attention_forward<Device::CPU>(O.data(), lse, Q.data(), K.data(), V.data(), B, A, G, D,
                                        scale, p, seed, stream, blk);
 }
+template <> void flash_attention_forward<Device::CPU, bf16>(bf16* o, float* lse, const bf16* q,
+    const bf16* k, const bf16* v, int B, int A, int G, int D, float scale, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
+  flash_attention_forward_16(o, lse, q, k, v, B, A, G, D, scale, p, seed, stream, blk);
+}
+template <> void flash_attention_forward<Device::CPU, fp16>(fp16* o, float* lse, const fp16* q,
+    const fp16* k, const fp16* v, int B, int A, int G, int D, float scale, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
+  flash_attention_forward_16(o, lse, q, k, v, B, A, G, D, scale, p, seed, stream, blk);
+}
 // dq is fp32 and accumulates in place; dk, dv widen, take the fp32 pass's += and round.
-template <> void flash_attention_backward<Device::CPU, bf16>(
-    float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-    const bf16* o, const float* lse, int B, int A, int G, int D, float scale, float p,
-    uint64_t seed, uint64_t stream, const AttentionBlock& blk) {
+template <class H>
+static void flash_attention_backward_16(float* dq, H* dk, H* dv, const H* dout, const H* q,
+                                        const H* k, const H* v, const H* o, const float* lse, int B,
+                                        int A, int G, int D, float scale, float p, uint64_t seed,
+                                        uint64_t stream, const AttentionBlock& blk) {
   const size_t nq = view_span(B * A, D, blk.q), nk = view_span(B * G, D, blk.k);
   Input G_(dout, nq), Q(q, nq), K(k, nk), V(v, nk), O(o, nq);
   Widened DK(dk, nk), DV(dv, nk);
   flash_attention_backward<Device::CPU>(dq, DK.data(), DV.data(), G_.data(), Q.data(), K.data(),
                                         V.data(), O.data(), lse, B, A, G, D, scale, p, seed,
                                         stream, blk);
+}
+template <> void flash_attention_backward<Device::CPU, bf16>(float* dq, bf16* dk, bf16* dv,
+    const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+    int B, int A, int G, int D, float scale, float p, uint64_t seed, uint64_t stream,
+    const AttentionBlock& blk) {
+  flash_attention_backward_16(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, p, seed,
+                              stream, blk);
+}
+template <> void flash_attention_backward<Device::CPU, fp16>(float* dq, fp16* dk, fp16* dv,
+    const fp16* dout, const fp16* q, const fp16* k, const fp16* v, const fp16* o, const float* lse,
+    int B, int A, int G, int D, float scale, float p, uint64_t seed, uint64_t stream,
+    const AttentionBlock& blk) {
+  flash_attention_backward_16(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, p, seed,
+                              stream, blk);
 }
 
 }  // namespace kernels

@@ -5,7 +5,7 @@
 // over the threads OpenBLAS runs with on this rank (cores / ranks on the node: the trainer sets
 // it), each a contiguous chunk. A 124M-parameter model drew in ~8 s on one thread, every tp
 // rank every full tensor (issue 26); now each rank draws only what it stores, on its threads.
-// bf16 storage rounds each value once.
+// 16-bit storage (bf16, fp16) rounds each value once.
 //
 // defines the CPU twins of kernels/ops/init.h: init_normal, fill
 #include <cblas.h>  // openblas_get_num_threads
@@ -58,18 +58,36 @@ template <> void init_normal<Device::CPU, float>(float* out, int64_t first, int6
                                                  uint64_t stream, float sigma) {
   init_normal_cpu(out, first, count, cols, full_offset, full_stride, seed, stream, sigma);
 }
+template <class H>
+static void init_normal_16(H* out, int64_t first, int64_t count, int64_t cols, int64_t full_offset,
+                           int64_t full_stride, uint64_t seed, uint64_t stream, float sigma) {
+  init_normal_cpu(out, first, count, cols, full_offset, full_stride, seed, stream, sigma);
+}
 template <> void init_normal<Device::CPU, bf16>(bf16* out, int64_t first, int64_t count,
                                                 int64_t cols, int64_t full_offset,
-                                                int64_t full_stride, uint64_t seed,
-                                                uint64_t stream, float sigma) {
-  init_normal_cpu(out, first, count, cols, full_offset, full_stride, seed, stream, sigma);
+                                                int64_t full_stride, uint64_t seed, uint64_t stream,
+                                                float sigma) {
+  init_normal_16(out, first, count, cols, full_offset, full_stride, seed, stream, sigma);
+}
+template <> void init_normal<Device::CPU, fp16>(fp16* out, int64_t first, int64_t count,
+                                                int64_t cols, int64_t full_offset,
+                                                int64_t full_stride, uint64_t seed, uint64_t stream,
+                                                float sigma) {
+  init_normal_16(out, first, count, cols, full_offset, full_stride, seed, stream, sigma);
 }
 
 template <> void fill<Device::CPU, float>(float* out, float value, size_t n) {
   std::fill(out, out + n, value);
 }
+template <class H>
+static void fill_16(H* out, float value, size_t n) {
+  std::fill(out, out + n, round_to<H>(value));
+}
 template <> void fill<Device::CPU, bf16>(bf16* out, float value, size_t n) {
-  std::fill(out, out + n, to_bf16(value));
+  fill_16(out, value, n);
+}
+template <> void fill<Device::CPU, fp16>(fp16* out, float value, size_t n) {
+  fill_16(out, value, n);
 }
 
 }  // namespace kernels

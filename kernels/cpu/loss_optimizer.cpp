@@ -16,8 +16,8 @@
 // overwrites them in place, so no second (N, V) buffer exists. The loss is fp32 whatever
 // the storage.
 //
-// AdamW steps the fp32 master weights; with bf16 storage it widens the gradients, runs the
-// fp32 step and rounds the master into the model's bf16 weights.
+// AdamW steps the fp32 master weights; with 16-bit storage it widens the gradients, runs the
+// fp32 step and rounds the master into the model's 16-bit weights.
 //
 // defines the CPU twins of kernels/ops/loss_optimizer.h: cross_entropy_row_max,
 // cross_entropy_sum_exp, cross_entropy_finish, adamw_update, sum_squares
@@ -138,32 +138,47 @@ template <> double sum_squares<Device::CPU, float>(const Span* spans, int count)
   return total;
 }
 
-// ---- bf16 storage ------------------------------------------------------------------------------
+// ---- 16-bit storage (bf16, fp16) ---------------------------------------------------------------
 // The gradient widened exactly, the fp32 step, then the parameter rounded: in one pass.
-template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
-                                                 const AdamStep& s) {
+template <class H>
+static void adamw_update_16(const AdamRun* runs, int count, const AdamStep& s) {
   for (int r = 0; r < count; ++r) {
     const AdamRun& run = runs[r];
-    const bf16* g = static_cast<const bf16*>(run.grads);
-    bf16* p = static_cast<bf16*>(run.params);
+    const H* g = static_cast<const H*>(run.grads);
+    H* p = static_cast<H*>(run.params);
     for (int64_t i = 0; i < run.n; ++i) {
       adamw_step(run.master[i], run.m[i], run.v[i], to_float(g[i]) * s.grad_scale, s.lr,
                  s.beta1, s.beta2, s.eps, run.weight_decay, s.bias1, s.bias2);
-      if (p != nullptr) p[i] = to_bf16(run.master[i]);
+      if (p != nullptr) p[i] = round_to<H>(run.master[i]);
     }
   }
 }
+template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
+                                                 const AdamStep& s) {
+  adamw_update_16<bf16>(runs, count, s);
+}
+template <> void adamw_update<Device::CPU, fp16>(const AdamRun* runs, int count,
+                                                 const AdamStep& s) {
+  adamw_update_16<fp16>(runs, count, s);
+}
 // Widened on the fly, one sum in double (not the fp32 twin's four partial sums).
-template <> double sum_squares<Device::CPU, bf16>(const Span* spans, int count) {
+template <class H>
+static double sum_squares_16(const Span* spans, int count) {
   double s = 0.0;
   for (int k = 0; k < count; ++k) {
-    const bf16* x = static_cast<const bf16*>(spans[k].data);
+    const H* x = static_cast<const H*>(spans[k].data);
     for (int64_t i = 0; i < spans[k].n; ++i) {
       const double f = to_float(x[i]);
       s += f * f;
     }
   }
   return s;
+}
+template <> double sum_squares<Device::CPU, bf16>(const Span* spans, int count) {
+  return sum_squares_16<bf16>(spans, count);
+}
+template <> double sum_squares<Device::CPU, fp16>(const Span* spans, int count) {
+  return sum_squares_16<fp16>(spans, count);
 }
 
 }  // namespace kernels

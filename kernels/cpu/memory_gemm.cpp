@@ -17,8 +17,8 @@
 // grouped form is the same loop over its groups (group i at A + a_offset_i ...), calling the
 // very gemm below, so a grouped call is bit for bit the per-group gemm calls it stands for.
 //
-// bf16 storage: widen A, B (and C), the fp32 sgemm, round C (kernels/cpu/widen.h); the
-// logits GEMM keeps its fp32 C as it is.
+// 16-bit storage (bf16, fp16): widen A, B (and C), the fp32 sgemm, round C
+// (kernels/cpu/widen.h); the logits GEMM keeps its fp32 C as it is.
 //
 // defines the CPU twins of kernels/ops/memory_gemm.h: device_malloc, device_free,
 //          memcpy_to_host, memcpy_to_host_strided, memcpy_from_host, memcpy_device,
@@ -136,7 +136,7 @@ template <> void gemm_grouped<Device::CPU, float>(
   }
 }
 
-// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// ---- 16-bit storage (bf16, fp16): widen, the fp32 twin above, round --------------------------
 using cpu::Input;
 using cpu::Widened;
 using cpu::span;
@@ -146,38 +146,73 @@ static size_t op_span(bool trans, int rows, int cols, int ld) {
   return trans ? span(cols, rows, ld) : span(rows, cols, ld);
 }
 
-template <> void gemm<Device::CPU, bf16, bf16>(bool ta, bool tb, int m, int n, int k, float alpha,
-                                               const bf16* A, int lda, const bf16* B, int ldb,
-                                               float beta, bf16* C, int ldc) {
+// C in the storage type, or (the overload below) in fp32: the logits, which stay unrounded.
+template <class H>
+static void gemm_16(bool ta, bool tb, int m, int n, int k, float alpha, const H* A, int lda,
+                    const H* B, int ldb, float beta, H* C, int ldc) {
   Input a(A, op_span(ta, m, k, lda)), b(B, op_span(tb, k, n, ldb));
   Widened c(C, span(m, n, ldc));
   gemm<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
 }
-// The logits: C stays fp32.
+template <class H>
+static void gemm_16(bool ta, bool tb, int m, int n, int k, float alpha, const H* A, int lda,
+                    const H* B, int ldb, float beta, float* C, int ldc) {
+  Input a(A, op_span(ta, m, k, lda)), b(B, op_span(tb, k, n, ldb));
+  gemm<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+template <> void gemm<Device::CPU, bf16, bf16>(bool ta, bool tb, int m, int n, int k, float alpha,
+                                               const bf16* A, int lda, const bf16* B, int ldb,
+                                               float beta, bf16* C, int ldc) {
+  gemm_16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <> void gemm<Device::CPU, fp16, fp16>(bool ta, bool tb, int m, int n, int k, float alpha,
+                                               const fp16* A, int lda, const fp16* B, int ldb,
+                                               float beta, fp16* C, int ldc) {
+  gemm_16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 template <> void gemm<Device::CPU, bf16, float>(bool ta, bool tb, int m, int n, int k,
                                                 float alpha, const bf16* A, int lda,
                                                 const bf16* B, int ldb, float beta, float* C,
                                                 int ldc) {
-  Input a(A, op_span(ta, m, k, lda)), b(B, op_span(tb, k, n, ldb));
-  gemm<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  gemm_16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <> void gemm<Device::CPU, fp16, float>(bool ta, bool tb, int m, int n, int k,
+                                                float alpha, const fp16* A, int lda,
+                                                const fp16* B, int ldb, float beta, float* C,
+                                                int ldc) {
+  gemm_16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-template <> void gemm_strided_batched<Device::CPU, bf16>(
-    bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda, long long sa,
-    const bf16* B, int ldb, long long sb, float beta, bf16* C, int ldc, long long sc, int batch) {
+template <class H>
+static void gemm_strided_batched_16(bool ta, bool tb, int m, int n, int k, float alpha, const H* A,
+                                    int lda, long long sa, const H* B, int ldb, long long sb,
+                                    float beta, H* C, int ldc, long long sc, int batch) {
   Input a(A, (size_t)sa * (batch - 1) + op_span(ta, m, k, lda));
   Input b(B, (size_t)sb * (batch - 1) + op_span(tb, k, n, ldb));
   Widened c(C, (size_t)sc * (batch - 1) + span(m, n, ldc));
   gemm_strided_batched<Device::CPU>(ta, tb, m, n, k, alpha, a.data(), lda, sa, b.data(), ldb, sb,
                                     beta, c.data(), ldc, sc, batch);
 }
+template <> void gemm_strided_batched<Device::CPU, bf16>(bool ta, bool tb, int m, int n, int k,
+                                                         float alpha, const bf16* A, int lda,
+                                                         long long sa, const bf16* B, int ldb,
+                                                         long long sb, float beta, bf16* C, int ldc,
+                                                         long long sc, int batch) {
+  gemm_strided_batched_16(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
+template <> void gemm_strided_batched<Device::CPU, fp16>(bool ta, bool tb, int m, int n, int k,
+                                                         float alpha, const fp16* A, int lda,
+                                                         long long sa, const fp16* B, int ldb,
+                                                         long long sb, float beta, fp16* C, int ldc,
+                                                         long long sc, int batch) {
+  gemm_strided_batched_16(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
 
 // The widened spans cover every group (the furthest element any group reaches); C elements
-// outside the groups round-trip exactly, so this is the per-group bf16 gemm calls.
-template <> void gemm_grouped<Device::CPU, bf16>(bool ta, bool tb, float alpha, const bf16* A,
-                                                 int lda, const bf16* B, int ldb, float beta,
-                                                 bf16* C, int ldc, const GemmGroup* groups,
-                                                 int count) {
+// outside the groups round-trip exactly, so this is the per-group 16-bit gemm calls.
+template <class H>
+static void gemm_grouped_16(bool ta, bool tb, float alpha, const H* A, int lda, const H* B, int ldb,
+                            float beta, H* C, int ldc, const GemmGroup* groups, int count) {
   size_t na = 0, nb = 0, nc = 0;
   for (int i = 0; i < count; i++) {
     const GemmGroup& g = groups[i];
@@ -190,6 +225,18 @@ template <> void gemm_grouped<Device::CPU, bf16>(bool ta, bool tb, float alpha, 
   Widened c(C, nc);
   gemm_grouped<Device::CPU>(ta, tb, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
                             groups, count);
+}
+template <> void gemm_grouped<Device::CPU, bf16>(bool ta, bool tb, float alpha, const bf16* A,
+                                                 int lda, const bf16* B, int ldb, float beta,
+                                                 bf16* C, int ldc, const GemmGroup* groups,
+                                                 int count) {
+  gemm_grouped_16(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, groups, count);
+}
+template <> void gemm_grouped<Device::CPU, fp16>(bool ta, bool tb, float alpha, const fp16* A,
+                                                 int lda, const fp16* B, int ldb, float beta,
+                                                 fp16* C, int ldc, const GemmGroup* groups,
+                                                 int count) {
+  gemm_grouped_16(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, groups, count);
 }
 
 }  // namespace kernels

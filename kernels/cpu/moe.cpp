@@ -18,7 +18,7 @@
 //   gelu     out = gelu(x) gate;    dx = dout gate gelu'(x),  dgate = sum_f dout gelu(x)
 // Shared-expert gate: out += sigmoid(z) y;  dy = sigmoid(z) dout, dz = s(1-s) sum_c dout y.
 // The CPU runs one loop per op whatever the `fused` flag says (fusion is a CUDA launch choice).
-// bf16 storage: only the token rows are widened and rounded (kernels/cpu/widen.h); gates,
+// 16-bit storage: only the token rows are widened and rounded (kernels/cpu/widen.h); gates,
 // probabilities and logits are fp32 whatever the storage.
 //
 // defines the CPU twins of kernels/ops/moe.h: moe_router_topk, moe_router_topk_backward,
@@ -209,7 +209,7 @@ template <> void moe_shared_gate_backward<Device::CPU, float>(
   }
 }
 
-// ---- bf16 storage: widen the token rows, the fp32 twin above, round -------------------------
+// ---- 16-bit storage (bf16, fp16): widen the token rows, the fp32 twin above, round -------------
 using cpu::Input;
 using cpu::Widened;
 
@@ -220,59 +220,130 @@ static size_t rows_named(const int* idx, size_t n, int divisor) {
     if (idx[i] >= 0) rows = std::max(rows, idx[i] / divisor + 1);
   return (size_t)rows;
 }
-template <> void moe_permute<Device::CPU, bf16>(bf16* out, float* out_gates, const bf16* in,
-                                                const float* gates, const int* row_pair, int M,
-                                                int C, int k, bool fused) {
+template <class H>
+static void moe_permute_16(H* out, float* out_gates, const H* in, const float* gates,
+                           const int* row_pair, int M, int C, int k, bool fused) {
   Input I(in, rows_named(row_pair, M, k) * C);
   Widened O(out, (size_t)M * C);
   moe_permute<Device::CPU>(O.data(), out_gates, I.data(), gates, row_pair, M, C, k, fused);
 }
-template <> void moe_unpermute<Device::CPU, bf16>(bf16* out, const bf16* in, const int* slots,
-                                                  int N, int C, int k, bool fused) {
+template <> void moe_permute<Device::CPU, bf16>(bf16* out, float* out_gates, const bf16* in,
+                                                const float* gates, const int* row_pair, int M,
+                                                int C, int k, bool fused) {
+  moe_permute_16(out, out_gates, in, gates, row_pair, M, C, k, fused);
+}
+template <> void moe_permute<Device::CPU, fp16>(fp16* out, float* out_gates, const fp16* in,
+                                                const float* gates, const int* row_pair, int M,
+                                                int C, int k, bool fused) {
+  moe_permute_16(out, out_gates, in, gates, row_pair, M, C, k, fused);
+}
+template <class H>
+static void moe_unpermute_16(H* out, const H* in, const int* slots, int N, int C, int k,
+                             bool fused) {
   Input I(in, rows_named(slots, (size_t)N * k, 1) * C);
   Widened O(out, (size_t)N * C);
   moe_unpermute<Device::CPU>(O.data(), I.data(), slots, N, C, k, fused);
 }
+template <> void moe_unpermute<Device::CPU, bf16>(bf16* out, const bf16* in, const int* slots,
+                                                  int N, int C, int k, bool fused) {
+  moe_unpermute_16(out, in, slots, N, C, k, fused);
+}
+template <> void moe_unpermute<Device::CPU, fp16>(fp16* out, const fp16* in, const int* slots,
+                                                  int N, int C, int k, bool fused) {
+  moe_unpermute_16(out, in, slots, N, C, k, fused);
+}
 
-template <> void moe_swiglu_forward<Device::CPU, bf16>(bf16* out, const bf16* in,
-                                                       const float* gates, int M, int F) {
+template <class H>
+static void moe_swiglu_forward_16(H* out, const H* in, const float* gates, int M, int F) {
   Input I(in, (size_t)M * 2 * F);
   Widened O(out, (size_t)M * F);
   moe_swiglu_forward<Device::CPU>(O.data(), I.data(), gates, M, F);
 }
-template <> void moe_swiglu_backward<Device::CPU, bf16>(bf16* din, float* dgates,
-                                                        const bf16* dout, const bf16* in,
-                                                        const float* gates, int M, int F) {
+template <> void moe_swiglu_forward<Device::CPU, bf16>(bf16* out, const bf16* in,
+                                                       const float* gates, int M, int F) {
+  moe_swiglu_forward_16(out, in, gates, M, F);
+}
+template <> void moe_swiglu_forward<Device::CPU, fp16>(fp16* out, const fp16* in,
+                                                       const float* gates, int M, int F) {
+  moe_swiglu_forward_16(out, in, gates, M, F);
+}
+template <class H>
+static void moe_swiglu_backward_16(H* din, float* dgates, const H* dout, const H* in,
+                                   const float* gates, int M, int F) {
   Input G(dout, (size_t)M * F), I(in, (size_t)M * 2 * F);
   Widened D(din, (size_t)M * 2 * F);
   moe_swiglu_backward<Device::CPU>(D.data(), dgates, G.data(), I.data(), gates, M, F);
 }
-template <> void moe_gelu_forward<Device::CPU, bf16>(bf16* out, const bf16* in,
-                                                     const float* gates, int M, int F) {
+template <> void moe_swiglu_backward<Device::CPU, bf16>(bf16* din, float* dgates, const bf16* dout,
+                                                        const bf16* in, const float* gates, int M,
+                                                        int F) {
+  moe_swiglu_backward_16(din, dgates, dout, in, gates, M, F);
+}
+template <> void moe_swiglu_backward<Device::CPU, fp16>(fp16* din, float* dgates, const fp16* dout,
+                                                        const fp16* in, const float* gates, int M,
+                                                        int F) {
+  moe_swiglu_backward_16(din, dgates, dout, in, gates, M, F);
+}
+template <class H>
+static void moe_gelu_forward_16(H* out, const H* in, const float* gates, int M, int F) {
   Input I(in, (size_t)M * F);
   Widened O(out, (size_t)M * F);
   moe_gelu_forward<Device::CPU>(O.data(), I.data(), gates, M, F);
 }
-template <> void moe_gelu_backward<Device::CPU, bf16>(bf16* din, float* dgates, const bf16* dout,
-                                                      const bf16* in, const float* gates, int M,
-                                                      int F) {
+template <> void moe_gelu_forward<Device::CPU, bf16>(bf16* out, const bf16* in, const float* gates,
+                                                     int M, int F) {
+  moe_gelu_forward_16(out, in, gates, M, F);
+}
+template <> void moe_gelu_forward<Device::CPU, fp16>(fp16* out, const fp16* in, const float* gates,
+                                                     int M, int F) {
+  moe_gelu_forward_16(out, in, gates, M, F);
+}
+template <class H>
+static void moe_gelu_backward_16(H* din, float* dgates, const H* dout, const H* in,
+                                 const float* gates, int M, int F) {
   Input G(dout, (size_t)M * F), I(in, (size_t)M * F);
   Widened D(din, (size_t)M * F);
   moe_gelu_backward<Device::CPU>(D.data(), dgates, G.data(), I.data(), gates, M, F);
 }
+template <> void moe_gelu_backward<Device::CPU, bf16>(bf16* din, float* dgates, const bf16* dout,
+                                                      const bf16* in, const float* gates, int M,
+                                                      int F) {
+  moe_gelu_backward_16(din, dgates, dout, in, gates, M, F);
+}
+template <> void moe_gelu_backward<Device::CPU, fp16>(fp16* din, float* dgates, const fp16* dout,
+                                                      const fp16* in, const float* gates, int M,
+                                                      int F) {
+  moe_gelu_backward_16(din, dgates, dout, in, gates, M, F);
+}
 
-template <> void moe_shared_gate_forward<Device::CPU, bf16>(bf16* out, const bf16* y,
-                                                            const bf16* z, int N, int C) {
+template <class H>
+static void moe_shared_gate_forward_16(H* out, const H* y, const H* z, int N, int C) {
   Input Y(y, (size_t)N * C), Z(z, N);
   Widened O(out, (size_t)N * C);
   moe_shared_gate_forward<Device::CPU>(O.data(), Y.data(), Z.data(), N, C);
 }
-template <> void moe_shared_gate_backward<Device::CPU, bf16>(bf16* dy, bf16* dz, const bf16* dout,
-                                                             const bf16* y, const bf16* z, int N,
-                                                             int C) {
+template <> void moe_shared_gate_forward<Device::CPU, bf16>(bf16* out, const bf16* y, const bf16* z,
+    int N, int C) {
+  moe_shared_gate_forward_16(out, y, z, N, C);
+}
+template <> void moe_shared_gate_forward<Device::CPU, fp16>(fp16* out, const fp16* y, const fp16* z,
+    int N, int C) {
+  moe_shared_gate_forward_16(out, y, z, N, C);
+}
+template <class H>
+static void moe_shared_gate_backward_16(H* dy, H* dz, const H* dout, const H* y, const H* z, int N,
+                                        int C) {
   Input G(dout, (size_t)N * C), Y(y, (size_t)N * C), Z(z, N);
   Widened DY(dy, (size_t)N * C), DZ(dz, N);
   moe_shared_gate_backward<Device::CPU>(DY.data(), DZ.data(), G.data(), Y.data(), Z.data(), N, C);
+}
+template <> void moe_shared_gate_backward<Device::CPU, bf16>(bf16* dy, bf16* dz, const bf16* dout,
+    const bf16* y, const bf16* z, int N, int C) {
+  moe_shared_gate_backward_16(dy, dz, dout, y, z, N, C);
+}
+template <> void moe_shared_gate_backward<Device::CPU, fp16>(fp16* dy, fp16* dz, const fp16* dout,
+    const fp16* y, const fp16* z, int N, int C) {
+  moe_shared_gate_backward_16(dy, dz, dout, y, z, N, C);
 }
 
 }  // namespace kernels

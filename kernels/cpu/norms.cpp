@@ -11,7 +11,7 @@
 //   both       dw += dout * xhat;  LayerNorm also db += dout
 //
 // (the mean_c terms are the gradient flowing through mean and rstd, which every channel of
-// the row depends on). dx, dw and db all accumulate (+=), see kernels/ops/norms.h. bf16
+// the row depends on). dx, dw and db all accumulate (+=), see kernels/ops/norms.h. 16-bit
 // storage: the same loops between a widening and a rounding (kernels/cpu/widen.h); the
 // statistics stay fp32.
 //
@@ -109,38 +109,78 @@ template <> void rmsnorm_backward<Device::CPU, float>(float* dx, float* dw, cons
   }
 }
 
-// ---- bf16 storage: widen, the fp32 twin above, round ------------------------------------------
+// ---- 16-bit storage (bf16, fp16): widen, the fp32 twin above, round ----------------------------
 using cpu::Input;
 using cpu::Widened;
 
-template <> void layernorm_forward<Device::CPU, bf16>(bf16* out, float* mean, float* rstd,
-                                                      const bf16* x, const bf16* w, const bf16* b,
-                                                      int N, int C, float eps) {
+template <class H>
+static void layernorm_forward_16(H* out, float* mean, float* rstd, const H* x, const H* w,
+                                 const H* b, int N, int C, float eps) {
   Input X(x, (size_t)N * C), W(w, C), Bb(b, C);
   Widened o(out, (size_t)N * C);
   layernorm_forward<Device::CPU>(o.data(), mean, rstd, X.data(), W.data(), Bb.data(), N, C, eps);
 }
-template <> void layernorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, bf16* db,
-                                                       const bf16* dout, const bf16* x,
-                                                       const bf16* w, const float* mean,
-                                                       const float* rstd, int N, int C) {
+template <> void layernorm_forward<Device::CPU, bf16>(bf16* out, float* mean, float* rstd,
+                                                      const bf16* x, const bf16* w, const bf16* b,
+                                                      int N, int C, float eps) {
+  layernorm_forward_16(out, mean, rstd, x, w, b, N, C, eps);
+}
+template <> void layernorm_forward<Device::CPU, fp16>(fp16* out, float* mean, float* rstd,
+                                                      const fp16* x, const fp16* w, const fp16* b,
+                                                      int N, int C, float eps) {
+  layernorm_forward_16(out, mean, rstd, x, w, b, N, C, eps);
+}
+template <class H>
+static void layernorm_backward_16(H* dx, H* dw, H* db, const H* dout, const H* x, const H* w,
+                                  const float* mean, const float* rstd, int N, int C) {
   Widened DX(dx, (size_t)N * C), DW(dw, C), DB(db, C);
   Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
   layernorm_backward<Device::CPU>(DX.data(), DW.data(), DB.data(), G.data(), X.data(), W.data(),
                                   mean, rstd, N, C);
 }
-template <> void rmsnorm_forward<Device::CPU, bf16>(bf16* out, float* rstd, const bf16* x,
-                                                    const bf16* w, int N, int C, float eps) {
+template <> void layernorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, bf16* db,
+                                                       const bf16* dout, const bf16* x,
+                                                       const bf16* w, const float* mean,
+                                                       const float* rstd, int N, int C) {
+  layernorm_backward_16(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+template <> void layernorm_backward<Device::CPU, fp16>(fp16* dx, fp16* dw, fp16* db,
+                                                       const fp16* dout, const fp16* x,
+                                                       const fp16* w, const float* mean,
+                                                       const float* rstd, int N, int C) {
+  layernorm_backward_16(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+template <class H>
+static void rmsnorm_forward_16(H* out, float* rstd, const H* x, const H* w, int N, int C,
+                               float eps) {
   Input X(x, (size_t)N * C), W(w, C);
   Widened o(out, (size_t)N * C);
   rmsnorm_forward<Device::CPU>(o.data(), rstd, X.data(), W.data(), N, C, eps);
 }
-template <> void rmsnorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, const bf16* dout,
-                                                     const bf16* x, const bf16* w,
-                                                     const float* rstd, int N, int C) {
+template <> void rmsnorm_forward<Device::CPU, bf16>(bf16* out, float* rstd, const bf16* x,
+                                                    const bf16* w, int N, int C, float eps) {
+  rmsnorm_forward_16(out, rstd, x, w, N, C, eps);
+}
+template <> void rmsnorm_forward<Device::CPU, fp16>(fp16* out, float* rstd, const fp16* x,
+                                                    const fp16* w, int N, int C, float eps) {
+  rmsnorm_forward_16(out, rstd, x, w, N, C, eps);
+}
+template <class H>
+static void rmsnorm_backward_16(H* dx, H* dw, const H* dout, const H* x, const H* w,
+                                const float* rstd, int N, int C) {
   Widened DX(dx, (size_t)N * C), DW(dw, C);
   Input G(dout, (size_t)N * C), X(x, (size_t)N * C), W(w, C);
   rmsnorm_backward<Device::CPU>(DX.data(), DW.data(), G.data(), X.data(), W.data(), rstd, N, C);
+}
+template <> void rmsnorm_backward<Device::CPU, bf16>(bf16* dx, bf16* dw, const bf16* dout,
+                                                     const bf16* x, const bf16* w,
+                                                     const float* rstd, int N, int C) {
+  rmsnorm_backward_16(dx, dw, dout, x, w, rstd, N, C);
+}
+template <> void rmsnorm_backward<Device::CPU, fp16>(fp16* dx, fp16* dw, const fp16* dout,
+                                                     const fp16* x, const fp16* w,
+                                                     const float* rstd, int N, int C) {
+  rmsnorm_backward_16(dx, dw, dout, x, w, rstd, N, C);
 }
 
 }  // namespace kernels

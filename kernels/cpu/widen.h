@@ -1,11 +1,14 @@
-// kernels/cpu/widen.h: how a CPU twin on bf16 storage runs the fp32 twin. Widen the bf16
-// inputs to fp32 (exact), run the fp32 twin, round the outputs back to bf16 (nearest even):
-// so a bf16 run computes exactly what the fp32 code computes, on inputs and outputs rounded
-// to bf16 ("storage only", notes/design.md). An op that accumulates (dw += ...) widens its
-// output first so that the fp32 twin adds into it. The fp32 scratch lives on the host only
-// while the op runs; it is the twin's working memory, like cuBLAS's workspace, not a tensor
-// the ledger tracks. The bf16 twin calls the fp32 TWIN (NAME<Device::CPU>(...)), never the
-// dispatcher, which has counted the call already.
+// kernels/cpu/widen.h: how a CPU twin on 16-bit storage (bf16 or fp16, H below) runs the fp32
+// twin. Widen the 16-bit inputs to fp32 (exact), run the fp32 twin, round the outputs back
+// (nearest even, kernels/float16.h): so a 16-bit run computes exactly what the fp32 code
+// computes, on inputs and outputs rounded to its format ("storage only", notes/design.md). An
+// op that accumulates (dw += ...) widens its output first so that the fp32 twin adds into it.
+// The fp32 scratch lives on the host only while the op runs; it is the twin's working memory,
+// like cuBLAS's workspace, not a tensor the ledger tracks. The 16-bit twin calls the fp32 TWIN
+// (NAME<Device::CPU>(...)), never the dispatcher, which has counted the call already. Each op's
+// 16-bit body is one template on H
+// (NAME_16 in the twin's file), and its two twins, NAME<Device::CPU, bf16> and
+// NAME<Device::CPU, fp16>, are one-liners over it, as the CUDA files' launchers are.
 //
 // defines: kernels::cpu::{widen, round_into, Widened, Input, span, view_span, positions_used}
 #pragma once
@@ -15,21 +18,24 @@
 namespace kernels {
 namespace cpu {
 
-inline std::vector<float> widen(const bf16* x, size_t n) {
+template <class H>
+std::vector<float> widen(const H* x, size_t n) {
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = to_float(x[i]);
   return out;
 }
-inline void round_into(bf16* dst, const std::vector<float>& src) {
-  for (size_t i = 0; i < src.size(); ++i) dst[i] = to_bf16(src[i]);
+template <class H>
+void round_into(H* dst, const std::vector<float>& src) {
+  for (size_t i = 0; i < src.size(); ++i) store(dst[i], src[i]);
 }
 
 // A widened copy that writes itself back (rounded) when it goes out of scope: the output
 // (or in-out) argument of an fp32 twin. A null pointer stays null.
+template <class H>
 struct Widened {
-  bf16* dst;
+  H* dst;
   std::vector<float> v;
-  Widened(bf16* p, size_t n) : dst(p), v(p ? widen(p, n) : std::vector<float>()) {}
+  Widened(H* p, size_t n) : dst(p), v(p ? widen(p, n) : std::vector<float>()) {}
   ~Widened() { if (dst) round_into(dst, v); }
   float* data() { return dst ? v.data() : nullptr; }
 };
@@ -37,7 +43,8 @@ struct Widened {
 struct Input {
   std::vector<float> v;
   bool null;
-  Input(const bf16* p, size_t n) : v(p ? widen(p, n) : std::vector<float>()), null(!p) {}
+  template <class H>
+  Input(const H* p, size_t n) : v(p ? widen(p, n) : std::vector<float>()), null(!p) {}
   const float* data() const { return null ? nullptr : v.data(); }
 };
 

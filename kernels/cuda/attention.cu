@@ -178,6 +178,11 @@ template <> void qkv_split_forward<Device::CUDA, bf16>(
     const TokenPositions& pos) {
   qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
 }
+template <> void qkv_split_forward<Device::CUDA, fp16>(
+    fp16* q, fp16* k, fp16* v, const fp16* qkv, int B, int S, int A, int G, int D, float rope_theta,
+    const TokenPositions& pos) {
+  qkv_split_forward_launch(q, k, v, qkv, B, S, A, G, D, rope_theta, pos);
+}
 template <> void qkv_split_backward<Device::CUDA, float>(
     float* dqkv, const float* dq, const float* dk, const float* dv, int B, int S, int A, int G,
     int D, float rope_theta, const TokenPositions& pos) {
@@ -185,6 +190,11 @@ template <> void qkv_split_backward<Device::CUDA, float>(
 }
 template <> void qkv_split_backward<Device::CUDA, bf16>(
     bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int S, int A, int G, int D,
+    float rope_theta, const TokenPositions& pos) {
+  qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
+}
+template <> void qkv_split_backward<Device::CUDA, fp16>(
+    fp16* dqkv, const fp16* dq, const fp16* dk, const fp16* dv, int B, int S, int A, int G, int D,
     float rope_theta, const TokenPositions& pos) {
   qkv_split_backward_launch(dqkv, dq, dk, dv, B, S, A, G, D, rope_theta, pos);
 }
@@ -196,11 +206,19 @@ template <> void heads_merge_forward<Device::CUDA, bf16>(bf16* out, const bf16* 
                                                          int A, int D) {
   heads_merge_launch(out, o, B, S, A, D, true);
 }
+template <> void heads_merge_forward<Device::CUDA, fp16>(fp16* out, const fp16* o, int B, int S,
+                                                         int A, int D) {
+  heads_merge_launch(out, o, B, S, A, D, true);
+}
 template <> void heads_merge_backward<Device::CUDA, float>(float* d_o, const float* dout, int B,
                                                            int S, int A, int D) {
   heads_merge_launch(d_o, dout, B, S, A, D, false);
 }
 template <> void heads_merge_backward<Device::CUDA, bf16>(bf16* d_o, const bf16* dout, int B, int S,
+                                                          int A, int D) {
+  heads_merge_launch(d_o, dout, B, S, A, D, false);
+}
+template <> void heads_merge_backward<Device::CUDA, fp16>(fp16* d_o, const fp16* dout, int B, int S,
                                                           int A, int D) {
   heads_merge_launch(d_o, dout, B, S, A, D, false);
 }
@@ -242,11 +260,19 @@ template <> void rope_forward<Device::CUDA, bf16>(bf16* x, int B, int H, int S, 
                                                   const TokenPositions& pos) {
   rope_launch(x, B, H, S, D, theta, 1.0f, pos);
 }
+template <> void rope_forward<Device::CUDA, fp16>(fp16* x, int B, int H, int S, int D, float theta,
+                                                  const TokenPositions& pos) {
+  rope_launch(x, B, H, S, D, theta, 1.0f, pos);
+}
 template <> void rope_backward<Device::CUDA, float>(float* dx, int B, int H, int S, int D,
                                                     float theta, const TokenPositions& pos) {
   rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
 template <> void rope_backward<Device::CUDA, bf16>(bf16* dx, int B, int H, int S, int D,
+                                                   float theta, const TokenPositions& pos) {
+  rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
+}
+template <> void rope_backward<Device::CUDA, fp16>(fp16* dx, int B, int H, int S, int D,
                                                    float theta, const TokenPositions& pos) {
   rope_launch(dx, B, H, S, D, theta, -1.0f, pos);
 }
@@ -472,6 +498,11 @@ template <> void attention_softmax_forward<Device::CUDA, bf16>(
     const AttentionBlock& blk) {
   attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
 }
+template <> void attention_softmax_forward<Device::CUDA, fp16>(
+    fp16* probs, float* lse, const fp16* scores, int BH, int D, float scale,
+    const AttentionBlock& blk) {
+  attention_softmax_forward_launch(probs, lse, scores, BH, D, scale, blk);
+}
 template <> void attention_softmax_backward<Device::CUDA, float>(
     float* dscores, const float* dprobs, const float* probs, const float* delta, int BH, int D,
     float scale, const AttentionBlock& blk) {
@@ -482,12 +513,22 @@ template <> void attention_softmax_backward<Device::CUDA, bf16>(
     float scale, const AttentionBlock& blk) {
   attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
 }
+template <> void attention_softmax_backward<Device::CUDA, fp16>(
+    fp16* dscores, const fp16* dprobs, const fp16* probs, const float* delta, int BH, int D,
+    float scale, const AttentionBlock& blk) {
+  attention_softmax_backward_launch(dscores, dprobs, probs, delta, BH, D, scale, blk);
+}
 template <> void attention_probs_rescale<Device::CUDA, float>(float* probs, const float* lse_pass,
                                                               const float* lse, int BH, int D,
                                                               const AttentionBlock& blk) {
   attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
 }
 template <> void attention_probs_rescale<Device::CUDA, bf16>(bf16* probs, const float* lse_pass,
+                                                             const float* lse, int BH, int D,
+                                                             const AttentionBlock& blk) {
+  attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
+}
+template <> void attention_probs_rescale<Device::CUDA, fp16>(fp16* probs, const float* lse_pass,
                                                              const float* lse, int BH, int D,
                                                              const AttentionBlock& blk) {
   attention_probs_rescale_launch(probs, lse_pass, lse, BH, D, blk);
@@ -502,11 +543,20 @@ template <> void attention_dropout_forward<Device::CUDA, bf16>(
     uint64_t stream, const AttentionBlock& blk) {
   attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
 }
+template <> void attention_dropout_forward<Device::CUDA, fp16>(
+    fp16* out, uint8_t* mask, const fp16* probs, int B, int A, float p, uint64_t seed,
+    uint64_t stream, const AttentionBlock& blk) {
+  attention_dropout_forward_launch(out, mask, probs, B, A, p, seed, stream, blk);
+}
 template <> void attention_delta<Device::CUDA, float>(
     float* delta, const float* dout, const float* o, int BH, int D, const AttentionRows& rows) {
   attention_delta_launch(delta, dout, o, BH, D, rows);
 }
 template <> void attention_delta<Device::CUDA, bf16>(float* delta, const bf16* dout, const bf16* o,
+                                                     int BH, int D, const AttentionRows& rows) {
+  attention_delta_launch(delta, dout, o, BH, D, rows);
+}
+template <> void attention_delta<Device::CUDA, fp16>(float* delta, const fp16* dout, const fp16* o,
                                                      int BH, int D, const AttentionRows& rows) {
   attention_delta_launch(delta, dout, o, BH, D, rows);
 }
@@ -516,6 +566,11 @@ template <> void attention_merge<Device::CUDA, float>(float* o, float* lse, cons
   attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
 }
 template <> void attention_merge<Device::CUDA, bf16>(float* o, float* lse, const bf16* o_pass,
+                                                     const float* lse_pass, int BH, int D,
+                                                     const AttentionRows& rows) {
+  attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);
+}
+template <> void attention_merge<Device::CUDA, fp16>(float* o, float* lse, const fp16* o_pass,
                                                      const float* lse_pass, int BH, int D,
                                                      const AttentionRows& rows) {
   attention_merge_launch(o, lse, o_pass, lse_pass, BH, D, rows);

@@ -75,10 +75,16 @@ template <> void add<Device::CUDA, float>(float* out, const float* a, const floa
 template <> void add<Device::CUDA, bf16>(bf16* out, const bf16* a, const bf16* b, size_t n) {
   add_launch(out, a, b, n);
 }
+template <> void add<Device::CUDA, fp16>(fp16* out, const fp16* a, const fp16* b, size_t n) {
+  add_launch(out, a, b, n);
+}
 template <> void accumulate<Device::CUDA, float>(float* out, const float* a, size_t n) {
   accumulate_launch(out, a, n);
 }
 template <> void accumulate<Device::CUDA, bf16>(bf16* out, const bf16* a, size_t n) {
+  accumulate_launch(out, a, n);
+}
+template <> void accumulate<Device::CUDA, fp16>(fp16* out, const fp16* a, size_t n) {
   accumulate_launch(out, a, n);
 }
 template <> void scale<Device::CUDA>(float* x, float s, size_t n) {
@@ -92,10 +98,19 @@ template <> void add_bias<Device::CUDA, float>(float* y, const float* bias, int 
 template <> void add_bias<Device::CUDA, bf16>(bf16* y, const bf16* bias, int N, int C) {
   add_bias_launch(y, bias, N, C);
 }
+template <> void add_bias<Device::CUDA, fp16>(fp16* y, const fp16* bias, int N, int C) {
+  add_bias_launch(y, bias, N, C);
+}
 template <> void convert<Device::CUDA, bf16, float>(bf16* out, const float* in, size_t n) {
   convert_launch(out, in, n);
 }
+template <> void convert<Device::CUDA, fp16, float>(fp16* out, const float* in, size_t n) {
+  convert_launch(out, in, n);
+}
 template <> void convert<Device::CUDA, float, bf16>(float* out, const bf16* in, size_t n) {
+  convert_launch(out, in, n);
+}
+template <> void convert<Device::CUDA, float, fp16>(float* out, const fp16* in, size_t n) {
   convert_launch(out, in, n);
 }
 
@@ -132,6 +147,9 @@ template <> void bias_backward<Device::CUDA, float>(float* dbias, const float* d
   bias_backward_launch(dbias, dy, N, C);
 }
 template <> void bias_backward<Device::CUDA, bf16>(bf16* dbias, const bf16* dy, int N, int C) {
+  bias_backward_launch(dbias, dy, N, C);
+}
+template <> void bias_backward<Device::CUDA, fp16>(fp16* dbias, const fp16* dy, int N, int C) {
   bias_backward_launch(dbias, dy, N, C);
 }
 
@@ -202,11 +220,18 @@ template <> void gelu_forward<Device::CUDA, float>(float* out, const float* in, 
 template <> void gelu_forward<Device::CUDA, bf16>(bf16* out, const bf16* in, size_t n) {
   gelu_forward_launch(out, in, n);
 }
+template <> void gelu_forward<Device::CUDA, fp16>(fp16* out, const fp16* in, size_t n) {
+  gelu_forward_launch(out, in, n);
+}
 template <> void gelu_backward<Device::CUDA, float>(float* din, const float* dout, const float* in,
                                                     size_t n) {
   gelu_backward_launch(din, dout, in, n);
 }
 template <> void gelu_backward<Device::CUDA, bf16>(bf16* din, const bf16* dout, const bf16* in,
+                                                   size_t n) {
+  gelu_backward_launch(din, dout, in, n);
+}
+template <> void gelu_backward<Device::CUDA, fp16>(fp16* din, const fp16* dout, const fp16* in,
                                                    size_t n) {
   gelu_backward_launch(din, dout, in, n);
 }
@@ -216,11 +241,18 @@ template <> void swiglu_forward<Device::CUDA, float>(float* out, const float* in
 template <> void swiglu_forward<Device::CUDA, bf16>(bf16* out, const bf16* in, int N, int F) {
   swiglu_forward_launch(out, in, N, F);
 }
+template <> void swiglu_forward<Device::CUDA, fp16>(fp16* out, const fp16* in, int N, int F) {
+  swiglu_forward_launch(out, in, N, F);
+}
 template <> void swiglu_backward<Device::CUDA, float>(float* din, const float* dout,
                                                       const float* in, int N, int F) {
   swiglu_backward_launch(din, dout, in, N, F);
 }
 template <> void swiglu_backward<Device::CUDA, bf16>(bf16* din, const bf16* dout, const bf16* in,
+                                                     int N, int F) {
+  swiglu_backward_launch(din, dout, in, N, F);
+}
+template <> void swiglu_backward<Device::CUDA, fp16>(fp16* din, const fp16* dout, const fp16* in,
                                                      int N, int F) {
   swiglu_backward_launch(din, dout, in, N, F);
 }
@@ -278,11 +310,20 @@ template <> void dropout_forward<Device::CUDA, bf16>(
     const TokenPositions& pos, int width) {
   dropout_forward_launch(out, mask, in, n, p, seed, stream_id, pos, width);
 }
+template <> void dropout_forward<Device::CUDA, fp16>(
+    fp16* out, uint8_t* mask, const fp16* in, size_t n, float p, uint64_t seed, uint64_t stream_id,
+    const TokenPositions& pos, int width) {
+  dropout_forward_launch(out, mask, in, n, p, seed, stream_id, pos, width);
+}
 template <> void dropout_backward<Device::CUDA, float>(float* din, const float* dout,
                                                        const uint8_t* mask, size_t n, float p) {
   dropout_backward_launch(din, dout, mask, n, p);
 }
 template <> void dropout_backward<Device::CUDA, bf16>(bf16* din, const bf16* dout,
+                                                      const uint8_t* mask, size_t n, float p) {
+  dropout_backward_launch(din, dout, mask, n, p);
+}
+template <> void dropout_backward<Device::CUDA, fp16>(fp16* din, const fp16* dout,
                                                       const uint8_t* mask, size_t n, float p) {
   dropout_backward_launch(din, dout, mask, n, p);
 }

@@ -185,12 +185,21 @@ template <> void embedding_forward<Device::CUDA, bf16>(
     bf16* out, const int* tokens, const bf16* wte, int vocab_start, int vocab_rows, int N, int C) {
   embedding_forward_launch(out, tokens, wte, vocab_start, vocab_rows, N, C);
 }
+template <> void embedding_forward<Device::CUDA, fp16>(
+    fp16* out, const int* tokens, const fp16* wte, int vocab_start, int vocab_rows, int N, int C) {
+  embedding_forward_launch(out, tokens, wte, vocab_start, vocab_rows, N, C);
+}
 template <> void embedding_backward<Device::CUDA, float>(float* dwte, const float* dout,
                                                          const int* tokens, int vocab_start,
                                                          int vocab_rows, int N, int C) {
   embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
 }
 template <> void embedding_backward<Device::CUDA, bf16>(bf16* dwte, const bf16* dout,
+                                                        const int* tokens, int vocab_start,
+                                                        int vocab_rows, int N, int C) {
+  embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
+}
+template <> void embedding_backward<Device::CUDA, fp16>(fp16* dwte, const fp16* dout,
                                                         const int* tokens, int vocab_start,
                                                         int vocab_rows, int N, int C) {
   embedding_backward_launch(dwte, dout, tokens, vocab_start, vocab_rows, N, C);
@@ -205,12 +214,22 @@ template <> void position_embedding_forward<Device::CUDA, bf16>(bf16* out, const
                                                                 const TokenPositions& pos) {
   position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C, pos);
 }
+template <> void position_embedding_forward<Device::CUDA, fp16>(fp16* out, const fp16* wpe, int N,
+                                                                int seq_len, int first_row, int C,
+                                                                const TokenPositions& pos) {
+  position_embedding_forward_launch(out, wpe, N, seq_len, first_row, C, pos);
+}
 template <> void position_embedding_backward<Device::CUDA, float>(
     float* dwpe, const float* dout, int N, int seq_len, int first_row, int C,
     const TokenPositions& pos) {
   position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C, pos);
 }
 template <> void position_embedding_backward<Device::CUDA, bf16>(bf16* dwpe, const bf16* dout,
+                                                                 int N, int seq_len, int first_row,
+                                                                 int C, const TokenPositions& pos) {
+  position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C, pos);
+}
+template <> void position_embedding_backward<Device::CUDA, fp16>(fp16* dwpe, const fp16* dout,
                                                                  int N, int seq_len, int first_row,
                                                                  int C, const TokenPositions& pos) {
   position_embedding_backward_launch(dwpe, dout, N, seq_len, first_row, C, pos);

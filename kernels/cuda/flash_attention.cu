@@ -150,5 +150,13 @@ template <> void flash_attention_forward<Device::CUDA, bf16>(
     return;
   flash_forward_launch(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
 }
+template <> void flash_attention_forward<Device::CUDA, fp16>(
+    fp16* o, float* lse, const fp16* q, const fp16* k, const fp16* v, int B, int A, int G, int D,
+    float scale, float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+  // the tensor-core kernels (flash_mma_forward.cu) where they take the shape; else these
+  if (flash_mma_forward(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk))
+    return;
+  flash_forward_launch(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
+}
 
 }  // namespace kernels

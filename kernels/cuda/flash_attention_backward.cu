@@ -248,5 +248,16 @@ template <> void flash_attention_backward<Device::CUDA, bf16>(
   flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
                         rng_stream, blk);
 }
+template <> void flash_attention_backward<Device::CUDA, fp16>(
+    float* dq, fp16* dk, fp16* dv, const fp16* dout, const fp16* q, const fp16* k, const fp16* v,
+    const fp16* o, const float* lse, int B, int A, int G, int D, float scale, float dropout_p,
+    uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
+  // the tensor-core kernels (flash_mma_backward.cu) where they take the shape; else these
+  if (flash_mma_backward(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
+                         rng_stream, blk))
+    return;
+  flash_backward_launch(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
+                        rng_stream, blk);
+}
 
 }  // namespace kernels

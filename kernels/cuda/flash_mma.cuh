@@ -1,28 +1,32 @@
 // kernels/cuda/flash_mma.cuh: what the tensor-core flash attention kernels share
 // (kernels/cuda/flash_mma_forward.cu, flash_mma_backward.cu): the PTX wrappers (ldmatrix,
-// mma.sync m16n8k16 bf16 -> fp32, cp.async), the bf16 pair packing, the predicated tile load
-// into padded shared memory, the quad reductions of a row's fragments, and the shape checks.
+// mma.sync m16n8k16 bf16 or fp16 -> fp32, cp.async), the 16-bit pair packing, the predicated
+// tile load into padded shared memory, the quad reductions of a row's fragments, and the shape
+// checks. The kernels are templates on the storage type H, bf16 or fp16: the two differ only in
+// the mma instruction's input type and the conversion that packs P (mma_16, pack_16x2); ldmatrix
+// and cp.async move 16-bit elements whatever they encode.
 //
 // Fragments: which lane holds which element of A, B and C is kernels/cuda/mma_layout.h (with
 // the diagram and the PTX ISA sections); the kernels take every lane address from there.
 //
-// Shared tiles are row-major bf16 with a row stride of D + 8 elements (D + 8 = 72 or 136): a
+// Shared tiles are row-major 16-bit with a row stride of D + 8 elements (D + 8 = 72 or 136): a
 // row is 2D + 16 bytes, so the 8 rows one ldmatrix matrix reads start 16 bytes (4 banks) apart
 // and cover the 32 banks once: no bank conflict, without a swizzle. Rows past the view's end
 // are zero-filled by cp.async (src-size 0), so partial tiles need no special case in the math:
 // a zero key scores 0 and is masked, a zero value row adds 0 * p = 0 (never 0 * garbage = NaN).
 //
-// defines: ldsm_x4, ldsm_x4_trans, mma_bf16, pack_bf16x2, cp_async_16, cp_async_4, cp_async_commit,
+// defines: ldsm_x4, ldsm_x4_trans, mma_16, pack_16x2, cp_async_16, cp_async_4, cp_async_commit,
 //          cp_async_wait, load_rows_async, quad_max, quad_sum, keep_bits, aligned16,
 //          flash_mma_shape_ok, set_smem
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.cuh"  // stream(), CUDA_CHECK, KERNEL_CHECK
 #include "kernels/cuda/flash_mma.h"
 #include "kernels/cuda/flash_mma_tiles.h"  // tile sizes, tile_needs_mask, first_query_seeing
 #include "kernels/cuda/mma_layout.h"
-#include "kernels/math.h"  // AttentionBlock, dropout_keep, bf16
+#include "kernels/math.h"  // AttentionBlock, dropout_keep, bf16, fp16
 #if defined(PARALAB_EMULATED)
 #include "kernels/emulator/ptx.h"  // the instructions' emulated twins
 #endif
@@ -36,15 +40,21 @@ namespace flash_mma {
 // The emulated device (make emulated) runs each instruction as kernels/emulator/ptx.h's twin,
 // which computes what the PTX ISA says it does and checks its addresses; the arguments and
 // results are the same registers.
-__device__ inline void ldsm_x4(uint32_t (&r)[4], const bf16* p) { emu::ptx::ldmatrix_x4(r, p, false); }
-__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+__device__ inline void ldsm_x4(uint32_t (&r)[4], const void* p) { emu::ptx::ldmatrix_x4(r, p, false); }
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
   emu::ptx::ldmatrix_x4(r, p, true);
 }
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  emu::ptx::mma_bf16(d, a, b0, b1);
+template <class H>
+__device__ inline void mma_16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<H, bf16>::value) emu::ptx::mma_bf16(d, a, b0, b1);
+  else emu::ptx::mma_f16(d, a, b0, b1);
 }
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) { return emu::ptx::cvt_bf16x2(hi, lo); }
-__device__ inline void cp_async_16(bf16* dst, const bf16* src, bool full) {
+template <class H>
+__device__ inline uint32_t pack_16x2(float lo, float hi) {
+  if constexpr (std::is_same<H, bf16>::value) return emu::ptx::cvt_bf16x2(hi, lo);
+  else return emu::ptx::cvt_f16x2(hi, lo);
+}
+__device__ inline void cp_async_16(void* dst, const void* src, bool full) {
   emu::ptx::cp_async(dst, src, 16, full ? 16 : 0);
 }
 __device__ inline void cp_async_4(float* dst, const float* src, bool full) {
@@ -59,35 +69,50 @@ __device__ inline void cp_async_wait() {
 __device__ inline uint32_t smem_addr(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
-// Four 8 x 8 matrices of bf16; lane L addresses row L % 8 of matrix L / 8 (mma_layout.h).
-__device__ inline void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+// Four 8 x 8 matrices of 16-bit elements; lane L addresses row L % 8 of matrix L / 8
+// (mma_layout.h).
+__device__ inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-// d (16 x 8 fp32) += a (16 x 16 bf16) b (16 x 8 bf16): one tensor-core instruction per warp.
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// d (16 x 8 fp32) += a (16 x 16 H) b (16 x 8 H): one tensor-core instruction per warp, H bf16
+// or fp16 (the same fragments, the inputs' type in the instruction's name).
+template <class H>
+__device__ inline void mma_16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<H, bf16>::value)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// Two floats rounded to nearest even into one register, lo in the low half (the lower column).
-// cvt.rn.bf16x2.f32 d, a, b puts a in the UPPER half (PTX ISA, cvt), hence (hi, lo).
-__device__ inline uint32_t pack_bf16x2(float lo, float hi) {
+// Two floats rounded to nearest even into one register of H pair, lo in the low half (the lower
+// column). cvt.rn.{bf16x2,f16x2}.f32 d, a, b puts a in the UPPER half (PTX ISA, cvt), hence
+// (hi, lo).
+template <class H>
+__device__ inline uint32_t pack_16x2(float lo, float hi) {
   uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  if constexpr (std::is_same<H, bf16>::value)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
 // 16 bytes global -> shared, asynchronously; full = false writes 16 zero bytes and reads
 // nothing (src must still be a valid address: callers pass the head's first row).
-__device__ inline void cp_async_16(bf16* dst, const bf16* src, bool full) {
+__device__ inline void cp_async_16(void* dst, const void* src, bool full) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                "l"(src), "r"(full ? 16 : 0));
 }
@@ -106,10 +131,10 @@ __device__ inline void cp_async_wait() {
 #endif
 
 // ---- tiles -----------------------------------------------------------------------------------
-// Rows row0 .. row0 + ROWS - 1 of a head's (rows, D) bf16 slice (rows D apart) into a shared
+// Rows row0 .. row0 + ROWS - 1 of a head's (rows, D) 16-bit slice (rows D apart) into a shared
 // tile of ROWS x (D + kPad), by THREADS threads in 16-byte pieces; rows >= rows are zeroed.
-template <int D, int ROWS, int THREADS>
-__device__ inline void load_rows_async(bf16* dst, const bf16* head, int row0, int rows) {
+template <int D, int ROWS, int THREADS, class H>
+__device__ inline void load_rows_async(H* dst, const H* head, int row0, int rows) {
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
   static_assert((ROWS * kPieces) % THREADS == 0, "whole rounds of pieces");
 #pragma unroll
@@ -117,7 +142,7 @@ __device__ inline void load_rows_async(bf16* dst, const bf16* head, int row0, in
     const int e = round * THREADS + threadIdx.x;
     const int r = e / kPieces, c = e % kPieces;
     const bool inside = row0 + r < rows;
-    const bf16* src = inside ? head + (size_t)(row0 + r) * D + c * 8 : head;
+    const H* src = inside ? head + (size_t)(row0 + r) * D + c * 8 : head;
     cp_async_16(dst + r * (D + kPad) + c * 8, src, inside);
   }
 }

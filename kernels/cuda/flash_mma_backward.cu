@@ -1,8 +1,8 @@
 // kernels/cuda/flash_mma_backward.cu: flash attention backward on tensor cores (FlashAttention-2,
-// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_backward
+// Dao 2023) for 16-bit storage (bf16 or fp16, H): mirrors cpu::flash_attention_backward
 // (kernels/cpu/flash_attention.cpp) and replaces, where it handles the shape
-// (kernels/cuda/flash_mma.h), the scalar flash_attention_backward.cu. The forward's fragments, mask and pipeline are explained in
-// flash_mma_forward.cu; the lane layout in mma_layout.h.
+// (kernels/cuda/flash_mma.h), the scalar flash_attention_backward.cu. The forward's fragments,
+// mask and pipeline are explained in flash_mma_forward.cu; the lane layout in mma_layout.h.
 //
 // With s = q_i . k_j (raw), c = scale log2 e, P_ij = 2^(c s - lse_i log2 e) = e^(scale s - lse_i)
 // rebuilt from the forward's lse (0 where j >= n_i = visible(i)), z_ij = keep_ij / (1-p):
@@ -19,7 +19,7 @@
 // batch); warp w owns rows [16w, 16w + 16); K and V tiles of 64 keys double-buffered by cp.async.
 // Per warp and key tile: S, dP (16 x 64, C fragments: 2 x 32 fp32) from A fragments of the warp's
 // Q and dO rows (ldmatrix from sQ, sdO) and B fragments of K and V (ldmatrix); dS is rounded to
-// bf16 into A fragments (c_to_a) and dQ (16 x D, D/2 fp32) += dS K with K's B fragments from
+// H into A fragments (c_to_a) and dQ (16 x D, D/2 fp32) += dS K with K's B fragments from
 // ldmatrix.trans. Shared: sQ, sdO (128, D+8), sK[2], sV[2] (64, D+8) = 136 KiB at D 128.
 //
 // dkdv_kernel: transposed. One block of 8 warps per (key tile of 128 rows, query head, batch);
@@ -39,7 +39,7 @@
 //   dK (16 x D) += dS^T Q        A: dS^T from registers               B: Q, ldmatrix.trans
 //
 // Shared: sK, sV (128, D+8), sQ[2], sdO[2] (64, D+8), 1.5 KiB of row terms = 137.5 KiB at D 128.
-// At the end each lane adds its fp32 dK (times scale) and dV to the widened old bf16 values and
+// At the end each lane adds its fp32 dK (times scale) and dV to the widened old H values and
 // rounds once (with GQA it writes them to scratch, and group_sum_kernel does that: 2 B A Sk D
 // fp32 written and read, 4 bytes an element, against the block's 8 kBc kBr D FLOPs per query
 // tile). Per (key tile, query tile): 4 tile products, 8 kBc kBr D FLOPs (8.4 MFLOP at D 128);
@@ -51,12 +51,15 @@ namespace cuda {
 namespace flash_mma {
 namespace {
 
-__device__ inline float low_bf16(uint32_t x) { return __uint_as_float(x << 16); }
-__device__ inline float high_bf16(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+// The two 16-bit values of a 32-bit pair, widened (kernels/float16.h).
+template <class H>
+__device__ inline float low_16(uint32_t x) { return to_float(H{(uint16_t)(x & 0xffffu)}); }
+template <class H>
+__device__ inline float high_16(uint32_t x) { return to_float(H{(uint16_t)(x >> 16)}); }
 
-// delta (BH, Sq), one warp per row: delta_i = dO_i . o_i in fp32 from the bf16 values.
-template <int D>
-__global__ void delta_kernel(float* delta, const bf16* dout, const bf16* o, long long rows,
+// delta (BH, Sq), one warp per row: delta_i = dO_i . o_i in fp32 from the 16-bit values.
+template <class H, int D>
+__global__ void delta_kernel(float* delta, const H* dout, const H* o, long long rows,
                              int Sq, long long head_stride) {
   const long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -67,7 +70,7 @@ __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* o, long
   for (int col = 2 * lane; col < D; col += 64) {
     const uint32_t g = *reinterpret_cast<const uint32_t*>(dout + at + col);
     const uint32_t y = *reinterpret_cast<const uint32_t*>(o + at + col);
-    s += low_bf16(g) * low_bf16(y) + high_bf16(g) * high_bf16(y);
+    s += low_16<H>(g) * low_16<H>(y) + high_16<H>(g) * high_16<H>(y);
   }
   s = warp_sum(s);
   if (lane == 0) delta[r] = s;
@@ -75,9 +78,9 @@ __global__ void delta_kernel(float* delta, const bf16* dout, const bf16* o, long
 
 // C (16 x 8NT) = A_w (16 x D, rows of a shared tile) B^T, B = 8NT rows of another shared tile:
 // the scores of 16 rows against 8NT (S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T).
-template <int D, int NT>
-__device__ inline void rows_times_rows_t(float (&acc)[NT][4], const bf16* a_rows,
-                                         const bf16* b_rows, int lane) {
+template <class H, int D, int NT>
+__device__ inline void rows_times_rows_t(float (&acc)[NT][4], const H* a_rows,
+                                         const H* b_rows, int lane) {
   constexpr int kStride = D + kPad;
   const mma::Coord ac = mma::ldsm_a(lane), bc = mma::ldsm_b(lane);
 #pragma unroll
@@ -92,56 +95,56 @@ __device__ inline void rows_times_rows_t(float (&acc)[NT][4], const bf16* a_rows
     for (int np = 0; np < NT / 2; np++) {
       uint32_t bf[4];
       ldsm_x4(bf, b_rows + (16 * np + bc.row) * kStride + 16 * kk + bc.col);
-      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
-      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+      mma_16<H>(acc[2 * np], af, bf[0], bf[1]);
+      mma_16<H>(acc[2 * np + 1], af, bf[2], bf[3]);
     }
   }
 }
 
-// acc (16 x D) += X (16 x 8NT, C fragments in registers, rounded to bf16 here) Y (8NT rows x D
+// acc (16 x D) += X (16 x 8NT, C fragments in registers, rounded to H here) Y (8NT rows x D
 // of a shared tile): O-style products (dQ += dS K, dV += (P z)^T dO, dK += dS^T Q).
-template <int D, int NT>
+template <class H, int D, int NT>
 __device__ inline void regs_times_rows(float (&acc)[D / 8][4], const float (&x)[NT][4],
-                                       const bf16* y_rows, int lane) {
+                                       const H* y_rows, int lane) {
   constexpr int kStride = D + kPad;
   const mma::Coord bt = mma::ldsm_bt(lane);
 #pragma unroll
   for (int kt = 0; kt < NT / 2; kt++) {
     uint32_t xf[4];
-    xf[0] = pack_bf16x2(x[2 * kt][0], x[2 * kt][1]);
-    xf[1] = pack_bf16x2(x[2 * kt][2], x[2 * kt][3]);
-    xf[2] = pack_bf16x2(x[2 * kt + 1][0], x[2 * kt + 1][1]);
-    xf[3] = pack_bf16x2(x[2 * kt + 1][2], x[2 * kt + 1][3]);
+    xf[0] = pack_16x2<H>(x[2 * kt][0], x[2 * kt][1]);
+    xf[1] = pack_16x2<H>(x[2 * kt][2], x[2 * kt][3]);
+    xf[2] = pack_16x2<H>(x[2 * kt + 1][0], x[2 * kt + 1][1]);
+    xf[3] = pack_16x2<H>(x[2 * kt + 1][2], x[2 * kt + 1][3]);
 #pragma unroll
     for (int dp = 0; dp < D / 16; dp++) {
       uint32_t yf[4];
       ldsm_x4_trans(yf, y_rows + (16 * kt + bt.row) * kStride + 16 * dp + bt.col);
-      mma_bf16(acc[2 * dp], xf, yf[0], yf[1]);
-      mma_bf16(acc[2 * dp + 1], xf, yf[2], yf[3]);
+      mma_16<H>(acc[2 * dp], xf, yf[0], yf[1]);
+      mma_16<H>(acc[2 * dp + 1], xf, yf[2], yf[3]);
     }
   }
 }
 
 // mirrors the dQ part of cpu::flash_attention_backward. Grid (query tiles, A, B), reversed.
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    dq_kernel(float* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+    dq_kernel(float* dq, const H* dout, const H* q, const H* k, const H* v,
               const float* lse, const float* delta, int A, int G, float scale, float dropout_p,
               uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
   using T = Dq<D>;
   constexpr int kBr = T::kBr, kBc = T::kBc, kStride = T::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBr, kStride)
-  bf16* sdO = sQ + kBr * kStride;             // (kBr, kStride)
-  bf16* sK = sdO + kBr * kStride;             // 2 stages of (kBc, kStride)
-  bf16* sV = sK + 2 * kBc * kStride;          // 2 stages of (kBc, kStride)
+  H* sQ = reinterpret_cast<H*>(smem);     // (kBr, kStride)
+  H* sdO = sQ + kBr * kStride;            // (kBr, kStride)
+  H* sK = sdO + kBr * kStride;            // 2 stages of (kBc, kStride)
+  H* sV = sK + 2 * kBc * kStride;         // 2 stages of (kBc, kStride)
 
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int Sq = blk.q.rows, q0 = qt * kBr;
   const size_t bh = (size_t)b * A + h, bg = (size_t)b * G + h / (A / G);
-  const bf16* Kh = k + bg * blk.k.head_stride;
-  const bf16* Vh = v + bg * blk.k.head_stride;
+  const H* Kh = k + bg * blk.k.head_stride;
+  const H* Vh = v + bg * blk.k.head_stride;
   const float c = scale * kLog2e, kept_scale = 1.0f / (1.0f - dropout_p);
 
   const int key_tiles = (blk.visible(min(q0 + kBr, Sq) - 1) + kBc - 1) / kBc;
@@ -188,13 +191,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     if (k0 < warp_keys) {
-      const bf16* tK = sK + stage * kBc * kStride;
+      const H* tK = sK + stage * kBc * kStride;
       const uint32_t keep = dropout_p > 0.0f
                                 ? keep_bits(blk, b, h, row, k0, lane, dropout_p, dropout_key(seed, rng_stream))
                                 : 0xffffffffu;
       float s[8][4], dp[8][4];  // S = Q_w K^T and dP' = dO_w V^T (16 x 64)
-      rows_times_rows_t<D, 8>(s, sQ + 16 * warp * kStride, tK, lane);
-      rows_times_rows_t<D, 8>(dp, sdO + 16 * warp * kStride, sV + stage * kBc * kStride, lane);
+      rows_times_rows_t<H, D, 8>(s, sQ + 16 * warp * kStride, tK, lane);
+      rows_times_rows_t<H, D, 8>(dp, sdO + 16 * warp * kStride, sV + stage * kBc * kStride, lane);
       const bool mask = tile_needs_mask(k0, kBc, warp_first, w0, 16, Sq);
 #pragma unroll
       for (int nt = 0; nt < 8; nt++)
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float z = (keep >> (4 * nt + e)) & 1u ? kept_scale : 0.0f;  // keep / (1-p)
           s[nt][e] = p * (dp[nt][e] * z - dl[hf]);                        // dS
         }
-      regs_times_rows<D, 8>(acc, s, tK, lane);  // dQ += dS K
+      regs_times_rows<H, D, 8>(acc, s, tK, lane);  // dQ += dS K
     }
     __syncthreads();
   }
@@ -230,21 +233,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 // tiles, A, B): each block takes one (key tile, query head, batch), so a GQA group's heads run in
 // parallel blocks, not one after another inside one (at Qwen3's shape, G 4 B 1 S 4096, the grid
 // over groups was 128 blocks on 132 SMs and the first key tile's block ran all 8 heads' tiles).
-// Without GQA (A == G) the block adds its dK, dV to the bf16 outputs itself; with it, its fp32
+// Without GQA (A == G) the block adds its dK, dV to the H outputs itself; with it, its fp32
 // share goes to `partial` ((B A, Sk, D) for dK, then for dV) and group_sum_kernel adds a group's
 // heads in head order: deterministic, no atomics.
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(bf16* dk, bf16* dv, float* partial, const bf16* dout, const bf16* q, const bf16* k,
-                const bf16* v, const float* lse, const float* delta, int A, int G, float scale,
+    dkdv_kernel(H* dk, H* dv, float* partial, const H* dout, const H* q, const H* k,
+                const H* v, const float* lse, const float* delta, int A, int G, float scale,
                 float dropout_p, uint64_t seed, uint64_t rng_stream, AttentionBlock blk) {
   using T = Dkv<D>;
   constexpr int kBr = T::kBr, kBc = T::kBc, kStride = T::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kBc, kStride)
-  bf16* sV = sK + kBc * kStride;              // (kBc, kStride)
-  bf16* sQ = sV + kBc * kStride;              // 2 stages of (kBr, kStride)
-  bf16* sdO = sQ + 2 * kBr * kStride;         // 2 stages of (kBr, kStride)
+  H* sK = reinterpret_cast<H*>(smem);     // (kBc, kStride)
+  H* sV = sK + kBc * kStride;             // (kBc, kStride)
+  H* sQ = sV + kBc * kStride;             // 2 stages of (kBr, kStride)
+  H* sdO = sQ + 2 * kBr * kStride;        // 2 stages of (kBr, kStride)
   // 2 stages of kBr row terms: lse_i, delta_i (cp.async, with the tiles), and n_i
   float* sLse = reinterpret_cast<float*>(smem + T::kTileBytes);
   float* sDelta = sLse + 2 * kBr;
@@ -303,8 +306,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     const int n_first = blk.visible(q0), n_last = blk.visible(min(q0 + kBr, Sq) - 1);
     if (kw0 < n_last) {  // some query of the tile sees some key of the warp (warp-uniform)
-      const bf16* tQ = sQ + stage * kBr * kStride;
-      const bf16* tdO = sdO + stage * kBr * kStride;
+      const H* tQ = sQ + stage * kBr * kStride;
+      const H* tdO = sdO + stage * kBr * kStride;
       // Dropout's keep bits of the lane's 32 elements (bit 4 nt + e: key kw0 + row, query
       // q0 + 8 nt + col of c_coord(lane, e)), drawn while only the accumulators are live.
       uint32_t keep = 0xffffffffu;
@@ -330,8 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         constexpr int NT = 8 / T::kParts;
         const int c0 = 8 * NT * part;  // the part's first query column
         float st[NT][4], dpt[NT][4];   // S^T = K_w Q^T, dP'^T = V_w dO^T (16 keys x 8NT queries)
-        rows_times_rows_t<D, NT>(st, sK + 16 * warp * kStride, tQ + c0 * kStride, lane);
-        rows_times_rows_t<D, NT>(dpt, sV + 16 * warp * kStride, tdO + c0 * kStride, lane);
+        rows_times_rows_t<H, D, NT>(st, sK + 16 * warp * kStride, tQ + c0 * kStride, lane);
+        rows_times_rows_t<H, D, NT>(dpt, sV + 16 * warp * kStride, tdO + c0 * kStride, lane);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -346,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             st[nt][e] = p * z;                                      // (P z)^T
             dpt[nt][e] = p * (dpt[nt][e] * z - sDelta[stage * kBr + il]);  // dS^T
           }
-        regs_times_rows<D, NT>(acc_v, st, tdO + c0 * kStride, lane);  // dV += (P z)^T dO
-        regs_times_rows<D, NT>(acc_k, dpt, tQ + c0 * kStride, lane);  // dK += dS^T Q
+        regs_times_rows<H, D, NT>(acc_v, st, tdO + c0 * kStride, lane);  // dV += (P z)^T dO
+        regs_times_rows<H, D, NT>(acc_k, dpt, tQ + c0 * kStride, lane);  // dK += dS^T Q
       }
     }
     __syncthreads();  // every warp is done with this stage before step s + 2 overwrites it
@@ -370,25 +373,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       continue;
     }
-    // "+=": the fp32 share added to the widened bf16 value, rounded once.
+    // "+=": the fp32 share added to the widened H value, rounded once.
     const size_t at = bg * blk.k.head_stride + (size_t)j * D + col;
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++) {
       uint32_t* pk = reinterpret_cast<uint32_t*>(dk + at + 8 * dt);
       uint32_t* pv = reinterpret_cast<uint32_t*>(dv + at + 8 * dt);
       const uint32_t ok = *pk, ov = *pv;
-      *pk = pack_bf16x2(low_bf16(ok) + scale * acc_k[dt][2 * hf],
-                        high_bf16(ok) + scale * acc_k[dt][2 * hf + 1]);
-      *pv = pack_bf16x2(low_bf16(ov) + acc_v[dt][2 * hf], high_bf16(ov) + acc_v[dt][2 * hf + 1]);
+      *pk = pack_16x2<H>(low_16<H>(ok) + scale * acc_k[dt][2 * hf],
+                        high_16<H>(ok) + scale * acc_k[dt][2 * hf + 1]);
+      *pv = pack_16x2<H>(low_16<H>(ov) + acc_v[dt][2 * hf], high_16<H>(ov) + acc_v[dt][2 * hf + 1]);
     }
   }
 }
 
 // dK, dV of a GQA group: the group's heads' fp32 shares (dkdv_kernel's partial) summed in head
-// order, added to the widened bf16 values and rounded once. One thread per pair of channels of a
+// order, added to the widened H values and rounded once. One thread per pair of channels of a
 // key row of a group: (B G Sk D / 2) threads.
-template <int D>
-__global__ void group_sum_kernel(bf16* dk, bf16* dv, const float* partial, int A, int G, int Sk,
+template <class H, int D>
+__global__ void group_sum_kernel(H* dk, H* dv, const float* partial, int A, int G, int Sk,
                                  int B, long long head_stride) {
   const size_t pairs = (size_t)B * G * Sk * D / 2;
   const int per_group = A / G;
@@ -407,38 +410,40 @@ __global__ void group_sum_kernel(bf16* dk, bf16* dv, const float* partial, int A
     uint32_t* pk = reinterpret_cast<uint32_t*>(dk + at);
     uint32_t* pv = reinterpret_cast<uint32_t*>(dv + at);
     const uint32_t ok = *pk, ov = *pv;
-    *pk = pack_bf16x2(low_bf16(ok) + sk.x, high_bf16(ok) + sk.y);
-    *pv = pack_bf16x2(low_bf16(ov) + sv.x, high_bf16(ov) + sv.y);
+    *pk = pack_16x2<H>(low_16<H>(ok) + sk.x, high_16<H>(ok) + sk.y);
+    *pv = pack_16x2<H>(low_16<H>(ov) + sv.x, high_16<H>(ov) + sv.y);
   }
 }
 
-template <int D>
-bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
-                     const bf16* k, const bf16* v, const bf16* o, const float* lse, int B, int A,
+template <class H, int D>
+bool launch_backward(float* dq, H* dk, H* dv, const H* dout, const H* q,
+                     const H* k, const H* v, const H* o, const float* lse, int B, int A,
                      int G, float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
                      const AttentionBlock& blk) {
-  if (!set_smem(dq_kernel<D>, Dq<D>::kSmemBytes) || !set_smem(dkdv_kernel<D>, Dkv<D>::kSmemBytes))
+  if (!set_smem(dq_kernel<H, D>, Dq<D>::kSmemBytes) ||
+      !set_smem(dkdv_kernel<H, D>, Dkv<D>::kSmemBytes))
     return false;
   const int Sq = blk.q.rows;
   const long long rows = (long long)B * A * Sq;
   // (B A, Sq), scratch from the caching allocator
   float* delta = (float*)scratch_alloc((size_t)rows * sizeof(float));
-  delta_kernel<D><<<(unsigned)((rows + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
+  delta_kernel<H, D><<<(unsigned)((rows + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
       delta, dout, o, rows, Sq, blk.q.head_stride);
   KERNEL_CHECK();
-  dq_kernel<D><<<dim3((Sq + Dq<D>::kBr - 1) / Dq<D>::kBr, A, B), kThreads, Dq<D>::kSmemBytes,
+  dq_kernel<H, D><<<dim3((Sq + Dq<D>::kBr - 1) / Dq<D>::kBr, A, B), kThreads, Dq<D>::kSmemBytes,
                  stream()>>>(dq, dout, q, k, v, lse, delta, A, G, scale, dropout_p, seed,
                              rng_stream, blk);
   KERNEL_CHECK();
   // GQA: each head's share into scratch, then the group's sum (dkdv_kernel says why)
   const int Sk = blk.k.rows;
   float* partial = A == G ? nullptr : (float*)scratch_alloc(2 * (size_t)B * A * Sk * D * sizeof(float));
-  dkdv_kernel<D><<<dim3((Sk + Dkv<D>::kBc - 1) / Dkv<D>::kBc, A, B), kThreads, Dkv<D>::kSmemBytes,
-                   stream()>>>(dk, dv, partial, dout, q, k, v, lse, delta, A, G, scale, dropout_p,
-                               seed, rng_stream, blk);
+  dkdv_kernel<H, D><<<dim3((Sk + Dkv<D>::kBc - 1) / Dkv<D>::kBc, A, B), kThreads,
+                      Dkv<D>::kSmemBytes, stream()>>>(dk, dv, partial, dout, q, k, v, lse, delta,
+                                                      A, G, scale, dropout_p, seed, rng_stream,
+                                                      blk);
   KERNEL_CHECK();
   if (partial != nullptr) {
-    group_sum_kernel<D><<<grid_1d((size_t)B * G * Sk * D / 2), kThreads, 0, stream()>>>(
+    group_sum_kernel<H, D><<<grid_1d((size_t)B * G * Sk * D / 2), kThreads, 0, stream()>>>(
         dk, dv, partial, A, G, Sk, B, blk.k.head_stride);
     KERNEL_CHECK();
     scratch_free(partial);
@@ -450,20 +455,37 @@ bool launch_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16
 }  // namespace
 }  // namespace flash_mma
 
-bool flash_mma_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
-                        const bf16* k, const bf16* v, const bf16* o, const float* lse, int B,
-                        int A, int G, int D, float scale, float dropout_p, uint64_t seed,
-                        uint64_t rng_stream, const AttentionBlock& blk) {
+namespace {
+template <class H>
+bool backward_16(float* dq, H* dk, H* dv, const H* dout, const H* q, const H* k, const H* v,
+                 const H* o, const float* lse, int B, int A, int G, int D, float scale,
+                 float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
   using namespace flash_mma;
   if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk)) return false;
   for (const void* p : {(const void*)dq, (const void*)dk, (const void*)dv, (const void*)dout,
                         (const void*)q, (const void*)k, (const void*)v, (const void*)o})
     if (!aligned16(p)) return false;
   if (B == 0 || blk.q.rows == 0 || blk.k.rows == 0) return true;  // nothing to add
-  return D == 64 ? launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
-                                       dropout_p, seed, rng_stream, blk)
-                 : launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
-                                        dropout_p, seed, rng_stream, blk);
+  return D == 64 ? launch_backward<H, 64>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
+                                          dropout_p, seed, rng_stream, blk)
+                 : launch_backward<H, 128>(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, scale,
+                                           dropout_p, seed, rng_stream, blk);
+}
+}  // namespace
+
+bool flash_mma_backward(float* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                        const bf16* k, const bf16* v, const bf16* o, const float* lse, int B,
+                        int A, int G, int D, float scale, float dropout_p, uint64_t seed,
+                        uint64_t rng_stream, const AttentionBlock& blk) {
+  return backward_16(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
+                     rng_stream, blk);
+}
+bool flash_mma_backward(float* dq, fp16* dk, fp16* dv, const fp16* dout, const fp16* q,
+                        const fp16* k, const fp16* v, const fp16* o, const float* lse, int B,
+                        int A, int G, int D, float scale, float dropout_p, uint64_t seed,
+                        uint64_t rng_stream, const AttentionBlock& blk) {
+  return backward_16(dq, dk, dv, dout, q, k, v, o, lse, B, A, G, D, scale, dropout_p, seed,
+                     rng_stream, blk);
 }
 
 }  // namespace cuda

@@ -1,12 +1,12 @@
 // kernels/cuda/flash_mma_forward.cu: flash attention forward on tensor cores (FlashAttention-2,
-// Dao 2023) for bf16 storage: mirrors cpu::flash_attention_forward
+// Dao 2023) for 16-bit storage (bf16 or fp16, H): mirrors cpu::flash_attention_forward
 // (kernels/cpu/flash_attention.cpp: the recurrence and the views are explained there) and
 // replaces, where it handles the shape (kernels/cuda/flash_mma.h), the scalar flash_attention.cu.
 //
 // Tiling. One block of 8 warps per (query tile of kBr = 128 rows, head h, batch b); warp w owns
 // the 16 query rows [16w, 16w + 16) of the tile. Key and value tiles of kBc = 64 rows stream
 // through shared memory, double-buffered: cp.async fetches tile t + 1 while the warps compute
-// on tile t. Shared memory (bf16, rows padded to D + 8):
+// on tile t. Shared memory (H, rows padded to D + 8):
 //   sQ (128, D+8)   sK [2] (64, D+8)   sV [2] (64, D+8)   = 104 KiB (D 128), 54 KiB (D 64)
 // Per warp and key tile, in registers (lane = 4 group + tig, mma_layout.h):
 //   q  (16 x D)  A fragments, loaded once by ldmatrix:            D/16 x 4 regs
@@ -28,7 +28,7 @@
 // so each lane holds 16 scores of 2 rows; a row's 64 scores are spread over the 4 lanes of a
 // quad, and its max and sum are two xor-shuffles (quad_max, quad_sum). The P tile goes back in
 // as the A operand of O += P V straight from these registers (mma_layout.h, c_to_a), rounded to
-// bf16; V's B fragments come from ldmatrix.trans.
+// H; V's B fragments come from ldmatrix.trans.
 //
 // Online softmax, per row, in base 2 with c = scale log2 e folded into one FFMA per score
 // (s raw dot products, m the running max of raw scores, l the running sum):
@@ -67,26 +67,26 @@ namespace {
 // Occupancy: at D 64 two blocks share an SM (54 KiB of shared memory each; the launch bound
 // caps the registers at 128 a thread, which ptxas meets without spilling), so one block's
 // barrier stalls hide behind the other's products; at D 128 one (104 KiB, ~227 registers).
-template <int D>
+template <class H, int D>
 __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
-    forward_kernel(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int A, int G,
+    forward_kernel(H* o, float* lse, const H* q, const H* k, const H* v, int A, int G,
                    float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
                    AttentionBlock blk) {
   using F = Fwd<D>;
   constexpr int kBr = F::kBr, kBc = F::kBc, kStride = F::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kBr, kStride)
-  bf16* sK = sQ + kBr * kStride;              // 2 stages of (kBc, kStride)
-  bf16* sV = sK + 2 * kBc * kStride;          // 2 stages of (kBc, kStride)
+  H* sQ = reinterpret_cast<H*>(smem);  // (kBr, kStride)
+  H* sK = sQ + kBr * kStride;           // 2 stages of (kBc, kStride)
+  H* sV = sK + 2 * kBc * kStride;       // 2 stages of (kBc, kStride)
 
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = mma::group_of(lane), tig = mma::tig_of(lane);
   const int Sq = blk.q.rows, q0 = qt * kBr;
   const size_t bh = (size_t)b * A + h, bg = (size_t)b * G + h / (A / G);
-  const bf16* Qh = q + bh * blk.q.head_stride;  // head (b, h): (Sq, D)
-  const bf16* Kh = k + bg * blk.k.head_stride;  // its group's keys and values: (Sk, D)
-  const bf16* Vh = v + bg * blk.k.head_stride;
+  const H* Qh = q + bh * blk.q.head_stride;  // head (b, h): (Sq, D)
+  const H* Kh = k + bg * blk.k.head_stride;  // its group's keys and values: (Sk, D)
+  const H* Vh = v + bg * blk.k.head_stride;
   const float c = scale * kLog2e;
   const float kept_scale = 1.0f / (1.0f - dropout_p);
 
@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
     __syncthreads();
 
     if (k0 < warp_keys) {  // warp-uniform: some row of this warp sees a key of the tile
-      const bf16* tK = sK + stage * kBc * kStride;
-      const bf16* tV = sV + stage * kBc * kStride;
+      const H* tK = sK + stage * kBc * kStride;
+      const H* tV = sV + stage * kBc * kStride;
       const uint32_t keep = dropout_p > 0.0f
                                 ? keep_bits(blk, b, h, row, k0, lane, dropout_p, dropout_key(seed, rng_stream))
                                 : 0xffffffffu;
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
           uint32_t kf[4];
           const mma::Coord bc = mma::ldsm_b(lane);
           ldsm_x4(kf, tK + (16 * np + bc.row) * kStride + 16 * kk + bc.col);
-          mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
-          mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+          mma_16<H>(s[2 * np], qf[kk], kf[0], kf[1]);
+          mma_16<H>(s[2 * np + 1], qf[kk], kf[2], kf[3]);
         }
       }
       if (tile_needs_mask(k0, kBc, warp_first, w0, 16, Sq)) {
@@ -213,17 +213,17 @@ __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
 #pragma unroll
       for (int kt = 0; kt < kBc / 16; kt++) {
         uint32_t pf[4];
-        pf[0] = pack_bf16x2(s[2 * kt][0], s[2 * kt][1]);
-        pf[1] = pack_bf16x2(s[2 * kt][2], s[2 * kt][3]);
-        pf[2] = pack_bf16x2(s[2 * kt + 1][0], s[2 * kt + 1][1]);
-        pf[3] = pack_bf16x2(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+        pf[0] = pack_16x2<H>(s[2 * kt][0], s[2 * kt][1]);
+        pf[1] = pack_16x2<H>(s[2 * kt][2], s[2 * kt][3]);
+        pf[2] = pack_16x2<H>(s[2 * kt + 1][0], s[2 * kt + 1][1]);
+        pf[3] = pack_16x2<H>(s[2 * kt + 1][2], s[2 * kt + 1][3]);
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
           uint32_t vf[4];
           const mma::Coord bt = mma::ldsm_bt(lane);
           ldsm_x4_trans(vf, tV + (16 * kt + bt.row) * kStride + 16 * dp + bt.col);
-          mma_bf16(acc[2 * dp], pf, vf[0], vf[1]);
-          mma_bf16(acc[2 * dp + 1], pf, vf[2], vf[3]);
+          mma_16<H>(acc[2 * dp], pf, vf[0], vf[1]);
+          mma_16<H>(acc[2 * dp + 1], pf, vf[2], vf[3]);
         }
       }
     }
@@ -236,12 +236,12 @@ __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
     const float sum = quad_sum(l[hf]);
     if (row[hf] >= Sq) continue;
     const float inv = sum > 0.0f ? kept_scale / sum : 0.0f;
-    bf16* o_row = o + bh * blk.q.head_stride + (size_t)row[hf] * D;
+    H* o_row = o + bh * blk.q.head_stride + (size_t)row[hf] * D;
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++) {
       const int col = 8 * dt + 2 * tig;
       *reinterpret_cast<uint32_t*>(o_row + col) =
-          pack_bf16x2(acc[dt][2 * hf] * inv, acc[dt][2 * hf + 1] * inv);
+          pack_16x2<H>(acc[dt][2 * hf] * inv, acc[dt][2 * hf + 1] * inv);
     }
     if (tig == 0)
       lse[bh * (blk.q.head_stride / D) + row[hf]] =
@@ -249,14 +249,14 @@ __global__ void __launch_bounds__(kThreads, Fwd<D>::kBlocksPerSm)
   }
 }
 
-template <int D>
-bool launch_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B,
+template <class H, int D>
+bool launch_forward(H* o, float* lse, const H* q, const H* k, const H* v, int B,
                     int A, int G, float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
                     const AttentionBlock& blk) {
   using F = Fwd<D>;
-  if (!set_smem(forward_kernel<D>, F::kSmemBytes)) return false;
+  if (!set_smem(forward_kernel<H, D>, F::kSmemBytes)) return false;
   const dim3 grid((blk.q.rows + F::kBr - 1) / F::kBr, A, B);
-  forward_kernel<D><<<grid, kThreads, F::kSmemBytes, stream()>>>(
+  forward_kernel<H, D><<<grid, kThreads, F::kSmemBytes, stream()>>>(
       o, lse, q, k, v, A, G, scale, dropout_p, seed, rng_stream, blk);
   KERNEL_CHECK();
   return true;
@@ -265,24 +265,38 @@ bool launch_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf1
 }  // namespace
 }  // namespace flash_mma
 
-const char* flash_mma_name() { return "flash-mma (FA2, mma.sync m16n8k16 bf16)"; }
+const char* flash_mma_name() { return "flash-mma (FA2, mma.sync m16n8k16 bf16/fp16)"; }
 
 bool flash_mma_handles(int A, int G, int D, float scale, float dropout_p,
                        const AttentionBlock& blk) {
   return flash_mma::flash_mma_shape_ok(1, A, G, D, scale, dropout_p, blk);
 }
 
-bool flash_mma_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B,
-                       int A, int G, int D, float scale, float dropout_p, uint64_t seed,
-                       uint64_t rng_stream, const AttentionBlock& blk) {
+namespace {
+template <class H>
+bool forward_16(H* o, float* lse, const H* q, const H* k, const H* v, int B, int A, int G, int D,
+                float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
+                const AttentionBlock& blk) {
   using namespace flash_mma;
   if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk)) return false;
   if (!aligned16(o) || !aligned16(q) || !aligned16(k) || !aligned16(v)) return false;
   if (B == 0 || blk.q.rows == 0) return true;  // nothing to compute
-  return D == 64 ? launch_forward<64>(o, lse, q, k, v, B, A, G, scale, dropout_p, seed, rng_stream,
-                                      blk)
-                 : launch_forward<128>(o, lse, q, k, v, B, A, G, scale, dropout_p, seed,
-                                       rng_stream, blk);
+  return D == 64 ? launch_forward<H, 64>(o, lse, q, k, v, B, A, G, scale, dropout_p, seed,
+                                         rng_stream, blk)
+                 : launch_forward<H, 128>(o, lse, q, k, v, B, A, G, scale, dropout_p, seed,
+                                          rng_stream, blk);
+}
+}  // namespace
+
+bool flash_mma_forward(bf16* o, float* lse, const bf16* q, const bf16* k, const bf16* v, int B,
+                       int A, int G, int D, float scale, float dropout_p, uint64_t seed,
+                       uint64_t rng_stream, const AttentionBlock& blk) {
+  return forward_16(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
+}
+bool flash_mma_forward(fp16* o, float* lse, const fp16* q, const fp16* k, const fp16* v, int B,
+                       int A, int G, int D, float scale, float dropout_p, uint64_t seed,
+                       uint64_t rng_stream, const AttentionBlock& blk) {
+  return forward_16(o, lse, q, k, v, B, A, G, D, scale, dropout_p, seed, rng_stream, blk);
 }
 
 }  // namespace cuda

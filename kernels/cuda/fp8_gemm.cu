@@ -24,10 +24,19 @@
 // sm_89 (Ada) and sm_90 (Hopper) have FP8 tensor cores; on older GPUs cuBLASLt refuses the call
 // with CUBLAS_STATUS_NOT_SUPPORTED, which the check turns into an error naming it (the trainer
 // refuses --fp8-format there before any work).
+//
+// cuBLASLt is called through LT(name): on a GPU the library is found at the first call (dlopen;
+// libcublas, which every binary links, needs libcublasLt itself, so it is already loaded) and
+// each function looked up once (dlsym). The binaries then link no more than -lcublas, as
+// ../shared/gpu/pack.sh links op_check, and a missing library or function fails by name. The
+// emulated build links the emulator's cuBLASLt (kernels/emulator/cublaslt.cpp) and calls it.
 #include <cublasLt.h>
 
 #include <stdexcept>
 #include <string>
+#if !defined(PARALAB_EMULATED)
+#include <dlfcn.h>
+#endif
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/ops/elementwise.h"  // convert's twins (a bf16 C through the emulated path)
@@ -40,10 +49,32 @@ using namespace cuda;  // cuda_check.cuh: stream(), scratch_alloc, scratch_free
 
 namespace {
 
+#if defined(PARALAB_EMULATED)
+#define LT(name) name
+#else
+void* cublaslt_library() {
+  static void* library = [] {
+    for (const char* file : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+      if (void* handle = dlopen(file, RTLD_NOW | RTLD_GLOBAL)) return handle;
+    throw std::runtime_error("cuBLASLt: dlopen(libcublasLt.so.13) failed: " +
+                             std::string(dlerror()));
+  }();
+  return library;
+}
+template <class Function> Function cublaslt_function(const char* name) {
+  void* f = dlsym(cublaslt_library(), name);
+  if (f == nullptr) throw std::runtime_error(std::string("cuBLASLt: no function ") + name);
+  return reinterpret_cast<Function>(f);
+}
+// decltype names the header's declaration without using it: nothing to link.
+#define LT(name) \
+  ([] { static const auto f = cublaslt_function<decltype(&name)>(#name); return f; }())
+#endif
+
 cublasLtHandle_t lt() {
   static cublasLtHandle_t h = [] {
     cublasLtHandle_t created;
-    CUBLAS_CHECK(cublasLtCreate(&created));
+    CUBLAS_CHECK(LT(cublasLtCreate)(&created));
     return created;
   }();
   return h;
@@ -59,48 +90,48 @@ struct LtCall {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (pref) LT(cublasLtMatmulPreferenceDestroy)(pref);
+    if (c) LT(cublasLtMatrixLayoutDestroy)(c);
+    if (b) LT(cublasLtMatrixLayoutDestroy)(b);
+    if (a) LT(cublasLtMatrixLayoutDestroy)(a);
+    if (desc) LT(cublasLtMatmulDescDestroy)(desc);
   }
 };
 
 void gemm_cublaslt(int m, int n, int k, float alpha, const Fp8Matrix& A, const Fp8Matrix& B,
                    float beta, void* C, cudaDataType_t c_type, int ldc) {
   LtCall call;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_CHECK(LT(cublasLtMatmulDescCreate)(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
   const int8_t fast_accum = 0;
   const void* a_scale = B.scale_inv;  // cuBLAS's A is our B
   const void* b_scale = A.scale_inv;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
+  CUBLAS_CHECK(LT(cublasLtMatmulDescSetAttribute)(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t,
                                               sizeof(op_t)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
+  CUBLAS_CHECK(LT(cublasLtMatmulDescSetAttribute)(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n,
                                               sizeof(op_n)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+  CUBLAS_CHECK(LT(cublasLtMatmulDescSetAttribute)(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                               &a_scale, sizeof(a_scale)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+  CUBLAS_CHECK(LT(cublasLtMatmulDescSetAttribute)(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                               &b_scale, sizeof(b_scale)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+  CUBLAS_CHECK(LT(cublasLtMatmulDescSetAttribute)(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                                               &fast_accum, sizeof(fast_accum)));
   // Column-major shapes as stored: our B is (k x n, ld k), our A (k x m, ld k), C (n x m, ld ldc).
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, fp8_type(B.format), k, n, k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, fp8_type(A.format), k, m, k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, c_type, n, m, ldc));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
+  CUBLAS_CHECK(LT(cublasLtMatrixLayoutCreate)(&call.a, fp8_type(B.format), k, n, k));
+  CUBLAS_CHECK(LT(cublasLtMatrixLayoutCreate)(&call.b, fp8_type(A.format), k, m, k));
+  CUBLAS_CHECK(LT(cublasLtMatrixLayoutCreate)(&call.c, c_type, n, m, ldc));
+  CUBLAS_CHECK(LT(cublasLtMatmulPreferenceCreate)(&call.pref));
   const size_t workspace = 0;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  CUBLAS_CHECK(LT(cublasLtMatmulPreferenceSetAttribute)(
       call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
   cublasLtMatmulHeuristicResult_t heuristic;
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt(), call.desc, call.a, call.b, call.c, call.c,
+  CUBLAS_CHECK(LT(cublasLtMatmulAlgoGetHeuristic)(lt(), call.desc, call.a, call.b, call.c, call.c,
                                               call.pref, 1, &heuristic, &found));
   if (found == 0)
     throw std::runtime_error("gemm_fp8: cuBLASLt has no FP8 kernel for m " + std::to_string(m) +
                              ", n " + std::to_string(n) + ", k " + std::to_string(k));
-  CUBLAS_CHECK(cublasLtMatmul(lt(), call.desc, &alpha, B.data, call.a, A.data, call.b, &beta, C,
+  CUBLAS_CHECK(LT(cublasLtMatmul)(lt(), call.desc, &alpha, B.data, call.a, A.data, call.b, &beta, C,
                               call.c, C, call.c, &heuristic.algo, nullptr, 0, stream()));
 }
 

@@ -60,10 +60,19 @@ template <> void init_normal<Device::CUDA, bf16>(bf16* out, int64_t first, int64
                                                  uint64_t rng_stream, float sigma) {
   init_normal_launch(out, first, count, cols, full_offset, full_stride, seed, rng_stream, sigma);
 }
+template <> void init_normal<Device::CUDA, fp16>(fp16* out, int64_t first, int64_t count,
+                                                 int64_t cols, int64_t full_offset,
+                                                 int64_t full_stride, uint64_t seed,
+                                                 uint64_t rng_stream, float sigma) {
+  init_normal_launch(out, first, count, cols, full_offset, full_stride, seed, rng_stream, sigma);
+}
 template <> void fill<Device::CUDA, float>(float* out, float value, size_t n) {
   fill_launch(out, value, n);
 }
 template <> void fill<Device::CUDA, bf16>(bf16* out, float value, size_t n) {
+  fill_launch(out, value, n);
+}
+template <> void fill<Device::CUDA, fp16>(fp16* out, float value, size_t n) {
   fill_launch(out, value, n);
 }
 

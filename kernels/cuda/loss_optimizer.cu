@@ -205,6 +205,10 @@ template <> void adamw_update<Device::CUDA, bf16>(const AdamRun* runs, int count
                                                   const AdamStep& s) {
   adamw_runs_launch<bf16>(runs, count, s);
 }
+template <> void adamw_update<Device::CUDA, fp16>(const AdamRun* runs, int count,
+                                                  const AdamStep& s) {
+  adamw_runs_launch<fp16>(runs, count, s);
+}
 
 // ---- sum of squares ------------------------------------------------------------------------
 
@@ -278,6 +282,9 @@ template <> double sum_squares<Device::CUDA, float>(const Span* spans, int count
 }
 template <> double sum_squares<Device::CUDA, bf16>(const Span* spans, int count) {
   return sum_squares_launch<bf16>(spans, count);
+}
+template <> double sum_squares<Device::CUDA, fp16>(const Span* spans, int count) {
+  return sum_squares_launch<fp16>(spans, count);
 }
 
 }  // namespace kernels

@@ -12,10 +12,10 @@
 //
 // Precision: CUBLAS_DEFAULT_MATH with cublasSgemm is plain fp32 (TF32 only if the
 // NVIDIA_TF32_OVERRIDE environment variable forces it), so results match the CPU twin to
-// fp32 rounding. The bf16 GEMMs (cublasGemmEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F)
-// multiply exact bf16 values on tensor cores and accumulate in fp32; C is rounded to bf16
-// once at the end, or kept fp32 for the logits. That is the CPU twin's "widen, sgemm,
-// round" up to the summation order.
+// fp32 rounding. The 16-bit GEMMs (cublasGemmEx, CUDA_R_16BF or CUDA_R_16F operands,
+// CUBLAS_COMPUTE_32F) multiply exact bf16 or fp16 values on tensor cores and accumulate in
+// fp32; C is rounded to the storage type once at the end, or kept fp32 for the logits. That is
+// the CPU twin's "widen, sgemm, round" up to the summation order.
 //
 // Grouped GEMM (the MoE experts): cublasGemmGroupedBatchedEx with one problem per group
 // (group_size 1 each, empty groups left out), the same operand swap per problem. Its m, n, k,
@@ -25,6 +25,7 @@
 // when a call has more problems. The upload is queued on the stream, so the previous call's GEMM has
 // read its pointers before the next call overwrites them.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -41,6 +42,9 @@
 static_assert(sizeof(kernels::bf16) == sizeof(__nv_bfloat16) &&
                   alignof(kernels::bf16) == alignof(__nv_bfloat16),
               "kernels::bf16 must be layout-compatible with __nv_bfloat16");
+// and kernels::fp16 buffers as __half: both IEEE-754 binary16.
+static_assert(sizeof(kernels::fp16) == sizeof(__half) && alignof(kernels::fp16) == alignof(__half),
+              "kernels::fp16 must be layout-compatible with __half");
 
 namespace kernels {
 namespace cuda {
@@ -208,37 +212,69 @@ template <> void gemm_strided_batched<Device::CUDA, float>(
                                          batch));
 }
 
-// bf16 A and B, C of type c_type (CUDA_R_16BF or CUDA_R_32F); the same operand swap as
-// above. alpha and beta are fp32, as CUBLAS_COMPUTE_32F requires.
-static void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
-                      int lda, const bf16* B, int ldb, float beta, void* C, cudaDataType_t c_type,
-                      int ldc) {
+// cuBLAS's name of a 16-bit storage type.
+template <typename H>
+static cudaDataType_t data_type() {
+  return std::is_same<H, bf16>::value ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// 16-bit A and B (bf16 or fp16), C of type c_type (A's, or CUDA_R_32F); the same operand swap
+// as above. alpha and beta are fp32, as CUBLAS_COMPUTE_32F requires.
+template <typename H>
+static void gemm_16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const H* A,
+                    int lda, const H* B, int ldb, float beta, void* C, cudaDataType_t c_type,
+                    int ldc) {
   if (m == 0 || n == 0) return;
-  CUBLAS_CHECK(cublasGemmEx(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF,
-                            ldb, A, CUDA_R_16BF, lda, &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B,
+                            data_type<H>(), ldb, A, data_type<H>(), lda, &beta, C, c_type, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <> void gemm<Device::CUDA, bf16, bf16>(bool trans_a, bool trans_b, int m, int n, int k,
                                                 float alpha, const bf16* A, int lda, const bf16* B,
                                                 int ldb, float beta, bf16* C, int ldc) {
-  gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
+  gemm_16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
+}
+template <> void gemm<Device::CUDA, fp16, fp16>(bool trans_a, bool trans_b, int m, int n, int k,
+                                                float alpha, const fp16* A, int lda, const fp16* B,
+                                                int ldb, float beta, fp16* C, int ldc) {
+  gemm_16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16F, ldc);
 }
 template <> void gemm<Device::CUDA, bf16, float>(bool trans_a, bool trans_b, int m, int n, int k,
                                                  float alpha, const bf16* A, int lda, const bf16* B,
                                                  int ldb, float beta, float* C, int ldc) {
-  gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
+  gemm_16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
+}
+template <> void gemm<Device::CUDA, fp16, float>(bool trans_a, bool trans_b, int m, int n, int k,
+                                                 float alpha, const fp16* A, int lda, const fp16* B,
+                                                 int ldb, float beta, float* C, int ldc) {
+  gemm_16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_32F, ldc);
 }
 
+template <typename H>
+static void gemm_strided_batched_16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                    const H* A, int lda, long long stride_a, const H* B, int ldb,
+                                    long long stride_b, float beta, H* C, int ldc,
+                                    long long stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const cudaDataType_t t = data_type<H>();
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, t, ldb, stride_b, A, t, lda,
+      stride_a, &beta, C, t, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
 template <> void gemm_strided_batched<Device::CUDA, bf16>(
     bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
     long long stride_a, const bf16* B, int ldb, long long stride_b, float beta, bf16* C, int ldc,
     long long stride_c, int batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
-      CUDA_R_16BF, lda, stride_a, &beta, C, CUDA_R_16BF, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
+  gemm_strided_batched_16(trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b,
+                          beta, C, ldc, stride_c, batch);
+}
+template <> void gemm_strided_batched<Device::CUDA, fp16>(
+    bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fp16* A, int lda,
+    long long stride_a, const fp16* B, int ldb, long long stride_b, float beta, fp16* C, int ldc,
+    long long stride_c, int batch) {
+  gemm_strided_batched_16(trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b,
+                          beta, C, ldc, stride_c, batch);
 }
 
 // ---- grouped GEMM --------------------------------------------------------------------------
@@ -270,10 +306,10 @@ static void gemm_one(bool trans_a, bool trans_b, int m, int n, int k, float alph
     gemm<Device::CUDA, float, float>(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C,
                                      ldc);
   else
-    gemm_bf16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, CUDA_R_16BF, ldc);
+    gemm_16(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, data_type<T>(), ldc);
 }
 
-// T the storage of A, B and C (CUDA_R_32F or CUDA_R_16BF); fp32 compute either way.
+// T the storage of A, B and C (CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F); fp32 compute always.
 template <typename T>
 static void gemm_grouped_launch(bool trans_a, bool trans_b, float alpha, const T* A, int lda,
                                 const T* B, int ldb, float beta, T* C, int ldc,
@@ -345,6 +381,12 @@ template <> void gemm_grouped<Device::CUDA, bf16>(
     float beta, bf16* C, int ldc, const GemmGroup* groups, int count) {
   gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
                       CUDA_R_16BF);
+}
+template <> void gemm_grouped<Device::CUDA, fp16>(
+    bool trans_a, bool trans_b, float alpha, const fp16* A, int lda, const fp16* B, int ldb,
+    float beta, fp16* C, int ldc, const GemmGroup* groups, int count) {
+  gemm_grouped_launch(trans_a, trans_b, alpha, A, lda, B, ldb, beta, C, ldc, groups, count,
+                      CUDA_R_16F);
 }
 
 }  // namespace kernels

@@ -226,8 +226,9 @@ __global__ void unpermute_slot_kernel(float* acc, const T* in, const int* slots,
     if (row >= 0) acc[i] += to_float(in[(size_t)row * C + i % C]);
   }
 }
-__global__ void round_kernel(bf16* out, const float* in, size_t n) {
-  GRID_STRIDE_LOOP(i, n) out[i] = to_bf16(in[i]);
+template <typename H>
+__global__ void round_kernel(H* out, const float* in, size_t n) {
+  GRID_STRIDE_LOOP(i, n) store(out[i], in[i]);
 }
 
 template <typename T>
@@ -274,11 +275,20 @@ template <> void moe_permute<Device::CUDA, bf16>(bf16* out, float* out_gates, co
                                                  int C, int k, bool fused) {
   permute_launch(out, out_gates, in, gates, row_pair, M, C, k, fused);
 }
+template <> void moe_permute<Device::CUDA, fp16>(fp16* out, float* out_gates, const fp16* in,
+                                                 const float* gates, const int* row_pair, int M,
+                                                 int C, int k, bool fused) {
+  permute_launch(out, out_gates, in, gates, row_pair, M, C, k, fused);
+}
 template <> void moe_unpermute<Device::CUDA, float>(float* out, const float* in, const int* slots,
                                                     int N, int C, int k, bool fused) {
   unpermute_launch(out, in, slots, N, C, k, fused);
 }
 template <> void moe_unpermute<Device::CUDA, bf16>(bf16* out, const bf16* in, const int* slots,
+                                                   int N, int C, int k, bool fused) {
+  unpermute_launch(out, in, slots, N, C, k, fused);
+}
+template <> void moe_unpermute<Device::CUDA, fp16>(fp16* out, const fp16* in, const int* slots,
                                                    int N, int C, int k, bool fused) {
   unpermute_launch(out, in, slots, N, C, k, fused);
 }
@@ -379,6 +389,10 @@ template <> void moe_swiglu_forward<Device::CUDA, bf16>(bf16* out, const bf16* i
                                                         const float* gates, int M, int F) {
   moe_swiglu_forward_launch(out, in, gates, M, F);
 }
+template <> void moe_swiglu_forward<Device::CUDA, fp16>(fp16* out, const fp16* in,
+                                                        const float* gates, int M, int F) {
+  moe_swiglu_forward_launch(out, in, gates, M, F);
+}
 template <> void moe_swiglu_backward<Device::CUDA, float>(float* din, float* dgates,
                                                           const float* dout, const float* in,
                                                           const float* gates, int M, int F) {
@@ -386,6 +400,10 @@ template <> void moe_swiglu_backward<Device::CUDA, float>(float* din, float* dga
 }
 template <> void moe_swiglu_backward<Device::CUDA, bf16>(
     bf16* din, float* dgates, const bf16* dout, const bf16* in, const float* gates, int M, int F) {
+  moe_swiglu_backward_launch(din, dgates, dout, in, gates, M, F);
+}
+template <> void moe_swiglu_backward<Device::CUDA, fp16>(
+    fp16* din, float* dgates, const fp16* dout, const fp16* in, const float* gates, int M, int F) {
   moe_swiglu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
 template <> void moe_gelu_forward<Device::CUDA, float>(float* out, const float* in,
@@ -396,6 +414,10 @@ template <> void moe_gelu_forward<Device::CUDA, bf16>(bf16* out, const bf16* in,
                                                       int M, int F) {
   moe_gelu_forward_launch(out, in, gates, M, F);
 }
+template <> void moe_gelu_forward<Device::CUDA, fp16>(fp16* out, const fp16* in, const float* gates,
+                                                      int M, int F) {
+  moe_gelu_forward_launch(out, in, gates, M, F);
+}
 template <> void moe_gelu_backward<Device::CUDA, float>(float* din, float* dgates,
                                                         const float* dout, const float* in,
                                                         const float* gates, int M, int F) {
@@ -403,6 +425,10 @@ template <> void moe_gelu_backward<Device::CUDA, float>(float* din, float* dgate
 }
 template <> void moe_gelu_backward<Device::CUDA, bf16>(
     bf16* din, float* dgates, const bf16* dout, const bf16* in, const float* gates, int M, int F) {
+  moe_gelu_backward_launch(din, dgates, dout, in, gates, M, F);
+}
+template <> void moe_gelu_backward<Device::CUDA, fp16>(
+    fp16* din, float* dgates, const fp16* dout, const fp16* in, const float* gates, int M, int F) {
   moe_gelu_backward_launch(din, dgates, dout, in, gates, M, F);
 }
 
@@ -456,12 +482,20 @@ template <> void moe_shared_gate_forward<Device::CUDA, bf16>(bf16* out, const bf
                                                              const bf16* z, int N, int C) {
   shared_gate_forward_launch(out, y, z, N, C);
 }
+template <> void moe_shared_gate_forward<Device::CUDA, fp16>(fp16* out, const fp16* y,
+                                                             const fp16* z, int N, int C) {
+  shared_gate_forward_launch(out, y, z, N, C);
+}
 template <> void moe_shared_gate_backward<Device::CUDA, float>(
     float* dy, float* dz, const float* dout, const float* y, const float* z, int N, int C) {
   shared_gate_backward_launch(dy, dz, dout, y, z, N, C);
 }
 template <> void moe_shared_gate_backward<Device::CUDA, bf16>(
     bf16* dy, bf16* dz, const bf16* dout, const bf16* y, const bf16* z, int N, int C) {
+  shared_gate_backward_launch(dy, dz, dout, y, z, N, C);
+}
+template <> void moe_shared_gate_backward<Device::CUDA, fp16>(
+    fp16* dy, fp16* dz, const fp16* dout, const fp16* y, const fp16* z, int N, int C) {
   shared_gate_backward_launch(dy, dz, dout, y, z, N, C);
 }
 

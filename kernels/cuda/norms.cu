@@ -171,6 +171,11 @@ template <> void layernorm_forward<Device::CUDA, bf16>(bf16* out, float* mean, f
                                                        int N, int C, float eps) {
   layernorm_forward_launch(out, mean, rstd, x, w, b, N, C, eps);
 }
+template <> void layernorm_forward<Device::CUDA, fp16>(fp16* out, float* mean, float* rstd,
+                                                       const fp16* x, const fp16* w, const fp16* b,
+                                                       int N, int C, float eps) {
+  layernorm_forward_launch(out, mean, rstd, x, w, b, N, C, eps);
+}
 
 template <> void layernorm_backward<Device::CUDA, float>(
     float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
@@ -179,6 +184,11 @@ template <> void layernorm_backward<Device::CUDA, float>(
 }
 template <> void layernorm_backward<Device::CUDA, bf16>(
     bf16* dx, bf16* dw, bf16* db, const bf16* dout, const bf16* x, const bf16* w, const float* mean,
+    const float* rstd, int N, int C) {
+  norm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+template <> void layernorm_backward<Device::CUDA, fp16>(
+    fp16* dx, fp16* dw, fp16* db, const fp16* dout, const fp16* x, const fp16* w, const float* mean,
     const float* rstd, int N, int C) {
   norm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
 }
@@ -191,6 +201,10 @@ template <> void rmsnorm_forward<Device::CUDA, bf16>(bf16* out, float* rstd, con
                                                      const bf16* w, int N, int C, float eps) {
   rmsnorm_forward_launch(out, rstd, x, w, N, C, eps);
 }
+template <> void rmsnorm_forward<Device::CUDA, fp16>(fp16* out, float* rstd, const fp16* x,
+                                                     const fp16* w, int N, int C, float eps) {
+  rmsnorm_forward_launch(out, rstd, x, w, N, C, eps);
+}
 
 template <> void rmsnorm_backward<Device::CUDA, float>(float* dx, float* dw, const float* dout,
                                                        const float* x, const float* w,
@@ -201,6 +215,11 @@ template <> void rmsnorm_backward<Device::CUDA, bf16>(bf16* dx, bf16* dw, const 
                                                       const bf16* x, const bf16* w,
                                                       const float* rstd, int N, int C) {
   norm_backward(dx, dw, (bf16*)nullptr, dout, x, w, nullptr, rstd, N, C);
+}
+template <> void rmsnorm_backward<Device::CUDA, fp16>(fp16* dx, fp16* dw, const fp16* dout,
+                                                      const fp16* x, const fp16* w,
+                                                      const float* rstd, int N, int C) {
+  norm_backward(dx, dw, (fp16*)nullptr, dout, x, w, nullptr, rstd, N, C);
 }
 
 }  // namespace kernels

@@ -3,9 +3,10 @@
 // cuBLAS is column-major: C (m x n, leading dimension ldc) = alpha op(A) op(B) + beta C, op(A)
 // m x k (A stored m x k with lda >= m, or k x m with lda >= k when transposed), op(B) k x n.
 // The same call goes to the CPU BLAS (cblas_sgemm, CblasColMajor), so a caller's swapped
-// operands and transposes mean here what they mean on a GPU. bf16 operands (cublasGemmEx,
-// CUDA_R_16BF, CUBLAS_COMPUTE_32F) are widened exactly, multiplied in fp32 and C rounded to
-// bf16 once (or kept fp32); the tensor cores' order of summation is not reproduced.
+// operands and transposes mean here what they mean on a GPU. 16-bit operands (cublasGemmEx,
+// CUDA_R_16BF or CUDA_R_16F, CUBLAS_COMPUTE_32F) are widened exactly, multiplied in fp32 and C
+// rounded to their type once (or kept fp32), with paralab's encodings (kernels/float16.h); the
+// tensor cores' order of summation is not reproduced.
 //
 // Checked as cuBLAS checks (CUBLAS_STATUS_INVALID_VALUE: negative sizes, a leading dimension
 // smaller than its matrix's rows) and as the GPU would fault: every matrix's span (lda
@@ -28,6 +29,7 @@
 #include "kernels/emulator/kernel_counters.h"
 #include "kernels/emulator/memory_check.h"
 #include "kernels/emulator/streams.h"
+#include "kernels/float16.h"  // to_float, to_bf16, to_fp16
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -52,17 +54,12 @@ size_t element_bytes(cudaDataType_t t) {
   return t == CUDA_R_32F ? 4 : (t == CUDA_R_64F ? 8 : 2);
 }
 
-float widen_bf16(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+// A 16-bit element of type t (CUDA_R_16BF or CUDA_R_16F) widened, and a float rounded into one.
+float widen16(uint16_t b, cudaDataType_t t) {
+  return t == CUDA_R_16BF ? kernels::to_float(kernels::bf16{b}) : kernels::to_float(kernels::fp16{b});
 }
-uint16_t round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+uint16_t round16(float f, cudaDataType_t t) {
+  return t == CUDA_R_16BF ? kernels::to_bf16(f).bits : kernels::to_fp16(f).bits;
 }
 
 // One product's shape, checked as cuBLAS checks it, and its operands' spans.
@@ -98,7 +95,7 @@ std::vector<float> widened(const void* p, size_t elems, cudaDataType_t type) {
     std::memcpy(out.data(), p, elems * 4);
   } else {
     const uint16_t* b = static_cast<const uint16_t*>(p);
-    for (size_t i = 0; i < elems; i++) out[i] = widen_bf16(b[i]);
+    for (size_t i = 0; i < elems; i++) out[i] = widen16(b[i], type);
   }
   return out;
 }
@@ -118,15 +115,17 @@ void compute(const Problem& p, float alpha, const void* A, cudaDataType_t at, co
                 c.data(), p.ldc);
     uint16_t* out = static_cast<uint16_t*>(C);
     for (int j = 0; j < p.n; j++)
-      for (int i = 0; i < p.m; i++) out[(size_t)j * p.ldc + i] = round_bf16(c[(size_t)j * p.ldc + i]);
+      for (int i = 0; i < p.m; i++) out[(size_t)j * p.ldc + i] = round16(c[(size_t)j * p.ldc + i], ct);
   }
-  emu::library_call(at == CUDA_R_32F ? "cuBLAS GEMM (fp32)" : "cuBLAS GEMM (bf16)",
+  emu::library_call(at == CUDA_R_32F    ? "cuBLAS GEMM (fp32)"
+                    : at == CUDA_R_16BF ? "cuBLAS GEMM (bf16)"
+                                        : "cuBLAS GEMM (fp16)",
                     2.0 * p.m * p.n * p.k,
                     (double)(p.a_elems() + p.b_elems()) * element_bytes(at) +
                         2.0 * p.c_elems() * element_bytes(ct));
 }
 
-bool supported(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+bool supported(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
 
 cublasStatus_t gemm(cublasHandle_t h, const char* call, cublasOperation_t transa,
                     cublasOperation_t transb, int m, int n, int k, float alpha, const void* A,

@@ -53,7 +53,7 @@ struct Collective {
   CollectiveKind kind;
   unsigned mask;
   uintptr_t site;
-  int variant;        // shuffle: 0 idx, 1 up, 2 down, 3 xor; ldmatrix: 1 = .trans
+  int variant;        // shuffle: 0 idx, 1 up, 2 down, 3 xor; ldmatrix: 1 = .trans; mma: 1 = f16
   int arg, width;     // shuffle's lane argument and width
   uint32_t in[10];    // shuffle: value (2 words); ballot: predicate; mma: a0-3, b0-1, c0-3 (floats)
   const void* address;  // ldmatrix: this lane's row

@@ -10,8 +10,8 @@
 // Each operation is posted as nonblocking MPI (MPI_Iallreduce, ...) and held by its stream as
 // pending work (kernels/emulator/streams.h): an event recorded after it completes when it does,
 // as on a GPU, and nothing waits with a blocking call (the ranks may share cores: paralab's
-// rule). bf16 sums are summed in fp32 and rounded to bf16 at each step, as NCCL's reduction
-// kernels do. ncclSend/ncclRecv inside ncclGroupStart/End are posted together at the End, so no
+// rule). bf16 and fp16 sums are summed in fp32 and rounded to their type at each step, as NCCL's
+// reduction kernels do (with paralab's encodings, kernels/float16.h). ncclSend/ncclRecv inside ncclGroupStart/End are posted together at the End, so no
 // ordering of a group's pairs can deadlock. Every buffer must be device memory of the operation's
 // size (else ncclInvalidArgument, and the message names the buffer).
 //
@@ -28,6 +28,7 @@
 #include "kernels/emulator/include/nccl.h"
 #include "kernels/emulator/memory_check.h"
 #include "kernels/emulator/streams.h"
+#include "kernels/float16.h"  // to_float, round_to: the 16-bit reductions
 
 struct ncclComm {
   MPI_Comm comm;
@@ -81,28 +82,31 @@ size_t type_bytes(ncclDataType_t t) {
   }
 }
 
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+// 16-bit reductions, H kernels::bf16 or kernels::fp16: widen, add (or compare), round.
+template <class H>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; i++) b[i] = kernels::round_to<H>(kernels::to_float(a[i]) + kernels::to_float(b[i]));
 }
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
-}
-void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
+template <class H>
+void half_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
   for (int i = 0; i < *len; i++)
-    if (bf16_to_float(a[i]) > bf16_to_float(b[i])) b[i] = a[i];
+    if (kernels::to_float(a[i]) > kernels::to_float(b[i])) b[i] = a[i];
+}
+template <class H>
+bool half_op(ncclRedOp_t op, MPI_Op* out) {
+  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+  if (sum == MPI_OP_NULL) {
+    MPI_Op_create(half_sum<H>, 1, &sum);
+    MPI_Op_create(half_max<H>, 1, &max);
+  }
+  if (op == ncclSum) *out = sum;
+  else if (op == ncclMax) *out = max;
+  else return false;
+  return true;
 }
 
 bool mpi_type(ncclDataType_t t, MPI_Datatype* out) {
@@ -115,23 +119,14 @@ bool mpi_type(ncclDataType_t t, MPI_Datatype* out) {
     case ncclUint64: *out = MPI_UINT64_T; return true;
     case ncclFloat32: *out = MPI_FLOAT; return true;
     case ncclFloat64: *out = MPI_DOUBLE; return true;
-    case ncclBfloat16: *out = MPI_UINT16_T; return true;
+    case ncclBfloat16: case ncclFloat16: *out = MPI_UINT16_T; return true;
     default: return false;
   }
 }
 
 bool mpi_op(ncclRedOp_t op, ncclDataType_t t, MPI_Op* out) {
-  if (t == ncclBfloat16) {
-    static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
-    if (sum == MPI_OP_NULL) {
-      MPI_Op_create(bf16_sum, 1, &sum);
-      MPI_Op_create(bf16_max, 1, &max);
-    }
-    if (op == ncclSum) *out = sum;
-    else if (op == ncclMax) *out = max;
-    else return false;
-    return true;
-  }
+  if (t == ncclBfloat16) return half_op<kernels::bf16>(op, out);
+  if (t == ncclFloat16) return half_op<kernels::fp16>(op, out);
   switch (op) {
     case ncclSum: *out = MPI_SUM; return true;
     case ncclProd: *out = MPI_PROD; return true;

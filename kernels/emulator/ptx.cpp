@@ -4,6 +4,8 @@
 // to each other).
 #include "kernels/emulator/ptx.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -22,6 +24,30 @@ float bf16_value(uint16_t bits) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// binary16 (IEEE-754): the value of a code, and a float rounded to nearest even (the ISA's .rn)
+// with overflow to infinity and NaN to the canonical 0x7fff; written from the format's
+// definition, in double, apart from paralab's kernels/float16.h (the emulator's tests hold the
+// two to each other).
+float f16_value(uint16_t bits) {
+  const int e = (bits >> 10) & 31, m = bits & 1023;
+  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (float)((bits & 0x8000) ? -v : v);
+}
+uint16_t round_f16(float f) {
+  if (std::isnan(f)) return 0x7fff;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs((double)f);
+  if (a == 0) return sign;
+  // the quantum: 2^(e - 10) for |f| in [2^e, 2^(e+1)), e >= -14 (below, the subnormals' 2^-24)
+  const int e = std::max(std::ilogb(a), -14);
+  const double q = std::nearbyint(std::ldexp(a, 10 - e));  // ties to even: the default mode
+  const double r = std::ldexp(q, e - 10);
+  if (r > 65504.0) return sign | 0x7c00;
+  const int re = std::max(std::ilogb(r), -14);
+  if (r < std::ldexp(1.0, -14)) return sign | (uint16_t)std::ldexp(r, 24);  // subnormal or 0
+  return sign | (uint16_t)(((re + 15) << 10) | ((int)std::ldexp(r, 10 - re) - 1024));
+}
+
 uint16_t low_half(uint32_t r) { return (uint16_t)(r & 0xffffu); }
 uint16_t high_half(uint32_t r) { return (uint16_t)(r >> 16); }
 
@@ -104,7 +130,7 @@ void ldmatrix_complete(Block& block, int warp, Lane* const (&lanes)[32], bool tr
   block.work.shared_wavefronts += wavefronts;
 }
 
-// ---- mma.m16n8k16 bf16 -> fp32 ----------------------------------------------------------------
+// ---- mma.m16n8k16 bf16 or f16 -> fp32 ---------------------------------------------------------
 namespace {
 bool g_trace_mma = false;
 std::vector<MmaTrace>& traces() {
@@ -122,20 +148,22 @@ std::vector<MmaTrace> mma_traces() {
 
 void mma_complete(Block& block, Lane* const (&lanes)[32]) {
   float A[16][16], B[16][8], C[16][8];
+  // the inputs' type: variant 0 bf16, 1 f16 (every lane's the same: warp_collective checks)
+  float (*value)(uint16_t) = lanes[0]->collective.variant == 1 ? f16_value : bf16_value;
   for (int l = 0; l < 32; l++) {
     const Collective& c = lanes[l]->collective;
     const int g = l / 4, t = l % 4;
     // A: registers 0..3 at (g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8), two columns each
     const int a_row[4] = {g, g + 8, g, g + 8}, a_col[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
     for (int r = 0; r < 4; r++) {
-      A[a_row[r]][a_col[r]] = bf16_value(low_half(c.in[r]));
-      A[a_row[r]][a_col[r] + 1] = bf16_value(high_half(c.in[r]));
+      A[a_row[r]][a_col[r]] = value(low_half(c.in[r]));
+      A[a_row[r]][a_col[r] + 1] = value(high_half(c.in[r]));
     }
     // B: register 0 rows 2t, 2t + 1 of column g; register 1 rows 2t + 8, 2t + 9
-    B[2 * t][g] = bf16_value(low_half(c.in[4]));
-    B[2 * t + 1][g] = bf16_value(high_half(c.in[4]));
-    B[2 * t + 8][g] = bf16_value(low_half(c.in[5]));
-    B[2 * t + 9][g] = bf16_value(high_half(c.in[5]));
+    B[2 * t][g] = value(low_half(c.in[4]));
+    B[2 * t + 1][g] = value(high_half(c.in[4]));
+    B[2 * t + 8][g] = value(low_half(c.in[5]));
+    B[2 * t + 9][g] = value(high_half(c.in[5]));
     float cf[4];
     std::memcpy(cf, &c.in[6], sizeof cf);
     C[g][2 * t] = cf[0];
@@ -204,10 +232,11 @@ void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
   std::memcpy(r, c.out, sizeof r);
 }
 
-void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  EmulatorCode inside;
+namespace {
+void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int type) {
   Collective c{};
   c.kind = CollectiveKind::Mma;
+  c.variant = type;
   c.mask = 0xffffffffu;
   c.width = 32;
   c.site = (uintptr_t)__builtin_return_address(0);
@@ -218,9 +247,22 @@ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   warp_collective(c);
   std::memcpy(d, c.out, 16);
 }
+}  // namespace
+
+void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  EmulatorCode inside;
+  mma(d, a, b0, b1, 0);
+}
+void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  EmulatorCode inside;
+  mma(d, a, b0, b1, 1);
+}
 
 uint32_t cvt_bf16x2(float a, float b) {
   return ((uint32_t)round_bf16(a) << 16) | (uint32_t)round_bf16(b);
+}
+uint32_t cvt_f16x2(float a, float b) {
+  return ((uint32_t)round_f16(a) << 16) | (uint32_t)round_f16(b);
 }
 
 void cp_async(void* dst, const void* src, uint32_t bytes, uint32_t src_bytes) {

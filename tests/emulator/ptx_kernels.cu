@@ -1,5 +1,5 @@
 // tests/emulator/ptx_kernels.cu: one warp running the tensor-core kernels' own PTX wrappers
-// (kernels/cuda/flash_mma.cuh: ldsm_x4, mma_bf16, pack_bf16x2, cp_async_16) on the emulated
+// (kernels/cuda/flash_mma.cuh: ldsm_x4, mma_16, pack_16x2, cp_async_16) on the emulated
 // device, for tests/emulator/test_ptx.cpp. The wrappers are what the flash kernels call; on the
 // emulated device they run kernels/emulator/ptx.cpp.
 #include <cstring>
@@ -12,6 +12,7 @@
 namespace emulator_test {
 
 using kernels::bf16;
+using kernels::fp16;
 namespace fm = kernels::cuda::flash_mma;
 
 namespace {
@@ -61,16 +62,19 @@ __global__ void kernel_ldmatrix_kernel(uint32_t* out, const bf16* tile, Ldmatrix
   for (int i = 0; i < 4; i++) out[lane * 4 + i] = regs[i];
 }
 
-__global__ void mma_kernel(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+__global__ void mma_kernel(float* d, const uint32_t* a, const uint32_t* b, const float* c,
+                           bool f16) {
   const int lane = threadIdx.x;
   uint32_t af[4] = {a[lane * 4], a[lane * 4 + 1], a[lane * 4 + 2], a[lane * 4 + 3]};
   float acc[4] = {c[lane * 4], c[lane * 4 + 1], c[lane * 4 + 2], c[lane * 4 + 3]};
-  fm::mma_bf16(acc, af, b[lane * 2], b[lane * 2 + 1]);
+  if (f16) fm::mma_16<fp16>(acc, af, b[lane * 2], b[lane * 2 + 1]);
+  else fm::mma_16<bf16>(acc, af, b[lane * 2], b[lane * 2 + 1]);
   for (int i = 0; i < 4; i++) d[lane * 4 + i] = acc[i];
 }
 
-__global__ void cvt_kernel(uint32_t* out, const float* lo, const float* hi, int n) {
-  GRID_STRIDE_LOOP(i, n) out[i] = fm::pack_bf16x2(lo[i], hi[i]);
+__global__ void cvt_kernel(uint32_t* out, const float* lo, const float* hi, int n, bool f16) {
+  GRID_STRIDE_LOOP(i, n) out[i] = f16 ? fm::pack_16x2<fp16>(lo[i], hi[i])
+                                      : fm::pack_16x2<bf16>(lo[i], hi[i]);
 }
 
 __global__ void cp_async_kernel(bf16* out, const bf16* first, const bf16* second) {
@@ -111,25 +115,26 @@ std::vector<uint32_t> run_kernel_ldmatrix(const std::vector<uint16_t>& tile, Ldm
 }
 
 std::vector<float> run_mma(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
-                           const std::vector<float>& c) {
+                           const std::vector<float>& c, bool f16) {
   const uint32_t* da = to_device(a);
   const uint32_t* db = to_device(b);
   const float* dc = to_device(c);
   float* d = nullptr;
   CUDA_CHECK(cudaMalloc(&d, 128 * sizeof(float)));
-  mma_kernel<<<1, 32>>>(d, da, db, dc);
+  mma_kernel<<<1, 32>>>(d, da, db, dc, f16);
   KERNEL_CHECK();
   for (const void* p : {(const void*)da, (const void*)db, (const void*)dc})
     CUDA_CHECK(cudaFree(const_cast<void*>(p)));
   return to_host(d, 128);
 }
 
-std::vector<uint32_t> run_cvt(const std::vector<float>& lo, const std::vector<float>& hi) {
+std::vector<uint32_t> run_cvt(const std::vector<float>& lo, const std::vector<float>& hi,
+                              bool f16) {
   const float* dl = to_device(lo);
   const float* dh = to_device(hi);
   uint32_t* out = nullptr;
   CUDA_CHECK(cudaMalloc(&out, lo.size() * sizeof(uint32_t)));
-  cvt_kernel<<<2, 64>>>(out, dl, dh, (int)lo.size());
+  cvt_kernel<<<2, 64>>>(out, dl, dh, (int)lo.size(), f16);
   KERNEL_CHECK();
   CUDA_CHECK(cudaFree(const_cast<float*>(dl)));
   CUDA_CHECK(cudaFree(const_cast<float*>(dh)));

@@ -21,11 +21,13 @@ std::vector<uint32_t> run_ldmatrix(const std::vector<uint16_t>& tile, bool trans
 // with .trans. Each lane's 4 registers, lane-major.
 enum class LdmatrixAddress { a, b, bt };
 std::vector<uint32_t> run_kernel_ldmatrix(const std::vector<uint16_t>& tile, LdmatrixAddress at);
-// mma.m16n8k16 on each lane's fragments (a: 4 registers, b: 2, c: 4 floats a lane): d, lane-major.
+// mma.m16n8k16 on each lane's fragments (a: 4 registers, b: 2, c: 4 floats a lane): d, lane-major;
+// bf16 inputs, or fp16 with f16.
 std::vector<float> run_mma(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
-                           const std::vector<float>& c);
-// pack_bf16x2(lo, hi) for each pair of the inputs, in a kernel.
-std::vector<uint32_t> run_cvt(const std::vector<float>& lo, const std::vector<float>& hi);
+                           const std::vector<float>& c, bool f16 = false);
+// pack_16x2<bf16>(lo, hi) (or <fp16>, f16) for each pair of the inputs, in a kernel.
+std::vector<uint32_t> run_cvt(const std::vector<float>& lo, const std::vector<float>& hi,
+                              bool f16 = false);
 // 32 threads each cp.async 16 bytes of `first` (group 0) and of `second` (group 1, odd threads'
 // with src-size 0: zero-filled), then read their own destination: after wait_group 1, before
 // wait_group 0, after it. Returns the three snapshots (32 x 8 bf16 each) in a row.

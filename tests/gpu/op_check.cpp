@@ -97,6 +97,32 @@ void check_convert() {
   });
 }
 
+// float <-> fp16 the same way, on values that reach fp16's own ends: past 65504 (to inf), the
+// tie at 65520, subnormals down to 2^-24 and the tie at 2^-25 (to 0), every code widened.
+void check_convert_fp16() {
+  using kernels::fp16;
+  Floats x = random_floats(4099, -7e4f, 7e4f);
+  for (float v : {65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                  2.9802326e-08f, 8.940697e-08f, 1e-10f, -0.0f})
+    x.push_back(v);
+  check("convert fp32 -> fp16", 0.0, [&] {
+    Twin<float> in(x);
+    std::unique_ptr<Twin<fp16>> out(written<fp16>(x.size()));
+    kernels::convert(Device::CPU, out->c(), in.c(), x.size());
+    kernels::convert(Device::CUDA, out->g(), in.g(), x.size());
+    return mismatches(*out);
+  });
+  check("convert fp16 -> fp32 (all 65,536 codes)", 0.0, [&] {
+    std::vector<fp16> codes(65536);
+    for (uint32_t c = 0; c < 65536; ++c) codes[c].bits = (uint16_t)c;
+    Twin<fp16> in(codes);
+    std::unique_ptr<Twin<float>> out(written(codes.size()));
+    kernels::convert(Device::CPU, out->c(), in.c(), codes.size());
+    kernels::convert(Device::CUDA, out->g(), in.g(), codes.size());
+    return mismatches(*out);
+  });
+}
+
 // One family of rows in a child process of its own: an exception outside a row, or a CUDA
 // error that poisons the context (an illegal or misaligned address is sticky: every later call
 // of the process fails; issue 27's grouped GEMM stopped the whole run so), fails that family's
@@ -182,6 +208,14 @@ const Family kFamilies[] = {
     {"fp8 scales", check_fp8_scales},
     {"gemm fp8 -> fp32", check_gemm_fp8<float>},
     {"gemm fp8 -> bf16", check_gemm_fp8<bf16>},
+    {"---- fp16 storage ----", nullptr},
+    {"convert fp16", check_convert_fp16},
+    {"gemm fp16", check_gemm<kernels::fp16>},
+    {"elementwise fp16", check_elementwise<kernels::fp16>},
+    {"norms fp16", check_norms<kernels::fp16>},
+    {"attention layout fp16", check_attention_layout<kernels::fp16>},
+    {"attention naive fp16", check_attention_naive<kernels::fp16>},
+    {"flash attention fp16", check_flash_cases<kernels::fp16>},
 };
 
 // Every family, `jobs` at a time, each child's rows kept in a file of its own and printed in

@@ -10,7 +10,8 @@
 //   op_check_moe.cpp        grouped GEMM, the MoE ops, RoPE alone
 //   op_check_loss.cpp       cross-entropy, AdamW, sum of squares
 //   op_check_fp8.cpp        FP8 casts (per tensor, per block, transposed), amax, scales, FP8 GEMM
-// Each check_X<T> runs the fp32 rows (T = float) or the bf16 rows (T = bf16) of its ops.
+// Each check_X<T> runs the fp32 rows (T = float), the bf16 rows (T = bf16) or the fp16 rows
+// (T = kernels::fp16) of its ops.
 //
 // defines: rng, random_floats, round_all, random_values, random_ints, Twin, written, Precision,
 //          rel_err, widen, err, err_lse, worst, mismatches, cp_positions, cp_chunk, failures,
@@ -51,19 +52,21 @@ inline Floats random_floats(size_t n, float lo = -1.0f, float hi = 1.0f) {
   return x;
 }
 
-inline Bf16s round_all(const Floats& x) {
-  Bf16s out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_bf16(x[i]);
+// Floats rounded to a 16-bit storage type H (bf16 unless told; fp16), nearest even.
+template <typename H = bf16>
+std::vector<H> round_all(const Floats& x) {
+  std::vector<H> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = kernels::round_to<H>(x[i]);
   return out;
 }
 
-// Random values of storage type T: bf16 ones are rounded floats.
+// Random values of storage type T: 16-bit ones are rounded floats.
 template <typename T>
 std::vector<T> random_values(size_t n, float lo = -1.0f, float hi = 1.0f) {
   if constexpr (std::is_same<T, float>::value)
     return random_floats(n, lo, hi);
   else
-    return round_all(random_floats(n, lo, hi));
+    return round_all<T>(random_floats(n, lo, hi));
 }
 
 inline std::vector<int> random_ints(size_t n, int lo, int hi) {
@@ -113,6 +116,12 @@ struct Precision<bf16> {
   static constexpr double elementwise = 1e-2, reduction = 1e-2, layout = 0.0;
   static constexpr const char* tag = " bf16";
 };
+// fp16: bf16's bounds (its last bit, 2^-11 relative, is finer than bf16's 2^-8)
+template <>
+struct Precision<kernels::fp16> {
+  static constexpr double elementwise = 1e-2, reduction = 1e-2, layout = 0.0;
+  static constexpr const char* tag = " fp16";
+};
 
 inline double rel_err(const Floats& gpu, const Floats& cpu) {
   double diff = 0.0, scale = 0.0;
@@ -124,7 +133,8 @@ inline double rel_err(const Floats& gpu, const Floats& cpu) {
   return scale > 0.0 ? diff / scale : diff;
 }
 inline const Floats& widen(const Floats& x) { return x; }
-inline Floats widen(const Bf16s& x) {
+template <typename H>
+Floats widen(const std::vector<H>& x) {
   Floats out(x.size());
   for (size_t i = 0; i < x.size(); i++) out[i] = kernels::to_float(x[i]);
   return out;
@@ -248,6 +258,7 @@ inline std::vector<Pass> cp_passes(int c, int A, int D) {
 // ---- the checks, one family per file ---------------------------------------------------------
 void check_memory();   // op_check.cpp
 void check_convert();  // op_check.cpp
+void check_convert_fp16();  // op_check.cpp
 template <typename T> void check_gemm();         // op_check_dense.cpp
 template <typename T> void check_elementwise();  // op_check_dense.cpp
 template <typename T> void check_embedding(int B, int S, int C, int V);  // op_check_dense.cpp

@@ -260,9 +260,12 @@ void check_flash_cases() {
 // The two storage types main runs.
 template void check_attention_layout<float>();
 template void check_attention_layout<bf16>();
+template void check_attention_layout<kernels::fp16>();
 template void check_attention_naive<float>();
 template void check_attention_naive<bf16>();
+template void check_attention_naive<kernels::fp16>();
 template void check_flash_cases<float>();
 template void check_flash_cases<bf16>();
+template void check_flash_cases<kernels::fp16>();
 
 }  // namespace op_check

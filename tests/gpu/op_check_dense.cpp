@@ -293,11 +293,14 @@ void check_norms() {
 // The two storage types main runs.
 template void check_gemm<float>();
 template void check_gemm<bf16>();
+template void check_gemm<kernels::fp16>();
 template void check_elementwise<float>();
 template void check_elementwise<bf16>();
+template void check_elementwise<kernels::fp16>();
 template void check_embedding<float>(int, int, int, int);
 template void check_embedding<bf16>(int, int, int, int);
 template void check_norms<float>();
 template void check_norms<bf16>();
+template void check_norms<kernels::fp16>();
 
 }  // namespace op_check

@@ -11,7 +11,8 @@
 #     differently);
 #   CPU offload (its states and ZeRO-3 shard in host memory) saved and resumed: bitwise, since
 #     offload does not change the arithmetic;
-# and the save's tensor bytes per rank equal the plan's (checkpoint_bytes).
+# and the save's tensor bytes per rank equal the plan's (checkpoint_bytes). A loss-scaled run
+# (--fp16) also continues its scaler's state exactly.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, passed/failed, finish
 
 tiny=(--config configs/models/tiny.toml --train-iters 6)
@@ -33,8 +34,15 @@ R, A, B = steps(ref), steps(a), steps(b)
 if sorted(A) != [1, 2, 3] or sorted(B) != [4, 5, 6]:
     problems.append(f"steps {sorted(A)} then {sorted(B)}, not 1-3 then 4-6")
 for s, r in sorted({**A, **B}.items()):
+    # a loss-scaled run's scaler (the scale, its trackers) continues exactly
+    if r.get("loss_scaler") != R[s].get("loss_scaler"):
+        problems.append(f"step {s} loss scaler {r.get('loss_scaler')} != {R[s].get('loss_scaler')}")
     for key in ("loss", "grad_norm"):
         x, y = r[key], R[s][key]
+        if x is None or y is None:  # an fp16 overflow's norm (JSON null): both, or a problem
+            if x != y:
+                problems.append(f"step {s} {key} {x!r} != {y!r}")
+            continue
         if mode == "bitwise" and x != y:
             problems.append(f"step {s} {key} {x!r} != {y!r}")
         rel = abs(x - y) / max(abs(y), 1e-30)
@@ -134,6 +142,12 @@ reference zero1-bf16 2 --zero-stage 1
 resume zero1-bf16 zero1-bf16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
 # half of the states (and the fp32 masters) on the host when saved, none when resumed
 resume zero1-bf16-offload zero1-bf16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
+
+# --fp16 with a dynamic scale that grows every 2 clean steps: the growth tracker stands at 1
+# when step 3 saves, so a resume that lost it would grow a step late
+model=("${tiny[@]}" --fp16 --initial-loss-scale 1024 --loss-scale-window 2)
+reference zero1-fp16 2 --zero-stage 1
+resume zero1-fp16 zero1-fp16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
 
 model=("${tiny[@]}" --num-layers 4)
 reference four 1

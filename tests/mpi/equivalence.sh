@@ -73,4 +73,16 @@ for zero in 0 1 2 3; do
   RTOL=2e-2 check "llama-bf16-dp2-zero$zero" "llama-bf16-ref" 2 $llama $common --bf16 \
     --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
 done
+# --fp16 the same way, with its dynamic loss scale (from 2^12: no overflow in these 5 steps,
+# where one decided by rounding at fp16's 65504 could come a step apart in another summation
+# order), at ZeRO-1 and ZeRO-3 and at tp 2 with sequence parallelism; fp16 keeps 3 more bits
+# than bf16, so its bound is 5e-3 (measured: 1.6e-3)
+fp16="--fp16 --initial-loss-scale 4096"
+run "llama-fp16-ref" 1 $llama $common --micro-batch-size 8 $fp16 || { echo "fp16 reference run failed"; exit 1; }
+for zero in 1 3; do
+  RTOL=5e-3 check "llama-fp16-dp2-zero$zero" "llama-fp16-ref" 2 $llama $common $fp16 \
+    --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
+done
+RTOL=5e-3 check "llama-fp16-tp2-sp" "llama-fp16-ref" 2 $llama $common $fp16 --micro-batch-size 8 \
+  --tp 2 --sequence-parallel
 finish

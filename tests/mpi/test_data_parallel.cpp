@@ -124,7 +124,7 @@ void run_case(const Case& c) {
                                                      m.fused_cross_entropy);
 
   DataParallelOptions o;
-  o.bf16 = c.bf16;
+  o.storage = (c.bf16) ? paralab::DType::BF16 : paralab::DType::F32;
   o.zero_stage = c.stage;
   o.overlap_grad_reduce = c.overlap;
   o.overlap_param_gather = c.overlap && (c.stage == 1 || c.stage == 2);
@@ -307,7 +307,7 @@ TEST(DataParallel, Bf16RoundsOnLoad) {
   for (int z = 0; z <= 3; ++z) {
     SCOPED_TRACE("stage " + std::to_string(z));
     DataParallelOptions o;
-    o.bf16 = true;
+    o.storage = (true) ? paralab::DType::BF16 : paralab::DType::F32;
     o.zero_stage = z;
     o.bucket_size = 600;
     DataParallel d(units, &g_topo->dp(), o, Device::CPU);

@@ -95,31 +95,31 @@ BWD=kernels/cuda/flash_mma_backward.cu
 plant_in_background "missing __syncthreads in the forward's tile loop" "$FWD" \
   "    __syncthreads();  // every warp is done with this stage before tile t + 2 overwrites it" \
   "    // (the barrier planted away)" \
-  flash-forward "racecheck: .*forward_kernel<64>.*hazard on dynamic shared memory"
+  flash-forward "racecheck: .*forward_kernel<kernels::bf16, 64>.*hazard on dynamic shared memory"
 plant_in_background "the forward prefetches into the stage it computes on" "$FWD" \
   "      load_rows_async<D, kBc, kThreads>(sK + (stage ^ 1) * kBc * kStride, Kh, k0 + kBc," \
   "      load_rows_async<D, kBc, kThreads>(sK + stage * kBc * kStride, Kh, k0 + kBc," \
-  flash-forward "racecheck: .*forward_kernel<64>.*hazard on dynamic shared memory"
+  flash-forward "racecheck: .*forward_kernel<kernels::bf16, 64>.*hazard on dynamic shared memory"
 plant_in_background "off by one in a tile's last row" kernels/cuda/flash_mma.cuh \
   "    const bool inside = row0 + r < rows;" \
   "    const bool inside = row0 + r <= rows;" \
-  flash-forward "memcheck: .*forward_kernel<64>.*cp.async source.*past its end" "$FWD"
+  flash-forward "memcheck: .*forward_kernel<kernels::bf16, 64>.*cp.async source.*past its end" "$FWD"
 plant_in_background "a cp.async from a misaligned address" kernels/cuda/flash_mma.cuh \
-  "    const bf16* src = inside ? head + (size_t)(row0 + r) * D + c * 8 : head;" \
-  "    const bf16* src = inside ? head + (size_t)(row0 + r) * D + c * 8 + 4 : head;" \
-  flash-forward "memcheck: .*forward_kernel<64>.*cp.async source .* not 16-byte aligned" "$FWD"
+  "    const H* src = inside ? head + (size_t)(row0 + r) * D + c * 8 : head;" \
+  "    const H* src = inside ? head + (size_t)(row0 + r) * D + c * 8 + 4 : head;" \
+  flash-forward "memcheck: .*forward_kernel<kernels::bf16, 64>.*cp.async source .* not 16-byte aligned" "$FWD"
 plant_in_background "a wrong ldmatrix lane address" kernels/cuda/mma_layout.h \
   "  return Coord{(lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8};" \
   "  return Coord{(lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 4};" \
-  flash-forward "memcheck: .*forward_kernel<64>.*ldmatrix row: .*not 16-byte aligned" "$FWD"
+  flash-forward "memcheck: .*forward_kernel<kernels::bf16, 64>.*ldmatrix row: .*not 16-byte aligned" "$FWD"
 plant_in_background "a launch with more shared memory than its attribute" "$FWD" \
-  "  if (!set_smem(forward_kernel<D>, F::kSmemBytes)) return false;" \
-  "  if (!set_smem(forward_kernel<D>, F::kSmemBytes - 1024)) return false;" \
-  flash-forward "launch of .*forward_kernel<64>.*bytes of dynamic shared memory, above the kernel's limit"
+  "  if (!set_smem(forward_kernel<H, D>, F::kSmemBytes)) return false;" \
+  "  if (!set_smem(forward_kernel<H, D>, F::kSmemBytes - 1024)) return false;" \
+  flash-forward "launch of .*forward_kernel<kernels::bf16, 64>.*bytes of dynamic shared memory, above the kernel's limit"
 plant_in_background "the dK, dV kernel's barrier before the next stage's loads removed" "$BWD" \
   "$(grep -m1 -F '__syncthreads();  // every warp' "$BWD" || echo 'NOT FOUND IN flash_mma_backward.cu')" \
   "    // (the barrier planted away)" \
-  flash-backward "racecheck: .*(dq|dkdv)_kernel<64>"
+  flash-backward "racecheck: .*(dq|dkdv)_kernel<kernels::bf16, 64>"
 plant_in_background "the grouped GEMM's B pointers one group off" kernels/cuda/memory_gemm.cu \
   "      (const void* const*)dev, type, ld_a.data(), (const void* const*)(dev + stride), type," \
   "      (const void* const*)dev, type, ld_a.data(), (const void* const*)(dev + stride + 1), type," \

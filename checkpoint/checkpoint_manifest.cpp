@@ -306,7 +306,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   m.bf16 = member(root, "bf16", K::boolean, path).get<bool>();
   // optional: checkpoints from before --fp16 do not record it
   if (root.contains("fp16")) m.fp16 = member(root, "fp16", K::boolean, path).get<bool>();
-  if (m.bf16 && m.fp16) fail(path + ": bf16 and fp16 are both true");
+  if (m.bf16 && m.fp16) refuse(path, "bf16 and fp16 are both true");
   m.optimizer = member(root, "optimizer", K::boolean, path).get<bool>();
   m.seed = (uint64_t)integer(root, "seed", 0, INT64_MAX, path);
   m.global_batch_size = (int)integer(root, "global_batch_size", 1, 1 << 30, path);

@@ -30,7 +30,10 @@ std::string kernel_table(const std::vector<emu::KernelRecord>& records, const Ha
       "kernels on the emulated device, projected on %s (%s; plan/kernel_time.h), each launch "
       "x%d\n",
       gpu.name.c_str(), gpu.file.c_str(), replicas);
-  out += strprintf("%-34s %6s %8s %6s %5s %9s %9s %13s %9s %8s %8s %9s %8s  %s\n", "kernel",
+  int name_width = 34;  // the longest kernel name, so that no name is cut
+  for (const emu::KernelRecord& r : records)
+    name_width = std::max(name_width, (int)short_name(r.name).size());
+  out += strprintf("%-*s %6s %8s %6s %5s %9s %9s %13s %9s %8s %8s %9s %8s  %s\n", name_width, "kernel",
                    "launch", "blocks", "thr", "regs", "blk/SM", "GFLOP", "wf/req (ideal)",
                    "wf/kFLOP", "sect/req", "DRAM MB", "proj us", "TFLOP/s", "bound");
   double total_s = 0;
@@ -76,8 +79,8 @@ std::string kernel_table(const std::vector<emu::KernelRecord>& records, const Ha
     }
     total_s += seconds;
     out += strprintf(
-        "%-34.34s %6zu %8llu %6u %5s %9s %9.3f %6.2f (%4.2f) %9.3f %8.2f %8.2f %9.1f %8.1f  %s\n",
-        short_name(r.name).c_str(), r.launches, (unsigned long long)blocks, threads,
+        "%-*s %6zu %8llu %6u %5s %9s %9.3f %6.2f (%4.2f) %9.3f %8.2f %8.2f %9.1f %8.1f  %s\n",
+        name_width, short_name(r.name).c_str(), r.launches, (unsigned long long)blocks, threads,
         r.registers >= 0 ? std::to_string(r.registers).c_str() : "?", per_sm.c_str(), flops / 1e9,
         ratio((double)c.shared_wavefronts, (double)c.shared_requests),
         ratio((double)c.shared_ideal_wavefronts, (double)c.shared_requests),

@@ -327,7 +327,7 @@ check(f"lane map: the kernel's S, P, O equal the host's to {err:.1e} (< 1e-5), i
       (True, True))
 
 table = open(os.path.join(work, "kernel_table.log")).read()
-row_re = re.compile(r"^flash_mma::(\w+)<64>\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) (\w+)\s+([0-9.]+)"
+row_re = re.compile(r"^flash_mma::(\w+)<(?:bf16, )?64>\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) (\w+)\s+([0-9.]+)"
                     r"\s+([0-9.]+) \(([0-9.]+)\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(.+)$")
 k = {}
 for line in table.splitlines():

@@ -1,5 +1,6 @@
 // model/transformer.cpp: the whole model around model/layer.cpp: its parameters, the
-// embedding, the layer stack; the head and the loss are model/head.cpp (notes/model.md).
+// embedding, the layer stack; the head and the loss are model/head.cpp (notes/model.md), the
+// pipeline's buffers and hand-overs model/transformer_pipeline.cpp.
 //
 // Every unit (0 the embedding, l+1 layer l, L+1 the head) asks data parallelism for its
 // parameters before use and hands its gradients back after its backward; under sequence
@@ -300,89 +301,6 @@ void Transformer::backward_weight(int microbatch, int chunk) {
 
 void Transformer::discard(int microbatch, int chunk) {
   with_state([&](auto& s) { s.in_flight.erase({microbatch, chunk}); });
-}
-
-// ---- pipeline buffers ---------------------------------------------------------------------
-template <typename T>
-Transformer::InFlight<T>& Transformer::in_flight(State<T>& s, int microbatch, int chunk,
-                                                 bool create) {
-  auto& slot = s.in_flight[{microbatch, chunk}];
-  if (!slot) {
-    if (!create)
-      throw std::logic_error("Transformer: microbatch " + std::to_string(microbatch) +
-                             " is not in flight on chunk " + std::to_string(chunk));
-    slot.reset(new InFlight<T>);
-    slot->acts.resize(slice_.chunk_layers.at(chunk));
-  }
-  return *slot;
-}
-
-void* Transformer::activation_input(int microbatch, int chunk, int B) {
-  const size_t n = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size;
-  auto input = [&](auto& s) -> void* {
-    auto& f = in_flight(s, microbatch, chunk, true);
-    f.input.allocate(device_, n, Category::ACTIVATIONS);
-    return f.input.data();
-  };
-  return with_state(input);
-}
-
-const void* Transformer::activation_output(int microbatch, int chunk) const {
-  auto output = [&](auto& s) -> const void* {
-    auto it = s.in_flight.find({microbatch, chunk});
-    if (it == s.in_flight.end() || !it->second->forward_done)
-      throw std::logic_error("Transformer: no output of microbatch " +
-                             std::to_string(microbatch) + " on chunk " + std::to_string(chunk));
-    const auto& f = *it->second;
-    return f.acts.empty() ? (const void*)f.input.data() : (const void*)f.acts.back().out.data();
-  };
-  return with_state(output);
-}
-
-void* Transformer::output_gradient_input(int microbatch, int chunk, int B) {
-  const size_t n = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size;
-  auto buffer = [&](auto& s) -> void* {
-    if (s.grad_recv.size() != (size_t)gradient_buffers_) s.grad_recv.resize(gradient_buffers_);
-    for (auto& b : s.grad_recv)
-      if (b.size() != n) b.allocate(device_, n, Category::WORKSPACE);
-    if (microbatch < 0) return nullptr;  // the first forward: allocate them all
-    std::vector<bool> busy(s.grad_recv.size(), false);
-    for (const auto& [pair, k] : s.grad_of) busy[k] = true;
-    for (size_t k = 0; k < busy.size(); ++k)
-      if (!busy[k]) {
-        s.grad_of[{microbatch, chunk}] = k;
-        return s.grad_recv[k].data();
-      }
-    throw std::logic_error("Transformer: more output gradients held than the " +
-                           std::to_string(gradient_buffers_) + " receive buffers");
-  };
-  return with_state(buffer);
-}
-
-void Transformer::hand_over(bool activation, int microbatch, int from_chunk, int to_chunk) {
-  // the pair that exists now: the sender of an activation, the receiver of a gradient
-  const int known = activation ? from_chunk : to_chunk;
-  auto pair_b = [&](auto& s) { return in_flight(s, microbatch, known, false).B; };
-  const int B = with_state(pair_b);
-  const size_t bytes = (size_t)tp_.local_tokens(B * local_.seq_length) * local_.hidden_size *
-                       dtype_size(dp_->storage());
-  void* to = activation ? activation_input(microbatch, to_chunk, B)
-                        : output_gradient_input(microbatch, to_chunk, B);
-  const void* from = activation ? activation_output(microbatch, from_chunk) : input_gradient();
-  kernels::memcpy_device(device_, to, from, bytes);
-}
-
-const void* Transformer::input_gradient() const {
-  return with_state([](auto& s) { return (const void*)s.ws.dres.data(); });
-}
-
-void Transformer::sync_tied_embedding() {
-  if (stage_deferred_units(config_, slice_).empty()) return;  // untied, or one stage has both
-  if (!embedding_) throw std::logic_error("Transformer: a tied pipeline stage needs the embedding group");
-  const TensorView& word = view("embedding.word");
-  void* g = static_cast<char*>(dp_->grads(word.unit)) +
-            word.unit_offset * dtype_size(dp_->storage());
-  embedding_->all_reduce(g, word.numel, ReduceOp::SUM, dp_->storage());
 }
 
 // ---- forward and backward of one (microbatch, chunk) -------------------------------------

@@ -4,6 +4,8 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -93,6 +95,23 @@ decltype(auto) Transformer::with_state(F&& f) const {
   if (fp16_) return f(*fp16_);
   return f(*fp32_);
 }
+
+// The (microbatch, chunk) pair's activations in flight; `create` makes them at its first
+// forward, else a pair not in flight is a schedule's error.
+template <typename T>
+inline Transformer::InFlight<T>& Transformer::in_flight(State<T>& s, int microbatch, int chunk,
+                                                        bool create) {
+  auto& slot = s.in_flight[{microbatch, chunk}];
+  if (!slot) {
+    if (!create)
+      throw std::logic_error("Transformer: microbatch " + std::to_string(microbatch) +
+                             " is not in flight on chunk " + std::to_string(chunk));
+    slot.reset(new InFlight<T>);
+    slot->acts.resize(slice_.chunk_layers.at(chunk));
+  }
+  return *slot;
+}
+
 
 // The head's backward GEMMs take the loss gradient in the storage type: fp32 as it is, 16-bit
 // rounded into `scratch` (category logits, notes/model.md).

@@ -56,8 +56,9 @@ void* cublaslt_library() {
   static void* library = [] {
     for (const char* file : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
       if (void* handle = dlopen(file, RTLD_NOW | RTLD_GLOBAL)) return handle;
-    throw std::runtime_error("cuBLASLt: dlopen(libcublasLt.so.13) failed: " +
-                             std::string(dlerror()));
+    const char* why = dlerror();
+    throw std::runtime_error(std::string("cuBLASLt: dlopen(libcublasLt.so.13) failed: ") +
+                             (why != nullptr ? why : "no reason given"));
   }();
   return library;
 }

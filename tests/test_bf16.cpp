@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -19,26 +18,22 @@
 
 namespace {
 
+using kernels::bits_to_float;
 using kernels::bf16;
 using kernels::Device;
 using kernels::to_bf16;
 using kernels::to_float;
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(to_bf16(1.0f).bits, 0x3F80);
   EXPECT_EQ(to_float(to_bf16(1.0f)), 1.0f);
   // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0)
-  EXPECT_EQ(to_bf16(from_bits(0x3F808000u)).bits, 0x3F80);
+  EXPECT_EQ(to_bf16(bits_to_float(0x3F808000u)).bits, 0x3F80);
   // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): rounds up
-  EXPECT_EQ(to_bf16(from_bits(0x3F818000u)).bits, 0x3F82);
+  EXPECT_EQ(to_bf16(bits_to_float(0x3F818000u)).bits, 0x3F82);
   // just above halfway rounds up
-  EXPECT_EQ(to_bf16(from_bits(0x3F808001u)).bits, 0x3F81);
+  EXPECT_EQ(to_bf16(bits_to_float(0x3F808001u)).bits, 0x3F81);
   EXPECT_TRUE(std::isnan(to_float(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isinf(to_float(to_bf16(std::numeric_limits<float>::infinity()))));
   // relative rounding error at most 2^-9

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 #if defined(__x86_64__)
@@ -21,20 +20,12 @@
 
 namespace {
 
+using kernels::bits_to_float;
+using kernels::float_to_bits;
 using kernels::fp16;
 using kernels::to_float;
 using kernels::to_fp16;
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // binary16 by its definition: the value of code c (NaN for an all-ones exponent with a
 // mantissa, infinity without).
@@ -100,7 +91,7 @@ TEST(Fp16, EveryCodeDecodesToItsValueAndEncodesBack) {
       // a NaN widens to a NaN with the sign and the payload shifted up; it narrows back to the
       // same code with the quiet bit set (a signalling NaN comes back quiet, as F16C does)
       ASSERT_TRUE(std::isnan(f)) << c;
-      ASSERT_EQ(bits_of(f), ((c & 0x8000u) << 16) | 0x7F800000u | ((c & 0x3FFu) << 13)) << c;
+      ASSERT_EQ(float_to_bits(f), ((c & 0x8000u) << 16) | 0x7F800000u | ((c & 0x3FFu) << 13)) << c;
       ASSERT_EQ(to_fp16(f).bits, c | 0x200u) << c;
       continue;
     }
@@ -145,7 +136,7 @@ TEST(Fp16, OverflowUnderflowZerosInfinitiesNan) {
   EXPECT_EQ(to_fp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)).bits, 0x0001);
   EXPECT_EQ(to_fp16(-std::ldexp(1.0f, -26)).bits, 0x8000);  // flushed, sign kept
   EXPECT_EQ(to_fp16(1e-30f).bits, 0x0000);
-  EXPECT_EQ(to_fp16(from_bits(1)).bits, 0x0000);  // fp32's smallest subnormal
+  EXPECT_EQ(to_fp16(bits_to_float(1)).bits, 0x0000);  // fp32's smallest subnormal
   // 1.5 x 2^-24 ties between 1 and 2 (x 2^-24): to 2, the even code
   EXPECT_EQ(to_fp16(std::ldexp(3.0f, -25)).bits, 0x0002);
   EXPECT_EQ(to_fp16(0.0f).bits, 0x0000);
@@ -164,7 +155,7 @@ TEST(Fp16, EncodeEqualsTheDefinitionAndF16c) {
   const bool f16c = have_f16c();
   uint64_t checked = 0;
   for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 257) {
-    const float x = from_bits((uint32_t)u);
+    const float x = bits_to_float((uint32_t)u);
     const uint16_t got = to_fp16(x).bits;
     if (std::isnan(x)) {
       ASSERT_TRUE(is_nan_code(got)) << u;
@@ -182,7 +173,7 @@ TEST(Fp16, EncodeEqualsTheDefinitionAndF16c) {
   // F16C decodes every non-NaN code to the same float (NaNs: it quiets a signalling one)
   for (uint32_t c = 0; c < 65536; ++c) {
     if (is_nan_code((uint16_t)c)) continue;
-    ASSERT_EQ(bits_of(to_float(fp16{(uint16_t)c})), bits_of(f16c_decode((uint16_t)c))) << c;
+    ASSERT_EQ(float_to_bits(to_float(fp16{(uint16_t)c})), float_to_bits(f16c_decode((uint16_t)c))) << c;
   }
 }
 

@@ -21,7 +21,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -40,6 +39,8 @@
 
 namespace {
 
+using kernels::bits_to_float;
+using kernels::float_to_bits;
 using kernels::Device;
 using kernels::fp8_decode;
 using kernels::fp8_encode;
@@ -49,16 +50,6 @@ using kernels::Fp8Matrix;
 
 const Fp8Format kFormats[] = {Fp8Format::E4M3, Fp8Format::E5M2};
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 bool is_nan_code(uint8_t c, Fp8Format f) { return std::isnan(fp8_decode(c, f)); }
 
 TEST(Fp8, SpecialCodesAsTheFormatsDefineThem) {
@@ -75,7 +66,7 @@ TEST(Fp8, SpecialCodesAsTheFormatsDefineThem) {
   EXPECT_EQ(fp8_decode(0x04, e5), std::ldexp(1.0f, -14));
   EXPECT_EQ(fp8_decode(0x03, e5), 0.75f * std::ldexp(1.0f, -14));
   EXPECT_EQ(fp8_decode(0x01, e5), std::ldexp(1.0f, -16));
-  EXPECT_EQ(to_bits(fp8_decode(0x80, e4)), 0x80000000u);  // -0
+  EXPECT_EQ(float_to_bits(fp8_decode(0x80, e4)), 0x80000000u);  // -0
   // E4M3 has exactly two NaN codes and no infinity; E5M2 six NaNs and two infinities.
   int nan4 = 0, nan5 = 0, inf4 = 0, inf5 = 0;
   for (int c = 0; c < 256; c++) {
@@ -149,7 +140,7 @@ TEST(Fp8, EncodingIsMonotonic) {
   for (Fp8Format f : kFormats) {
     float previous = 0.0f;
     for (uint32_t u = 0; u < 0x7F800000u; u += 4093) {
-      const float v = fp8_decode(fp8_encode(from_bits(u), f), f);
+      const float v = fp8_decode(fp8_encode(bits_to_float(u), f), f);
       EXPECT_GE(v, previous) << "float bits " << std::hex << u;
       previous = v;
     }
@@ -172,10 +163,10 @@ TEST(Fp8, MatchesTheReferenceLibrary) {
       const uint32_t want[2] = {e4, e5};
       for (int i = 0; i < 2; i++) {
         const float got = fp8_decode(code, kFormats[i]);
-        if (std::isnan(from_bits(want[i]))) {
+        if (std::isnan(bits_to_float(want[i]))) {
           EXPECT_TRUE(std::isnan(got)) << line;
         } else {
-          EXPECT_EQ(to_bits(got), want[i]) << line << " format " << i;
+          EXPECT_EQ(float_to_bits(got), want[i]) << line << " format " << i;
         }
       }
       decodes++;
@@ -184,7 +175,7 @@ TEST(Fp8, MatchesTheReferenceLibrary) {
       row >> std::hex >> bits >> e4 >> e5;
       const unsigned want[2] = {e4, e5};
       for (int i = 0; i < 2; i++) {
-        const uint8_t got = fp8_encode(from_bits(bits), kFormats[i]);
+        const uint8_t got = fp8_encode(bits_to_float(bits), kFormats[i]);
         if (is_nan_code(want[i], kFormats[i])) {
           EXPECT_TRUE(is_nan_code(got, kFormats[i])) << line;
         } else {
@@ -203,7 +194,7 @@ TEST(Fp8, MatchesTheReferenceLibrary) {
 // float bit patterns, NaNs included.
 TEST(Fp8, MatchesCudaSatfiniteOnTheHost) {
   for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
-    const float x = from_bits((uint32_t)u);
+    const float x = bits_to_float((uint32_t)u);
     ASSERT_EQ(fp8_encode(x, Fp8Format::E4M3), __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3))
         << std::hex << u;
     ASSERT_EQ(fp8_encode(x, Fp8Format::E5M2), __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2))

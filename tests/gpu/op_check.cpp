@@ -221,7 +221,7 @@ const Family kFamilies[] = {
 // Every family, `jobs` at a time, each child's rows kept in a file of its own and printed in
 // the families' order as soon as those before it are done: the output is the same whatever
 // `jobs` is. Several at a time suit the emulated device (each family runs on one CPU core; a
-// 2-core machine halves op_check's time); on a GPU one at a time keeps the rows streaming.
+// 2-core machine halves op_check's time); on a GPU, one at a time (the default).
 int run_families(int jobs) {
   const size_t n = sizeof(kFamilies) / sizeof(kFamilies[0]);
   std::vector<FILE*> rows(n, nullptr);

@@ -110,7 +110,11 @@ class Training {
   int first_step() const { return start_.iteration + 1; }
   void begin();  // rank 0 prints the warnings, the run's header and the data; the clock starts
 
-  void run_step(int step, StepRecord& r);  // app/training_step.cpp
+  void run_step(int step, StepRecord& r);  // app/training_step.cpp, in the steps below
+  void reset_step_counters(int step);
+  void count_skipped(int step, float loss, float loss_scale, bool skipped, StepRecord& r);
+  void record_step_metrics(int step, float loss, float lr, float grad_norm, float loss_scale,
+                           double seconds, StepRecord& r);
   void gather(StepRecord& r);
   void evaluate(StepRecord& r);
   void save_or_stop(StepRecord& r);

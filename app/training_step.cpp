@@ -45,16 +45,7 @@ void Training::run_step(int step, StepRecord& r) {
   r.step = step;
   r.last = step == o_.train.train_iters;
   r.report = step == 1 || r.last || (o_.report_interval > 0 && step % o_.report_interval == 0);
-  set_comm_step(step);
-  Ledger::instance().reset_peaks();
-  kernels::reset_flop_counter();
-  kernels::reset_phase_seconds();
-  kernels::reset_gemm_counts();
-  kernels::reset_kernel_counts();
-  kernels::reset_allocation_counts();
-  model_->reset_moe_stats();
-  CommStats::instance().reset();
-  kernels::synchronize(dev);
+  reset_step_counters(step);
   const double t0 = now_seconds();
 
   // the step's own kernels (gradient zeroing here, the loss and the optimizer after the
@@ -97,6 +88,32 @@ void Training::run_step(int step, StepRecord& r) {
   const bool skipped = optimizer_->skipped();  // alike on every rank: loss and norm are global
   model_->update_expert_bias(par.context_parallel > 1 ? &topo_->dp_cp() : &topo_->dp(),
                              !skipped);
+  count_skipped(step, loss, loss_scale, skipped, r);
+  kernels::synchronize(dev);
+  const double seconds = now_seconds() - t0;
+  r.comm = CommStats::instance();  // before the report's own gathers
+
+  record_step_metrics(step, loss, lr, grad_norm, loss_scale, seconds, r);
+}
+
+// The step's counters and the ledger's peaks start from zero, and the device is idle: the
+// step's time and counts are its own.
+void Training::reset_step_counters(int step) {
+  set_comm_step(step);
+  Ledger::instance().reset_peaks();
+  kernels::reset_flop_counter();
+  kernels::reset_phase_seconds();
+  kernels::reset_gemm_counts();
+  kernels::reset_kernel_counts();
+  kernels::reset_allocation_counts();
+  model_->reset_moe_stats();
+  CommStats::instance().reset();
+  kernels::synchronize(o_.device);
+}
+
+// The skipped steps, in all and in a row; --max-skipped-steps stops the run after this step.
+void Training::count_skipped(int step, float loss, float loss_scale, bool skipped,
+                             StepRecord& r) {
   // A dynamic scale's overflow is how the scale learns its size (from 2^32, a run's first
   // dozen or so steps overflow): it counts towards --max-skipped-steps only once the scale
   // cannot back off any more (at --min-loss-scale), as does any other skip.
@@ -113,16 +130,18 @@ void Training::run_step(int step, StepRecord& r) {
                           "or gradient norm not finite; --max-skipped-steps %d",
                           step, skipped_in_a_row_, step - skipped_in_a_row_ + 1, step,
                           o_.train.max_skipped_steps);
-  kernels::synchronize(dev);
-  const double seconds = now_seconds() - t0;
-  r.comm = CommStats::instance();  // before the report's own gathers
+}
 
+// What the step measured, for the report, --metrics-jsonl and the tests.
+void Training::record_step_metrics(int step, float loss, float lr, float grad_norm,
+                                   float loss_scale, double seconds, StepRecord& r) {
+  const LossScaler& scaler = optimizer_->loss_scaler();
   StepMetrics& s = r.metrics;
   s.step = step;
   s.loss = loss;
   s.lr = lr;
   s.grad_norm = grad_norm;
-  s.skipped = skipped;
+  s.skipped = optimizer_->skipped();
   s.skipped_steps = skipped_steps_;
   s.grad_underflow = optimizer_->grad_underflow();
   if (o_.train.loss_scaled()) {  // the scale this step used, and the scaler after it

@@ -34,6 +34,7 @@
 #include "app/projection.h"      // run_plan: --plan
 #include "app/training.h"
 #include "cli/flags.h"
+#include "report/number_formats.h"  // --number-formats
 
 using namespace paralab;
 
@@ -64,6 +65,13 @@ int main(int argc, char** argv) {
                                           [](int) { finalize_world(); });
     print_resolved_options(o, w.rank);  // --verbose, before the plan or the run
     if (o.benchmark) return run_benchmark(o, w);
+    if (o.number_formats) {  // report/number_formats.h: a table, and exit
+      const std::vector<NumberFormat> formats = number_formats();
+      if (w.rank == 0)
+        std::fputs((o.json ? number_formats_json(formats) : number_formats_text(formats)).c_str(),
+                   stdout);
+      return 0;
+    }
     if (o.convert) {
       try {
         return run_convert(o, w);

@@ -90,6 +90,7 @@ struct Options {
   // Planning: print the predicted ledgers and exit, allocating nothing.
   bool plan = false;
   bool json = false;
+  bool number_formats = false;          // print report/number_formats.h's table and exit
   int launched_world_size = 1;          // ranks mpirun started (parallel.world_size when training)
   bool print_schedule = false;          // with --plan: each pipeline rank's simulated timeline
   std::string trace;                    // with --plan: the simulated timeline as Chrome trace JSON

@@ -110,7 +110,13 @@ void add_output_flags(CLI::App& app, Options& o, RawFlags& raw) {
              "this configuration and exit, allocating nothing; --world-size N plans for N "
              "ranks")
       ->group(kReport);
-  add_switch(app, "--json", o.json, "with --plan: print the plan as JSON")->group(kReport);
+  add_switch(app, "--json", o.json,
+             "with --plan, --benchmark or --number-formats: print JSON")->group(kReport);
+  add_switch(app, "--number-formats", o.number_formats,
+             "print the range of each number format paralab computes in (fp32, bf16, fp16, "
+             "E4M3, E5M2: max, min normal, min subnormal, epsilon), measured from the "
+             "kernels' own decoders, and exit")
+      ->group(kReport);
   app.add_option("--world-size", raw.world_size,
                  "with --plan: plan for this many ranks (>= 1) without launching them (a run's "
                  "world size is the number of ranks mpirun starts)")
@@ -190,7 +196,10 @@ void check_run_modes(Options& o, const RawFlags& raw) {
   if (raw.world_size_given && !o.plan)
     fail("--world-size (", raw.world_size,
          ") is only for --plan; a run's world size is the number of ranks mpirun starts");
-  if (o.json && !o.plan && !o.benchmark) fail("--json only applies to --plan and --benchmark");
+  if (o.json && !o.plan && !o.benchmark && !o.number_formats)
+    fail("--json only applies to --plan, --benchmark and --number-formats");
+  if (o.number_formats && (o.plan || o.benchmark))
+    fail("--number-formats prints a table and exits: give it without --plan and --benchmark");
   // --benchmark measures the machine and exits: it neither plans nor trains.
   if (o.benchmark && o.plan)
     fail("--benchmark measures this machine and --plan predicts without running: give one");

@@ -335,7 +335,8 @@ TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
        "starts"},
       {{"--plan", "--world-size", "6", "--tp", "4"}, 1,
        "--world-size (6) must be divisible by --tp (4) x --cp (1) x --pp (1) = 4"},
-      {{"--json"}, 1, "--json only applies to --plan and --benchmark"},
+      {{"--json"}, 1, "--json only applies to --plan, --benchmark and --number-formats"},
+      {{"--number-formats", "--plan"}, 1, "--number-formats prints a table and exits: give it without --plan and --benchmark"},
       {{"--world-size", "0"}, 1,
        "--world-size (0) is only for --plan; a run's world size is the number of ranks mpirun "
        "starts"},

@@ -259,21 +259,11 @@ std::string command_line(int ranks) {
   return cmd.empty() ? "trainer --benchmark" : cmd.substr(0, cmd.size() - 1);
 }
 
-}  // namespace
-
-int run_benchmark(const Options& o, const World& w) {
+// Who takes part: every rank's host name (gathered over the world), the nodes, the device and
+// its configs/hardware profile, for the report's header and the slow-rank lines.
+void describe_world(BenchmarkReport& r, Communicator& world, const Options& o, const World& w) {
   const Device d = o.device;
   const bool gpu = d == Device::CUDA;
-  if (gpu) kernels::cuda_select_device(w.local_rank);
-  BenchmarkReport r;
-  r.max_mib = o.benchmark_max_mib > 0 ? o.benchmark_max_mib : gpu ? 1024 : 64;
-  const size_t max_bytes = static_cast<size_t>(r.max_mib * 1048576);
-
-  // A host communicator over the world for the gathers, whatever --comm measures.
-  std::vector<int> all(w.size);
-  for (int i = 0; i < w.size; ++i) all[i] = i;
-  Communicator world(CommGroup::WORLD, all, detail::make_mpi_backend(0, w.rank, Device::CPU),
-                     CommBackend::MPI, Device::CPU);
   char host[64] = {};
   gethostname(host, sizeof host - 1);
   std::vector<char> hosts(64 * size_t(w.size));
@@ -293,10 +283,14 @@ int run_benchmark(const Options& o, const World& w) {
     r.base = match_hardware_profile(profiles, r.gpu_name);
   }
   r.fit_bf16 = gpu;  // a GPU trains in bf16 on its tensor cores: the curve and peak are bf16's
+}
 
-  // Every rank at once: the compute, then each rank's best GEMM and bandwidth to everyone.
+// Every rank at once: the compute, then each rank's best GEMM and bandwidth to everyone (a slow
+// rank shows against the median), then the collectives.
+void measure_every_rank(BenchmarkReport& r, Communicator& world, const Options& o,
+                        const World& w, size_t max_bytes) {
   world.barrier();
-  r.mine = measure_compute(d, max_bytes);
+  r.mine = measure_compute(o.device, max_bytes);
   const float mine[2] = {float((r.fit_bf16 ? r.mine.best_bf16 : r.mine.best_fp32) / 1e9),
                          float(r.mine.bw_bytes / r.mine.bw_seconds / 1e9)};
   std::vector<float> every(2 * size_t(w.size));
@@ -307,9 +301,11 @@ int run_benchmark(const Options& o, const World& w) {
   }
   r.coll = measure_collectives(o, w, r.hosts, max_bytes);
   world.barrier();
-  if (w.rank != 0) return 0;
+}
 
-  // The peak the efficiencies are relative to, then the curve, capped at it.
+// The peak the efficiencies are relative to (the datasheet's, else the best measured), then the
+// GEMM curve capped at it, the efficiencies the time model uses and the slow ranks (rank 0).
+void fit_rates(BenchmarkReport& r, bool gpu) {
   r.bandwidth = median(r.rank_bw);
   const Precision fit = r.fit_bf16 ? Precision::BF16 : Precision::FP32;
   if (gpu && r.base && r.base->peak_tflops(fit) > 0) {
@@ -335,12 +331,16 @@ int run_benchmark(const Options& o, const World& w) {
   r.attention_efficiency = std::min(1.0, r.mine.att_flops / r.mine.att_seconds / r.peak);
   name_slow_ranks(r, r.rank_gemm, "GEMM", "TFLOP/s", 1e-12);
   name_slow_ranks(r, r.rank_bw, "memory", "GB/s", 1e-9);
+}
+
+// Rank 0's output: --benchmark-save's profile (a configs/hardware file, stamped with the date and
+// the command), then the report as text or --json.
+void write_benchmark(BenchmarkReport& r, const Options& o, int ranks) {
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   r.date = date;
-  r.command = command_line(w.size);
-
+  r.command = command_line(ranks);
   if (!o.benchmark_save.empty()) {
     const HardwareProfile p = benchmark_profile(r);
     std::ofstream f(o.benchmark_save);
@@ -356,6 +356,26 @@ int run_benchmark(const Options& o, const World& w) {
                   o.benchmark_save.c_str());
   }
   std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_benchmark(const Options& o, const World& w) {
+  const bool gpu = o.device == Device::CUDA;
+  if (gpu) kernels::cuda_select_device(w.local_rank);
+  BenchmarkReport r;
+  r.max_mib = o.benchmark_max_mib > 0 ? o.benchmark_max_mib : gpu ? 1024 : 64;
+  const size_t max_bytes = static_cast<size_t>(r.max_mib * 1048576);
+  // A host communicator over the world for the gathers, whatever --comm measures.
+  std::vector<int> all(w.size);
+  for (int i = 0; i < w.size; ++i) all[i] = i;
+  Communicator world(CommGroup::WORLD, all, detail::make_mpi_backend(0, w.rank, Device::CPU),
+                     CommBackend::MPI, Device::CPU);
+  describe_world(r, world, o, w);
+  measure_every_rank(r, world, o, w, max_bytes);
+  if (w.rank != 0) return 0;
+  fit_rates(r, gpu);
+  write_benchmark(r, o, w.size);
   return 0;
 }
 

@@ -122,7 +122,16 @@ class Training {
   int finish(const StepRecord& last);
 
  private:
-  void write_tensorboard(const StepRecord& r);  // rank 0, from report
+  // rank 0, report's steps (app/training_report.cpp)
+  void compare_pipeline(StepRecord& r, std::vector<RankMetrics>& report_ranks);
+  MeasuredTime step_measured_time(const StepRecord& r,
+                                  const std::vector<RankMetrics>& report_ranks) const;
+  bool add_to_run_totals(StepRecord& r);
+  void print_step(const StepRecord& r, bool line, const std::vector<RankMetrics>& report_ranks);
+  void print_ledgers(const StepRecord& r, const MeasuredTime& measured_time);
+  void print_last_step(const StepRecord& r);
+  void print_saved_or_stopped(const StepRecord& r);
+  void write_tensorboard(const StepRecord& r);
 
   const Options& o_;
   const World& w_;

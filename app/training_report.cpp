@@ -67,29 +67,45 @@ void Training::begin() {
 void Training::report(StepRecord& r) {
   if (!rank0_) return;
   StepMetrics& s = r.metrics;
-  const Plan& step_plan = *r.step_plan;
-  const int step = r.step;
-  const double seconds = s.step_seconds;
-  std::vector<RankMetrics> report_ranks = r.ranks;  // with their predicted bubble, below
   if (r.gathered) {
     s.hardware_flops_all = 0;
     for (const RankMetrics& m : r.ranks) s.hardware_flops_all += m.hardware_flops;
   }
-  // The pipeline of rank 0's (tp, dp) position, measured, and its simulation with the
-  // previous step's measured costs (the plan's unit costs at step 1).
+  std::vector<RankMetrics> report_ranks = r.ranks;  // with their predicted bubble, below
+  compare_pipeline(r, report_ranks);
+  fill_rates(s, *r.step_plan, peak_);
+  const MeasuredTime measured_time = step_measured_time(r, report_ranks);
+  if (hardware_.found) s.projected_time = &projected_, s.measured_time = measured_time;
+  const bool line = add_to_run_totals(r);
+  print_step(r, line, report_ranks);
+  if (r.report) print_ledgers(r, measured_time);
+  print_last_step(r);
+  print_saved_or_stopped(r);
+}
+
+// The pipeline of rank 0's (tp, dp) position, measured, and its simulation with the previous
+// step's measured costs (the plan's unit costs at step 1): the bubble, measured beside
+// predicted, and each rank's predicted bubble in report_ranks; the next step simulates with
+// this step's costs.
+void Training::compare_pipeline(StepRecord& r, std::vector<RankMetrics>& report_ranks) {
   std::vector<const RankMetrics*> pipeline;
   for (int q : pipeline_ranks_) pipeline.push_back(&r.ranks[q]);
   const Simulation measured = measured_timeline(pipeline);
   if (pp_ > 1) {
     const Simulation predicted = simulate(plan_.pipeline.schedule, costs_);
-    s.bubble = measured.bubble;
-    s.bubble_predicted = predicted.bubble;
+    r.metrics.bubble = measured.bubble;
+    r.metrics.bubble_predicted = predicted.bubble;
     fill_bubbles(report_ranks, pipeline_of_, pp_rank_of_, predicted);
   }
   costs_ = measured_costs(plan_.pipeline.schedule, pipeline);
-  fill_rates(s, step_plan, peak_);
+}
+
+// The step's measured time per phase, the column the time table puts beside the projection.
+MeasuredTime Training::step_measured_time(const StepRecord& r,
+                                          const std::vector<RankMetrics>& report_ranks) const {
+  const StepMetrics& s = r.metrics;
   MeasuredTime measured_time;
-  measured_time.step = seconds;
+  measured_time.step = s.step_seconds;
   measured_time.gemm = s.kernel_seconds.gemm;
   measured_time.attention = s.kernel_seconds.attention;
   measured_time.memory = s.kernel_seconds.memory;
@@ -98,11 +114,16 @@ void Training::report(StepRecord& r) {
   measured_time.comm = &r.comm;
   if (o_.parallel.offload.enabled()) measured_time.host_optimizer = optimizer_->host_seconds();
   if (pp_ > 1 && !report_ranks.empty() && report_ranks[0].bubble >= 0)
-    measured_time.bubble = report_ranks[0].bubble * seconds;
-  if (hardware_.found) s.projected_time = &projected_, s.measured_time = measured_time;
+    measured_time.bubble = report_ranks[0].bubble * s.step_seconds;
+  return measured_time;
+}
 
-  // The step line: the loss averaged since the previous line (Megatron's logged loss),
-  // elapsed wall time and ETA = elapsed / steps done x steps left.
+// The step line's loss, averaged since the previous line (Megatron's logged loss), elapsed
+// wall time and ETA = elapsed / steps done x steps left, and the summary's totals. Returns
+// whether this step prints its line.
+bool Training::add_to_run_totals(StepRecord& r) {
+  StepMetrics& s = r.metrics;
+  const int step = r.step;
   const bool line = step == 1 || r.last || step % o_.log_interval == 0 || s.skipped;
   if (!s.skipped) logged_loss_.add(s.loss);  // Megatron's logged loss leaves skipped steps out
   s.log_interval = o_.log_interval;
@@ -116,66 +137,87 @@ void Training::report(StepRecord& r) {
     run_.final_train_first = step - s.loss_steps + 1;
     logged_loss_.reset();
   }
-  run_.add_step(step, (double)plan_.tokens_per_step, seconds, s.mfu, s.hfu);
+  run_.add_step(step, (double)plan_.tokens_per_step, s.step_seconds, s.mfu, s.hfu);
   run_.skipped_steps = skipped_steps_;
   if (r.evaluated) {
     s.valid_loss = r.eval.loss;
     run_.add_eval(step, r.eval.loss, r.eval.seconds, o_.eval_iters);
   }
+  return line;
+}
 
-  if (step == 1) std::printf("%s\n", step_header(s).c_str());
+// Every step's output: the step line (its header at step 1), the validation line,
+// --tensorboard-dir and --metrics-jsonl (every rank's metrics when they were gathered).
+void Training::print_step(const StepRecord& r, bool line,
+                          const std::vector<RankMetrics>& report_ranks) {
+  const StepMetrics& s = r.metrics;
+  if (r.step == 1) std::printf("%s\n", step_header(s).c_str());
   if (line) std::printf("%s\n", step_row(s).c_str());
   if (r.evaluated)
-    std::printf("%s\n", validation_line(step, r.last, r.eval.loss, o_.eval_iters,
+    std::printf("%s\n", validation_line(r.step, r.last, r.eval.loss, o_.eval_iters,
                                         (int)plan_.global_batch, r.eval.seconds).c_str());
   if (tensorboard_) write_tensorboard(r);
   if (jsonl_)
-    *jsonl_ << step_json(s, step_plan, w_.rank, &r.comm, r.gathered ? &report_ranks : nullptr,
+    *jsonl_ << step_json(s, *r.step_plan, w_.rank, &r.comm, r.gathered ? &report_ranks : nullptr,
                          r.rank_plans.empty() ? nullptr : &r.rank_plans)
             << "\n"
             << std::flush;
-  if (r.report) {
-    std::printf("\n%s\n%s\n", memory_table(step_plan, w_.rank, &s).c_str(),
-                flops_table(step_plan, w_.rank, &s).c_str());
-    if (!r.moe.empty())
-      std::printf("%s\n%s\n", moe_table(r.moe, plan_).c_str(),
-                  gemm_calls_table(step_plan, s, w_.rank, &s.moe_nonempty).c_str());
-    if (hardware_.found)
-      std::printf("%s%s\n", time_measured_text(projected_, measured_time).c_str(),
-                  step == 1 && !hardware_.note.empty() ? ("  " + hardware_.note + "\n").c_str()
-                                                       : "");
-    else if (step == 1)
-      std::printf("time per step: no projection (%s)\n\n", hardware_.reason.c_str());
-    if (step == 1 && o_.parallel.context_parallel > 1)
-      std::printf("%s\n", cp_plan_text(step_plan, &peak_).c_str());
-    if (w_.size > 1) std::printf("%s\n", rank_memory_table(step_plan, r.ranks).c_str());
-    if (w_.size > 1 || o_.parallel.offload.enabled())  // CPU offload: the pcie rows
-      std::printf("%s\n%s\n", comm_table(plan_, &r.comm).c_str(),
-                  r.comm.table("communication time (measured only), rank 0").c_str());
-    if (!r.last) std::printf("%s\n", step_header(s).c_str());
-  }
-  // The last step's pipeline as measured: the terminal timeline and the Chrome trace.
-  if (r.last && o_.print_schedule)
+}
+
+// A reported step's ledgers beside the plan: memory, FLOPs, MoE, time, context parallelism,
+// every rank's memory and the communication (measured beside predicted).
+void Training::print_ledgers(const StepRecord& r, const MeasuredTime& measured_time) {
+  const StepMetrics& s = r.metrics;
+  const Plan& step_plan = *r.step_plan;
+  const int step = r.step;
+  std::printf("\n%s\n%s\n", memory_table(step_plan, w_.rank, &s).c_str(),
+              flops_table(step_plan, w_.rank, &s).c_str());
+  if (!r.moe.empty())
+    std::printf("%s\n%s\n", moe_table(r.moe, plan_).c_str(),
+                gemm_calls_table(step_plan, s, w_.rank, &s.moe_nonempty).c_str());
+  if (hardware_.found)
+    std::printf("%s%s\n", time_measured_text(projected_, measured_time).c_str(),
+                step == 1 && !hardware_.note.empty() ? ("  " + hardware_.note + "\n").c_str()
+                                                     : "");
+  else if (step == 1)
+    std::printf("time per step: no projection (%s)\n\n", hardware_.reason.c_str());
+  if (step == 1 && o_.parallel.context_parallel > 1)
+    std::printf("%s\n", cp_plan_text(step_plan, &peak_).c_str());
+  if (w_.size > 1) std::printf("%s\n", rank_memory_table(step_plan, r.ranks).c_str());
+  if (w_.size > 1 || o_.parallel.offload.enabled())  // CPU offload: the pcie rows
+    std::printf("%s\n%s\n", comm_table(plan_, &r.comm).c_str(),
+                r.comm.table("communication time (measured only), rank 0").c_str());
+  if (!r.last) std::printf("%s\n", step_header(s).c_str());
+}
+
+// The last step's pipeline as measured: the terminal timeline and the Chrome trace.
+void Training::print_last_step(const StepRecord& r) {
+  if (!r.last) return;
+  if (o_.print_schedule)
     std::printf("%s", measured_timelines(plan_, r.ranks, pipeline_of_).c_str());
-  if (r.last && !o_.trace.empty()) {
-    std::vector<TraceSpan> spans;
-    std::vector<TraceFlow> flows;
-    std::vector<TraceProcess> processes;
-    measured_trace(plan_, r.ranks, pipeline_of_, &processes, &spans, &flows);
-    write_chrome_trace(o_.trace, spans, flows,
-                       strprintf("paralab: measured %s schedule, step %d, every rank",
-                                 schedule_name(plan_.pipeline.shape.kind), step),
-                       processes);
-    std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o_.trace.c_str());
-  }
+  if (o_.trace.empty()) return;
+  std::vector<TraceSpan> spans;
+  std::vector<TraceFlow> flows;
+  std::vector<TraceProcess> processes;
+  measured_trace(plan_, r.ranks, pipeline_of_, &processes, &spans, &flows);
+  write_chrome_trace(o_.trace, spans, flows,
+                     strprintf("paralab: measured %s schedule, step %d, every rank",
+                               schedule_name(plan_.pipeline.shape.kind), r.step),
+                     processes);
+  std::printf("trace: wrote %s (measured; open in ui.perfetto.dev)\n", o_.trace.c_str());
+}
+
+// The checkpoint's line when the step saved, and why the run stopped when it did, with the
+// exit status a scheduler reads (app/training.h).
+void Training::print_saved_or_stopped(const StepRecord& r) {
   if (r.saved) {
     const HardwareProfile* profile = hardware_.found ? &hardware_.profile : nullptr;
     std::printf("%s", checkpoint_text(r.save, plan_, profile).c_str());
-    if (jsonl_) *jsonl_ << checkpoint_json(r.save, plan_, profile, step) << "\n" << std::flush;
+    if (jsonl_) *jsonl_ << checkpoint_json(r.save, plan_, profile, r.step) << "\n" << std::flush;
   }
   std::fflush(stdout);
   if (!r.exited.empty())
-    std::printf("stopped after step %d (%s)%s\n", step, r.exited.c_str(),
+    std::printf("stopped after step %d (%s)%s\n", r.step, r.exited.c_str(),
                 r.saved ? strprintf(": resume with --load %s (exit status %d)", o_.save.c_str(),
                                     kExitResume).c_str()
                         : strprintf(": no --save, nothing saved (exit status %d)",

@@ -255,7 +255,12 @@ ManifestShard parse_manifest_shard(const Json& s, int num_layers, const std::str
   return shard;
 }
 
-Manifest parse_manifest(const std::string& text, const std::string& path) {
+namespace {
+
+using K = Json::value_t;
+
+// The document: JSON, an object, and paralab's format.
+Json manifest_root(const std::string& text, const std::string& path) {
   Json root;
   try {
     root = JsonDocument(text).root();
@@ -263,46 +268,51 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     refuse(path, std::string("not JSON: ") + e.what());
   }
   if (!root.is_object()) refuse(path, "not a JSON object");
-  using K = Json::value_t;
   if (member(root, "format", K::string, path).get<std::string>() != "paralab checkpoint")
     refuse(path, "\"format\" is not \"paralab checkpoint\"");
-  Manifest m;
-  m.version = (int)integer(root, "version", 0, 1 << 30, path);
-  if (m.version != kCheckpointVersion)
-    refuse(path, "version " + std::to_string(m.version) + ", this trainer reads version " +
-                     std::to_string(kCheckpointVersion));
-  m.iteration = (int)integer(root, "iteration", 1, 1 << 30, path);
-  const Json& model = member(root, "model", K::object, path);
+  return root;
+}
+
+// "model": the fields manifest_json writes, each in its range, and sizes that make a model
+// (check_manifest compares them with the run's).
+void parse_manifest_model(const Json& model, const std::string& path, ModelConfig& out) {
   const std::string& arch = member(model, "arch", K::string, path).get<std::string>();
   if (arch != "gpt" && arch != "llama") refuse(path, "\"arch\" is neither gpt nor llama");
-  m.model.arch = arch == "llama" ? Arch::LLAMA : Arch::GPT;
-  for (const ModelField& f : kIntFields) f.set(m.model, integer(model, f.key, 0, 1 << 30, path));
+  out.arch = arch == "llama" ? Arch::LLAMA : Arch::GPT;
+  for (const ModelField& f : kIntFields) f.set(out, integer(model, f.key, 0, 1 << 30, path));
   for (const FloatField& f : kFloatFields) {
     const double v = member(model, f.key, K::number_float, path).get<double>();
     if (!std::isfinite(v) || v > 3e38 || (f.positive ? !(v > 0) : !(v >= 0)))
       refuse(path, std::string("\"") + f.key + "\" is not " + (f.positive ? "> 0" : ">= 0"));
-    f.set(m.model, (float)v);
+    f.set(out, (float)v);
   }
   for (const Json& v : member(model, "moe_layer_pattern", K::array, path)) {
     if (!v.is_number()) refuse(path, "\"moe_layer_pattern\" holds a non-number");
-    m.model.moe.layer_pattern.push_back(v.get<double>() != 0);
+    out.moe.layer_pattern.push_back(v.get<double>() != 0);
   }
-  if (m.model.moe.enabled() &&
-      (int)m.model.moe.layer_pattern.size() != m.model.num_layers)
+  if (out.moe.enabled() && (int)out.moe.layer_pattern.size() != out.num_layers)
     refuse(path, "\"moe_layer_pattern\" does not have num_layers entries");
-  if (m.model.num_layers < 1 || m.model.hidden_size < 1 || m.model.num_attention_heads < 1 ||
-      m.model.vocab_size < 1 || m.model.seq_length < 1 || m.model.groups() < 1 ||
-      m.model.num_attention_heads % m.model.groups() != 0)
+  if (out.num_layers < 1 || out.hidden_size < 1 || out.num_attention_heads < 1 ||
+      out.vocab_size < 1 || out.seq_length < 1 || out.groups() < 1 ||
+      out.num_attention_heads % out.groups() != 0)
     refuse(path, "the model's sizes are not a model");
-  const Json& par = member(root, "parallel", K::object, path);
-  m.parallel.tensor_parallel = (int)integer(par, "tensor_parallel", 1, 1 << 20, path);
-  m.parallel.context_parallel = (int)integer(par, "context_parallel", 1, 1 << 20, path);
-  m.parallel.pipeline_parallel = (int)integer(par, "pipeline_parallel", 1, 1 << 20, path);
-  m.parallel.virtual_pipeline = (int)integer(par, "virtual_pipeline", 1, 1 << 20, path);
-  m.parallel.expert_parallel = (int)integer(par, "expert_parallel", 1, 1 << 20, path);
-  m.parallel.expert_tensor_parallel = (int)integer(par, "expert_tensor_parallel", 1, 1 << 20, path);
-  m.parallel.zero_stage = (int)integer(par, "zero_stage", 0, 3, path);
-  m.parallel.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
+}
+
+// "parallel": the saving layout (information; any layout loads it).
+void parse_manifest_parallel(const Json& par, const std::string& path, ParallelConfig& out) {
+  out.tensor_parallel = (int)integer(par, "tensor_parallel", 1, 1 << 20, path);
+  out.context_parallel = (int)integer(par, "context_parallel", 1, 1 << 20, path);
+  out.pipeline_parallel = (int)integer(par, "pipeline_parallel", 1, 1 << 20, path);
+  out.virtual_pipeline = (int)integer(par, "virtual_pipeline", 1, 1 << 20, path);
+  out.expert_parallel = (int)integer(par, "expert_parallel", 1, 1 << 20, path);
+  out.expert_tensor_parallel = (int)integer(par, "expert_tensor_parallel", 1, 1 << 20, path);
+  out.zero_stage = (int)integer(par, "zero_stage", 0, 3, path);
+  out.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
+}
+
+// Where the run stood after the saved step: the precision, the optimizer, the seed and batch,
+// the step counts and (a loss-scaled run's) the loss scaler's state.
+void parse_training_state(const Json& root, const std::string& path, Manifest& m) {
   m.bf16 = member(root, "bf16", K::boolean, path).get<bool>();
   // optional: checkpoints from before --fp16 do not record it
   if (root.contains("fp16")) m.fp16 = member(root, "fp16", K::boolean, path).get<bool>();
@@ -313,26 +323,30 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
   m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
   m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
-  if (root.contains("loss_scaler")) {  // optional: a loss-scaled run's
-    const Json& ls = member(root, "loss_scaler", K::object, path);
-    m.has_loss_scaler = true;
-    const double scale = member(ls, "scale", K::number_float, path).get<double>();
-    if (!(scale > 0 && scale <= FLT_MAX && (double)(float)scale == scale))
-      refuse(path, "\"loss_scaler\" \"scale\" is not a positive fp32 number");
-    m.loss_scaler.scale = (float)scale;
-    m.loss_scaler.growth_tracker = (int)integer(ls, "growth_tracker", 0, INT32_MAX, path);
-    m.loss_scaler.hysteresis_tracker =
-        (int)integer(ls, "hysteresis_tracker", INT32_MIN, INT32_MAX, path);
+  if (!root.contains("loss_scaler")) return;  // optional: a loss-scaled run's
+  const Json& ls = member(root, "loss_scaler", K::object, path);
+  m.has_loss_scaler = true;
+  const double scale = member(ls, "scale", K::number_float, path).get<double>();
+  if (!(scale > 0 && scale <= FLT_MAX && (double)(float)scale == scale))
+    refuse(path, "\"loss_scaler\" \"scale\" is not a positive fp32 number");
+  m.loss_scaler.scale = (float)scale;
+  m.loss_scaler.growth_tracker = (int)integer(ls, "growth_tracker", 0, INT32_MAX, path);
+  m.loss_scaler.hysteresis_tracker =
+      (int)integer(ls, "hysteresis_tracker", INT32_MIN, INT32_MAX, path);
+}
+
+// "data": what the run read, so that a resumed run reading other data is told.
+void parse_manifest_data(const Json& data, const std::string& path, ManifestData& out) {
+  out.description = member(data, "description", K::string, path).get<std::string>();
+  for (const Json& f : member(data, "files", K::array, path)) {
+    if (!f.is_object()) refuse(path, "a \"data\" file is not an object");
+    out.files.push_back(member(f, "path", K::string, path).get<std::string>());
+    out.crc32c.push_back((uint32_t)integer(f, "crc32c", 0, UINT32_MAX, path));
   }
-  if (root.contains("data")) {  // optional: older checkpoints do not record it
-    const Json& data = member(root, "data", K::object, path);
-    m.data.description = member(data, "description", K::string, path).get<std::string>();
-    for (const Json& f : member(data, "files", K::array, path)) {
-      if (!f.is_object()) refuse(path, "a \"data\" file is not an object");
-      m.data.files.push_back(member(f, "path", K::string, path).get<std::string>());
-      m.data.crc32c.push_back((uint32_t)integer(f, "crc32c", 0, UINT32_MAX, path));
-    }
-  }
+}
+
+// "tensors": every parameter's name and full shape, in param_table order.
+void parse_manifest_tensors(const Json& root, const std::string& path, Manifest& m) {
   for (const Json& t : member(root, "tensors", K::array, path)) {
     if (!t.is_object()) refuse(path, "a \"tensors\" entry is not an object");
     m.tensors.push_back(member(t, "name", K::string, path).get<std::string>());
@@ -350,6 +364,24 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     }
     m.shapes.push_back(shape);
   }
+}
+
+}  // namespace
+
+Manifest parse_manifest(const std::string& text, const std::string& path) {
+  const Json root = manifest_root(text, path);
+  Manifest m;
+  m.version = (int)integer(root, "version", 0, 1 << 30, path);
+  if (m.version != kCheckpointVersion)
+    refuse(path, "version " + std::to_string(m.version) + ", this trainer reads version " +
+                     std::to_string(kCheckpointVersion));
+  m.iteration = (int)integer(root, "iteration", 1, 1 << 30, path);
+  parse_manifest_model(member(root, "model", K::object, path), path, m.model);
+  parse_manifest_parallel(member(root, "parallel", K::object, path), path, m.parallel);
+  parse_training_state(root, path, m);
+  if (root.contains("data"))  // optional: older checkpoints do not record it
+    parse_manifest_data(member(root, "data", K::object, path), path, m.data);
+  parse_manifest_tensors(root, path, m);
   for (const Json& s : member(root, "shards", K::array, path)) {
     ManifestShard shard = parse_manifest_shard(s, m.model.num_layers, path);
     if (shard.rank != (int)m.shards.size())

@@ -91,91 +91,122 @@ std::vector<int64_t> qkv_rows(const ModelConfig& m, QkvPart part) {
   return rows;
 }
 
+using Kind = HfTensor::Kind;
+
+// One Hugging Face tensor: these rows (cols wide) of the paralab tensor param.
+void add_rows(std::vector<HfTensor>& out, const std::string& name, const std::string& param,
+              std::vector<int64_t> rows, int64_t cols, Kind kind) {
+  out.push_back({name, param, std::move(rows), cols, kind});
+}
+
+// A whole paralab tensor: a vector, or a matrix (rows, cols) as is or transposed.
+void add_whole(std::vector<HfTensor>& out, const std::string& name, const ParamSpec& p,
+               Kind kind) {
+  const int64_t cols = p.shape.size() == 1 ? 1 : p.shape.back();
+  add_rows(out, name, p.name, range(0, p.numel() / cols), cols, kind);
+}
+
+// The embedding and the head: whole tensors under each family's names.
+void add_outer_tensor(std::vector<HfTensor>& out, const ModelConfig& m, const ParamSpec& p) {
+  const std::string& n = p.name;
+  const bool gpt = m.is_gpt();
+  if (n == "embedding.word")
+    add_whole(out, gpt ? "wte.weight" : "model.embed_tokens.weight", p, Kind::ROWS);
+  else if (n == "embedding.position") add_whole(out, "wpe.weight", p, Kind::ROWS);
+  else if (n == "final_norm.weight")
+    add_whole(out, gpt ? "ln_f.weight" : "model.norm.weight", p, Kind::VECTOR);
+  else if (n == "final_norm.bias") add_whole(out, "ln_f.bias", p, Kind::VECTOR);
+  else if (n == "output.weight") add_whole(out, "lm_head.weight", p, Kind::ROWS);
+  else throw std::logic_error("hf_tensors: no Hugging Face name for " + n);
+}
+
+// A GPT-2 layer's tensor (hp = "h.{i}."): Conv1D weights are stored transposed, and the fused
+// qkv's rows reorder from paralab's groups to c_attn's q | k | v.
+void add_gpt2_layer_tensor(std::vector<HfTensor>& out, const ParamSpec& p, const std::string& hp,
+                           const std::string& rest, const std::vector<int64_t>& c_attn,
+                           int64_t h) {
+  const std::string& n = p.name;
+  const Kind vec = Kind::VECTOR;
+  if (rest == "norm1.weight") add_whole(out, hp + "ln_1.weight", p, vec);
+  else if (rest == "norm1.bias") add_whole(out, hp + "ln_1.bias", p, vec);
+  else if (rest == "norm2.weight") add_whole(out, hp + "ln_2.weight", p, vec);
+  else if (rest == "norm2.bias") add_whole(out, hp + "ln_2.bias", p, vec);
+  else if (rest == "attn.qkv.weight")
+    add_rows(out, hp + "attn.c_attn.weight", n, c_attn, h, Kind::CONV1D);
+  else if (rest == "attn.qkv.bias") add_rows(out, hp + "attn.c_attn.bias", n, c_attn, 1, vec);
+  else if (rest == "attn.proj.weight") add_whole(out, hp + "attn.c_proj.weight", p, Kind::CONV1D);
+  else if (rest == "attn.proj.bias") add_whole(out, hp + "attn.c_proj.bias", p, vec);
+  else if (rest == "mlp.fc1.weight") add_whole(out, hp + "mlp.c_fc.weight", p, Kind::CONV1D);
+  else if (rest == "mlp.fc1.bias") add_whole(out, hp + "mlp.c_fc.bias", p, vec);
+  else if (rest == "mlp.fc2.weight") add_whole(out, hp + "mlp.c_proj.weight", p, Kind::CONV1D);
+  else if (rest == "mlp.fc2.bias") add_whole(out, hp + "mlp.c_proj.bias", p, vec);
+  else throw std::logic_error("hf_tensors: no GPT-2 name for " + n);
+}
+
+// A Llama-family layer's tensor (lp = "model.layers.{i}."): the fused qkv splits into q, k and
+// v_proj, fc1 into gate and up, and each expert's fused fc1 and fc2 into its own tensors.
+void add_llama_layer_tensor(std::vector<HfTensor>& out, const ModelConfig& m, const ParamSpec& p,
+                            const std::string& lp, const std::string& rest) {
+  const std::string& n = p.name;
+  const Kind vec = Kind::VECTOR;
+  const bool mixtral = std::string(hf_model_type(m)) == "mixtral";
+  const std::string moe = lp + (mixtral ? "block_sparse_moe." : "mlp.");
+  const int64_t h = m.hidden_size, f = m.ffn(), fe = m.moe_ffn();
+  if (rest == "norm1.weight") add_whole(out, lp + "input_layernorm.weight", p, vec);
+  else if (rest == "norm2.weight") add_whole(out, lp + "post_attention_layernorm.weight", p, vec);
+  else if (rest == "attn.q_norm.weight") add_whole(out, lp + "self_attn.q_norm.weight", p, vec);
+  else if (rest == "attn.k_norm.weight") add_whole(out, lp + "self_attn.k_norm.weight", p, vec);
+  else if (rest == "attn.qkv.weight") {
+    add_rows(out, lp + "self_attn.q_proj.weight", n, qkv_rows(m, QkvPart::Q), h, Kind::ROWS);
+    add_rows(out, lp + "self_attn.k_proj.weight", n, qkv_rows(m, QkvPart::K), h, Kind::ROWS);
+    add_rows(out, lp + "self_attn.v_proj.weight", n, qkv_rows(m, QkvPart::V), h, Kind::ROWS);
+  } else if (rest == "attn.proj.weight") {
+    add_whole(out, lp + "self_attn.o_proj.weight", p, Kind::ROWS);
+  } else if (rest == "mlp.fc1.weight") {
+    add_rows(out, lp + "mlp.gate_proj.weight", n, range(0, f), h, Kind::ROWS);
+    add_rows(out, lp + "mlp.up_proj.weight", n, range(f, f), h, Kind::ROWS);
+  } else if (rest == "mlp.fc2.weight") {
+    add_whole(out, lp + "mlp.down_proj.weight", p, Kind::ROWS);
+  } else if (rest == "mlp.router.weight") {
+    add_whole(out, moe + "gate.weight", p, Kind::ROWS);
+  } else if (rest == "mlp.experts.fc1.weight") {
+    for (int64_t e = 0; e < m.moe.num_experts; ++e) {
+      const std::string ep = moe + "experts." + std::to_string(e) + ".";
+      add_rows(out, ep + (mixtral ? "w1.weight" : "gate_proj.weight"), n, range(2 * fe * e, fe),
+               h, Kind::ROWS);
+      add_rows(out, ep + (mixtral ? "w3.weight" : "up_proj.weight"), n,
+               range(2 * fe * e + fe, fe), h, Kind::ROWS);
+    }
+  } else if (rest == "mlp.experts.fc2.weight") {
+    for (int64_t e = 0; e < m.moe.num_experts; ++e) {
+      const std::string ep = moe + "experts." + std::to_string(e) + ".";
+      add_rows(out, ep + (mixtral ? "w2.weight" : "down_proj.weight"), n, range(h * e, h), fe,
+               Kind::ROWS);
+    }
+  } else {
+    throw std::logic_error("hf_tensors: no Hugging Face name for " + n);
+  }
+}
+
 // Every tensor of the export, in param_table order of their paralab tensors.
 std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
-  using Kind = HfTensor::Kind;
   std::vector<HfTensor> out;
-  const int64_t h = m.hidden_size;
-  auto add = [&](const std::string& name, const std::string& param, std::vector<int64_t> rows,
-                 int64_t cols, Kind kind) {
-    out.push_back({name, param, std::move(rows), cols, kind});
-  };
-  // A whole paralab tensor: a vector, or a matrix (rows, cols) as is or transposed.
-  auto whole = [&](const std::string& name, const ParamSpec& p, Kind kind) {
-    const int64_t cols = p.shape.size() == 1 ? 1 : p.shape.back();
-    add(name, p.name, range(0, p.numel() / cols), cols, kind);
-  };
-  const bool mixtral = std::string(hf_model_type(m)) == "mixtral";
   std::vector<int64_t> c_attn = qkv_rows(m, QkvPart::Q);  // GPT-2's q | k | v
   append(c_attn, qkv_rows(m, QkvPart::K));
   append(c_attn, qkv_rows(m, QkvPart::V));
   for (const ParamSpec& p : param_table(m)) {
     const std::string& n = p.name;
-    const Kind vec = Kind::VECTOR;
-    const bool gpt = m.is_gpt();
     if (n.rfind("layers.", 0) != 0) {  // the embedding and the head
-      if (n == "embedding.word")
-        whole(gpt ? "wte.weight" : "model.embed_tokens.weight", p, Kind::ROWS);
-      else if (n == "embedding.position") whole("wpe.weight", p, Kind::ROWS);
-      else if (n == "final_norm.weight") whole(gpt ? "ln_f.weight" : "model.norm.weight", p, vec);
-      else if (n == "final_norm.bias") whole("ln_f.bias", p, vec);
-      else if (n == "output.weight") whole("lm_head.weight", p, Kind::ROWS);
-      else throw std::logic_error("hf_tensors: no Hugging Face name for " + n);
+      add_outer_tensor(out, m, p);
       continue;
     }
     // layers.{i}.<rest>
     const size_t dot = n.find('.', 7);
     const std::string layer = n.substr(7, dot - 7), rest = n.substr(dot + 1);
-    if (gpt) {
-      const std::string hp = "h." + layer + ".";
-      if (rest == "norm1.weight") whole(hp + "ln_1.weight", p, vec);
-      else if (rest == "norm1.bias") whole(hp + "ln_1.bias", p, vec);
-      else if (rest == "norm2.weight") whole(hp + "ln_2.weight", p, vec);
-      else if (rest == "norm2.bias") whole(hp + "ln_2.bias", p, vec);
-      else if (rest == "attn.qkv.weight")
-        add(hp + "attn.c_attn.weight", n, c_attn, h, Kind::CONV1D);
-      else if (rest == "attn.qkv.bias") add(hp + "attn.c_attn.bias", n, c_attn, 1, vec);
-      else if (rest == "attn.proj.weight") whole(hp + "attn.c_proj.weight", p, Kind::CONV1D);
-      else if (rest == "attn.proj.bias") whole(hp + "attn.c_proj.bias", p, vec);
-      else if (rest == "mlp.fc1.weight") whole(hp + "mlp.c_fc.weight", p, Kind::CONV1D);
-      else if (rest == "mlp.fc1.bias") whole(hp + "mlp.c_fc.bias", p, vec);
-      else if (rest == "mlp.fc2.weight") whole(hp + "mlp.c_proj.weight", p, Kind::CONV1D);
-      else if (rest == "mlp.fc2.bias") whole(hp + "mlp.c_proj.bias", p, vec);
-      else throw std::logic_error("hf_tensors: no GPT-2 name for " + n);
-      continue;
-    }
-    const std::string lp = "model.layers." + layer + ".";
-    const std::string moe = lp + (mixtral ? "block_sparse_moe." : "mlp.");
-    const int64_t f = m.ffn(), fe = m.moe_ffn();
-    if (rest == "norm1.weight") whole(lp + "input_layernorm.weight", p, vec);
-    else if (rest == "norm2.weight") whole(lp + "post_attention_layernorm.weight", p, vec);
-    else if (rest == "attn.q_norm.weight") whole(lp + "self_attn.q_norm.weight", p, vec);
-    else if (rest == "attn.k_norm.weight") whole(lp + "self_attn.k_norm.weight", p, vec);
-    else if (rest == "attn.qkv.weight") {
-      add(lp + "self_attn.q_proj.weight", n, qkv_rows(m, QkvPart::Q), h, Kind::ROWS);
-      add(lp + "self_attn.k_proj.weight", n, qkv_rows(m, QkvPart::K), h, Kind::ROWS);
-      add(lp + "self_attn.v_proj.weight", n, qkv_rows(m, QkvPart::V), h, Kind::ROWS);
-    } else if (rest == "attn.proj.weight") whole(lp + "self_attn.o_proj.weight", p, Kind::ROWS);
-    else if (rest == "mlp.fc1.weight") {
-      add(lp + "mlp.gate_proj.weight", n, range(0, f), h, Kind::ROWS);
-      add(lp + "mlp.up_proj.weight", n, range(f, f), h, Kind::ROWS);
-    } else if (rest == "mlp.fc2.weight") whole(lp + "mlp.down_proj.weight", p, Kind::ROWS);
-    else if (rest == "mlp.router.weight") whole(moe + "gate.weight", p, Kind::ROWS);
-    else if (rest == "mlp.experts.fc1.weight") {
-      for (int64_t e = 0; e < m.moe.num_experts; ++e) {
-        const std::string ep = moe + "experts." + std::to_string(e) + ".";
-        add(ep + (mixtral ? "w1.weight" : "gate_proj.weight"), n, range(2 * fe * e, fe), h,
-            Kind::ROWS);
-        add(ep + (mixtral ? "w3.weight" : "up_proj.weight"), n, range(2 * fe * e + fe, fe), h,
-            Kind::ROWS);
-      }
-    } else if (rest == "mlp.experts.fc2.weight") {
-      for (int64_t e = 0; e < m.moe.num_experts; ++e)
-        add(moe + "experts." + std::to_string(e) + (mixtral ? ".w2.weight" : ".down_proj.weight"),
-            n, range(h * e, h), fe, Kind::ROWS);
-    } else {
-      throw std::logic_error("hf_tensors: no Hugging Face name for " + n);
-    }
+    if (m.is_gpt())
+      add_gpt2_layer_tensor(out, p, "h." + layer + ".", rest, c_attn, m.hidden_size);
+    else
+      add_llama_layer_tensor(out, m, p, "model.layers." + layer + ".", rest);
   }
   return out;
 }
@@ -322,95 +353,120 @@ HfExport export_hugging_face(const std::string& folder, const ModelConfig& m,
   return result;
 }
 
+namespace {
+
+// The files of an import and the one that names every tensor (model.safetensors, or the index
+// with its weight_map: which file holds each tensor).
+struct HfListing {
+  std::string listing;
+  std::map<std::string, std::string> file_of;  // tensor -> file, from the index
+  std::vector<std::string> files;
+};
+
+// The index's weight_map: each tensor's file, which must be a plain name in the folder.
+void read_weight_map(const std::string& index_path, HfListing& l) {
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) throw InputError(index_path + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const Json doc = JsonDocument(text.str()).root();
+    const Json* map = json_find(doc, "weight_map");
+    if (!map || !map->is_object()) throw JsonError("missing \"weight_map\" (an object)");
+    for (const auto& entry : map->items()) {
+      const std::string& name = entry.key();
+      if (!entry.value().is_string())
+        throw JsonError("weight_map's \"" + name + "\" is not a file name");
+      const std::string fname = entry.value().get<std::string>();
+      if (fname.empty() || fname.find('/') != std::string::npos || fname == "." || fname == "..")
+        throw InputError(index_path + ": tensor " + name + " is in \"" + fname +
+                         "\", not a file name in the folder");
+      l.file_of[name] = fname;
+      bool known = false;
+      for (const std::string& seen : l.files) known = known || seen == fname;
+      if (!known) l.files.push_back(fname);
+    }
+  } catch (const JsonError& e) {
+    throw InputError(index_path + ": " + e.what());
+  }
+}
+
+// The files and, with an index, which tensor each must hold (transformers reads
+// model.safetensors when it exists, else the index).
+HfListing list_hf_files(const std::string& folder) {
+  const std::string single = folder + "/" + kSingleFile, index_path = folder + "/" + kIndexFile;
+  HfListing l;
+  if (exists(single)) {
+    l.listing = single;
+    l.files.push_back(kSingleFile);
+  } else if (exists(index_path)) {
+    l.listing = index_path;
+    read_weight_map(index_path, l);
+  } else {
+    throw InputError(folder + ": no " + kSingleFile + " and no " + kIndexFile);
+  }
+  return l;
+}
+
+// GPT-2 as transformers' save_pretrained writes it has every name under "transformer."
+std::string our_name(const ModelConfig& m, const std::string& name) {
+  const std::string prefix = "transformer.";
+  return m.is_gpt() && name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+// One safetensors file's tensors into out, each checked: a tensor of the model, where the index
+// puts it, not seen before, F32, BF16 or F16, of the model's shape. found: our name -> file.
+void read_hf_file(const std::string& folder, const std::string& file, const ModelConfig& m,
+                  const std::map<std::string, const HfTensor*>& wanted, const HfListing& l,
+                  LogicalTensors& out, std::map<std::string, std::string>& found) {
+  const std::string path = folder + "/" + file;
+  SafetensorsReader reader(path);
+  for (const SafeTensor& st : reader.header().tensors) {
+    const std::string name = our_name(m, st.name);
+    auto it = wanted.find(name);
+    if (it == wanted.end())
+      throw InputError(path + ": tensor " + st.name + " is not one of the " +
+                       hf_architecture(m) + " the flags describe");
+    if (!l.file_of.empty() && (!l.file_of.count(st.name) || l.file_of.at(st.name) != file))
+      throw InputError(path + ": tensor " + st.name + " is not where " + kIndexFile +
+                       " puts it");
+    if (found.count(name))
+      throw InputError(path + ": tensor " + st.name + " again (also in " + found[name] + ")");
+    if (st.dtype != SafeDType::F32 && st.dtype != SafeDType::BF16 && st.dtype != SafeDType::F16)
+      throw InputError(path + ": tensor " + st.name + " is " + dtype_name(st.dtype) +
+                       ", not F32, BF16 or F16");
+    const HfTensor& t = *it->second;
+    if (st.shape != t.shape())
+      throw InputError(path + ": tensor " + st.name + " has shape " + shape_text(st.shape) +
+                       ", the flags' model needs " + shape_text(t.shape()));
+    const std::vector<float> values = reader.read_floats(st);
+    std::vector<float>& to = out.at(t.param);
+    for (int64_t i = 0; i < t.numel(); ++i) to[t.at(i)] = values[i];
+    found[name] = file;
+  }
+}
+
+}  // namespace
+
 LogicalTensors import_hugging_face(const std::string& folder, const ModelConfig& m) {
   const std::vector<HfTensor> hf = hf_tensors(m);
   std::map<std::string, const HfTensor*> wanted;
   for (const HfTensor& t : hf) wanted[t.name] = &t;
-
-  // The files and, with an index, which tensor each must hold.
-  const std::string single = folder + "/" + kSingleFile, index_path = folder + "/" + kIndexFile;
-  std::string listing;  // the file that names every tensor: model.safetensors or the index
-  std::map<std::string, std::string> file_of;  // tensor -> file, from the index
-  std::vector<std::string> files;
-  if (exists(single)) {
-    listing = single;
-    files.push_back(kSingleFile);
-  } else if (exists(index_path)) {
-    listing = index_path;
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) throw InputError(index_path + ": cannot open");
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      const Json doc = JsonDocument(text.str()).root();
-      const Json* map = json_find(doc, "weight_map");
-      if (!map || !map->is_object()) throw JsonError("missing \"weight_map\" (an object)");
-      for (const auto& entry : map->items()) {
-        const std::string& name = entry.key();
-        if (!entry.value().is_string())
-          throw JsonError("weight_map's \"" + name + "\" is not a file name");
-        const std::string fname = entry.value().get<std::string>();
-        if (fname.empty() || fname.find('/') != std::string::npos || fname == "." ||
-            fname == "..")
-          throw InputError(index_path + ": tensor " + name + " is in \"" + fname +
-                           "\", not a file name in the folder");
-        file_of[name] = fname;
-        bool known = false;
-        for (const std::string& seen : files) known = known || seen == fname;
-        if (!known) files.push_back(fname);
-      }
-    } catch (const JsonError& e) {
-      throw InputError(index_path + ": " + e.what());
-    }
-  } else {
-    throw InputError(folder + ": no " + kSingleFile + " and no " + kIndexFile);
-  }
-
-  // GPT-2 as transformers' save_pretrained writes it has every name under "transformer."
-  auto our_name = [&](const std::string& name) {
-    const std::string prefix = "transformer.";
-    return m.is_gpt() && name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-  };
-  for (const auto& [name, file] : file_of)
-    if (!wanted.count(our_name(name)))
+  const HfListing l = list_hf_files(folder);
+  const std::string index_path = folder + "/" + kIndexFile;
+  for (const auto& [name, file] : l.file_of)
+    if (!wanted.count(our_name(m, name)))
       throw InputError(index_path + ": tensor " + name + " is not one of the " +
                        hf_architecture(m) + " the flags describe");
 
   LogicalTensors out;
   for (const ParamSpec& p : param_table(m)) out[p.name].assign(p.numel(), 0.0f);
   std::map<std::string, std::string> found;  // our name -> the file it came from
-  for (const std::string& file : files) {
-    const std::string path = folder + "/" + file;
-    SafetensorsReader reader(path);
-    for (const SafeTensor& st : reader.header().tensors) {
-      const std::string name = our_name(st.name);
-      auto it = wanted.find(name);
-      if (it == wanted.end())
-        throw InputError(path + ": tensor " + st.name + " is not one of the " +
-                         hf_architecture(m) + " the flags describe");
-      if (!file_of.empty() && (!file_of.count(st.name) || file_of.at(st.name) != file))
-        throw InputError(path + ": tensor " + st.name + " is not where " + kIndexFile +
-                         " puts it");
-      if (found.count(name))
-        throw InputError(path + ": tensor " + st.name + " again (also in " + found[name] + ")");
-      if (st.dtype != SafeDType::F32 && st.dtype != SafeDType::BF16 &&
-          st.dtype != SafeDType::F16)
-        throw InputError(path + ": tensor " + st.name + " is " + dtype_name(st.dtype) +
-                         ", not F32, BF16 or F16");
-      const HfTensor& t = *it->second;
-      if (st.shape != t.shape())
-        throw InputError(path + ": tensor " + st.name + " has shape " + shape_text(st.shape) +
-                         ", the flags' model needs " + shape_text(t.shape()));
-      const std::vector<float> values = reader.read_floats(st);
-      std::vector<float>& to = out.at(t.param);
-      for (int64_t i = 0; i < t.numel(); ++i) to[t.at(i)] = values[i];
-      found[name] = file;
-    }
-  }
+  for (const std::string& file : l.files) read_hf_file(folder, file, m, wanted, l, out, found);
   for (const HfTensor& t : hf)
     if (!found.count(t.name))
-      throw InputError(listing + ": no tensor " + t.name + " (the flags' " + hf_architecture(m) +
-                       " needs it, " + shape_text(t.shape()) + ")");
+      throw InputError(l.listing + ": no tensor " + t.name + " (the flags' " +
+                       hf_architecture(m) + " needs it, " + shape_text(t.shape()) + ")");
   return out;
 }
 

@@ -265,44 +265,45 @@ class ConfigCheck {
 
 bool moe_type(const std::string& t) { return t == "qwen3_moe" || t == "mixtral"; }
 
-}  // namespace
+// The family first (model_type, architectures[0]): every other key depends on it. A mismatch
+// names the flag that picks the family the file has.
+void check_model_family(const ConfigCheck& c, const ModelConfig& m, const std::string& type) {
+  const Json* v = c.find("model_type");
+  const std::string got = v && v->is_string() ? v->get<std::string>() : "";
+  const std::string flag = (got == "gpt2") != m.is_gpt()         ? "--arch"
+                           : moe_type(got) != m.moe.enabled()  ? "--num-experts"
+                                                                : "--qk-layernorm";
+  if (got != type) c.fail("model_type", v ? ConfigCheck::describe(*v) : "absent", type, flag);
+  const Json* arch = c.find("architectures");
+  if (arch && (!arch->is_array() || arch->empty() ||
+               !arch->at(0).is_string() ||
+               arch->at(0).get<std::string>() != hf_architecture(m)))
+    c.fail("architectures[0]",
+           arch->is_array() && !arch->empty()
+               ? ConfigCheck::describe(arch->at(0)) : ConfigCheck::describe(*arch),
+           hf_architecture(m), "--arch");
+}
 
-void check_hugging_face_config(const std::string& folder, const ModelConfig& m) {
-  const ConfigCheck c(folder);
-  const std::string type = hf_model_type(m);
-  {  // the family first: every other key depends on it
-    const Json* v = c.find("model_type");
-    const std::string got = v && v->is_string() ? v->get<std::string>() : "";
-    const std::string flag = (got == "gpt2") != m.is_gpt()         ? "--arch"
-                             : moe_type(got) != m.moe.enabled()  ? "--num-experts"
-                                                                  : "--qk-layernorm";
-    if (got != type) c.fail("model_type", v ? ConfigCheck::describe(*v) : "absent", type, flag);
-    const Json* arch = c.find("architectures");
-    if (arch && (!arch->is_array() || arch->empty() ||
-                 !arch->at(0).is_string() ||
-                 arch->at(0).get<std::string>() != hf_architecture(m)))
-      c.fail("architectures[0]",
-             arch->is_array() && !arch->empty()
-                 ? ConfigCheck::describe(arch->at(0)) : ConfigCheck::describe(*arch),
-             hf_architecture(m), "--arch");
-  }
+// GPT-2's keys (GPT2Config): its shapes, the GeLU and the tied embedding.
+void check_gpt2_keys(const ConfigCheck& c, const ModelConfig& m) {
+  const int h = m.hidden_size;
+  c.integer("n_embd", h, "--hidden-size");
+  c.integer("n_layer", m.num_layers, "--num-layers");
+  c.integer("n_head", m.num_attention_heads, "--num-attention-heads");
+  c.integer("n_inner", m.ffn(), "--ffn-hidden-size", 4 * h);  // null: 4 n_embd
+  c.integer("n_positions", m.seq_length, "--seq-length", 1024);
+  c.integer("vocab_size", m.vocab_size, "--vocab-size", 50257);
+  c.real("layer_norm_epsilon", m.norm_epsilon, "--norm-epsilon", 1e-5);
+  c.text("activation_function", "gelu", "--arch (paralab's GeLU is erf)", "gelu_new");
+  c.boolean("scale_attn_weights", true, "--arch", true);
+  c.boolean("scale_attn_by_inverse_layer_idx", false, "--arch", false);
+  c.boolean("tie_word_embeddings", true, "--arch", true);
+}
+
+// The Llama-like families' shapes (Llama, Qwen3, Qwen3-MoE, Mixtral), with transformers'
+// defaults per class where the file may leave a key out.
+void check_llama_shapes(const ConfigCheck& c, const ModelConfig& m, const std::string& type) {
   const int h = m.hidden_size, a = m.num_attention_heads;
-  if (type == "gpt2") {
-    c.integer("n_embd", h, "--hidden-size");
-    c.integer("n_layer", m.num_layers, "--num-layers");
-    c.integer("n_head", a, "--num-attention-heads");
-    c.integer("n_inner", m.ffn(), "--ffn-hidden-size", 4 * h);  // null: 4 n_embd
-    c.integer("n_positions", m.seq_length, "--seq-length", 1024);
-    c.integer("vocab_size", m.vocab_size, "--vocab-size", 50257);
-    c.real("layer_norm_epsilon", m.norm_epsilon, "--norm-epsilon", 1e-5);
-    c.text("activation_function", "gelu", "--arch (paralab's GeLU is erf)", "gelu_new");
-    c.boolean("scale_attn_weights", true, "--arch", true);
-    c.boolean("scale_attn_by_inverse_layer_idx", false, "--arch", false);
-    c.boolean("tie_word_embeddings", true, "--arch", true);
-    return;
-  }
-  // transformers' defaults per class where the file may leave a key out
-  const bool qwen = type == "qwen3" || type == "qwen3_moe";
   const int64_t kv_default = type == "qwen3" ? 32 : type == "qwen3_moe" ? 4
                              : type == "mixtral" ? 8 : a;
   c.integer("hidden_size", h, "--hidden-size");
@@ -321,36 +322,70 @@ void check_hugging_face_config(const std::string& folder, const ModelConfig& m) 
     c.integer("intermediate_size", m.moe_ffn(), "--moe-ffn-hidden-size");
   else if (!dense_layers(m).empty())
     c.integer("intermediate_size", m.ffn(), "--ffn-hidden-size");
-  {  // RoPE: the base, unscaled (rope_parameters, else transformers 4's keys)
-    const Json* rope = c.find("rope_parameters");
-    if (!rope) rope = c.find("rope_scaling");
-    if (rope && !rope->is_object())
-      c.fail("rope_parameters", ConfigCheck::describe(*rope), "an object", "--rotary-base");
-    const Json* kind = rope ? json_find(*rope, "rope_type") : nullptr;
-    if (!kind && rope) kind = json_find(*rope, "type");
-    if (kind && (!kind->is_string() || kind->get<std::string>() != "default"))
-      c.fail("rope_parameters.rope_type", ConfigCheck::describe(*kind), "\"default\"",
-             "--rotary-base: paralab's RoPE is unscaled");
-    const Json* theta = rope ? json_find(*rope, "rope_theta") : nullptr;
-    if (!theta) theta = c.find("rope_theta");
-    const double want_default = type == "mixtral" ? 1e6 : 1e4;
-    if (theta && !theta->is_number())
-      c.fail("rope_theta", ConfigCheck::describe(*theta), float_text(m.rope_theta),
-             "--rotary-base");
-    const double got = theta ? theta->get<double>() : want_default;
-    if ((float)got != m.rope_theta)
-      c.fail("rope_theta",
-             theta ? ConfigCheck::num(got) : ConfigCheck::absent(ConfigCheck::num(got)),
-             float_text(m.rope_theta), "--rotary-base");
+}
+
+// RoPE: the base, unscaled (rope_parameters, else transformers 4's keys).
+void check_rope(const ConfigCheck& c, const ModelConfig& m, const std::string& type) {
+  const Json* rope = c.find("rope_parameters");
+  if (!rope) rope = c.find("rope_scaling");
+  if (rope && !rope->is_object())
+    c.fail("rope_parameters", ConfigCheck::describe(*rope), "an object", "--rotary-base");
+  const Json* kind = rope ? json_find(*rope, "rope_type") : nullptr;
+  if (!kind && rope) kind = json_find(*rope, "type");
+  if (kind && (!kind->is_string() || kind->get<std::string>() != "default"))
+    c.fail("rope_parameters.rope_type", ConfigCheck::describe(*kind), "\"default\"",
+           "--rotary-base: paralab's RoPE is unscaled");
+  const Json* theta = rope ? json_find(*rope, "rope_theta") : nullptr;
+  if (!theta) theta = c.find("rope_theta");
+  const double want_default = type == "mixtral" ? 1e6 : 1e4;
+  if (theta && !theta->is_number())
+    c.fail("rope_theta", ConfigCheck::describe(*theta), float_text(m.rope_theta),
+           "--rotary-base");
+  const double got = theta ? theta->get<double>() : want_default;
+  if ((float)got != m.rope_theta)
+    c.fail("rope_theta",
+           theta ? ConfigCheck::num(got) : ConfigCheck::absent(ConfigCheck::num(got)),
+           float_text(m.rope_theta), "--rotary-base");
+}
+
+// A sliding window shorter than the sequence would mask keys paralab attends to (Qwen3 uses
+// its window only with use_sliding_window).
+void check_sliding_window(const ConfigCheck& c, const ModelConfig& m, const std::string& type) {
+  const bool qwen = type == "qwen3" || type == "qwen3_moe";
+  const Json* w = c.find("sliding_window");
+  const Json* on = c.find("use_sliding_window");
+  const bool used = w && (!qwen || (on && on->is_boolean() && on->get<bool>()));
+  if (used && (!w->is_number() || w->get<double>() < m.seq_length))
+    c.fail("sliding_window", ConfigCheck::describe(*w),
+           "full attention over " + std::to_string(m.seq_length) + " tokens", "--seq-length");
+}
+
+// Qwen3-MoE's layer l is MoE when l is not in mlp_only_layers and (l+1) % decoder_sparse_step
+// == 0: the file's dense layers must be --moe-layer-freq's.
+void check_qwen3_moe_layers(const ConfigCheck& c, const ModelConfig& m) {
+  const Json* step_v = c.find("decoder_sparse_step");
+  const Json* only_v = c.find("mlp_only_layers");
+  if (step_v && (!ConfigCheck::whole_number(*step_v) || step_v->get<double>() < 1))
+    c.fail("decoder_sparse_step", ConfigCheck::describe(*step_v), "1", "--moe-layer-freq");
+  if (only_v && !only_v->is_array())
+    c.fail("mlp_only_layers", ConfigCheck::describe(*only_v), list_text(dense_layers(m)),
+           "--moe-layer-freq");
+  const int64_t step = step_v ? (int64_t)step_v->get<double>() : 1;
+  std::vector<int> file_dense;
+  for (int l = 0; l < m.num_layers; ++l) {
+    bool only = false;
+    if (only_v)
+      for (const Json& x : *only_v)
+        only = only || (x.is_number() && x.get<double>() == l);
+    if (only || (l + 1) % step != 0) file_dense.push_back(l);
   }
-  {  // a sliding window shorter than the sequence would mask keys paralab attends to
-    const Json* w = c.find("sliding_window");
-    const Json* on = c.find("use_sliding_window");
-    const bool used = w && (!qwen || (on && on->is_boolean() && on->get<bool>()));
-    if (used && (!w->is_number() || w->get<double>() < m.seq_length))
-      c.fail("sliding_window", ConfigCheck::describe(*w),
-             "full attention over " + std::to_string(m.seq_length) + " tokens", "--seq-length");
-  }
+  if (file_dense != dense_layers(m))
+    c.fail("the dense layers (decoder_sparse_step, mlp_only_layers)", list_text(file_dense),
+           list_text(dense_layers(m)), "--moe-layer-freq");
+}
+
+// The experts: their count, top-k and (Qwen3-MoE) width, routing and which layers have them.
+void check_experts(const ConfigCheck& c, const ModelConfig& m, const std::string& type) {
   if (type == "mixtral") {
     c.integer("num_local_experts", m.moe.num_experts, "--num-experts", 8);
     c.integer("num_experts_per_tok", m.moe.topk, "--moe-router-topk", 2);
@@ -361,27 +396,24 @@ void check_hugging_face_config(const std::string& folder, const ModelConfig& m) 
     c.integer("num_experts_per_tok", m.moe.topk, "--moe-router-topk", 8);
     c.integer("moe_intermediate_size", m.moe_ffn(), "--moe-ffn-hidden-size", 768);
     c.boolean("norm_topk_prob", !m.moe.pre_softmax, "--moe-router-pre-softmax", false);
-    // Qwen3-MoE's layer l is MoE when l is not in mlp_only_layers and (l+1) % step == 0
-    const Json* step_v = c.find("decoder_sparse_step");
-    const Json* only_v = c.find("mlp_only_layers");
-    if (step_v && (!ConfigCheck::whole_number(*step_v) || step_v->get<double>() < 1))
-      c.fail("decoder_sparse_step", ConfigCheck::describe(*step_v), "1", "--moe-layer-freq");
-    if (only_v && !only_v->is_array())
-      c.fail("mlp_only_layers", ConfigCheck::describe(*only_v), list_text(dense_layers(m)),
-             "--moe-layer-freq");
-    const int64_t step = step_v ? (int64_t)step_v->get<double>() : 1;
-    std::vector<int> file_dense;
-    for (int l = 0; l < m.num_layers; ++l) {
-      bool only = false;
-      if (only_v)
-        for (const Json& x : *only_v)
-          only = only || (x.is_number() && x.get<double>() == l);
-      if (only || (l + 1) % step != 0) file_dense.push_back(l);
-    }
-    if (file_dense != dense_layers(m))
-      c.fail("the dense layers (decoder_sparse_step, mlp_only_layers)", list_text(file_dense),
-             list_text(dense_layers(m)), "--moe-layer-freq");
+    check_qwen3_moe_layers(c, m);
   }
+}
+
+}  // namespace
+
+void check_hugging_face_config(const std::string& folder, const ModelConfig& m) {
+  const ConfigCheck c(folder);
+  const std::string type = hf_model_type(m);
+  check_model_family(c, m, type);
+  if (type == "gpt2") {
+    check_gpt2_keys(c, m);
+    return;
+  }
+  check_llama_shapes(c, m, type);
+  check_rope(c, m, type);
+  check_sliding_window(c, m, type);
+  check_experts(c, m, type);
 }
 
 }  // namespace paralab

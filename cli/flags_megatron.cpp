@@ -179,12 +179,12 @@ void add_megatron_flags(CLI::App& app, Options& o, RawFlags& raw) {
   }
 }
 
-void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
-  RawFlags::Megatron& mg = raw.megatron;
-  for (const NoEffect& f : kNoEffect)
-    if (given(app, f.name)) mg.no_effect.push_back(std::string(f.name) + " (" + f.why + ")");
+namespace {
 
-  // The model's parts, as Megatron composes it, against the two families paralab builds.
+// The model's parts, as Megatron composes it (--swiglu, --normalization, ...), against the two
+// families paralab builds: a conflict with --arch fails, a complete Llama sets raw.arch.
+void resolve_model_family(const CLI::App& app, RawFlags& raw) {
+  const RawFlags::Megatron& mg = raw.megatron;
   std::vector<std::string> llama, gpt;  // the parts given, as typed
   if (mg.swiglu) llama.push_back("--swiglu");
   if (mg.normalization == "RMSNorm") llama.push_back("--normalization RMSNorm");
@@ -230,6 +230,12 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
     }
     raw.arch = "llama";
   }
+}
+
+// Megatron's shape flags paralab takes only where they mean its own model: the position table,
+// RoPE on every pair, --group-query-attention's one group, the init's std.
+void check_model_shape_flags(const CLI::App& app, Options& o, const RawFlags& raw) {
+  const RawFlags::Megatron& mg = raw.megatron;
   if (given(app, "--max-position-embeddings")) {
     const int table = mg.max_position_embeddings, S = o.model.seq_length;
     if (raw.arch == "gpt" && table != S)
@@ -244,8 +250,12 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
   if (mg.gqa && !given(app, "--num-query-groups")) o.model.num_query_groups = 1;  // Megatron's
   if (!(o.model.init_method_std > 0) || !std::isfinite(o.model.init_method_std))
     fail("--init-method-std must be a finite number > 0, got ", o.model.init_method_std);
+}
 
-  // The same settings under Megatron's names; both spellings must agree.
+// The same settings under Megatron's names (recompute, NaN check, timeout, TensorBoard); both
+// spellings must agree.
+void resolve_megatron_synonyms(const CLI::App& app, Options& o, RawFlags& raw) {
+  const RawFlags::Megatron& mg = raw.megatron;
   if (mg.recompute_activations) {
     if (!raw.recompute_granularity.empty() && raw.recompute_granularity != "selective")
       fail("--recompute-activations (= --recompute-granularity selective) conflicts with "
@@ -271,8 +281,12 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
   if (mg.validation_ppl && o.tensorboard_dir.empty())
     fail("--log-validation-ppl-to-tensorboard needs --tensorboard-dir DIR");
   o.tensorboard_validation_ppl = mg.validation_ppl;
+}
 
-  // Samples instead of steps (resolved once the global batch is: apply_megatron_schedule).
+// Samples instead of steps (resolved once the global batch is: apply_megatron_schedule): the
+// two ways to give the length and the warm-up must not mix.
+void check_sample_schedule(const CLI::App& app, const Options& o, RawFlags& raw) {
+  RawFlags::Megatron& mg = raw.megatron;
   const bool samples = given(app, "--train-samples");
   if (samples && given(app, "--train-iters"))
     fail("give --train-iters (", o.train.train_iters, ") or --train-samples (", mg.train_samples,
@@ -292,6 +306,18 @@ void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
     fail("--lr-warmup-fraction must be in [0, 1], got ", mg.lr_warmup_fraction);
   mg.samples = samples;
   mg.fraction = fraction;
+}
+
+}  // namespace
+
+void resolve_megatron_flags(const CLI::App& app, Options& o, RawFlags& raw) {
+  RawFlags::Megatron& mg = raw.megatron;
+  for (const NoEffect& f : kNoEffect)
+    if (given(app, f.name)) mg.no_effect.push_back(std::string(f.name) + " (" + f.why + ")");
+  resolve_model_family(app, raw);
+  check_model_shape_flags(app, o, raw);
+  resolve_megatron_synonyms(app, o, raw);
+  check_sample_schedule(app, o, raw);
 }
 
 void apply_megatron_schedule(Options& o, const RawFlags& raw) {

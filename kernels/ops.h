@@ -5,7 +5,8 @@
 // storage type with its dispatcher right beneath (kernels/dispatch.h shows the pattern). Its
 // two twins: kernels/cpu/<family>.cpp (plain loops and OpenBLAS: the pseudocode a student
 // reads) and kernels/cuda/<family>.cu (the CUDA kernels that mirror them, with the same
-// kernels/math.h arithmetic). kernels/ knows nothing of parallelism or of the model.
+// kernels/math.h arithmetic; a large family splits by job into files of parallel names on
+// both sides, as the table shows). kernels/ knows nothing of parallelism or of the model.
 //
 //   kernels/ops/           kernels/cpu/          kernels/cuda/
 //   memory_gemm.h          memory_gemm.cpp       memory_gemm.cu       memory, GEMM, grouped GEMM
@@ -13,8 +14,10 @@
 //                                                                     GeLU, SwiGLU, dropout
 //   embedding.h            embedding.cpp         embedding.cu         token and position tables
 //   norms.h                norms.cpp             norms.cu             LayerNorm, RMSNorm
-//   attention.h            attention.cpp         attention.cu         QKV split, heads merge,
-//                                                                     RoPE, naive pass, merge
+//   attention.h            attention_layout.cpp  attention_layout.cu  QKV split, heads merge,
+//                                                                     RoPE
+//                          attention_softmax.cpp attention_softmax.cu the naive pass's softmax,
+//                                                                     dropout, delta; the merge
 //   flash_attention.h      flash_attention.cpp   flash_attention.cu,  tiled attention
 //                                                flash_attention_backward.cu
 //   moe.h                  moe.cpp               moe.cu               router, permute, experts

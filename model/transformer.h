@@ -201,6 +201,15 @@ class Transformer {
   float head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid_targets);
   template <typename T>
   void head_backward(State<T>& s, InFlight<T>& f);
+  // head_forward's steps: the final norm, then the fused (chunked) or the unfused loss.
+  template <typename T>
+  const T* head_final_norm(State<T>& s, InFlight<T>& f, const T* H, const T* x);
+  template <typename T>
+  void head_fused_loss(State<T>& s, InFlight<T>& f, const T* xf_full, const T* W, T* dW,
+                       float ce_scale, int cols, bool keep);
+  template <typename T>
+  void head_unfused_loss(State<T>& s, InFlight<T>& f, const T* xf_full, const T* W,
+                         float ce_scale, int cols, bool keep);
   template <typename T>
   InFlight<T>& in_flight(State<T>& s, int microbatch, int chunk, bool create);
 

@@ -1,7 +1,9 @@
 // kernels/ops/attention.h: the attention layout (QKV split with RoPE, heads merge, RoPE
 // alone), the naive pieces of one attention pass (softmax, its backward, rescale, dropout,
 // delta) and ring attention's log-sum-exp merge. The flash kernels: flash_attention.h.
-// Twins: kernels/cpu/attention.cpp, kernels/cuda/attention.cu.
+// Twins: the layout ops in kernels/cpu/attention_layout.cpp and kernels/cuda/attention_layout.cu,
+// the softmax pieces and the merge in kernels/cpu/attention_softmax.cpp and
+// kernels/cuda/attention_softmax.cu.
 //
 // Attention shapes: B batch, S sequence, A query heads, G query groups (key/value heads,
 // A % G == 0), D head dim. Per token the fused QKV row holds G groups, each

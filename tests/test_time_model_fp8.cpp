@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "plan/time_model_fp8.h"
+#include "tests/test_flags_helpers.h"
 #include "tests/test_plan_helpers.h"
 
 namespace paralab {
@@ -19,6 +20,8 @@ namespace {
 using plan_test::batch;
 using plan_test::gpt;
 using plan_test::world;
+using flags_test::error_of;
+using flags_test::parse;
 
 // bf16 1 TFLOP/s and FP8 2, every GEMM at the peak, memory and launches free.
 HardwareProfile ideal_fp8() {
@@ -111,6 +114,15 @@ TEST(TimeModelFp8, AProfileWithoutAnFp8PeakIsRefused) {
     EXPECT_NE(std::string(e.what()).find("ideal.toml: the profile states no fp8_tflops"),
               std::string::npos) << e.what();
   }
+}
+
+TEST(TimeModelFp8, PlanTakesFp8FormatWhereTrainingRefusesIt) {
+  const Options o = parse({"--plan", "--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
+                           "blockwise"});
+  EXPECT_TRUE(o.fp8.enabled);
+  EXPECT_TRUE(o.fp8.hybrid);
+  EXPECT_EQ(o.fp8.recipe, Fp8Recipe::Blockwise);
+  EXPECT_EQ(error_of({"--bf16", "--fp8-format", "hybrid"}).rfind("--fp8-format hybrid: ", 0), 0u);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 # paralab build. `make` builds ./trainer with nvcc when the CUDA toolkit is present (CUDA
-# and CPU backends in one binary, sm_80 + sm_90); `make CPU_ONLY=1` builds with g++ alone;
-# `make emulated` builds build/emulated/{trainer,op_check,emulator_tests}, whose CUDA device
-# is the emulated one (kernels/emulator/README.md: paralab's CUDA code, kernels included, run
-# on the CPU by g++, no toolkit needed). Every build treats warnings as errors.
+# and CPU backends in one binary: sm_80 + sm_90, and compute_75 + sm_75 for the T4, or
+# compute_70 + sm_70 for the V100 too with CUDA 12); `make CPU_ONLY=1` builds with g++ alone;
+# `make emulated` builds build/emulated/{trainer,op_check,emulator_tests}, whose CUDA device is
+# the emulated one (kernels/emulator/README.md: paralab's CUDA code, kernels included, run on
+# the CPU by g++, no toolkit needed). Every build treats warnings as errors.
 #
 #   make            set-up, build ./trainer
 #   make run        set-up, build, train the demo model
@@ -85,8 +86,24 @@ else
   BUILD ?= build/cuda
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+  # Machine code for sm_80 (A100) and sm_90 (H100, H200), and PTX for the older GPUs the binary
+  # also runs on, fp32 and fp16 only (docs/setup.md): the driver compiles a compute_XX PTX at
+  # the first launch for any GPU of capability >= XX (and caches it, ~/.nv/ComputeCache), so one
+  # PTX target serves V100 (7.0) and T4 (7.5) alike, as it serves an Ada or Blackwell card
+  # without machine code of its own. CUDA 13 supports "all NVIDIA architectures from Turing
+  # through Grace Blackwell" (CUDA Features Archive, 13.0): its oldest target is compute_75, so
+  # a CUDA 13 build runs on a T4 but not a V100, which needs a CUDA 12 build (compute_70).
+  # The same target's machine code (sm_75, or sm_70, which a 7.5 GPU also runs) is built too:
+  # ptxas then assembles that PTX here, so an sm_80 instruction left outside its
+  # __CUDA_ARCH__ guard fails the build instead of the first launch on a T4, and the T4 needs
+  # no JIT. The kernels' sm_80 paths are stubs there: it costs little (notes/performance.md).
+  PTX_ARCH := $(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_70),compute_70,\
+                compute_75)
+  PTX_ARCH := $(strip $(PTX_ARCH))
   NVCCFLAGS = -std=c++17 -O2 -I. $(MPI_CFLAGS) -gencode arch=compute_80,code=sm_80 \
-              -gencode arch=compute_90,code=sm_90 -Werror all-warnings \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=$(PTX_ARCH),code=$(PTX_ARCH) \
+              -gencode arch=$(PTX_ARCH),code=$(subst compute_,sm_,$(PTX_ARCH)) \
+              -Werror all-warnings \
               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
   FLAVOUR_FLAGS := -I$(CUDA_HOME)/include
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl

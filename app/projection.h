@@ -39,6 +39,7 @@ HardwareChoice choose_hardware(const Options& o, bool training);
 // What `--plan` prints beyond the plan (view points into the other members).
 struct PlanExtras {
   StepTime time;
+  Fp8StepTime fp8;  // --fp8-format
   FitCheck fit;
   TrainingTime training;
   PlanProjection view;

@@ -39,7 +39,14 @@ Training::Training(const Options& o, const World& w)
     : o_(o), w_(w), rank0_(w.rank == 0), run_start_(now_seconds()) {
   const ParallelConfig& par = o.parallel;
   const kernels::Device dev = o.device;
-  if (dev == kernels::Device::CUDA) kernels::cuda_select_device(w.local_rank);
+  if (dev == kernels::Device::CUDA) {
+    kernels::cuda_select_device(w.local_rank);
+    try {  // --bf16 or --fp8-format on a GPU without them (cli/flags_gpu.cpp): exit 2 now
+      check_gpu_precision(o, kernels::cuda_device_name(), kernels::cuda_compute_capability());
+    } catch (const InputError& e) {
+      exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+    }
+  }
   kernels::set_timing_level(o.timing_log_level);
   set_collective_timeout(o.collective_timeout);  // the comm layer's watchdog (parallel/comm.h)
   topo_.reset(new Topology(GridSpec{w.size, par.tensor_parallel, par.context_parallel,

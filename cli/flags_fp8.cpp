@@ -55,7 +55,7 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
   if (f.amax_history_len < 1)
     fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
-  if (f.enabled)
+  if (f.enabled && !o.plan)  // --plan projects FP8 (plan/time_model_fp8.h); training waits
     fail("--fp8-format ", raw.fp8_format, ": FP8 training is not built yet: the formats, "
          "casts, FP8 GEMM and recipes are (docs/fp8.md), the linear layers' GEMMs are not");
 }

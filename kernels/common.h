@@ -51,6 +51,9 @@ int cuda_device_count();
 void cuda_select_device(int local_rank);
 // Name of the current GPU ("NVIDIA H200"), "" without one.
 std::string cuda_device_name();
+// Compute capability of the current GPU as 10 major + minor (90 for an H100, 75 for a T4), 0
+// without one.
+int cuda_compute_capability();
 // The flash attention kernels a run on device d takes for its shape (sequence S, A query heads,
 // G groups, head dim D; half: 16-bit storage): on CUDA the tensor-core ones
 // (kernels/cuda/flash_mma.h) or the scalar fallback; the run's header names it

@@ -4,9 +4,9 @@
 // In a CPU_ONLY build (g++ -DPARALAB_CPU_ONLY, no CUDA toolkit) nothing here touches CUDA:
 // there are no GPUs, and asking for one throws no_cuda's message.
 //
-// defines: device_name, cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name, no_cuda,
-//          flash_attention_kernel (and cuda_current_stream in the CPU_ONLY build;
-//          kernels/cuda/memory_gemm.cu's else)
+// defines: device_name, cuda_compiled, cuda_device_count, cuda_select_device, cuda_device_name,
+//          cuda_compute_capability, no_cuda, flash_attention_kernel (and cuda_current_stream in
+//          the CPU_ONLY build; kernels/cuda/memory_gemm.cu's else)
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -64,10 +64,19 @@ std::string cuda_device_name() {
     return "";
   return prop.name;
 }
+int cuda_compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  if (cuda_device_count() == 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return 0;
+  return 10 * major + minor;
+}
 #else
 bool cuda_compiled() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_device_name() { return ""; }
+int cuda_compute_capability() { return 0; }
 std::string flash_attention_kernel(Device, bool, int, int, int, int, float) {
   return "the CPU twin (kernels/cpu/flash_attention.cpp)";
 }

@@ -253,7 +253,11 @@ const char* HardwareProfile::peak_figure(Precision p) const {
 // the first term is (F + H) / (g x peak), see the top of this file. No memory bandwidth in
 // the profile: the bytes term is skipped.
 double HardwareProfile::gemm_seconds(double flops, double bytes, Precision p) const {
-  const double peak_flops_per_s = peak_tflops(p) * 1e12;
+  return gemm_seconds_at(peak_tflops(p), flops, bytes);
+}
+
+double HardwareProfile::gemm_seconds_at(double peak, double flops, double bytes) const {
+  const double peak_flops_per_s = peak * 1e12;
   if (peak_flops_per_s <= 0 || gemm_efficiency <= 0)
     throw std::runtime_error("hardware profile '" + name +
                              "': gemm_seconds needs a peak and a gemm_efficiency above 0");
@@ -261,6 +265,11 @@ double HardwareProfile::gemm_seconds(double flops, double bytes, Precision p) co
       flops > 0 ? (flops + gemm_half_gflop * 1e9) / (gemm_efficiency * peak_flops_per_s) : 0;
   const double memory_s = memory_bandwidth_gbs > 0 ? bytes / (memory_bandwidth_gbs * 1e9) : 0;
   return std::max(compute_s, memory_s) + launch_overhead_us * 1e-6;
+}
+
+double HardwareProfile::memory_seconds(double bytes, double launches) const {
+  const double bw = memory_bandwidth_gbs * 1e9 * memory_efficiency;
+  return (bw > 0 ? bytes / bw : 0) + launches * launch_overhead_us * 1e-6;
 }
 
 HardwareProfile parse_hardware_profile(const std::string& text, const std::string& file) {

@@ -100,6 +100,12 @@ struct HardwareProfile {
   const char* peak_figure(Precision p) const;
   // Seconds one GEMM of `flops` FLOPs and `bytes` moved takes (the curve above + launch).
   double gemm_seconds(double flops, double bytes, Precision p) const;
+  // The same at a given dense peak (TFLOP/s): the FP8 projection's fp8_tflops
+  // (plan/time_model_fp8.h).
+  double gemm_seconds_at(double peak_tflops, double flops, double bytes) const;
+  // Seconds memory-bound kernels take: bytes at memory_efficiency of the bandwidth, plus one
+  // launch_overhead_us per launch.
+  double memory_seconds(double bytes, double launches) const;
 };
 
 // The flat `key = value` TOML subset the profiles use (strings, numbers, booleans, one-line

@@ -15,18 +15,19 @@ namespace {
 
 // Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications
 // per Compute Capability"): resident blocks, resident threads, 32-bit registers, shared memory
-// (bytes, the SM's whole carve-out).
+// (bytes, the SM's whole carve-out), and what the driver reserves of it per block (1 KiB from
+// 8.0 on, none before).
 struct SmLimits {
   int blocks, threads, registers;
-  double shared_bytes;
+  double shared_bytes, reserved_per_block;
 };
 SmLimits limits_of(double cc) {
-  if (cc >= 9.0) return SmLimits{32, 2048, 65536, 228.0 * 1024};
-  if (cc >= 8.0 && cc < 8.5) return SmLimits{32, 2048, 65536, 164.0 * 1024};
-  if (cc >= 8.5) return SmLimits{16, 1536, 65536, 100.0 * 1024};  // 8.6, 8.9
-  return SmLimits{32, 2048, 65536, 96.0 * 1024};                  // 7.0
+  if (cc >= 9.0) return SmLimits{32, 2048, 65536, 228.0 * 1024, 1024};
+  if (cc >= 8.0 && cc < 8.5) return SmLimits{32, 2048, 65536, 164.0 * 1024, 1024};
+  if (cc >= 8.5) return SmLimits{16, 1536, 65536, 100.0 * 1024, 1024};  // 8.6, 8.9
+  if (cc >= 7.5) return SmLimits{16, 1024, 65536, 64.0 * 1024, 0};      // 7.5 (T4)
+  return SmLimits{32, 2048, 65536, 96.0 * 1024, 0};                     // 7.0 (V100)
 }
-constexpr double kReservedShared = 1024;  // per block, by the driver (compute capability >= 8.0)
 constexpr int kRegisterUnit = 256;        // registers are allocated per warp in these units
 
 }  // namespace
@@ -47,7 +48,7 @@ int occupancy(const KernelLaunch& k, const HardwareProfile& gpu, std::string* li
     const int per_warp = (k.registers * 32 + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
     take(sm.registers / std::max(1, per_warp * warps), "registers");
   }
-  take((int)(sm.shared_bytes / (k.shared_bytes + kReservedShared)), "shared memory");
+  take((int)(sm.shared_bytes / (k.shared_bytes + sm.reserved_per_block)), "shared memory");
   return std::max(best, 0);
 }
 

@@ -31,8 +31,7 @@ struct Device {
     return flops / (peak * hw.attention_efficiency) + launches * hw.launch_overhead_us * 1e-6;
   }
   double memory(const KernelTraffic& t) const {
-    const double bw = hw.memory_bandwidth_gbs * 1e9 * hw.memory_efficiency;
-    return (bw > 0 ? t.bytes / bw : 0) + t.launches * hw.launch_overhead_us * 1e-6;
+    return hw.memory_seconds(t.bytes, (double)t.launches);
   }
 };
 

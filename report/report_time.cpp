@@ -102,6 +102,35 @@ std::string fit_error(const FitCheck& f) {
                    gib(f.capacity_bytes).c_str(), f.capacity_source.c_str());
 }
 
+namespace {
+// --fp8-format: the linears' GEMMs in the run's precision and in FP8, the casts, the step.
+std::string fp8_plan_text(const Fp8StepTime& f) {
+  std::string s = strprintf(
+      "FP8 (--fp8-recipe %s), PROJECTED: the linear layers' GEMMs at %.4g TFLOP/s (fp8 dense) "
+      "instead of %.4g (%s), plus the casts to FP8 (plan/time_model_fp8.h)\n",
+      f.recipe.c_str(), f.fp8_peak_tflops, f.high_peak_tflops, f.high_figure.c_str());
+  s += strprintf("  %-20s %14s %14s %14s %14s\n", "rank 0, per step", "GEMMs as run",
+                 "GEMMs in FP8", "casts", "cast bytes");
+  auto row = [&](const std::string& name, double high, double fp8, double casts, double bytes) {
+    s += strprintf("  %-20s %14s %14s %14s %14s\n", name.c_str(), seconds_text(high).c_str(),
+                   seconds_text(fp8).c_str(), seconds_text(casts).c_str(),
+                   (format_si(bytes) + "B").c_str());
+  };
+  for (const Fp8LinearTime& l : f.linears)
+    row(l.name, l.gemm_high, l.gemm_fp8, l.casts, l.cast_bytes);
+  row("all linears", f.gemm_high, f.gemm_fp8, f.casts, f.cast_bytes);
+  s += strprintf("  step %s -> %s with FP8 (%+.1f%%): the GEMMs save %s, the casts cost %s "
+                 "(%.0f launches)\n",
+                 seconds_text(f.step_high).c_str(), seconds_text(f.step_fp8).c_str(),
+                 f.step_high > 0 ? 100 * (f.step_fp8 / f.step_high - 1) : 0.0,
+                 seconds_text(f.gemm_high - f.gemm_fp8).c_str(), seconds_text(f.casts).c_str(),
+                 f.cast_launches);
+  s += "  assumptions:\n";
+  for (const std::string& a : f.assumptions) s += "    - " + a + "\n";
+  return s;
+}
+}  // namespace
+
 std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
   std::string s;
   if (!p.time) {
@@ -166,6 +195,8 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
       s += "\n";
     }
   }
+  if (p.fp8) s += fp8_plan_text(*p.fp8);
+  else if (!p.no_fp8.empty()) s += "FP8: no projection (" + p.no_fp8 + ")\n";
   if (p.fit) s += fit_line(*p.fit) + host_fit_line(*p.fit);
   return s;
 }
@@ -210,6 +241,26 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
     j.end_array().end_object();
   } else {
     j.key("time").begin_object().field("projected", false).field("reason", p.no_time).end_object();
+  }
+  if (p.fp8) {
+    const Fp8StepTime& f = *p.fp8;
+    j.key("fp8").begin_object().field("projected", true).field("recipe", f.recipe);
+    j.field("fp8_peak_tflops", f.fp8_peak_tflops).field("peak_tflops", f.high_peak_tflops);
+    j.field("gemm_s", f.gemm_high).field("gemm_fp8_s", f.gemm_fp8);
+    j.field("cast_s", f.casts).field("cast_bytes", f.cast_bytes);
+    j.field("cast_launches", f.cast_launches);
+    j.field("step_s", f.step_high).field("step_fp8_s", f.step_fp8);
+    j.key("linears").begin_array();
+    for (const Fp8LinearTime& l : f.linears)
+      j.begin_object().field("name", l.name).field("gemm_s", l.gemm_high)
+          .field("gemm_fp8_s", l.gemm_fp8).field("cast_s", l.casts)
+          .field("cast_bytes", l.cast_bytes).end_object();
+    j.end_array();
+    j.key("assumptions").begin_array();
+    for (const std::string& a : f.assumptions) j.value(a);
+    j.end_array().end_object();
+  } else if (!p.no_fp8.empty()) {
+    j.key("fp8").begin_object().field("projected", false).field("reason", p.no_fp8).end_object();
   }
   if (p.training) {
     const TrainingTime& r = *p.training;

@@ -3,7 +3,8 @@
 // HFU, the training time for --plan-tokens, and whether each rank fits; while training,
 // the projected step beside the measured one, per phase where the run measures it.
 //
-//   time_plan_text / time_plan_json   `--plan` (JSON keys "time", "fit", "training")
+//   time_plan_text / time_plan_json   `--plan` (JSON keys "time", "fit", "training", and
+//                                     "fp8" with --fp8-format: what FP8 buys, projected)
 //   time_measured_text                the step report: projected vs measured ms and ratio
 //                                     for the step, the kernels per phase (GEMMs, flash
 //                                     attention, memory-bound, optimizer: timed by the
@@ -24,6 +25,7 @@
 #include "measure/comm_stats.h"
 #include "plan/fit.h"
 #include "plan/time_model.h"
+#include "plan/time_model_fp8.h"
 #include "checkpoint/json.h"
 
 namespace paralab {
@@ -35,6 +37,9 @@ struct PlanProjection {
   const TrainingTime* training = nullptr;
   double checkpoint_seconds = -1;  // report/checkpoint_report.h; -1: no storage_write_gbs
   std::string no_time;  // why there is no projection (no profile), when time is null
+  // --fp8-format: the step with FP8 linears (plan/time_model_fp8.h), or why there is none
+  const Fp8StepTime* fp8 = nullptr;
+  std::string no_fp8;
 };
 
 std::string time_plan_text(const Plan& plan, const PlanProjection& p);

@@ -71,6 +71,7 @@ if [ "$mode" = all ]; then
   run "emulated device: its PTX and its checks" build/emulated/emulator_tests
   run "emulated device: planted defects reported" bash tests/emulator/planted/defects.sh
   run "emulated device: CUDA ops = CPU twins, training" bash scripts/gpu_check.sh --emulated
+  run "emulated V100, T4: --bf16 refused, fp16 trains" bash tests/emulator/older_gpus.sh
   run "scripts/ablate's table equals the runs" bash tests/scripts/ablate.sh ./trainer
   run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer
   run "Hugging Face exports: transformers' logits" bash tests/scripts/hf_check.sh ./trainer

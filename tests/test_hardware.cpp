@@ -247,15 +247,26 @@ TEST(Hardware, ShippedProfilesAreComplete) {
   const auto ps = load_hardware_profiles(kDir);
   if (ps.empty()) GTEST_SKIP() << "run from the repository root to read configs/hardware";
   for (const char* stem : {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "h20",
-                           "rtx4090", "rtx3090"})
+                           "rtx4090", "rtx3090", "l40s", "v100", "t4"})
     EXPECT_NO_THROW(find_hardware_profile(stem, kDir)) << stem;
   for (const auto& p : ps) {
     // cpu.toml is the CPU benchmark's measurement (--benchmark-save), not a datasheet file
     if (p.file == std::string(kDir) + "/cpu.toml") continue;
     SCOPED_TRACE(p.file);
     EXPECT_FALSE(p.match.empty());
-    EXPECT_GT(p.bf16_tflops, 0);
+    // bf16 tensor cores from compute capability 8.0 on (V100 and T4 have fp16 only)
+    if (p.compute_capability == 0 || p.compute_capability >= 8.0) {
+      EXPECT_GT(p.bf16_tflops, 0);
+    } else {
+      EXPECT_EQ(p.bf16_tflops, 0);
+    }
     EXPECT_GT(p.fp16_tflops, 0);
+    // FP8 tensor cores from 8.9 (Ada) and 9.0 (Hopper) on, none before
+    if (p.compute_capability >= 8.9) {
+      EXPECT_GT(p.fp8_tflops, 0);
+    } else if (p.compute_capability > 0) {
+      EXPECT_EQ(p.fp8_tflops, 0);
+    }
     EXPECT_GT(p.fp32_tflops, 0);
     EXPECT_GT(p.memory_gib, 0);
     EXPECT_GT(p.memory_bandwidth_gbs, 0);

@@ -17,7 +17,7 @@
 //
 // defines: ldsm_x4, ldsm_x4_trans, mma_16, pack_16x2, cp_async_16, cp_async_4, cp_async_commit,
 //          cp_async_wait, load_rows_async, quad_max, quad_sum, keep_bits, aligned16,
-//          flash_mma_shape_ok, set_smem
+//          flash_mma_shape_ok, has_mma_sync, set_smem
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -64,6 +64,29 @@ __device__ inline void cp_async_commit() { emu::ptx::cp_async_commit(); }
 template <int N>
 __device__ inline void cp_async_wait() {
   emu::ptx::cp_async_wait(N);
+}
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// The PTX for V100 and T4 (the Makefile's compute_70 or compute_75 target): mma.sync
+// m16n8k16, cp.async and the paired cvt are sm_80's, so these bodies trap. No kernel that calls
+// them is launched there: has_mma_sync() (below) is false on those GPUs, so the entry points
+// return false and the scalar kernels of flash_attention.cu, which take fp32 and fp16 alike, run.
+__device__ inline void ldsm_x4(uint32_t (&)[4], const void*) { __trap(); }
+__device__ inline void ldsm_x4_trans(uint32_t (&)[4], const void*) { __trap(); }
+template <class H>
+__device__ inline void mma_16(float (&)[4], const uint32_t (&)[4], uint32_t, uint32_t) {
+  __trap();
+}
+template <class H>
+__device__ inline uint32_t pack_16x2(float, float) {
+  __trap();
+  return 0;
+}
+__device__ inline void cp_async_16(void*, const void*, bool) { __trap(); }
+__device__ inline void cp_async_4(float*, const float*, bool) { __trap(); }
+__device__ inline void cp_async_commit() { __trap(); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  __trap();
 }
 #else
 __device__ inline uint32_t smem_addr(const void* p) {
@@ -188,6 +211,16 @@ inline bool flash_mma_shape_ok(int B, int A, int G, int D, float scale, float dr
          scale < INFINITY && dropout_p >= 0.0f && dropout_p < 1.0f && blk.q.head_stride % 8 == 0 &&
          blk.k.head_stride % 8 == 0 && blk.q.head_stride % D == 0 && B <= 65535 && A <= 65535 &&
          G <= 65535 && blk.q.rows >= 0 && blk.k.rows >= 0;
+}
+
+// Whether the current device has the instructions the kernels use (mma.sync m16n8k16, cp.async:
+// compute capability 8.0 and later; PTX ISA, "Warp Level Matrix Multiply-Accumulate
+// Instructions" and "cp.async"). On a V100 or T4 the entry points launch nothing.
+inline bool has_mma_sync() {
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
 }
 
 // Opts the kernel into `bytes` of dynamic shared memory; false when the device allows less

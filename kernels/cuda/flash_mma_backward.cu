@@ -461,7 +461,7 @@ bool backward_16(float* dq, H* dk, H* dv, const H* dout, const H* q, const H* k,
                  const H* o, const float* lse, int B, int A, int G, int D, float scale,
                  float dropout_p, uint64_t seed, uint64_t rng_stream, const AttentionBlock& blk) {
   using namespace flash_mma;
-  if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk)) return false;
+  if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk) || !has_mma_sync()) return false;
   for (const void* p : {(const void*)dq, (const void*)dk, (const void*)dv, (const void*)dout,
                         (const void*)q, (const void*)k, (const void*)v, (const void*)o})
     if (!aligned16(p)) return false;

@@ -269,7 +269,8 @@ const char* flash_mma_name() { return "flash-mma (FA2, mma.sync m16n8k16 bf16/fp
 
 bool flash_mma_handles(int A, int G, int D, float scale, float dropout_p,
                        const AttentionBlock& blk) {
-  return flash_mma::flash_mma_shape_ok(1, A, G, D, scale, dropout_p, blk);
+  return flash_mma::flash_mma_shape_ok(1, A, G, D, scale, dropout_p, blk) &&
+         flash_mma::has_mma_sync();
 }
 
 namespace {
@@ -278,7 +279,7 @@ bool forward_16(H* o, float* lse, const H* q, const H* k, const H* v, int B, int
                 float scale, float dropout_p, uint64_t seed, uint64_t rng_stream,
                 const AttentionBlock& blk) {
   using namespace flash_mma;
-  if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk)) return false;
+  if (!flash_mma_shape_ok(B, A, G, D, scale, dropout_p, blk) || !has_mma_sync()) return false;
   if (!aligned16(o) || !aligned16(q) || !aligned16(k) || !aligned16(v)) return false;
   if (B == 0 || blk.q.rows == 0) return true;  // nothing to compute
   return D == 64 ? launch_forward<H, 64>(o, lse, q, k, v, B, A, G, scale, dropout_p, seed,

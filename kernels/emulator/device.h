@@ -1,8 +1,10 @@
 // kernels/emulator/device.h: the GPU the emulated device plays, and the runtime's error state
 // (kernels/emulator/runtime.cpp).
 //
-// The properties are those of a named GPU, H100 SXM by default; PARALAB_EMULATED_GPU=h200 or
-// a100 picks another (sources beside each in runtime.cpp). They are what cudaGetDeviceProperties
+// The properties are those of a named GPU, H100 SXM by default; PARALAB_EMULATED_GPU=h200,
+// a100, v100 or t4 picks another (sources beside each in runtime.cpp): v100 and t4 (compute
+// capability 7.0 and 7.5) let a test see the trainer refuse bf16 and FP8 there, and run fp32 and
+// fp16 on the kernels those GPUs take (the flash attention's scalar tiles: no mma.sync). They are what cudaGetDeviceProperties
 // and cudaDeviceGetAttribute return, what the launch checks hold a kernel to (threads per block,
 // shared memory per block), and the name paralab's hardware profiles match (measure/hardware.h):
 // an emulated H100 run projects onto configs/hardware/h100-sxm.toml.

@@ -46,8 +46,8 @@ namespace emu {
 namespace {
 
 // Sources: CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (shared
-// memory, registers, threads and blocks per SM and per block: 9.0 and 8.0); the H100 and A100
-// datasheets and nvidia-smi (SMs, memory, boost clock, L2, bus width).
+// memory, registers, threads and blocks per SM and per block: 9.0, 8.0, 7.5, 7.0); the H100 and
+// A100 datasheets and nvidia-smi (SMs, memory, boost clock, L2, bus width).
 const Device kDevices[] = {
     {"h100", "NVIDIA H100 80GB HBM3", 9, 0, 132, 85520809984ull, 49152, 232448, 233472, 65536,
      1024, 2048, 32, 1980000, 52428800, 5120},
@@ -55,6 +55,16 @@ const Device kDevices[] = {
      32, 1980000, 52428800, 6144},
     {"a100", "NVIDIA A100-SXM4-80GB", 8, 0, 108, 85198045184ull, 49152, 166912, 167936, 65536,
      1024, 2048, 32, 1410000, 41943040, 5120},
+    // The older GPUs the binary runs on in fp32 and fp16 (docs/setup.md): the guide's 7.0 and 7.5
+    // columns (96 KiB and 64 KiB of shared memory per SM and per block opted in; 2048 and 1024
+    // threads, 32 and 16 blocks per SM); the V100 SXM2 (80 SMs, 32 GB HBM2 on a 4096-bit bus, 6
+    // MiB of L2, 1530 MHz boost) and T4 (40 SMs, 16 GB GDDR6 on a 256-bit bus, 4 MiB of L2, 1590
+    // MHz boost) from NVIDIA's Volta and Turing architecture whitepapers; the memory sizes as
+    // cudaGetDeviceProperties reports them (deviceQuery: 32 GB less the driver's reserve).
+    {"v100", "Tesla V100-SXM2-32GB", 7, 0, 80, 34089730048ull, 49152, 98304, 98304, 65536, 1024,
+     2048, 32, 1530000, 6291456, 4096},
+    {"t4", "Tesla T4", 7, 5, 40, 15843721216ull, 49152, 65536, 65536, 65536, 1024, 1024, 16,
+     1590000, 4194304, 256},
 };
 
 cudaError_t g_last = cudaSuccess;

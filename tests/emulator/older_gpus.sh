@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# tests/emulator/older_gpus.sh: the emulated device playing a V100 and a T4
+# (PARALAB_EMULATED_GPU=v100, t4; kernels/emulator/runtime.cpp): --bf16 is refused at start-up
+# with one line naming the flag, the GPU and its compute capability (exit status 2, nothing on
+# stdout; cli/flags_gpu.cpp), and --fp16 trains there on the kernels those GPUs take: the flash
+# attention's scalar tiles, at a head dim (64) the tensor-core kernels take on an H100, with the
+# T4's hardware profile (configs/hardware/t4.toml, matched by the device name).
+# (--fp8-format's thresholds are tests/test_flags_gpu.cpp's: the CLI refuses FP8 training
+# itself until the linear layers run it.)
+# Usage: tests/emulator/older_gpus.sh [path/to/emulated/trainer]
+set -uo pipefail
+trainer=$(realpath "${1:-build/emulated/trainer}")
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OPENBLAS_NUM_THREADS=1
+passed=0; failed=0
+tiny=(--config configs/models/tiny.toml --device cuda-emulated --num-attention-heads 2
+      --micro-batch-size 2 --global-batch-size 2 --train-iters 1)
+
+for gpu in "v100:Tesla V100-SXM2-32GB (compute capability 7.0)" "t4:Tesla T4 (compute capability 7.5)"; do
+  key=${gpu%%:*} want="paralab: error: --bf16: ${gpu#*:} has no bf16 tensor cores"
+  PARALAB_EMULATED_GPU=$key "$trainer" "${tiny[@]}" --bf16 >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF "$want" "$tmp/err" &&
+     [ ! -s "$tmp/out" ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $key --bf16: want status 2 and one line '$want...'; got status $rc:"
+    sed 's/^/    | /' "$tmp/err" | head -5
+  fi
+done
+
+PARALAB_EMULATED_GPU=t4 "$trainer" "${tiny[@]}" --fp16 >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ "$rc" -eq 0 ] && grep -q "configs/hardware/t4.toml, fp16 dense" "$tmp/out" && grep -q "attention kernels: scalar fp32 tiles" "$tmp/out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL t4 --fp16: want a step on the scalar flash kernels; got status $rc:"
+  sed 's/^/    | /' "$tmp/out" "$tmp/err" | tail -8
+fi
+
+echo "older GPUs on the emulated device: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -69,6 +69,7 @@ void Training::run_step(int step, StepRecord& r) {
   });
   r.timing = executor_->run(stage);
   model_->collect_moe_stats();  // the routers' counts of the step: one copy
+  model_->fp8_step_end();       // delayed scaling: the step's amaxes reduced, the scales next
   kernels::PhaseScope step_kernels(kernels::Phase::optimizer);
   model_->sync_tied_embedding();
   // the schedule's position: the updates made, this one included (Megatron steps its

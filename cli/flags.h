@@ -27,8 +27,6 @@
 #include "model/config.h"
 // defines: InputError (the base of FlagError and DataError: exit status 2)
 #include "model/data.h"
-// defines: Fp8Config (the --fp8-* flags), Fp8Recipe
-#include "model/fp8_recipe.h"
 // defines: ManifestData (what a checkpoint records of the data)
 #include "checkpoint/checkpoint_manifest.h"
 
@@ -59,9 +57,6 @@ struct Options {
   // at least 1 with --use-distributed-optimizer; virtual_pipeline and pipeline_schedule are
   // resolved (interleaved when virtual stages are given without a schedule).
   ParallelConfig parallel;
-  // FP8 (cli/flags_fp8.cpp): the --fp8-* flags; enabled only with --fp8-format.
-  Fp8Config fp8;
-
   // Backends.
   kernels::Device device = kernels::Device::CPU;
   Comm comm = Comm::MPI;

@@ -1,4 +1,4 @@
-// cli/flags_fp8.cpp: FP8 training's flags (model/fp8_recipe.h Fp8Config), with Megatron-Core's
+// cli/flags_fp8.cpp: FP8 training's flags (parallel/fp8_scaling.h Fp8Config), with Megatron-Core's
 // names, choices and defaults (megatron/training/arguments.py, _add_transformer_engine_args):
 //   --fp8-format e4m3|hybrid          default none: FP8 off (Megatron's dest is `fp8`)
 //   --fp8-recipe delayed|tensorwise|blockwise   default delayed (Megatron also has mxfp8,
@@ -6,9 +6,11 @@
 //   --fp8-margin N                    default 0 (delayed scaling's 2^-margin)
 //   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
 //   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
-// Where Megatron's defaults differ from TE's: docs/megatron.md. The formats, casts, GEMM and
-// recipes are built (docs/fp8.md); the linear layers do not run in FP8 yet, so check_fp8
-// refuses --fp8-format with one line saying so, before any work.
+// Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
+// linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
+// each, before any work: --fp16 with it (kernels::gemm_fp8 stores fp32 or bf16; megatron-core
+// 0.16.1's TransformerConfig has no such constraint: fp32 and bf16 storage both run here) and
+// --num-experts with it (the experts' GEMMs are not FP8 here: docs/fp8.md).
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -18,11 +20,11 @@ namespace paralab {
 
 void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
   const char* kPrecision = "Precision";
-  Fp8Config& f = o.fp8;
+  Fp8Config& f = o.model.fp8;
   app.add_option("--fp8-format", raw.fp8_format,
                  "FP8 training (Megatron's flag): e4m3 everywhere, or hybrid (E4M3 forward, "
-                 "E5M2 gradients); default off. Not yet in training: the run is refused "
-                 "(docs/fp8.md)")
+                 "E5M2 gradients); default off. The dense linear layers' GEMMs (qkv, proj, fc1, "
+                 "fc2); with fp32 or --bf16 storage, not --fp16 nor --num-experts (docs/fp8.md)")
       ->check(one_of({"e4m3", "hybrid"}))->group(kPrecision);
   app.add_option("--fp8-recipe", raw.fp8_recipe,
                  "FP8 scaling: delayed (Transformer Engine's amax history), tensorwise (each "
@@ -44,7 +46,7 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
 }
 
 void check_fp8(Options& o, const RawFlags& raw) {
-  Fp8Config& f = o.fp8;
+  Fp8Config& f = o.model.fp8;
   f.enabled = !raw.fp8_format.empty();
   f.hybrid = raw.fp8_format == "hybrid";
   f.recipe = raw.fp8_recipe == "tensorwise"   ? Fp8Recipe::Tensorwise
@@ -55,9 +57,14 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
   if (f.amax_history_len < 1)
     fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
-  if (f.enabled && !o.plan)  // --plan projects FP8 (plan/time_model_fp8.h); training waits
-    fail("--fp8-format ", raw.fp8_format, ": FP8 training is not built yet: the formats, "
-         "casts, FP8 GEMM and recipes are (docs/fp8.md), the linear layers' GEMMs are not");
+  if (!f.enabled) return;
+  if (o.train.fp16)
+    fail("--fp8-format ", raw.fp8_format, " needs fp32 or --bf16 storage, got --fp16 (the FP8 "
+         "GEMM stores fp32 or bf16: docs/fp8.md)");
+  if (o.model.moe.num_experts > 0)
+    fail("--fp8-format ", raw.fp8_format, " runs the dense linear layers only, got "
+         "--num-experts ", o.model.moe.num_experts, " (the experts' GEMMs are not FP8: "
+         "docs/fp8.md)");
 }
 
 }  // namespace paralab

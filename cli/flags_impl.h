@@ -147,7 +147,7 @@ void check_recompute(Options& o, const RawFlags& raw);
 // after parsing, check_precision after the backend.
 void add_precision_flags(CLI::App& app, Options& o);
 // cli/flags_fp8.cpp: --fp8-format, --fp8-recipe, --fp8-margin, --fp8-amax-*; check_fp8 fills
-// o.fp8 and refuses FP8 training (not built yet).
+// o.model.fp8 and refuses what FP8 does not run with (--fp16, --num-experts).
 void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_fp8(Options& o, const RawFlags& raw);
 void record_precision_flags_given(const CLI::App& app, RawFlags& raw);

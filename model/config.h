@@ -13,6 +13,8 @@
 #include "parallel/expert_parallel.h"
 // defines: Precision (fp32, bf16, fp16: the peak a run's GEMMs reach)
 #include "measure/hardware.h"
+// defines: Fp8Config (the --fp8-* flags), Fp8Recipe
+#include "parallel/fp8_scaling.h"
 
 namespace paralab {
 
@@ -130,6 +132,7 @@ struct ModelConfig {
   int cross_entropy_chunk = 1024;  // tokens per chunk of the fused loss
   Recompute recompute;             // --recompute-*: here because the layer code reads it
   Moe moe;                         // --num-experts, --moe-*
+  Fp8Config fp8;                   // --fp8-*: the dense linears' GEMMs (parallel/fp8_linear.h)
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

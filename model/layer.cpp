@@ -33,6 +33,15 @@ namespace {
 
 using kernels::Device;
 
+// The layer's four linears, numbered in the stage's FP8 scaling from c.fp8_first (Fp8Linear:
+// off when the run is not in FP8). Attention's core, the norms and the residual stay in the
+// storage type, as in Transformer Engine.
+enum Linear { QKV = 0, PROJ = 1, FC1 = 2, FC2 = 3 };
+template <typename T>
+Fp8Linear linear(const LayerContext& c, Workspace<T>& ws, Linear k) {
+  return {c.fp8, c.fp8_first + k, &ws.fp8};
+}
+
 // ---- which tensors each module owns, and selective recompute -------------------------------
 // A module's tensors are saved activations, or, when the config recomputes the module
 // (model/config.h Recompute, selective), category recompute and alive only inside its block:
@@ -190,11 +199,11 @@ const T* finish_block_backward(const LayerContext& c, Workspace<T>& ws, const T*
 // gelu | swiglu. Forward, and selective mlp's recompute in backward.
 template <typename T>
 void mlp_up(const LayerContext& c, const LayerWeights<T>& w, LayerActivations<T>& a,
-            const T* u2) {
+            Workspace<T>& ws, const T* u2) {
   const ModelConfig& m = c.model;
   const int N = c.B * m.seq_length;
-  column_parallel_forward(c.tp, a.fc1_out.data(), u2, w.fc1_w, w.fc1_b, N, m.hidden_size,
-                          m.fc1_size());
+  column_parallel_forward(c.tp, linear(c, ws, FC1), a.fc1_out.data(), u2, w.fc1_w, w.fc1_b, N,
+                          m.hidden_size, m.fc1_size());
   if (m.is_gpt())
     kernels::gelu_forward(c.device, a.act_out.data(), a.fc1_out.data(), (size_t)N * m.ffn());
   else
@@ -219,7 +228,8 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   open_recomputed(c, a, Module::NORM1);
   norm_forward(c, a.norm1_out.data(), a.norm1_mean, a.norm1_rstd, x, w.norm1_w, w.norm1_b, Nl);
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
-  column_parallel_forward(tp, ws.qkv.data(), u, w.qkv_w, w.qkv_b, N, h, m.qkv_size());
+  column_parallel_forward(tp, linear(c, ws, QKV), ws.qkv.data(), u, w.qkv_w, w.qkv_b, N, h,
+                          m.qkv_size());
   close_recomputed(c, a, Module::NORM1);
   if (m.qk_layernorm) {  // the split without RoPE, then the norms and RoPE
     kernels::qkv_split_forward(dev, a.q_raw.data(), a.k_raw.data(), a.v.data(), ws.qkv.data(),
@@ -234,7 +244,8 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
   open_recomputed(c, a, Module::CORE_ATTN);
   attention_forward(c, a, ws);
   close_recomputed(c, a, Module::CORE_ATTN);
-  row_parallel_forward(tp, ws.tmp_h.data(), a.ctx.data(), w.proj_w, N, attn, h);
+  row_parallel_forward(tp, linear(c, ws, PROJ), ws.tmp_h.data(), a.ctx.data(), w.proj_w, N,
+                       attn, h);
   const T* y = finish_block(c, ws, w.proj_b, a.proj_mask.data(), 2);
   kernels::add(dev, a.x_mid.data(), x, y, (size_t)Nl * h);
 
@@ -250,8 +261,9 @@ void layer_forward(const LayerContext& c, const LayerWeights<T>& w, const T* x,
     moe_forward(c, w.moe, a.norm2_out.data(), ws.tmp_h.data(), a.moe);
   } else {
     kernels::GemmLabel label("mlp");
-    mlp_up(c, w, a, tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h));
-    row_parallel_forward(tp, ws.tmp_h.data(), a.act_out.data(), w.fc2_w, N, m.ffn(), h);
+    mlp_up(c, w, a, ws, tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h));
+    row_parallel_forward(tp, linear(c, ws, FC2), ws.tmp_h.data(), a.act_out.data(), w.fc2_w, N,
+                         m.ffn(), h);
   }
   close_recomputed(c, a, Module::NORM2);
   close_recomputed(c, a, Module::MLP);
@@ -296,7 +308,7 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
     if (tp.sequence_parallel) a.fc1_in.allocate(dev, (size_t)N * h, Category::RECOMPUTE);
     u2_kept = tp.enter_column_parallel(a.norm2_out.data(), a.fc1_in.data(), N, h);
     kernels::GemmLabel label("mlp");
-    mlp_up(c, w, a, u2_kept);
+    mlp_up(c, w, a, ws, u2_kept);
   }
   // d(out) = dres flows to x_mid unchanged and into the MLP branch
   const bool moe = m.moe.is_moe_layer(c.layer);
@@ -307,8 +319,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   } else {
     kernels::GemmLabel label("mlp");
     if (split) defer(a.d_fc2, dy, (size_t)N * h);
-    row_parallel_backward(tp, ws.dact.data(), split ? nullptr : g.fc2_w, dy, a.act_out.data(),
-                          w.fc2_w, N, m.ffn(), h);
+    row_parallel_backward(tp, linear(c, ws, FC2), ws.dact.data(), split ? nullptr : g.fc2_w, dy,
+                          a.act_out.data(), w.fc2_w, N, m.ffn(), h);
     if (m.is_gpt())
       kernels::gelu_backward(dev, ws.dfc1.data(), ws.dact.data(), a.fc1_out.data(),
                              (size_t)N * m.ffn());
@@ -319,8 +331,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
                           : tp.enter_column_parallel(a.norm2_out.data(), ws.gathered.data(), N, h);
     if (split && tp.sequence_parallel) defer(fc1_in, u2, (size_t)N * h);
     if (split) defer(a.d_fc1, ws.dfc1.data(), (size_t)N * m.fc1_size());
-    column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.fc1_w, g.fc1_b,
-                             ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
+    column_parallel_backward(tp, linear(c, ws, FC1), ws.tmp_h.data(), split ? nullptr : g.fc1_w,
+                             g.fc1_b, ws.dfc1.data(), u2, w.fc1_w, N, h, m.fc1_size());
   }
   const T* du2 = moe ? ws.tmp_h.data()
                      : tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
@@ -332,8 +344,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   // ---- attention block: dres is now d(x_mid)
   dy = finish_block_backward(c, ws, dres, a.proj_mask.data(), g.proj_b);
   if (split) defer(a.d_proj, dy, (size_t)N * h);
-  row_parallel_backward(tp, ws.dctx.data(), split ? nullptr : g.proj_w, dy, a.ctx.data(),
-                        w.proj_w, N, attn, h);
+  row_parallel_backward(tp, linear(c, ws, PROJ), ws.dctx.data(), split ? nullptr : g.proj_w, dy,
+                        a.ctx.data(), w.proj_w, N, attn, h);
   open_recomputed(c, a, Module::CORE_ATTN);
   if (rc.recompute_core_attn()) attention_recompute(c, a, ws);
   attention_backward(c, a, ws);
@@ -348,8 +360,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
   const T* u = tp.enter_column_parallel(a.norm1_out.data(), ws.gathered.data(), N, h);
   if (split && tp.sequence_parallel) defer(qkv_in, u, (size_t)N * h);
   if (split) defer(a.d_qkv, ws.qkv.data(), (size_t)N * m.qkv_size());
-  column_parallel_backward(tp, ws.tmp_h.data(), split ? nullptr : g.qkv_w, g.qkv_b,
-                           ws.qkv.data(), u, w.qkv_w, N, h, m.qkv_size());
+  column_parallel_backward(tp, linear(c, ws, QKV), ws.tmp_h.data(), split ? nullptr : g.qkv_w,
+                           g.qkv_b, ws.qkv.data(), u, w.qkv_w, N, h, m.qkv_size());
   const T* du = tp.enter_column_parallel_backward(ws.tmp_h.data(), ws.tmp_l.data(), N, h);
   norm_backward(c, dres, g.norm1_w, g.norm1_b, du, x, w.norm1_w, a.norm1_mean, a.norm1_rstd,
                 Nl);
@@ -373,7 +385,8 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
 }
 
 template <typename T>
-void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& a) {
+void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& a,
+                           Workspace<T>& ws) {
   const ModelConfig& m = c.model;
   const TensorParallel& tp = c.tp;
   const int N = c.B * m.seq_length, h = m.hidden_size;
@@ -382,15 +395,16 @@ void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivat
   // MoE layer's B did its experts' and router's
   if (!m.moe.is_moe_layer(c.layer)) {
     kernels::GemmLabel label("mlp");
-    linear_weight_backward(tp, g.fc2_w, (T*)nullptr, a.d_fc2.data(), a.act_out.data(), N,
-                           m.ffn(), h);
-    linear_weight_backward(tp, g.fc1_w, g.fc1_b, a.d_fc1.data(), a.norm2_out.data(), N, h,
-                           m.fc1_size());
+    linear_weight_backward(tp, linear(c, ws, FC2), g.fc2_w, (T*)nullptr, a.d_fc2.data(),
+                           a.act_out.data(), N, m.ffn(), h);
+    linear_weight_backward(tp, linear(c, ws, FC1), g.fc1_w, g.fc1_b, a.d_fc1.data(),
+                           a.norm2_out.data(), N, h, m.fc1_size());
   }
   kernels::GemmLabel attention_label("attention");
-  linear_weight_backward(tp, g.proj_w, (T*)nullptr, a.d_proj.data(), a.ctx.data(), N, attn, h);
-  linear_weight_backward(tp, g.qkv_w, g.qkv_b, a.d_qkv.data(), a.norm1_out.data(), N, h,
-                         m.qkv_size());
+  linear_weight_backward(tp, linear(c, ws, PROJ), g.proj_w, (T*)nullptr, a.d_proj.data(),
+                         a.ctx.data(), N, attn, h);
+  linear_weight_backward(tp, linear(c, ws, QKV), g.qkv_w, g.qkv_b, a.d_qkv.data(),
+                         a.norm1_out.data(), N, h, m.qkv_size());
   a = LayerActivations<T>();
 }
 
@@ -436,6 +450,12 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
   }
   losses.allocate(dev, n, ws);
   loss_scratch.allocate(dev, 3 * (size_t)std::min(N, std::max(1, m.cross_entropy_chunk)), ws);
+  if (m.fp8.enabled)  // the dense linears' (in, out): qkv, proj, fc1, fc2
+    fp8.allocate(dev, m.fp8, N,
+                 {{m.hidden_size, m.qkv_size()}, {(int)(A * d), m.hidden_size},
+                  {m.hidden_size, m.fc1_size()}, {m.ffn(), m.hidden_size}});
+  else
+    fp8 = Fp8Scratch();
 }
 
 template struct Workspace<float>;
@@ -461,10 +481,10 @@ template void layer_backward(const LayerContext&, const LayerWeights<kernels::fp
                              LayerActivations<kernels::fp16>&, Workspace<kernels::fp16>&,
                              BackwardPart);
 template void layer_weight_backward(const LayerContext&, LayerGrads<float>&,
-                                    LayerActivations<float>&);
+                                    LayerActivations<float>&, Workspace<float>&);
 template void layer_weight_backward(const LayerContext&, LayerGrads<kernels::bf16>&,
-                                    LayerActivations<kernels::bf16>&);
+                                    LayerActivations<kernels::bf16>&, Workspace<kernels::bf16>&);
 template void layer_weight_backward(const LayerContext&, LayerGrads<kernels::fp16>&,
-                                    LayerActivations<kernels::fp16>&);
+                                    LayerActivations<kernels::fp16>&, Workspace<kernels::fp16>&);
 
 }  // namespace paralab

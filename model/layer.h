@@ -106,6 +106,8 @@ struct Workspace {
   Buffer<T> dxf_full;                    // fused loss with sp: (N, h) partial d(xf)
   Buffer<float> losses;                  // (N) per-token loss
   Buffer<float> loss_scratch;            // 3 x chunk: row max, sum of exp, target logit
+  Fp8Scratch fp8;                        // --fp8-format: the FP8 GEMMs' two operands
+                                         // (parallel/fp8_linear.h), sized for the largest
   // m: the rank's local model config (heads, groups, ffn divided by tp, the sequence by cp).
   void ensure(const ModelConfig& m, const TensorParallel& tp, const ContextParallel& cp,
               kernels::Device device, int B);
@@ -129,6 +131,10 @@ struct LayerContext {
   int microbatch = 0;  // the step's microbatch, recorded beside its statistics
   bool forward_only = false;
   float grad_scale = 1.0f;
+  // FP8 (--fp8-format): the stage's scaling and this layer's first linear in it (its qkv;
+  // proj, fc1, fc2 follow). nullptr: the linears run in the storage type.
+  Fp8Scaling* fp8 = nullptr;
+  int fp8_first = 0;
 };
 
 // The attention core's shape for this rank's local config (model/attention.cpp): heads and
@@ -146,9 +152,10 @@ void layer_backward(const LayerContext& c, const LayerWeights<T>& w, LayerGrads<
                     const T* x, LayerActivations<T>& act, Workspace<T>& ws,
                     BackwardPart part = BackwardPart::ALL);
 // W of a split backward: dW += dy^T x of qkv, proj, fc1, fc2 (and the column-parallel
-// biases), then releases the rest of the layer's tensors.
+// biases), then releases the rest of the layer's tensors (ws: the FP8 GEMMs' scratch).
 template <typename T>
-void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& act);
+void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivations<T>& act,
+                           Workspace<T>& ws);
 // Attention core: act.q/k/v -> act.ctx (and probs / lse); backward ws.dctx -> ws.dq/dk/dv.
 template <typename T>
 void attention_forward(const LayerContext& c, LayerActivations<T>& act, Workspace<T>& ws);

@@ -106,6 +106,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   for (size_t c = 0; c < slice_.chunk_layers.size(); ++c)
     for (int i = 0; i < slice_.chunk_layers[c]; ++i)
       layer_unit_[slice_.chunk_first_layer[c] + i] = next_unit++;
+  make_fp8();
 
   replicated_.assign(U, 0);
   size_t offset = 0;
@@ -380,6 +381,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{lm, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
+    fp8_context(c);
     c.moe = &moe_[l];
     c.record_moe_stats = !data.forward_only;
     c.microbatch = microbatch;
@@ -439,6 +441,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
+    fp8_context(c);
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
@@ -448,6 +451,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
         const int lj = first_layer + j, uj = layer_unit_[lj];
         // no statistics: a second time
         LayerContext cj{m, tp_, ep_, cp_, positions_, dev, lj, B, f.dropout_seed};
+        fp8_context(cj);
         cj.moe = &moe_[lj];
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
@@ -506,11 +510,12 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
     LayerContext c{m, tp_, ep_, cp_, positions_, device_, l, f.B, f.dropout_seed};
+    fp8_context(c);
     c.moe = &moe_[l];
     c.grad_scale = f.grad_scale;
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
-    layer_weight_backward(c, g, f.acts[i]);
+    layer_weight_backward(c, g, f.acts[i], s.ws);
     if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }

@@ -157,6 +157,18 @@ class Transformer {
   const std::vector<TensorView>& views() const { return views_; }
   const TensorView& view(const std::string& name) const;
 
+  // ---- FP8 (--fp8-format; parallel/fp8_scaling.h, model/transformer_fp8.cpp): the scaling
+  // of this stage's dense linear layers, 4 per layer (qkv, proj, fc1, fc2) numbered in the
+  // stage's layer order over its chunks; nullptr without FP8. Its `pieces` reduction is wired
+  // here (the tp group, then the cp group); set_fp8_amax_group wires delayed scaling's per-step
+  // reduction over tp x dp x cp (Megatron's amax reduction group, parallel_state
+  // get_amax_reduction_group(with_context_parallel=True)): the tp group, then
+  // data_parallel_group (dp, or dp x cp with context parallelism); nullptr: tp only.
+  Fp8Scaling* fp8_scaling() { return fp8_.get(); }
+  void set_fp8_amax_group(Communicator* data_parallel_group);
+  // After the step's last backward: delayed scaling's reduction and update (no-op otherwise).
+  void fp8_step_end();
+
   DataParallel& data_parallel() { return *dp_; }
   // The expert parameters' data parallelism (ep > 1 and an MoE layer here), else nullptr.
   DataParallel* expert_data_parallel() { return expert_dp_; }
@@ -258,6 +270,10 @@ class Transformer {
   std::unique_ptr<State<kernels::fp16>> fp16_;
   template <typename F>
   decltype(auto) with_state(F&& f) const;
+  // FP8: the stage's scaling (see fp8_scaling()), and a layer's context pointed at it.
+  std::unique_ptr<Fp8Scaling> fp8_;
+  void make_fp8();
+  void fp8_context(LayerContext& c) const;
 };
 
 }  // namespace paralab

@@ -6,6 +6,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include "kernels/ops.h"
+#include "parallel/fp8_linear.h"  // defines: linear_fprop, linear_dgrad, linear_wgrad
 
 namespace paralab {
 
@@ -62,41 +63,40 @@ void TensorParallel::reduce_replicated_grads(T* grads, size_t count) const {
 // ---- linear layers: y = x W^T (+ b), W stored (out, in) like PyTorch
 
 template <typename T>
-void column_parallel_forward(const TensorParallel& tp, T* y, const T* x_full, const T* W,
-                             const T* b, int N, int in, int out_local) {
-  kernels::gemm(tp.device, false, true, N, out_local, in, 1.0f, x_full, in, W, in, 0.0f, y,
-                out_local);
+void column_parallel_forward(const TensorParallel& tp, const Fp8Linear& fp8, T* y,
+                             const T* x_full, const T* W, const T* b, int N, int in,
+                             int out_local) {
+  linear_fprop(tp.device, fp8, y, x_full, W, N, in, out_local);
   if (b) kernels::add_bias(tp.device, y, b, N, out_local);
 }
 
 template <typename T>
-void linear_weight_backward(const TensorParallel& tp, T* dW, T* db, const T* dy, const T* x,
-                            int N, int in, int out) {
-  kernels::gemm(tp.device, true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+void linear_weight_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dW, T* db,
+                            const T* dy, const T* x, int N, int in, int out) {
+  linear_wgrad(tp.device, fp8, dW, dy, x, N, in, out);
   if (db) kernels::bias_backward(tp.device, db, dy, N, out);
 }
 
 template <typename T>
-void column_parallel_backward(const TensorParallel& tp, T* dx_full, T* dW, T* db, const T* dy,
-                              const T* x_full, const T* W, int N, int in, int out_local) {
-  kernels::gemm(tp.device, false, false, N, in, out_local, 1.0f, dy, out_local, W, in, 0.0f,
-                dx_full, in);
-  if (dW) linear_weight_backward(tp, dW, db, dy, x_full, N, in, out_local);
+void column_parallel_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dx_full, T* dW,
+                              T* db, const T* dy, const T* x_full, const T* W, int N, int in,
+                              int out_local) {
+  linear_dgrad(tp.device, fp8, dx_full, dy, W, N, in, out_local);
+  if (dW) linear_weight_backward(tp, fp8, dW, db, dy, x_full, N, in, out_local);
 }
 
 template <typename T>
-void row_parallel_forward(const TensorParallel& tp, T* partial, const T* x_local, const T* W,
-                          int N, int in_local, int out) {
-  kernels::gemm(tp.device, false, true, N, out, in_local, 1.0f, x_local, in_local, W, in_local,
-                0.0f, partial, out);
+void row_parallel_forward(const TensorParallel& tp, const Fp8Linear& fp8, T* partial,
+                          const T* x_local, const T* W, int N, int in_local, int out) {
+  linear_fprop(tp.device, fp8, partial, x_local, W, N, in_local, out);
 }
 
 template <typename T>
-void row_parallel_backward(const TensorParallel& tp, T* dx_local, T* dW, const T* dy_full,
-                           const T* x_local, const T* W, int N, int in_local, int out) {
-  kernels::gemm(tp.device, false, false, N, in_local, out, 1.0f, dy_full, out, W, in_local, 0.0f,
-                dx_local, in_local);
-  if (dW) linear_weight_backward(tp, dW, (T*)nullptr, dy_full, x_local, N, in_local, out);
+void row_parallel_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dx_local, T* dW,
+                           const T* dy_full, const T* x_local, const T* W, int N, int in_local,
+                           int out) {
+  linear_dgrad(tp.device, fp8, dx_local, dy_full, W, N, in_local, out);
+  if (dW) linear_weight_backward(tp, fp8, dW, (T*)nullptr, dy_full, x_local, N, in_local, out);
 }
 
 // ---- vocabulary-parallel embedding and loss
@@ -143,16 +143,16 @@ void vocab_parallel_cross_entropy(const TensorParallel& tp, float* losses, float
   template T* TensorParallel::exit_row_parallel(T*, T*, int, int) const;                     \
   template const T* TensorParallel::exit_row_parallel_backward(const T*, T*, int, int) const; \
   template void TensorParallel::reduce_replicated_grads(T*, size_t) const;                   \
-  template void column_parallel_forward(const TensorParallel&, T*, const T*, const T*,       \
-                                        const T*, int, int, int);                             \
-  template void linear_weight_backward(const TensorParallel&, T*, T*, const T*, const T*,    \
-                                       int, int, int);                                        \
-  template void column_parallel_backward(const TensorParallel&, T*, T*, T*, const T*,        \
-                                         const T*, const T*, int, int, int);                  \
-  template void row_parallel_forward(const TensorParallel&, T*, const T*, const T*, int, int, \
-                                     int);                                                    \
-  template void row_parallel_backward(const TensorParallel&, T*, T*, const T*, const T*,     \
-                                      const T*, int, int, int);                               \
+  template void column_parallel_forward(const TensorParallel&, const Fp8Linear&, T*,         \
+                                        const T*, const T*, const T*, int, int, int);         \
+  template void linear_weight_backward(const TensorParallel&, const Fp8Linear&, T*, T*,      \
+                                       const T*, const T*, int, int, int);                    \
+  template void column_parallel_backward(const TensorParallel&, const Fp8Linear&, T*, T*, T*, \
+                                         const T*, const T*, const T*, int, int, int);        \
+  template void row_parallel_forward(const TensorParallel&, const Fp8Linear&, T*, const T*,  \
+                                     const T*, int, int, int);                                \
+  template void row_parallel_backward(const TensorParallel&, const Fp8Linear&, T*, T*,       \
+                                      const T*, const T*, const T*, int, int, int);           \
   template void vocab_parallel_embedding_forward(const TensorParallel&, T*, const int*,      \
                                                  const T*, int, int, int);                    \
   template void vocab_parallel_embedding_backward(const TensorParallel&, T*, const T*,       \

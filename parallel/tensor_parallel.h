@@ -48,6 +48,7 @@
 #include "measure/ledger.h"
 #include "kernels/common.h"
 #include "parallel/comm.h"
+#include "parallel/fp8_linear.h"  // defines: Fp8Linear (each linear's GEMMs in FP8 or not)
 
 namespace paralab {
 
@@ -87,30 +88,36 @@ struct TensorParallel {
   void reduce_replicated_grads(T* grads, size_t count) const;
 };
 
+// The linear layers below run their GEMMs through parallel/fp8_linear.h: in the storage type,
+// or with FP8 inputs when `fp8` names a scaling (each piece quantised on its rank; the recipe's
+// `pieces` reduction makes a piece's per-tensor amax the whole tensor's).
 // y(N, out_local) = x_full(N, in) W_local^T + b_local; W_local (out_local, in).
 template <typename T>
-void column_parallel_forward(const TensorParallel& tp, T* y, const T* x_full, const T* W,
-                             const T* b, int N, int in, int out_local);
+void column_parallel_forward(const TensorParallel& tp, const Fp8Linear& fp8, T* y,
+                             const T* x_full, const T* W, const T* b, int N, int in,
+                             int out_local);
 // dW += dy^T x; db += colsum(dy) (db may be nullptr): a linear layer's weight gradient. The
 // backward functions below call it, unless their dW is nullptr: a split schedule (zb-h1)
 // computes the input gradient in B and calls this later, in W.
 template <typename T>
-void linear_weight_backward(const TensorParallel& tp, T* dW, T* db, const T* dy, const T* x,
-                            int N, int in, int out);
+void linear_weight_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dW, T* db,
+                            const T* dy, const T* x, int N, int in, int out);
 // dW += dy^T x_full; db += colsum(dy); dx_full(N, in) = dy W (this rank's partial: the
 // caller's enter_column_parallel_backward sums it). dW == nullptr: the input gradient only.
 template <typename T>
-void column_parallel_backward(const TensorParallel& tp, T* dx_full, T* dW, T* db, const T* dy,
-                              const T* x_full, const T* W, int N, int in, int out_local);
+void column_parallel_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dx_full, T* dW,
+                              T* db, const T* dy, const T* x_full, const T* W, int N, int in,
+                              int out_local);
 // partial(N, out) = x_local(N, in_local) W_local^T (no bias: add it after the reduction,
 // once); W_local (out, in_local).
 template <typename T>
-void row_parallel_forward(const TensorParallel& tp, T* partial, const T* x_local, const T* W,
-                          int N, int in_local, int out);
+void row_parallel_forward(const TensorParallel& tp, const Fp8Linear& fp8, T* partial,
+                          const T* x_local, const T* W, int N, int in_local, int out);
 // dW += dy_full^T x_local; dx_local = dy_full W. dW == nullptr: the input gradient only.
 template <typename T>
-void row_parallel_backward(const TensorParallel& tp, T* dx_local, T* dW, const T* dy_full,
-                           const T* x_local, const T* W, int N, int in_local, int out);
+void row_parallel_backward(const TensorParallel& tp, const Fp8Linear& fp8, T* dx_local, T* dW,
+                           const T* dy_full, const T* x_local, const T* W, int N, int in_local,
+                           int out);
 
 // Vocabulary-parallel embedding: partial(N, C) = rows of wte_local for the tokens this rank
 // owns ([vocab_start, vocab_start + vocab_rows)), zeros for the others; the caller reduces

@@ -9,6 +9,7 @@
 #include "model/param_table.h"
 #include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
+#include "plan/fp8.h"  // fp8_comm
 #include "plan/pipeline_impl.h"     // StageChunks, stage_step_calls, stage_total_peak
 
 namespace paralab {
@@ -266,8 +267,10 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   // holds at once (parallel/pipeline_schedule.h gradient_buffers; 1 under the slot rule, 0
   // where no gradient comes back)
   const int64_t grad_recv = (int64_t)gradient_buffers(pp.schedule, r) * pp.message_bytes;
+  int stage_layers = 0;  // FP8's per-linear state (plan/fp8.h)
+  for (int n : st.chunk_layers) stage_layers += n;
   WorkspacePhases ws = workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding,
-                                        st.head, st.chunk_layers.size() == 1);
+                                        st.head, st.chunk_layers.size() == 1, stage_layers);
   ws.forward_transient = transients.forward_transient;
   ws.backward_transient = transients.backward_transient;
   mem.workspace = ws.peak() + grad_recv;
@@ -402,6 +405,7 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
   expert_parallel_comm(st.comm, m, par, B, act, plan.routing, moe_layers, recomputed, k,
                        first_microbatch);
   context_parallel_comm(st.comm, m, B, act, tp, model_slice.layer_ids, recomputed, k);
+  fp8_comm(st.comm, m, tp, plan.dp, model_slice.layer_ids, recomputed, k);
   expert_bias_comm(st.comm, m, plan.dp, (int)moe_layers.size());
   // gpt's tied embedding: the first stage and a last stage holding a copy sum its gradient
   bool copies = false;

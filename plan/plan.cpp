@@ -7,6 +7,7 @@
 #include "model/param_table.h"
 #include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
+#include "plan/fp8.h"  // fp8_comm, the amax reductions
 #include "plan/recompute.h"  // selective recompute: what a layer no longer keeps
 
 namespace paralab {
@@ -259,6 +260,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
     context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
                           plan.microbatches_per_rank);
+    fp8_comm(plan.comm, m, tp, dp, all_layers, recomputed, plan.microbatches_per_rank);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)

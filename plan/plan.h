@@ -541,8 +541,9 @@ void plan_checkpoint(Plan& plan);
 // forward (tokens on the first pipeline stage, targets on the last), --no-fused-ce's d(xf)
 // only in the head's backward, and the tokens again in the embedding's backward after it.
 // The category's peak: common + max(forward, backward).
+// layers: the layers the rank holds (-1: the model's), for FP8's per-linear state (plan/fp8.h).
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
-                                                int tp = 1, bool sp = false);
+                                                int tp = 1, bool sp = false, int layers = -1);
 // Layers' transients (model/moe.cpp, head_norm_backward: LayerFootprint) come on top of
 // these: forward_transient beside forward, backward_transient beside neither.
 struct WorkspacePhases {
@@ -561,7 +562,7 @@ void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first = 0, i
 // embedding, head: the rank holds the first, the last model stage; one_chunk: in one chunk.
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                                  bool sp = false, bool embedding = true, bool head = true,
-                                 bool one_chunk = true);
+                                 bool one_chunk = true, int layers = -1);
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                         bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and

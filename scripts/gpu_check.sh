@@ -236,6 +236,16 @@ RTOL=$BF16_RTOL train_both "moe per-expert bf16" --config configs/models/tiny-mo
 RTOL=$BF16_RTOL train_both "gpt fp16" --config "$CONFIG" --arch gpt --fp16 --initial-loss-scale 1024
 RTOL=$BF16_RTOL train_both "llama fp16 d64" --config "$CONFIG" --arch llama --fp16 \
   --initial-loss-scale 1024 --hidden-size 256 --num-attention-heads 4 --seq-length 200
+# FP8 in the dense linears (docs/fp8.md), one pair per recipe in bf16 storage: the casts are
+# bit-identical twins (op_check's fp8 rows), the GEMMs (cuBLASLt per tensor, the emulated path
+# for blocks) differ from the CPU's dequantise-then-fp32 product by fp32 summation order, which
+# bf16 storage rounds: bf16's bound
+RTOL=$BF16_RTOL train_both "gpt fp8 delayed" --config "$CONFIG" --arch gpt --bf16 \
+  --fp8-format hybrid --fp8-recipe delayed
+RTOL=$BF16_RTOL train_both "llama fp8 tensorwise" --config "$CONFIG" --arch llama --bf16 \
+  --fp8-format e4m3 --fp8-recipe tensorwise
+RTOL=$BF16_RTOL train_both "llama fp8 blockwise" --config "$CONFIG" --arch llama --bf16 \
+  --fp8-format e4m3 --fp8-recipe blockwise
 
 # ---- 4. several ranks on the one GPU: pipelines and tensor parallelism ----------------------
 # Two ranks share the GPU (cuda_select_device takes local rank modulo the GPUs) and talk

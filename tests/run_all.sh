@@ -62,6 +62,7 @@ elif [ "$mode" != --lessons ]; then
   run "projected step within 2x of measured" bash tests/mpi/time_model.sh ./trainer
   run "NaN steps skipped, then exit 3 (1-2 ranks)" bash tests/mpi/skipped_steps.sh ./trainer
   run "fp16: megatron-core's loss scale, underflow" bash tests/mpi/fp16.sh ./trainer
+  run "fp8: each recipe follows the bf16 run" bash tests/mpi/fp8.sh ./trainer
   run "a stopped or killed rank ends the job" bash tests/mpi/faults.sh ./trainer
   run "checkpoints resume bitwise, reshard to 1e-5" bash tests/mpi/checkpoint.sh ./trainer
   run "checkpoints: kill mid-save, signals, bad files" bash tests/mpi/checkpoint_faults.sh ./trainer

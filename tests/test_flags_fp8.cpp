@@ -1,7 +1,7 @@
 // tests/test_flags_fp8.cpp: the --fp8-* flags (cli/flags_fp8.cpp): Megatron-Core's defaults
 // (megatron/training/arguments.py: format off, recipe delayed, margin 0, history 1,
 // most_recent), each value read into Fp8Config, the bad values refused with one line naming
-// the flag, and --fp8-format itself refused while the linear layers do not run in FP8.
+// the flag, and --fp8-format refused with --fp16 and with --num-experts (one line each).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,21 +16,21 @@ using flags_test::parse;
 
 TEST(FlagsFp8, MegatronsDefaults) {
   const Options o = parse({});
-  EXPECT_FALSE(o.fp8.enabled);
-  EXPECT_EQ(o.fp8.recipe, Fp8Recipe::Delayed);
-  EXPECT_EQ(o.fp8.margin, 0);
-  EXPECT_EQ(o.fp8.amax_history_len, 1);  // Transformer Engine's DelayedScaling: 1024
-  EXPECT_EQ(o.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::MostRecent);  // TE's: max
+  EXPECT_FALSE(o.model.fp8.enabled);
+  EXPECT_EQ(o.model.fp8.recipe, Fp8Recipe::Delayed);
+  EXPECT_EQ(o.model.fp8.margin, 0);
+  EXPECT_EQ(o.model.fp8.amax_history_len, 1);  // Transformer Engine's DelayedScaling: 1024
+  EXPECT_EQ(o.model.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::MostRecent);  // TE's: max
 }
 
 TEST(FlagsFp8, ValuesAreRead) {
   const Options o = parse({"--fp8-recipe", "blockwise", "--fp8-margin", "2",
                            "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"});
-  EXPECT_EQ(o.fp8.recipe, Fp8Recipe::Blockwise);
-  EXPECT_EQ(o.fp8.margin, 2);
-  EXPECT_EQ(o.fp8.amax_history_len, 1024);
-  EXPECT_EQ(o.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::Max);
-  EXPECT_EQ(parse({"--fp8-recipe", "tensorwise"}).fp8.recipe, Fp8Recipe::Tensorwise);
+  EXPECT_EQ(o.model.fp8.recipe, Fp8Recipe::Blockwise);
+  EXPECT_EQ(o.model.fp8.margin, 2);
+  EXPECT_EQ(o.model.fp8.amax_history_len, 1024);
+  EXPECT_EQ(o.model.fp8.amax_compute_algo, kernels::Fp8AmaxAlgo::Max);
+  EXPECT_EQ(parse({"--fp8-recipe", "tensorwise"}).model.fp8.recipe, Fp8Recipe::Tensorwise);
 }
 
 TEST(FlagsFp8, BadValuesAreRefusedNamingTheFlag) {
@@ -43,9 +43,23 @@ TEST(FlagsFp8, BadValuesAreRefusedNamingTheFlag) {
   EXPECT_EQ(error_of({"--fp8-margin", "-1"}), "--fp8-margin must be >= 0, got -1");
   EXPECT_EQ(error_of({"--fp8-amax-history-len", "0"}),
             "--fp8-amax-history-len must be >= 1, got 0");
-  const std::string not_built = error_of({"--fp8-format", "hybrid", "--fp8-recipe", "delayed"});
-  EXPECT_EQ(not_built.rfind("--fp8-format hybrid: FP8 training is not built yet", 0), 0u)
-      << not_built;
+  const std::string fp16 = error_of({"--fp8-format", "hybrid", "--fp16"});
+  EXPECT_EQ(fp16.rfind("--fp8-format hybrid needs fp32 or --bf16 storage, got --fp16", 0), 0u)
+      << fp16;
+  const std::string moe = error_of({"--fp8-format", "e4m3", "--num-experts", "4"});
+  EXPECT_EQ(moe.rfind("--fp8-format e4m3 runs the dense linear layers only, got --num-experts 4",
+                      0), 0u)
+      << moe;
+}
+
+TEST(FlagsFp8, FormatIsReadWithEitherStorage) {
+  const Options e4m3 = parse({"--fp8-format", "e4m3", "--bf16"});
+  EXPECT_TRUE(e4m3.model.fp8.enabled);
+  EXPECT_FALSE(e4m3.model.fp8.hybrid);
+  const Options hybrid = parse({"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"});
+  EXPECT_TRUE(hybrid.model.fp8.enabled);  // fp32 storage: allowed
+  EXPECT_TRUE(hybrid.model.fp8.hybrid);
+  EXPECT_EQ(hybrid.model.fp8.backward_format(), kernels::Fp8Format::E5M2);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// tests/test_fp8_recipe.cpp: the scaling recipes of model/fp8_recipe.h on the CPU: which scale
+// tests/test_fp8_recipe.cpp: the scaling recipes of parallel/fp8_scaling.h on the CPU: which scale
 // each cast uses, what the delayed recipe records and when it updates, which reductions it
 // asks for, and the state it keeps (what the checkpoint saves).
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/fp8.h"
-#include "model/fp8_recipe.h"
+#include "parallel/fp8_scaling.h"
 
 namespace {
 

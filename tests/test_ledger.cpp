@@ -96,6 +96,17 @@ std::vector<LedgerCase> cases() {
   LedgerCase bf16_llama{"llama_flash_gqa_unfused_bf16", gqa.model, 2, 1, true};
   bf16_llama.model.fused_cross_entropy = false;
   c.push_back(bf16_llama);
+  // --fp8-format (plan/fp8.h): the FP8 GEMMs' operands and factors, and the recipe's state, in
+  // workspace; one case per recipe (blockwise's tiles and blocks, delayed's histories)
+  for (Fp8Recipe r : {Fp8Recipe::Delayed, Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise}) {
+    LedgerCase fp8{std::string("llama_flash_gqa_accum2_bf16_fp8_") + fp8_recipe_name(r),
+                   gqa.model, 2, 2, true};
+    fp8.model.fp8.enabled = true;
+    fp8.model.fp8.hybrid = r == Fp8Recipe::Delayed;
+    fp8.model.fp8.recipe = r;
+    fp8.model.fp8.amax_history_len = r == Fp8Recipe::Delayed ? 16 : 1;
+    c.push_back(fp8);
+  }
   return c;
 }
 

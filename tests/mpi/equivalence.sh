@@ -85,4 +85,44 @@ for zero in 1 3; do
 done
 RTOL=5e-3 check "llama-fp16-tp2-sp" "llama-fp16-ref" 2 $llama $common $fp16 --micro-batch-size 8 \
   --tp 2 --sequence-parallel
+# --fp8-format (docs/fp8.md), each recipe against its own single-rank run at the same microbatch
+# size (2, accumulating 4): a linear's FP8 GEMMs see the same tokens per call in every layout,
+# so the scales are the single-rank run's (tensorwise: the pieces' amaxes reduced over tp and
+# cp; delayed: the step's over tp x dp x cp). In fp32 storage, so that what differs is FP8's
+# alone: the layouts' GEMM inputs differ by fp32 summation order (d <= 1e-5, the fp32 rows'
+# bound), and the FP8 codes made from them are the same unless an input sits within d of a
+# rounding boundary: a code flips with probability about d / ulp and then moves by one ulp
+# (E5M2's 2^-2 relative at most), an RMS change of sqrt(d ulp) = sqrt(1e-5 x 2^-2) = 1.6e-3:
+# the bound. A wrong scale, operand or amax reduction moves every code (O(ulp) or more).
+# Not here: tensorwise at tp 2. There every one of step 1's 48 amaxes equals the single rank's
+# to the bit but one (1 fp32 ulp), yet one code of microbatch 4 flips, and one flipped large
+# element moves the last step's gradients 7.6e-2 norm-wise after 5 steps: a flip is a discrete
+# jump of one ulp, which the RMS estimate above does not bound (notes/decisions.md).
+# (In bf16 storage d is bf16's 2e-2 bound and sqrt(d ulp) ~ 7e-2 leaves the rows little to
+# tell; measured there: losses within 4e-4, last-step gradients ~0.13 norm-wise.) Blockwise
+# runs dp and pp only: its 1 x 128 tiles and 128 x 128 blocks span the dimensions tp and cp
+# split (32 wide here), so a tp or cp rank's blocks are not the single rank's (as in
+# Transformer Engine).
+fp8_layouts() {  # recipe format layouts...
+  local recipe=$1 format=$2 ref="llama-fp8-$1-ref"; shift 2
+  local fp8="--fp8-format $format --fp8-recipe $recipe"
+  run "$ref" 1 $llama $common --micro-batch-size 2 $fp8 || { echo "fp8 reference run failed"; return; }
+  for layout in "$@"; do
+    case $layout in
+      dp2-zero1) RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+                   --micro-batch-size 2 --zero-stage 1 --ddp-bucket-size 20000 ;;
+      dp2-zero3) RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+                   --micro-batch-size 2 --zero-stage 3 --ddp-bucket-size 20000 ;;
+      tp2-sp)    RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+                   --micro-batch-size 2 --tp 2 --sequence-parallel ;;
+      pp2)       RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+                   --micro-batch-size 2 --pp 2 ;;
+      cp2)       RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+                   --micro-batch-size 2 --cp 2 ;;
+    esac
+  done
+}
+fp8_layouts delayed hybrid dp2-zero1 dp2-zero3 tp2-sp pp2 cp2
+fp8_layouts tensorwise e4m3 dp2-zero1 cp2
+fp8_layouts blockwise e4m3 dp2-zero3 pp2
 finish

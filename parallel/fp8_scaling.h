@@ -1,4 +1,4 @@
-// model/fp8_recipe.h: FP8 training's scaling recipes, as plain state and the casts they make
+// parallel/fp8_scaling.h: FP8 training's scaling recipes, as plain state and the casts they make
 // (the formats and their arithmetic: kernels/fp8.h; the casts and the GEMM: kernels/ops/fp8.h).
 //
 // Every linear layer quantises three tensors (Transformer Engine's Linear, DeepSeek-V3 3.3):
@@ -86,9 +86,13 @@ class Fp8Scaling {
   int linears() const { return linears_; }
   kernels::Fp8Format format(Fp8Role r) const;
   // The factors' blocks of a role's copies (its transposed copy has blocks of the same kind).
-  kernels::Fp8Blocks blocks(Fp8Role r) const;
+  kernels::Fp8Blocks blocks(Fp8Role r) const { return blocks(config_, r); }
+  static kernels::Fp8Blocks blocks(const Fp8Config& config, Fp8Role r);
   // Bytes of the factors of a quantised (rows, cols) copy of role r.
-  size_t scale_bytes(Fp8Role r, int rows, int cols) const;
+  size_t scale_bytes(Fp8Role r, int rows, int cols) const {
+    return scale_bytes(config_, r, rows, cols);
+  }
+  static size_t scale_bytes(const Fp8Config& config, Fp8Role r, int rows, int cols);
 
   // Casts x (rows, cols) of linear `linear`'s tensor `role` as the recipe says: into q (rows,
   // cols) with factors q_scale_inv when q is not null, and into qt = x^T (cols, rows) with

@@ -1,9 +1,9 @@
-// model/fp8_recipe.cpp: the recipes of model/fp8_recipe.h. Each cast goes through one or two
-// of kernels/ops/fp8.h's ops; the recipe only chooses the scale: the history's (delayed), this
-// tensor's amax (tensorwise), each block's (blockwise).
+// parallel/fp8_scaling.cpp: the recipes of parallel/fp8_scaling.h. Each cast goes through one
+// or two of kernels/ops/fp8.h's ops; the recipe only chooses the scale: the history's
+// (delayed), this tensor's amax (tensorwise), each block's (blockwise).
 //
 // defines: fp8_recipe_name, Fp8Scaling
-#include "model/fp8_recipe.h"
+#include "parallel/fp8_scaling.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -62,13 +62,13 @@ Fp8Format Fp8Scaling::format(Fp8Role r) const {
   return forward(r) ? config_.forward_format() : config_.backward_format();
 }
 
-Fp8Blocks Fp8Scaling::blocks(Fp8Role r) const {
-  if (config_.recipe != Fp8Recipe::Blockwise) return Fp8Blocks::Tensor;
+Fp8Blocks Fp8Scaling::blocks(const Fp8Config& config, Fp8Role r) {
+  if (config.recipe != Fp8Recipe::Blockwise) return Fp8Blocks::Tensor;
   return r == Fp8Role::Weight ? Fp8Blocks::Blocks : Fp8Blocks::Tiles;
 }
 
-size_t Fp8Scaling::scale_bytes(Fp8Role r, int rows, int cols) const {
-  return sizeof(float) * kernels::fp8_scale_count(blocks(r), rows, cols);
+size_t Fp8Scaling::scale_bytes(const Fp8Config& config, Fp8Role r, int rows, int cols) {
+  return sizeof(float) * kernels::fp8_scale_count(blocks(config, r), rows, cols);
 }
 
 int Fp8Scaling::slot(int linear, Fp8Role role) const {

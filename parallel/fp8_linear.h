@@ -1,0 +1,65 @@
+// parallel/fp8_linear.h: the three GEMMs of a linear layer y = x W^T, in the storage type or
+// with FP8 inputs (Transformer Engine's Linear; DeepSeek-V3 section 3.3):
+//   fprop   y (N, out)  = x (N, in) W (out, in)^T       reads X and W
+//   dgrad   dx (N, in)  = dy (N, out) W                  reads dY and W^T
+//   wgrad   dW (out, in) += dy^T x                       reads dY^T and X^T
+// In FP8 each operand is quantised by the linear's recipe (parallel/fp8_scaling.h) into a
+// K-contiguous copy (kernels/ops/fp8.h: the transposed copies are what Hopper's "TN"-only FP8
+// GEMM needs), and kernels::gemm_fp8 multiplies them with fp32 accumulation into the storage
+// type. The copies and their factors go to one Fp8Scratch (category workspace, through the
+// ledger) that every linear of the stage shares, sized for the largest operands: paralab
+// quantises an operand again where it is read (X in fprop and again in wgrad, W in fprop and
+// dgrad) rather than keeping Transformer Engine's cached FP8 copies; within a step the scale is
+// the same (delayed: the history's; tensorwise and blockwise: from the same values), so the
+// codes are the same ones TE would have kept.
+//
+// defines: Fp8Scratch, Fp8Linear, linear_fprop, linear_dgrad, linear_wgrad
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "kernels/common.h"
+#include "parallel/fp8_scaling.h"
+
+namespace paralab {
+
+// The two quantised operands of one FP8 GEMM, A (m, k) and B (n, k): codes and factors, reused
+// by every GEMM. For a linear (N tokens, in -> out) the operands are
+//   fprop  A = X (N, in)     B = W (out, in)
+//   dgrad  A = dY (N, out)   B = W^T (in, out)
+//   wgrad  A = dY^T (out, N) B = X^T (in, N)
+// so A holds N max(in, out) codes and B max(out in, N in); the factors are the recipe's count
+// of each shape (kernels::fp8_scale_count), the largest taken.
+struct Fp8Scratch {
+  Buffer<uint8_t> a, b;
+  Buffer<float> a_factors, b_factors;
+  // Sized for the largest operands of the linears (in, out) at N tokens (replacing what it
+  // held: the workspace re-sizes with the microbatch).
+  void allocate(kernels::Device d, const Fp8Config& c, int N,
+                const std::vector<std::pair<int, int>>& linears);
+};
+
+// Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it
+// (layer l of the chunk: 4 l + 0 qkv, + 1 proj, + 2 fc1, + 3 fc2). scaling == nullptr: the
+// GEMMs run in the storage type (the default; attention, the output layer and MoE experts).
+struct Fp8Linear {
+  Fp8Scaling* scaling = nullptr;
+  int index = 0;
+  Fp8Scratch* scratch = nullptr;  // sized (ensure) for this linear's operands
+  bool on() const { return scaling != nullptr; }
+};
+
+// y = x W^T (no bias; beta 0).
+template <typename T>
+void linear_fprop(kernels::Device d, const Fp8Linear& fp8, T* y, const T* x, const T* W, int N,
+                  int in, int out);
+// dx = dy W (beta 0).
+template <typename T>
+void linear_dgrad(kernels::Device d, const Fp8Linear& fp8, T* dx, const T* dy, const T* W, int N,
+                  int in, int out);
+// dW += dy^T x (beta 1: gradient accumulation).
+template <typename T>
+void linear_wgrad(kernels::Device d, const Fp8Linear& fp8, T* dW, const T* dy, const T* x, int N,
+                  int in, int out);
+
+}  // namespace paralab

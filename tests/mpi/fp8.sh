@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# tests/mpi/fp8.sh: FP8 training end to end on the CPU backend (parallel/fp8_linear.h,
+# parallel/fp8_scaling.h, docs/fp8.md).
+#   bash tests/mpi/fp8.sh ./trainer [filter]
+#   converge   the tiny preset in --bf16, STEPS steps, in each recipe (delayed, tensorwise,
+#              blockwise) and each format (e4m3, hybrid): every run's loss falls as the bf16
+#              run's does and follows it. The bound is derived, not tuned: to first order a
+#              rounding perturbation moves the loss in proportion to the unit roundoff u of
+#              what is rounded. The bf16 run differs from the fp32 run by bf16's u = 2^-8 on
+#              every stored tensor; the FP8 run differs from the bf16 run by FP8's u on the
+#              linears' GEMM inputs only: E4M3's 2^-4 (16 x bf16's), E5M2's 2^-3 (32 x) for
+#              hybrid's gradients. So the worst relative loss difference to bf16 over the steps
+#              must stay within (u_fp8 / u_bf16) times the worst relative difference between the
+#              bf16 and fp32 runs, measured here in the same call: 16 x for e4m3, 32 x for
+#              hybrid. A step's difference can be larger than its first-order share only
+#              through a term of order u^2, which this bound leaves out; a run that fails it has
+#              an FP8 error that is not rounding (a wrong scale, operand, or transpose).
+#              One run is outside that model and checked for what it is instead: delayed
+#              scaling with E4M3 gradients starts at scale 1 (Transformer Engine's start), where
+#              E4M3's smallest subnormal, 2^-9, is above most of the first step's output
+#              gradients: they flush to zero, so step 1's gradient norm is clearly below bf16's
+#              (measured 1.00 vs 1.59) and the run trails it (final loss ~1% above); asserted:
+#              that step-1 norm below 0.9 x bf16's, and the loss falling. (hybrid's E5M2, down to
+#              2^-16, keeps them: why Megatron and TE default to hybrid.)
+#   refused    --fp8-format with --fp16 and with --num-experts: one line, exit 2, no step run.
+source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
+
+STEPS=${FP8_STEPS:-60}
+tiny=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
+      --train-iters "$STEPS")
+
+verdict() {  # name args...: the python on stdin judges, counted
+  local name=$1 out; shift
+  if out=$(python3 - "$work" "$STEPS" "$@"); then
+    passed=$((passed + 1)); echo "ok    $name: $out"
+  else
+    failed=$((failed + 1)); echo "FAIL  $name: $out"
+  fi
+}
+wanted() { case "$1" in *"$filter"*) return 0 ;; esac; return 1; }
+
+if wanted converge; then
+  run fp32 1 "${tiny[@]}" || echo "fp32 run failed"
+  run bf16 1 "${tiny[@]}" --bf16 || echo "bf16 run failed"
+  runs=()
+  for recipe in delayed tensorwise blockwise; do
+    for format in e4m3 hybrid; do
+      run "$recipe-$format" 1 "${tiny[@]}" --bf16 --fp8-format "$format" --fp8-recipe "$recipe" \
+        || echo "$recipe $format run failed"
+      runs+=("$recipe-$format")
+    done
+  done
+  verdict converge "${runs[@]}" <<'EOF'
+import json, sys
+work, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def losses(name):
+    try:
+        rows = [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"]
+    except OSError:
+        return []
+    return [r["loss"] for r in rows]
+def norms(name):
+    return [r["grad_norm"] for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"]
+def worst(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+fp32, bf16 = losses("fp32"), losses("bf16")
+if len(fp32) != steps or len(bf16) != steps:
+    print(f"reference runs: {len(fp32)} and {len(bf16)} steps of {steps}"); sys.exit(1)
+drift = worst(bf16, fp32)  # bf16's rounding, u = 2^-8, on every stored tensor
+problems, said = [], [f"bf16 vs fp32 {drift:.1e}"]
+for name in names:
+    got = losses(name)
+    ratio = 32 if name.endswith("hybrid") else 16  # u_fp8 / u_bf16: E5M2 2^-3, E4M3 2^-4
+    if len(got) != steps or any(x is None for x in got):
+        problems.append(f"{name}: {len(got)} steps of {steps}"); continue
+    rel = worst(got, bf16)
+    said.append(f"{name} {rel:.1e} (final {got[-1]:.3f} vs {bf16[-1]:.3f})")
+    if name == "delayed-e4m3":  # the first step's underflow (header), not rounding
+        n1, b1 = norms(name)[0], norms("bf16")[0]
+        said[-1] += f", step-1 grad norm {n1:.2f} vs bf16's {b1:.2f}"
+        if not n1 < 0.9 * b1:
+            problems.append(f"{name}: step-1 gradient norm {n1:.3f} not below 0.9 x bf16's {b1:.3f}")
+    elif rel > ratio * drift:
+        problems.append(f"{name}: worst rel {rel:.2e} > {ratio} x {drift:.2e}")
+    if got[-1] >= 0.8 * got[0]:
+        problems.append(f"{name}: the loss did not fall ({got[0]:.3f} -> {got[-1]:.3f})")
+if problems:
+    print("; ".join(problems + said)); sys.exit(1)
+print(", ".join(said))
+EOF
+fi
+
+if wanted refused; then
+  for bad in "--fp16" "--num-experts 4"; do
+    out=$("$trainer" "${tiny[@]}" --fp8-format e4m3 $bad 2>&1 < /dev/null); rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [[ "$out" == "paralab: error: --fp8-format e4m3 "* ]]; then
+      passed=$((passed + 1)); echo "ok    refused $bad: $out"
+    else
+      failed=$((failed + 1)); echo "FAIL  refused $bad: exit $rc, $lines lines: $out"
+    fi
+  done
+fi
+finish

@@ -123,9 +123,9 @@ void plan_extras(PlanExtras& out, const Options& o, const Plan& plan, const Hard
     throw FlagError(std::string("--hardware: ") + e.what());
   }
   out.view.time = &out.time;
-  if (o.fp8.enabled) {  // what FP8 buys on this profile (plan/time_model_fp8.h)
+  if (o.model.fp8.enabled) {  // what FP8 buys on this profile (plan/time_model_fp8.h)
     try {
-      out.fp8 = project_fp8_step(plan, hw.profile, out.time, o.fp8.recipe);
+      out.fp8 = project_fp8_step(plan, hw.profile, out.time, o.model.fp8.recipe);
       out.view.fp8 = &out.fp8;
     } catch (const std::invalid_argument& e) {
       out.view.no_fp8 = e.what();

@@ -34,14 +34,14 @@ std::string gpu_precision_refusal(const Options& o, const std::string& gpu, int 
   if (o.train.bf16 && cc < 80)
     return "--bf16: " + device + " has no bf16 tensor cores; bf16 needs compute capability 8.0 "
            "or later (A100, H100): train in fp32 or with --fp16";
-  if (o.fp8.enabled) {
-    const bool blockwise = o.fp8.recipe == Fp8Recipe::Blockwise;
+  if (o.model.fp8.enabled) {
+    const bool blockwise = o.model.fp8.recipe == Fp8Recipe::Blockwise;
     const int needed = blockwise ? 80 : 89;
     if (cc < needed)
       return std::string("--fp8-format: ") + device + (blockwise
           ? " cannot run --fp8-recipe blockwise, which needs compute capability 8.0 or later "
             "(its GEMMs are emulated on any GPU, the layers around them run in bf16)"
-          : " has no FP8 tensor cores; --fp8-recipe " + std::string(fp8_recipe_name(o.fp8.recipe)) +
+          : " has no FP8 tensor cores; --fp8-recipe " + std::string(fp8_recipe_name(o.model.fp8.recipe)) +
             " needs compute capability 8.9 or later (L40S, H100); --fp8-recipe blockwise runs "
             "from 8.0 (emulated GEMMs)");
   }

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "measure/hardware.h"
-#include "model/fp8_recipe.h"  // Fp8Recipe
+#include "parallel/fp8_scaling.h"  // Fp8Recipe
 #include "plan/plan.h"
 #include "plan/time_model.h"
 

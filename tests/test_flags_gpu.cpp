@@ -34,9 +34,9 @@ TEST(FlagsGpu, Bf16NeedsAmpere) {
 TEST(FlagsGpu, Fp8NeedsFp8TensorCoresButBlockwiseRunsFromAmpere) {
   Options o;
   o.train.bf16 = true;
-  o.fp8.enabled = true;
+  o.model.fp8.enabled = true;
   for (Fp8Recipe r : {Fp8Recipe::Delayed, Fp8Recipe::Tensorwise}) {
-    o.fp8.recipe = r;
+    o.model.fp8.recipe = r;
     const std::string why = gpu_precision_refusal(o, "NVIDIA A100-SXM4-80GB", 80);
     EXPECT_TRUE(has(why, "--fp8-format: NVIDIA A100-SXM4-80GB (compute capability 8.0)")) << why;
     EXPECT_TRUE(has(why, std::string("--fp8-recipe ") + fp8_recipe_name(r))) << why;
@@ -44,7 +44,7 @@ TEST(FlagsGpu, Fp8NeedsFp8TensorCoresButBlockwiseRunsFromAmpere) {
     EXPECT_EQ(gpu_precision_refusal(o, "NVIDIA L40S", 89), "");
     EXPECT_EQ(gpu_precision_refusal(o, "NVIDIA H100 80GB HBM3", 90), "");
   }
-  o.fp8.recipe = Fp8Recipe::Blockwise;  // emulated GEMMs: an A100 runs it
+  o.model.fp8.recipe = Fp8Recipe::Blockwise;  // emulated GEMMs: an A100 runs it
   EXPECT_EQ(gpu_precision_refusal(o, "NVIDIA A100-SXM4-80GB", 80), "");
   o.train.bf16 = false;  // (so that the FP8 refusal, not --bf16's, is the one below)
   const std::string why = gpu_precision_refusal(o, "Tesla T4", 75);

@@ -143,6 +143,21 @@ resume zero1-bf16 zero1-bf16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 
 # half of the states (and the fp32 masters) on the host when saved, none when resumed
 resume zero1-bf16-offload zero1-bf16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
 
+# Megatron's precision-aware optimizer, bf16 moments (--use-precision-aware-optimizer needs
+# ZeRO >= 1, the single rank's too): saved as BF16, 2 bytes each (the plan's bytes), resumed bit
+# for bit, from host memory too (CPU offload); resharded from dp 2 ZeRO-3 to one rank (the
+# moments reload exactly: the bf16 values widened and rounded back); and with --bf16 storage
+m16=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+model=("${tiny[@]}" "${m16[@]}")
+reference single-m16 1 --zero-stage 1
+reference zero1-m16 2 --zero-stage 1
+resume zero1-m16    zero1-m16  bitwise 2 "--zero-stage 1"       2 "--zero-stage 1"
+resume zero1-m16-offload zero1-m16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
+resume zero3-to-1-m16 single-m16 rtol 2 "--zero-stage 3"        1 "--zero-stage 1"
+model=("${tiny[@]}" --bf16 "${m16[@]}")
+reference zero1-bf16-m16 2 --zero-stage 1
+resume zero1-bf16-m16 zero1-bf16-m16 bitwise 2 "--zero-stage 1" 2 "--zero-stage 1"
+
 # --fp16 with a dynamic scale that grows every 2 clean steps: the growth tracker stands at 1
 # when step 3 saves, so a resume that lost it would grow a step late
 model=("${tiny[@]}" --fp16 --initial-loss-scale 1024 --loss-scale-window 2)

@@ -162,9 +162,9 @@ void check_optimizer_bf16_moments() {
     Twin<bf16> v(random_values<bf16>(n, 0.0f, 0.01f));
     Twin<float> mf(random_floats(n, -0.1f, 0.1f));
     std::unique_ptr<Twin<bf16>> params(written<bf16>(n));
-    const char* names[3] = {"adamw_update bf16 moments (bf16 params: master, m, v, params)",
-                            "adamw_update bf16 moments (fp32 params: params, m, v)",
-                            "adamw_update bf16 exp_avg_sq only (fp32 m, bf16 v)"};
+    const char* names[3] = {"adamw_update bf16 m, v (bf16 params, fp32 master)",
+                            "adamw_update bf16 m, v (fp32 params)",
+                            "adamw_update fp32 m, bf16 v (fp32 params)"};
     check(names[kind], Precision<bf16>::elementwise, [&] {
       kernels::AdamStep step;
       step.lr = 1e-3f, step.beta1 = 0.9f, step.beta2 = 0.95f, step.eps = 1e-8f;

@@ -142,7 +142,9 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     const std::string entry = std::to_string(mine.pieces.size());
     entries.push_back({"param/" + entry, param_type, {p.hi - p.lo}});
     for (const auto& state : states)
-      entries.push_back({std::string(state.first) + "/" + entry, SafeDType::F32, {p.hi - p.lo}});
+      entries.push_back({std::string(state.first) + "/" + entry,
+                         optimizer.state_bf16(state.second) ? SafeDType::BF16 : SafeDType::F32,
+                         {p.hi - p.lo}});  // the moments at their dtype (bf16: 2 bytes)
     mine.pieces.push_back({p.view->spec->name, rank_slice(model, *p.view),
                            (int64_t)(p.lo - p.view->offset), (int64_t)(p.hi - p.view->offset),
                            entry});
@@ -169,7 +171,8 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
            static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
     for (const auto& kind_state : states)
       stream(optimizer.state_device(p.expert, state),
-             optimizer.state(kind_state.second, p.expert, state), n * sizeof(float));
+             optimizer.state(kind_state.second, p.expert, state),
+             n * optimizer.state_bytes(kind_state.second));
   }
   for (int l : mine.expert_bias_layers) {
     const std::vector<float> bias = model.expert_bias(l);

@@ -79,9 +79,16 @@ void load_optimizer_state(Transformer& model, AdamW& optimizer, const FullTensor
           if (lo >= hi) continue;
           if (local.empty()) local = local_slice(model, spec, v, full(spec, kind));
           const int64_t at = seg.state_offset + (lo - seg.flat_begin);  // host or device
+          const float* from = local.data() + (lo - v.offset);
+          std::vector<kernels::bf16> rounded;  // a bf16 moment: rounded to nearest even (exact
+          if (optimizer.state_bf16(state)) {   // from a bf16 checkpoint, which widened it)
+            rounded.resize(hi - lo);
+            for (int64_t k = 0; k < hi - lo; ++k) rounded[k] = kernels::to_bf16(from[k]);
+          }
           kernels::memcpy_from_host(optimizer.state_device(expert, at),
                                     optimizer.state(state, expert, at),
-                                    local.data() + (lo - v.offset), (hi - lo) * sizeof(float));
+                                    rounded.empty() ? (const void*)from : rounded.data(),
+                                    (hi - lo) * optimizer.state_bytes(state));
         }
       }
     }

@@ -48,6 +48,7 @@ void add_flags(CLI::App& app, Options& o, RawFlags& raw) {
   add_training_flags(app, o, raw);    // cli/flags_training.cpp: batch, steps, AdamW, schedule, eval
   add_recompute_flags(app, raw);      // cli/flags_recompute.cpp: --recompute-*
   add_precision_flags(app, o);        // cli/flags_precision.cpp: --bf16, --fp16, loss scale
+  add_precision_optimizer_flags(app, raw);  // cli/flags_precision_optimizer.cpp: bf16 moments
   add_fp8_flags(app, o, raw);         // cli/flags_fp8.cpp: --fp8-*
   add_parallel_flags(app, o, raw);    // cli/flags_parallel.cpp: tp, sp, cp, ep, ZeRO, offload
   add_pipeline_flags(app, o, raw, kParallel);  // cli/flags_pipeline.cpp: --pp, --pipeline-*

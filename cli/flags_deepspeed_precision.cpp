@@ -109,6 +109,20 @@ void read_precision(ConfigRead& c) {
       c.won("bf16.enabled", "--bf16", t.bf16 ? "true" : "false", enabled ? "true" : "false");
     t.bf16 = enabled;
     c.eff.add("bf16.enabled", enabled ? "true" : "false", "JSON");
+    // bf16 master weights and gradients, and bf16 optimizer states on top of them (DeepSpeed's
+    // runtime/config.py: "bf16_optimizer_states requires bf16_master_weights_and_grads"): not
+    // paralab's fp32 masters, so no mapping; bf16 moments over fp32 masters are Megatron's
+    // precision-aware optimizer
+    const std::pair<const char*, const char*> unused[] = {
+        {"bf16_master_weights_and_grads",
+         "bf16.bf16_master_weights_and_grads (paralab keeps fp32 master weights and gradients)"},
+        {"bf16_optimizer_states",
+         "bf16.bf16_optimizer_states (DeepSpeed's needs bf16 master weights; bf16 moments over "
+         "fp32 masters: --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype "
+         "bf16)"}};
+    for (const auto& [k, why] : unused)
+      if (const Json* v = json_find(*bf, k))
+        if (v->is_boolean() && v->get<bool>()) c.no_effect.push_back(why);
   } else {
     c.eff.add("bf16.enabled", t.bf16 ? "true" : "false", c.given("--bf16") ? "--bf16" : "default");
   }

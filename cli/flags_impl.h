@@ -70,6 +70,10 @@ struct RawFlags {
   // scaler's, and --loss-scale.
   std::vector<std::string> dynamic_loss_scale_flags_given;
   bool loss_scale_given = false;
+  // Megatron's precision-aware optimizer (cli/flags_precision_optimizer.cpp), as typed.
+  bool use_precision_aware_optimizer = false;
+  std::string exp_avg_dtype = "fp32", exp_avg_sq_dtype = "fp32", main_params_dtype = "fp32",
+              main_grads_dtype = "fp32";
   // Typed on the command line (not read from a --config file): a preset's warm-up may be
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
@@ -152,6 +156,10 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_fp8(Options& o, const RawFlags& raw);
 void record_precision_flags_given(const CLI::App& app, RawFlags& raw);
 void check_precision(Options& o, const RawFlags& raw);
+// cli/flags_precision_optimizer.cpp: --use-precision-aware-optimizer and its dtypes;
+// checked after ZeRO's stage and CPU offload are resolved.
+void add_precision_optimizer_flags(CLI::App& app, RawFlags& raw);
+void check_precision_optimizer(Options& o, const RawFlags& raw);
 // cli/flags_parallel.cpp: tp, sp, cp, ep, etp, the dispatcher, ZeRO, DDP's buckets (and
 // add_offload_flags). check_parallel_layout: the world and what tp and cp ask of the model;
 // check_sequence_parallel after MoE; check_zero (and check_offload_flags) the stage.

@@ -6,7 +6,8 @@
 //          dropout_keep_keyed, dropout_keep (dropout's), init_normal_value,
 //          TokenPositions,
 //          AttentionRows, AttentionBlock, whole_sequence, visible_pairs,
-//          attention_merge_weights, attention_merge_value, adamw_step, and the MoE router rows:
+//          attention_merge_weights, attention_merge_value, adamw_step, load_moment, store_moment,
+//          adamw_step_stored, and the MoE router rows:
 //          moe_topk_row, moe_topk_backward_row, moe_balancing_row, moe_balancing_backward_row,
 //          moe_logsumexp_row, moe_z_loss_backward_row, moe_aux_weight; the dispatch's rules: moe_kept_pairs,
 //          moe_expert_rows, moe_pair_beats, moe_bias_step
@@ -253,6 +254,29 @@ HD void adamw_step(float& p, float& m, float& v, float g, float lr, float b1, fl
   float mhat = m / bias1;
   float vhat = v / bias2;
   p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+}
+
+// An Adam moment as stored (kernels/ops/loss_optimizer.h AdamRun::m, v): fp32, or bf16 with
+// Megatron's --use-precision-aware-optimizer --exp-avg-dtype / --exp-avg-sq-dtype bf16. As
+// Transformer Engine's FusedAdam keeps it (common/multi_tensor/adam.cu: MATH_T float, the
+// moment loaded with static_cast<float> and stored with static_cast<bf16>, no scale): widened
+// exactly, updated in fp32, rounded to nearest even on the store.
+HD float load_moment(const void* p, int64_t i, bool stored_bf16) {
+  return stored_bf16 ? to_float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+HD void store_moment(void* p, int64_t i, float x, bool stored_bf16) {
+  if (stored_bf16) static_cast<bf16*>(p)[i] = to_bf16(x);
+  else static_cast<float*>(p)[i] = x;
+}
+// adamw_step on element i of moments stored as above (m_bf16, v_bf16: their dtypes): the very
+// fp32 arithmetic, between the widening load and the rounding store.
+HD void adamw_step_stored(float& p, void* m, void* v, int64_t i, bool m_bf16, bool v_bf16,
+                          float g, float lr, float b1, float b2, float eps, float wd, float bias1,
+                          float bias2) {
+  float mi = load_moment(m, i, m_bf16), vi = load_moment(v, i, v_bf16);
+  adamw_step(p, mi, vi, g, lr, b1, b2, eps, wd, bias1, bias2);
+  store_moment(m, i, mi, m_bf16);
+  store_moment(v, i, vi, v_bf16);
 }
 
 // ---- mixture of experts: the router's per-row math (kernels/ops/moe.h moe_*) ----------------

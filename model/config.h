@@ -189,6 +189,13 @@ struct TrainConfig {
   bool fp16 = false;
   LossScaleConfig loss_scaling;  // --fp16 (and --bf16 --loss-scale S)
   bool log_fp16_underflow = false;  // --log-fp16-underflow (model/grad_underflow.h)
+  // Megatron's precision-aware optimizer (--use-precision-aware-optimizer with --exp-avg-dtype
+  // bf16, --exp-avg-sq-dtype bf16; cli/flags_precision_optimizer.cpp): Adam's first and second
+  // moments stored in bf16 between steps, the update still computed in fp32 (Transformer
+  // Engine's FusedAdam: loaded and widened, updated, rounded to nearest even on the store).
+  bool exp_avg_bf16 = false, exp_avg_sq_bf16 = false;
+  int exp_avg_bytes() const { return exp_avg_bf16 ? 2 : 4; }
+  int exp_avg_sq_bytes() const { return exp_avg_sq_bf16 ? 2 : 4; }
   Precision precision() const {
     return bf16 ? Precision::BF16 : fp16 ? Precision::FP16 : Precision::FP32;
   }

@@ -17,7 +17,9 @@ void update_share(const std::vector<kernels::AdamRun>& runs, int64_t first, int6
     if (lo < hi) {
       const int64_t at = lo - start, es = (int64_t)dtype_size(storage);
       kernels::AdamRun part = r;
-      part.master += at, part.m += at, part.v += at, part.n = hi - lo;
+      part.master += at, part.n = hi - lo;
+      part.m = static_cast<char*>(r.m) + at * (s.exp_avg_bf16 ? 2 : 4);
+      part.v = static_cast<char*>(r.v) + at * (s.exp_avg_sq_bf16 ? 2 : 4);
       part.grads = static_cast<const char*>(r.grads) + at * es;
       if (r.params) part.params = static_cast<char*>(r.params) + at * es;
       share.push_back(part);

@@ -1,7 +1,8 @@
 // model/optimizer.cpp: AdamW with global-norm clipping and Megatron's learning-rate schedule.
 //
 // In fp32 training the parameters are their own master copy (master_params holds nothing);
-// the Adam moments m and v are 2 x 4 bytes per parameter, category optimizer_states.
+// the Adam moments m and v are 2 x 4 bytes per parameter, category optimizer_states (2 x 2
+// with --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).
 #include "model/optimizer.h"
 #include <algorithm>
 #include <cmath>
@@ -54,10 +55,11 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)
   const int64_t host = dense_h_ + expert_h_;
   const int64_t n = dense_n_ + (experts ? experts->state_numel() : 0) - host;
   const bool pin = dp.pin_memory();
-  m_.allocate(dev, n, Category::OPTIMIZER_STATES);
-  v_.allocate(dev, n, Category::OPTIMIZER_STATES);
-  host_m_.allocate_host(dev, host, Category::OPTIMIZER_STATES, pin);
-  host_v_.allocate_host(dev, host, Category::OPTIMIZER_STATES, pin);
+  const size_t mb = state_bytes(State::EXP_AVG), vb = state_bytes(State::EXP_AVG_SQ);
+  m_.allocate(dev, n * mb, Category::OPTIMIZER_STATES);
+  v_.allocate(dev, n * vb, Category::OPTIMIZER_STATES);
+  host_m_.allocate_host(dev, host * mb, Category::OPTIMIZER_STATES, pin);
+  host_v_.allocate_host(dev, host * vb, Category::OPTIMIZER_STATES, pin);
   if (model.tensor_parallel().size() > 1)
     norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
   if (model.pipeline_group()) pp_norm_scalar_.allocate(dev, 1, Category::COMM_BUFFERS);
@@ -72,7 +74,7 @@ AdamW::AdamW(Transformer& model, const TrainConfig& train, int host_threads)
         if constexpr (!std::is_same_v<T, float>)  // 16-bit storage alone keeps masters
           for (const OwnedSegment& seg : owner.owned_segments())
             kernels::convert(seg.host ? kernels::Device::CPU : dev,
-                             state(State::MASTER, expert, seg.state_offset),
+                             static_cast<float*>(state(State::MASTER, expert, seg.state_offset)),
                              static_cast<const T*>(seg.param), seg.count);
       });
     };
@@ -86,12 +88,14 @@ int64_t AdamW::index(bool expert, int64_t i) const {
   return on_host(true, i) ? dense_h_ + i : (dense_n_ - dense_h_) + (i - expert_h_);
 }
 
-float* AdamW::state(State s, bool expert, int64_t i) {
+void* AdamW::state(State s, bool expert, int64_t i) {
   const bool host = on_host(expert, i);
-  Buffer<float>& b = s == State::EXP_AVG      ? (host ? host_m_ : m_)
-                     : s == State::EXP_AVG_SQ ? (host ? host_v_ : v_)
-                                              : (host ? host_master_ : master_);
-  return b.empty() ? nullptr : b.data() + index(expert, i);
+  if (s == State::MASTER) {
+    Buffer<float>& b = host ? host_master_ : master_;
+    return b.empty() ? nullptr : b.data() + index(expert, i);
+  }
+  Buffer<uint8_t>& b = s == State::EXP_AVG ? (host ? host_m_ : m_) : (host ? host_v_ : v_);
+  return b.empty() ? nullptr : b.data() + index(expert, i) * state_bytes(s);
 }
 
 kernels::Device AdamW::state_device(bool expert, int64_t i) const {
@@ -168,7 +172,8 @@ float AdamW::step(float lr, bool skip) {
         const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
         void* param = static_cast<char*>(seg.param) + k * es;
         kernels::AdamRun r;
-        r.master = half ? state(State::MASTER, expert, at) : static_cast<float*>(param);
+        r.master = half ? static_cast<float*>(state(State::MASTER, expert, at))
+                        : static_cast<float*>(param);
         r.params = half ? param : nullptr;
         r.grads = static_cast<const char*>(seg.grad) + k * es;
         r.m = state(State::EXP_AVG, expert, at);
@@ -184,6 +189,7 @@ float AdamW::step(float lr, bool skip) {
     if (experts) runs_of(*experts, true);
     kernels::AdamStep s;
     s.lr = lr, s.beta1 = train_.adam_beta1, s.beta2 = train_.adam_beta2, s.eps = train_.adam_eps;
+    s.exp_avg_bf16 = train_.exp_avg_bf16, s.exp_avg_sq_bf16 = train_.exp_avg_sq_bf16;
     // 1/S as megatron-core's inv_scale takes it (the reciprocal in double, then fp32)
     s.bias1 = bias1, s.bias2 = bias2;
     s.grad_scale = S == 1.0f ? clip : clip * (float)(1.0 / (double)S);

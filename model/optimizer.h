@@ -6,6 +6,8 @@
 // whose Adam moments alone it keeps; with expert parallelism the same for the experts'
 // data parallelism (Transformer::expert_data_parallel), their states after the dense ones. With --bf16 it also keeps their fp32 master weights
 // (category master_params): Adam updates the master, and the bf16 parameter is its rounding.
+// With Megatron's precision-aware optimizer the moments are stored in bf16 (TrainConfig::
+// exp_avg_bf16, exp_avg_sq_bf16; kernels/math.h adamw_step_stored): 2 bytes each, not 4.
 // Construct it after the parameters are initialised: the master starts as their values.
 //
 // The loss scale (--fp16, or --bf16 --loss-scale; model/loss_scaler.h): the step's gradients
@@ -61,8 +63,15 @@ class AdamW {
   // of a state of the dense (expert = false) or the experts' vector, and the Device whose
   // copies reach it (CPU for a state on the host). A segment's elements are contiguous in
   // one buffer. has_master() is false in fp32 (the parameters are the master).
+  // A moment's elements are fp32, or bf16 with --exp-avg-dtype / --exp-avg-sq-dtype bf16
+  // (state_bf16); the master is fp32.
   enum class State { EXP_AVG, EXP_AVG_SQ, MASTER };
-  float* state(State s, bool expert, int64_t i);
+  void* state(State s, bool expert, int64_t i);
+  bool state_bf16(State s) const {
+    return s == State::EXP_AVG ? train_.exp_avg_bf16
+                               : s == State::EXP_AVG_SQ && train_.exp_avg_sq_bf16;
+  }
+  size_t state_bytes(State s) const { return state_bf16(s) ? 2 : 4; }
   kernels::Device state_device(bool expert, int64_t i) const;
   bool has_master() const { return master_.size() + host_master_.size() > 0; }
   void set_steps_taken(int steps) { step_ = steps; }  // a resumed run's bias correction
@@ -73,9 +82,10 @@ class AdamW {
   int host_threads_ = 1;
   // Device states: the dense vector's elements [H, N), then the experts' [He, Ne); host
   // states (CPU offload): the dense [0, H), then the experts' [0, He).
-  Buffer<float> m_, v_;    // Adam moments, category optimizer_states
+  // Adam moments, category optimizer_states, state_bytes() an element (fp32 or bf16)
+  Buffer<uint8_t> m_, v_, host_m_, host_v_;
   Buffer<float> master_;   // --bf16: fp32 master weights of the owned elements
-  Buffer<float> host_m_, host_v_, host_master_;
+  Buffer<float> host_master_;
   int64_t dense_n_ = 0, dense_h_ = 0, expert_h_ = 0;
   Buffer<float> norm_scalar_;  // tp > 1: the gradient norm's all-reduce over tp
   Buffer<float> pp_norm_scalar_;  // pp > 1: the same over the pipeline stages

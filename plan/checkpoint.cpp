@@ -4,7 +4,8 @@
 // A rank saves the elements it owns, once over its data-parallel replicas: under DDP the dense
 // parameters' dp (x cp) rank 0 and the experts' edp rank 0 save everything they hold, under
 // ZeRO >= 1 every rank its slices (owned_elements: the padding is not saved). Per element:
-// the parameter in its storage type (2 or 4 bytes), Adam's m and v (fp32, 8 bytes) and with
+// the parameter in its storage type (2 or 4 bytes), Adam's m and v (fp32, 8 bytes; 2 for each
+// one the precision-aware optimizer keeps in bf16) and with
 // bf16 the fp32 master (4 bytes); with --no-save-optim the parameter alone. What tp ranks or stages hold alike (norms, biases, gpt's
 // tied copy of the word embedding) each saves, as in Megatron; DualPipe's second copy of two
 // stages nothing. The expert bias (aux-loss-free
@@ -17,8 +18,12 @@ void plan_checkpoint(Plan& plan) {
   const ModelConfig& m = plan.model;
   const ParallelConfig& par = plan.parallel;
   // (--no-save-optim: the parameter alone)
-  const int64_t per_element = (plan.train.half() ? 2 : 4) +
-                              (plan.options.checkpoint_optimizer ? 8 + (plan.train.half() ? 4 : 0) : 0);
+  // (bf16 moments, --exp-avg-dtype / --exp-avg-sq-dtype bf16: saved at their dtype, 2 each)
+  const TrainConfig& t = plan.train;
+  const int64_t per_element =
+      (t.half() ? 2 : 4) + (plan.options.checkpoint_optimizer
+                                ? t.exp_avg_bytes() + t.exp_avg_sq_bytes() + (t.half() ? 4 : 0)
+                                : 0);
   const int pp = par.pipeline_parallel;
   const int etp = par.expert_tensor_parallel, ep = par.expert_parallel;
   const int stage_world = par.world_size / pp;

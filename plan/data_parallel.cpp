@@ -213,7 +213,11 @@ void offload_comm(std::vector<CommPlanEntry>& comm, const DataParallelPlan& d, i
 void fill_model_states(MemoryPlan& mem, const DataParallelPlan& d, const TrainConfig& t,
                        const DataParallelPlan* experts) {
   const int act = storage_bytes(t);
-  const int param_b = act, grad_b = act, master_b = t.half() ? 4 : 0, optim_b = 8;
+  // Adam's m and v: 4 + 4, or 2 for each stored in bf16 (--exp-avg-dtype, --exp-avg-sq-dtype
+  // bf16: DeepSeek-V3 §3.3.3 keeps both in bf16, 2 + 2 + 8 = 12 bytes where mixed precision
+  // takes 16)
+  const int param_b = act, grad_b = act, master_b = t.half() ? 4 : 0;
+  const int optim_b = t.exp_avg_bytes() + t.exp_avg_sq_bytes();
   int64_t params_peak = d.sim.params_transient_peak, grads_peak = d.sim.grads_transient_peak;
   int64_t params = d.params_resident, grads = d.grads_resident, states = d.state_numel;
   int64_t host = d.host_numel;  // CPU offload: of the states, on the host

@@ -210,7 +210,9 @@ class KernelTally {
   void cross_entropy_row_max(double N, double v) { kernel(4 * N * v + 4 * N); }
   void cross_entropy_sum_exp(double N, double v) { kernel(4 * N * v + 16 * N); }
   void cross_entropy_finish(double N, double V, double v) { kernel(4 * N * v + 4 * N * V + 20 * N); }
-  void adamw_update(double n) { kernel(28 * n); }
+  // fp32 moments 28 bytes an element (kernels/ops/loss_optimizer.h adamw_update), each bf16
+  // moment (--exp-avg-dtype, --exp-avg-sq-dtype bf16) 4 fewer
+  void adamw_update(double n, int bf16_moments = 0) { kernel((28 - 4 * bf16_moments) * n); }
   // over `spans` pieces: one launch per kernels::kSquareSpansPerLaunch of them
   void sum_squares(double n, int spans) { kernel(n * e_, kernels::sum_squares_launches(spans)); }
 

@@ -303,7 +303,8 @@ void optimizer_step_traffic(KernelTally& k, const Plan& plan, int rank) {
                             : std::vector<std::pair<int64_t, int64_t>>{},
                 {}, adam_elements);
   }
-  k.adamw_update(adam_elements);  // model/optimizer.cpp: the device's runs in one launch
+  // model/optimizer.cpp: the device's runs in one launch
+  k.adamw_update(adam_elements, (int)plan.train.exp_avg_bf16 + (int)plan.train.exp_avg_sq_bf16);
 }
 
 }  // namespace paralab

@@ -10,6 +10,9 @@
 //     master copy), Adam m and v 4 + 4 = 8.                      16 bytes/param
 //   --bf16: params 2, grads 2, fp32 master 4, Adam 8: ZeRO's 2 + 2 + K with K = 12.
 //                                                                 16 bytes/param
+//   --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16: Adam
+//     2 + 2 = 4 (DeepSeek-V3 §3.3.3 keeps bf16 moments): with --bf16 2 + 2 + 8.
+//                                                                 12 bytes/param
 // (Megatron's fp32-gradient convention, 18 bytes/param, is not ours: notes/formulas.md.)
 // ZeRO stage z over N_d data-parallel ranks, in parallel/data_parallel's exact sizes: the
 // flat vector is cut into buckets of whole units (parallel/buckets.h, --ddp-bucket-size;

@@ -251,7 +251,8 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
     total_meas += got(c);
   }
   const int z = plan.parallel.zero_stage, pb = storage_bytes(plan.train);
-  const int mb = plan.train.half() ? 4 : 0, ob = 8;
+  const int mb = plan.train.half() ? 4 : 0;
+  const int ob = plan.train.exp_avg_bytes() + plan.train.exp_avg_sq_bytes();
   const bool piped = !plan.pipeline.stages.empty();
   const DataParallelPlan& d =
       piped ? plan.pipeline.stages.at(rp.pp_rank).data_parallel : plan.data_parallel;
@@ -264,15 +265,19 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
   const int edp = plan.parallel.expert_data_parallel();
   const double closed = zero_resident_bytes(z, (double)psi, plan.dp, pb, pb, mb, ob) +
                         (psi_e > 0 ? zero_resident_bytes(z, (double)psi_e, edp, pb, pb, mb, ob) : 0);
-  std::string note = strprintf("ZeRO %d%s: %s = %s MiB at Ψ %lld, N %d", z,
-                               plan.train.half() ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
+  // the convention's name: the paper's 2 + 2 + 12, fp32's, or with bf16 moments (DeepSeek-V3's
+  // 2 + 2 + 8 in bf16) the bytes spelled out
+  const std::string convention =
+      ob != 8 ? strprintf(" (%d + %d + %d: %s moments)", pb, pb, mb + ob,
+                          ob == 4 ? "bf16" : "one bf16")
+      : plan.train.half() ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)";
+  std::string note = strprintf("ZeRO %d%s: %s = %s MiB at Ψ %lld, N %d", z, convention.c_str(),
                                zero_resident_formula(z, pb, pb, mb, ob).c_str(),
                                format_mib(closed).c_str(), (long long)psi, plan.dp);
   if (psi_e > 0)
     note = strprintf("ZeRO %d%s: %s twice, dense Ψ %lld over N %d + experts Ψ %lld over edp %d "
                      "= %s MiB", z,
-                     plan.train.half() ? " (2 + 2 + 12, the paper's)" : " (fp32 4 + 4 + 8)",
-                     zero_resident_formula(z, pb, pb, mb, ob).c_str(), (long long)psi, plan.dp,
+                     convention.c_str(), zero_resident_formula(z, pb, pb, mb, ob).c_str(), (long long)psi, plan.dp,
                      (long long)psi_e, edp, format_mib(closed).c_str());
   const int64_t psi_all = psi + psi_e;
   if (padded > psi_all)
@@ -284,7 +289,7 @@ static std::string resident_rows(const Plan& plan, const RankPlan& rp,
 
 // CPU offload (parallel/offload.h): the host column, each offloaded state element's copies of
 // its gradient and parameter, its fp32 master (bf16) and Adam moments, 16 bytes in both
-// precisions; the rows above are then the device's.
+// precisions (12 with bf16 moments); the rows above are then the device's.
 template <typename Row>
 static std::string host_rows(const Plan& plan, const RankPlan& rp, const StepMetrics* measured,
                              const Row& row) {

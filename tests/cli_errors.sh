@@ -147,6 +147,20 @@ bad "offload params at ZeRO-0"   "got --zero-stage 0"     --offload-params
 bad "offload fraction above 1"   "--optimizer-offload-fraction must be in [0, 1], got 1.5" --optimizer-cpu-offload --optimizer-offload-fraction 1.5
 bad "offload fraction below 0"   "--optimizer-offload-fraction must be in [0, 1], got -0.1" --optimizer-cpu-offload --optimizer-offload-fraction -0.1
 bad "offload params, part optimizer" "--optimizer-offload-fraction must be 1, got 0.5" --zero-stage 3 --offload-params --optimizer-cpu-offload --optimizer-offload-fraction 0.5
+# Megatron's precision-aware optimizer (cli/flags_precision_optimizer.cpp)
+bad "moments without ZeRO"      "--use-precision-aware-optimizer needs the distributed optimizer (--zero-stage >= 1 or --use-distributed-optimizer), got --zero-stage 0" \
+                                                        --use-precision-aware-optimizer --exp-avg-dtype bf16
+bad "moment dtype alone"        "--exp-avg-dtype other than fp32 needs --use-precision-aware-optimizer, got bf16" \
+                                                        --zero-stage 1 --exp-avg-dtype bf16
+bad "fp16 moments"              "--exp-avg-sq-dtype must be fp32 or bf16 (Megatron's fp16 is not built here), got fp16" \
+                                                        --zero-stage 1 --use-precision-aware-optimizer --exp-avg-sq-dtype fp16
+bad "fp8 moments"               "--exp-avg-dtype must be fp32 or bf16 (Megatron's fp8 is not built here), got fp8" \
+                                                        --zero-stage 1 --use-precision-aware-optimizer --exp-avg-dtype fp8
+bad "fp16 master weights"       "--main-params-dtype must be fp32 (Megatron's fp16 is not built here), got fp16" \
+                                                        --zero-stage 1 --use-precision-aware-optimizer --main-params-dtype fp16
+bad "bf16 main grads"           "--main-grads-dtype must be fp32 (Megatron's bf16 is not built here), got bf16" \
+                                                        --zero-stage 1 --use-precision-aware-optimizer --main-grads-dtype bf16
+bad "moment dtype choice"       "--exp-avg-dtype" --zero-stage 1 --use-precision-aware-optimizer --exp-avg-dtype int8
 # FP8 (cli/flags_fp8.cpp)
 bad "fp8 format choice"       "--fp8-format must be one of e4m3, hybrid, got e5m2" --fp8-format e5m2
 bad "fp8 recipe mxfp8"        "--fp8-recipe must be one of delayed, tensorwise, blockwise, got mxfp8" --fp8-recipe mxfp8

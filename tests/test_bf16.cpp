@@ -112,7 +112,7 @@ TEST(Bf16, AdamWUpdatesTheMasterAndRoundsTheParameter) {
   a.master = master.data(), a.params = params.data(), a.grads = grads.data(), a.m = m.data();
   a.v = v.data(), a.n = 20, a.weight_decay = 0.1f;
   b = a;
-  b.master += 20, b.params = params.data() + 20, b.grads = grads.data() + 20, b.m += 20, b.v += 20;
+  b.master += 20, b.params = params.data() + 20, b.grads = grads.data() + 20, b.m = m.data() + 20, b.v = v.data() + 20;
   b.n = 12, b.weight_decay = 0.0f;
   const kernels::AdamRun runs[2] = {a, b};
   kernels::adamw_update<bf16>(Device::CPU, runs, 2, step);

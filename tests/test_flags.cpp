@@ -107,6 +107,22 @@ TEST(Flags, DataParallelKnobs) {
   EXPECT_EQ(parse({"--use-distributed-optimizer", "--zero-stage", "3"}).parallel.zero_stage, 3);
 }
 
+// Megatron's precision-aware optimizer: bf16 moments, each separately; off by default, and
+// its flags at their defaults (fp32) leave it off.
+TEST(Flags, PrecisionAwareOptimizer) {
+  Options o = parse({"--use-distributed-optimizer", "--use-precision-aware-optimizer",
+                     "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16", "--bf16"});
+  EXPECT_TRUE(o.train.exp_avg_bf16);
+  EXPECT_TRUE(o.train.exp_avg_sq_bf16);
+  EXPECT_EQ(o.train.exp_avg_bytes() + o.train.exp_avg_sq_bytes(), 4);
+  o = parse({"--zero-stage", "3", "--use-precision-aware-optimizer", "--exp-avg-sq-dtype",
+             "bf16", "--main-params-dtype", "fp32", "--main-grads-dtype", "fp32"});
+  EXPECT_FALSE(o.train.exp_avg_bf16);
+  EXPECT_TRUE(o.train.exp_avg_sq_bf16);
+  o = parse({"--exp-avg-dtype", "fp32"});
+  EXPECT_FALSE(o.train.exp_avg_bf16 || o.train.exp_avg_sq_bf16);
+}
+
 TEST(Flags, PlanForAnotherWorldSize) {
   Options o = parse({"--plan", "--world-size", "16", "--tp", "4", "--json"}, 1);
   EXPECT_TRUE(o.plan);

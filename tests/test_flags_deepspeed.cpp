@@ -106,6 +106,22 @@ TEST(FlagsDeepSpeed, Fp16BlockBecomesTheLossScaleFlags) {
   EXPECT_EQ(s.train.loss_scaling.loss_scale, 128);
 }
 
+// bf16.bf16_optimizer_states needs DeepSpeed's bf16 master weights (runtime/config.py): no
+// mapping onto paralab's fp32 masters, so named with no effect, pointing at the bf16 moments
+// paralab has (Megatron's precision-aware optimizer), which it does not switch on.
+TEST(FlagsDeepSpeed, Bf16OptimizerStatesHaveNoEffect) {
+  TempFile f(R"({"bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                          "bf16_optimizer_states": true}})", ".json");
+  const Options o = parse(with(f, {"--plan"}));
+  EXPECT_TRUE(o.train.bf16);
+  EXPECT_FALSE(o.train.exp_avg_bf16 || o.train.exp_avg_sq_bf16);
+  const std::string warnings = testing::PrintToString(o.warnings);
+  EXPECT_NE(warnings.find("bf16.bf16_master_weights_and_grads (paralab keeps fp32 master"),
+            std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("bf16.bf16_optimizer_states (DeepSpeed's needs bf16 master weights"),
+            std::string::npos) << warnings;
+}
+
 TEST(FlagsDeepSpeed, EveryBadKeyOrValueNamesItsLineAndColumn) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\n  \"zero_optimization\": {\n    \"stgae\": 1\n  }\n}",

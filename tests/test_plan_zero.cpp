@@ -162,6 +162,45 @@ TEST(Plan, ResidentModelStatesAreTheZeroPaperClosedForms) {
   EXPECT_NE(t.find("bucket padding P - Ψ = 2 elements"), std::string::npos) << t;
 }
 
+// Megatron's precision-aware optimizer with bf16 moments (--exp-avg-dtype bf16
+// --exp-avg-sq-dtype bf16), DeepSeek-V3's convention: Adam 2 + 2, so with --bf16 2 + 2 + 8 =
+// 12 bytes per parameter where the paper's mixed precision takes 16: stage 0..3 12Ψ,
+// 4Ψ + 8Ψ/N, 2Ψ + 10Ψ/N, 12Ψ/N (Ψ -> P past stage 0); one moment in bf16: 14 bytes; fp32
+// storage with both: 4 + 4 + 4 = 12. The optimizer_states row is 4 (or 6) bytes per state
+// element and the AdamW kernel moves 20 (or 24) bytes an element, not 28.
+TEST(Plan, BF16MomentsTwelveBytesPerParameter) {
+  const ModelConfig m = gpt(1, 6, 2, 8, 16);
+  const int64_t psi = parameter_count(m);
+  for (int moments = 1; moments <= 2; ++moments)
+    for (bool bf16 : {false, true})
+      for (int dp : {1, 2, 4})
+        for (int z = 0; z <= 3; ++z) {
+          TrainConfig t = batch(1, dp, bf16);
+          t.exp_avg_sq_bf16 = true;
+          t.exp_avg_bf16 = moments == 2;
+          const Plan p = make_plan(m, t, world(dp, z));
+          SCOPED_TRACE("moments " + std::to_string(moments) + " bf16 " + std::to_string(bf16) +
+                       " dp " + std::to_string(dp) + " stage " + std::to_string(z));
+          const MemoryPlan& r = p.ranks.at(0).memory;
+          const int64_t P = z == 0 ? psi : p.data_parallel.layout.padded_total;
+          const int pb = bf16 ? 2 : 4, mb = bf16 ? 4 : 0, ob = 8 - 2 * moments;
+          EXPECT_EQ(pb + pb + mb + ob, 16 - 2 * moments);  // 12 with both moments in bf16
+          EXPECT_EQ((double)r.resident_total(), zero_resident_bytes(z, (double)P, dp, pb, pb, mb, ob));
+          EXPECT_EQ(r.optimizer_states, p.data_parallel.state_numel * ob);
+          if (bf16 && moments == 2) {
+            const double paper12[] = {12.0 * P, 4.0 * P + 8.0 * P / dp, 2.0 * P + 10.0 * P / dp,
+                                      12.0 * P / dp};
+            EXPECT_DOUBLE_EQ((double)r.resident_total(), paper12[z]);
+          }
+        }
+  TrainConfig t = batch(1, 4, true);
+  t.exp_avg_bf16 = t.exp_avg_sq_bf16 = true;
+  const Plan p = make_plan(m, t, world(4, 2));
+  const std::string table = memory_table(p, 3, nullptr);
+  EXPECT_NE(table.find("ZeRO 2 (2 + 2 + 8: bf16 moments): 2Ψ + 10Ψ/N"), std::string::npos)
+      << table;
+}
+
 // The preset: `--config configs/models/llama-7b.toml --plan --world-size 4 --bf16
 // --zero-stage z`, Ψ = 6.74B, the default 40M-element buckets.
 TEST(Plan, ResidentModelStatesLlama7bPreset) {

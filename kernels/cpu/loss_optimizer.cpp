@@ -17,7 +17,8 @@
 // the storage.
 //
 // AdamW steps the fp32 master weights; with 16-bit storage it widens the gradients, runs the
-// fp32 step and rounds the master into the model's 16-bit weights.
+// fp32 step and rounds the master into the model's 16-bit weights. Its moments are fp32 or,
+// with Megatron's precision-aware optimizer, bf16 (AdamStep::exp_avg_bf16, exp_avg_sq_bf16).
 //
 // defines the CPU twins of kernels/ops/loss_optimizer.h: cross_entropy_row_max,
 // cross_entropy_sum_exp, cross_entropy_finish, adamw_update, sum_squares
@@ -98,18 +99,41 @@ template <> void cross_entropy_finish<Device::CPU>(
 // ---- optimizer --------------------------------------------------------------------------------
 
 // One loop per run, element by element: the runs are independent, so their order and the
-// CUDA twin's blocks give the same bits.
-template <> void adamw_update<Device::CPU, float>(const AdamRun* runs, int count,
-                                                  const AdamStep& s) {
+// CUDA twin's blocks give the same bits. The gradient is storage H widened exactly, the fp32
+// step runs on moments loaded from their storage (fp32 or bf16: kernels/math.h
+// adamw_step_stored, M16 and V16 compile-time so the fp32 loop stays the plain one), and
+// params, when given, receive the master rounded to H (fp32 runs: a separate fp32 copy).
+template <class H, bool M16, bool V16>
+static void adamw_runs(const AdamRun* runs, int count, const AdamStep& s) {
   for (int r = 0; r < count; ++r) {
     const AdamRun& run = runs[r];
-    const float* g = static_cast<const float*>(run.grads);
-    for (int64_t i = 0; i < run.n; ++i)
-      adamw_step(run.master[i], run.m[i], run.v[i], g[i] * s.grad_scale, s.lr, s.beta1, s.beta2,
-                 s.eps, run.weight_decay, s.bias1, s.bias2);
-    if (float* p = static_cast<float*>(run.params))  // a separate fp32 copy of the weights
-      for (int64_t i = 0; i < run.n; ++i) p[i] = run.master[i];
+    const H* g = static_cast<const H*>(run.grads);
+    H* p = static_cast<H*>(run.params);
+    for (int64_t i = 0; i < run.n; ++i) {
+      adamw_step_stored(run.master[i], run.m, run.v, i, M16, V16, to_float(g[i]) * s.grad_scale,
+                        s.lr, s.beta1, s.beta2, s.eps, run.weight_decay, s.bias1, s.bias2);
+      if (p != nullptr) p[i] = round_to<H>(run.master[i]);
+    }
   }
+}
+template <class H>
+static void adamw_update_stored(const AdamRun* runs, int count, const AdamStep& s) {
+  if (s.exp_avg_bf16 && s.exp_avg_sq_bf16) adamw_runs<H, true, true>(runs, count, s);
+  else if (s.exp_avg_bf16) adamw_runs<H, true, false>(runs, count, s);
+  else if (s.exp_avg_sq_bf16) adamw_runs<H, false, true>(runs, count, s);
+  else adamw_runs<H, false, false>(runs, count, s);
+}
+template <> void adamw_update<Device::CPU, float>(const AdamRun* runs, int count,
+                                                  const AdamStep& s) {
+  adamw_update_stored<float>(runs, count, s);
+}
+template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
+                                                 const AdamStep& s) {
+  adamw_update_stored<bf16>(runs, count, s);
+}
+template <> void adamw_update<Device::CPU, fp16>(const AdamRun* runs, int count,
+                                                 const AdamStep& s) {
+  adamw_update_stored<fp16>(runs, count, s);
 }
 
 // In double: a float running sum of 10^8 squares would lose the small ones entirely (its
@@ -139,28 +163,6 @@ template <> double sum_squares<Device::CPU, float>(const Span* spans, int count)
 }
 
 // ---- 16-bit storage (bf16, fp16) ---------------------------------------------------------------
-// The gradient widened exactly, the fp32 step, then the parameter rounded: in one pass.
-template <class H>
-static void adamw_update_16(const AdamRun* runs, int count, const AdamStep& s) {
-  for (int r = 0; r < count; ++r) {
-    const AdamRun& run = runs[r];
-    const H* g = static_cast<const H*>(run.grads);
-    H* p = static_cast<H*>(run.params);
-    for (int64_t i = 0; i < run.n; ++i) {
-      adamw_step(run.master[i], run.m[i], run.v[i], to_float(g[i]) * s.grad_scale, s.lr,
-                 s.beta1, s.beta2, s.eps, run.weight_decay, s.bias1, s.bias2);
-      if (p != nullptr) p[i] = round_to<H>(run.master[i]);
-    }
-  }
-}
-template <> void adamw_update<Device::CPU, bf16>(const AdamRun* runs, int count,
-                                                 const AdamStep& s) {
-  adamw_update_16<bf16>(runs, count, s);
-}
-template <> void adamw_update<Device::CPU, fp16>(const AdamRun* runs, int count,
-                                                 const AdamStep& s) {
-  adamw_update_16<fp16>(runs, count, s);
-}
 // Widened on the fly, one sum in double (not the fp32 twin's four partial sums).
 template <class H>
 static double sum_squares_16(const Span* spans, int count) {

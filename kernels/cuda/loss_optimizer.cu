@@ -13,7 +13,8 @@
 // pointers, length and weight decay) with its first block, and the block finds its run by a
 // binary search of the first blocks (a step has a few hundred runs: 8-9 probes). Each thread
 // then updates every blockDim-th element of the chunk: 28 bytes per element (fp32: p, g, m, v
-// read, p, m, v written; bf16: master, g, m, v read, master, p, m, v written), about 15 FLOPs:
+// read, p, m, v written; bf16: master, g, m, v read, master, p, m, v written; 4 fewer for each
+// moment stored in bf16, --exp-avg-dtype / --exp-avg-sq-dtype), about 15 FLOPs:
 // memory-bound, as the per-tensor launches were, less 147 launches of GPT-2's step. The table
 // is uploaded when the runs change (the first step; a new layout), not every step.
 // Sum of squares: a fixed grid of blocks each sums a strided slice of every span in double; the
@@ -131,7 +132,9 @@ struct AdamTableRow {
 
 // mirrors adamw_update<Device::CPU>: the gradient is scaled by the clipping coefficient first;
 // params, when given, receive round(master).
-template <typename T>
+// M16, V16: the moments stored in bf16 (AdamStep::exp_avg_bf16, exp_avg_sq_bf16), as the CPU
+// twin's adamw_runs.
+template <typename T, bool M16, bool V16>
 __global__ void adamw_runs_kernel(const AdamTableRow* table, int count, AdamStep s) {
   const int64_t block = blockIdx.x;
   int lo = 0, hi = count - 1;  // the last run whose first block is <= this one
@@ -146,8 +149,8 @@ __global__ void adamw_runs_kernel(const AdamTableRow* table, int count, AdamStep
   const int64_t begin = (block - table[lo].first_block) * kAdamChunk;
   const int64_t end = begin + kAdamChunk < r.n ? begin + kAdamChunk : r.n;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    adamw_step(r.master[i], r.m[i], r.v[i], to_float(g[i]) * s.grad_scale, s.lr, s.beta1, s.beta2,
-               s.eps, r.weight_decay, s.bias1, s.bias2);
+    adamw_step_stored(r.master[i], r.m, r.v, i, M16, V16, to_float(g[i]) * s.grad_scale, s.lr,
+                      s.beta1, s.beta2, s.eps, r.weight_decay, s.bias1, s.bias2);
     if (p != nullptr) store(p[i], r.master[i]);
   }
 }
@@ -190,8 +193,16 @@ void adamw_runs_launch(const AdamRun* runs, int count, const AdamStep& s) {
                                cudaMemcpyHostToDevice, stream()));
     table.held = std::move(rows);
   }
-  adamw_runs_kernel<T><<<(unsigned)blocks, kThreads, 0, stream()>>>(
-      table.rows, (int)table.held.size(), s);
+  const unsigned grid = (unsigned)blocks;
+  const int held = (int)table.held.size();
+  if (s.exp_avg_bf16 && s.exp_avg_sq_bf16)
+    adamw_runs_kernel<T, true, true><<<grid, kThreads, 0, stream()>>>(table.rows, held, s);
+  else if (s.exp_avg_bf16)
+    adamw_runs_kernel<T, true, false><<<grid, kThreads, 0, stream()>>>(table.rows, held, s);
+  else if (s.exp_avg_sq_bf16)
+    adamw_runs_kernel<T, false, true><<<grid, kThreads, 0, stream()>>>(table.rows, held, s);
+  else
+    adamw_runs_kernel<T, false, false><<<grid, kThreads, 0, stream()>>>(table.rows, held, s);
   KERNEL_CHECK();
 }
 

@@ -73,8 +73,8 @@ struct AdamRun {
   float* master = nullptr;      // the fp32 weights updated (fp32 runs: the parameters)
   void* params = nullptr;       // T: written round(master); null when master is the parameter
   const void* grads = nullptr;  // T
-  float* m = nullptr;           // Adam's first moment
-  float* v = nullptr;           // and second
+  void* m = nullptr;            // Adam's first moment: float, or bf16 (AdamStep::exp_avg_bf16)
+  void* v = nullptr;            // and second: float, or bf16 (AdamStep::exp_avg_sq_bf16)
   int64_t n = 0;
   float weight_decay = 0;
 };
@@ -82,13 +82,18 @@ struct AdamStep {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0;
   float bias1 = 1, bias2 = 1;  // 1 - beta^t, t the updates made
   float grad_scale = 1;        // the clipping coefficient
+  // the moments' storage (--exp-avg-dtype, --exp-avg-sq-dtype bf16): kernels/math.h
+  // adamw_step_stored; false: fp32
+  bool exp_avg_bf16 = false, exp_avg_sq_bf16 = false;
 };
 template <Device Dev, class T> void adamw_update(const AdamRun* runs, int count, const AdamStep& step);
 template <class T>
 void adamw_update(Device d, const AdamRun* runs, int count, const AdamStep& step) {
   double n = 0;
   for (int r = 0; r < count; ++r) n += (double)runs[r].n;
-  count_kernel(28.0 * n);  // one launch for all the runs (none when they are empty)
+  // one launch for all the runs (none when they are empty): 28 bytes an element with fp32
+  // moments, 4 fewer for each moment in bf16 (read and written at 2 bytes, not 4)
+  count_kernel((28.0 - 4.0 * step.exp_avg_bf16 - 4.0 * step.exp_avg_sq_bf16) * n);
   ON_DEVICE(adamw_update, T)(runs, count, step);
 }
 

@@ -200,6 +200,7 @@ const Family kFamilies[] = {
     {"flash attention bf16", check_flash_cases<bf16>},
     {"flash attention, tensor cores (bf16)", check_flash_mma},
     {"optimizer bf16", check_optimizer_bf16},
+    {"optimizer bf16 moments", check_optimizer_bf16_moments},
     {"moe bf16", check_moe<bf16>},
     {"---- fp8 ----", nullptr},
     {"fp8 cast", check_fp8_cast},

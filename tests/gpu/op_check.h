@@ -268,6 +268,7 @@ template <typename T> void check_attention_naive();   // op_check_attention.cpp
 template <typename T> void check_flash_cases();       // op_check_attention.cpp
 void check_loss_optimizer();  // op_check_loss.cpp
 void check_optimizer_bf16();  // op_check_loss.cpp
+void check_optimizer_bf16_moments();  // op_check_loss.cpp
 void check_moe_router();      // op_check_moe.cpp: router, balancing, z loss (fp32 only)
 void check_moe_dispatch();    // op_check_moe.cpp: the dispatch's counting sort (integers)
 void check_gemm_grouped_cases();  // op_check_moe.cpp: the grouped GEMM's layouts, fp32 and bf16

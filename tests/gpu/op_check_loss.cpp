@@ -130,7 +130,8 @@ void check_optimizer_bf16() {
       a.v = gpu ? v.g() : v.c(), a.n = 60001, a.weight_decay = 0.1f;
       kernels::AdamRun b = a;
       b.master += a.n, b.params = static_cast<bf16*>(a.params) + a.n;
-      b.grads = static_cast<const bf16*>(a.grads) + a.n, b.m += a.n, b.v += a.n;
+      b.grads = static_cast<const bf16*>(a.grads) + a.n;
+      b.m = static_cast<float*>(a.m) + a.n, b.v = static_cast<float*>(a.v) + a.n;
       b.n = (int64_t)n - a.n, b.weight_decay = 0.0f;
       return std::vector<kernels::AdamRun>{a, b};
     };
@@ -145,6 +146,59 @@ void check_optimizer_bf16() {
     Twin<bf16> x(random_values<bf16>(3000017));
     return sum_squares_error(x);
   });
+}
+
+// Megatron's precision-aware optimizer: the moments stored in bf16 (--exp-avg-dtype,
+// --exp-avg-sq-dtype bf16), loaded widened, updated in fp32, stored rounded to nearest even
+// (kernels/math.h adamw_step_stored), with fp32 and with bf16 parameters, and with one moment
+// in bf16 only. The master and the parameters take the fp32 / bf16 bounds as above; the moments,
+// rounded to bf16, the bf16 bound (a 1-ulp fp32 difference may round across a bf16 tie).
+void check_optimizer_bf16_moments() {
+  const size_t n = 100003;
+  for (int kind = 0; kind < 3; ++kind) {
+    const bool half = kind == 0, m16 = kind != 2, v16 = true;  // kind 2: only v in bf16
+    Twin<float> master(random_floats(n)), fgrads(random_floats(n));
+    Twin<bf16> grads(random_values<bf16>(n)), m(random_values<bf16>(n, -0.1f, 0.1f));
+    Twin<bf16> v(random_values<bf16>(n, 0.0f, 0.01f));
+    Twin<float> mf(random_floats(n, -0.1f, 0.1f));
+    std::unique_ptr<Twin<bf16>> params(written<bf16>(n));
+    const char* names[3] = {"adamw_update bf16 m, v (bf16 params, fp32 master)",
+                            "adamw_update bf16 m, v (fp32 params)",
+                            "adamw_update fp32 m, bf16 v (fp32 params)"};
+    check(names[kind], Precision<bf16>::elementwise, [&] {
+      kernels::AdamStep step;
+      step.lr = 1e-3f, step.beta1 = 0.9f, step.beta2 = 0.95f, step.eps = 1e-8f;
+      step.bias1 = 1.0f - std::pow(0.9f, 3.0f), step.bias2 = 1.0f - std::pow(0.95f, 3.0f);
+      step.grad_scale = 0.7f, step.exp_avg_bf16 = m16, step.exp_avg_sq_bf16 = v16;
+      auto run_on = [&](bool gpu) {  // two runs: weight decay on the first only
+        kernels::AdamRun a;
+        a.master = gpu ? master.g() : master.c();
+        a.params = half ? (gpu ? params->g() : params->c()) : nullptr;
+        a.grads = half ? (const void*)(gpu ? grads.g() : grads.c())
+                       : (const void*)(gpu ? fgrads.g() : fgrads.c());
+        a.m = m16 ? (void*)(gpu ? m.g() : m.c()) : (void*)(gpu ? mf.g() : mf.c());
+        a.v = gpu ? v.g() : v.c(), a.n = 60001, a.weight_decay = 0.1f;
+        kernels::AdamRun b = a;
+        const int64_t es = half ? 2 : 4;
+        b.master += a.n;
+        if (half) b.params = static_cast<bf16*>(a.params) + a.n;
+        b.grads = static_cast<const char*>(a.grads) + a.n * es;
+        b.m = static_cast<char*>(a.m) + a.n * (m16 ? 2 : 4);
+        b.v = static_cast<bf16*>(a.v) + a.n;
+        b.n = (int64_t)n - a.n, b.weight_decay = 0.0f;
+        return std::vector<kernels::AdamRun>{a, b};
+      };
+      const std::vector<kernels::AdamRun> cpu = run_on(false), gpu = run_on(true);
+      if (half) {
+        kernels::adamw_update<bf16>(Device::CPU, cpu.data(), 2, step);
+        kernels::adamw_update<bf16>(Device::CUDA, gpu.data(), 2, step);
+        return worst({err(master), err(m), err(v), err(*params)});
+      }
+      kernels::adamw_update<float>(Device::CPU, cpu.data(), 2, step);
+      kernels::adamw_update<float>(Device::CUDA, gpu.data(), 2, step);
+      return m16 ? worst({err(master), err(m), err(v)}) : worst({err(master), err(mf), err(v)});
+    });
+  }
 }
 
 }  // namespace op_check

@@ -21,7 +21,7 @@ moe=(--config configs/models/tiny-moe.toml --train-iters 6 --moe-router-score-fu
 
 compare() {  # mode ref a b: python verdict, exit status
   python3 - "$@" <<'EOF'
-import json, math, struct, sys
+import json, math, os, struct, sys
 sys.path.insert(0, "tests/mpi")
 from compare_runs import read_tensor_file
 mode, ref, a, b = sys.argv[1:5]
@@ -29,7 +29,8 @@ def records(name, kind):
     return [r for r in map(json.loads, open(name + ".jsonl")) if r.get("type") == kind]
 def steps(name):
     return {r["step"]: r for r in records(name, "step")}
-problems, worst = [], 0.0
+problems, worst, worst_param = [], 0.0, 0.0
+params_rtol = float(os.environ.get("PARAMS_RTOL", "1e-5"))  # "rtol" mode's final parameters
 R, A, B = steps(ref), steps(a), steps(b)
 if sorted(A) != [1, 2, 3] or sorted(B) != [4, 5, 6]:
     problems.append(f"steps {sorted(A)} then {sorted(B)}, not 1-3 then 4-6")
@@ -69,7 +70,8 @@ for name, w in want.items():
     else:
         num = math.sqrt(sum((p - q) ** 2 for p, q in zip(g, w)))
         den = math.sqrt(sum(q * q for q in w)) or 1.0
-        if num / den > 1e-5:
+        worst_param = max(worst_param, num / den)
+        if num / den > params_rtol:
             problems.append(f"final {name} rel {num / den:.2e}")
 saves = records(a, "checkpoint")
 if len(saves) != 1 or saves[0]["payload_bytes"] != saves[0]["predicted_bytes"]:
@@ -84,7 +86,8 @@ if problems:
     print("; ".join(problems[:4]))
     sys.exit(1)
 print(f"steps 1-6 {'bitwise equal' if mode == 'bitwise' else f'worst rel {worst:.1e}'}, final "
-      f"parameters {'byte for byte' if mode == 'bitwise' else 'to 1e-5'}, tensor bytes per rank "
+      f"parameters {'byte for byte' if mode == 'bitwise' else f'worst rel {worst_param:.1e}'}, "
+      f"tensor bytes per rank "
       f"{saves[0]['payload_bytes']} == plan")
 EOF
 }
@@ -142,6 +145,27 @@ reference zero1-bf16 2 --zero-stage 1
 resume zero1-bf16 zero1-bf16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
 # half of the states (and the fp32 masters) on the host when saved, none when resumed
 resume zero1-bf16-offload zero1-bf16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
+
+# Megatron's precision-aware optimizer, bf16 moments (--use-precision-aware-optimizer needs
+# ZeRO >= 1, the single rank's too): saved as BF16, 2 bytes each (the plan's bytes), resumed bit
+# for bit, from host memory too (CPU offload); resharded from dp 2 ZeRO-3 to one rank (the
+# moments reload exactly: the bf16 values widened and rounded back); and with --bf16 storage
+m16=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+model=("${tiny[@]}" "${m16[@]}")
+reference single-m16 1 --zero-stage 1
+reference zero1-m16 2 --zero-stage 1
+resume zero1-m16    zero1-m16  bitwise 2 "--zero-stage 1"       2 "--zero-stage 1"
+resume zero1-m16-offload zero1-m16 bitwise 2 "--zero-stage 1 --optimizer-cpu-offload --optimizer-offload-fraction 0.5" 2 "--zero-stage 1"
+resume zero3-to-zero1-m16 zero1-m16 bitwise 2 "--zero-stage 3" 2 "--zero-stage 1"
+# dp 2 to one rank: the steps to 1e-5, the final parameters to 1e-3. A moment the layouts'
+# 1e-7 differences carry across a bf16 rounding boundary is stored an ulp (2^-8) apart, and its
+# element's update with it (tests/mpi/equivalence.sh): the uninterrupted dp 2 run is 2.4e-4
+# from the one-rank run already (the norms' biases, near zero; 9.5e-7 with fp32 moments), and
+# so is the resharded resume (measured 2.4e-4). The exact reload is the bitwise case above.
+PARAMS_RTOL=1e-3 resume dp2-to-1-m16 single-m16 rtol 2 "--zero-stage 1" 1 "--zero-stage 1"
+model=("${tiny[@]}" --bf16 "${m16[@]}")
+reference zero1-bf16-m16 2 --zero-stage 1
+resume zero1-bf16-m16 zero1-bf16-m16 bitwise 2 "--zero-stage 1" 2 "--zero-stage 1"
 
 # --fp16 with a dynamic scale that grows every 2 clean steps: the growth tracker stands at 1
 # when step 3 saves, so a resume that lost it would grow a step late

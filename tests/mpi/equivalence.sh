@@ -73,6 +73,22 @@ for zero in 0 1 2 3; do
   RTOL=2e-2 check "llama-bf16-dp2-zero$zero" "llama-bf16-ref" 2 $llama $common --bf16 \
     --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
 done
+# Megatron's precision-aware optimizer with bf16 moments (it needs ZeRO >= 1: the reference is
+# the single rank at ZeRO-1): dp 2 at ZeRO-1 and ZeRO-3 against it, in fp32 storage and in bf16
+# storage at bf16's bound; the ledgers (Adam 2 + 2 bytes an element) and the communication
+# equal the plan exactly. In fp32 storage the losses agree to 1e-7, but a moment whose fp32
+# value the layouts' 1e-7 differences carry across a bf16 rounding boundary is stored one bf16
+# ulp (2^-8 relative) apart, and so is that element's next update: the parameters' bound is
+# 1e-4 (measured 3.1e-5, layers.0.mlp.fc2.weight), not fp32's 1e-5.
+m16="--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"
+run "llama-m16-ref" 1 $llama $common --micro-batch-size 8 $m16 --zero-stage 1 || { echo "bf16-moments reference run failed"; exit 1; }
+run "llama-bf16-m16-ref" 1 $llama $common --micro-batch-size 8 --bf16 $m16 --zero-stage 1 || { echo "bf16 bf16-moments reference run failed"; exit 1; }
+for zero in 1 3; do
+  RTOL=1e-4 check "llama-m16-dp2-zero$zero" "llama-m16-ref" 2 $llama $common $m16 \
+    --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
+  RTOL=2e-2 check "llama-bf16-m16-dp2-zero$zero" "llama-bf16-m16-ref" 2 $llama $common --bf16 $m16 \
+    --micro-batch-size 2 --zero-stage "$zero" --ddp-bucket-size 20000 --overlap-grad-reduce
+done
 # --fp16 the same way, with its dynamic loss scale (from 2^12: no overflow in these 5 steps,
 # where one decided by rounding at fp16's 65504 could come a step apart in another summation
 # order), at ZeRO-1 and ZeRO-3 and at tp 2 with sequence parallelism; fp16 keeps 3 more bits

@@ -79,6 +79,12 @@ traffic llama-cp2-contiguous-bf16 2 $llama --cp 2 --cp-layout contiguous --bf16
 for zero in 0 1 2 3; do
   traffic "gpt-dp2-zero$zero" 2 $gpt --zero-stage "$zero" --ddp-bucket-size 5000
 done
+# bf16 moments (--use-precision-aware-optimizer): AdamW moves 20 bytes an element, not 28; one
+# moment in bf16, 24
+traffic gpt-dp2-zero1-bf16-moments 2 $gpt --zero-stage 1 --bf16 --use-precision-aware-optimizer \
+  --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
+traffic gpt-1rank-zero1-bf16-exp-avg-sq 1 $gpt --zero-stage 1 --use-precision-aware-optimizer \
+  --exp-avg-sq-dtype bf16
 # CPU offload: the host part's AdamW is no kernel, the copies are pcie rows, not kernels
 traffic gpt-dp2-zero1-offload-half 2 $gpt --zero-stage 1 --ddp-bucket-size 5000 \
   --optimizer-cpu-offload --optimizer-offload-fraction 0.55

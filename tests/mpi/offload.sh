@@ -38,4 +38,6 @@ pair pp2-zero2   2 "$gpt $common --micro-batch-size 2 --pp 2 --zero-stage 2"
 pair ep2-zero1   2 "$moe --ep 2 --zero-stage 1" "--optimizer-cpu-offload --optimizer-offload-fraction 0.5"
 pair bf16-zero2  2 "$gpt $common --micro-batch-size 2 --bf16 --zero-stage 2 --overlap-grad-reduce"
 pair bf16-zero3-params 2 "$gpt $common --micro-batch-size 2 --bf16 --zero-stage 3" "--offload-params"
+# bf16 moments (Megatron's precision-aware optimizer): 2 bytes each in the host column too
+pair bf16-moments-zero1-half 2 "$gpt $common --micro-batch-size 4 --bf16 --zero-stage 1 --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16" "--optimizer-cpu-offload --optimizer-offload-fraction 0.55"
 finish

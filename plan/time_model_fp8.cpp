@@ -126,7 +126,8 @@ Fp8StepTime project_fp8_step(const Plan& plan, const HardwareProfile& hw, const 
   t.step_high = base.step;
   t.step_fp8 = base.step - t.gemm_high + t.gemm_fp8 + t.casts;
   t.assumptions = {
-      "a projection: the linear layers do not train in FP8 yet (docs/fp8.md)",
+      "a projection: no GPU has timed paralab's FP8 training yet (docs/fp8.md); the CPU and "
+      "emulated runs check its numbers, not its speed",
       "FP8 GEMMs reach the fraction of fp8_tflops the 16-bit ones reach of theirs "
       "(gemm_efficiency, gemm_half_gflop)",
       "the weights are cast every microbatch (Transformer Engine casts them once per step, "

@@ -5,7 +5,9 @@
 # computed here (and fp16's to Python's struct 'e', an encoder sharing no code with the
 # trainer). Part 2 trains the tiny GPT 20 steps in fp32, fp16 unscaled, fp16 at a static 1024
 # and fp16 with Megatron's dynamic scaler, and checks the underflow fractions, the losses and
-# the dynamic scaler's skipped steps against 1 + (32 - k).
+# the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
+# dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
+# state per parameter, FP8's workspace and its amax all-reduces against their formulas.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 
@@ -19,6 +21,19 @@ train() {  # NAME FLAGS...: --metrics-jsonl into $work/NAME.jsonl
   "$trainer" "${tiny[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" > "$work/$name.log" 2>&1 ||
     fail_run "${tiny[@]}" "$@"
 }
+llama70=(--config configs/models/llama-70b.toml --plan --json --world-size 64 --tp 8 --pp 4 --bf16
+         --hardware h100-sxm --global-batch-size 64)
+bf16_moments=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+for z in 0 1 2 3; do
+  "$trainer" "${llama70[@]}" --zero-stage $z > "$work/z${z}_bf16.json" 2>&1 || fail_run "${llama70[@]}" --zero-stage $z
+  "$trainer" "${llama70[@]}" --zero-stage $z --fp8-format hybrid > "$work/z${z}_fp8.json" 2>&1 ||
+    fail_run "${llama70[@]}" --zero-stage $z --fp8-format hybrid
+  [ $z = 0 ] && continue
+  "$trainer" "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}" > "$work/z${z}_moments.json" 2>&1 ||
+    fail_run "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}"
+done
+"$trainer" "${llama70[@]}" --zero-stage 0 "${bf16_moments[@]}" > /dev/null 2> "$work/z0_moments.err"
+echo $? > "$work/z0_moments.rc"
 train fp32
 train unscaled --fp16 --loss-scale 1
 train static --fp16 --loss-scale 1024
@@ -72,5 +87,41 @@ check("dynamic: step 16 overflows at 2^19 and halves at once (hysteresis refille
       [(16, True, 2 ** 19), (17, False, 2 ** 18)])
 check("dynamic: 15 of 20 steps skipped", sum(r["skipped"] for r in dyn), 15)
 check("dynamic: step-20 loss 5.25, 15 updates behind fp32", round(last["dynamic"]["loss"], 2), 5.25)
+
+print("part 3: the 70B's ledger in bf16, with bf16 moments, in FP8 (tp 8, pp 4, dp 2)")
+def plan(name):
+    return json.load(open(f"{work}/{name}.json"))
+def per_param(p):
+    m = p["memory"][0]
+    r = m["resident"]
+    return sum(r[k] for k in ("params", "grads", "master_params", "optimizer_states")) / m["param_count"]
+N = 2
+for z, k, name in [(z, k, name) for z in range(4) for k, name in ((12, "bf16"), (8, "moments"), (12, "fp8"))]:
+    if z == 0 and name == "moments":
+        continue
+    want = [2 + 2 + k, 2 + 2 + k / N, 2 + (2 + k) / N, (2 + 2 + k) / N][z]
+    check(f"ZeRO-{z} {name}: bytes of model state per parameter", per_param(plan(f"z{z}_{name}")), want)
+check("bf16 moments at ZeRO 0: refused, exit 2",
+      (open(f"{work}/z0_moments.rc").read().strip(), "needs the distributed optimizer" in open(f"{work}/z0_moments.err").read()),
+      ("2", True))
+b, f8 = plan("z1_bf16"), plan("z1_fp8")
+Nt, h, f, a, g, d, t, layers = 4096, 8192, 28672, 64, 8, 128, 8, 20
+linears = [(h, (a + 2 * g) * d // t), (a * d // t, h), (h, 2 * f // t), (f // t, h)]  # (in, out)
+A = max(Nt * max(i, o) for i, o in linears)
+B = max(max(o * i, Nt * i) for i, o in linears)
+history = 4 * (1 + 1) * 3 * 4 * layers
+check("FP8 workspace = A + B + 2 factors + delayed histories = 92,276,616 B",
+      f8["memory"][0]["workspace"] - b["memory"][0]["workspace"], A + B + 2 * 4 + history)
+check("A = N_t max(in, out), B = max(out in, N_t in)", (A, B), (33554432, 58720256))
+rows = lambda p: {(c["group"], c["op"]): c for c in p["comm"]}
+rb, rf = rows(b), rows(f8)
+check("FP8's amax all-reduces: 2 more calls on tp and on dp, 960 B in all on each",
+      [(rf[(grp, "all-reduce")]["calls"] - rb[(grp, "all-reduce")]["calls"],
+        rf[(grp, "all-reduce")]["payload_bytes"] - rb[(grp, "all-reduce")]["payload_bytes"]) for grp in ("tp", "dp")],
+      [(2, 4 * 3 * 4 * layers)] * 2)
+x = f8["fp8"]
+print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s at the FP8 peak, casts %.2f s;"
+      " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],
+      x["step_fp8_s"], 100 * (x["step_fp8_s"] / x["step_s"] - 1)))
 finish()
 PY

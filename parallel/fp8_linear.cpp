@@ -45,11 +45,12 @@ void gemm(Device d, int m, int n, int k, const Fp8Operand& a, const Fp8Operand& 
 }
 
 // gemm_fp8 stores C in fp32 or bf16 and the recipes cast from those: fp16 storage has no FP8
-// path here (the CLI refuses --fp8-format without --bf16, docs/fp8.md).
+// path here (the CLI refuses --fp8-format with --fp16, docs/fp8.md).
 template <typename T>
 constexpr bool kFp8Storage = !std::is_same_v<T, kernels::fp16>;
 [[noreturn]] void no_fp16() {
-  throw std::logic_error("fp8 linear: fp16 storage has no FP8 GEMM (--fp8-format needs --bf16)");
+  throw std::logic_error(
+      "fp8 linear: fp16 storage has no FP8 GEMM (--fp8-format needs fp32 or --bf16)");
 }
 
 }  // namespace

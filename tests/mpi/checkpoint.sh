@@ -178,9 +178,10 @@ resume zero1-fp16 zero1-fp16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 
 # only this step's amax, sets each scale): its histories and scales saved per layer and resumed
 # bit for bit on one rank, over dp 2 ZeRO-1 and over pp 2 (each stage its layers'); the
 # manifest names the recipe. Then what another run does with them: a run without --fp8-format
-# drops them and a run with another history length starts fresh, each saying so in one line,
-# and a run that starts fresh is not the uninterrupted run (the saved state is what made the
-# bitwise cases pass); an fp32 checkpoint loaded into the FP8 run starts fresh, saying so.
+# drops them and a run with another history length starts fresh, each saying so in one line;
+# an fp32 checkpoint, or this one with its FP8 state struck from the manifest, loaded into the
+# same FP8 run starts fresh, saying so, and the latter's step 4 is not the uninterrupted run's
+# (the saved state is what the bitwise cases restore); --export-hf writes no FP8 state.
 fp8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 model=("${tiny[@]}" "${fp8[@]}")
 reference fp8 1
@@ -229,8 +230,20 @@ PY
   run single-to-fp8 1 "${model[@]}" --load "$work/single.ckpt" || problems+="single-to-fp8 run failed; "
   grep -q "amax histories start fresh (scale 1): the checkpoint has none" \
     "$work/single-to-fp8.log" || problems+="no 'start fresh' line (fp32 checkpoint); "
-  # fresh histories change step 4: the saved state is not a no-op
-  python3 - "$work/fp8.jsonl" "$work/fp8-len2.jsonl" <<'PY' || problems+="a fresh history gave the same step 4; "
+  # the same checkpoint with its FP8 state struck from the manifest: the same run starts fresh
+  # and its step 4 is not the uninterrupted run's (the state is what the bitwise cases restore)
+  cp -r "$ckpt" "$work/fp8-stripped.ckpt"
+  python3 - "$work/fp8-stripped.ckpt/iter_0000003/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for s in m["shards"]:
+    s.pop("fp8_layers", None)
+json.dump(m, open(sys.argv[1], "w"))
+PY
+  run fp8-stripped 1 "${model[@]}" --load "$work/fp8-stripped.ckpt" || problems+="fp8-stripped run failed; "
+  grep -q "amax histories start fresh (scale 1): the checkpoint has none" \
+    "$work/fp8-stripped.log" || problems+="no 'start fresh' line (state struck); "
+  python3 - "$work/fp8.jsonl" "$work/fp8-stripped.jsonl" <<'PY' || problems+="fresh histories gave the uninterrupted step 4; "
 import json, sys
 def step4(name):
     return [r for r in map(json.loads, open(name)) if r.get("type") == "step" and r["step"] == 4][0]
@@ -238,7 +251,7 @@ a, b = step4(sys.argv[1]), step4(sys.argv[2])
 assert (a["loss"], a["grad_norm"]) != (b["loss"], b["grad_norm"]), (a["loss"], b["loss"])
 PY
   [ -z "$problems" ] || { echo "$problems"; return 1; }
-  echo "manifest names hybrid delayed 4 max; dropped (480 bytes) without --fp8-format; fresh with history 2 and from fp32; --export-hf F32, no FP8 state"
+  echo "manifest names hybrid delayed 4 max; dropped (480 bytes) without --fp8-format; fresh with history 2, from fp32 and with the state struck (step 4 then differs); --export-hf F32, no FP8 state"
 }
 case fp8-other-runs in *"$filter"*)
   if result=$(fp8_other_runs); then passed=$((passed + 1)); echo "ok    fp8-other-runs: $result"

@@ -22,6 +22,53 @@ CheckpointLocation location_of(const Options& o) {
   return at;
 }
 
+// "hybrid delayed, margin 0, history 4, max": an FP8 recipe in words.
+std::string fp8_words(const Fp8Config& f) {
+  return std::string(f.hybrid ? "hybrid " : "e4m3 ") + fp8_recipe_name(f.recipe) + ", margin " +
+         std::to_string(f.margin) + ", history " + std::to_string(f.amax_history_len) + ", " +
+         (f.amax_compute_algo == kernels::Fp8AmaxAlgo::Max ? "max" : "most_recent");
+}
+
+// FP8 delayed scaling's amax histories and scales, each layer's from the checkpoint when the
+// run trains with the recipe they were saved with (format, margin, history length, algorithm
+// all equal); otherwise one line on rank 0 saying what is dropped, or that the histories start
+// fresh (scale 1), and training goes on (notes/decisions.md).
+void load_fp8_state(CheckpointReader& checkpoint, const ModelConfig& run, Transformer& model,
+                    bool rank0) {
+  const Fp8Config& saved = checkpoint.manifest().fp8;
+  const bool saved_state = checkpoint.has_fp8_state();
+  const bool run_delayed = run.fp8.enabled && run.fp8.recipe == Fp8Recipe::Delayed;
+  const bool same = saved_state && run_delayed && saved.hybrid == run.fp8.hybrid &&
+                    saved.margin == run.fp8.margin &&
+                    saved.amax_history_len == run.fp8.amax_history_len &&
+                    saved.amax_compute_algo == run.fp8.amax_compute_algo;
+  if (same) {
+    for (int l = 0; l < run.num_layers; ++l) {
+      if (model.fp8_layer_state(l).empty()) continue;  // not this stage's
+      const std::vector<float> state = checkpoint.fp8_state(l);
+      if (state.empty())
+        fail(checkpoint.folder() + ": no FP8 state of layer " + std::to_string(l) +
+                 " in any shard (the manifest lists others')", 2);
+      model.set_fp8_layer_state(l, state);
+    }
+    return;
+  }
+  if (!rank0 || (!saved_state && !run_delayed)) return;
+  const std::string run_words = run.fp8.enabled ? "--fp8-format " + fp8_words(run.fp8)
+                                                : std::string("no --fp8-format");
+  if (saved_state && !run_delayed) {
+    const size_t bytes = Fp8Scaling::state_bytes(saved, 4 * run.num_layers);
+    std::printf("checkpoint: dropping its FP8 state (%s: amax histories and scales, %zu bytes): "
+                "this run has %s\n", fp8_words(saved).c_str(), bytes, run_words.c_str());
+  } else {
+    std::printf("checkpoint: FP8 delayed scaling's amax histories start fresh (scale 1): the "
+                "checkpoint %s, this run has %s\n",
+                saved_state ? ("saved them for " + fp8_words(saved)).c_str()
+                            : "has none (saved without --fp8-format delayed)",
+                run_words.c_str());
+  }
+}
+
 size_t count_elements(const LogicalTensors& tensors) {
   size_t n = 0;
   for (const auto& t : tensors) n += t.second.size();
@@ -83,6 +130,7 @@ void load_optimizer_to_resume(ResumePoint& resume, const Options& o, Transformer
       const std::vector<float> bias = checkpoint->expert_bias(l);
       if (!bias.empty()) model.set_expert_bias(l, bias);
     }
+  load_fp8_state(*checkpoint, o.model, model, rank0);
   kernels::synchronize(model.device());
   if (rank0) {
     const std::string what =

@@ -1,14 +1,9 @@
 // checkpoint/checkpoint.cpp: save_checkpoint and CheckpointReader (the design is in checkpoint.h).
 #include "checkpoint/checkpoint.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include "kernels/ops.h"
 #include "measure/clock.h"  // now_seconds
 #include "checkpoint/file_io.h"
@@ -49,18 +44,6 @@ std::vector<std::string> all_gather_strings(Communicator& world, const std::stri
   return out;
 }
 
-std::string read_small_file(const std::string& path, size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(path + ": cannot read");
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, (size_t)in.gcount());
-    if (text.size() > limit) throw CheckpointError(path + ": larger than " + std::to_string(limit) + " bytes");
-  }
-  return text;
-}
-
 // One piece this rank saves: the owned elements [lo, hi) of a view's local tensor.
 struct OwnedPiece {
   const TensorView* view;
@@ -93,6 +76,21 @@ std::vector<int> saved_bias_layers(const Transformer& model, const CheckpointPla
     return layers;
   for (int l = 0; l < (int)model.moe_layers().size(); ++l)
     if (!model.moe_layers()[l].expert_bias.empty()) layers.push_back(l);
+  return layers;
+}
+
+// The layers whose FP8 delayed-scaling state this rank saves, with that state: the same ranks
+// as the expert bias (the state is the same on every tp, dp and cp rank of a stage after the
+// step's amax reduction: model/transformer_fp8.cpp), every layer of its stage.
+std::vector<std::pair<int, std::vector<float>>> saved_fp8_layers(const Transformer& model,
+                                                                 const CheckpointPlace& place) {
+  std::vector<std::pair<int, std::vector<float>>> layers;
+  if (place.dense_replica != 0 || place.mirror_copy || model.tensor_parallel().rank() != 0)
+    return layers;
+  for (int l = 0; l < model.config().num_layers; ++l) {
+    std::vector<float> state = model.fp8_layer_state(l);
+    if (!state.empty()) layers.emplace_back(l, std::move(state));
+  }
   return layers;
 }
 
@@ -137,6 +135,8 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   mine.rank = world.rank();
   mine.file = shard_name(world.rank());
   mine.expert_bias_layers = saved_bias_layers(model, place);
+  const auto fp8_layers = saved_fp8_layers(model, place);
+  for (const auto& layer : fp8_layers) mine.fp8_layers.push_back(layer.first);
   std::vector<SafetensorsStream::Tensor> entries;
   for (const OwnedPiece& p : pieces) {
     const std::string entry = std::to_string(mine.pieces.size());
@@ -152,6 +152,9 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   for (int l : mine.expert_bias_layers)
     entries.push_back({"expert_bias/" + std::to_string(l), SafeDType::F32,
                        {(int64_t)model.moe_layers()[l].expert_bias.size()}});
+  for (const auto& layer : fp8_layers)
+    entries.push_back({"fp8/" + std::to_string(layer.first), SafeDType::F32,
+                       {(int64_t)layer.second.size()}});
   SafetensorsStream shard(stats.folder + "/" + mine.file, entries,
                           {{"format", "paralab checkpoint shard"},
                            {"rank", std::to_string(world.rank())}});
@@ -178,6 +181,8 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     const std::vector<float> bias = model.expert_bias(l);
     shard.write(bias.data(), bias.size() * sizeof(float));
   }
+  for (const auto& layer : fp8_layers)
+    shard.write(layer.second.data(), layer.second.size() * sizeof(float));
   const SafetensorsStream::Written written = shard.commit();
   mine.bytes = stats.file_bytes = written.file_bytes;
   mine.crc32c = written.crc32c;
@@ -208,6 +213,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
     m.skipped_in_a_row = position.skipped_in_a_row;
     m.has_loss_scaler = position.dynamic_loss_scale;
     m.loss_scaler = position.loss_scaler;
+    m.fp8 = model.config().fp8;
     m.data = data;
     for (const ParamSpec& p : param_table(model.config())) {
       m.tensors.push_back(p.name);
@@ -227,114 +233,7 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   return stats;
 }
 
-// ---- loading --------------------------------------------------------------------------------
-
-std::string iteration_folder(const std::string& dir, int iteration) {
-  char name[32];
-  std::snprintf(name, sizeof name, "iter_%07d", iteration);
-  return dir + "/" + name;
-}
-
-int read_latest(const std::string& dir) {
-  const std::string latest = dir + "/latest";
-  struct stat st;
-  if (stat(latest.c_str(), &st) != 0) return 0;
-  const std::string text = read_small_file(latest, 64);
-  int iteration = 0;
-  size_t used = 0;
-  try {
-    iteration = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || iteration < 1 || text.find_first_not_of("0123456789\n", 0) != std::string::npos)
-    throw CheckpointError(latest + ": not an iteration number");
-  return iteration;
-}
-
-namespace {
-// "iter_0000200" -> 200; -1 for any other name.
-int iteration_of_name(const std::string& name) {
-  if (name.size() != 12 || name.compare(0, 5, "iter_") != 0) return -1;
-  for (size_t i = 5; i < name.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
-  return std::stoi(name.substr(5));
-}
-bool is_folder(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-std::string listed(const std::vector<int>& iterations) {
-  std::string s;
-  const size_t n = iterations.size(), shown = std::min<size_t>(n, 6);
-  for (size_t i = n - shown; i < n; ++i) s += (s.empty() ? "" : ", ") + std::to_string(iterations[i]);
-  return n > shown ? "..., " + s : s;
-}
-std::string there(const std::string& dir) {
-  const std::vector<int> its = saved_iterations(dir);
-  return its.empty() ? "no iteration folders there" : "iterations there: " + listed(its);
-}
-}  // namespace
-
-std::vector<int> saved_iterations(const std::string& dir) {
-  std::vector<int> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return out;
-  while (const dirent* e = readdir(d)) {
-    const int it = iteration_of_name(e->d_name);
-    if (it >= 0 && is_folder(dir + "/" + e->d_name)) out.push_back(it);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-CheckpointLocation locate_checkpoint(const std::string& load, int ckpt_step) {
-  CheckpointLocation at;
-  std::string path = load;
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  at.dir = path;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return at;  // nothing there (the caller decides)
-  if (!S_ISDIR(st.st_mode))
-    throw CheckpointError(load + " is a file, not a checkpoint folder (one holding latest and "
-                                 "iter_NNNNNNN/ folders)");
-  const size_t slash = path.rfind('/');
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const int named = iteration_of_name(name);
-  if (named >= 0) {  // an iteration folder: that iteration (Megatron's users type it so)
-    if (ckpt_step > 0 && ckpt_step != named)
-      throw CheckpointError(load + " is iteration " + std::to_string(named) + "'s folder, but "
-                            "--ckpt-step asks for " + std::to_string(ckpt_step));
-    at.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    at.found = true, at.folder = path, at.iteration = named, at.chosen_by = "--load";
-    return at;
-  }
-  if (ckpt_step > 0) {
-    at.folder = iteration_folder(path, ckpt_step);
-    if (!is_folder(at.folder))
-      throw CheckpointError("--ckpt-step " + std::to_string(ckpt_step) + ": no " + at.folder +
-                            " (" + there(path) + ")");
-    at.found = true, at.iteration = ckpt_step;
-    at.chosen_by = "--ckpt-step " + std::to_string(ckpt_step);
-    return at;
-  }
-  const int latest = read_latest(path);
-  if (latest > 0) {
-    at.folder = iteration_folder(path, latest);
-    if (!is_folder(at.folder))
-      throw CheckpointError(path + "/latest names iteration " + std::to_string(latest) + ", but " +
-                            at.folder + " is missing (" + there(path) +
-                            "; choose one with --ckpt-step N)");
-    at.found = true, at.iteration = latest, at.chosen_by = path + "/latest";
-    return at;
-  }
-  const std::vector<int> iterations = saved_iterations(path);
-  if (!iterations.empty())
-    throw CheckpointError(path + " has no latest, but iterations " + listed(iterations) +
-                          ": choose one with --ckpt-step N (or write N into " + path + "/latest)");
-  return at;  // a folder without checkpoints
-}
+// ---- loading (where --load points: checkpoint/checkpoint_location.cpp) ----------------------
 
 CheckpointReader::CheckpointReader(const CheckpointLocation& at, Communicator* world,
                                    const ModelConfig* run, Precision run_precision)
@@ -456,6 +355,29 @@ std::vector<float> CheckpointReader::expert_bias(int layer) {
         return reader.read_floats(*t);
       }
   return {};
+}
+
+std::vector<float> CheckpointReader::fp8_state(int layer) {
+  for (int s = 0; s < (int)manifest_.shards.size(); ++s)
+    for (int l : manifest_.shards[s].fp8_layers)
+      if (l == layer) {
+        SafetensorsReader& reader = shard(s);
+        const std::string name = "fp8/" + std::to_string(layer);
+        const SafeTensor* t = reader.header().find(name);
+        const size_t want = Fp8Scaling::state_bytes(manifest_.fp8, 4) / sizeof(float);
+        if (!t || (size_t)t->numel() != want)
+          fail(reader.path() + ": no entry " + name + " of " + std::to_string(want) +
+                   " floats (the manifest lists it, with its \"fp8\" recipe)", 2);
+        bytes_read_ += t->end - t->begin;
+        return reader.read_floats(*t);
+      }
+  return {};
+}
+
+bool CheckpointReader::has_fp8_state() const {
+  for (const ManifestShard& s : manifest_.shards)
+    if (!s.fp8_layers.empty()) return true;
+  return false;
 }
 
 TrainingPosition CheckpointReader::position() const {

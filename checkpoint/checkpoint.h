@@ -5,7 +5,8 @@
 //   Adam's update count (its bias correction), the iteration (the learning-rate schedule's
 //   position and the data position: model/data.h derives every microbatch from (seed, step),
 //   and dropout masks from a counter keyed on (seed, step, microbatch)); the routers' expert
-//   bias (aux-loss-free balancing); the skipped-step counters.
+//   bias (aux-loss-free balancing); the skipped-step counters; the loss scaler; FP8 delayed
+//   scaling's amax histories and scales.
 // Nothing else: gradients are zeroed every step, activations live within one.
 //
 // Layout on disk (Megatron's names: --save DIR, --load DIR, DIR/latest):
@@ -15,6 +16,12 @@
 //       biases, gpt's tied copy of the word embedding on the last stage) each saves: equal
 //       values, so that a rank's shard is its owned state, no more, no less. DualPipe's second
 //       copy of two stages (pp rank p - 1 - r of r) saves nothing: the same pieces again.
+//   FP8 delayed scaling's amax histories and scales (the model's state, as Transformer
+//       Engine's extra_state is: saved with --no-save-optim too) are the same on every tp, dp
+//       and cp rank of a stage after each step's amax reduction: the rank that saves the expert
+//       bias (dense replica 0, tp rank 0) saves them, one entry per global layer, "fp8/L"
+//       (its 4 linears, Fp8Scaling::linears_state), so another pipeline layout finds each
+//       layer's; the manifest names the recipe ("fp8") they belong to.
 //   DIR/iter_NNNNNNN/manifest.json            rank 0, after every shard is on disk
 //       (checkpoint/checkpoint_manifest.h: the model, the pieces, a CRC32C per shard)
 //   DIR/latest                                the last complete iteration, rank 0, last
@@ -136,6 +143,10 @@ class CheckpointReader {
   }
   // Each MoE layer's expert bias, from the shard that saved it (empty when none was).
   std::vector<float> expert_bias(int layer);
+  // A layer's FP8 delayed-scaling state (Fp8Scaling::linears_state of its 4 linears), from the
+  // shard that saved it (empty when none did); has_fp8_state: did any shard save some?
+  std::vector<float> fp8_state(int layer);
+  bool has_fp8_state() const;
   TrainingPosition position() const;
   uint64_t bytes_read() const { return bytes_read_; }
 

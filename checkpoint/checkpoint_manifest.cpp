@@ -129,6 +129,20 @@ bool safe_file_name(const std::string& s) {
 
 constexpr int64_t kMaxDim = int64_t(1) << 40;  // far above any real tensor, below overflow
 
+// A shard's list of layers (its entries "expert_bias/L", "fp8/L"): numbers in [0, layers).
+std::vector<int> layer_list(const Json& shard, const char* key, int num_layers,
+                            const std::string& path) {
+  std::vector<int> out;
+  for (const Json& l : member(shard, key, Json::value_t::array, path)) {
+    if (!l.is_number()) refuse(path, std::string("\"") + key + "\" holds a non-number");
+    const double layer = l.get<double>();
+    if (!(layer >= 0 && layer < num_layers) || layer != std::floor(layer))
+      refuse(path, std::string("\"") + key + "\" names a layer the model does not have");
+    out.push_back((int)layer);
+  }
+  return out;
+}
+
 }  // namespace
 
 void write_manifest_shard(JsonWriter& j, const ManifestShard& s) {
@@ -138,6 +152,11 @@ void write_manifest_shard(JsonWriter& j, const ManifestShard& s) {
   j.key("expert_bias_layers").begin_array();
   for (int l : s.expert_bias_layers) j.value(l);
   j.end_array();
+  if (!s.fp8_layers.empty()) {
+    j.key("fp8_layers").begin_array();
+    for (int l : s.fp8_layers) j.value(l);
+    j.end_array();
+  }
   j.key("pieces").begin_array();
   for (const ManifestPiece& p : s.pieces) {
     j.begin_object().field("tensor", p.tensor).field("entry", p.entry);
@@ -192,6 +211,16 @@ std::string manifest_json(const Manifest& m) {
     j.field("growth_tracker", m.loss_scaler.growth_tracker);
     j.field("hysteresis_tracker", m.loss_scaler.hysteresis_tracker).end_object();
   }
+  if (m.fp8.enabled) {  // Megatron-Core's flag values
+    j.key("fp8").begin_object();
+    j.field("format", m.fp8.hybrid ? "hybrid" : "e4m3");
+    j.field("recipe", fp8_recipe_name(m.fp8.recipe));
+    j.field("margin", m.fp8.margin);
+    j.field("amax_history_len", m.fp8.amax_history_len);
+    j.field("amax_compute_algo",
+            m.fp8.amax_compute_algo == kernels::Fp8AmaxAlgo::Max ? "max" : "most_recent");
+    j.end_object();
+  }
   if (!m.data.description.empty()) {
     j.key("data").begin_object();
     j.field("description", m.data.description);
@@ -226,13 +255,9 @@ ManifestShard parse_manifest_shard(const Json& s, int num_layers, const std::str
   shard.bytes = (uint64_t)integer(s, "bytes", 8, INT64_MAX, path);
   shard.crc32c = (uint32_t)integer(s, "crc32c", 0, UINT32_MAX, path);
   shard.payload_bytes = (uint64_t)integer(s, "payload_bytes", 0, INT64_MAX, path);
-  for (const Json& l : member(s, "expert_bias_layers", K::array, path)) {
-    if (!l.is_number()) refuse(path, "\"expert_bias_layers\" holds a non-number");
-    const double layer = l.get<double>();
-    if (!(layer >= 0 && layer < num_layers) || layer != std::floor(layer))
-      refuse(path, "\"expert_bias_layers\" names a layer the model does not have");
-    shard.expert_bias_layers.push_back((int)layer);
-  }
+  shard.expert_bias_layers = layer_list(s, "expert_bias_layers", num_layers, path);
+  if (s.contains("fp8_layers"))  // optional: an FP8 delayed run's
+    shard.fp8_layers = layer_list(s, "fp8_layers", num_layers, path);
   for (const Json& p : member(s, "pieces", K::array, path)) {
     if (!p.is_object()) refuse(path, "a piece is not an object");
     ManifestPiece piece;
@@ -310,6 +335,27 @@ void parse_manifest_parallel(const Json& par, const std::string& path, ParallelC
   out.world_size = (int)integer(par, "world_size", 1, 1 << 20, path);
 }
 
+// "fp8": the recipe an FP8 run trained with (optional: absent without --fp8-format).
+void parse_manifest_fp8(const Json& f, const std::string& path, Fp8Config& out) {
+  const auto word = [&](const char* key, std::initializer_list<const char*> allowed) {
+    const std::string v = member(f, key, K::string, path).get<std::string>();
+    for (const char* a : allowed)
+      if (v == a) return v;
+    refuse(path, std::string("\"fp8\" \"") + key + "\" is \"" + v + "\", not a known value");
+  };
+  out.enabled = true;
+  out.hybrid = word("format", {"e4m3", "hybrid"}) == "hybrid";
+  const std::string recipe = word("recipe", {"delayed", "tensorwise", "blockwise"});
+  out.recipe = recipe == "delayed"      ? Fp8Recipe::Delayed
+               : recipe == "tensorwise" ? Fp8Recipe::Tensorwise
+                                        : Fp8Recipe::Blockwise;
+  out.margin = (int)integer(f, "margin", 0, 1000, path);
+  out.amax_history_len = (int)integer(f, "amax_history_len", 1, 1 << 20, path);
+  out.amax_compute_algo = word("amax_compute_algo", {"max", "most_recent"}) == "max"
+                              ? kernels::Fp8AmaxAlgo::Max
+                              : kernels::Fp8AmaxAlgo::MostRecent;
+}
+
 // Where the run stood after the saved step: the precision, the optimizer, the seed and batch,
 // the step counts and (a loss-scaled run's) the loss scaler's state.
 void parse_training_state(const Json& root, const std::string& path, Manifest& m) {
@@ -323,6 +369,7 @@ void parse_training_state(const Json& root, const std::string& path, Manifest& m
   m.adam_steps = (int)integer(root, "adam_steps", 0, m.iteration, path);
   m.skipped_steps = (int)integer(root, "skipped_steps", 0, m.iteration, path);
   m.skipped_in_a_row = (int)integer(root, "skipped_in_a_row", 0, m.skipped_steps, path);
+  if (root.contains("fp8")) parse_manifest_fp8(member(root, "fp8", K::object, path), path, m.fp8);
   if (!root.contains("loss_scaler")) return;  // optional: a loss-scaled run's
   const Json& ls = member(root, "loss_scaler", K::object, path);
   m.has_loss_scaler = true;

@@ -8,7 +8,9 @@
 //     BF16), the layout it was saved from (tp, cp, pp, vpp, dp, ep, etp, ZeRO stage), the
 //     seed and the global batch (together they fix the data order: model/data.h);
 //   where training stands: the iteration (steps done; the learning-rate schedule and the
-//     data position follow from it), Adam's update count, the skipped steps;
+//     data position follow from it), Adam's update count, the skipped steps, the loss
+//     scaler's state, the FP8 recipe (format, recipe, margin, history length, algorithm)
+//     whose delayed-scaling state the shards hold per layer (entries "fp8/L");
 //   every logical tensor (param_table's global names: layers by global index, experts by
 //     global id) with its full shape;
 //   per rank its shard file, bytes, CRC32C, and its pieces: (tensor, the slice of the full
@@ -33,6 +35,7 @@
 #include "checkpoint/json.h"
 #include "checkpoint/json_document.h"
 #include "model/param_table.h"
+#include "parallel/fp8_scaling.h"  // Fp8Config
 
 namespace paralab {
 
@@ -57,6 +60,7 @@ struct ManifestShard {
   uint64_t payload_bytes = 0;  // its tensor data (the plan's checkpoint_bytes)
   std::vector<ManifestPiece> pieces;
   std::vector<int> expert_bias_layers;  // entries "expert_bias/L" (aux-loss-free balancing)
+  std::vector<int> fp8_layers;  // entries "fp8/L": FP8 delayed scaling's state of layer L
 };
 
 // The data a run read: what a checkpoint records of it, so that a resumed run that reads
@@ -86,6 +90,9 @@ struct Manifest {
   // state_dict: scale, growth_tracker, hysteresis_tracker); absent in other runs' manifests.
   bool has_loss_scaler = false;
   LossScalerState loss_scaler;
+  // The FP8 recipe trained with (--fp8-*; "fp8" in the file, absent without --fp8-format):
+  // what delayed scaling's saved histories mean (checkpoint/checkpoint.h).
+  Fp8Config fp8;
   std::vector<std::string> tensors;                 // param_table order
   std::vector<std::vector<int64_t>> shapes;         // full shapes
   std::vector<ManifestShard> shards;                // one per saving rank, by rank

@@ -13,7 +13,10 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <fstream>
 #include <vector>
+
+#include "checkpoint/checkpoint_manifest.h"  // CheckpointError
 
 namespace paralab {
 
@@ -171,6 +174,18 @@ void make_folders(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw std::runtime_error(path + ": cannot make the folder (a file of that name exists)");
+}
+
+std::string read_small_file(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": cannot read");
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, (size_t)in.gcount());
+    if (text.size() > limit) throw CheckpointError(path + ": larger than " + std::to_string(limit) + " bytes");
+  }
+  return text;
 }
 
 }  // namespace paralab

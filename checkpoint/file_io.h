@@ -7,7 +7,7 @@
 // CRC32C (Castagnoli, the polynomial 0x1EDC6F41 reflected: 0x82F63B78, as in iSCSI, ext4 and
 // the safetensors-adjacent tooling) is the per-file checksum the manifest records.
 //
-// defines: crc32c, crc32c_file, AtomicFile, fsync_folder, make_folders
+// defines: crc32c, crc32c_file, AtomicFile, fsync_folder, make_folders, read_small_file
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,5 +50,8 @@ class AtomicFile {
 void fsync_folder(const std::string& folder);
 // mkdir -p; throws naming the path that could not be made.
 void make_folders(const std::string& path);
+// A whole small file (a manifest, `latest`): throws CheckpointError naming the path when it
+// cannot be read or is larger than `limit` bytes.
+std::string read_small_file(const std::string& path, size_t limit);
 
 }  // namespace paralab

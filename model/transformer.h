@@ -168,6 +168,12 @@ class Transformer {
   void set_fp8_amax_group(Communicator* data_parallel_group);
   // After the step's last backward: delayed scaling's reduction and update (no-op otherwise).
   void fp8_step_end();
+  // Delayed scaling's state of global layer `layer` (its 4 linears; Fp8Scaling::linears_state's
+  // layout), host floats, for the checkpoint, which stores it per layer so that another
+  // pipeline layout finds each layer's; empty when this stage has no such state or not that
+  // layer. set_fp8_layer_state puts one back.
+  std::vector<float> fp8_layer_state(int layer) const;
+  void set_fp8_layer_state(int layer, const std::vector<float>& values);
 
   DataParallel& data_parallel() { return *dp_; }
   // The expert parameters' data parallelism (ep > 1 and an MoE layer here), else nullptr.
@@ -274,6 +280,7 @@ class Transformer {
   std::unique_ptr<Fp8Scaling> fp8_;
   void make_fp8();
   void fp8_context(LayerContext& c) const;
+  int fp8_ordinal(int layer) const;  // a global layer's place among this stage's layers
 };
 
 }  // namespace paralab

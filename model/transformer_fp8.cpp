@@ -54,12 +54,25 @@ void Transformer::fp8_step_end() {
   if (fp8_) fp8_->step_end();
 }
 
+int Transformer::fp8_ordinal(int layer) const {
+  // the layer's place among this stage's layers: its unit less the embedding's
+  return layer_unit_.at(layer) - (slice_.embedding ? 1 : 0);
+}
+
 void Transformer::fp8_context(LayerContext& c) const {
   if (!fp8_) return;
-  // the layer's place among this stage's layers: its unit less the embedding's
-  const int ordinal = layer_unit_[c.layer] - (slice_.embedding ? 1 : 0);
   c.fp8 = fp8_.get();
-  c.fp8_first = 4 * ordinal;
+  c.fp8_first = 4 * fp8_ordinal(c.layer);
+}
+
+std::vector<float> Transformer::fp8_layer_state(int layer) const {
+  if (!fp8_ || layer_unit_.at(layer) < 0) return {};
+  return fp8_->linears_state(4 * fp8_ordinal(layer), 4);
+}
+
+void Transformer::set_fp8_layer_state(int layer, const std::vector<float>& values) {
+  if (!fp8_ || layer_unit_.at(layer) < 0) return;
+  fp8_->set_linears_state(4 * fp8_ordinal(layer), 4, values);
 }
 
 }  // namespace paralab

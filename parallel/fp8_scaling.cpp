@@ -5,6 +5,7 @@
 // defines: fp8_recipe_name, Fp8Scaling
 #include "parallel/fp8_scaling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -145,6 +146,60 @@ std::vector<Fp8Scaling::State> Fp8Scaling::state() {
           {"fp8_scale_fwd", &scale_fwd_},
           {"fp8_amax_history_bwd", &history_bwd_},
           {"fp8_scale_bwd", &scale_bwd_}};
+}
+
+namespace {
+// The host copy of a device buffer, and back.
+std::vector<float> host_copy(kernels::Device d, const Buffer<float>& b) {
+  std::vector<float> h(b.size());
+  kernels::memcpy_to_host(d, h.data(), b.data(), h.size() * sizeof(float));
+  return h;
+}
+// Columns [first, first + count) of a (rows, cols) row-major matrix, appended to out
+// (put_columns: written from `in` at `at`, which moves on).
+void columns(const std::vector<float>& m, int rows, int cols, int first, int count,
+             std::vector<float>& out) {
+  for (int r = 0; r < rows; ++r)
+    out.insert(out.end(), m.begin() + (size_t)r * cols + first,
+               m.begin() + (size_t)r * cols + first + count);
+}
+void put_columns(std::vector<float>& m, int rows, int cols, int first, int count,
+                 const std::vector<float>& in, size_t& at) {
+  for (int r = 0; r < rows; ++r, at += count)
+    std::copy(in.begin() + at, in.begin() + at + count, m.begin() + (size_t)r * cols + first);
+}
+}  // namespace
+
+std::vector<float> Fp8Scaling::linears_state(int first, int count) const {
+  std::vector<float> out;
+  if (config_.recipe != Fp8Recipe::Delayed) return out;
+  const int len = config_.amax_history_len;
+  std::vector<float> hf = host_copy(device_, history_fwd_), sf = host_copy(device_, scale_fwd_);
+  std::vector<float> hb = host_copy(device_, history_bwd_), sb = host_copy(device_, scale_bwd_);
+  columns(hf, len, 2 * linears_, 2 * first, 2 * count, out);
+  columns(sf, 1, 2 * linears_, 2 * first, 2 * count, out);
+  columns(hb, len, linears_, first, count, out);
+  columns(sb, 1, linears_, first, count, out);
+  return out;
+}
+
+void Fp8Scaling::set_linears_state(int first, int count, const std::vector<float>& values) {
+  if (config_.recipe != Fp8Recipe::Delayed) return;
+  if (values.size() != state_bytes(config_, count) / sizeof(float))
+    throw std::logic_error("Fp8Scaling::set_linears_state: " + std::to_string(values.size()) +
+                           " floats for " + std::to_string(count) + " linears");
+  const int len = config_.amax_history_len;
+  std::vector<float> hf = host_copy(device_, history_fwd_), sf = host_copy(device_, scale_fwd_);
+  std::vector<float> hb = host_copy(device_, history_bwd_), sb = host_copy(device_, scale_bwd_);
+  size_t at = 0;
+  put_columns(hf, len, 2 * linears_, 2 * first, 2 * count, values, at);
+  put_columns(sf, 1, 2 * linears_, 2 * first, 2 * count, values, at);
+  put_columns(hb, len, linears_, first, count, values, at);
+  put_columns(sb, 1, linears_, first, count, values, at);
+  const auto back = [this](Buffer<float>& b, const std::vector<float>& h) {
+    kernels::memcpy_from_host(device_, b.data(), h.data(), h.size() * sizeof(float));
+  };
+  back(history_fwd_, hf), back(scale_fwd_, sf), back(history_bwd_, hb), back(scale_bwd_, sb);
 }
 
 template void Fp8Scaling::quantize<float>(int, Fp8Role, const float*, int, int, uint8_t*, float*,

@@ -116,6 +116,12 @@ class Fp8Scaling {
   std::vector<State> state();
   // Bytes of that state: 4 (len + 1) 3 linears for delayed scaling, else 0.
   static size_t state_bytes(const Fp8Config& config, int linears);
+  // The state of linears [first, first + count), host floats, as the checkpoint stores one
+  // layer's (checkpoint/checkpoint.h): the forward history's 2 count columns (len rows, row
+  // major), their scales, the backward history's count columns, their scales; state_bytes(
+  // config, count) / 4 floats. set_linears_state puts such a vector back (a resumed run).
+  std::vector<float> linears_state(int first, int count) const;
+  void set_linears_state(int first, int count, const std::vector<float>& values);
 
  private:
   // The slot of (linear, role) in its pass's history.

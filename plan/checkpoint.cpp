@@ -9,8 +9,10 @@
 // bf16 the fp32 master (4 bytes); with --no-save-optim the parameter alone. What tp ranks or stages hold alike (norms, biases, gpt's
 // tied copy of the word embedding) each saves, as in Megatron; DualPipe's second copy of two
 // stages nothing. The expert bias (aux-loss-free
-// balancing) adds E fp32 per MoE layer of the stage, saved by dense replica 0 on tp rank 0.
+// balancing) adds E fp32 per MoE layer of the stage, saved by dense replica 0 on tp rank 0, and
+// so does FP8 delayed scaling's state: its amax histories and scales, per layer of the stage.
 #include "plan/plan.h"
+#include "parallel/fp8_scaling.h"  // Fp8Scaling::state_bytes
 
 namespace paralab {
 
@@ -54,16 +56,20 @@ void plan_checkpoint(Plan& plan) {
       continue;
     }
     rp.checkpoint_bytes = elements * per_element;
-    if (m.moe.enabled() && m.moe.expert_bias && dense_replica == 0 && rp.tp_rank == 0) {
-      int moe_layers = 0;
-      for (int l = 0; l < m.num_layers; ++l) {
-        bool here = !st;
-        for (size_t c = 0; st && c < st->chunk_first_layer.size(); ++c)
-          here |= l >= st->chunk_first_layer[c] && l < st->chunk_first_layer[c] + st->chunk_layers[c];
-        moe_layers += here && m.moe.is_moe_layer(l);
-      }
-      rp.checkpoint_bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
+    if (dense_replica != 0 || rp.tp_rank != 0) continue;
+    int layers = 0, moe_layers = 0;  // the stage's
+    for (int l = 0; l < m.num_layers; ++l) {
+      bool here = !st;
+      for (size_t c = 0; st && c < st->chunk_first_layer.size(); ++c)
+        here |= l >= st->chunk_first_layer[c] && l < st->chunk_first_layer[c] + st->chunk_layers[c];
+      layers += here;
+      moe_layers += here && m.moe.is_moe_layer(l);
     }
+    if (m.moe.enabled() && m.moe.expert_bias)
+      rp.checkpoint_bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
+    // FP8 delayed scaling: 4 (len + 1) 3 bytes per linear, 4 linears per layer
+    // (Fp8Scaling::state_bytes); 0 for the other recipes and without --fp8-format
+    if (m.fp8.enabled) rp.checkpoint_bytes += (int64_t)Fp8Scaling::state_bytes(m.fp8, 4 * layers);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/fp8.h"
@@ -92,6 +93,34 @@ TEST(Fp8Recipe, DelayedUsesTheHistorysScaleAndUpdatesAtTheStepEnd) {
   size_t bytes = 0;
   for (const auto& st : state) bytes += st.buffer->bytes();
   EXPECT_EQ(bytes, Fp8Scaling::state_bytes(c, 3));
+}
+
+// What the checkpoint stores per layer: linears [first, first + count)'s columns of both
+// histories and their scales, in that order; put back into another Fp8Scaling (another pipeline
+// layout: the linears at another place), they are the same state.
+TEST(Fp8Recipe, LinearsStateIsTheirColumnsAndGoesBack) {
+  Fp8Config c;
+  c.enabled = true;
+  c.amax_history_len = 3;
+  Fp8Scaling a(c, Device::CPU, 4, paralab::Category::WORKSPACE);
+  auto st = a.state();
+  for (size_t b = 0; b < st.size(); ++b)
+    for (size_t i = 0; i < st[b].buffer->size(); ++i) st[b].buffer->data()[i] = 1000.0f * b + i;
+  const std::vector<float> v = a.linears_state(1, 2);  // linears 1 and 2
+  ASSERT_EQ(v.size(), Fp8Scaling::state_bytes(c, 2) / sizeof(float));  // (3 + 1) 3 2
+  // forward history rows of 8 columns: linears 1-2 are columns 2..5
+  const std::vector<float> want_first = {2, 3, 4, 5, 10, 11, 12, 13, 18, 19, 20, 21};
+  EXPECT_EQ(std::vector<float>(v.begin(), v.begin() + 12), want_first);
+  EXPECT_EQ(v[12], 1002.0f);  // scale_fwd column 2
+  EXPECT_EQ(v[16], 2001.0f);  // backward history row 0, column 1
+  EXPECT_EQ(v.back(), 3002.0f);  // scale_bwd of linear 2
+  Fp8Scaling b(c, Device::CPU, 2, paralab::Category::WORKSPACE);
+  b.set_linears_state(0, 2, v);
+  EXPECT_EQ(b.linears_state(0, 2), v);
+  EXPECT_THROW(b.set_linears_state(0, 1, v), std::logic_error);
+  Fp8Config t = c;
+  t.recipe = Fp8Recipe::Tensorwise;  // no state
+  EXPECT_TRUE(Fp8Scaling(t, Device::CPU, 4, paralab::Category::WORKSPACE).linears_state(0, 4).empty());
 }
 
 TEST(Fp8Recipe, TensorwiseScalesFromThisTensorsReducedAmax) {

@@ -12,7 +12,8 @@
 #   CPU offload (its states and ZeRO-3 shard in host memory) saved and resumed: bitwise, since
 #     offload does not change the arithmetic;
 # and the save's tensor bytes per rank equal the plan's (checkpoint_bytes). A loss-scaled run
-# (--fp16) also continues its scaler's state exactly.
+# (--fp16) also continues its scaler's state exactly, and an FP8 delayed run its amax
+# histories and scales.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, passed/failed, finish
 
 tiny=(--config configs/models/tiny.toml --train-iters 6)
@@ -172,6 +173,90 @@ resume zero1-bf16-m16 zero1-bf16-m16 bitwise 2 "--zero-stage 1" 2 "--zero-stage 
 model=("${tiny[@]}" --fp16 --initial-loss-scale 1024 --loss-scale-window 2)
 reference zero1-fp16 2 --zero-stage 1
 resume zero1-fp16 zero1-fp16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
+
+# FP8 delayed scaling, hybrid, with a 4-step amax history and its max (so the history, not
+# only this step's amax, sets each scale): its histories and scales saved per layer and resumed
+# bit for bit on one rank, over dp 2 ZeRO-1 and over pp 2 (each stage its layers'); the
+# manifest names the recipe. Then what another run does with them: a run without --fp8-format
+# drops them and a run with another history length starts fresh, each saying so in one line;
+# an fp32 checkpoint, or this one with its FP8 state struck from the manifest, loaded into the
+# same FP8 run starts fresh, saying so, and the latter's step 4 is not the uninterrupted run's
+# (the saved state is what the bitwise cases restore); --export-hf writes no FP8 state.
+fp8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+model=("${tiny[@]}" "${fp8[@]}")
+reference fp8 1
+reference zero1-fp8 2 --zero-stage 1
+reference pp2-fp8 2 --pp 2
+resume fp8         fp8       bitwise 1 ""                       1 ""
+resume zero1-fp8   zero1-fp8 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
+resume pp2-fp8     pp2-fp8   bitwise 2 "--pp 2"                 2 "--pp 2"
+
+fp8_other_runs() {  # the fp8 case's checkpoint (iteration 3) loaded by other runs
+  local ckpt="$work/fp8.ckpt" problems=""
+  [ -f "$ckpt/iter_0000003/manifest.json" ] || { echo "no fp8 checkpoint (the fp8 case failed)"; return 1; }
+  python3 - "$ckpt/iter_0000003/manifest.json" <<'PY' || problems+="manifest's fp8 recipe; "
+import json, sys
+m = json.load(open(sys.argv[1]))
+want = {"format": "hybrid", "recipe": "delayed", "margin": 0, "amax_history_len": 4,
+        "amax_compute_algo": "max"}
+assert m.get("fp8") == want, m.get("fp8")
+assert m["shards"][0].get("fp8_layers") == [0, 1], m["shards"][0].get("fp8_layers")
+PY
+  run fp8-to-fp32 1 "${tiny[@]}" --load "$ckpt" || problems+="fp8-to-fp32 run failed; "
+  # tiny: 2 layers of 4 linears, 4 (4 + 1) 3 bytes each: 480 bytes
+  grep -q "dropping its FP8 state (hybrid delayed, margin 0, history 4, max: amax histories and scales, 480 bytes): this run has no --fp8-format" \
+    "$work/fp8-to-fp32.log" || problems+="no 'dropping its FP8 state' line; "
+  run fp8-len2 1 "${tiny[@]}" --fp8-format hybrid --fp8-amax-history-len 2 --load "$ckpt" \
+    --export-hf "$work/fp8-hf" || problems+="fp8-len2 run failed; "
+  # --export-hf from an FP8 run: the weights at their storage type (F32 here), no FP8 state
+  python3 - "$work/fp8-hf" <<'PY' || problems+="the FP8 run's --export-hf; "
+import glob, json, struct, sys
+files = glob.glob(sys.argv[1] + "/*.safetensors")
+assert files, "no safetensors"
+for f in files:
+    with open(f, "rb") as h:
+        n = struct.unpack("<Q", h.read(8))[0]
+        header = json.loads(h.read(n))
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        assert not any(w in name for w in ("fp8", "amax", "scale")), name
+PY
+  grep -q "amax histories start fresh (scale 1): the checkpoint saved them for hybrid delayed, margin 0, history 4, max, this run has --fp8-format hybrid delayed, margin 0, history 2" \
+    "$work/fp8-len2.log" || problems+="no 'start fresh' line (history 4 -> 2); "
+  # an fp32 checkpoint: the single case's, or one made here (the first run stops and saves)
+  [ -d "$work/single.ckpt" ] || run fp32-save 1 "${tiny[@]}" --exit-interval 3 --save "$work/single.ckpt"
+  run single-to-fp8 1 "${model[@]}" --load "$work/single.ckpt" || problems+="single-to-fp8 run failed; "
+  grep -q "amax histories start fresh (scale 1): the checkpoint has none" \
+    "$work/single-to-fp8.log" || problems+="no 'start fresh' line (fp32 checkpoint); "
+  # the same checkpoint with its FP8 state struck from the manifest: the same run starts fresh
+  # and its step 4 is not the uninterrupted run's (the state is what the bitwise cases restore)
+  cp -r "$ckpt" "$work/fp8-stripped.ckpt"
+  python3 - "$work/fp8-stripped.ckpt/iter_0000003/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for s in m["shards"]:
+    s.pop("fp8_layers", None)
+json.dump(m, open(sys.argv[1], "w"))
+PY
+  run fp8-stripped 1 "${model[@]}" --load "$work/fp8-stripped.ckpt" || problems+="fp8-stripped run failed; "
+  grep -q "amax histories start fresh (scale 1): the checkpoint has none" \
+    "$work/fp8-stripped.log" || problems+="no 'start fresh' line (state struck); "
+  python3 - "$work/fp8.jsonl" "$work/fp8-stripped.jsonl" <<'PY' || problems+="fresh histories gave the uninterrupted step 4; "
+import json, sys
+def step4(name):
+    return [r for r in map(json.loads, open(name)) if r.get("type") == "step" and r["step"] == 4][0]
+a, b = step4(sys.argv[1]), step4(sys.argv[2])
+assert (a["loss"], a["grad_norm"]) != (b["loss"], b["grad_norm"]), (a["loss"], b["loss"])
+PY
+  [ -z "$problems" ] || { echo "$problems"; return 1; }
+  echo "manifest names hybrid delayed 4 max; dropped (480 bytes) without --fp8-format; fresh with history 2, from fp32 and with the state struck (step 4 then differs); --export-hf F32, no FP8 state"
+}
+case fp8-other-runs in *"$filter"*)
+  if result=$(fp8_other_runs); then passed=$((passed + 1)); echo "ok    fp8-other-runs: $result"
+  else failed=$((failed + 1)); echo "FAIL  fp8-other-runs: $result"; fi ;;
+esac
 
 model=("${tiny[@]}" --num-layers 4)
 reference four 1

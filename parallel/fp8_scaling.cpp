@@ -2,7 +2,7 @@
 // or two of kernels/ops/fp8.h's ops; the recipe only chooses the scale: the history's
 // (delayed), this tensor's amax (tensorwise), each block's (blockwise).
 //
-// defines: fp8_recipe_name, Fp8Scaling
+// defines: Fp8Scaling
 #include "parallel/fp8_scaling.h"
 
 #include <algorithm>
@@ -16,15 +16,6 @@ namespace paralab {
 
 using kernels::Fp8Blocks;
 using kernels::Fp8Format;
-
-const char* fp8_recipe_name(Fp8Recipe r) {
-  switch (r) {
-    case Fp8Recipe::Delayed: return "delayed";
-    case Fp8Recipe::Tensorwise: return "tensorwise";
-    case Fp8Recipe::Blockwise: return "blockwise";
-  }
-  return "?";
-}
 
 namespace {
 void fill(kernels::Device d, Buffer<float>& b, float v) {

@@ -103,6 +103,41 @@ static void check_outputs_distinct(const Options& o) {
              ": two outputs would overwrite each other" : ": the output would overwrite the input");
 }
 
+// What a training run prints and writes (the jobs that only report are above).
+static void add_run_output_flags(CLI::App& app, Options& o, RawFlags& raw, const char* kReport) {
+  app.add_option("--metrics-jsonl", o.metrics_jsonl,
+                 "write one JSON object per step, with every reported field, to this file "
+                 "(replacing it)")
+      ->type_name("FILE")->group(kReport);
+  app.add_option("--save-tensors", o.save_tensors,
+                 "tests: at the end, write every parameter and, as grad.<name>, the last "
+                 "step's summed gradient, at full shape (gathered over dp and tp), to this "
+                 "tensor file (checkpoint/tensor_file.h)")
+      ->type_name("FILE")->group(kReport);
+  app.add_option("--report-interval", o.report_interval,
+                 "print the full ledger tables every N steps (always at step 1 and at the "
+                 "end); 0: only then")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--log-interval", o.log_interval,
+                 "print the step line every N steps (and at step 1 and the last); its loss "
+                 "is the mean over the steps since the previous line")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "peak TFLOP/s of one rank for MFU/HFU; 0: the GPU's entry in "
+                 "configs/hardware/, or on CPU the best of 5 timed GEMMs at start-up, which "
+                 "varies between runs: give it to compare MFU across runs")
+      ->capture_default_str()->group(kReport);
+  app.add_option("--attention-flops", raw.attention_flops,
+                 "count attention FLOPs as full (s x s, Korthikanti/PaLM; compare with "
+                 "papers) or causal (half); model FLOPs and MFU use it")
+      ->check(one_of({"full", "causal"}))->capture_default_str()->group(kReport);
+  add_switch(app, "--verbose,-v", o.verbose,
+             "print every flag's final value and where it came from (default, a --config "
+             "file's line, the command line) before the run or the plan, and the rank grid "
+             "when training; rank 0 only")
+      ->group(kReport);
+}
+
 void add_output_flags(CLI::App& app, Options& o, RawFlags& raw) {
   const char* kReport = "Report and plan";
   add_switch(app, "--plan", o.plan,
@@ -158,37 +193,7 @@ void add_output_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "with --benchmark: write the measured hardware profile to this .toml file "
                  "(use it with --hardware FILE)")
       ->type_name("FILE")->group(kReport);
-  app.add_option("--metrics-jsonl", o.metrics_jsonl,
-                 "write one JSON object per step, with every reported field, to this file "
-                 "(replacing it)")
-      ->type_name("FILE")->group(kReport);
-  app.add_option("--save-tensors", o.save_tensors,
-                 "tests: at the end, write every parameter and, as grad.<name>, the last "
-                 "step's summed gradient, at full shape (gathered over dp and tp), to this "
-                 "tensor file (checkpoint/tensor_file.h)")
-      ->type_name("FILE")->group(kReport);
-  app.add_option("--report-interval", o.report_interval,
-                 "print the full ledger tables every N steps (always at step 1 and at the "
-                 "end); 0: only then")
-      ->capture_default_str()->group(kReport);
-  app.add_option("--log-interval", o.log_interval,
-                 "print the step line every N steps (and at step 1 and the last); its loss "
-                 "is the mean over the steps since the previous line")
-      ->capture_default_str()->group(kReport);
-  app.add_option("--peak-tflops", o.peak_tflops,
-                 "peak TFLOP/s of one rank for MFU/HFU; 0: the GPU's entry in "
-                 "configs/hardware/, or on CPU the best of 5 timed GEMMs at start-up, which "
-                 "varies between runs: give it to compare MFU across runs")
-      ->capture_default_str()->group(kReport);
-  app.add_option("--attention-flops", raw.attention_flops,
-                 "count attention FLOPs as full (s x s, Korthikanti/PaLM; compare with "
-                 "papers) or causal (half); model FLOPs and MFU use it")
-      ->check(one_of({"full", "causal"}))->capture_default_str()->group(kReport);
-  add_switch(app, "--verbose,-v", o.verbose,
-             "print every flag's final value and where it came from (default, a --config "
-             "file's line, the command line) before the run or the plan, and the rank grid "
-             "when training; rank 0 only")
-      ->group(kReport);
+  add_run_output_flags(app, o, raw, kReport);
 }
 
 void check_run_modes(Options& o, const RawFlags& raw) {

@@ -201,6 +201,30 @@ std::string time_plan_text(const Plan& plan, const PlanProjection& p) {
   return s;
 }
 
+// --plan --json's "fp8": what FP8 buys on this profile (plan/time_model_fp8.h), or why not.
+static void fp8_time_json(JsonWriter& j, const PlanProjection& p) {
+  if (p.fp8) {
+    const Fp8StepTime& f = *p.fp8;
+    j.key("fp8").begin_object().field("projected", true).field("recipe", f.recipe);
+    j.field("fp8_peak_tflops", f.fp8_peak_tflops).field("peak_tflops", f.high_peak_tflops);
+    j.field("gemm_s", f.gemm_high).field("gemm_fp8_s", f.gemm_fp8);
+    j.field("cast_s", f.casts).field("cast_bytes", f.cast_bytes);
+    j.field("cast_launches", f.cast_launches);
+    j.field("step_s", f.step_high).field("step_fp8_s", f.step_fp8);
+    j.key("linears").begin_array();
+    for (const Fp8LinearTime& l : f.linears)
+      j.begin_object().field("name", l.name).field("gemm_s", l.gemm_high)
+          .field("gemm_fp8_s", l.gemm_fp8).field("cast_s", l.casts)
+          .field("cast_bytes", l.cast_bytes).end_object();
+    j.end_array();
+    j.key("assumptions").begin_array();
+    for (const std::string& a : f.assumptions) j.value(a);
+    j.end_array().end_object();
+  } else if (!p.no_fp8.empty()) {
+    j.key("fp8").begin_object().field("projected", false).field("reason", p.no_fp8).end_object();
+  }
+}
+
 void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
   if (p.time) {
     const StepTime& t = *p.time;
@@ -242,26 +266,7 @@ void time_plan_json(JsonWriter& j, const Plan& plan, const PlanProjection& p) {
   } else {
     j.key("time").begin_object().field("projected", false).field("reason", p.no_time).end_object();
   }
-  if (p.fp8) {
-    const Fp8StepTime& f = *p.fp8;
-    j.key("fp8").begin_object().field("projected", true).field("recipe", f.recipe);
-    j.field("fp8_peak_tflops", f.fp8_peak_tflops).field("peak_tflops", f.high_peak_tflops);
-    j.field("gemm_s", f.gemm_high).field("gemm_fp8_s", f.gemm_fp8);
-    j.field("cast_s", f.casts).field("cast_bytes", f.cast_bytes);
-    j.field("cast_launches", f.cast_launches);
-    j.field("step_s", f.step_high).field("step_fp8_s", f.step_fp8);
-    j.key("linears").begin_array();
-    for (const Fp8LinearTime& l : f.linears)
-      j.begin_object().field("name", l.name).field("gemm_s", l.gemm_high)
-          .field("gemm_fp8_s", l.gemm_fp8).field("cast_s", l.casts)
-          .field("cast_bytes", l.cast_bytes).end_object();
-    j.end_array();
-    j.key("assumptions").begin_array();
-    for (const std::string& a : f.assumptions) j.value(a);
-    j.end_array().end_object();
-  } else if (!p.no_fp8.empty()) {
-    j.key("fp8").begin_object().field("projected", false).field("reason", p.no_fp8).end_object();
-  }
+  fp8_time_json(j, p);
   if (p.training) {
     const TrainingTime& r = *p.training;
     j.key("training").begin_object().field("tokens", r.tokens).field("steps", r.steps);

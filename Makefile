@@ -96,7 +96,8 @@ else
   # The same target's machine code (sm_75, or sm_70, which a 7.5 GPU also runs) is built too:
   # ptxas then assembles that PTX here, so an sm_80 instruction left outside its
   # __CUDA_ARCH__ guard fails the build instead of the first launch on a T4, and the T4 needs
-  # no JIT. The kernels' sm_80 paths are stubs there: it costs little (notes/performance.md).
+  # no JIT. The kernels' sm_80 paths compile to a trap there (their entry points decline below
+  # 8.0), so it costs little (notes/performance.md).
   PTX_ARCH := $(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_70),compute_70,\
                 compute_75)
   PTX_ARCH := $(strip $(PTX_ARCH))

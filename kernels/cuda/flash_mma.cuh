@@ -215,12 +215,12 @@ inline bool flash_mma_shape_ok(int B, int A, int G, int D, float scale, float dr
 
 // Whether the current device has the instructions the kernels use (mma.sync m16n8k16, cp.async:
 // compute capability 8.0 and later; PTX ISA, "Warp Level Matrix Multiply-Accumulate
-// Instructions" and "cp.async"). On a V100 or T4 the entry points launch nothing.
+// Instructions" and "cp.async"). On a V100 or T4 the entry points launch nothing. Asked once
+// (kernels/common.h cuda_compute_capability): a rank keeps its GPU, and every attention call of
+// every layer passes here.
 inline bool has_mma_sync() {
-  int device = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 8;
+  static const bool has = kernels::cuda_compute_capability() >= 80;
+  return has;
 }
 
 // Opts the kernel into `bytes` of dynamic shared memory; false when the device allows less

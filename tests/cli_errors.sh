@@ -12,22 +12,40 @@ export OPENBLAS_NUM_THREADS=1
 passed=0; failed=0
 
 # expect_error NAME EXPECTED_SUBSTRING -- COMMAND...: status 2, one stderr line, containing it,
-# an empty stdout.
+# an empty stdout. The cases run nproc at a time in the background (each is one short process:
+# a 2-core machine halves the suite), each with its own files; `tally` prints their verdicts in
+# the order they were asked.
+cases=0
 expect_error() {
-  local name=$1 want=$2; shift 3
+  local name=$1 want=$2 case_file="$tmp/case.$cases"; shift 3
+  cases=$((cases + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+  check_error "$name" "$want" "$case_file" "$@" >"$case_file.verdict" 2>&1 &
+}
+check_error() {
+  local name=$1 want=$2 case_file=$3; shift 3
   local out rc lines
-  "$@" >"$tmp/stdout" 2>"$tmp/stderr"; rc=$?
-  out=$(cat "$tmp/stderr")
-  lines=$(wc -l <"$tmp/stderr")
+  "$@" >"$case_file.stdout" 2>"$case_file.stderr"; rc=$?
+  out=$(cat "$case_file.stderr")
+  lines=$(wc -l <"$case_file.stderr")
   if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [[ "$out" == "paralab: error: "*"$want"* ]] \
-     && [ ! -s "$tmp/stdout" ]; then
-    passed=$((passed + 1))
+     && [ ! -s "$case_file.stdout" ]; then
+    echo PASS
   else
-    failed=$((failed + 1))
     echo "FAIL $name: want status 2 and one line containing '$want'; got status $rc, $lines line(s):"
-    sed 's/^/    | /' "$tmp/stderr" | head -5
-    if [ -s "$tmp/stdout" ]; then echo "  and on stdout:"; sed 's/^/    | /' "$tmp/stdout" | head -3; fi
+    sed 's/^/    | /' "$case_file.stderr" | head -5
+    if [ -s "$case_file.stdout" ]; then
+      echo "  and on stdout:"; sed 's/^/    | /' "$case_file.stdout" | head -3
+    fi
   fi
+}
+tally() {
+  wait
+  local n
+  for ((n = 0; n < cases; n++)); do
+    if [ "$(cat "$tmp/case.$n.verdict")" = PASS ]; then passed=$((passed + 1))
+    else failed=$((failed + 1)); cat "$tmp/case.$n.verdict"; fi
+  done
 }
 bad() { local name=$1 want=$2; shift 2; expect_error "$name" "$want" -- "$trainer" "$@"; }
 
@@ -450,5 +468,6 @@ else
   head -3 "$tmp/stderr" | sed 's/^/    | /'
 fi
 
+tally
 echo "cli_errors: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

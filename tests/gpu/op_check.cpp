@@ -32,6 +32,7 @@
 // `op_check --jobs N` runs N families at a time, their rows printed in the same order.
 // Exit status: 0 when every row passes, 1 otherwise, 2 when no GPU is visible.
 // Built and run by scripts/gpu_check.sh.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,9 +172,14 @@ void embedding_bf16() {
 }
 
 // The families in order, each in its own process (run_family); a null run is a heading.
+// costly: started before the others (the families' rows are still printed in this order). On
+// the emulated device these three are 60% of op_check's CPU seconds (OP_CHECK_TIMES=1 on the
+// 2-core development machine, 2026-12-06: 35, 13 and 28 s of 124 s); started in their place,
+// the tensor-core family (then one family of 50 s) ran alone at the end.
 struct Family {
   const char* name;
   void (*run)();
+  bool costly = false;
 };
 const Family kFamilies[] = {
     {"memory", check_memory},
@@ -186,7 +192,7 @@ const Family kFamilies[] = {
     {"flash attention", check_flash_cases<float>},
     {"loss, optimizer", check_loss_optimizer},
     {"moe router", check_moe_router},
-    {"moe dispatch", check_moe_dispatch},
+    {"moe dispatch", check_moe_dispatch, true},
     {"moe", check_moe<float>},
     {"grouped gemm layouts (fp32 and bf16)", check_gemm_grouped_cases},
     {"---- bf16 storage ----", nullptr},
@@ -198,7 +204,8 @@ const Family kFamilies[] = {
     {"attention layout bf16", check_attention_layout<bf16>},
     {"attention naive bf16", check_attention_naive<bf16>},
     {"flash attention bf16", check_flash_cases<bf16>},
-    {"flash attention, tensor cores (bf16)", check_flash_mma},
+    {"flash attention, tensor cores (bf16)", check_flash_mma_whole, true},
+    {"flash attention, tensor cores (bf16), cp", check_flash_mma_cp, true},
     {"optimizer bf16", check_optimizer_bf16},
     {"optimizer bf16 moments", check_optimizer_bf16_moments},
     {"moe bf16", check_moe<bf16>},
@@ -219,25 +226,44 @@ const Family kFamilies[] = {
     {"flash attention fp16", check_flash_cases<kernels::fp16>},
 };
 
+// OP_CHECK_TIMES=1: each family's CPU seconds (its child's user + system time, which the
+// machine's load does not change) on stderr after the rows, the costliest first: what to look
+// at when CI's time grows.
+void print_family_times(const std::vector<double>& seconds) {
+  if (std::getenv("OP_CHECK_TIMES") == nullptr) return;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < seconds.size(); i++)
+    if (kFamilies[i].run != nullptr) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seconds[a] > seconds[b]; });
+  for (size_t i : order) std::fprintf(stderr, "%8.1f s  %s\n", seconds[i], kFamilies[i].name);
+}
+
 // Every family, `jobs` at a time, each child's rows kept in a file of its own and printed in
 // the families' order as soon as those before it are done: the output is the same whatever
 // `jobs` is. Several at a time suit the emulated device (each family runs on one CPU core; a
-// 2-core machine halves op_check's time); on a GPU, one at a time (the default).
+// 2-core machine halves op_check's time); on a GPU, one at a time (the default). The costly
+// families start first (longest first: the others then fill the cores around them).
 int run_families(int jobs) {
   const size_t n = sizeof(kFamilies) / sizeof(kFamilies[0]);
+  std::vector<size_t> launch;
+  for (bool costly : {true, false})
+    for (size_t i = 0; i < n; i++)
+      if (kFamilies[i].costly == costly) launch.push_back(i);
   std::vector<FILE*> rows(n, nullptr);
   std::vector<pid_t> pid(n, 0);
   std::vector<int> status(n, 0);
   std::vector<bool> done(n, false);
+  std::vector<double> cpu_seconds(n, 0.0);
   size_t next = 0, printed = 0;
   int running = 0, failed = 0;
   while (printed < n) {
     for (; next < n && running < jobs; next++) {
-      const Family& f = kFamilies[next];
-      if (f.run == nullptr) { done[next] = true; continue; }
-      rows[next] = std::tmpfile();
-      if (rows[next] == nullptr) throw std::runtime_error("op_check: tmpfile failed");
-      pid[next] = start_family(f.name, f.run, rows[next]);
+      const size_t i = launch[next];
+      const Family& f = kFamilies[i];
+      if (f.run == nullptr) { done[i] = true; continue; }
+      rows[i] = std::tmpfile();
+      if (rows[i] == nullptr) throw std::runtime_error("op_check: tmpfile failed");
+      pid[i] = start_family(f.name, f.run, rows[i]);
       running++;
     }
     for (; printed < n && done[printed]; printed++) {  // the finished prefix, in order
@@ -253,10 +279,18 @@ int run_families(int jobs) {
     }
     if (running == 0) continue;
     int child_status = 0;
-    const pid_t child = waitpid(-1, &child_status, 0);
-    for (size_t i = 0; i < next; i++)
-      if (pid[i] == child && !done[i]) { status[i] = child_status; done[i] = true; running--; }
+    rusage usage{};
+    const pid_t child = wait4(-1, &child_status, 0, &usage);
+    for (size_t i = 0; i < n; i++)
+      if (pid[i] == child && !done[i]) {
+        status[i] = child_status;
+        done[i] = true;
+        running--;
+        cpu_seconds[i] = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+                         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+      }
   }
+  print_family_times(cpu_seconds);
   return failed;
 }
 

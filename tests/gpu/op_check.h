@@ -272,7 +272,8 @@ void check_optimizer_bf16_moments();  // op_check_loss.cpp
 void check_moe_router();      // op_check_moe.cpp: router, balancing, z loss (fp32 only)
 void check_moe_dispatch();    // op_check_moe.cpp: the dispatch's counting sort (integers)
 void check_gemm_grouped_cases();  // op_check_moe.cpp: the grouped GEMM's layouts, fp32 and bf16
-void check_flash_mma();           // op_check_flash_mma.cpp: the tensor-core flash attention
+void check_flash_mma_whole();     // op_check_flash_mma.cpp: the tensor-core flash attention,
+void check_flash_mma_cp();        //   whole sequences; cp passes and declined shapes
 int attention_main(int argc, char** argv);  // op_check_attention_bench.cpp: its two modes
 int kernel_table_main(int argc, char** argv);  // op_check_kernel_table.cpp: --kernel-table
 int lane_map_main();  // op_check_lane_map.cpp: --lane-map

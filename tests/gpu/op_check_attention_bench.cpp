@@ -25,11 +25,7 @@
 #include <vector>
 
 #include "kernels/cuda/flash_mma.h"
-#include "tests/gpu/op_check.h"  // check_flash_mma's harness (failures), Device, bf16
-
-namespace op_check {
-void check_flash_mma();  // tests/gpu/op_check_flash_mma.cpp
-}
+#include "tests/gpu/op_check.h"  // check_flash_mma_*, the harness (failures), Device, bf16
 
 namespace {
 
@@ -161,7 +157,8 @@ int attention_main(int argc, char** argv) {
   }
   if (mode == "--attention-check") {
     std::printf("%-52s %12s %10s   %s\n", "op", "max rel err", "bound", "result");
-    op_check::check_flash_mma();
+    op_check::check_flash_mma_whole();
+    op_check::check_flash_mma_cp();
     std::printf("op_check --attention-check: %s\n", op_check::failures ? "FAILED" : "all PASS");
     return op_check::failures ? 1 : 0;
   }

@@ -21,8 +21,8 @@
 // from the same values gives the same bits (no atomics), and the entry points decline (return
 // false, launch nothing) what they do not handle.
 //
-// defines: op_check::check_flash_mma (the rows; op_check's main calls it after
-//          check_flash_cases<bf16>, op_check --attention-check alone)
+// defines: op_check::check_flash_mma_whole, check_flash_mma_cp (the rows; op_check's main
+//          runs them as two families after check_flash_cases<bf16>, --attention-check alone)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,8 +36,6 @@
 #include "tests/gpu/op_check.h"      // Twin, check, err, err_lse, cp_positions, ...
 
 namespace op_check {
-
-void check_flash_mma();
 
 using kernels::AttentionBlock;
 using kernels::AttentionRows;
@@ -191,7 +189,9 @@ void check_declines() {
 
 }  // namespace
 
-void check_flash_mma() {
+// Two families (op_check.cpp runs them side by side: on the emulated device they are its
+// costliest rows): whole sequences, then context parallelism's passes and the declined shapes.
+void check_flash_mma_whole() {
   std::printf("---- flash-mma (tensor cores, bf16): %s vs the CPU twin ----\n",
               kernels::cuda::flash_mma_name());
   struct Shape {
@@ -208,6 +208,9 @@ void check_flash_mma() {
                          Shape{1, 4, 2, 513, 64, 0.1f, true, false},
                          Shape{1, 2, 1, 1000, 128, 0.0f, true, true}})
     check_case(s.B, s.A, s.G, s.D, s.p, whole(s.S, s.A, s.D, s.causal), s.twice);
+}
+
+void check_flash_mma_cp() {
   // cp = 2 with chunks of 75 rows (views of 75 and 150 rows: partial tiles everywhere)
   for (int D : {64, 128})
     for (const Pass& pass : cp_passes(75, 8, D))

@@ -41,10 +41,15 @@ Training::Training(const Options& o, const World& w)
   const kernels::Device dev = o.device;
   if (dev == kernels::Device::CUDA) {
     kernels::cuda_select_device(w.local_rank);
-    try {  // --bf16 or --fp8-format on a GPU without them (cli/flags_gpu.cpp): exit 2 now
-      check_gpu_precision(o, kernels::cuda_device_name(), kernels::cuda_compute_capability());
-    } catch (const InputError& e) {
-      exit_on_input_error(e, w.rank, [](int) { finalize_world(); });
+    // --bf16 or --fp8-format on a GPU without them (cli/flags_gpu.cpp): exit 2 now. Each rank
+    // asks of its own GPU (a job may mix them); the first that refuses prints its line.
+    const std::string why = gpu_precision_refusal(o, kernels::cuda_device_name(),
+                                                  kernels::cuda_compute_capability());
+    const int refusing = first_rank_where(!why.empty());
+    if (refusing >= 0) {
+      if (w.rank == refusing) std::fprintf(stderr, "paralab: error: %s\n", why.c_str());
+      finalize_world();
+      std::exit(2);
     }
   }
   kernels::set_timing_level(o.timing_log_level);

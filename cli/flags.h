@@ -12,8 +12,7 @@
 // and parse_flags_or_exit prints it as `paralab: error: ...` and exits with status 2.
 //
 // defines: Comm, Options, FlagError, HelpRequested, parse_flags, parse_flags_or_exit,
-//          exit_on_input_error, exit_with_help, print_resolved_options, gpu_precision_refusal,
-//          check_gpu_precision
+//          exit_on_input_error, exit_with_help, print_resolved_options, gpu_precision_refusal
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -178,11 +177,10 @@ inline Options parse_flags(int argc, const char* const* argv, int launched_world
 [[noreturn]] void exit_with_help(const HelpRequested& h, int rank = 0,
                                  const std::function<void(int)>& before_exit = {});
 // The one line refusing the run's --bf16 or --fp8-format on this GPU (its name and compute
-// capability as 10 major + minor; 0: no GPU), "" when it runs them (cli/flags_gpu.cpp);
-// check_gpu_precision throws it as a FlagError. The trainer asks once its GPU is chosen.
+// capability as 10 major + minor; 0: no GPU), "" when it runs them (cli/flags_gpu.cpp). Every
+// rank asks once its GPU is chosen (app/training_build.cpp).
 std::string gpu_precision_refusal(const Options& o, const std::string& gpu,
                                   int compute_capability);
-void check_gpu_precision(const Options& o, const std::string& gpu, int compute_capability);
 
 // --verbose: prints the resolved options (every flag's final value and where it came from:
 // default, a --config file's line, the command line) on rank 0, on stdout (stderr with

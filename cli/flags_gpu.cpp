@@ -12,7 +12,7 @@
 //                  8.9 (kernels/cuda/fp8.cu), but the layers around the linears stay in bf16, as
 //                  in Transformer Engine (docs/fp8.md), and bf16 needs 8.0.
 //
-// defines: gpu_precision_refusal, check_gpu_precision
+// defines: gpu_precision_refusal
 #include <cstdio>
 #include <string>
 
@@ -46,11 +46,6 @@ std::string gpu_precision_refusal(const Options& o, const std::string& gpu, int 
             "from 8.0 (emulated GEMMs)");
   }
   return "";
-}
-
-void check_gpu_precision(const Options& o, const std::string& gpu, int cc) {
-  const std::string why = gpu_precision_refusal(o, gpu, cc);
-  if (!why.empty()) throw FlagError(why);
 }
 
 }  // namespace paralab

@@ -28,7 +28,7 @@
 // Errors: fail() ends every rank with one message (MPI_Abort), never a hang.
 //
 // defines: CommBackend, DType, comm_type, ReduceOp, P2POp, CommHandle, Communicator,
-//          comm_progress, World, init_world, finalize_world, FatalError, fail, exit_all_ranks,
+//          comm_progress, World, init_world, finalize_world, first_rank_where, FatalError, fail, exit_all_ranks,
 //          run_main
 #pragma once
 #include <cstddef>
@@ -241,6 +241,10 @@ struct World {
 World init_world(int& argc, char**& argv);
 void finalize_world();
 const World& world();
+// Every rank calls it (one all-reduce, min, over MPI_COMM_WORLD): the lowest world rank whose
+// `mine` is true, -1 when no rank's is. For a check whose answer differs by rank (each rank's
+// own GPU): the first refusing rank prints, and every rank exits together.
+int first_rank_where(bool mine);
 
 // An error that carries its exit code (2: bad input, notes/design.md).
 struct FatalError : std::runtime_error {

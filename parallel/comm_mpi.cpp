@@ -356,4 +356,14 @@ void finalize_world() {
 
 const World& world() { return g_world; }
 
+int first_rank_where(bool mine) {
+  int rank = 0, size = 1;
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+  const int candidate = mine ? rank : size;
+  int first = size;
+  check(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  return first < size ? first : -1;
+}
+
 }  // namespace paralab

@@ -22,13 +22,11 @@ TEST(FlagsGpu, Bf16NeedsAmpere) {
   EXPECT_TRUE(has(gpu_precision_refusal(o, "Tesla T4", 75), "(compute capability 7.5)"));
   EXPECT_EQ(gpu_precision_refusal(o, "NVIDIA A100-SXM4-80GB", 80), "");
   EXPECT_EQ(gpu_precision_refusal(o, "", 0), "");  // no GPU: nothing to check
-  EXPECT_THROW(check_gpu_precision(o, "Tesla T4", 75), FlagError);
   // fp32 and fp16 run everywhere
   o.train.bf16 = false;
   EXPECT_EQ(gpu_precision_refusal(o, "Tesla V100-SXM2-32GB", 70), "");
   o.train.fp16 = true;
   EXPECT_EQ(gpu_precision_refusal(o, "Tesla T4", 75), "");
-  EXPECT_NO_THROW(check_gpu_precision(o, "Tesla T4", 75));
 }
 
 TEST(FlagsGpu, Fp8NeedsFp8TensorCoresButBlockwiseRunsFromAmpere) {

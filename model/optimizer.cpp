@@ -102,6 +102,127 @@ kernels::Device AdamW::state_device(bool expert, int64_t i) const {
   return on_host(expert, i) ? kernels::Device::CPU : model_.device();
 }
 
+namespace {
+// One value summed over a group's ranks (the gradient norm's squares): through a one-element
+// device buffer, as the collectives take device memory.
+double all_reduce_scalar(Communicator& group, Buffer<float>& scalar, double value,
+                         kernels::Device dev) {
+  float f = (float)value;
+  kernels::memcpy_from_host(dev, scalar.data(), &f, sizeof f);
+  group.all_reduce(scalar.data(), 1);
+  kernels::memcpy_to_host(dev, &f, scalar.data(), sizeof f);
+  return (double)f;
+}
+
+// The clipping coefficient (Megatron / PyTorch clip_grad_norm_): g <- g * c / (||g|| + 1e-6)
+// when ||g|| > c, else 1; of the unscaled norm.
+float clip_factor(double norm, float clip_grad) {
+  if (clip_grad > 0.0f && norm > clip_grad) return (float)(clip_grad / (norm + 1e-6));
+  return 1.0f;
+}
+
+// What the update multiplies each gradient by: the clipping coefficient on the unscaled
+// gradients g = scaled / S, both factors in one multiply; 1/S as megatron-core's inv_scale takes
+// it (the reciprocal in double, then fp32).
+float gradient_multiplier(float clip, float S) {
+  return S == 1.0f ? clip : clip * (float)(1.0 / (double)S);
+}
+
+// The step's constants: the learning rate, Adam's betas and epsilon, the moments' storage and
+// the bias corrections 1 - beta^t, t the updates made (this one included).
+kernels::AdamStep adam_constants(const TrainConfig& t, float lr, int updates,
+                                 float grad_scale) {
+  kernels::AdamStep s;
+  s.lr = lr, s.beta1 = t.adam_beta1, s.beta2 = t.adam_beta2, s.eps = t.adam_eps;
+  s.exp_avg_bf16 = t.exp_avg_bf16, s.exp_avg_sq_bf16 = t.exp_avg_sq_bf16;
+  s.bias1 = 1.0f - std::pow(t.adam_beta1, (float)updates);
+  s.bias2 = 1.0f - std::pow(t.adam_beta2, (float)updates);
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+// The runs of one update: the device's (one multi-tensor launch) and the host's (CPU offload).
+struct AdamRuns {
+  std::vector<kernels::AdamRun> device, host;
+};
+
+// Weight decay is per tensor (2-D weights only), an owned segment may span tensors: each
+// intersection of one of `owner`'s segments with a tensor of its vector (dense or experts') is
+// a run of its own, with its parameters, gradients and states at the same offset k into the
+// segment. A segment on the host joins the host's list.
+void add_runs(AdamW& opt, const std::vector<TensorView>& views, DataParallel& owner,
+              bool expert, DType storage, float weight_decay, AdamRuns& runs) {
+  const bool half = storage != DType::F32;  // 16-bit parameters with fp32 masters
+  const int es = (int)dtype_size(storage);
+  for (const OwnedSegment& seg : owner.owned_segments()) {
+    for (const TensorView& v : views) {
+      if (v.expert != expert) continue;
+      const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
+      const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
+      if (lo >= hi) continue;
+      const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
+      void* param = static_cast<char*>(seg.param) + k * es;
+      kernels::AdamRun r;
+      r.master = half ? static_cast<float*>(opt.state(AdamW::State::MASTER, expert, at))
+                      : static_cast<float*>(param);
+      r.params = half ? param : nullptr;
+      r.grads = static_cast<const char*>(seg.grad) + k * es;
+      r.m = opt.state(AdamW::State::EXP_AVG, expert, at);
+      r.v = opt.state(AdamW::State::EXP_AVG_SQ, expert, at);
+      r.n = hi - lo;
+      r.weight_decay = v.spec->weight_decay ? weight_decay : 0.0f;
+      (seg.host ? runs.host : runs.device).push_back(r);
+    }
+  }
+}
+
+// The sum of squares over this rank's share; tensor parallelism adds the other slices
+// (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), expert
+// parallelism the other ranks' experts (each expert element once: the expert-data-parallel
+// replicas agree), and pipeline parallelism the other stages (gpt's tied copy counts on the
+// first stage only): ||g||^2 over every parameter, each counted once. Each group's sum goes
+// through its one-element buffer.
+double global_grad_sum_squares(Transformer& model, Buffer<float>& tp_scalar,
+                               Buffer<float>& ep_scalar, Buffer<float>& pp_scalar) {
+  const kernels::Device dev = model.device();
+  DataParallel* experts = model.expert_data_parallel();
+  double squares = model.data_parallel().grad_sum_squares();
+  const TensorParallel& tp = model.tensor_parallel();
+  if (tp.size() > 1) squares = all_reduce_scalar(*tp.tp, tp_scalar, squares, dev);
+  // the experts' share over the ranks holding the others: ep, or etp x ep with their
+  // widths split (every rank holds every expert when folded over tp without either)
+  const ExpertParallel& ep = model.expert_parallel();
+  if (experts && ep.distributed())
+    squares += all_reduce_scalar(ep.etp_size() > 1 ? *ep.etp_ep : *ep.ep, ep_scalar,
+                                 experts->grad_sum_squares(), dev);
+  else if (experts)
+    squares += experts->grad_sum_squares();
+  if (Communicator* pp = model.pipeline_group())
+    squares = all_reduce_scalar(*pp, pp_scalar, squares, dev);
+  return squares;
+}
+
+// One AdamW update of the owned elements with the step's constants: the device's runs, dense
+// and experts', in one launch (kernels::adamw_update, multi-tensor), then the host's (CPU
+// offload) by host_threads. Returns the host update's seconds.
+double update_owned(AdamW& opt, Transformer& model, const kernels::AdamStep& s,
+                    float weight_decay, int host_threads) {
+  DataParallel& dp = model.data_parallel();
+  DataParallel* experts = model.expert_data_parallel();
+  const DType storage = dp.storage();
+  AdamRuns runs;
+  add_runs(opt, model.views(), dp, false, storage, weight_decay, runs);
+  if (experts) add_runs(opt, model.views(), *experts, true, storage, weight_decay, runs);
+  const int count = (int)runs.device.size();
+  with_storage(storage, [&](auto type) {
+    kernels::adamw_update<decltype(type)>(model.device(), runs.device.data(), count, s);
+  });
+  const double t0 = now_seconds();
+  if (!runs.host.empty()) host_adamw(runs.host, s, storage, host_threads);
+  return now_seconds() - t0;
+}
+}  // namespace
+
 float AdamW::step(float lr, bool skip) {
   DataParallel& dp = model_.data_parallel();
   DataParallel* experts = model_.expert_data_parallel();
@@ -113,93 +234,21 @@ float AdamW::step(float lr, bool skip) {
     count_grad_underflow(dp, dev, scaler_.scale(), underflow_);
     if (experts) count_grad_underflow(*experts, dev, scaler_.scale(), underflow_);
   }
-  // the sum of squares over this rank's share; tensor parallelism adds the other slices
-  // (replicated tensors count on tp rank 0 only: Transformer excluded them elsewhere), expert
-  // parallelism the other ranks' experts (each expert element once: the expert-data-parallel
-  // replicas agree), and pipeline parallelism the other stages (gpt's tied copy counts on
-  // the first stage only)
-  auto sum_over = [&](Communicator& group, Buffer<float>& scalar, double squares) {
-    float f = (float)squares;
-    kernels::memcpy_from_host(dev, scalar.data(), &f, sizeof f);
-    group.all_reduce(scalar.data(), 1);
-    kernels::memcpy_to_host(dev, &f, scalar.data(), sizeof f);
-    return (double)f;
-  };
-  double squares = dp.grad_sum_squares();
-  const TensorParallel& tp = model_.tensor_parallel();
-  if (tp.size() > 1) squares = sum_over(*tp.tp, norm_scalar_, squares);
-  // the experts' share over the ranks holding the others: ep, or etp x ep with their
-  // widths split (every rank holds every expert when folded over tp without either)
-  const ExpertParallel& ep = model_.expert_parallel();
-  if (experts && ep.distributed())
-    squares += sum_over(ep.etp_size() > 1 ? *ep.etp_ep : *ep.ep, ep_norm_scalar_,
-                        experts->grad_sum_squares());
-  else if (experts)
-    squares += experts->grad_sum_squares();
-  if (Communicator* pp = model_.pipeline_group())
-    squares = sum_over(*pp, pp_norm_scalar_, squares);
   // the gradients carry the loss scale S: their norm is S times the true one, and an
   // overflow (inf or NaN in some gradient) makes it not finite
   const float S = scaler_.scale();
+  const double squares =
+      global_grad_sum_squares(model_, norm_scalar_, ep_norm_scalar_, pp_norm_scalar_);
   const double norm = std::sqrt(squares) / S;
   skipped_ = skip || !std::isfinite(norm);
   // megatron-core's optimizer.step: the scaler sees found_inf every step (a loss that is not
   // finite gave gradients that are not either)
   scaler_.update(skipped_);
-  // clip: g <- g * c / (||g|| + 1e-6) when ||g|| > c (Megatron / PyTorch clip_grad_norm_), on
-  // the unscaled gradients g = scaled / S: both factors in the update's one multiply
-  float clip = 1.0f;
-  if (train_.clip_grad > 0.0f && norm > train_.clip_grad)
-    clip = (float)(train_.clip_grad / (norm + 1e-6));
-  if (!skipped_) ++step_;  // Adam's bias correction counts the updates made
-  const float bias1 = 1.0f - std::pow(train_.adam_beta1, (float)step_);
-  const float bias2 = 1.0f - std::pow(train_.adam_beta2, (float)step_);
-  // Weight decay is per tensor (2-D weights only), an owned segment may span tensors: each
-  // intersection of a segment with a tensor is a run of its own. The device's runs, dense and
-  // experts', are one launch (kernels::adamw_update, multi-tensor); a segment on the host (CPU
-  // offload) joins the host's list, updated after that launch by host_threads.
-  std::vector<kernels::AdamRun> device_runs, host_runs;
-  const DType storage = dp.storage();
-  const bool half = storage != DType::F32;  // 16-bit parameters with fp32 masters
-  auto runs_of = [&](DataParallel& owner, bool expert) {
-    const int es = (int)dtype_size(storage);
-    for (const OwnedSegment& seg : owner.owned_segments()) {
-      for (const TensorView& v : model_.views()) {
-        if (v.expert != expert) continue;
-        const int64_t lo = std::max<int64_t>(seg.flat_begin, v.offset);
-        const int64_t hi = std::min<int64_t>(seg.flat_begin + seg.count, v.offset + v.numel);
-        if (lo >= hi) continue;
-        const int64_t k = lo - seg.flat_begin, at = seg.state_offset + k;
-        void* param = static_cast<char*>(seg.param) + k * es;
-        kernels::AdamRun r;
-        r.master = half ? static_cast<float*>(state(State::MASTER, expert, at))
-                        : static_cast<float*>(param);
-        r.params = half ? param : nullptr;
-        r.grads = static_cast<const char*>(seg.grad) + k * es;
-        r.m = state(State::EXP_AVG, expert, at);
-        r.v = state(State::EXP_AVG_SQ, expert, at);
-        r.n = hi - lo;
-        r.weight_decay = v.spec->weight_decay ? train_.weight_decay : 0.0f;
-        (seg.host ? host_runs : device_runs).push_back(r);
-      }
-    }
-  };
   if (!skipped_) {
-    runs_of(dp, false);
-    if (experts) runs_of(*experts, true);
-    kernels::AdamStep s;
-    s.lr = lr, s.beta1 = train_.adam_beta1, s.beta2 = train_.adam_beta2, s.eps = train_.adam_eps;
-    s.exp_avg_bf16 = train_.exp_avg_bf16, s.exp_avg_sq_bf16 = train_.exp_avg_sq_bf16;
-    // 1/S as megatron-core's inv_scale takes it (the reciprocal in double, then fp32)
-    s.bias1 = bias1, s.bias2 = bias2;
-    s.grad_scale = S == 1.0f ? clip : clip * (float)(1.0 / (double)S);
-    const int runs = (int)device_runs.size();
-    with_storage(storage, [&](auto type) {
-      kernels::adamw_update<decltype(type)>(dev, device_runs.data(), runs, s);
-    });
-    const double t0 = now_seconds();
-    if (!host_runs.empty()) host_adamw(host_runs, s, storage, host_threads_);
-    host_seconds_ = now_seconds() - t0;
+    ++step_;  // Adam's bias correction counts the updates made
+    const float grad_scale = gradient_multiplier(clip_factor(norm, train_.clip_grad), S);
+    const kernels::AdamStep constants = adam_constants(train_, lr, step_, grad_scale);
+    host_seconds_ = update_owned(*this, model_, constants, train_.weight_decay, host_threads_);
   }
   // ZeRO's parameter all-gather runs either way (unchanged shards on a skipped step): the
   // step's collectives stay the plan's

@@ -206,168 +206,193 @@ HeadCost head_cost(const Plan& plan, const Device& dev, const KernelTrafficPlan&
   return c;
 }
 
-}  // namespace
+// One pp rank's compute over its chunks, one microbatch: what the step's breakdown and the
+// overlaps' budgets take (each model stage's F, B and W go to its StageTime).
+struct RankSums {
+  double gemm = 0, attention = 0, memory = 0, recompute = 0, gemm_calls = 0, launches = 0;
+  double attention_core = 0;  // flash kernels, or naive's products: what a cp ring hides in
+  int chunks = 1;
+};
 
-bool group_fits_node(int stride, int group_size, int gpus_per_node) {
-  return (int64_t)stride * group_size <= gpus_per_node;
-}
-
-StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sensitivity) {
-  const Precision precision = plan.train.precision();
-  const double peak_tflops = hw.peak_tflops(precision);
-  if (peak_tflops <= 0)
-    throw std::invalid_argument(hw.file + ": the profile states no " +
-                                precision_name(precision) + " peak");
-  StepTime st;
-  st.hardware = hw.name + (hw.file.empty() ? "" : " (" + hw.file + ")");
-  st.peak_tflops = peak_tflops;
-  st.peak_figure = hw.peak_figure(precision);
-  const Device dev{hw, precision, peak_tflops * 1e12};
+// Pp rank s's model stages (chunk c is stage shape.stage_of(s, c)): its layers' costs, the
+// embedding's kernels on the first chunk and the head on the last. A stage's F is its forward,
+// B its input gradient with the recompute, W its weight gradient. A DualPipe's stage is on two
+// ranks, alike: costed once (the mirror's copy is the same again).
+RankSums cost_rank_stages(const Plan& plan, const Device& dev, const KernelTrafficPlan& traffic,
+                          int s, std::vector<StageTime>& stages) {
   const PipelinePlan& pipe = plan.pipeline;
   const PipelineShape& shape = pipe.shape;
+  LayerCoster coster(plan, dev, traffic);
+  std::vector<int> first{0}, count{plan.model.num_layers};
+  bool embedding = true, head = true;
+  if (!pipe.stages.empty()) {
+    first = pipe.stages.at(s).chunk_first_layer;
+    count = pipe.stages.at(s).chunk_layers;
+    embedding = pipe.stages.at(s).embedding;
+    head = pipe.stages.at(s).head;
+  }
+  RankSums r;
+  r.chunks = (int)first.size();
+  for (size_t c = 0; c < first.size(); ++c) {
+    StageTime& stage = stages.at(shape.stage_of(s, (int)c));
+    if (shape.mirror_of(s) < s) stage = StageTime{};  // the mirror's copy: the same again
+    for (int i = 0; i < count[c]; ++i) {
+      const LayerCost lc = coster.cost(first[c] + i);
+      stage.F += lc.forward;
+      stage.B += lc.input_grad + lc.recompute;
+      stage.W += lc.weight_grad;
+      r.gemm += lc.gemm, r.attention += lc.attention, r.memory += lc.memory;
+      r.attention_core += lc.core;
+      r.recompute += lc.recompute;
+      r.gemm_calls += lc.gemm_calls, r.launches += lc.launches;
+    }
+    if (embedding && c == 0) {
+      const double f = dev.memory(traffic.embedding_forward);
+      const double b = dev.memory(traffic.embedding_backward);
+      stage.F += f, stage.B += b, r.memory += f + b;
+      r.launches += (double)(traffic.embedding_forward.launches +
+                             traffic.embedding_backward.launches);
+    }
+    if (head && c + 1 == first.size()) {
+      const HeadCost hc = head_cost(plan, dev, traffic);
+      stage.F += hc.forward, stage.B += hc.input_grad, stage.W += hc.weight_grad;
+      r.gemm += hc.gemm, r.memory += hc.memory, r.gemm_calls += hc.gemm_calls;
+      r.launches += (double)(traffic.head_forward.launches + traffic.head_backward.launches);
+    }
+  }
+  return r;
+}
+
+// Pp rank s's budgets for the overlaps (plan/time_model_comm.h): its compute over k
+// microbatches, total = k (gemm + attention + memory + recompute), the attention core's part,
+// and one microbatch's forward and backward (B + W) over its chunks.
+RankCompute overlap_budget(const RankSums& r, double k, const PipelineShape& shape, int s,
+                           const std::vector<StageTime>& stages) {
+  RankCompute budget;
+  budget.total = k * (r.gemm + r.attention + r.memory + r.recompute);
+  budget.attention = k * r.attention_core;
+  budget.chunks = r.chunks;
+  for (int c = 0; c < r.chunks; ++c) {
+    const StageTime& stage = stages.at(shape.stage_of(s, c));
+    budget.first_forward += stage.F;
+    budget.last_backward += stage.B + stage.W;
+  }
+  return budget;
+}
+
+// The step's compute breakdown, rank 0's (pp rank 0): k microbatches of each kind, the
+// optimizer's other kernels once, and every launch: one per GEMM call, and the other kernels'
+// as they count them, at launch_overhead_us each.
+void compute_breakdown(StepTime& st, const RankSums& r, double k, const Device& dev,
+                       const KernelTrafficPlan& traffic) {
+  st.gemm = k * r.gemm, st.attention = k * r.attention, st.memory = k * r.memory;
+  st.recompute = k * r.recompute;
+  st.optimizer = dev.memory(traffic.step_other);
+  st.gemm_calls = (int64_t)std::llround(k * r.gemm_calls);
+  st.kernel_launches =
+      st.gemm_calls + traffic.step_total.launches + traffic.step_attention.launches;
+  st.launch_seconds = (double)st.kernel_launches * dev.hw.launch_overhead_us * 1e-6;
+  st.compute = st.gemm + st.attention + st.memory + st.recompute + st.optimizer;
+}
+
+// Every model stage's F, B and W (st.stages), rank 0's breakdown, and per pp rank the budgets
+// the overlaps take, each pp rank costed at its first rank's kernel traffic.
+std::vector<RankCompute> cost_stages(const Plan& plan, const Device& dev, StepTime& st) {
+  const PipelineShape& shape = plan.pipeline.shape;
   const int p = shape.p;
   const int world = plan.parallel.world_size;
   // the microbatches through each of a rank's chunks (DualPipe's: one direction's half)
   const double k = (double)plan.microbatches_per_rank /
                    (shape.placement() == StagePlacement::MIRRORED ? 2 : 1);
-
-  // Each model stage (chunk c of pp rank s: shape.stage_of(s, c)): its layers' and its
-  // ends' costs. A DualPipe's stage is on two ranks, alike: costed once.
   st.stages.assign((size_t)shape.model_stages(), StageTime{});
-  std::vector<RankCompute> rank_compute(p);  // per pp rank: the overlaps' budgets
+  std::vector<RankCompute> rank_compute(p);
   for (int s = 0; s < p; ++s) {
     const int rank = s * (world / p);  // the stage's first rank (tp, cp, dp rank 0)
     const KernelTrafficPlan traffic = kernel_traffic_plan(plan, rank);
-    LayerCoster coster(plan, dev, traffic);
-    std::vector<int> first{0}, count{plan.model.num_layers};
-    bool embedding = true, head = true;
-    if (!pipe.stages.empty()) {
-      first = pipe.stages.at(s).chunk_first_layer;
-      count = pipe.stages.at(s).chunk_layers;
-      embedding = pipe.stages.at(s).embedding;
-      head = pipe.stages.at(s).head;
-    }
-    double gemm = 0, attention = 0, memory = 0, recompute = 0, gemm_calls = 0, launches = 0;
-    double attention_core = 0;  // flash kernels, or naive's products: what a cp ring hides in
-    for (size_t c = 0; c < first.size(); ++c) {
-      StageTime& stage = st.stages.at(shape.stage_of(s, (int)c));
-      if (shape.mirror_of(s) < s) stage = StageTime{};  // the mirror's copy: the same again
-      for (int i = 0; i < count[c]; ++i) {
-        const LayerCost lc = coster.cost(first[c] + i);
-        stage.F += lc.forward;
-        stage.B += lc.input_grad + lc.recompute;
-        stage.W += lc.weight_grad;
-        gemm += lc.gemm, attention += lc.attention, memory += lc.memory;
-        attention_core += lc.core;
-        recompute += lc.recompute;
-        gemm_calls += lc.gemm_calls, launches += lc.launches;
-      }
-      if (embedding && c == 0) {
-        const double f = dev.memory(traffic.embedding_forward);
-        const double b = dev.memory(traffic.embedding_backward);
-        stage.F += f, stage.B += b, memory += f + b;
-        launches += (double)(traffic.embedding_forward.launches +
-                             traffic.embedding_backward.launches);
-      }
-      if (head && c + 1 == first.size()) {
-        const HeadCost hc = head_cost(plan, dev, traffic);
-        stage.F += hc.forward, stage.B += hc.input_grad, stage.W += hc.weight_grad;
-        gemm += hc.gemm, memory += hc.memory, gemm_calls += hc.gemm_calls;
-        launches += (double)(traffic.head_forward.launches + traffic.head_backward.launches);
-      }
-    }
-    RankCompute& budget = rank_compute[s];
-    budget.total = k * (gemm + attention + memory + recompute);
-    budget.attention = k * attention_core;
-    budget.chunks = (int)first.size();
-    for (size_t c = 0; c < first.size(); ++c) {
-      const StageTime& stage = st.stages.at(shape.stage_of(s, (int)c));
-      budget.first_forward += stage.F;
-      budget.last_backward += stage.B + stage.W;
-    }
-    if (s == 0) {
-      st.gemm = k * gemm, st.attention = k * attention, st.memory = k * memory;
-      st.recompute = k * recompute;
-      st.optimizer = dev.memory(traffic.step_other);
-      st.gemm_calls = (int64_t)std::llround(k * gemm_calls);
-      // every launch: one per GEMM call, and the other kernels' as they count them
-      st.kernel_launches =
-          st.gemm_calls + traffic.step_total.launches + traffic.step_attention.launches;
-      st.launch_seconds = (double)st.kernel_launches * hw.launch_overhead_us * 1e-6;
-      st.compute = st.gemm + st.attention + st.memory + st.recompute + st.optimizer;
-    }
+    const RankSums sums = cost_rank_stages(plan, dev, traffic, s, st.stages);
+    rank_compute[s] = overlap_budget(sums, k, shape, s, st.stages);
+    if (s == 0) compute_breakdown(st, sums, k, dev, traffic);
   }
+  return rank_compute;
+}
 
-  // Communication inside the layers is charged to the stages' actions; the rest after.
-  const CommTime comm = project_comm_time(plan, hw, st.stages, rank_compute);
-  st.comm = comm.groups;
+// The schedule's actions' costs: each stage's F and B with the in-layer communication (tp,
+// cp, ep) exposed on them, its W, and one pp message. DualPipe's F&B pairs hide each half's
+// collectives under the other's compute (GPU): the communication is also given apart.
+ActionCosts action_costs(const std::vector<StageTime>& stages, const CommTime& comm) {
   ActionCosts costs;
   costs.F = costs.B = costs.W = 0;
   costs.comm = comm.message_seconds;
-  for (size_t i = 0; i < st.stages.size(); ++i) {
-    costs.stage_F.push_back(st.stages[i].F + comm.per_action_forward[i]);
-    costs.stage_B.push_back(st.stages[i].B + comm.per_action_backward[i]);
-    costs.stage_W.push_back(st.stages[i].W);
-    // DualPipe's F&B pairs hide each half's collectives under the other's compute (GPU)
+  for (size_t i = 0; i < stages.size(); ++i) {
+    costs.stage_F.push_back(stages[i].F + comm.per_action_forward[i]);
+    costs.stage_B.push_back(stages[i].B + comm.per_action_backward[i]);
+    costs.stage_W.push_back(stages[i].W);
     costs.stage_F_comm.push_back(comm.per_action_forward[i]);
     costs.stage_B_comm.push_back(comm.per_action_backward[i]);
   }
-  const Simulation sim = simulate(pipe.schedule, costs);
-  st.bubble = sim.idle.empty() ? 0 : sim.idle[0];
-  st.exposed_comm = 0;
-  for (const GroupTime& g : st.comm) {
-    st.exposed_comm += g.exposed;
-    if (g.group == CommGroup::PCIE) st.exposed_pcie += g.exposed;
-  }
-  // CPU offload: the host AdamW over the rank's offloaded elements (rank 0's stage)
-  {
-    const bool piped = !pipe.stages.empty();
-    const DataParallelPlan& d = piped ? pipe.stages[0].data_parallel : plan.data_parallel;
-    const DataParallelPlan& e =
-        piped ? pipe.stages[0].expert_data_parallel : plan.expert_data_parallel;
-    st.host_elements = d.host_numel + e.host_numel;
-    const double cores = hw.host_cores > 0 ? std::max(1.0, hw.host_cores / hw.gpus_per_node) : 1;
-    if (st.host_elements > 0 && hw.host_adam_params_per_s > 0)
-      st.host_optimizer = (double)st.host_elements / (hw.host_adam_params_per_s * cores);
-  }
-  st.step = sim.step_time + comm.after_pipeline_seconds + st.optimizer + st.host_optimizer;
-  const double tokens = (double)plan.tokens_per_step;
-  st.tokens_per_second = st.step > 0 ? tokens / st.step : 0;
-  const double denominator = st.step * dev.peak * world;
-  st.mfu = denominator > 0 ? plan.flops.model_per_step / denominator : 0;
-  st.hfu = denominator > 0 ? plan.flops.hardware_per_step / denominator : 0;
-  st.assumptions = comm.assumptions;
+  return costs;
+}
+
+// The host's cores one rank's AdamW runs on: host_cores / gpus_per_node, at least 1 (1 when
+// the profile does not say).
+double host_cores_per_rank(const HardwareProfile& hw) {
+  return hw.host_cores > 0 ? std::max(1.0, hw.host_cores / hw.gpus_per_node) : 1.0;
+}
+
+// CPU offload: the host AdamW over rank 0's offloaded elements (its stage's, dense and
+// experts'), seconds = elements / (host_adam_params_per_s x cores per rank).
+void cost_host_optimizer(StepTime& st, const Plan& plan, const HardwareProfile& hw) {
+  const bool piped = !plan.pipeline.stages.empty();
+  const DataParallelPlan& d = piped ? plan.pipeline.stages[0].data_parallel : plan.data_parallel;
+  const DataParallelPlan& e =
+      piped ? plan.pipeline.stages[0].expert_data_parallel : plan.expert_data_parallel;
+  st.host_elements = d.host_numel + e.host_numel;
+  if (st.host_elements > 0 && hw.host_adam_params_per_s > 0)
+    st.host_optimizer =
+        (double)st.host_elements / (hw.host_adam_params_per_s * host_cores_per_rank(hw));
+}
+
+// What the projection rests on, printed with it: the cost curves first, then the
+// communication's (comm_assumptions), the grouped GEMM's, the profile's assumed or unconfirmed
+// figures and CPU offload's rates.
+std::vector<std::string> list_assumptions(const Plan& plan, const HardwareProfile& hw,
+                                          const std::vector<std::string>& comm_assumptions,
+                                          int64_t host_elements) {
+  std::vector<std::string> a = comm_assumptions;
   char curve[256];
   std::snprintf(curve, sizeof curve,
                 "GEMM efficiency eff(F) = %.3g F / (F + %.3g GFLOP), flash attention at %.3g "
                 "of the peak, memory-bound kernels at %.3g of %.0f GB/s, %.3g us per launch",
                 hw.gemm_efficiency, hw.gemm_half_gflop, hw.attention_efficiency,
                 hw.memory_efficiency, hw.memory_bandwidth_gbs, hw.launch_overhead_us);
-  st.assumptions.insert(st.assumptions.begin(), curve);
+  a.insert(a.begin(), curve);
   if (plan.model.moe.enabled() && plan.model.moe.grouped_gemm)
-    st.assumptions.push_back("a grouped GEMM costs as one GEMM of its summed FLOPs");
+    a.push_back("a grouped GEMM costs as one GEMM of its summed FLOPs");
   if (!hw.assumed.empty()) {
     std::string keys;
     for (const std::string& key : hw.assumed) keys += (keys.empty() ? "" : ", ") + key;
-    st.assumptions.push_back("assumed by the profile, not from a datasheet or a measurement: " +
-                             keys);
+    a.push_back("assumed by the profile, not from a datasheet or a measurement: " + keys);
   }
-  if (!hw.confirmed)
-    st.assumptions.push_back("profile " + hw.name + ": its datasheet figures are unconfirmed");
-  if (st.host_elements > 0) {
+  if (!hw.confirmed) a.push_back("profile " + hw.name + ": its datasheet figures are unconfirmed");
+  if (host_elements > 0) {
     char host[320];
     std::snprintf(host, sizeof host,
                   "CPU offload: copies at %.3g GB/s + %.3g us each; host AdamW at %.3g "
                   "parameters/s per core x %.3g cores per rank (host_cores / gpus_per_node)%s",
                   hw.pcie_gbs, hw.pcie_latency_us, hw.host_adam_params_per_s,
-                  hw.host_cores > 0 ? std::max(1.0, hw.host_cores / hw.gpus_per_node) : 1.0,
+                  host_cores_per_rank(hw),
                   hw.pcie_gbs > 0 && hw.host_adam_params_per_s > 0
                       ? ""
                       : "; the profile lacks pcie_gbs or host_adam_params_per_s: not costed");
-    st.assumptions.push_back(host);
+    a.push_back(host);
   }
-  if (!sensitivity || st.step <= 0) return st;
-  // 2x worse, one figure at a time
+  return a;
+}
+
+// Each profile figure made 2x worse, one at a time (an efficiency or bandwidth halved, a
+// latency or the GEMM half-size doubled): change = step(worse) / step - 1, largest first. The
+// pcie and host figures only when something is offloaded (otherwise they move nothing).
+void add_sensitivity(StepTime& st, const Plan& plan, const HardwareProfile& hw) {
   struct Knob {
     const char* key;
     double HardwareProfile::*field;
@@ -398,6 +423,48 @@ StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sen
   }
   std::stable_sort(st.sensitivity.begin(), st.sensitivity.end(),
                    [](const auto& a, const auto& b) { return a.change > b.change; });
+}
+
+}  // namespace
+
+bool group_fits_node(int stride, int group_size, int gpus_per_node) {
+  return (int64_t)stride * group_size <= gpus_per_node;
+}
+
+StepTime project_step_time(const Plan& plan, const HardwareProfile& hw, bool sensitivity) {
+  const Precision precision = plan.train.precision();
+  const double peak_tflops = hw.peak_tflops(precision);
+  if (peak_tflops <= 0)
+    throw std::invalid_argument(hw.file + ": the profile states no " +
+                                precision_name(precision) + " peak");
+  StepTime st;
+  st.hardware = hw.name + (hw.file.empty() ? "" : " (" + hw.file + ")");
+  st.peak_tflops = peak_tflops;
+  st.peak_figure = hw.peak_figure(precision);
+  const Device dev{hw, precision, peak_tflops * 1e12};
+  const std::vector<RankCompute> rank_compute = cost_stages(plan, dev, st);
+  // Communication inside the layers is charged to the stages' actions; the rest after.
+  const CommTime comm = project_comm_time(plan, hw, st.stages, rank_compute);
+  st.comm = comm.groups;
+  const Simulation sim = simulate(plan.pipeline.schedule, action_costs(st.stages, comm));
+  st.bubble = sim.idle.empty() ? 0 : sim.idle[0];
+  st.exposed_comm = 0;
+  for (const GroupTime& g : st.comm) {
+    st.exposed_comm += g.exposed;
+    if (g.group == CommGroup::PCIE) st.exposed_pcie += g.exposed;
+  }
+  cost_host_optimizer(st, plan, hw);
+  // the slowest stage's view: the schedule's makespan, then what runs after the pipeline
+  st.step = sim.step_time + comm.after_pipeline_seconds + st.optimizer + st.host_optimizer;
+  // MFU = the model's FLOPs / (step x peak x GPUs); HFU the hardware's (recompute included)
+  const double tokens = (double)plan.tokens_per_step;
+  st.tokens_per_second = st.step > 0 ? tokens / st.step : 0;
+  const double denominator = st.step * dev.peak * plan.parallel.world_size;
+  st.mfu = denominator > 0 ? plan.flops.model_per_step / denominator : 0;
+  st.hfu = denominator > 0 ? plan.flops.hardware_per_step / denominator : 0;
+  st.assumptions = list_assumptions(plan, hw, comm.assumptions, st.host_elements);
+  if (!sensitivity || st.step <= 0) return st;
+  add_sensitivity(st, plan, hw);
   return st;
 }
 

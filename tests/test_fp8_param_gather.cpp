@@ -1,14 +1,20 @@
 // tests/test_fp8_param_gather.cpp: --fp8-param-gather's bytes (plan/fp8.h): the message of a
 // ZeRO-3 slice, M_u = max_r (slice es - (es - 1) f_r), worked by hand, and the same count from
 // parallel/data_parallel.h's run-by-run packing (fp8_gather_slice_bytes), which the trainer
-// sends: two derivations of one number; the staging buffers; the workspace's decoded weight.
+// sends: two derivations of one number; the staging buffers; and the GEMMs on gathered codes
+// (parallel/fp8_linear.h) equal to the GEMMs that cast W themselves, to the bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/float16.h"  // round_to
+#include "kernels/ops.h"
 #include "parallel/data_parallel.h"
+#include "parallel/fp8_linear.h"
 #include "plan/fp8.h"
 
 namespace {
@@ -70,6 +76,59 @@ TEST(Fp8ParamGather, StagingBuffers) {
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2), 4 * 12 * 3 + 7 + 2 * 7);
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 4 * 12 * 2 + 14);
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4), 0);
+}
+
+// fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes
+// cast as a ZeRO-3 slice (the whole weight here; the slices' casts are elementwise at one
+// scale) and read as gathered: the same outputs to the bit, at every magnitude of W (the
+// dgrad's decode and re-cast round back to the gathered codes: parallel/fp8_linear.h).
+template <typename T>
+void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
+  using kernels::Device;
+  paralab::Fp8Config c;
+  c.enabled = true;
+  c.recipe = recipe;
+  c.param_gather = true;
+  const int N = 8, in = 48, out = 40;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, magnitude);
+  std::vector<T> x(N * in), dy(N * out), W(out * in);
+  for (T& v : x) v = kernels::round_to<T>(normal(rng) / magnitude);
+  for (T& v : dy) v = kernels::round_to<T>(normal(rng) / magnitude);
+  for (T& v : W) v = kernels::round_to<T>(normal(rng));
+  paralab::Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  if (recipe == paralab::Fp8Recipe::Delayed)  // a scale that is not a power of 2
+    s.set_linears_state(0, 1, {0, 0, 1.0f, 0.37f / magnitude, 0, 1.0f});
+  paralab::Fp8Scratch scratch;
+  scratch.allocate(Device::CPU, c, N, {{in, out}}, (int)sizeof(T));
+  // W's codes as the gather makes them, the scale and factor beside them
+  std::vector<float> state(12, 0.0f);
+  std::vector<uint8_t> codes(out * in);
+  if (recipe == paralab::Fp8Recipe::Tensorwise)
+    kernels::fp8_amax(Device::CPU, &state[8], W.data(), W.size());
+  s.gather_scales({0}, &state[8], &state[0], &state[4]);
+  s.quantize_shard(0, W.data(), (int64_t)W.size(), &state[0], codes.data(), &state[4]);
+  std::vector<T> gathered(W.size());  // the gathered unit's place of W: the codes first
+  std::memcpy(gathered.data(), codes.data(), codes.size());
+  const paralab::Fp8Linear own{&s, 0, &scratch};
+  const paralab::Fp8Linear from_codes{&s, 0, &scratch, &state[0], &state[4]};
+  std::vector<T> y1(N * out), y2(N * out), dx1(N * in), dx2(N * in);
+  paralab::linear_fprop(Device::CPU, own, y1.data(), x.data(), W.data(), N, in, out);
+  paralab::linear_fprop(Device::CPU, from_codes, y2.data(), x.data(), gathered.data(), N, in, out);
+  paralab::linear_dgrad(Device::CPU, own, dx1.data(), dy.data(), W.data(), N, in, out);
+  paralab::linear_dgrad(Device::CPU, from_codes, dx2.data(), dy.data(), gathered.data(), N, in,
+                        out);
+  EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(T)), 0) << magnitude;
+  EXPECT_EQ(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(T)), 0) << magnitude;
+}
+
+TEST(Fp8ParamGather, GemmsOnGatheredCodesEqualTheOwnCast) {
+  for (float magnitude : {1e-6f, 3e-2f, 1.0f, 300.0f}) {
+    expect_gathered_equal<float>(paralab::Fp8Recipe::Tensorwise, magnitude);
+    expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Tensorwise, magnitude);
+    expect_gathered_equal<float>(paralab::Fp8Recipe::Delayed, magnitude);
+    expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Delayed, magnitude);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,14 @@
 //   --fp8-margin N                    default 0 (delayed scaling's 2^-margin)
 //   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
 //   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
+//   --fp8-param-gather                default off: ZeRO-3's gathers carry the dense linears'
+//                                      weights as FP8 codes (parallel/data_parallel.h
+//                                      Fp8ParamGather). Megatron asserts the distributed
+//                                      optimizer, torch FSDP2 or Megatron-FSDP
+//                                      (arguments.py); paralab builds it at --zero-stage 3
+//                                      (FSDP's gathers) only: the all-gather of updated
+//                                      parameters at ZeRO-1/2 (the distributed optimizer's)
+//                                      is not built. Refused with blockwise (docs/fp8.md).
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
 // each, before any work: --fp16 with it (kernels::gemm_fp8 stores fp32 or bf16; megatron-core
@@ -43,7 +51,35 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "delayed scaling: the amax a scale comes from, the history's max or the most "
                  "recent (Megatron's default; Transformer Engine's is max)")
       ->check(one_of({"most_recent", "max"}))->capture_default_str()->group(kPrecision);
+  app.add_flag("--fp8-param-gather", f.param_gather,
+               "ZeRO-3's parameter all-gathers carry the dense linears' weights as FP8 codes "
+               "(1 byte per element) and the GEMMs use them as gathered (Megatron's flag); "
+               "needs --fp8-format, --zero-stage 3, delayed or tensorwise (docs/fp8.md)")
+      ->group(kPrecision);
 }
+
+namespace {
+// --fp8-param-gather's constraints (the header): each refusal one line.
+void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
+  const Fp8Config& f = o.model.fp8;
+  if (!f.param_gather) return;
+  const int z = o.parallel.zero_stage;
+  if (z != 3)
+    fail("--fp8-param-gather needs --zero-stage 3 (the gathers it carries in FP8; Megatron's "
+         "needs the distributed optimizer or FSDP, and ZeRO-1/2's all-gather of updated "
+         "parameters in FP8 is not built here), got --zero-stage ", z);
+  if (f.recipe == Fp8Recipe::Blockwise)
+    fail("--fp8-param-gather casts each ZeRO-3 slice of a weight at the weight's scale: it "
+         "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
+         "blocks cross the slices' boundaries: docs/fp8.md)");
+  if (o.parallel.pipeline_parallel > 1)
+    fail("--fp8-param-gather is built without pipelining here: it needs "
+         "--pipeline-model-parallel-size 1, got ", o.parallel.pipeline_parallel);
+  if (o.parallel.offload.params)
+    fail("--fp8-param-gather casts the slice on the device: it cannot run with "
+         "--offload-params, got both");
+}
+}  // namespace
 
 void check_fp8(Options& o, const RawFlags& raw) {
   Fp8Config& f = o.model.fp8;
@@ -57,7 +93,13 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
   if (f.amax_history_len < 1)
     fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
-  if (!f.enabled) return;
+  if (!f.enabled) {
+    if (f.param_gather)
+      fail("--fp8-param-gather gathers FP8 weights, so it needs --fp8-format e4m3|hybrid, got "
+           "none (Megatron: fp8_param must be used together with fp8 mode)");
+    return;
+  }
+  check_fp8_param_gather(o, raw);
   if (o.train.fp16)
     fail("--fp8-format ", raw.fp8_format, " needs fp32 or --bf16 storage, got --fp16 (the FP8 "
          "GEMM stores fp32 or bf16: docs/fp8.md)");

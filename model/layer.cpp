@@ -39,7 +39,9 @@ using kernels::Device;
 enum Linear { QKV = 0, PROJ = 1, FC1 = 2, FC2 = 3 };
 template <typename T>
 Fp8Linear linear(const LayerContext& c, Workspace<T>& ws, Linear k) {
-  return {c.fp8, c.fp8_first + k, &ws.fp8};
+  if (c.fp8_weights == nullptr) return {c.fp8, c.fp8_first + k, &ws.fp8};
+  // --fp8-param-gather: the gathered unit holds W's codes, scales [0, 4), factors [4, 8)
+  return {c.fp8, c.fp8_first + k, &ws.fp8, c.fp8_weights + k, c.fp8_weights + 4 + k};
 }
 
 // ---- which tensors each module owns, and selective recompute -------------------------------
@@ -453,7 +455,8 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
   if (m.fp8.enabled)  // the dense linears' (in, out): qkv, proj, fc1, fc2
     fp8.allocate(dev, m.fp8, N,
                  {{m.hidden_size, m.qkv_size()}, {(int)(A * d), m.hidden_size},
-                  {m.hidden_size, m.fc1_size()}, {m.ffn(), m.hidden_size}});
+                  {m.hidden_size, m.fc1_size()}, {m.ffn(), m.hidden_size}},
+                 (int)sizeof(T));
   else
     fp8 = Fp8Scratch();
 }

@@ -135,6 +135,9 @@ struct LayerContext {
   // proj, fc1, fc2 follow). nullptr: the linears run in the storage type.
   Fp8Scaling* fp8 = nullptr;
   int fp8_first = 0;
+  // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the gathered unit's four
+  // weights hold FP8 codes; their scales [0, 4) and factors [4, 8). nullptr: W as stored.
+  const float* fp8_weights = nullptr;
 };
 
 // The attention core's shape for this rank's local config (model/attention.cpp): heads and

@@ -180,6 +180,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
     }
     layer_offsets_[l] = o;
   }
+  make_fp8_param_gather();
   moe_.resize(model.num_layers);
   for (int l = 0; l < model.num_layers; ++l) {
     if (layer_unit_[l] < 0 || !model.moe.is_moe_layer(l)) continue;
@@ -389,6 +390,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);
     const void* PE = dp.expert_params(u);
+    c.fp8_weights = dp.fp8_weights(u);
     layer_forward(c, layer_weights<T>(P, PE, layer_offsets_[l]), x, f.acts[i], s.ws);
     dp.release_params(u);
     x = f.acts[i].out.data();
@@ -456,6 +458,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
         cj.grad_scale = f.grad_scale;
         const void* P = dp.acquire_params(uj, false);
         const void* PE = dp.expert_params(uj);
+        cj.fp8_weights = dp.fp8_weights(uj);
         layer_forward(cj, layer_weights<T>(P, PE, layer_offsets_[lj]),
                       j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
         dp.release_params(uj);
@@ -464,6 +467,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
     const T* x = i > 0 ? f.acts[i - 1].out.data() : f.input.data();
     const void* P = dp.acquire_params(u, false);
     const void* PE = dp.expert_params(u);
+    c.fp8_weights = dp.fp8_weights(u);
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_backward(c, layer_weights<T>(P, PE, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);

@@ -279,6 +279,7 @@ class Transformer {
   // FP8: the stage's scaling (see fp8_scaling()), and a layer's context pointed at it.
   std::unique_ptr<Fp8Scaling> fp8_;
   void make_fp8();
+  void make_fp8_param_gather();  // --fp8-param-gather: the layers' weights to dp_
   void fp8_context(LayerContext& c) const;
   int fp8_ordinal(int layer) const;  // a global layer's place among this stage's layers
 };

@@ -13,6 +13,8 @@
 //               reduction group): tp, then the data-parallel group (dp x cp with cp).
 // Each is a MAX all-reduce of fp32 amaxes in place, recorded on its group like every collective.
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "model/layer.h"
 #include "model/transformer.h"
@@ -43,6 +45,25 @@ void Transformer::make_fp8() {
   // (plan/fp8.h).
   fp8_.reset(new Fp8Scaling(config_.fp8, device_, 4 * layers, Category::WORKSPACE));
   set_fp8_amax_group(nullptr);
+}
+
+void Transformer::make_fp8_param_gather() {
+  if (!fp8_ || !config_.fp8.param_gather) return;
+  Fp8ParamGather g;
+  g.scaling = fp8_.get();
+  g.weights.assign(dp_->num_units(), {});
+  // the four linears' weights of each layer held here, in their linears' order (layer.cpp)
+  const char* const weights[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight",
+                                  "mlp.fc2.weight"};
+  for (int l = 0; l < (int)layer_unit_.size(); ++l) {
+    if (layer_unit_[l] < 0) continue;
+    for (int k = 0; k < 4; ++k) {
+      const TensorView& v = views_.at(index_.at("layers." + std::to_string(l) + "." + weights[k]));
+      g.weights[layer_unit_[l]].push_back(
+          {(int64_t)v.unit_offset, (int64_t)v.numel, 4 * fp8_ordinal(l) + k});
+    }
+  }
+  dp_->set_fp8_param_gather(std::move(g));
 }
 
 void Transformer::set_fp8_amax_group(Communicator* data_parallel_group) {

@@ -46,6 +46,8 @@ class UnitParams {
   // without expert parallelism.
   const void* expert_params(int u) const { return experts_ ? expert_params_[u] : nullptr; }
   void* expert_grads(int u) const { return experts_ ? expert_grads_[u] : nullptr; }
+  // --fp8-param-gather: unit u's gathered weights' scales and factors (DataParallel)
+  const float* fp8_weights(int u) const { return dense_.fp8_weights(u); }
 
  private:
   DataParallel& dense_;

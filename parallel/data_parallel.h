@@ -52,6 +52,7 @@
 #include "measure/ledger.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
+#include "parallel/fp8_scaling.h"  // Fp8Scaling (--fp8-param-gather)
 
 namespace paralab {
 
@@ -99,6 +100,31 @@ struct OwnedSegment {
   int64_t state_offset = 0;
   bool host = false;
 };
+
+// --fp8-param-gather (Megatron-Core's flag; docs/fp8.md): at ZeRO-3 a unit's gather carries its
+// FP8 weights (the dense linears') as FP8 codes, 1 byte per element, the rest in the storage
+// type. Each rank casts its slice of each weight at the weight's scale of the step (delayed:
+// the history's; tensorwise: from the whole weight's amax, the max over the slices' amaxes, one
+// MAX all-reduce of the unit's 4 amaxes over the group first, as Megatron's current scaling
+// does), and the gathered unit holds each weight's codes at the start of its place (its pointer
+// is the codes'). The message of rank r is its slice with those elements at 1 byte: the
+// all-gather's count is the largest over the ranks, M_u = max_r (slice es - (es - 1) f_r), f_r
+// the FP8 elements of slice r (plan/data_parallel.cpp); sent from and received into two
+// staging buffers (category comm_buffers, sized for the largest unit: (dp + 1) max_u M_u) and
+// copied to their places, the gather completing where it is posted.
+struct Fp8GatherWeight {
+  int64_t begin = 0, count = 0;  // the weight's elements of its unit
+  int linear = 0;                // its linear in `scaling` (parallel/fp8_scaling.h)
+};
+struct Fp8ParamGather {
+  Fp8Scaling* scaling = nullptr;
+  // per unit: none, or the layer's 4 (qkv, proj, fc1, fc2), in this order
+  std::vector<std::vector<Fp8GatherWeight>> weights;
+};
+// The bytes of the message of the slice [lo, hi) of a unit (elements of the unit): its FP8
+// elements at 1 byte, the others at es.
+int64_t fp8_gather_slice_bytes(const std::vector<Fp8GatherWeight>& weights, int64_t lo,
+                               int64_t hi, int es);
 
 class DataParallel {
  public:
@@ -154,6 +180,11 @@ class DataParallel {
   void after_optimizer_step();
   // Waits for everything in flight (end of training).
   void drain();
+
+  // --fp8-param-gather (above): ZeRO-3 only. Unit u's weights' scales [0, 4) and factors
+  // [4, 8) while it is acquired, nullptr for a unit without FP8 weights.
+  void set_fp8_param_gather(Fp8ParamGather g);
+  const float* fp8_weights(int u) const;
 
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
   // Always fp32 on the host: 16-bit values are rounded on load and widened on gather.

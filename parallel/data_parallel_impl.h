@@ -90,6 +90,15 @@ struct DataParallel::Impl {
     int refs = 0;
   };
   std::vector<UnitState> units;
+  // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights, per unit 12
+  // floats (scales, factors, amaxes of its 4 weights), the two staging buffers of M bytes
+  // (send) and dp M (receive), M the largest message.
+  Fp8ParamGather fp8;
+  Buffer<float> fp8_state;
+  Buffer<char> fp8_send, fp8_recv;
+  int64_t fp8_message = 0;
+  bool fp8_unit(int u) const { return !fp8.weights.empty() && !fp8.weights[u].empty(); }
+  void post_fp8_gather(int u);
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
@@ -265,6 +274,7 @@ struct DataParallel::Impl {
   // With offload_params the rank's slice comes up from the host shard into its place in the
   // gathered buffer, and the all-gather completes the buffer in place.
   void post_gather(int u) {
+    if (fp8_unit(u)) return post_fp8_gather(u);
     UnitState& s = units[u];
     const Bucket& b = bucket_of(u);
     allocate(s.gathered, b.padded, Category::PARAMS);

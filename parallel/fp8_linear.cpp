@@ -55,15 +55,35 @@ constexpr bool kFp8Storage = !std::is_same_v<T, kernels::fp16>;
 
 }  // namespace
 
+// The gathered W's codes as they are (fprop), or decoded and cast transposed (dgrad: W^T).
+template <typename T>
+Fp8Operand gathered_weight(Device d, const Fp8Linear& fp8, const T* W, int out, int in,
+                           bool transpose) {
+  Fp8Scaling& s = *fp8.scaling;
+  const kernels::Fp8Format f = s.format(Fp8Role::Weight);
+  const kernels::Fp8Blocks blocks = kernels::Fp8Blocks::Tensor;
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(W);
+  if (!transpose)
+    return {nullptr, nullptr, {codes, fp8.gathered_factor, f, blocks}};
+  Fp8Scratch& scratch = *fp8.scratch;
+  T* decoded = reinterpret_cast<T*>(scratch.weight.data());
+  kernels::fp8_dequantize(d, decoded, {codes, fp8.gathered_factor, f, blocks}, out, in);
+  s.quantize_transposed(Fp8Role::Weight, decoded, out, in, fp8.gathered_scale, scratch.b.data(),
+                        scratch.b_factors.data());
+  return {scratch.b.data(), scratch.b_factors.data(),
+          {scratch.b.data(), scratch.b_factors.data(), f, blocks}};
+}
+
 void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
-                          const std::vector<std::pair<int, int>>& linears) {
+                          const std::vector<std::pair<int, int>>& linears, int es) {
   using R = Fp8Role;
   auto factors = [&](R r, int rows, int cols) {
     return Fp8Scaling::scale_bytes(c, r, rows, cols) / sizeof(float);
   };
-  size_t ca = 0, cb = 0, fa = 0, fb = 0;
+  size_t ca = 0, cb = 0, fa = 0, fb = 0, w = 0;
   for (const auto& [in, out] : linears) {
     const size_t n = N;
+    w = std::max(w, (size_t)out * in);
     ca = std::max({ca, n * in, n * out});                    // X, dY, dY^T
     cb = std::max({cb, (size_t)out * in, n * in});           // W, W^T, X^T
     fa = std::max({fa, factors(R::Input, N, in), factors(R::OutputGrad, N, out),
@@ -75,6 +95,8 @@ void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
   b.allocate(d, cb, Category::WORKSPACE);
   a_factors.allocate(d, fa, Category::WORKSPACE);
   b_factors.allocate(d, fb, Category::WORKSPACE);
+  if (c.param_gather) weight.allocate(d, w * es, Category::WORKSPACE);
+  else weight = Buffer<char>();
 }
 
 template <typename T>
@@ -88,7 +110,9 @@ void linear_fprop(Device d, const Fp8Linear& fp8, T* y, const T* x, const T* W, 
     no_fp16();
   } else {
     const Fp8Operand xq = quantize(fp8, Fp8Role::Input, x, N, in, false, true);     // X
-    const Fp8Operand wq = quantize(fp8, Fp8Role::Weight, W, out, in, false, false);  // W
+    const Fp8Operand wq = fp8.gathered_scale ? gathered_weight(d, fp8, W, out, in, false)
+                                             : quantize(fp8, Fp8Role::Weight, W, out, in,
+                                                        false, false);               // W
     gemm(d, N, out, in, xq, wq, 0.0f, y, out);
   }
 }
@@ -104,7 +128,9 @@ void linear_dgrad(Device d, const Fp8Linear& fp8, T* dx, const T* dy, const T* W
     no_fp16();
   } else {
     const Fp8Operand dyq = quantize(fp8, Fp8Role::OutputGrad, dy, N, out, false, true);  // dY
-    const Fp8Operand wtq = quantize(fp8, Fp8Role::Weight, W, out, in, true, false);      // W^T
+    const Fp8Operand wtq = fp8.gathered_scale ? gathered_weight(d, fp8, W, out, in, true)
+                                              : quantize(fp8, Fp8Role::Weight, W, out, in,
+                                                         true, false);                 // W^T
     gemm(d, N, in, out, dyq, wtq, 0.0f, dx, in);
   }
 }

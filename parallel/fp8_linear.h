@@ -30,22 +30,35 @@ namespace paralab {
 //   wgrad  A = dY^T (out, N) B = X^T (in, N)
 // so A holds N max(in, out) codes and B max(out in, N in); the factors are the recipe's count
 // of each shape (kernels::fp8_scale_count), the largest taken.
+// With --fp8-param-gather `weight` holds a gathered W's codes decoded into the storage type (es
+// bytes per element, out in of the largest weight), for dgrad's W^T (below).
 struct Fp8Scratch {
   Buffer<uint8_t> a, b;
   Buffer<float> a_factors, b_factors;
+  Buffer<char> weight;
   // Sized for the largest operands of the linears (in, out) at N tokens (replacing what it
-  // held: the workspace re-sizes with the microbatch).
+  // held: the workspace re-sizes with the microbatch); es: the storage type's bytes.
   void allocate(kernels::Device d, const Fp8Config& c, int N,
-                const std::vector<std::pair<int, int>>& linears);
+                const std::vector<std::pair<int, int>>& linears, int es);
 };
 
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it
 // (layer l of the chunk: 4 l + 0 qkv, + 1 proj, + 2 fc1, + 3 fc2). scaling == nullptr: the
 // GEMMs run in the storage type (the default; attention, the output layer and MoE experts).
+//
+// --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): ZeRO-3 gathered W as FP8 codes,
+// which sit in W's place (W's pointer is the codes'), with its scale and factor 1 / scale.
+// fprop reads the codes as they are; dgrad's W^T is the codes decoded (into the storage type)
+// and cast transposed at the same scale, which gives back the same codes: decode(c) / s s lies
+// within a relative 2^-8 of decode(c) (bf16's rounding; fp32's 2^-23), well inside half of
+// E4M3's spacing (2^-4 relative), so the cast rounds it to c: the codes, and the GEMMs,
+// are those of the unsharded cast (Transformer Engine transposes the gathered codes instead).
 struct Fp8Linear {
   Fp8Scaling* scaling = nullptr;
   int index = 0;
   Fp8Scratch* scratch = nullptr;  // sized (ensure) for this linear's operands
+  const float* gathered_scale = nullptr;   // non-null: W holds its FP8 codes (above)
+  const float* gathered_factor = nullptr;
   bool on() const { return scaling != nullptr; }
 };
 

@@ -110,6 +110,26 @@ class Fp8Scaling {
   void quantize(int linear, Fp8Role role, const T* x, int rows, int cols, uint8_t* q,
                 float* q_scale_inv, uint8_t* qt, float* qt_scale_inv);
 
+  // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the weights gathered as FP8
+  // codes. gather_scales puts the scale of this step into scale[k] for linears[k]'s weight:
+  // delayed: the history's (replicated, fixed for the step); tensorwise: from amax[k], the
+  // max over the ZeRO shards of the weight's amax (the caller reduced it over the data-parallel
+  // group), reduced here over the pieces (tp, cp) as every tensorwise cast is. quantize_shard
+  // casts n elements of a weight's shard at that scale into q, writing factor[0] = 1 / scale
+  // (delayed: the shard's amax recorded into the weight's history, which the step's amax
+  // group reduces over dp: the whole weight's amax, as the unsharded cast records it).
+  // quantize_transposed casts the (rows, cols) x^T at a given scale, recording nothing (dgrad's
+  // W^T from the gathered codes, dequantised: the same codes, docs/fp8.md).
+  // factor[k] = 1 / scale[k], as every cast writes it (amax's floats are then free: they take
+  // the casts' dummy codes).
+  void gather_scales(const std::vector<int>& linears, float* amax, float* scale, float* factor);
+  template <class T>
+  void quantize_shard(int linear, const T* x, int64_t n, const float* scale, uint8_t* q,
+                      float* factor);
+  template <class T>
+  void quantize_transposed(Fp8Role role, const T* x, int rows, int cols, const float* scale,
+                           uint8_t* qt, float* qt_factor);
+
   // The end of a step: delayed scaling reduces the recorded amaxes over the amax group and
   // updates both histories and their scales; the other recipes have nothing to do.
   void step_end();

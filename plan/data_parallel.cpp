@@ -62,8 +62,10 @@ ZeroStepSimulation simulate_zero_step(const BucketLayout& l, const std::vector<D
   std::vector<int> refs(U, 0);
   int held = 0;
   int64_t params_alive = 0;
+  r.gathers_of.assign(U, 0);
   auto gather = [&](int u) {
     resident[u] = true;
+    r.gathers_of[u] += 1;
     const int64_t n = l.buckets[l.bucket_of[u]].padded;
     params_alive += n;
     r.params_transient_peak = std::max(r.params_transient_peak, params_alive);
@@ -272,7 +274,17 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
       break;
     case 3:
       add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
-      add(CommOp::ALL_GATHER, d.sim.gathers, d.sim.gathered_elements * param_b);
+      if (d.fp8_message.empty()) {
+        add(CommOp::ALL_GATHER, d.sim.gathers, d.sim.gathered_elements * param_b);
+      } else {  // --fp8-param-gather: an FP8 unit's gather is dp messages of M_u bytes
+        int64_t bytes = 0;
+        for (size_t u = 0; u < d.fp8_message.size(); ++u) {
+          const int64_t padded = l.buckets[l.bucket_of[u]].padded;
+          bytes += d.sim.gathers_of[u] * (d.fp8_message[u] > 0 ? dp * d.fp8_message[u]
+                                                                 : padded * param_b);
+        }
+        add(CommOp::ALL_GATHER, d.sim.gathers, bytes);
+      }
       break;
   }
   if (z >= 1) add(CommOp::ALL_REDUCE, 1, 4);  // the gradient norm

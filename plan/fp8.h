@@ -27,21 +27,46 @@
 //               fc1)
 //   blockwise   none (each block's amax is its own)
 //
-// defines: fp8_workspace_tensors, fp8_comm
+// --fp8-param-gather at ZeRO-3 (parallel/data_parallel.h Fp8ParamGather):
+//   fp8.weight                    workspace: a gathered W's codes decoded into the storage type
+//                                 for dgrad's W^T, es x the largest out in
+//   the gathers                   an FP8 unit's all-gather carries M_u bytes per rank, M_u =
+//                                 max_r (slice es - (es - 1) f_r), f_r the elements of the
+//                                 unit's 4 weights in rank r's slice [r slice, (r + 1) slice)
+//                                 (the others stay at es bytes); about half the bf16 bytes
+//                                 (NeMo: "reducing the all-gather overhead by half")
+//   comm_buffers                  12 fp32 per unit (scales, factors, amaxes) and the staging:
+//                                 max_u M_u sent, dp max_u M_u received (dp > 1)
+//   tensorwise                    per FP8 unit gather one MAX all-reduce of its 4 amaxes over
+//                                 the ZeRO group (dp > 1: Megatron's current scaling of the
+//                                 shards), then over tp and cp (the pieces); the weights' own
+//                                 casts (fprop W, dgrad W^T, a recomputed fprop's W) reduce
+//                                 nothing: they use the gathered scale
+//
+// defines: fp8_workspace_tensors, fp8_comm, fp8_gather_messages, fp8_gather_comm_buffers
 #pragma once
 #include <vector>
 
+#include "model/param_table.h"  // ParamSpec
 #include "plan/plan.h"
 
 namespace paralab {
 
 // Empty without --fp8-format. layers: the dense layers this rank holds.
+// act_bytes: the storage type's bytes (fp8.weight).
 std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
-                                                    int layers);
+                                                    int layers, int act_bytes);
 // Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
 // whether full recompute runs its forward again; microbatches: the rank's per step.
+// fp8_gathers: the step's gathers of FP8 units (--fp8-param-gather), 0 without.
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
               const std::vector<int>& layers, const std::vector<bool>& recomputed,
-              int64_t microbatches);
+              int64_t microbatches, int64_t fp8_gathers = 0);
+// Per unit of `units` (stage_units' boundaries over `table`), M_u above, 0 for a unit without
+// FP8 weights; es: the storage type's bytes; dp: the ZeRO group's size.
+std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
+                                         const std::vector<int64_t>& units, int dp, int es);
+// The comm_buffers bytes above (0 without --fp8-param-gather).
+int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
 
 }  // namespace paralab

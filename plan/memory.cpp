@@ -235,7 +235,8 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
     add("dxf", N * h);                   // backward only, while the N V_l logits are still held
   }
   // --fp8-format: the FP8 GEMMs' operands and factors, the recipe's state (plan/fp8.h)
-  for (const ActivationTensor& f : fp8_workspace_tensors(m, l, layers < 0 ? m.num_layers : layers))
+  for (const ActivationTensor& f : fp8_workspace_tensors(m, l, layers < 0 ? m.num_layers : layers,
+                                                                 act_bytes))
     t.push_back(f);
   add("tokens", N, 4);                   // int32, during the forward (and embedding backward)
   add("targets", N, 4);                  // int32, during the forward

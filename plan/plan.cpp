@@ -165,6 +165,9 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
       microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
                        m.recompute.full_groups(m.num_layers)),
       z, plan.dp_cp, o, plan.microbatches_per_rank, {}, {}, p.offload);
+  if (z == 3 && m.fp8.enabled && m.fp8.param_gather)  // the FP8 units' messages (plan/fp8.h)
+    plan.data_parallel.fp8_message = fp8_gather_messages(
+        stage_param_table(m, tp, whole, expert_split(p)), units, plan.dp_cp, act);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
   if (!expert_units.empty())
@@ -201,7 +204,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.resident_params += bias;
   }
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
-  mem.comm_buffers = comm_buffer_bytes(m, t, p);
+  mem.comm_buffers = comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
   mem.logits = logits_bytes(m, B, t.half(), tp);
   WorkspacePhases ws = workspace_phases(m, B, act, tp, sp);
   add_layer_transients(ws, plan);
@@ -260,7 +263,11 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
     context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
                           plan.microbatches_per_rank);
-    fp8_comm(plan.comm, m, tp, dp, all_layers, recomputed, plan.microbatches_per_rank);
+    int64_t fp8_gathers = 0;  // --fp8-param-gather: the step's gathers of FP8 units
+    for (size_t u = 0; u < d.fp8_message.size(); ++u)
+      if (d.fp8_message[u] > 0) fp8_gathers += d.sim.gathers_of[u];
+    fp8_comm(plan.comm, m, tp, dp, all_layers, recomputed, plan.microbatches_per_rank,
+             fp8_gathers);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)

@@ -186,6 +186,7 @@ struct ZeroStepSimulation {
   int64_t gathered_elements = 0;      //   their padded sizes, summed
   int64_t grad_reductions = 0;        // ZeRO-2/3: per-microbatch reduce-scatters
   int64_t grad_reduced_elements = 0;  //   their padded sizes, summed
+  std::vector<int64_t> gathers_of;    // ZeRO-3: the gathers of each unit
   std::vector<int64_t> reductions_of;  //   per bucket (CPU offload's copies down)
 };
 // Replays data_parallel.cpp's policies (stage 2-3 only; stages 0-1 have no transients):
@@ -222,6 +223,9 @@ struct DataParallelPlan {
   int64_t host_landing = 0;
   bool params_on_host = false;
   std::vector<OffloadCopy> copies;
+  // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per unit, the bytes each rank sends
+  // in one of its gathers, 0 for a unit gathered in the storage type (empty: every unit)
+  std::vector<int64_t> fp8_message;
 };
 
 // One pipeline stage (pp rank); every tp and dp rank of it holds the same.

@@ -104,7 +104,12 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       if (rp.memory.recompute)
         return "selective: one layer's recomputed internals, alive inside its block only";
       break;
-    case 6: if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar"; break;
+    case 6:
+      if (!plan.data_parallel.fp8_message.empty())  // plan/fp8.h fp8_gather_comm_buffers
+        return "--fp8-param-gather: the largest FP8 unit's message sent, dp received; scales; "
+               "the scalars";
+      if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
+      break;
     case 7: {
       const char* what = plan.train.bf16   ? "fp32 + bf16 gradient"
                          : plan.train.fp16 ? "fp32 + fp16 gradient"

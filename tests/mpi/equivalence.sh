@@ -119,6 +119,17 @@ RTOL=5e-3 check "llama-fp16-tp2-sp" "llama-fp16-ref" 2 $llama $common $fp16 --mi
 # runs dp and pp only: its 1 x 128 tiles and 128 x 128 blocks span the dimensions tp and cp
 # split (32 wide here), so a tp or cp rank's blocks are not the single rank's (as in
 # Transformer Engine).
+same_bits() {  # name ref: two runs already made, compared at RTOL 0
+  local name=$1 ref=$2 result=""
+  case "$name" in *"$filter"*) ;; *) return ;; esac
+  [ -f "$work/$name.jsonl" ] && [ -f "$work/$ref.jsonl" ] || return
+  if result=$(python3 "$here/compare_runs.py" --rtol 0 "$work/$ref.jsonl" "$work/$ref.bin" \
+       "$work/$name.jsonl" "$work/$name.bin"); then
+    passed=$((passed + 1)); echo "ok    $name = $ref bitwise: $result"
+  else
+    failed=$((failed + 1)); echo "FAIL  $name = $ref bitwise: $result"
+  fi
+}
 fp8_layouts() {  # recipe format layouts...
   local recipe=$1 format=$2 ref="llama-fp8-$1-ref"; shift 2
   local fp8="--fp8-format $format --fp8-recipe $recipe"
@@ -135,10 +146,16 @@ fp8_layouts() {  # recipe format layouts...
                    --micro-batch-size 2 --pp 2 ;;
       cp2)       RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
                    --micro-batch-size 2 --cp 2 ;;
+      # --fp8-param-gather: the same codes as the dp2-zero3 row, so its losses, parameters and
+      # gradients to the bit (RTOL 0), and the single rank's within the FP8 bound above
+      dp2-zero3-pg)
+        RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
+          --micro-batch-size 2 --zero-stage 3 --ddp-bucket-size 20000 --fp8-param-gather
+        same_bits "llama-fp8-$recipe-$layout" "llama-fp8-$recipe-dp2-zero3" ;;
     esac
   done
 }
-fp8_layouts delayed hybrid dp2-zero1 dp2-zero3 tp2-sp pp2 cp2
-fp8_layouts tensorwise e4m3 dp2-zero1 cp2
+fp8_layouts delayed hybrid dp2-zero1 dp2-zero3 dp2-zero3-pg tp2-sp pp2 cp2
+fp8_layouts tensorwise e4m3 dp2-zero1 dp2-zero3 dp2-zero3-pg cp2
 fp8_layouts blockwise e4m3 dp2-zero3 pp2
 finish

@@ -135,6 +135,11 @@ struct LayerContext {
   // proj, fc1, fc2 follow). nullptr: the linears run in the storage type.
   Fp8Scaling* fp8 = nullptr;
   int fp8_first = 0;
+  // The experts' FP8 (an MoE layer, --fp8-format): the stage's experts' scaling and this
+  // layer's first expert linear in it (local expert e's fc1 is fp8_experts_first + 2 e, its fc2
+  // the next). nullptr: the experts run in the storage type.
+  Fp8Scaling* fp8_experts = nullptr;
+  int fp8_experts_first = 0;
 };
 
 // The attention core's shape for this rank's local config (model/attention.cpp): heads and

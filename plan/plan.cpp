@@ -200,6 +200,11 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.params += bias;
     mem.resident_params += bias;
   }
+  // FP8 delayed scaling's per-expert state, beside the expert bias (plan/fp8.h)
+  const int64_t fp8_experts =
+      fp8_expert_state_bytes(m, m.moe.num_experts / p.expert_parallel, moe_layer_count(m));
+  mem.params += fp8_experts;
+  mem.resident_params += fp8_experts;
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers = comm_buffer_bytes(m, t, p);
   mem.logits = logits_bytes(m, B, t.half(), tp);
@@ -260,7 +265,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
     context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
                           plan.microbatches_per_rank);
-    fp8_comm(plan.comm, m, tp, dp, all_layers, recomputed, plan.microbatches_per_rank);
+    fp8_comm(plan.comm, m, tp, dp, p, all_layers, recomputed, plan.microbatches_per_rank);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)

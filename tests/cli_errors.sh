@@ -167,7 +167,10 @@ bad "fp8 recipe mxfp8"        "--fp8-recipe must be one of delayed, tensorwise, 
 bad "fp8 margin negative"     "--fp8-margin must be >= 0, got -1" --fp8-margin -1
 bad "fp8 history length 0"    "--fp8-amax-history-len must be >= 1, got 0" --fp8-amax-history-len 0
 bad "fp8 with fp16"           "--fp8-format e4m3 needs fp32 or --bf16 storage, got --fp16" --fp8-format e4m3 --fp16
-bad "fp8 with experts"        "--fp8-format e4m3 runs the dense linear layers only, got --num-experts 4" --fp8-format e4m3 --num-experts 4
+bad "fp8 shared expert"       "--fp8-format e4m3 runs the routed experts in FP8, not a shared expert, got --moe-shared-expert-intermediate-size 32" \
+                                                        --fp8-format e4m3 --num-experts 4 --moe-shared-expert-intermediate-size 32
+bad "fp8 tensorwise etp"      "--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the experts whole, got --expert-tensor-parallel-size 2" \
+                                                        --fp8-format e4m3 --fp8-recipe tensorwise --num-experts 4 --tp 2 --sequence-parallel --plan --world-size 2
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3

@@ -367,7 +367,8 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     combine_tokens_backward(ep, x, dout, dy.data());
     {
       Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe);  // between the two exchanges
-      const ExpertLinears fc1{c, x, Fc::FC1, h, fc1e, &scratch}, fc2{c, x, Fc::FC2, fe, h, &scratch};
+      const ExpertLinears fc1{c, x, Fc::FC1, h, fc1e, &scratch};
+      const ExpertLinears fc2{c, x, Fc::FC2, fe, h, &scratch};
       experts_dgrad(fc2, dact.data(), dy.data(), w.experts_fc2);
       experts_wgrad(fc2, g.experts_fc2, dy.data(), a.act_out.data());
       if (m.is_gpt())

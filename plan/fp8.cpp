@@ -22,8 +22,10 @@ Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
   for (const auto& [in, out] : linears) {
     s.a = std::max({s.a, N * in, N * out});            // fprop X, dgrad dY, wgrad dY^T
     s.b = std::max({s.b, out * in, N * in});           // fprop W, dgrad W^T, wgrad X^T
-    s.a_factors = std::max({s.a_factors, count(act, N, in), count(act, N, out), count(act, out, N)});
-    s.b_factors = std::max({s.b_factors, count(wgt, out, in), count(wgt, in, out), count(act, in, N)});
+    s.a_factors =
+        std::max({s.a_factors, count(act, N, in), count(act, N, out), count(act, out, N)});
+    s.b_factors =
+        std::max({s.b_factors, count(wgt, out, in), count(wgt, in, out), count(act, in, N)});
   }
   return s;
 }
@@ -77,8 +79,10 @@ void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, in
     const int64_t experts = 4 * 3 * 2 * (int64_t)(m.moe.num_experts / p.expert_parallel) *
                             moe_layers;
     const int etp = p.expert_tensor_parallel, edp = p.expert_data_parallel();
-    if (moe_layers > 0 && etp > 1) add_comm(comm, CommGroup::ETP, CommOp::ALL_REDUCE, etp, 2, experts);
-    if (moe_layers > 0 && edp > 1) add_comm(comm, CommGroup::EDP, CommOp::ALL_REDUCE, edp, 2, experts);
+    if (moe_layers > 0 && etp > 1)
+      add_comm(comm, CommGroup::ETP, CommOp::ALL_REDUCE, etp, 2, experts);
+    if (moe_layers > 0 && edp > 1)
+      add_comm(comm, CommGroup::EDP, CommOp::ALL_REDUCE, edp, 2, experts);
   } else if (c.recipe == Fp8Recipe::Tensorwise) {
     int64_t casts = 0;  // per microbatch: an MoE layer's dense linears are qkv and proj
     for (int l : layers) {

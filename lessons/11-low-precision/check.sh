@@ -7,7 +7,8 @@
 # and fp16 with Megatron's dynamic scaler, and checks the underflow fractions, the losses and
 # the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
 # dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
-# state per parameter, FP8's workspace and its amax all-reduces against their formulas.
+# state per parameter, FP8's workspace and its amax all-reduces against their formulas. Part 4
+# (qwen3_fp8.py) does the same for Qwen3-30B-A3B (ep 8), the MoE experts in FP8 too.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 

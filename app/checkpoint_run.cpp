@@ -51,13 +51,25 @@ void load_fp8_state(CheckpointReader& checkpoint, const ModelConfig& run, Transf
                  " in any shard (the manifest lists others')", 2);
       model.set_fp8_layer_state(l, state);
     }
+    for (int l = 0; l < run.num_layers; ++l)  // the experts this rank holds
+      for (int e = 0; e < run.moe.num_experts; ++e) {
+        if (model.fp8_expert_state(l, e).empty()) continue;
+        const std::vector<float> state = checkpoint.fp8_expert_state(l, e);
+        if (state.empty())
+          fail(checkpoint.folder() + ": no FP8 state of expert " + std::to_string(e) +
+                   " of layer " + std::to_string(l) + " in any shard", 2);
+        model.set_fp8_expert_state(l, e, state);
+      }
     return;
   }
   if (!rank0 || (!saved_state && !run_delayed)) return;
   const std::string run_words = run.fp8.enabled ? "--fp8-format " + fp8_words(run.fp8)
                                                 : std::string("no --fp8-format");
   if (saved_state && !run_delayed) {
-    const size_t bytes = Fp8Scaling::state_bytes(saved, 4 * run.num_layers);
+    int moe_layers = 0;  // each holds 2 expert linears per expert
+    for (int l = 0; l < run.num_layers; ++l) moe_layers += run.moe.is_moe_layer(l);
+    const size_t bytes = Fp8Scaling::state_bytes(
+        saved, 4 * run.num_layers + 2 * run.moe.num_experts * moe_layers);
     std::printf("checkpoint: dropping its FP8 state (%s: amax histories and scales, %zu bytes): "
                 "this run has %s\n", fp8_words(saved).c_str(), bytes, run_words.c_str());
   } else {

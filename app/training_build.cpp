@@ -140,7 +140,9 @@ Training::Training(const Options& o, const World& w)
                                &topo.pp(), &topo.embedding(), expert_parallel,
                                expert_data_parallel_.get(), context_parallel));
   model_->set_gradient_buffers(pp_ > 1 ? gradient_buffers(plan_.pipeline.schedule, pp_rank_) : 1);
-  model_->set_fp8_amax_group(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp());
+  // FP8's amax reductions (model/transformer_fp8.cpp): the dense linears' over dp (x cp), each
+  // expert's over its copies, edp (the same ranks as dp x cp when the experts are not apart)
+  model_->set_fp8_amax_group(par.context_parallel > 1 ? &topo.dp_cp() : &topo.dp(), &topo.edp());
   model_->init_parameters(o.train.seed);
   // --load / --load-hf (app/checkpoint_run.h): the parameters, then the optimizer built on
   // them (bf16: its master starts as them) takes the checkpoint's moments and master.

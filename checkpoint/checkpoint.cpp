@@ -94,6 +94,25 @@ std::vector<std::pair<int, std::vector<float>>> saved_fp8_layers(const Transform
   return layers;
 }
 
+// The experts' FP8 state this rank saves, "fp8/L/e" with its floats: each expert's on its edp
+// rank 0 and etp rank 0 (after the step's reduction every rank holding the expert has the same).
+struct ExpertFp8State {
+  int layer, expert;
+  std::vector<float> state;
+};
+std::vector<ExpertFp8State> saved_fp8_experts(const Transformer& model,
+                                              const CheckpointPlace& place) {
+  std::vector<ExpertFp8State> out;
+  if (place.expert_replica != 0 || place.mirror_copy || model.expert_parallel().etp_rank() != 0)
+    return out;
+  for (int l = 0; l < model.config().num_layers; ++l)
+    for (int e = 0; e < model.config().moe.num_experts; ++e) {
+      std::vector<float> state = model.fp8_expert_state(l, e);
+      if (!state.empty()) out.push_back({l, e, std::move(state)});
+    }
+  return out;
+}
+
 }  // namespace
 
 bool CheckpointPlace::writes(const TensorView& view) const {
@@ -137,6 +156,10 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   mine.expert_bias_layers = saved_bias_layers(model, place);
   const auto fp8_layers = saved_fp8_layers(model, place);
   for (const auto& layer : fp8_layers) mine.fp8_layers.push_back(layer.first);
+  const std::vector<ExpertFp8State> fp8_experts = saved_fp8_experts(model, place);
+  for (const ExpertFp8State& x : fp8_experts)
+    if (mine.fp8_expert_layers.empty() || mine.fp8_expert_layers.back() != x.layer)
+      mine.fp8_expert_layers.push_back(x.layer);
   std::vector<SafetensorsStream::Tensor> entries;
   for (const OwnedPiece& p : pieces) {
     const std::string entry = std::to_string(mine.pieces.size());
@@ -155,6 +178,9 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   for (const auto& layer : fp8_layers)
     entries.push_back({"fp8/" + std::to_string(layer.first), SafeDType::F32,
                        {(int64_t)layer.second.size()}});
+  for (const ExpertFp8State& x : fp8_experts)
+    entries.push_back({"fp8/" + std::to_string(x.layer) + "/" + std::to_string(x.expert),
+                       SafeDType::F32, {(int64_t)x.state.size()}});
   SafetensorsStream shard(stats.folder + "/" + mine.file, entries,
                           {{"format", "paralab checkpoint shard"},
                            {"rank", std::to_string(world.rank())}});
@@ -183,6 +209,8 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   }
   for (const auto& layer : fp8_layers)
     shard.write(layer.second.data(), layer.second.size() * sizeof(float));
+  for (const ExpertFp8State& x : fp8_experts)
+    shard.write(x.state.data(), x.state.size() * sizeof(float));
   const SafetensorsStream::Written written = shard.commit();
   mine.bytes = stats.file_bytes = written.file_bytes;
   mine.crc32c = written.crc32c;
@@ -374,9 +402,27 @@ std::vector<float> CheckpointReader::fp8_state(int layer) {
   return {};
 }
 
+std::vector<float> CheckpointReader::fp8_expert_state(int layer, int expert) {
+  const std::string name = "fp8/" + std::to_string(layer) + "/" + std::to_string(expert);
+  const size_t want = Fp8Scaling::state_bytes(manifest_.fp8, 2) / sizeof(float);
+  for (int s = 0; s < (int)manifest_.shards.size(); ++s)
+    for (int l : manifest_.shards[s].fp8_expert_layers)
+      if (l == layer) {
+        SafetensorsReader& reader = shard(s);
+        const SafeTensor* t = reader.header().find(name);
+        if (!t) continue;  // another shard holds this expert
+        if ((size_t)t->numel() != want)
+          fail(reader.path() + ": entry " + name + " is not " + std::to_string(want) +
+                   " floats (the manifest's \"fp8\" recipe)", 2);
+        bytes_read_ += t->end - t->begin;
+        return reader.read_floats(*t);
+      }
+  return {};
+}
+
 bool CheckpointReader::has_fp8_state() const {
   for (const ManifestShard& s : manifest_.shards)
-    if (!s.fp8_layers.empty()) return true;
+    if (!s.fp8_layers.empty() || !s.fp8_expert_layers.empty()) return true;
   return false;
 }
 

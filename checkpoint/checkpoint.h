@@ -21,7 +21,10 @@
 //       and cp rank of a stage after each step's amax reduction: the rank that saves the expert
 //       bias (dense replica 0, tp rank 0) saves them, one entry per global layer, "fp8/L"
 //       (its 4 linears, Fp8Scaling::linears_state), so another pipeline layout finds each
-//       layer's; the manifest names the recipe ("fp8") they belong to.
+//       layer's; the manifest names the recipe ("fp8") they belong to. The MoE experts' (one
+//       state per expert, reduced over the ranks holding it) are saved per expert, "fp8/L/e"
+//       (global expert e's fc1 and fc2), by its edp rank 0 on etp rank 0, so another ep
+//       layout finds each expert's; the shard lists those layers ("fp8_expert_layers").
 //   DIR/iter_NNNNNNN/manifest.json            rank 0, after every shard is on disk
 //       (checkpoint/checkpoint_manifest.h: the model, the pieces, a CRC32C per shard)
 //   DIR/latest                                the last complete iteration, rank 0, last
@@ -146,6 +149,9 @@ class CheckpointReader {
   // A layer's FP8 delayed-scaling state (Fp8Scaling::linears_state of its 4 linears), from the
   // shard that saved it (empty when none did); has_fp8_state: did any shard save some?
   std::vector<float> fp8_state(int layer);
+  // Global expert `expert` of MoE layer `layer`: its fc1 and fc2 (Fp8Scaling::linears_state
+  // of 2 linears), from the shard that saved it (empty when none did).
+  std::vector<float> fp8_expert_state(int layer, int expert);
   bool has_fp8_state() const;
   TrainingPosition position() const;
   uint64_t bytes_read() const { return bytes_read_; }

@@ -129,7 +129,8 @@ bool safe_file_name(const std::string& s) {
 
 constexpr int64_t kMaxDim = int64_t(1) << 40;  // far above any real tensor, below overflow
 
-// A shard's list of layers (its entries "expert_bias/L", "fp8/L"): numbers in [0, layers).
+// A shard's list of layers (its entries "expert_bias/L", "fp8/L", "fp8/L/e"): numbers in
+// [0, layers).
 std::vector<int> layer_list(const Json& shard, const char* key, int num_layers,
                             const std::string& path) {
   std::vector<int> out;
@@ -155,6 +156,11 @@ void write_manifest_shard(JsonWriter& j, const ManifestShard& s) {
   if (!s.fp8_layers.empty()) {
     j.key("fp8_layers").begin_array();
     for (int l : s.fp8_layers) j.value(l);
+    j.end_array();
+  }
+  if (!s.fp8_expert_layers.empty()) {
+    j.key("fp8_expert_layers").begin_array();
+    for (int l : s.fp8_expert_layers) j.value(l);
     j.end_array();
   }
   j.key("pieces").begin_array();
@@ -258,6 +264,8 @@ ManifestShard parse_manifest_shard(const Json& s, int num_layers, const std::str
   shard.expert_bias_layers = layer_list(s, "expert_bias_layers", num_layers, path);
   if (s.contains("fp8_layers"))  // optional: an FP8 delayed run's
     shard.fp8_layers = layer_list(s, "fp8_layers", num_layers, path);
+  if (s.contains("fp8_expert_layers"))  // optional: an FP8 delayed MoE run's
+    shard.fp8_expert_layers = layer_list(s, "fp8_expert_layers", num_layers, path);
   for (const Json& p : member(s, "pieces", K::array, path)) {
     if (!p.is_object()) refuse(path, "a piece is not an object");
     ManifestPiece piece;

@@ -61,6 +61,9 @@ struct ManifestShard {
   std::vector<ManifestPiece> pieces;
   std::vector<int> expert_bias_layers;  // entries "expert_bias/L" (aux-loss-free balancing)
   std::vector<int> fp8_layers;  // entries "fp8/L": FP8 delayed scaling's state of layer L
+  // entries "fp8/L/e": the state of global expert e of MoE layer L, one per expert the shard's
+  // rank holds
+  std::vector<int> fp8_expert_layers;
 };
 
 // The data a run read: what a checkpoint records of it, so that a resumed run that reads

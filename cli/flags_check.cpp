@@ -24,7 +24,7 @@ void resolve_and_check(Options& o, const RawFlags& raw, int visible_gpus) {
   check_sequence_parallel(o);      // cli/flags_parallel.cpp
   check_zero(o, raw);              // cli/flags_parallel.cpp: ZeRO's stage, CPU offload
   check_precision_optimizer(o, raw);  // cli/flags_precision_optimizer.cpp: after ZeRO, offload
-  check_fp8(o, raw);               // cli/flags_fp8.cpp: the recipe; --fp16, MoE refused
+  check_fp8(o, raw);               // cli/flags_fp8.cpp: the recipe; --fp16, MoE's limits
   check_deepspeed_batch(o, raw);   // cli/flags_deepspeed.cpp: the config's batch triad
   check_batch(o, raw);             // cli/flags_training.cpp: the global batch, samples
   check_pipeline_run(o, t.global_batch_size / (t.micro_batch_size * p.data_parallel()));

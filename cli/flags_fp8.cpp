@@ -17,8 +17,12 @@
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
 // each, before any work: --fp16 with it (kernels::gemm_fp8 stores fp32 or bf16; megatron-core
-// 0.16.1's TransformerConfig has no such constraint: fp32 and bf16 storage both run here) and
-// --num-experts with it (the experts' GEMMs are not FP8 here: docs/fp8.md).
+// 0.16.1's TransformerConfig has no such constraint: fp32 and bf16 storage both run here); with
+// --num-experts (the experts' GEMMs run in FP8 too, each expert with its own scaling state:
+// docs/fp8.md) a shared expert (paralab's runs in the storage type, Megatron's SharedExpertMLP
+// is a Transformer Engine MLP in FP8: refused rather than half done) and tensorwise with the
+// experts' width split over etp > 1 (Transformer Engine's GroupedLinear asserts "doesn't
+// support TP > 1 with Float8 current scaling", grouped_linear.py set_meta_tensor).
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -32,7 +36,8 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
   app.add_option("--fp8-format", raw.fp8_format,
                  "FP8 training (Megatron's flag): e4m3 everywhere, or hybrid (E4M3 forward, "
                  "E5M2 gradients); default off. The dense linear layers' GEMMs (qkv, proj, fc1, "
-                 "fc2); with fp32 or --bf16 storage, not --fp16 nor --num-experts (docs/fp8.md)")
+                 "fc2) and the MoE experts' fc1 and fc2; with fp32 or --bf16 storage, not --fp16 "
+                 "(docs/fp8.md)")
       ->check(one_of({"e4m3", "hybrid"}))->group(kPrecision);
   app.add_option("--fp8-recipe", raw.fp8_recipe,
                  "FP8 scaling: delayed (Transformer Engine's amax history), tensorwise (each "
@@ -78,6 +83,9 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
   if (o.parallel.offload.params)
     fail("--fp8-param-gather casts the slice on the device: it cannot run with "
          "--offload-params, got both");
+  if (o.model.moe.num_experts > 0)
+    fail("--fp8-param-gather carries the dense linears' weights; the experts' gather is not "
+         "built here: it needs a dense model, got --num-experts ", o.model.moe.num_experts);
 }
 }  // namespace
 
@@ -103,10 +111,16 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (o.train.fp16)
     fail("--fp8-format ", raw.fp8_format, " needs fp32 or --bf16 storage, got --fp16 (the FP8 "
          "GEMM stores fp32 or bf16: docs/fp8.md)");
-  if (o.model.moe.num_experts > 0)
-    fail("--fp8-format ", raw.fp8_format, " runs the dense linear layers only, got "
-         "--num-experts ", o.model.moe.num_experts, " (the experts' GEMMs are not FP8: "
-         "docs/fp8.md)");
+  const Moe& moe = o.model.moe;
+  if (moe.num_experts > 0 && moe.shared_expert_size > 0)
+    fail("--fp8-format ", raw.fp8_format, " runs the routed experts in FP8, not a shared "
+         "expert, got --moe-shared-expert-intermediate-size ", moe.shared_expert_size,
+         " (docs/fp8.md)");
+  const int etp = o.parallel.expert_tensor_parallel;
+  if (moe.num_experts > 0 && f.recipe == Fp8Recipe::Tensorwise && etp > 1)
+    fail("--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the experts "
+         "whole, got --expert-tensor-parallel-size ", etp, " (it defaults to --tp: give "
+         "--etp 1; Transformer Engine's GroupedLinear refuses it too, docs/fp8.md)");
 }
 
 }  // namespace paralab

@@ -452,13 +452,15 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
   }
   losses.allocate(dev, n, ws);
   loss_scratch.allocate(dev, 3 * (size_t)std::min(N, std::max(1, m.cross_entropy_chunk)), ws);
-  if (m.fp8.enabled)  // the dense linears' (in, out): qkv, proj, fc1, fc2
-    fp8.allocate(dev, m.fp8, N,
-                 {{m.hidden_size, m.qkv_size()}, {(int)(A * d), m.hidden_size},
-                  {m.hidden_size, m.fc1_size()}, {m.ffn(), m.hidden_size}},
-                 (int)sizeof(T));
-  else
+  if (m.fp8.enabled) {  // the dense linears' (in, out): qkv, proj, and a dense MLP's fc1, fc2
+    std::vector<std::pair<int, int>> linears = {{m.hidden_size, m.qkv_size()},
+                                                {(int)(A * d), m.hidden_size}};
+    if (dense_mlp) linears.insert(linears.end(), {{m.hidden_size, m.fc1_size()},
+                                                  {m.ffn(), m.hidden_size}});
+    fp8.allocate(dev, m.fp8, N, linears, (int)sizeof(T));
+  } else {
     fp8 = Fp8Scratch();
+  }
 }
 
 template struct Workspace<float>;

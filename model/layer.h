@@ -138,6 +138,11 @@ struct LayerContext {
   // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the gathered unit's four
   // weights hold FP8 codes; their scales [0, 4) and factors [4, 8). nullptr: W as stored.
   const float* fp8_weights = nullptr;
+  // The experts' FP8 (an MoE layer, --fp8-format): the stage's experts' scaling and this
+  // layer's first expert linear in it (local expert e's fc1 is fp8_experts_first + 2 e, its fc2
+  // the next). nullptr: the experts run in the storage type.
+  Fp8Scaling* fp8_experts = nullptr;
+  int fp8_experts_first = 0;
 };
 
 // The attention core's shape for this rank's local config (model/attention.cpp): heads and

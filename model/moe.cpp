@@ -64,6 +64,71 @@ std::vector<GemmGroup> groups_of(const std::vector<int>& rows, const std::vector
   return g;
 }
 
+// The experts' linears: fc1 (h -> fc1_e) and fc2 (f_e -> h) of every local expert on its rows
+// (local_rows, from local_offset in the permuted activations), its weight the e-th of the
+// stacked (E/ep, out, in) tensor. In the storage type: expert_gemm. In FP8 (c.fp8_experts,
+// docs/fp8.md): each expert with rows is its own FP8 linear (parallel/fp8_linear.h) with its
+// own scaling state, linear fp8_experts_first + 2 e (+ 1 for fc2), as Transformer Engine's
+// GroupedLinear keeps one per GEMM; its operands in `scratch`, sized for all R rows.
+enum class Fc { FC1 = 0, FC2 = 1 };
+struct ExpertLinears {
+  const LayerContext& c;
+  const ExpertExchange& x;
+  Fc fc;
+  int in, out;
+  Fp8Scratch* scratch;
+  bool fp8() const { return c.fp8_experts != nullptr; }
+  Fp8Linear linear(size_t e) const {
+    return {c.fp8_experts, c.fp8_experts_first + 2 * (int)e + (int)fc, scratch};
+  }
+  size_t rows(size_t e) const { return (size_t)x.local_offset[e]; }  // its first row
+  size_t weight(size_t e) const { return e * (size_t)in * out; }
+};
+
+// y = x W^T per expert.
+template <typename T>
+void experts_fprop(const ExpertLinears& L, T* y, const T* in, const T* W) {
+  if (!L.fp8())
+    return expert_gemm(L.c, false, true, in, L.in, W, L.in, 0.0f, y, L.out,
+                       groups_of(L.x.local_rows, L.x.local_offset, Product::FORWARD, L.in, L.out));
+  for (size_t e = 0; e < L.x.local_rows.size(); ++e)
+    if (L.x.local_rows[e] > 0)
+      linear_fprop(L.c.device, L.linear(e), y + L.rows(e) * L.out, in + L.rows(e) * L.in,
+                   W + L.weight(e), L.x.local_rows[e], L.in, L.out);
+}
+// dx = dy W per expert.
+template <typename T>
+void experts_dgrad(const ExpertLinears& L, T* dx, const T* dy, const T* W) {
+  if (!L.fp8())
+    return expert_gemm(L.c, false, false, dy, L.out, W, L.in, 0.0f, dx, L.in,
+                       groups_of(L.x.local_rows, L.x.local_offset, Product::INPUT_GRAD, L.in,
+                                 L.out));
+  for (size_t e = 0; e < L.x.local_rows.size(); ++e)
+    if (L.x.local_rows[e] > 0)
+      linear_dgrad(L.c.device, L.linear(e), dx + L.rows(e) * L.in, dy + L.rows(e) * L.out,
+                   W + L.weight(e), L.x.local_rows[e], L.in, L.out);
+}
+// dW += dy^T x per expert.
+template <typename T>
+void experts_wgrad(const ExpertLinears& L, T* dW, const T* dy, const T* in) {
+  if (!L.fp8())
+    return expert_gemm(L.c, true, false, dy, L.out, in, L.in, 1.0f, dW, L.in,
+                       groups_of(L.x.local_rows, L.x.local_offset, Product::WEIGHT_GRAD, L.in,
+                                 L.out));
+  for (size_t e = 0; e < L.x.local_rows.size(); ++e)
+    if (L.x.local_rows[e] > 0)
+      linear_wgrad(L.c.device, L.linear(e), dW + L.weight(e), dy + L.rows(e) * L.out,
+                   in + L.rows(e) * L.in, L.x.local_rows[e], L.in, L.out);
+}
+
+// The experts' FP8 operands for R rows (category workspace, parallel/fp8_linear.h), empty
+// in the storage type.
+Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe) {
+  Fp8Scratch s;
+  if (c.fp8_experts) s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}});
+  return s;
+}
+
 // The router in fp32 whatever the storage: bf16 inputs are widened first (Megatron's
 // router dtype fp32). Returns the fp32 view of x (itself for fp32).
 template <typename T>
@@ -228,16 +293,19 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
   {
     kernels::GemmLabel label("experts");
     Buffer<T> y(dev, (size_t)R * h, Category::WORKSPACE);
-    expert_gemm(c, false, true, a.expert_in.data(), h, w.experts_fc1, h, 0.0f, a.fc1_out.data(),
-                fc1e, groups_of(x.local_rows, x.local_offset, Product::FORWARD, h, fc1e));
-    if (m.is_gpt())
-      kernels::moe_gelu_forward(dev, a.act_out.data(), a.fc1_out.data(), a.expert_gates.data(),
-                                R, fe);
-    else
-      kernels::moe_swiglu_forward(dev, a.act_out.data(), a.fc1_out.data(),
-                                  a.expert_gates.data(), R, fe);
-    expert_gemm(c, false, true, a.act_out.data(), fe, w.experts_fc2, fe, 0.0f, y.data(), h,
-                groups_of(x.local_rows, x.local_offset, Product::FORWARD, fe, h));
+    {
+      Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe);  // freed before the combine
+      experts_fprop(ExpertLinears{c, x, Fc::FC1, h, fc1e, &scratch}, a.fc1_out.data(),
+                    a.expert_in.data(), w.experts_fc1);
+      if (m.is_gpt())
+        kernels::moe_gelu_forward(dev, a.act_out.data(), a.fc1_out.data(), a.expert_gates.data(),
+                                  R, fe);
+      else
+        kernels::moe_swiglu_forward(dev, a.act_out.data(), a.fc1_out.data(),
+                                    a.expert_gates.data(), R, fe);
+      experts_fprop(ExpertLinears{c, x, Fc::FC2, fe, h, &scratch}, y.data(), a.act_out.data(),
+                    w.experts_fc2);
+    }
     combine_tokens(ep, x, y.data(), out);
   }
 
@@ -297,20 +365,21 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     Buffer<T> dy(dev, (size_t)R * h, ws), dact(dev, (size_t)R * fe, ws);
     Buffer<T> dfc1(dev, (size_t)R * fc1e, ws), dexpert_in(dev, (size_t)R * h, ws);
     combine_tokens_backward(ep, x, dout, dy.data());
-    expert_gemm(c, false, false, dy.data(), h, w.experts_fc2, fe, 0.0f, dact.data(), fe,
-                groups_of(x.local_rows, x.local_offset, Product::INPUT_GRAD, fe, h));
-    expert_gemm(c, true, false, dy.data(), h, a.act_out.data(), fe, 1.0f, g.experts_fc2, fe,
-                groups_of(x.local_rows, x.local_offset, Product::WEIGHT_GRAD, fe, h));
-    if (m.is_gpt())
-      kernels::moe_gelu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
-                                 a.fc1_out.data(), a.expert_gates.data(), R, fe);
-    else
-      kernels::moe_swiglu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
+    {
+      Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe);  // between the two exchanges
+      const ExpertLinears fc1{c, x, Fc::FC1, h, fc1e, &scratch};
+      const ExpertLinears fc2{c, x, Fc::FC2, fe, h, &scratch};
+      experts_dgrad(fc2, dact.data(), dy.data(), w.experts_fc2);
+      experts_wgrad(fc2, g.experts_fc2, dy.data(), a.act_out.data());
+      if (m.is_gpt())
+        kernels::moe_gelu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
                                    a.fc1_out.data(), a.expert_gates.data(), R, fe);
-    expert_gemm(c, false, false, dfc1.data(), fc1e, w.experts_fc1, h, 0.0f, dexpert_in.data(), h,
-                groups_of(x.local_rows, x.local_offset, Product::INPUT_GRAD, h, fc1e));
-    expert_gemm(c, true, false, dfc1.data(), fc1e, a.expert_in.data(), h, 1.0f, g.experts_fc1, h,
-                groups_of(x.local_rows, x.local_offset, Product::WEIGHT_GRAD, h, fc1e));
+      else
+        kernels::moe_swiglu_backward(dev, dfc1.data(), dexpert_gates.data(), dact.data(),
+                                     a.fc1_out.data(), a.expert_gates.data(), R, fe);
+      experts_dgrad(fc1, dexpert_in.data(), dfc1.data(), w.experts_fc1);
+      experts_wgrad(fc1, g.experts_fc1, dfc1.data(), a.expert_in.data());
+    }
     dispatch_tokens_backward(ep, x, dexpert_in.data(), dexpert_gates.data(), dx.data(),
                              dgates.data());
   }

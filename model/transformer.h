@@ -164,8 +164,13 @@ class Transformer {
   // reduction over tp x dp x cp (Megatron's amax reduction group, parallel_state
   // get_amax_reduction_group(with_context_parallel=True)): the tp group, then
   // data_parallel_group (dp, or dp x cp with context parallelism); nullptr: tp only.
+  // The experts' GEMMs have a scaling of their own (fp8_expert_scaling: 2 linears, fc1 and
+  // fc2, per local expert of each MoE layer here, numbered layer by layer then expert by
+  // expert), reduced per expert over the ranks that hold that expert: its etp slices, then
+  // expert_group (edp: its copies), passed here too.
   Fp8Scaling* fp8_scaling() { return fp8_.get(); }
-  void set_fp8_amax_group(Communicator* data_parallel_group);
+  Fp8Scaling* fp8_expert_scaling() { return fp8_experts_.get(); }
+  void set_fp8_amax_group(Communicator* data_parallel_group, Communicator* expert_group);
   // After the step's last backward: delayed scaling's reduction and update (no-op otherwise).
   void fp8_step_end();
   // Delayed scaling's state of global layer `layer` (its 4 linears; Fp8Scaling::linears_state's
@@ -174,6 +179,10 @@ class Transformer {
   // layer. set_fp8_layer_state puts one back.
   std::vector<float> fp8_layer_state(int layer) const;
   void set_fp8_layer_state(int layer, const std::vector<float>& values);
+  // The same for global expert `expert` of MoE layer `layer` (its fc1 and fc2), when this rank
+  // holds that expert; else empty.
+  std::vector<float> fp8_expert_state(int layer, int expert) const;
+  void set_fp8_expert_state(int layer, int expert, const std::vector<float>& values);
 
   DataParallel& data_parallel() { return *dp_; }
   // The expert parameters' data parallelism (ep > 1 and an MoE layer here), else nullptr.
@@ -277,7 +286,8 @@ class Transformer {
   template <typename F>
   decltype(auto) with_state(F&& f) const;
   // FP8: the stage's scaling (see fp8_scaling()), and a layer's context pointed at it.
-  std::unique_ptr<Fp8Scaling> fp8_;
+  std::unique_ptr<Fp8Scaling> fp8_, fp8_experts_;
+  std::vector<int> fp8_moe_ordinal_;  // per global layer: its place among the MoE layers here
   void make_fp8();
   void make_fp8_param_gather();  // --fp8-param-gather: the layers' weights to dp_
   void fp8_context(LayerContext& c) const;

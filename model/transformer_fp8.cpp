@@ -11,6 +11,18 @@
 //               back, so one rule serves every tensor.
 //   amax_group  delayed scaling's per-step reduction over tp x dp x cp (Megatron's amax
 //               reduction group): tp, then the data-parallel group (dp x cp with cp).
+// The experts' scaling (an MoE layer's fc1 and fc2 of each local expert: Transformer Engine's
+// GroupedLinear, one scaling state per GEMM, `_num_fp8_tensors_per_gemm`) has its own:
+//   pieces      none: GroupedLinear's current scaling reduces nothing (and refuses tp > 1,
+//               as the CLI refuses tensorwise with --expert-tensor-parallel-size > 1); each
+//               expert GEMM's tensors are the rows that expert ran
+//   amax_group  over the ranks that hold the expert: its etp slices, then its copies (edp).
+//               Megatron passes every module the same amax reduction group, tp x dp x cp, and
+//               TE max-reduces its global amax buffer over it position by position
+//               (reduce_and_update_fp8_tensors): without ep the same ranks as etp x edp, with
+//               ep > 1 it also maxes local expert j of every ep rank, different experts.
+//               paralab keeps each expert's own (notes/decisions.md), so every layout
+//               reproduces the single-rank run.
 // Each is a MAX all-reduce of fp32 amaxes in place, recorded on its group like every collective.
 #include <stdexcept>
 #include <string>
@@ -44,7 +56,18 @@ void Transformer::make_fp8() {
   // rank holds its linears' whole state, not a ZeRO shard as of the optimizer's states
   // (plan/fp8.h).
   fp8_.reset(new Fp8Scaling(config_.fp8, device_, 4 * layers, Category::WORKSPACE));
-  set_fp8_amax_group(nullptr);
+  // The experts': 2 linears per local expert of each MoE layer here. Category params, beside
+  // the expert bias: per-expert model state (TE keeps it in the module's extra_state, saved
+  // with the weights), whole on every rank holding the expert (plan/fp8.h).
+  fp8_moe_ordinal_.assign(config_.num_layers, -1);
+  int moe_layers = 0;
+  for (int l = 0; l < config_.num_layers; ++l)
+    if (layer_unit_[l] >= 0 && config_.moe.is_moe_layer(l)) fp8_moe_ordinal_[l] = moe_layers++;
+  if (moe_layers > 0)
+    fp8_experts_.reset(new Fp8Scaling(config_.fp8, device_,
+                                      2 * ep_.local_experts(config_.moe.num_experts) * moe_layers,
+                                      Category::PARAMS, fp8_.get()));
+  set_fp8_amax_group(nullptr, nullptr);
 }
 
 void Transformer::make_fp8_param_gather() {
@@ -66,13 +89,16 @@ void Transformer::make_fp8_param_gather() {
   dp_->set_fp8_param_gather(std::move(g));
 }
 
-void Transformer::set_fp8_amax_group(Communicator* data_parallel_group) {
+void Transformer::set_fp8_amax_group(Communicator* data_parallel_group,
+                                     Communicator* expert_group) {
   if (!fp8_) return;
   fp8_->set_reductions(max_over({tp_.tp, cp_.cp}), max_over({tp_.tp, data_parallel_group}));
+  if (fp8_experts_) fp8_experts_->set_reductions(nullptr, max_over({ep_.etp, expert_group}));
 }
 
 void Transformer::fp8_step_end() {
   if (fp8_) fp8_->step_end();
+  if (fp8_experts_) fp8_experts_->step_end();
 }
 
 int Transformer::fp8_ordinal(int layer) const {
@@ -84,6 +110,11 @@ void Transformer::fp8_context(LayerContext& c) const {
   if (!fp8_) return;
   c.fp8 = fp8_.get();
   c.fp8_first = 4 * fp8_ordinal(c.layer);
+  if (fp8_experts_ && fp8_moe_ordinal_.at(c.layer) >= 0) {
+    c.fp8_experts = fp8_experts_.get();
+    c.fp8_experts_first =
+        2 * ep_.local_experts(config_.moe.num_experts) * fp8_moe_ordinal_[c.layer];
+  }
 }
 
 std::vector<float> Transformer::fp8_layer_state(int layer) const {
@@ -94,6 +125,31 @@ std::vector<float> Transformer::fp8_layer_state(int layer) const {
 void Transformer::set_fp8_layer_state(int layer, const std::vector<float>& values) {
   if (!fp8_ || layer_unit_.at(layer) < 0) return;
   fp8_->set_linears_state(4 * fp8_ordinal(layer), 4, values);
+}
+
+// Global expert `expert` of MoE layer `layer`: its first linear in the experts' scaling, or -1
+// when this rank does not hold it.
+namespace {
+int expert_linear(const Fp8Scaling* experts, const std::vector<int>& ordinal,
+                         const ExpertParallel& ep, int E, int layer, int expert) {
+  if (!experts || ordinal.at(layer) < 0) return -1;
+  const int local = expert - ep.first_expert(E);
+  if (local < 0 || local >= ep.local_experts(E)) return -1;
+  return 2 * (ep.local_experts(E) * ordinal[layer] + local);
+}
+}  // namespace
+
+std::vector<float> Transformer::fp8_expert_state(int layer, int expert) const {
+  const int first = expert_linear(fp8_experts_.get(), fp8_moe_ordinal_, ep_,
+                                  config_.moe.num_experts, layer, expert);
+  if (first < 0) return {};
+  return fp8_experts_->linears_state(first, 2);
+}
+
+void Transformer::set_fp8_expert_state(int layer, int expert, const std::vector<float>& values) {
+  const int first = expert_linear(fp8_experts_.get(), fp8_moe_ordinal_, ep_,
+                                  config_.moe.num_experts, layer, expert);
+  if (first >= 0) fp8_experts_->set_linears_state(first, 2, values);
 }
 
 }  // namespace paralab

@@ -25,7 +25,7 @@ void fill(kernels::Device d, Buffer<float>& b, float v) {
 }  // namespace
 
 Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears,
-                       Category state)
+                       Category state, Fp8Scaling* share)
     : config_(config), device_(device), linears_(linears) {
   if (config.recipe == Fp8Recipe::Delayed) {
     const size_t len = (size_t)config.amax_history_len;
@@ -36,7 +36,8 @@ Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int line
     fill(device, scale_fwd_, 1.0f);
     fill(device, scale_bwd_, 1.0f);
   } else if (config.recipe == Fp8Recipe::Tensorwise) {
-    scratch_.allocate(device, 2, Category::WORKSPACE);
+    if (share == nullptr) scratch_.allocate(device, 2, Category::WORKSPACE);
+    tensorwise_ = share != nullptr ? share->tensorwise_ : scratch_.data();
   }
 }
 
@@ -96,8 +97,8 @@ void Fp8Scaling::quantize(int linear, Fp8Role role, const T* x, int rows, int co
       return;
     }
     case Fp8Recipe::Tensorwise: {
-      float* amax = scratch_.data();
-      float* scale = scratch_.data() + 1;
+      float* amax = tensorwise_;
+      float* scale = tensorwise_ + 1;
       kernels::fp8_amax(device_, amax, x, (size_t)rows * cols);
       if (pieces_) pieces_(amax, 1);
       kernels::fp8_current_scale(device_, scale, amax, 1, f);

@@ -82,8 +82,11 @@ class Fp8Scaling {
   using Reduce = std::function<void(float* amax, int n)>;
 
   // Delayed scaling's histories and scales are allocated here (tagged `state`), the scales 1,
-  // as Transformer Engine starts them.
-  Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears, Category state);
+  // as Transformer Engine starts them. Tensorwise's amax and scale (2 floats, category
+  // workspace) too, unless `share` lends its own (the casts run one at a time: the MoE
+  // experts' scaling borrows the dense one's, so a stage holds one pair, plan/fp8.h).
+  Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears, Category state,
+             Fp8Scaling* share = nullptr);
   Fp8Scaling(const Fp8Scaling&) = delete;
   Fp8Scaling& operator=(const Fp8Scaling&) = delete;
 
@@ -166,7 +169,8 @@ class Fp8Scaling {
   int linears_;
   Reduce pieces_, amax_group_;
   Buffer<float> history_fwd_, scale_fwd_, history_bwd_, scale_bwd_;
-  Buffer<float> scratch_;  // tensorwise: one amax and its scale
+  Buffer<float> scratch_;  // tensorwise: one amax and its scale (when not shared)
+  float* tensorwise_ = nullptr;  // tensorwise: the amax and scale used, this or the lender's
 };
 
 }  // namespace paralab

@@ -10,7 +10,8 @@
 // tied copy of the word embedding) each saves, as in Megatron; DualPipe's second copy of two
 // stages nothing. The expert bias (aux-loss-free
 // balancing) adds E fp32 per MoE layer of the stage, saved by dense replica 0 on tp rank 0, and
-// so does FP8 delayed scaling's state: its amax histories and scales, per layer of the stage.
+// so does FP8 delayed scaling's state: its amax histories and scales, per layer of the stage;
+// the experts' FP8 state is saved by each expert's edp rank 0 on etp rank 0.
 #include "plan/plan.h"
 #include "parallel/fp8_scaling.h"  // Fp8Scaling::state_bytes
 
@@ -56,7 +57,6 @@ void plan_checkpoint(Plan& plan) {
       continue;
     }
     rp.checkpoint_bytes = elements * per_element;
-    if (dense_replica != 0 || rp.tp_rank != 0) continue;
     int layers = 0, moe_layers = 0;  // the stage's
     for (int l = 0; l < m.num_layers; ++l) {
       bool here = !st;
@@ -65,6 +65,12 @@ void plan_checkpoint(Plan& plan) {
       layers += here;
       moe_layers += here && m.moe.is_moe_layer(l);
     }
+    // FP8 delayed scaling's per-expert state (2 linears per local expert, E/ep of them per MoE
+    // layer): each expert's saved by its edp rank 0 on etp rank 0 (checkpoint/checkpoint.h)
+    if (m.fp8.enabled && expert_replica == 0 && rp.rank % etp == 0)
+      rp.checkpoint_bytes +=
+          (int64_t)Fp8Scaling::state_bytes(m.fp8, 2 * (m.moe.num_experts / ep) * moe_layers);
+    if (dense_replica != 0 || rp.tp_rank != 0) continue;
     if (m.moe.enabled() && m.moe.expert_bias)
       rp.checkpoint_bytes += 4 * (int64_t)m.moe.num_experts * moe_layers;
     // FP8 delayed scaling: 4 (len + 1) 3 bytes per linear, 4 linears per layer

@@ -6,13 +6,12 @@
 #include <utility>
 
 #include "kernels/fp8.h"  // fp8_scale_count: the factors of a (rows, cols) copy in its blocks
+#include "parallel/fp8_scaling.h"  // Fp8Scaling::state_bytes
 
 namespace paralab {
 
-std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
-                                                    int layers, int act_bytes) {
-  const Fp8Config& c = m.fp8;
-  if (!c.enabled) return {};
+Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
+                                const std::vector<std::pair<int64_t, int64_t>>& linears) {
   using kernels::Fp8Blocks;
   const bool blockwise = c.recipe == Fp8Recipe::Blockwise;
   // DeepSeek-V3's blocks: 1 x 128 tiles of activations and gradients, 128 x 128 of weights
@@ -21,24 +20,36 @@ std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const 
   auto count = [](Fp8Blocks b, int64_t rows, int64_t cols) {
     return (int64_t)kernels::fp8_scale_count(b, (int)rows, (int)cols);
   };
-  const int64_t N = l.N, h = m.hidden_size;
-  const int64_t linears[4][2] = {{h, l.qkv}, {l.heads * l.head_dim, h}, {h, l.fc1}, {l.ffn, h}};
-  int64_t a = 0, b = 0, fa = 0, fb = 0;
-  for (const auto& io : linears) {
-    const int64_t in = io[0], out = io[1];
-    a = std::max({a, N * in, N * out});            // fprop X, dgrad dY, wgrad dY^T
-    b = std::max({b, out * in, N * in});           // fprop W, dgrad W^T, wgrad X^T
-    fa = std::max({fa, count(act, N, in), count(act, N, out), count(act, out, N)});
-    fb = std::max({fb, count(wgt, out, in), count(wgt, in, out), count(act, in, N)});
+  Fp8ScratchSize s;
+  for (const auto& [in, out] : linears) {
+    s.a = std::max({s.a, N * in, N * out});            // fprop X, dgrad dY, wgrad dY^T
+    s.b = std::max({s.b, out * in, N * in});           // fprop W, dgrad W^T, wgrad X^T
+    s.a_factors =
+        std::max({s.a_factors, count(act, N, in), count(act, N, out), count(act, out, N)});
+    s.b_factors =
+        std::max({s.b_factors, count(wgt, out, in), count(wgt, in, out), count(act, in, N)});
   }
-  std::vector<ActivationTensor> t = {{"fp8.a", a, 1, false},
-                                     {"fp8.b", b, 1, false},
-                                     {"fp8.a_factors", fa, 4, false},
-                                     {"fp8.b_factors", fb, 4, false}};
+  return s;
+}
+
+std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
+                                                    int layers, int act_bytes) {
+  const Fp8Config& c = m.fp8;
+  if (!c.enabled) return {};
+  const int64_t h = m.hidden_size;
+  std::vector<std::pair<int64_t, int64_t>> linears = {{h, l.qkv}, {l.heads * l.head_dim, h}};
+  bool dense_mlp = false;  // the MLP's fc1 and fc2, where a layer has a dense MLP
+  for (int i = 0; i < m.num_layers; ++i) dense_mlp = dense_mlp || !m.moe.is_moe_layer(i);
+  if (dense_mlp) linears.insert(linears.end(), {{h, l.fc1}, {l.ffn, h}});
+  const Fp8ScratchSize s = fp8_scratch_size(c, l.N, linears);
+  std::vector<ActivationTensor> t = {{"fp8.a", s.a, 1, false},
+                                     {"fp8.b", s.b, 1, false},
+                                     {"fp8.a_factors", s.a_factors, 4, false},
+                                     {"fp8.b_factors", s.b_factors, 4, false}};
   if (c.recipe == Fp8Recipe::Tensorwise) t.push_back({"fp8.amax", 2, 4, false});
   if (c.param_gather) {
     int64_t w = 0;
-    for (const auto& io : linears) w = std::max(w, io[0] * io[1]);
+    for (const auto& [in, out] : linears) w = std::max(w, in * out);
     t.push_back({"fp8.weight", w, act_bytes, false});
   }
   if (c.recipe == Fp8Recipe::Delayed)
@@ -46,26 +57,51 @@ std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const 
   return t;
 }
 
+int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f) {
+  if (!m.fp8.enabled) return 0;
+  const int64_t h = m.hidden_size;
+  return fp8_scratch_size(m.fp8, R, {{h, fc1}, {f, h}}).bytes();
+}
+
+int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers) {
+  if (!m.fp8.enabled) return 0;
+  return (int64_t)Fp8Scaling::state_bytes(m.fp8, 2 * local_experts * moe_layers);
+}
+
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
-              const std::vector<int>& layers, const std::vector<bool>& recomputed,
-              int64_t microbatches, int64_t fp8_gathers) {
+              const ParallelConfig& p, const std::vector<int>& layers,
+              const std::vector<bool>& recomputed, int64_t microbatches, int64_t fp8_gathers) {
   const Fp8Config& c = m.fp8;
   if (!c.enabled || layers.empty()) return;
   const int cp = m.context_parallel.size;
+  int moe_layers = 0;
+  for (int l : layers) moe_layers += m.moe.is_moe_layer(l);
   if (c.recipe == Fp8Recipe::Delayed) {
     const int64_t bytes = 4 * 3 * 4 * (int64_t)layers.size();  // 3 amaxes per linear
     if (tp > 1) add_comm(comm, CommGroup::TP, CommOp::ALL_REDUCE, tp, 2, bytes);
     if (dp * cp > 1)
       add_comm(comm, cp > 1 ? CommGroup::DP_CP : CommGroup::DP, CommOp::ALL_REDUCE, dp * cp, 2,
                bytes);
+    // the experts': 3 amaxes per linear, 2 linears per local expert, over etp then edp
+    const int64_t experts = 4 * 3 * 2 * (int64_t)(m.moe.num_experts / p.expert_parallel) *
+                            moe_layers;
+    const int etp = p.expert_tensor_parallel, edp = p.expert_data_parallel();
+    if (moe_layers > 0 && etp > 1)
+      add_comm(comm, CommGroup::ETP, CommOp::ALL_REDUCE, etp, 2, experts);
+    if (moe_layers > 0 && edp > 1)
+      add_comm(comm, CommGroup::EDP, CommOp::ALL_REDUCE, edp, 2, experts);
   } else if (c.recipe == Fp8Recipe::Tensorwise) {
     // per microbatch: a linear's 6 casts (2 of W), 2 more (1 of W) per forward run again;
-    // with --fp8-param-gather W's casts use the gathered scale, reduced once per gather
+    // with --fp8-param-gather W's casts use the gathered scale, reduced once per gather. An
+    // MoE layer's dense linears are qkv and proj.
     const int per_linear = c.param_gather ? 4 : 6, again = c.param_gather ? 1 : 2;
     int64_t casts = 0;
-    for (int l : layers)
-      casts += per_linear * 4 + (recomputed[l] ? again * 4 : 0) +
-               (m.recompute.recompute_mlp() ? again : 0);
+    for (int l : layers) {
+      const bool moe = m.moe.is_moe_layer(l);
+      const int linears = moe ? 2 : 4;
+      casts += per_linear * linears + (recomputed[l] ? again * linears : 0) +
+               (m.recompute.recompute_mlp() && !moe ? again : 0);
+    }
     casts *= microbatches;
     auto reduce = [&](CommGroup g, int n) {
       if (n <= 1) return;

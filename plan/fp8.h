@@ -14,7 +14,25 @@
 //   fp8.history                   delayed: the amax histories and scales of the rank's linears,
 //                                 4 (len + 1) x 3 per linear (forward: input and weight;
 //                                 backward: output gradient), 4 linears per layer held here
-// N is the microbatch's tokens (S/cp per sequence), the linears' widths tp's local ones.
+// N is the microbatch's tokens (S/cp per sequence), the linears' widths tp's local ones. In an
+// MoE layer the dense linears are qkv and proj only (the MLP's fc1 and fc2 are the experts'):
+// a model whose every layer is MoE leaves them out of the max.
+//
+// The experts (an MoE layer, model/moe.cpp; docs/fp8.md), per rank:
+//   fp8.experts (workspace transient, plan/moe_memory.cpp)  the same two operands and factors
+//                                 for the experts' fc1 (h -> fc1_e) and fc2 (f_e -> h) at R
+//                                 rows (every local expert's n_e <= R), alive while the
+//                                 experts' GEMMs run (forward and backward), 1/etp widths
+//   experts' state (category params, beside the expert bias)  delayed: 4 (len + 1) x 3 per
+//                                 expert linear, 2 per local expert (E/ep) of each MoE layer
+//                                 held: Transformer Engine's GroupedLinear keeps one scaling
+//                                 state per GEMM
+//   delayed's reductions          per expert over the ranks that hold it, etp then edp (its
+//                                 copies): 2 MAX all-reduces on each group of more than one
+//                                 rank, 4 x 3 x 2 E/ep bytes per MoE layer held. Megatron
+//                                 reduces over tp x dp x cp positionally (the same ranks
+//                                 without ep; model/transformer_fp8.cpp)
+//   tensorwise, blockwise         no reductions (GroupedLinear's current scaling has none)
 //
 // And to its communication (model/transformer_fp8.cpp), MAX all-reduces of fp32 amaxes:
 //   delayed     at each step's end, over tp (tp > 1), then over the data-parallel group (dp, or
@@ -43,8 +61,10 @@
 //                                 casts (fprop W, dgrad W^T, a recomputed fprop's W) reduce
 //                                 nothing: they use the gathered scale
 //
-// defines: fp8_workspace_tensors, fp8_comm, fp8_gather_messages, fp8_gather_comm_buffers
+// defines: Fp8ScratchSize, fp8_scratch_size, fp8_workspace_tensors, fp8_expert_scratch_bytes,
+//          fp8_expert_state_bytes, fp8_comm, fp8_gather_messages, fp8_gather_comm_buffers
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "model/param_table.h"  // ParamSpec
@@ -52,16 +72,31 @@
 
 namespace paralab {
 
+// An Fp8Scratch (parallel/fp8_linear.h) for linears (in, out) at N rows: codes (1 byte) and
+// fp32 factors of its two operands.
+struct Fp8ScratchSize {
+  int64_t a = 0, b = 0, a_factors = 0, b_factors = 0;
+  int64_t bytes() const { return a + b + 4 * (a_factors + b_factors); }
+};
+Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
+                                const std::vector<std::pair<int64_t, int64_t>>& linears);
+// The experts' scratch at R rows (0 without --fp8-format); fc1, f: the rank's slices.
+int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f);
+// The experts' delayed-scaling state: 2 linears per local expert of each MoE layer held.
+int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers);
+
 // Empty without --fp8-format. layers: the dense layers this rank holds.
 // act_bytes: the storage type's bytes (fp8.weight).
 std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
                                                     int layers, int act_bytes);
 // Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
-// whether full recompute runs its forward again; microbatches: the rank's per step.
-// fp8_gathers: the step's gathers of FP8 units (--fp8-param-gather), 0 without.
+// whether full recompute runs its forward again; microbatches: the rank's per step; p: the
+// expert grid (etp, ep, edp) for the experts' reductions; fp8_gathers: the step's gathers of
+// FP8 units (--fp8-param-gather), 0 without.
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
-              const std::vector<int>& layers, const std::vector<bool>& recomputed,
-              int64_t microbatches, int64_t fp8_gathers = 0);
+              const ParallelConfig& p, const std::vector<int>& layers,
+              const std::vector<bool>& recomputed, int64_t microbatches,
+              int64_t fp8_gathers = 0);
 // Per unit of `units` (stage_units' boundaries over `table`), M_u above, 0 for a unit without
 // FP8 weights; es: the storage type's bytes; dp: the ZeRO group's size.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,

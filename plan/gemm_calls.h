@@ -44,7 +44,8 @@
 // vocabulary rows; and, by the path taken, the head dim and the keys of naive attention's
 // batched products, the experts' count (the router's logits) and widths.
 //
-// defines: kGemmLabels, GemmCallPrediction, predict_gemm_calls, expected_nonempty_experts,
+// defines: kGemmLabels, GemmCallPrediction, predict_gemm_calls, experts_grouped,
+//          expected_nonempty_experts,
 //          paper_per_expert_calls, unaligned_gemm_dims
 #pragma once
 #include <array>
@@ -74,6 +75,12 @@ struct GemmCallPrediction {
 // exact, else the expectation.
 GemmCallPrediction predict_gemm_calls(const Plan& plan, bool grouped, int rank = 0,
                                       const std::vector<long long>* nonempty = nullptr);
+// Whether the run's experts make grouped calls: --moe-grouped-gemm, and not in FP8, where each
+// expert with rows is its own FP8 linear (model/moe.cpp; docs/fp8.md), one call per GEMM as
+// without grouping.
+inline bool experts_grouped(const ModelConfig& m) {
+  return m.moe.grouped_gemm && !m.fp8.enabled;
+}
 // E (1 - (1 - k/E)^N) for N tokens; E with padding to capacity.
 double expected_nonempty_experts(const Moe& moe, int64_t tokens);
 // The course's per-expert count: MoE layers x E x projections x 3 (1 F + 2 B) per microbatch,

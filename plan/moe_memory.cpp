@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include "plan/plan.h"  // ActivationTensor, layer_activation_tensors, local_sizes
+#include "plan/fp8.h"   // fp8_expert_scratch_bytes
 
 namespace paralab {
 
@@ -208,6 +209,10 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
     fwd(expert_rows, gathered);
   }
   const int64_t y = R * h * act;
+  // FP8: the experts' operands at R rows while their GEMMs run, freed before the combine
+  // (plan/fp8.h)
+  const int64_t fp8 = fp8_expert_scratch_bytes(m, R, fc1, f);
+  if (fp8 > 0) fwd(experts_in, y + fp8);
   if (alltoall && T > 1)  // the block, with the ungrouped partials and the peers' partials
     fwd(experts_in, y + std::max(Re * h * act + R * h * act + T * Re * h * act,
                                  Re * h * act + M * h * act));
@@ -225,8 +230,9 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
     exchange = std::max(M * h * act + R * h * act, R * h * act + R * 4 + M * h * act + M * 4);
   else if (allgather)
     exchange = P * N * h * act;
+  // the exchanges run before and after the experts' GEMMs, FP8's operands between them
   const int64_t experts = R * 4 + R * h * act + R * f * act + R * fc1 * act + R * h * act +
-                          exchange;
+                          std::max(exchange, fp8);
   const int64_t dscores = balancing ? N * E * 4 : 0;
   const int64_t grads = (half ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (half ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded

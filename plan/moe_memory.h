@@ -31,9 +31,12 @@
 //            experts: y R h act, and in the combine (alltoall) the block R_ep h act with (etp
 //                     > 1) the ungrouped R h act and the peers' partials etp R_ep h act, then
 //                     with the returned M h act; (allgather) the full output P N h act
+//            --fp8-format: the experts' FP8 operands at R rows (plan/fp8.h) beside y while
+//                     their GEMMs run, before the combine
 //   backward dx N h act and dgates N k x4 (the whole function), and the largest of
 //            experts  dexpert_gates R x4 + dy R h + dact R f_e + dfc1 R fc1_e + dexpert_in
-//                     R h (act), plus the exchanges' (alltoall: the block R_ep h with the
+//                     R h (act), plus the larger of the FP8 operands (their GEMMs) and the
+//                     exchanges' (alltoall: the block R_ep h with the
 //                     permuted M h, at etp > 1 then with the gathered R h and its etp R_ep h
 //                     copies; the block R_ep (h + 4) with, at etp > 1, the ungrouped R (h + 4)
 //                     and the peers' partials etp R_ep h, then with the returned M (h + 4);

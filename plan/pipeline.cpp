@@ -9,7 +9,7 @@
 #include "model/param_table.h"
 #include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
-#include "plan/fp8.h"  // fp8_comm
+#include "plan/fp8.h"  // fp8_comm, fp8_expert_state_bytes
 #include "plan/pipeline_impl.h"     // StageChunks, stage_step_calls, stage_total_peak
 
 namespace paralab {
@@ -246,6 +246,11 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
     mem.params += (int64_t)moe_layers * m.moe.num_experts * 4;
     mem.resident_params += (int64_t)moe_layers * m.moe.num_experts * 4;
   }
+  // FP8 delayed scaling's per-expert state, beside the expert bias (plan/fp8.h)
+  const int64_t fp8_experts =
+      fp8_expert_state_bytes(m, m.moe.num_experts / par.expert_parallel, moe_layers);
+  mem.params += fp8_experts;
+  mem.resident_params += fp8_experts;
   mem.activations = activations_peak;
   mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
   mem.comm_buffers = comm_buffer_bytes(m, t, par, moe_layers);
@@ -405,7 +410,7 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
   expert_parallel_comm(st.comm, m, par, B, act, plan.routing, moe_layers, recomputed, k,
                        first_microbatch);
   context_parallel_comm(st.comm, m, B, act, tp, model_slice.layer_ids, recomputed, k);
-  fp8_comm(st.comm, m, tp, plan.dp, model_slice.layer_ids, recomputed, k);
+  fp8_comm(st.comm, m, tp, plan.dp, par, model_slice.layer_ids, recomputed, k);
   expert_bias_comm(st.comm, m, plan.dp, (int)moe_layers.size());
   // gpt's tied embedding: the first stage and a last stage holding a copy sum its gradient
   bool copies = false;

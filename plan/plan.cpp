@@ -203,6 +203,11 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.params += bias;
     mem.resident_params += bias;
   }
+  // FP8 delayed scaling's per-expert state, beside the expert bias (plan/fp8.h)
+  const int64_t fp8_experts =
+      fp8_expert_state_bytes(m, m.moe.num_experts / p.expert_parallel, moe_layer_count(m));
+  mem.params += fp8_experts;
+  mem.resident_params += fp8_experts;
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers = comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
   mem.logits = logits_bytes(m, B, t.half(), tp);
@@ -266,7 +271,7 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     int64_t fp8_gathers = 0;  // --fp8-param-gather: the step's gathers of FP8 units
     for (size_t u = 0; u < d.fp8_message.size(); ++u)
       if (d.fp8_message[u] > 0) fp8_gathers += d.sim.gathers_of[u];
-    fp8_comm(plan.comm, m, tp, dp, all_layers, recomputed, plan.microbatches_per_rank,
+    fp8_comm(plan.comm, m, tp, dp, p, all_layers, recomputed, plan.microbatches_per_rank,
              fp8_gathers);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));

@@ -1,7 +1,8 @@
 // plan/time_model_fp8.h: what FP8 buys, projected: the step of plan/time_model.h with the
 // linear layers' GEMMs at the profile's FP8 peak, plus the quantisation kernels FP8 adds. A
-// PROJECTION of the recipe on the hardware, not a measurement (the linear layers do not train
-// in FP8 yet: docs/fp8.md); `--plan --fp8-format ...` prints it under the step's projection.
+// PROJECTION of the recipe on the hardware, not a measurement (on a GPU the run's own step time
+// is the measurement: docs/fp8.md); `--plan --fp8-format ...` prints it under the step's
+// projection.
 //
 // Per linear layer, microbatch and rank 0 (one of plan/time_model.h's linears: qkv, proj, fc1,
 // fc2, the experts' and the shared expert's fc1 and fc2; the router, the shared expert's gate,

@@ -182,7 +182,7 @@ double measured_calls(const StepMetrics& s, const std::string& label) {
 std::string gemm_calls_table(const Plan& plan, const StepMetrics& s, int rank,
                              const std::vector<long long>* nonempty) {
   const GemmCallPrediction p =
-      predict_gemm_calls(plan, plan.model.moe.grouped_gemm, rank, nonempty);
+      predict_gemm_calls(plan, experts_grouped(plan.model), rank, nonempty);
   std::string t = strprintf("GEMM calls this step, rank %d (kernels' gemm_counts beside "
                             "plan/gemm_calls.h)\n", rank);
   t += strprintf("  %-14s %12s %14s %10s\n", "label", "measured", "predicted", "diff");
@@ -211,7 +211,7 @@ std::string gemm_calls_table(const Plan& plan, const StepMetrics& s, int rank,
 void gemm_calls_json(JsonWriter& j, const Plan& plan, const StepMetrics& s, int rank,
                      const std::vector<long long>* nonempty) {
   const GemmCallPrediction p =
-      predict_gemm_calls(plan, plan.model.moe.grouped_gemm, rank, nonempty);
+      predict_gemm_calls(plan, experts_grouped(plan.model), rank, nonempty);
   j.key("gemm_calls").begin_object();
   j.field("grouped", p.grouped).field("experts_exact", p.experts_exact);
   j.key("labels").begin_object();

@@ -191,7 +191,12 @@ bad "fp8 param gather zero 1" "--fp8-param-gather needs --zero-stage 3 (the gath
 bad "fp8 param gather zero 0" "--fp8-param-gather needs --zero-stage 3" --fp8-format e4m3 --fp8-param-gather
 bad "fp8 param gather blocks" "--fp8-param-gather casts each ZeRO-3 slice of a weight at the weight's scale: it needs --fp8-recipe delayed or tensorwise, got blockwise" \
                                                         --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --zero-stage 3
-bad "fp8 with experts"        "--fp8-format e4m3 runs the dense linear layers only, got --num-experts 4" --fp8-format e4m3 --num-experts 4
+bad "fp8 param gather experts" "--fp8-param-gather carries the dense linears' weights; the experts' gather is not built here: it needs a dense model, got --num-experts 4" \
+                                                        --fp8-format e4m3 --fp8-param-gather --zero-stage 3 --num-experts 4
+bad "fp8 shared expert"       "--fp8-format e4m3 runs the routed experts in FP8, not a shared expert, got --moe-shared-expert-intermediate-size 32" \
+                                                        --fp8-format e4m3 --num-experts 4 --moe-shared-expert-intermediate-size 32
+bad "fp8 tensorwise etp"      "--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the experts whole, got --expert-tensor-parallel-size 2" \
+                                                        --fp8-format e4m3 --fp8-recipe tensorwise --num-experts 4 --tp 2 --sequence-parallel --plan --world-size 2
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3

@@ -1,7 +1,8 @@
 // tests/test_flags_fp8.cpp: the --fp8-* flags (cli/flags_fp8.cpp): Megatron-Core's defaults
 // (megatron/training/arguments.py: format off, recipe delayed, margin 0, history 1,
 // most_recent), each value read into Fp8Config, the bad values refused with one line naming
-// the flag, and --fp8-format refused with --fp16 and with --num-experts (one line each).
+// the flag, and --fp8-format refused with --fp16, with a shared expert and tensorwise with the
+// experts' width split (one line each); MoE itself is read (the experts run in FP8).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -46,10 +47,28 @@ TEST(FlagsFp8, BadValuesAreRefusedNamingTheFlag) {
   const std::string fp16 = error_of({"--fp8-format", "hybrid", "--fp16"});
   EXPECT_EQ(fp16.rfind("--fp8-format hybrid needs fp32 or --bf16 storage, got --fp16", 0), 0u)
       << fp16;
-  const std::string moe = error_of({"--fp8-format", "e4m3", "--num-experts", "4"});
-  EXPECT_EQ(moe.rfind("--fp8-format e4m3 runs the dense linear layers only, got --num-experts 4",
-                      0), 0u)
-      << moe;
+  const std::string shared = error_of({"--fp8-format", "e4m3", "--num-experts", "4",
+                                        "--moe-shared-expert-intermediate-size", "32"});
+  EXPECT_EQ(shared.rfind("--fp8-format e4m3 runs the routed experts in FP8, not a shared expert, "
+                         "got --moe-shared-expert-intermediate-size 32", 0), 0u)
+      << shared;
+  const std::string etp =
+      error_of({"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise", "--num-experts", "4",
+                "--tp", "2", "--sequence-parallel", "--plan", "--world-size", "2"});
+  EXPECT_EQ(etp.rfind("--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the "
+                      "experts whole, got --expert-tensor-parallel-size 2", 0), 0u)
+      << etp;
+}
+
+TEST(FlagsFp8, ExpertsAreRead) {
+  const Options moe = parse({"--fp8-format", "hybrid", "--num-experts", "4"});
+  EXPECT_TRUE(moe.model.fp8.enabled);
+  EXPECT_EQ(moe.model.moe.num_experts, 4);
+  // tensorwise with the experts whole (--etp 1) under tp 2: allowed
+  const Options folded =
+      parse({"--fp8-format", "e4m3", "--fp8-recipe", "tensorwise", "--num-experts", "4", "--tp",
+             "2", "--sequence-parallel", "--etp", "1", "--plan", "--world-size", "2"});
+  EXPECT_EQ(folded.parallel.expert_tensor_parallel, 1);
 }
 
 TEST(FlagsFp8, FormatIsReadWithEitherStorage) {

@@ -9,7 +9,8 @@
 // capacity without padding the plan is evaluated at the routing the step measured
 // (MoeLayerStats::permuted_rows, kept_per_expert). The kernels' FLOP counter must equal the
 // plan's hardware FLOPs per rank, and the peak of the total the plan's (an upper bound with
-// full recompute, where the layers' transients are held at their peak).
+// full recompute, where the layers' transients are held at their peak). With --fp8-format too
+// (the experts' GEMMs in FP8).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -103,6 +104,31 @@ std::vector<MoeCase> cases() {
   qk_bf16.model.moe.shared_expert_size = 16;
   qk_bf16.model.moe.shared_expert_gate = true;
   c.push_back(qk_bf16);
+
+  // --fp8-format: the experts' fc1 and fc2 in FP8 (their operands a transient at R rows, the
+  // delayed state per expert in category params: plan/fp8.h); a dense layer among MoE ones
+  // (its fc1 and fc2 in the dense scratch), per-expert state over 2 microbatches; blockwise's
+  // factors per 1 x 128 tile and 128 x 128 block; tensorwise under full recompute
+  MoeCase fp8_delayed{"llama_fp8_delayed_mixed_bf16_accum2", moe_model(Arch::LLAMA, 4, 2, 24), 2,
+                      2, true};
+  fp8_delayed.model.num_layers = 3;
+  fp8_delayed.model.moe.layer_pattern = {0, 1, 1};
+  fp8_delayed.model.moe.grouped_gemm = true;
+  fp8_delayed.model.fp8.enabled = fp8_delayed.model.fp8.hybrid = true;
+  fp8_delayed.model.fp8.amax_history_len = 4;
+  c.push_back(fp8_delayed);
+  MoeCase fp8_block{"gpt_fp8_blockwise", moe_model(Arch::GPT, 4, 2, 48)};
+  fp8_block.model.fp8.enabled = true;
+  fp8_block.model.fp8.recipe = Fp8Recipe::Blockwise;
+  c.push_back(fp8_block);
+  MoeCase fp8_tensor{"llama_fp8_tensorwise_full_recompute", moe_model(Arch::LLAMA, 4, 2, 16), 2,
+                     2, false, true, false};
+  fp8_tensor.model.fp8.enabled = true;
+  fp8_tensor.model.fp8.recipe = Fp8Recipe::Tensorwise;
+  fp8_tensor.model.recompute.granularity = Recompute::Granularity::FULL;
+  fp8_tensor.model.recompute.method = Recompute::Method::UNIFORM;
+  fp8_tensor.model.recompute.num_layers = 1;
+  c.push_back(fp8_tensor);
 
   // --qk-layernorm on a dense model
   MoeCase dense_qk{"gpt_dense_qk_norm", plan_test::gpt(2, 32, 4, 16, 64), 2, 2, false, false};

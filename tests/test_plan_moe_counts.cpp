@@ -176,7 +176,7 @@ void expect_counts(const ModelConfig& m, int B, int k, bool use_nonempty) {
   const Measured meas = run_step(m, B, k);
   const Plan plan = plan_of(m, B, k);
   const GemmCallPrediction p =
-      predict_gemm_calls(plan, m.moe.grouped_gemm, 0, use_nonempty ? &meas.nonempty : nullptr);
+      predict_gemm_calls(plan, experts_grouped(m), 0, use_nonempty ? &meas.nonempty : nullptr);
   ASSERT_TRUE(p.experts_exact);
   for (const auto& [label, c] : meas.counts) {
     bool known = false;

@@ -7,7 +7,8 @@
 # and fp16 with Megatron's dynamic scaler, and checks the underflow fractions, the losses and
 # the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
 # dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
-# state per parameter, FP8's workspace and its amax all-reduces against their formulas.
+# state per parameter, FP8's workspace and its amax all-reduces against their formulas. Part 4
+# (qwen3_fp8.py) does the same for Qwen3-30B-A3B (ep 8), the MoE experts in FP8 too.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 
@@ -34,6 +35,12 @@ for z in 0 1 2 3; do
 done
 "$trainer" "${llama70[@]}" --zero-stage 0 "${bf16_moments[@]}" > /dev/null 2> "$work/z0_moments.err"
 echo $? > "$work/z0_moments.rc"
+# part 4: Qwen3-30B-A3B, bf16 and FP8 (lessons/11-low-precision/qwen3_fp8.py checks them)
+qwen3=(--config configs/models/qwen3-30b-a3b.toml --plan --json --world-size 64 --ep 8
+       --zero-stage 1 --hardware h100-sxm)
+"$trainer" "${qwen3[@]}" > "$work/qwen3_bf16.json" 2>&1 || fail_run "${qwen3[@]}"
+"$trainer" "${qwen3[@]}" --fp8-format hybrid > "$work/qwen3_fp8.json" 2>&1 ||
+  fail_run "${qwen3[@]}" --fp8-format hybrid
 train fp32
 train unscaled --fp16 --loss-scale 1
 train static --fp16 --loss-scale 1024
@@ -123,5 +130,9 @@ x = f8["fp8"]
 print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s at the FP8 peak, casts %.2f s;"
       " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],
       x["step_fp8_s"], 100 * (x["step_fp8_s"] / x["step_s"] - 1)))
+
+sys.path.insert(0, "lessons/11-low-precision")  # part 4, its own file: Qwen3-30B-A3B in FP8
+import qwen3_fp8  # noqa: E402
+qwen3_fp8.run(work)
 finish()
 PY

@@ -190,6 +190,14 @@ reference pp2-fp8 2 --pp 2
 resume fp8         fp8       bitwise 1 ""                       1 ""
 resume zero1-fp8   zero1-fp8 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
 resume pp2-fp8     pp2-fp8   bitwise 2 "--pp 2"                 2 "--pp 2"
+# The MoE experts' FP8 state (one per expert, "fp8/L/e"): resumed bit for bit on one rank and
+# over ep 2 (each rank saves and loads its own experts')
+model=("${tiny[@]}" "${fp8[@]}" --num-experts 4 --moe-router-topk 2)
+reference moe-fp8 1
+reference ep2-fp8 2 --ep 2
+resume moe-fp8     moe-fp8   bitwise 1 ""                       1 ""
+resume ep2-fp8     ep2-fp8   bitwise 2 "--ep 2"                 2 "--ep 2"
+model=("${tiny[@]}" "${fp8[@]}")
 
 fp8_other_runs() {  # the fp8 case's checkpoint (iteration 3) loaded by other runs
   local ckpt="$work/fp8.ckpt" problems=""

@@ -22,7 +22,10 @@
 #              (measured 1.00 vs 1.59) and the run trails it (final loss ~1% above); asserted:
 #              that step-1 norm below 0.9 x bf16's, and the loss falling. (hybrid's E5M2, down to
 #              2^-16, keeps them: why Megatron and TE default to hybrid.)
-#   refused    --fp8-format with --fp16 and with --num-experts: one line, exit 2, no step run.
+#   moe        the same with the tiny preset made MoE (4 experts, top 2), 30 steps: fp32, bf16,
+#              and delayed hybrid in bf16 within the same derived bound of the bf16 MoE run (the
+#              experts' fc1 and fc2 in FP8 besides qkv and proj).
+#   refused    --fp8-format with --fp16 and with a shared expert: one line, exit 2, no step run.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
 
 STEPS=${FP8_STEPS:-60}
@@ -46,29 +49,28 @@ run_in_background() {
   run "$@" &
 }
 
-if wanted converge; then
-  run_in_background fp32 1 "${tiny[@]}"
-  run_in_background bf16 1 "${tiny[@]}" --bf16
-  runs=()
-  for recipe in delayed tensorwise blockwise; do
-    for format in e4m3 hybrid; do
-      run_in_background "$recipe-$format" 1 "${tiny[@]}" --bf16 --fp8-format "$format" \
-        --fp8-recipe "$recipe"
-      runs+=("$recipe-$format")
-    done
+converge() {  # case prefix "recipe-format ..." flags...: fp32, bf16 and the FP8 runs, judged
+  local case=$1 prefix=$2 pairs=$3; shift 3
+  run_in_background "${prefix}fp32" 1 "${tiny[@]}" "$@"
+  run_in_background "${prefix}bf16" 1 "${tiny[@]}" "$@" --bf16
+  local runs=() pair
+  for pair in $pairs; do
+    run_in_background "$prefix$pair" 1 "${tiny[@]}" "$@" --bf16 --fp8-format "${pair#*-}" \
+      --fp8-recipe "${pair%-*}"
+    runs+=("$pair")
   done
   wait
-  verdict converge "${runs[@]}" <<'EOF'
+  verdict "$case" "$prefix" "${runs[@]}" <<'EOF'
 import json, sys
-work, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+work, steps, prefix, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def losses(name):
     try:
-        rows = [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"]
+        rows = [r for r in map(json.loads, open(f"{work}/{prefix}{name}.jsonl")) if r.get("type") == "step"]
     except OSError:
         return []
     return [r["loss"] for r in rows]
 def norms(name):
-    return [r["grad_norm"] for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"]
+    return [r["grad_norm"] for r in map(json.loads, open(f"{work}/{prefix}{name}.jsonl")) if r.get("type") == "step"]
 def worst(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 fp32, bf16 = losses("fp32"), losses("bf16")
@@ -96,10 +98,19 @@ if problems:
     print("; ".join(problems + said)); sys.exit(1)
 print(", ".join(said))
 EOF
+}
+if wanted converge; then
+  converge converge "" "delayed-e4m3 delayed-hybrid tensorwise-e4m3 tensorwise-hybrid blockwise-e4m3 blockwise-hybrid"
+fi
+if wanted moe; then  # FP8_MOE_STEPS (30) steps: CI time
+  STEPS=${FP8_MOE_STEPS:-30}
+  tiny=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
+        --train-iters "$STEPS")
+  converge moe moe- "delayed-hybrid" --num-experts 4 --moe-router-topk 2
 fi
 
 if wanted refused; then
-  for bad in "--fp16" "--num-experts 4"; do
+  for bad in "--fp16" "--num-experts 4 --moe-shared-expert-intermediate-size 32"; do
     out=$("$trainer" "${tiny[@]}" --fp8-format e4m3 $bad 2>&1 < /dev/null); rc=$?
     lines=$(printf '%s\n' "$out" | grep -c .)
     if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [[ "$out" == "paralab: error: --fp8-format e4m3 "* ]]; then

@@ -6,6 +6,7 @@
 //   --fp8-margin N                    default 0 (delayed scaling's 2^-margin)
 //   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
 //   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
+//   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
 // each, before any work: --fp16 with it (kernels::gemm_fp8 stores fp32 or bf16; megatron-core
@@ -43,6 +44,12 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "delayed scaling: the amax a scale comes from, the history's max or the most "
                  "recent (Megatron's default; Transformer Engine's is max)")
       ->check(one_of({"most_recent", "max"}))->capture_default_str()->group(kPrecision);
+  add_switch(app, "--log-fp8-scaling", f.log_scaling,
+             "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
+             "gradient: the amax, the scale the casts used, and the values they saturated or "
+             "flushed (--metrics-jsonl fp8_scaling, TensorBoard); delayed or tensorwise; a "
+             "second pass over each cast tensor")
+      ->group(kPrecision);
 }
 
 void check_fp8(Options& o, const RawFlags& raw) {
@@ -57,6 +64,10 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
   if (f.amax_history_len < 1)
     fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
+  if (f.log_scaling && !f.enabled) fail("--log-fp8-scaling needs --fp8-format");
+  if (f.log_scaling && f.recipe == Fp8Recipe::Blockwise)
+    fail("--log-fp8-scaling logs per-tensor scales (--fp8-recipe delayed or tensorwise), got "
+         "--fp8-recipe blockwise (a scale per block, each from its own amax: nothing saturates)");
   if (!f.enabled) return;
   if (o.train.fp16)
     fail("--fp8-format ", raw.fp8_format, " needs fp32 or --bf16 storage, got --fp16 (the FP8 "

@@ -54,6 +54,20 @@ void Transformer::fp8_step_end() {
   if (fp8_) fp8_->step_end();
 }
 
+Fp8StepLog Transformer::fp8_step_log() const {
+  Fp8StepLog out;
+  if (!fp8_ || !fp8_->config().log_scaling) return out;
+  out.on = true;
+  for (int l = 0; l < fp8_->linears(); ++l)  // linear 4 i + kind of the stage's layer i
+    for (int role = 0; role < kFp8Roles; ++role)
+      out.at(l % kFp8LinearKinds, role).fold(fp8_->log(l, Fp8Role(role)));
+  return out;
+}
+
+void Transformer::reset_fp8_log() {
+  if (fp8_ && fp8_->config().log_scaling) fp8_->clear_log();
+}
+
 int Transformer::fp8_ordinal(int layer) const {
   // the layer's place among this stage's layers: its unit less the embedding's
   return layer_unit_.at(layer) - (slice_.embedding ? 1 : 0);

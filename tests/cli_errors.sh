@@ -168,6 +168,9 @@ bad "fp8 margin negative"     "--fp8-margin must be >= 0, got -1" --fp8-margin -
 bad "fp8 history length 0"    "--fp8-amax-history-len must be >= 1, got 0" --fp8-amax-history-len 0
 bad "fp8 with fp16"           "--fp8-format e4m3 needs fp32 or --bf16 storage, got --fp16" --fp8-format e4m3 --fp16
 bad "fp8 with experts"        "--fp8-format e4m3 runs the dense linear layers only, got --num-experts 4" --fp8-format e4m3 --num-experts 4
+bad "fp8 log without fp8"     "--log-fp8-scaling needs --fp8-format" --log-fp8-scaling
+bad "fp8 log blockwise"       "--log-fp8-scaling logs per-tensor scales (--fp8-recipe delayed or tensorwise), got --fp8-recipe blockwise" \
+                                                        --fp8-format hybrid --fp8-recipe blockwise --log-fp8-scaling
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3

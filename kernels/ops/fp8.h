@@ -64,7 +64,7 @@ void fp8_quantize(Device d, uint8_t* q, float* scale_inv, float* amax, const T* 
 // What a per-tensor cast at scale[0] loses, counted over the n elements of x (a twin pass over
 // the tensor, run only when a run logs its FP8 scaling: --log-fp8-scaling):
 //   counts[0] = saturated: fp8_saturates(x_i * scale[0]), a value the cast clipped to +-max
-//   counts[1] = flushed:   x_i != 0 (and not NaN) and fp8_encode(x_i * scale[0]) is a zero
+//   counts[1] = flushed:   x_i != 0 and fp8_encode(x_i * scale[0]) is a zero (NaN is 0x7F: not)
 // Written, not accumulated. Delayed scaling's lag shows here: a scale from an earlier step's
 // amax saturates the values above that amax, or flushes the small ones after a drop.
 template <Device Dev, class T>

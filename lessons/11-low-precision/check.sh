@@ -58,9 +58,11 @@ train fp8_delayed --fp8-format hybrid & train fp8_tensorwise --fp8-format hybrid
 trained fp32 unscaled static dynamic lag_delayed lag_tensorwise bf16 fp8_blockwise fp8_delayed \
   fp8_tensorwise
 curves=()
-for c in fp32 bf16 static dynamic fp8_delayed fp8_tensorwise fp8_blockwise; do curves+=("$work/$c.jsonl"); done
-scripts/plot --out "$work/png" --loss "${curves[@]}" --label fp32 bf16 "fp16 S=1024" "fp16 dynamic" \
-  "FP8 delayed" "FP8 tensorwise" "FP8 blockwise" > /dev/null 2> "$work/plot.err"
+for c in fp32 bf16 static dynamic fp8_delayed fp8_tensorwise fp8_blockwise; do
+  curves+=("$work/$c.jsonl")
+done
+scripts/plot --out "$work/png" --loss "${curves[@]}" --label fp32 bf16 "fp16 S=1024" \
+  "fp16 dynamic" "FP8 delayed" "FP8 tensorwise" "FP8 blockwise" > /dev/null 2> "$work/plot.err"
 echo $? > "$work/plot.rc"
 
 python3 - "$work" <<'PY'
@@ -185,7 +187,8 @@ dj, tj = sc(d[J - 1], "proj", "output_grad"), sc(t[J - 1], "proj", "output_grad"
 check(f"proj's dY: its amax jumps most at step {J}, x{amax[J - 1] / amax[J - 2]:.2f}; delayed "
       f"scales it by max / step {J - 1}'s amax", dj["scale"], f32(57344.0 / amax[J - 2]))
 check(f"delayed, step {J}: amax x scale = {dj['amax'] * dj['scale']:.0f} is past E5M2's 57344, "
-      "and values saturate", (dj["amax"] * dj["scale"] > 57344.0, dj["saturated"] > 0), (True, True))
+      "and values saturate", (dj["amax"] * dj["scale"] > 57344.0, dj["saturated"] > 0),
+      (True, True))
 want = {"delayed": [str(J), g3(amax[J - 2]), g3(dj["amax"]), g3(dj["scale"]),
                     g3(f32(57344.0 / dj["amax"])), of(dj["saturated"], dj["elements"])],
         "tensorwise": [str(J), g3(sc(t[J - 2], "proj", "output_grad")["amax"]), g3(tj["amax"]),

@@ -244,6 +244,17 @@ void Training::write_tensorboard(const StepRecord& r) {
       v.push_back({"fp16-underflow-stored-below-normal",
                    (float)u.fraction(u.stored_below_normal)});
     }
+    for (int k = 0; s.fp8.on && k < kFp8LinearKinds; ++k)  // --log-fp8-scaling
+      for (int role = 0; role < kFp8Roles; ++role) {
+        const Fp8TensorLog& t = s.fp8.at(k, role);
+        const std::string tag = std::string("fp8-") + fp8_linear_kind_name(k) + "-" +
+                                fp8_role_name(role) + "-";
+        const double n = t.elements > 0 ? (double)t.elements : 1.0;
+        v.push_back({tag + "amax", t.amax});
+        v.push_back({tag + "scale", t.scale});
+        v.push_back({tag + "saturated", (float)(t.saturated / n)});
+        v.push_back({tag + "flushed", (float)(t.flushed / n)});
+      }
     if (s.loss_scale >= 0) {  // Megatron's tag; the trackers paralab's
       v.push_back({"loss-scale", (float)s.loss_scale});
       if (s.dynamic_loss_scale) {

@@ -108,6 +108,7 @@ void Training::reset_step_counters(int step) {
   kernels::reset_kernel_counts();
   kernels::reset_allocation_counts();
   model_->reset_moe_stats();
+  model_->reset_fp8_log();
   CommStats::instance().reset();
   kernels::synchronize(o_.device);
 }
@@ -145,6 +146,7 @@ void Training::record_step_metrics(int step, float loss, float lr, float grad_no
   s.skipped = optimizer_->skipped();
   s.skipped_steps = skipped_steps_;
   s.grad_underflow = optimizer_->grad_underflow();
+  s.fp8 = model_->fp8_step_log();  // --log-fp8-scaling
   if (o_.train.loss_scaled()) {  // the scale this step used, and the scaler after it
     s.loss_scale = loss_scale;
     s.loss_scaler = scaler.state();

@@ -14,6 +14,7 @@
 //                                      (FSDP's gathers) only: the all-gather of updated
 //                                      parameters at ZeRO-1/2 (the distributed optimizer's)
 //                                      is not built. Refused with blockwise (docs/fp8.md).
+//   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
 // each, before any work: --fp16 with it (kernels::gemm_fp8 stores fp32 or bf16; megatron-core
@@ -60,6 +61,11 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "ZeRO-3's parameter all-gathers carry the dense linears' weights as FP8 codes "
                "(1 byte per element) and the GEMMs use them as gathered (Megatron's flag); "
                "needs --fp8-format, --zero-stage 3, delayed or tensorwise (docs/fp8.md)")
+  add_switch(app, "--log-fp8-scaling", f.log_scaling,
+             "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
+             "gradient: the amax, the scale the casts used, and the values they saturated or "
+             "flushed (--metrics-jsonl fp8_scaling, TensorBoard); delayed or tensorwise; a "
+             "second pass over each cast tensor")
       ->group(kPrecision);
 }
 
@@ -101,6 +107,10 @@ void check_fp8(Options& o, const RawFlags& raw) {
   if (f.margin < 0) fail("--fp8-margin must be >= 0, got ", f.margin);
   if (f.amax_history_len < 1)
     fail("--fp8-amax-history-len must be >= 1, got ", f.amax_history_len);
+  if (f.log_scaling && !f.enabled) fail("--log-fp8-scaling needs --fp8-format");
+  if (f.log_scaling && f.recipe == Fp8Recipe::Blockwise)
+    fail("--log-fp8-scaling logs per-tensor scales (--fp8-recipe delayed or tensorwise), got "
+         "--fp8-recipe blockwise (a scale per block, each from its own amax: nothing saturates)");
   if (!f.enabled) {
     if (f.param_gather)
       fail("--fp8-param-gather gathers FP8 weights, so it needs --fp8-format e4m3|hybrid, got "

@@ -34,7 +34,8 @@
 //
 // defines: Fp8Format, fp8_max, fp8_mantissa_bits, fp8_bias, fp8_encode, fp8_decode,
 //          Fp8AmaxAlgo, kFp8Block, Fp8Blocks, fp8_blocks_across, fp8_scale_count, fp8_block_of,
-//          fp8_scale_from_amax, fp8_delayed_scale, fp8_history_update
+//          fp8_scale_from_amax, fp8_delayed_scale, fp8_history_update, fp8_round_normal,
+//          fp8_saturates
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -52,6 +53,16 @@ HD int fp8_bias(Fp8Format f) { return f == Fp8Format::E4M3 ? 7 : 15; }
 // The code of the largest finite value: S.1111.110 (E4M3), S.11110.11 (E5M2).
 HD uint32_t fp8_max_code(Fp8Format f) { return f == Fp8Format::E4M3 ? 0x7Eu : 0x7Bu; }
 
+// The code of |x| = a (float bits, 1.m * 2^e with e >= FP8's smallest normal exponent) rounded
+// to nearest even in FP8's normal range, before saturation: drop 23 - mbits mantissa bits, then
+// rebias the exponent from 127 to `bias`. A carry may reach the exponent: the next binade, or
+// past max (a result above fp8_max_code(f): the value saturates).
+HD uint32_t fp8_round_normal(uint32_t a, Fp8Format f) {
+  const int mbits = fp8_mantissa_bits(f), drop = 23 - mbits;
+  const uint32_t r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
+  return r - ((uint32_t)(127 - fp8_bias(f)) << mbits);
+}
+
 // float -> FP8 code: round to nearest, ties to even, saturating to +-max (see the header).
 HD uint8_t fp8_encode(float x, Fp8Format f) {
   const uint32_t u = float_to_bits(x);
@@ -63,11 +74,7 @@ HD uint8_t fp8_encode(float x, Fp8Format f) {
   const int emin = 1 - bias;           // the smallest normal exponent
   uint32_t code;
   if (e >= emin) {
-    // Normal: drop 23 - mbits mantissa bits, rounding to nearest even, then rebias the
-    // exponent from 127 to `bias`. A carry may reach the exponent: the next binade, or past max.
-    const int drop = 23 - mbits;
-    const uint32_t r = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) >> drop;
-    code = r - ((uint32_t)(127 - bias) << mbits);
+    code = fp8_round_normal(a, f);
     const uint32_t max_code = fp8_max_code(f);
     if (code > max_code) code = max_code;  // saturate (inf too: its exponent field is all ones)
   } else if (e < emin - mbits - 1) {
@@ -81,6 +88,17 @@ HD uint8_t fp8_encode(float x, Fp8Format f) {
     code = (m + ((1u << (drop - 1)) - 1u) + ((m >> drop) & 1u)) >> drop;
   }
   return (uint8_t)(sign | code);
+}
+
+// Whether fp8_encode(x, f) saturates: x is +-inf, or finite and rounds to nearest even past
+// the max (E4M3: |x| > 464, the tie 464 going to the even 448; E5M2: |x| >= 61440, the tie
+// going to the even 2^16). A value just above max that rounds back to it (fp32's rounding of
+// amax * (max / amax), say) is not saturated. NaN is not.
+HD bool fp8_saturates(float x, Fp8Format f) {
+  const uint32_t a = float_to_bits(x) & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return false;
+  const int e = (int)(a >> 23) - 127;
+  return e >= 1 - fp8_bias(f) && fp8_round_normal(a, f) > fp8_max_code(f);
 }
 
 // FP8 code -> float, exactly. E4M3's S.1111.111 and E5M2's S.11111.{01,10,11} are NaN, E5M2's

@@ -122,10 +122,11 @@ void experts_wgrad(const ExpertLinears& L, T* dW, const T* dy, const T* in) {
 }
 
 // The experts' FP8 operands for R rows (category workspace, parallel/fp8_linear.h), empty
-// in the storage type.
+// in the storage type. No gathered-weight buffer (es 0): --fp8-param-gather is refused with
+// experts (cli/flags_fp8.cpp).
 Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe) {
   Fp8Scratch s;
-  if (c.fp8_experts) s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}});
+  if (c.fp8_experts) s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}}, 0);
   return s;
 }
 

@@ -173,6 +173,10 @@ class Transformer {
   void set_fp8_amax_group(Communicator* data_parallel_group, Communicator* expert_group);
   // After the step's last backward: delayed scaling's reduction and update (no-op otherwise).
   void fp8_step_end();
+  // --log-fp8-scaling (parallel/fp8_log.h): the step's casts per linear kind and role, folded
+  // over this stage's layers (`on` false without the flag); reset_fp8_log starts a step.
+  Fp8StepLog fp8_step_log() const;
+  void reset_fp8_log();
   // Delayed scaling's state of global layer `layer` (its 4 linears; Fp8Scaling::linears_state's
   // layout), host floats, for the checkpoint, which stores it per layer so that another
   // pipeline layout finds each layer's; empty when this stage has no such state or not that

@@ -63,8 +63,11 @@ void Transformer::make_fp8() {
   int moe_layers = 0;
   for (int l = 0; l < config_.num_layers; ++l)
     if (layer_unit_[l] >= 0 && config_.moe.is_moe_layer(l)) fp8_moe_ordinal_[l] = moe_layers++;
+  // --log-fp8-scaling logs the dense linears' kinds (qkv, proj, fc1, fc2), not the experts'
+  Fp8Config experts_config = config_.fp8;
+  experts_config.log_scaling = false;
   if (moe_layers > 0)
-    fp8_experts_.reset(new Fp8Scaling(config_.fp8, device_,
+    fp8_experts_.reset(new Fp8Scaling(experts_config, device_,
                                       2 * ep_.local_experts(config_.moe.num_experts) * moe_layers,
                                       Category::PARAMS, fp8_.get()));
   set_fp8_amax_group(nullptr, nullptr);
@@ -99,6 +102,20 @@ void Transformer::set_fp8_amax_group(Communicator* data_parallel_group,
 void Transformer::fp8_step_end() {
   if (fp8_) fp8_->step_end();
   if (fp8_experts_) fp8_experts_->step_end();
+}
+
+Fp8StepLog Transformer::fp8_step_log() const {
+  Fp8StepLog out;
+  if (!fp8_ || !fp8_->config().log_scaling) return out;
+  out.on = true;
+  for (int l = 0; l < fp8_->linears(); ++l)  // linear 4 i + kind of the stage's layer i
+    for (int role = 0; role < kFp8Roles; ++role)
+      out.at(l % kFp8LinearKinds, role).fold(fp8_->log(l, Fp8Role(role)));
+  return out;
+}
+
+void Transformer::reset_fp8_log() {
+  if (fp8_ && fp8_->config().log_scaling) fp8_->clear_log();
 }
 
 int Transformer::fp8_ordinal(int layer) const {

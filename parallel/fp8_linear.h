@@ -44,7 +44,7 @@ struct Fp8Scratch {
 
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it
 // (layer l of the chunk: 4 l + 0 qkv, + 1 proj, + 2 fc1, + 3 fc2). scaling == nullptr: the
-// GEMMs run in the storage type (the default; attention, the output layer and MoE experts).
+// GEMMs run in the storage type (the default; attention and the output layer never take FP8).
 //
 // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): ZeRO-3 gathered W as FP8 codes,
 // which sit in W's place (W's pointer is the codes'), with its scale and factor 1 / scale.

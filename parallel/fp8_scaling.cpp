@@ -22,6 +22,12 @@ void fill(kernels::Device d, Buffer<float>& b, float v) {
   const std::vector<float> host(b.size(), v);
   kernels::memcpy_from_host(d, b.data(), host.data(), host.size() * sizeof(float));
 }
+// The first n floats of a device buffer, on the host.
+std::vector<float> host_copy_first(int n, const Buffer<float>& b) {
+  std::vector<float> h((size_t)n);
+  kernels::memcpy_to_host(b.device(), h.data(), b.data(), h.size() * sizeof(float));
+  return h;
+}
 }  // namespace
 
 Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears,
@@ -38,6 +44,10 @@ Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int line
   } else if (config.recipe == Fp8Recipe::Tensorwise) {
     if (share == nullptr) scratch_.allocate(device, 2, Category::WORKSPACE);
     tensorwise_ = share != nullptr ? share->tensorwise_ : scratch_.data();
+  }
+  if (config.log_scaling) {  // plan/fp8.h's fp8.cast_counts
+    cast_counts_.allocate(device, 2, Category::WORKSPACE);
+    log_.resize(3 * (size_t)linears);
   }
 }
 
@@ -94,6 +104,8 @@ void Fp8Scaling::quantize(int linear, Fp8Role role, const T* x, int rows, int co
       float* history = forward(role) ? history_fwd_.data() : history_bwd_.data();
       const float* scale = (forward(role) ? scale_fwd_.data() : scale_bwd_.data()) + s;
       quantize_tensor(x, rows, cols, f, scale, history + s, q, q_scale_inv, qt, qt_scale_inv);
+      if (config_.log_scaling && q != nullptr) count_cast(linear, role, x, (size_t)rows * cols,
+                                                          scale);
       return;
     }
     case Fp8Recipe::Tensorwise: {
@@ -103,6 +115,8 @@ void Fp8Scaling::quantize(int linear, Fp8Role role, const T* x, int rows, int co
       if (pieces_) pieces_(amax, 1);
       kernels::fp8_current_scale(device_, scale, amax, 1, f);
       quantize_tensor(x, rows, cols, f, scale, nullptr, q, q_scale_inv, qt, qt_scale_inv);
+      if (config_.log_scaling && q != nullptr) count_cast(linear, role, x, (size_t)rows * cols,
+                                                          scale);
       return;
     }
     case Fp8Recipe::Blockwise: {
@@ -152,6 +166,35 @@ void Fp8Scaling::quantize_transposed(Fp8Role role, const T* x, int rows, int col
                                      const float* scale, uint8_t* qt, float* qt_factor) {
   kernels::fp8_quantize(device_, qt, qt_factor, nullptr, x, rows, cols, format(role), scale,
                         true);
+template <class T>
+void Fp8Scaling::count_cast(int linear, Fp8Role role, const T* x, size_t n, const float* scale) {
+  kernels::fp8_cast_count(device_, cast_counts_.data(), x, n, format(role), scale);
+  unsigned long long counts[2];
+  kernels::memcpy_to_host(device_, counts, cast_counts_.data(), sizeof(counts));
+  Fp8TensorLog cast;
+  cast.saturated = (int64_t)counts[0];
+  cast.flushed = (int64_t)counts[1];
+  cast.elements = (int64_t)n;
+  if (config_.recipe == Fp8Recipe::Tensorwise) {  // this cast's amax and scale (tensorwise_)
+    float amax_scale[2];
+    kernels::memcpy_to_host(device_, amax_scale, tensorwise_, sizeof(amax_scale));
+    cast.amax = amax_scale[0], cast.scale = amax_scale[1];
+  }
+  log_[log_slot(linear, role)].fold(cast);
+}
+
+// The step's amaxes (row 0, reduced) and the scales its casts used, before the update.
+void Fp8Scaling::log_delayed_state() {
+  const std::vector<float> hf = host_copy_first(2 * linears_, history_fwd_);
+  const std::vector<float> sf = host_copy_first(2 * linears_, scale_fwd_);
+  const std::vector<float> hb = host_copy_first(linears_, history_bwd_);
+  const std::vector<float> sb = host_copy_first(linears_, scale_bwd_);
+  for (int l = 0; l < linears_; ++l) {
+    Fp8TensorLog* t = &log_[log_slot(l, Fp8Role::Input)];
+    t[0].amax = hf[2 * l], t[0].scale = sf[2 * l];          // input
+    t[1].amax = hf[2 * l + 1], t[1].scale = sf[2 * l + 1];  // weight
+    t[2].amax = hb[l], t[2].scale = sb[l];                  // output gradient
+  }
 }
 
 void Fp8Scaling::step_end() {
@@ -163,6 +206,7 @@ void Fp8Scaling::step_end() {
     amax_group_(history_fwd_.data(), 2 * linears_);
     amax_group_(history_bwd_.data(), linears_);
   }
+  if (config_.log_scaling) log_delayed_state();
   kernels::fp8_delayed_update(device_, history_fwd_.data(), scale_fwd_.data(),
                               config_.amax_history_len, 2 * linears_, config_.amax_compute_algo,
                               scaled_fwd);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kernels/ops/fp8.h"  // Fp8Format, Fp8Blocks, Fp8AmaxAlgo, the casts
+#include "parallel/fp8_log.h"  // Fp8TensorLog
 #include "measure/ledger.h"   // Buffer, Category
 
 namespace paralab {
@@ -67,6 +68,7 @@ struct Fp8Config {
   int amax_history_len = 1;                // --fp8-amax-history-len (Megatron 1, TE 1024)
   kernels::Fp8AmaxAlgo amax_compute_algo = kernels::Fp8AmaxAlgo::MostRecent;  // (TE: max)
   bool param_gather = false;               // --fp8-param-gather
+  bool log_scaling = false;                // --log-fp8-scaling (parallel/fp8_log.h)
   kernels::Fp8Format forward_format() const { return kernels::Fp8Format::E4M3; }
   kernels::Fp8Format backward_format() const {
     return hybrid ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3;
@@ -137,6 +139,15 @@ class Fp8Scaling {
   // updates both histories and their scales; the other recipes have nothing to do.
   void step_end();
 
+  // --log-fp8-scaling (config().log_scaling; parallel/fp8_log.h): each cast of a plain copy
+  // also runs fp8_cast_count at its scale and reads the counts (and tensorwise's amax and
+  // scale) back to the host; step_end reads delayed scaling's reduced amaxes and the scales the
+  // step used. log(linear, role): this step's so far; clear_log starts a step.
+  const Fp8TensorLog& log(int linear, Fp8Role role) const {
+    return log_.at(log_slot(linear, role));
+  }
+  void clear_log() { log_.assign(log_.size(), Fp8TensorLog{}); }
+
   // Delayed scaling's state (empty for the other recipes), by name, for the checkpoint and the
   // lesson: fp8_amax_history_fwd (len, 2 linears), fp8_scale_fwd (2 linears),
   // fp8_amax_history_bwd (len, linears), fp8_scale_bwd (linears); slot 2 l is linear l's input,
@@ -158,6 +169,11 @@ class Fp8Scaling {
  private:
   // The slot of (linear, role) in its pass's history.
   int slot(int linear, Fp8Role role) const;
+  int log_slot(int linear, Fp8Role role) const { return 3 * linear + (int)role; }
+  // --log-fp8-scaling: the cast of x (n values) at scale, counted into linear's role
+  template <class T>
+  void count_cast(int linear, Fp8Role role, const T* x, size_t n, const float* scale);
+  void log_delayed_state();  // step_end: the reduced amaxes and the step's scales
   bool forward(Fp8Role role) const { return role != Fp8Role::OutputGrad; }
   template <class T>
   void quantize_tensor(const T* x, int rows, int cols, kernels::Fp8Format f, const float* scale,
@@ -171,6 +187,8 @@ class Fp8Scaling {
   Buffer<float> history_fwd_, scale_fwd_, history_bwd_, scale_bwd_;
   Buffer<float> scratch_;  // tensorwise: one amax and its scale (when not shared)
   float* tensorwise_ = nullptr;  // tensorwise: the amax and scale used, this or the lender's
+  Buffer<unsigned long long> cast_counts_;  // --log-fp8-scaling: fp8_cast_count's output
+  std::vector<Fp8TensorLog> log_;           // 3 per linear (log_slot)
 };
 
 }  // namespace paralab

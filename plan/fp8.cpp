@@ -54,6 +54,7 @@ std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const 
   }
   if (c.recipe == Fp8Recipe::Delayed)
     t.push_back({"fp8.history", ((int64_t)c.amax_history_len + 1) * 3 * 4 * layers, 4, false});
+  if (c.log_scaling) t.push_back({"fp8.cast_counts", 2, 8, false});  // --log-fp8-scaling
   return t;
 }
 

@@ -14,6 +14,7 @@
 //   fp8.history                   delayed: the amax histories and scales of the rank's linears,
 //                                 4 (len + 1) x 3 per linear (forward: input and weight;
 //                                 backward: output gradient), 4 linears per layer held here
+//   fp8.cast_counts               --log-fp8-scaling: fp8_cast_count's two 8-byte counters
 // N is the microbatch's tokens (S/cp per sequence), the linears' widths tp's local ones. In an
 // MoE layer the dense linears are qkv and proj only (the MLP's fc1 and fc2 are the experts'):
 // a model whose every layer is MoE leaves them out of the max.

@@ -39,6 +39,7 @@
 #include "measure/peak.h"
 #include "model/grad_underflow.h"  // GradUnderflow
 #include "model/loss_scaler.h"  // LossScalerState
+#include "parallel/fp8_log.h"  // Fp8StepLog
 #include "plan/plan.h"
 #include "report/rank_report.h"  // RankMetrics
 #include "report/report_time.h"  // MeasuredTime, StepTime
@@ -62,6 +63,8 @@ struct StepMetrics {
   // --log-fp16-underflow: rank 0's gradients as fp16 would hold them unscaled
   // (model/grad_underflow.h); elements 0: not measured.
   GradUnderflow grad_underflow;
+  // --log-fp8-scaling: the step's FP8 scaling per linear kind and role (parallel/fp8_log.h)
+  Fp8StepLog fp8;
   double step_seconds = 0;
   // Ledger peaks this step (Ledger::reset_peaks at step start), in ledger Category order.
   std::array<int64_t, kNumMemoryCategories> memory_bytes{};

@@ -54,6 +54,23 @@ void host_memory_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measure
   j.field("predicted", m.host.total()).end_object().end_object();
 }
 
+// "fp8_scaling": {kind: {role: {amax, scale, saturated, flushed, elements}}} (parallel/fp8_log.h)
+static void fp8_scaling_json(JsonWriter& j, const Fp8StepLog& log) {
+  j.key("fp8_scaling").begin_object();
+  for (int k = 0; k < kFp8LinearKinds; ++k) {
+    j.key(fp8_linear_kind_name(k)).begin_object();
+    for (int r = 0; r < kFp8Roles; ++r) {
+      const Fp8TensorLog& t = log.at(k, r);
+      j.key(fp8_role_name(r)).begin_object();
+      j.field("amax", (double)t.amax).field("scale", (double)t.scale);
+      j.field("saturated", t.saturated).field("flushed", t.flushed);
+      j.field("elements", t.elements).end_object();
+    }
+    j.end_object();
+  }
+  j.end_object();
+}
+
 static void resident_object(JsonWriter& j, const MemoryPlan& m) {
   j.key("resident").begin_object();
   j.field("params", m.resident_params).field("grads", m.resident_grads);
@@ -90,6 +107,7 @@ std::string step_json(const StepMetrics& s, const Plan& plan, int rank,
     j.field("unscaled_subnormal", u.fraction(u.unscaled_subnormal));
     j.field("stored_below_normal", u.fraction(u.stored_below_normal)).end_object();
   }
+  if (s.fp8.on) fp8_scaling_json(j, s.fp8);  // --log-fp8-scaling
   if (s.kernel_seconds.gemm >= 0) j.field("gemm_ms", s.kernel_seconds.gemm * 1e3);
   j.field("tokens_per_s", s.tokens_per_second).field("mfu", s.mfu).field("hfu", s.hfu);
   j.field("peak_memory_bytes", s.peak_memory_bytes);

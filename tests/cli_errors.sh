@@ -197,6 +197,9 @@ bad "fp8 shared expert"       "--fp8-format e4m3 runs the routed experts in FP8,
                                                         --fp8-format e4m3 --num-experts 4 --moe-shared-expert-intermediate-size 32
 bad "fp8 tensorwise etp"      "--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the experts whole, got --expert-tensor-parallel-size 2" \
                                                         --fp8-format e4m3 --fp8-recipe tensorwise --num-experts 4 --tp 2 --sequence-parallel --plan --world-size 2
+bad "fp8 log without fp8"     "--log-fp8-scaling needs --fp8-format" --log-fp8-scaling
+bad "fp8 log blockwise"       "--log-fp8-scaling logs per-tensor scales (--fp8-recipe delayed or tensorwise), got --fp8-recipe blockwise" \
+                                                        --fp8-format hybrid --fp8-recipe blockwise --log-fp8-scaling
 bad "param gather needs zero" "--overlap-param-gather"  --overlap-param-gather
 bad "nccl needs cuda"         "--comm nccl"             --device cpu --comm nccl
 bad "timing level range"       "--timing-log-level must be 0, 1 or 2, got 3" --timing-log-level 3

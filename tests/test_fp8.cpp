@@ -303,6 +303,48 @@ TEST(Fp8Cast, TensorCastRecordsAmaxAndFactorAndTransposes) {
     }
 }
 
+// Saturation is where round-to-nearest-even would go past the max: E4M3's next value would be
+// 480 (S.1111.111, its NaN), so |x| > 464 saturates and the tie 464 goes to the even 448; E5M2's
+// is 2^16 (its infinity, mantissa 00: even), so the tie 61440 saturates.
+TEST(Fp8Cast, SaturatesWhereRoundingPassesTheMax) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float first[] = {std::nextafter(464.0f, inf), 61440.0f};  // the smallest that saturate
+  for (Fp8Format f : kFormats) {
+    const float t = first[f == Fp8Format::E5M2];
+    for (float sign : {1.0f, -1.0f}) {
+      EXPECT_TRUE(kernels::fp8_saturates(sign * t, f)) << t;
+      EXPECT_FALSE(kernels::fp8_saturates(sign * std::nextafter(t, 0.0f), f)) << t;
+      EXPECT_FALSE(kernels::fp8_saturates(sign * kernels::fp8_max(f), f));
+      EXPECT_FALSE(kernels::fp8_saturates(sign * std::nextafter(kernels::fp8_max(f), inf), f));
+      EXPECT_TRUE(kernels::fp8_saturates(sign * inf, f));
+      EXPECT_FALSE(kernels::fp8_saturates(sign * 1e-30f, f));
+    }
+    EXPECT_FALSE(kernels::fp8_saturates(std::numeric_limits<float>::quiet_NaN(), f));
+    // every float between 1 and 2^17 (a stride of 997 bit patterns): saturated iff at or past t
+    for (uint32_t b = float_to_bits(1.0f); b < float_to_bits(131072.0f); b += 997)
+      EXPECT_EQ(kernels::fp8_saturates(bits_to_float(b), f), bits_to_float(b) >= t);
+  }
+}
+
+// fp8_cast_count: the saturated and the flushed (nonzero, cast to a zero) of a tensor at a scale.
+TEST(Fp8Cast, CountsWhatTheCastSaturatesAndFlushes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  //                              sat    sat     kept  kept  flushed flushed zero  NaN
+  const std::vector<float> x = {300.0f, -250.0f, 1.0f, 0.0f, 1e-5f, -2e-6f, -0.0f, nan};
+  const float scale = 2.0f;  // 300 -> 600 and -250 -> -500 pass 464; 1e-5 -> 2e-5 < 2^-10
+  unsigned long long counts[2] = {99, 99};
+  kernels::fp8_cast_count<Device::CPU, float>(counts, x.data(), x.size(), Fp8Format::E4M3, &scale);
+  EXPECT_EQ(counts[0], 2u);
+  EXPECT_EQ(counts[1], 2u);
+  for (size_t i = 0; i < x.size(); i++) {  // the flushed are those the cast made zero
+    const uint8_t code = fp8_encode(x[i] * scale, Fp8Format::E4M3);
+    EXPECT_EQ(i == 4 || i == 5, x[i] != 0.0f && !std::isnan(x[i]) && (code & 0x7F) == 0) << i;
+  }
+  kernels::fp8_cast_count<Device::CPU, float>(counts, x.data(), x.size(), Fp8Format::E5M2, &scale);
+  EXPECT_EQ(counts[0], 0u);  // E5M2 keeps 600 (max 57344) and 2e-5 (above 2^-17, half its
+  EXPECT_EQ(counts[1], 1u);  // smallest subnormal); -4e-6 flushes
+}
+
 // Each block of the output, from the definition: its amax, scale = max / amax, codes, 1 / scale.
 void expect_blocks(const std::vector<float>& x, int rows, int cols, Fp8Blocks b, bool transpose) {
   const int out_rows = transpose ? cols : rows, out_cols = transpose ? rows : cols;

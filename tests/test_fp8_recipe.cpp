@@ -172,3 +172,45 @@ TEST(Fp8Recipe, BlockwiseTilesActivationsAndBlocksWeights) {
 }
 
 }  // namespace
+
+namespace {
+
+// --log-fp8-scaling: what a cast of x as linear 0's input logs, in recipe r, with E4M3 (max 448).
+// Delayed's first step casts at scale 1; tensorwise at 448 / amax.
+paralab::Fp8TensorLog logged_cast(Fp8Recipe r, const std::vector<float>& x, int rows, int cols) {
+  Fp8Config c;
+  c.enabled = true;
+  c.recipe = r;
+  c.log_scaling = true;
+  Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  std::vector<uint8_t> q(x.size()), qt(x.size());
+  float q_inv = 0.0f, qt_inv = 0.0f;
+  s.quantize(0, Fp8Role::Input, x.data(), rows, cols, q.data(), &q_inv, nullptr, nullptr);
+  s.quantize(0, Fp8Role::Input, x.data(), rows, cols, nullptr, nullptr, qt.data(), &qt_inv);
+  s.step_end();
+  return s.log(0, Fp8Role::Input);
+}
+
+}  // namespace
+
+// The log counts the plain copy's cast only (the transposed one holds the same values), and
+// holds the amax and the scale the cast used; delayed's at its step end, from the history.
+TEST(Fp8Recipe, LogRecordsAmaxScaleAndWhatTheCastLost) {
+  const int rows = 16, cols = 40;
+  std::vector<float> x = matrix(rows, cols, 600.0f, 7);
+  x[3] = 1e-4f;  // below E4M3's half smallest subnormal 2^-10 at scale 1: flushed
+  int64_t past = 0;
+  for (float v : x) past += std::fabs(v) > 464.0f;  // saturate at scale 1 (E4M3)
+  ASSERT_GT(past, 0);
+  const paralab::Fp8TensorLog d = logged_cast(Fp8Recipe::Delayed, x, rows, cols);
+  EXPECT_EQ(d.amax, amax_of(x));
+  EXPECT_EQ(d.scale, 1.0f);
+  EXPECT_EQ(d.saturated, past);
+  EXPECT_EQ(d.flushed, 1);
+  EXPECT_EQ(d.elements, rows * cols);
+  const paralab::Fp8TensorLog t = logged_cast(Fp8Recipe::Tensorwise, x, rows, cols);
+  EXPECT_EQ(t.amax, amax_of(x));
+  EXPECT_EQ(t.scale, 448.0f / amax_of(x));
+  EXPECT_EQ(t.saturated, 0);
+  EXPECT_EQ(t.elements, rows * cols);
+}

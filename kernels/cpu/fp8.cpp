@@ -6,8 +6,9 @@
 // are cast. The max of absolute values does not depend on the order it is taken in, so every
 // twin gets the same amax, scale and codes, bit for bit.
 //
-// defines the CPU twins of kernels/ops/fp8.h: fp8_amax, fp8_quantize, fp8_quantize_blocks,
-//          fp8_dequantize, fp8_current_scale, fp8_delayed_update, gemm_fp8; and gemm_fp8_path,
+// defines the CPU twins of kernels/ops/fp8.h: fp8_amax, fp8_quantize, fp8_cast_count,
+//          fp8_quantize_blocks, fp8_dequantize, fp8_current_scale, fp8_delayed_update,
+//          gemm_fp8; and gemm_fp8_path,
 //          gemm_fp8_uses_cublaslt (the CUDA twin's choice, answered without CUDA)
 #include <algorithm>
 #include <cmath>
@@ -72,6 +73,28 @@ template <> void fp8_quantize<Device::CPU, bf16>(uint8_t* q, float* scale_inv, f
                                                  const bf16* x, int rows, int cols, Fp8Format f,
                                                  const float* scale, bool transpose) {
   quantize(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+}
+
+template <class T>
+static void cast_count(unsigned long long* counts, const T* x, size_t n, Fp8Format f,
+                       const float* scale) {
+  const float s = scale[0];
+  unsigned long long saturated = 0, flushed = 0;
+  for (size_t i = 0; i < n; i++) {
+    const float v = to_float(x[i]) * s;
+    saturated += fp8_saturates(v, f);
+    flushed += to_float(x[i]) != 0.0f && (fp8_encode(v, f) & 0x7Fu) == 0;  // NaN: 0x7F
+  }
+  counts[0] = saturated;
+  counts[1] = flushed;
+}
+template <> void fp8_cast_count<Device::CPU, float>(unsigned long long* counts, const float* x,
+                                                    size_t n, Fp8Format f, const float* scale) {
+  cast_count(counts, x, n, f, scale);
+}
+template <> void fp8_cast_count<Device::CPU, bf16>(unsigned long long* counts, const bf16* x,
+                                                   size_t n, Fp8Format f, const float* scale) {
+  cast_count(counts, x, n, f, scale);
 }
 
 // Block by block of the output: its amax, its scale, its codes.

@@ -14,6 +14,8 @@
 //   fp8_amax               grid-stride max, then atomicMax into a zeroed amax
 //   fp8_quantize           grid-stride cast over x (reads coalesced; a transposed output is
 //                          written with a stride: a shared-memory tile would coalesce it too)
+//   fp8_cast_count         grid-stride count (the cast's own arithmetic, fp8_encode's), block
+//                          sums, atomicAdd into zeroed counts
 //   fp8_quantize_blocks    one thread block per scaling block (128 threads, one column each):
 //                          the block's amax, its scale, its codes
 //   fp8_dequantize         grid-stride decode times the element's block factor
@@ -72,6 +74,26 @@ __global__ void quantize_kernel(uint8_t* q, float* scale_inv, float* amax, const
     if (threadIdx.x == 0) fold_max(amax, a);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
+}
+
+// mirrors fp8_cast_count<Device::CPU>: per-thread counts, summed over the block, added to
+// counts zeroed by the launch
+template <typename T>
+__global__ void cast_count_kernel(unsigned long long* counts, const T* x, size_t n, Fp8Format f,
+                                  const float* scale) {
+  const float s = *scale;
+  unsigned long long saturated = 0, flushed = 0;
+  GRID_STRIDE_LOOP(i, n) {
+    const float v = to_float(x[i]) * s;
+    saturated += fp8_saturates(v, f);
+    flushed += to_float(x[i]) != 0.0f && (fp8_encode(v, f) & 0x7Fu) == 0;  // NaN: 0x7F
+  }
+  saturated = block_sum(saturated);
+  flushed = block_sum(flushed);
+  if (threadIdx.x == 0) {
+    if (saturated) atomicAdd(&counts[0], saturated);
+    if (flushed) atomicAdd(&counts[1], flushed);
+  }
 }
 
 // mirrors fp8_quantize_blocks<Device::CPU>: block b of the output's blocks (row-major), thread t
@@ -133,6 +155,15 @@ void quantize_launch(uint8_t* q, float* scale_inv, float* amax, const T* x, int 
 }
 
 template <typename T>
+void cast_count_launch(unsigned long long* counts, const T* x, size_t n, Fp8Format f,
+                       const float* scale) {
+  CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream()));
+  if (n == 0) return;
+  cast_count_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(counts, x, n, f, scale);
+  KERNEL_CHECK();
+}
+
+template <typename T>
 void quantize_blocks_launch(uint8_t* q, float* scale_inv, const T* x, int rows, int cols,
                             Fp8Format f, Fp8Blocks blocks, bool transpose) {
   if (blocks == Fp8Blocks::Tensor)
@@ -172,6 +203,15 @@ template <> void fp8_quantize<Device::CUDA, bf16>(uint8_t* q, float* scale_inv, 
                                                   const bf16* x, int rows, int cols, Fp8Format f,
                                                   const float* scale, bool transpose) {
   quantize_launch(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+}
+
+template <> void fp8_cast_count<Device::CUDA, float>(unsigned long long* counts, const float* x,
+                                                     size_t n, Fp8Format f, const float* scale) {
+  cast_count_launch(counts, x, n, f, scale);
+}
+template <> void fp8_cast_count<Device::CUDA, bf16>(unsigned long long* counts, const bf16* x,
+                                                    size_t n, Fp8Format f, const float* scale) {
+  cast_count_launch(counts, x, n, f, scale);
 }
 
 template <> void fp8_quantize_blocks<Device::CUDA, float>(uint8_t* q, float* scale_inv,

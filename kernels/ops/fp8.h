@@ -21,7 +21,7 @@
 // Storage types: T, the high-precision tensor quantised from or dequantised into, is float or
 // bf16; the GEMM's C (TC) is float or bf16, accumulated in fp32 either way.
 //
-// defines: Fp8Matrix, fp8_amax, fp8_quantize, fp8_quantize_blocks,
+// defines: Fp8Matrix, fp8_amax, fp8_quantize, fp8_cast_count, fp8_quantize_blocks,
 //          fp8_dequantize, fp8_current_scale, fp8_delayed_update, gemm_fp8, gemm_fp8_path
 #pragma once
 #include <string>
@@ -59,6 +59,22 @@ void fp8_quantize(Device d, uint8_t* q, float* scale_inv, float* amax, const T* 
                   int cols, Fp8Format f, const float* scale, bool transpose) {
   count_kernel((double)rows * cols * (sizeof(T) + 1) + 12.0);
   ON_DEVICE(fp8_quantize, T)(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+}
+
+// What a per-tensor cast at scale[0] loses, counted over the n elements of x (a twin pass over
+// the tensor, run only when a run logs its FP8 scaling: --log-fp8-scaling):
+//   counts[0] = saturated: fp8_saturates(x_i * scale[0]), a value the cast clipped to +-max
+//   counts[1] = flushed:   x_i != 0 and fp8_encode(x_i * scale[0]) is a zero (NaN is 0x7F: not)
+// Written, not accumulated. Delayed scaling's lag shows here: a scale from an earlier step's
+// amax saturates the values above that amax, or flushes the small ones after a drop.
+template <Device Dev, class T>
+void fp8_cast_count(unsigned long long* counts, const T* x, size_t n, Fp8Format f,
+                    const float* scale);
+template <class T>
+void fp8_cast_count(Device d, unsigned long long* counts, const T* x, size_t n, Fp8Format f,
+                    const float* scale) {
+  count_kernel((double)n * sizeof(T) + 20.0);
+  ON_DEVICE(fp8_cast_count, T)(counts, x, n, f, scale);
 }
 
 // Block cast (Tiles or Blocks): each block's amax, its scale fp8_scale_from_amax(amax, max), its

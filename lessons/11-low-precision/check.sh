@@ -8,19 +8,31 @@
 # the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
 # dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
 # state per parameter, FP8's workspace and its amax all-reduces against their formulas. Part 4
-# (qwen3_fp8.py) does the same for Qwen3-30B-A3B (ep 8), the MoE experts in FP8 too.
+# trains 4 steps without warm-up in FP8 (delayed, tensorwise) with --log-fp8-scaling, holds
+# every delayed scale to (max / the previous step's amax) / 2^0 and every tensorwise scale to
+# max / its amax, finds the step where proj's dY amax jumps most, and checks that delayed
+# scaling saturates there and tensorwise nowhere. Part 5 trains 20 steps in bf16 and the three
+# FP8 recipes, draws the 7 runs' loss curves with scripts/plot and checks the PNG renders.
+# Parts 4 and 5 read the README's rows and hold them to the runs (no measured number is typed
+# here).
+# Part 6 (qwen3_fp8.py) does for Qwen3-30B-A3B (ep 8) what part 3 does for the 70B, the MoE
+# experts in FP8 too.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
+export OPENBLAS_NUM_THREADS=1
 
 fail_run() { echo "FAIL  trainer $*: see $work"; echo "0 passed, 1 failed"; trap - EXIT; exit 1; }
 "$trainer" --number-formats --json > "$work/formats.json" 2> "$work/formats.err" ||
   fail_run --number-formats --json
 tiny=(--config configs/models/tiny.toml --train-iters 20 --log-interval 20 --report-interval 0
       --log-fp16-underflow)
-train() {  # NAME FLAGS...: --metrics-jsonl into $work/NAME.jsonl
+train() {  # NAME FLAGS...: --metrics-jsonl into $work/NAME.jsonl, the exit status into NAME.rc
   local name=$1; shift
-  "$trainer" "${tiny[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" > "$work/$name.log" 2>&1 ||
-    fail_run "${tiny[@]}" "$@"
+  "$trainer" "${tiny[@]}" "$@" --metrics-jsonl "$work/$name.jsonl" > "$work/$name.log" 2>&1
+  echo $? > "$work/$name.rc"
+}
+trained() {  # NAME...: each run exited 0, else the first that did not ends the script
+  for name in "$@"; do [ "$(cat "$work/$name.rc")" = 0 ] || fail_run "$name (see $name.log)"; done
 }
 llama70=(--config configs/models/llama-70b.toml --plan --json --world-size 64 --tp 8 --pp 4 --bf16
          --hardware h100-sxm --global-batch-size 64)
@@ -35,19 +47,34 @@ for z in 0 1 2 3; do
 done
 "$trainer" "${llama70[@]}" --zero-stage 0 "${bf16_moments[@]}" > /dev/null 2> "$work/z0_moments.err"
 echo $? > "$work/z0_moments.rc"
-# part 4: Qwen3-30B-A3B, bf16 and FP8 (lessons/11-low-precision/qwen3_fp8.py checks them)
+# part 6: Qwen3-30B-A3B, bf16 and FP8 (lessons/11-low-precision/qwen3_fp8.py checks them)
 qwen3=(--config configs/models/qwen3-30b-a3b.toml --plan --json --world-size 64 --ep 8
        --zero-stage 1 --hardware h100-sxm)
 "$trainer" "${qwen3[@]}" > "$work/qwen3_bf16.json" 2>&1 || fail_run "${qwen3[@]}"
 "$trainer" "${qwen3[@]}" --fp8-format hybrid > "$work/qwen3_fp8.json" 2>&1 ||
   fail_run "${qwen3[@]}" --fp8-format hybrid
-train fp32
-train unscaled --fp16 --loss-scale 1
-train static --fp16 --loss-scale 1024
-train dynamic --fp16
+# two runs at a time, one thread each (2 cores)
+train fp32 & train unscaled --fp16 --loss-scale 1 & wait
+train static --fp16 --loss-scale 1024 & train dynamic --fp16 & wait
+# part 4: delayed scaling's lag, measured (tiny GPT, no warm-up: the first updates are full-size)
+lag=(--lr-warmup-iters 0 --train-iters 4 --fp8-format hybrid --log-fp8-scaling)
+train lag_delayed "${lag[@]}" & train lag_tensorwise "${lag[@]}" --fp8-recipe tensorwise & wait
+# part 5: the loss curves (the tiny GPT's 20 steps in each precision), drawn by scripts/plot
+train bf16 --bf16 & train fp8_blockwise --fp8-format hybrid --fp8-recipe blockwise & wait
+train fp8_delayed --fp8-format hybrid & train fp8_tensorwise --fp8-format hybrid \
+  --fp8-recipe tensorwise & wait
+trained fp32 unscaled static dynamic lag_delayed lag_tensorwise bf16 fp8_blockwise fp8_delayed \
+  fp8_tensorwise
+curves=()
+for c in fp32 bf16 static dynamic fp8_delayed fp8_tensorwise fp8_blockwise; do
+  curves+=("$work/$c.jsonl")
+done
+scripts/plot --out "$work/png" --loss "${curves[@]}" --label fp32 bf16 "fp16 S=1024" \
+  "fp16 dynamic" "FP8 delayed" "FP8 tensorwise" "FP8 blockwise" > /dev/null 2> "$work/plot.err"
+echo $? > "$work/plot.rc"
 
 python3 - "$work" <<'PY'
-import json, math, struct, sys
+import json, math, os, struct, sys, zlib
 work = sys.argv[1]
 sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
 from checks import check, finish  # noqa: E402
@@ -131,7 +158,88 @@ print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s
       " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],
       x["step_fp8_s"], 100 * (x["step_fp8_s"] / x["step_s"] - 1)))
 
-sys.path.insert(0, "lessons/11-low-precision")  # part 4, its own file: Qwen3-30B-A3B in FP8
+# Parts 4 and 5 hold the README's tables to the runs: a row is found by its first cell, and
+# each number in it must be the run's, printed as the README prints it (no number is typed here).
+readme = open("lessons/11-low-precision/README.md").read()
+def row(first, part):
+    """The cells after the first of the README row whose first cell is `first`, in part N."""
+    text = next((p for p in readme.split("\n## ") if p.startswith(f"{part}.")), "")
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            return cells[1:]
+    return None
+g3 = lambda x: f"{x:.3g}"
+of = lambda n, total: f"{n:,} of {total:,}"
+
+print("part 4: why delayed scaling lags (tiny GPT, no warm-up, FP8 hybrid, --log-fp8-scaling)")
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+kinds, roles = ("qkv", "proj", "fc1", "fc2"), ("input", "weight", "output_grad")
+top = lambda role: 57344.0 if role == "output_grad" else 448.0  # hybrid: E5M2 gradients
+d, t = steps("lag_delayed"), steps("lag_tensorwise")
+sc = lambda r, k, role: r["fp8_scaling"][k][role]
+check("delayed, step 1: every scale is 1 (Transformer Engine's start: no history yet)",
+      {sc(d[0], k, r)["scale"] for k in kinds for r in roles}, {1.0})
+# margin 0, history 1, most_recent (Megatron's defaults): scale_t = fp32(max / amax_(t-1))
+check("delayed: each step's scale = (max / the previous step's amax) / 2^0 in fp32, 12 tensors",
+      [(r1["step"], k, ro) for r0, r1 in zip(d, d[1:]) for k in kinds for ro in roles
+       if sc(r1, k, ro)["scale"] != f32(top(ro) / sc(r0, k, ro)["amax"])], [])
+check("tensorwise: each step's scale = max / its own amax in fp32, 12 tensors",
+      [(r["step"], k, ro) for r in t for k in kinds for ro in roles
+       if sc(r, k, ro)["scale"] != f32(top(ro) / sc(r, k, ro)["amax"])], [])
+check("tensorwise: no value saturates, any step, any tensor",
+      sum(sc(r, k, ro)["saturated"] for r in t for k in kinds for ro in roles), 0)
+amax = [sc(r, "proj", "output_grad")["amax"] for r in d]
+J = max(range(2, len(d) + 1), key=lambda s: amax[s - 1] / amax[s - 2])  # the largest jump
+dj, tj = sc(d[J - 1], "proj", "output_grad"), sc(t[J - 1], "proj", "output_grad")
+check(f"proj's dY: its amax jumps most at step {J}, x{amax[J - 1] / amax[J - 2]:.2f}; delayed "
+      f"scales it by max / step {J - 1}'s amax", dj["scale"], f32(57344.0 / amax[J - 2]))
+check(f"delayed, step {J}: amax x scale = {dj['amax'] * dj['scale']:.0f} is past E5M2's 57344, "
+      "and values saturate", (dj["amax"] * dj["scale"] > 57344.0, dj["saturated"] > 0),
+      (True, True))
+want = {"delayed": [str(J), g3(amax[J - 2]), g3(dj["amax"]), g3(dj["scale"]),
+                    g3(f32(57344.0 / dj["amax"])), of(dj["saturated"], dj["elements"])],
+        "tensorwise": [str(J), g3(sc(t[J - 2], "proj", "output_grad")["amax"]), g3(tj["amax"]),
+                       g3(tj["scale"]), g3(f32(57344.0 / tj["amax"])),
+                       of(tj["saturated"], tj["elements"])]}
+for name, cells in want.items():
+    check(f"README's {name} row (step, amax before and at the jump, scale used, max / amax, "
+          "saturated)", row(name, 4), cells)
+q1d, q1t = sc(d[0], "qkv", "output_grad"), sc(t[0], "qkv", "output_grad")
+check("README's step-1 row: qkv's dY flushed at scale 1 (delayed) and at max / amax (tensorwise)",
+      row("qkv's output gradient dY", 4), [of(q1d["flushed"], q1d["elements"]),
+      f"{q1d['flushed'] / q1d['elements']:.0%}", of(q1t["flushed"], q1t["elements"])])
+
+print("part 5: the loss curves (tiny GPT, 20 steps; scripts/plot)")
+def png(path):
+    """'' when path is a PNG whose image data inflates to its IHDR's rows, else what is wrong."""
+    data = open(path, "rb").read() if os.path.exists(path) else b""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or data[-8:-4] != b"IEND":
+        return "not a PNG"
+    w, h, depth, ctype = struct.unpack(">IIBB", data[16:26])
+    idat, at = b"", 8
+    while at < len(data):
+        n, kind = struct.unpack(">I4s", data[at:at + 8])
+        idat += data[at + 8:at + 8 + n] if kind == b"IDAT" else b""
+        at += 12 + n
+    row_bytes = 1 + (w * {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(ctype, 4) * depth + 7) // 8
+    return "" if w and h and len(zlib.decompress(idat)) == h * row_bytes else "bad image data"
+check("scripts/plot --loss (7 runs) exits 0", (open(f"{work}/plot.rc").read().strip(),
+      open(f"{work}/plot.err").read()), ("0", ""))
+check("the regenerated loss.png renders", png(f"{work}/png/loss.png"), "")
+committed = "lessons/11-low-precision/loss.png"
+check("the committed loss.png renders and is under 100 KB",
+      (png(committed), os.path.getsize(committed) < 100 * 1024), ("", True))
+runs = {"fp32": "fp32", "bf16": "bf16", "fp16 S=1024": "static", "fp16 dynamic": "dynamic",
+        "FP8 delayed": "fp8_delayed", "FP8 tensorwise": "fp8_tensorwise",
+        "FP8 blockwise": "fp8_blockwise"}
+b20 = steps("bf16")[-1]["loss"]
+for label, name in runs.items():
+    l20 = steps(name)[-1]["loss"]
+    check(f"README's {label} row: step-20 loss, relative to bf16", row(label, 5),
+          [f"{l20:.3f}", f"{100 * (l20 / b20 - 1):+.2f}%"])
+
+sys.path.insert(0, "lessons/11-low-precision")  # part 6, its own file: Qwen3-30B-A3B in FP8
 import qwen3_fp8  # noqa: E402
 qwen3_fp8.run(work)
 finish()

@@ -1,5 +1,5 @@
-"""lessons/11-low-precision/qwen3_fp8.py: part 4 of check.sh, Qwen3-30B-A3B's plan in bf16 and in
-FP8 (delayed hybrid; the experts' GEMMs in FP8 too), each number of the README's section 4
+"""lessons/11-low-precision/qwen3_fp8.py: part 6 of check.sh, Qwen3-30B-A3B's plan in bf16 and in
+FP8 (delayed hybrid; the experts' GEMMs in FP8 too), each number of the README's section 6
 against its formula. Imported by check.sh's python part (its `check` tallies)."""
 import json
 
@@ -13,7 +13,7 @@ one_expert = 3 * h * fe                       # SwiGLU fc1 (2 f_e, h) + fc2 (h, 
 
 
 def run(work):
-    print("part 4: Qwen3-30B-A3B in bf16 and in FP8 (ep 8, dp 64, ZeRO-1; experts in FP8)")
+    print("part 6: Qwen3-30B-A3B in bf16 and in FP8 (ep 8, dp 64, ZeRO-1; experts in FP8)")
     b = json.load(open(f"{work}/qwen3_bf16.json"))
     f = json.load(open(f"{work}/qwen3_fp8.json"))
     mb, mf = b["memory"][0], f["memory"][0]

@@ -1,8 +1,9 @@
 // tests/gpu/op_check_fp8.cpp: op_check's rows for FP8 (kernels/ops/fp8.h): the cast of every
 // value class, the per-tensor and block casts (plain and transposed, fp32 and bf16 sources),
-// amax, dequantisation, the recipes' scale steps, and the FP8 GEMM on both of its CUDA paths
-// (cuBLASLt, the emulated block-scaled one), each CUDA twin against its CPU twin on random
-// data (see op_check.cpp for the metric and the bounds).
+// what a cast saturates and flushes (fp8_cast_count), amax, dequantisation, the recipes' scale
+// steps, and the FP8 GEMM on both of its CUDA paths (cuBLASLt, the emulated block-scaled one),
+// each CUDA twin against its CPU twin on random data (see op_check.cpp for the metric and the
+// bounds).
 //
 // Codes and factors must agree bit for bit (bound 0: mismatching elements): both twins cast
 // with round-to-nearest-even from the same fp32 products, the CUDA one on sm_89+ with the
@@ -100,6 +101,14 @@ void check_fp8_cast() {
                             scale.g(), false);
       return mismatches_of(*q, *scale_inv);
     });
+    // the counts start from different garbage: they are written, not accumulated
+    check(std::string("fp8_cast_count (every value class)") + name(f), 0.0, [&] {
+      Twin<float> x(cases), scale(Floats{1.0f});
+      Twin<unsigned long long> counts({7, 9}, {11, 13});
+      kernels::fp8_cast_count(Device::CPU, counts.c(), x.c(), (size_t)n, f, scale.c());
+      kernels::fp8_cast_count(Device::CUDA, counts.g(), x.g(), (size_t)n, f, scale.g());
+      return mismatches(counts) + (counts.cpu[0] == 0) + (counts.cpu[1] == 0);  // both occur
+    });
   }
 }
 
@@ -130,6 +139,14 @@ void check_fp8_quantize() {
         kernels::fp8_quantize(Device::CUDA, q->g(), scale_inv->g(), amax.g(), x.g(), rows, cols,
                               f, scale.g(), transpose);
         return mismatches_of(*q, *scale_inv, amax);
+      });
+      if (transpose) continue;
+      check("fp8_cast_count" + std::string(name(f)) + tag + " (saturated, flushed)", 0.0, [&] {
+        Twin<float> scale(Floats{0.37f * kernels::fp8_max(f)});
+        Twin<unsigned long long> counts({1, 2}, {3, 4});
+        kernels::fp8_cast_count(Device::CPU, counts.c(), x.c(), n, f, scale.c());
+        kernels::fp8_cast_count(Device::CUDA, counts.g(), x.g(), n, f, scale.g());
+        return mismatches(counts);
       });
     }
   for (Fp8Blocks b : {Fp8Blocks::Tiles, Fp8Blocks::Blocks})

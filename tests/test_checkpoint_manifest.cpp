@@ -29,6 +29,7 @@ ModelConfig padded_model(int multiple) {
 Manifest saved_at_tp2(const ModelConfig& model) {
   Manifest m;
   m.iteration = 3;
+  m.global_batch_size = 2;
   m.model = model;
   m.parallel.tensor_parallel = m.parallel.world_size = 2;
   for (const ParamSpec& p : param_table(model)) {
@@ -39,6 +40,7 @@ Manifest saved_at_tp2(const ModelConfig& model) {
     ManifestShard s;
     s.rank = r;
     s.file = "rank_0000" + std::to_string(r) + ".safetensors";
+    s.bytes = 4096;  // (the files are not read here)
     for (const ParamSpec& p : param_table(model)) {
       TensorSlice slice;
       slice.tp = 2, slice.tp_rank = r;

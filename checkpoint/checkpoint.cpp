@@ -358,14 +358,18 @@ std::vector<float> CheckpointReader::full(const ParamSpec& spec, const std::stri
         if (!std::isfinite(values[i]))
           fail(reader.path() + ": " + name + " (" + spec.name + ") holds " +
                    (std::isnan(values[i]) ? "NaN" : "Inf") + " at its element " + std::to_string(i), 2);
-      // a slice that is the whole tensor (tp 1, replicated, one expert rank) maps i to i
+      // a slice that is the whole tensor (tp 1, replicated, one expert rank) maps i to i up
+      // to numel: past it are a VOCAB tensor's padding rows (the rank's local tensor holds Vp
+      // rows, the full one V), saved with the rest and no element of the full tensor
       const bool whole = p.slice.expert ? p.slice.ep == 1 && p.slice.etp == 1
                                         : p.slice.tp == 1 || spec.split == TpSplit::REPLICATED;
       if (whole) {
-        std::copy(values.begin(), values.end(), out.begin() + p.begin);
+        const int64_t end = std::min<int64_t>(p.end, (int64_t)out.size());
+        if (end > p.begin)
+          std::copy(values.begin(), values.begin() + (end - p.begin), out.begin() + p.begin);
         continue;
       }
-      const std::vector<int64_t>& index = indices(spec, p.slice);
+      const std::vector<int64_t>& index = indices(saved_spec(manifest_, spec), p.slice);
       for (int64_t i = p.begin; i < p.end; ++i)
         if (index[i] >= 0) out[index[i]] = values[i - p.begin];
     }

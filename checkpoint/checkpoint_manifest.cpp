@@ -187,6 +187,7 @@ std::string manifest_json(const Manifest& m) {
   j.field("arch", m.model.arch == Arch::LLAMA ? "llama" : "gpt");
   for (const ModelField& f : kIntFields) j.field(f.key, f.get(m.model));
   for (const FloatField& f : kFloatFields) j.field(f.key, (double)f.get(m.model));
+  j.field("make_vocab_size_divisible_by", m.model.vocab_divisible_by);
   j.key("moe_layer_pattern").begin_array();
   for (int l = 0; l < m.model.num_layers && m.model.moe.enabled(); ++l)
     j.value((int)m.model.moe.is_moe_layer(l));
@@ -319,6 +320,10 @@ void parse_manifest_model(const Json& model, const std::string& path, ModelConfi
       refuse(path, std::string("\"") + f.key + "\" is not " + (f.positive ? "> 0" : ">= 0"));
     f.set(out, (float)v);
   }
+  // the saving ranks' vocabulary padding (optional: older manifests lack it, and were saved
+  // with the default unless --make-vocab-size-divisible-by said otherwise)
+  if (model.contains("make_vocab_size_divisible_by"))
+    out.vocab_divisible_by = (int)integer(model, "make_vocab_size_divisible_by", 1, 1 << 20, path);
   for (const Json& v : member(model, "moe_layer_pattern", K::array, path)) {
     if (!v.is_number()) refuse(path, "\"moe_layer_pattern\" holds a non-number");
     out.moe.layer_pattern.push_back(v.get<double>() != 0);
@@ -448,6 +453,12 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   return m;
 }
 
+ParamSpec saved_spec(const Manifest& m, const ParamSpec& run) {
+  ParamSpec saved = run;
+  if (saved.split == TpSplit::VOCAB) saved.vocab_multiple = m.model.vocab_divisible_by;
+  return saved;
+}
+
 void check_manifest(const Manifest& m, const ModelConfig& run, const std::string& path) {
   if ((m.model.arch == Arch::LLAMA) != (run.arch == Arch::LLAMA))
     refuse(path, std::string("arch is ") + (m.model.arch == Arch::LLAMA ? "llama" : "gpt") +
@@ -469,7 +480,8 @@ void check_manifest(const Manifest& m, const ModelConfig& run, const std::string
       refuse(path, "tensor " + std::to_string(i) + " is " + m.tensors[i] + ", the model's is " +
                        table[i].name + " of another shape");
   // Coverage: every element of every tensor saved exactly once, over all ranks' pieces.
-  for (const ParamSpec& spec : table) {
+  for (const ParamSpec& run_spec : table) {
+    const ParamSpec spec = saved_spec(m, run_spec);
     // what several ranks hold alike (tp-replicated tensors, gpt's tied copy) each saves
     const bool shared = (spec.split == TpSplit::REPLICATED && !spec.expert) ||
                         (spec.name == "embedding.word" && run.tied_embeddings());

@@ -4,7 +4,8 @@
 // presence is what makes an iteration folder a checkpoint. It says
 //   what was trained: the model (every size the tensors' shapes depend on, and the numbers
 //     the maths uses: norm epsilon, rotary base, the router's top-k, score function, gate
-//     scaling and capacity factor), the parameters' storage type (F32 or
+//     scaling and capacity factor; the vocabulary padding multiple, which places a VOCAB
+//     tensor's rows on the saving tp ranks), the parameters' storage type (F32 or
 //     BF16), the layout it was saved from (tp, cp, pp, vpp, dp, ep, etp, ZeRO stage), the
 //     seed and the global batch (together they fix the data order: model/data.h);
 //   where training stands: the iteration (steps done; the learning-rate schedule and the
@@ -24,7 +25,8 @@
 // or one whose pieces do not cover every element of every tensor exactly once.
 //
 // defines: CheckpointError, ManifestPiece, ManifestShard, Manifest, manifest_json,
-//          write_manifest_shard, parse_manifest_shard, parse_manifest, check_manifest
+//          write_manifest_shard, parse_manifest_shard, parse_manifest, check_manifest,
+//          saved_spec
 #pragma once
 #include <cstdint>
 #include <string>
@@ -114,5 +116,9 @@ Manifest parse_manifest(const std::string& text, const std::string& path);
 // param_table's, every piece's slice valid for its tensor, and the pieces covering each
 // tensor's elements exactly once.
 void check_manifest(const Manifest& m, const ModelConfig& run, const std::string& path);
+// A tensor of the run's table as the saving ranks held it: a VOCAB tensor's local rows padded
+// to the manifest's --make-vocab-size-divisible-by x tp (the run's may differ; the full shape
+// is V either way). The pieces' slices are read through it.
+ParamSpec saved_spec(const Manifest& m, const ParamSpec& run);
 
 }  // namespace paralab

@@ -163,7 +163,8 @@ struct TensorSlice {
 // local order. ROWS, VOCAB: one contiguous block; HALVES: two (a block of the gate half, the
 // same of the up half); COLUMNS: the rank's column block of every row; an expert tensor:
 // each local expert's blocks. A VOCAB tensor's padding rows have full indices >= numel: no
-// element of the full tensor, drawn at initialisation like the rest, never saved. Every
+// element of the full tensor, drawn at initialisation like the rest; a checkpoint's piece holds
+// them (it is a range of the local tensor), a load drops them and sets them to 0. Every
 // mapping below (shard_tensor, unshard_tensor, shard_indices, the device initialisation) is
 // these blocks.
 struct ShardBlock {

@@ -279,6 +279,19 @@ model=("${tiny[@]}" --arch llama --num-query-groups 2)
 reference llama 1
 resume llama-tp2-to-1 llama rtol 2 "--tp 2"                     1 ""
 
+# a padded vocabulary: V = 200 rows of embedding.word and output.weight held as 256
+# (--make-vocab-size-divisible-by 128, x tp), the rows past V saved with each rank's local
+# tensor and dropped on load. One rank (its one piece runs past the full tensor's numel); the
+# last ZeRO-1 rank's piece, the padding at its end, into tp 2; tp 2 (rank 1: 72 real rows,
+# 56 padding) into one rank; and tp 2 into tp 2 padded to a multiple of 4 x 2 (200 rows, rank 1
+# from row 100): the manifest's multiple places the saved rows, not the run's
+model=("${tiny[@]}" --arch llama --num-query-groups 2 --vocab-size 200)
+reference padded 1
+resume padded          padded bitwise 1 ""                      1 ""
+resume padded-zero1-to-tp2 padded rtol 2 "--zero-stage 1"       2 "--tp 2"
+resume padded-tp2-to-1 padded rtol 2 "--tp 2"                   1 ""
+resume padded-tp2-to-multiple4 padded rtol 2 "--tp 2"           2 "--tp 2 --make-vocab-size-divisible-by 4"
+
 # MoE with aux-loss-free balancing: experts over ep, the expert bias saved and restored
 model=("${moe[@]}")
 reference moe 1

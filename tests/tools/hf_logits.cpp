@@ -71,7 +71,8 @@ int run(int argc, char** argv) {
     model.init_parameters(o.train.seed);
     paralab::LogicalTensors tensors;
     uint64_t k = o.train.seed;
-    for (const paralab::ParamSpec& p : model.table()) {
+    // full tensors (a VOCAB one has V rows; the model's local table pads them)
+    for (const paralab::ParamSpec& p : paralab::param_table(m)) {
       if (random) model.set_param(p.name, random_weights(p, ++k));
       tensors[p.name] = model.get_param(p.name);
     }

@@ -61,6 +61,7 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "ZeRO-3's parameter all-gathers carry the dense linears' weights as FP8 codes "
                "(1 byte per element) and the GEMMs use them as gathered (Megatron's flag); "
                "needs --fp8-format, --zero-stage 3, delayed or tensorwise (docs/fp8.md)")
+      ->group(kPrecision);
   add_switch(app, "--log-fp8-scaling", f.log_scaling,
              "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
              "gradient: the amax, the scale the casts used, and the values they saturated or "

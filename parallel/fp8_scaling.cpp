@@ -166,6 +166,8 @@ void Fp8Scaling::quantize_transposed(Fp8Role role, const T* x, int rows, int col
                                      const float* scale, uint8_t* qt, float* qt_factor) {
   kernels::fp8_quantize(device_, qt, qt_factor, nullptr, x, rows, cols, format(role), scale,
                         true);
+}
+
 template <class T>
 void Fp8Scaling::count_cast(int linear, Fp8Role role, const T* x, size_t n, const float* scale) {
   kernels::fp8_cast_count(device_, cast_counts_.data(), x, n, format(role), scale);

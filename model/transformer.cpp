@@ -306,12 +306,21 @@ void Transformer::discard(int microbatch, int chunk) {
 }
 
 // ---- forward and backward of one (microbatch, chunk) -------------------------------------
+// The context a layer's forward or backward runs in: the microbatch's shape, seed and
+// gradient scale, the layer's FP8 state and MoE state.
+LayerContext Transformer::layer_context(const ModelConfig& m, int layer, int B,
+                                        uint64_t dropout_seed, float grad_scale) {
+  LayerContext c{m, tp_, ep_, cp_, positions_, device_, layer, B, dropout_seed};
+  fp8_context(c);
+  c.moe = &moe_[layer];
+  c.grad_scale = grad_scale;
+  return c;
+}
+
 template <typename T>
 float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Microbatch& data) {
-  UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
-  const kernels::Device dev = device_;
-  const int B = data.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
+  const int B = data.B;
   const bool first = first_model_stage(chunk), last = last_model_stage(chunk);
   InFlight<T>& f = in_flight(s, microbatch, chunk, first);
   if (f.forward_done) throw std::logic_error("Transformer::forward twice without backward");
@@ -319,20 +328,41 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   f.dropout_seed = data.dropout_seed;
   f.grad_scale = data.grad_scale;
   f.forward_only = data.forward_only;
-  // evaluation runs the layers without dropout (eval mode); the workspace keeps m's sizes
-  ModelConfig eval_mode = m;
-  eval_mode.hidden_dropout = eval_mode.attention_dropout = 0.0f;
-  const ModelConfig& lm = data.forward_only ? eval_mode : m;
-  s.ws.ensure(m, tp_, cp_, dev, B);
+  s.ws.ensure(m, tp_, cp_, device_, B);
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
   if (receives_gradients(slice_)) output_gradient_input(-1, -1, B);
-  // tokens (model stage 0) and targets (the last) live on the device for the forward
-  // With context parallelism the microbatch holds whole sequences and this rank takes its
-  // S/cp tokens of each; the loss is the mean over every valid token of the sequences, so
-  // each rank's share is its tokens' sum over that count and the cp ranks' shares add up.
   Buffer<int> tokens, targets;
-  int valid = 0;
+  const int valid = forward_inputs(f, data, first, last, tokens, targets);
+  if (first) {
+    embedding_forward(s, f, tokens.data());
+  } else if (f.input.size() != (size_t)tp_.local_tokens(B * m.seq_length) * m.hidden_size) {
+    throw std::logic_error("Transformer::forward: chunk " + std::to_string(chunk) +
+                           " has no input activation for microbatch " +
+                           std::to_string(microbatch));
+  }
+  const T* x = layers_forward(s, f, microbatch, chunk, data);
+  // ---- head and loss: model/head.cpp
+  float loss = 0.0f;
+  if (last) {
+    f.targets = std::move(targets);
+    loss = head_forward(s, f, x, valid);
+    f.targets.reset();
+  }
+  f.forward_done = true;
+  return loss;
+}
+
+// Tokens (model stage 0) and targets (the last) on the device for the forward; returns the
+// number of valid targets of the whole sequences. With context parallelism the microbatch
+// holds whole sequences and this rank takes its S/cp tokens of each; the loss is the mean over
+// every valid token of the sequences, so each rank's share is its tokens' sum over that count
+// and the cp ranks' shares add up.
+template <typename T>
+int Transformer::forward_inputs(InFlight<T>& f, const Microbatch& data, bool first, bool last,
+                                Buffer<int>& tokens, Buffer<int>& targets) {
+  const kernels::Device dev = device_;
+  const int B = data.B, S = local_.seq_length, N = B * S;
   const int cp = cp_.size(), S_full = S * cp;
   std::vector<int> mine(cp > 1 ? N : 0);
   auto local = [&](const int* full) -> const int* {
@@ -340,6 +370,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     cp_local_tokens(full, mine.data(), B, S_full, cp, cp_.rank(), cp_.layout);
     return mine.data();
   };
+  int valid = 0;
   if (first) {
     const int* t = local(data.tokens);
     tokens.allocate(dev, N, Category::WORKSPACE);
@@ -352,42 +383,51 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
     targets.allocate(dev, N, Category::WORKSPACE);
     kernels::memcpy_from_host(dev, targets.data(), t, N * sizeof(int));
   }
+  return valid;
+}
 
-  if (first) {
-    // ---- embedding: vocabulary-parallel lookup, summed over tp (g, or its reduce-scatter
-    //      with sp), then the learned positions of this rank's tokens
-    const int E_unit = embedding_unit_;
-    const T* E = static_cast<const T*>(dp.acquire_params(E_unit, true));
-    f.input.allocate(dev, (size_t)Nl * h, Category::ACTIVATIONS);
-    T* partial = tp_.sequence_parallel ? s.ws.tmp_h.data() : f.input.data();
-    vocab_parallel_embedding_forward(tp_, partial, tokens.data(),
-                                     E + view("embedding.word").unit_offset, m.vocab_size, N, h);
-    tp_.exit_row_parallel(partial, f.input.data(), N, h);
-    if (m.is_gpt())
-      kernels::position_embedding_forward(dev, f.input.data(),
-                                          E + view("embedding.position").unit_offset, Nl, S,
-                                          tp_.first_token(N), h, positions_);
-    dp.release_params(E_unit);
-  } else if (f.input.size() != (size_t)Nl * h) {
-    throw std::logic_error("Transformer::forward: chunk " + std::to_string(chunk) +
-                           " has no input activation for microbatch " +
-                           std::to_string(microbatch));
-  }
+// The embedding: vocabulary-parallel lookup, summed over tp (g, or its reduce-scatter with
+// sp), then the learned positions of this rank's tokens, into f.input.
+template <typename T>
+void Transformer::embedding_forward(State<T>& s, InFlight<T>& f, const int* tokens) {
+  UnitParams dp(*dp_, expert_dp_);
+  const ModelConfig& m = local_;
+  const kernels::Device dev = device_;
+  const int S = m.seq_length, h = m.hidden_size, N = f.B * S, Nl = tp_.local_tokens(N);
+  const int E_unit = embedding_unit_;
+  const T* E = static_cast<const T*>(dp.acquire_params(E_unit, true));
+  f.input.allocate(dev, (size_t)Nl * h, Category::ACTIVATIONS);
+  T* partial = tp_.sequence_parallel ? s.ws.tmp_h.data() : f.input.data();
+  vocab_parallel_embedding_forward(tp_, partial, tokens,
+                                   E + view("embedding.word").unit_offset, m.vocab_size, N, h);
+  tp_.exit_row_parallel(partial, f.input.data(), N, h);
+  if (m.is_gpt())
+    kernels::position_embedding_forward(dev, f.input.data(),
+                                        E + view("embedding.position").unit_offset, Nl, S,
+                                        tp_.first_token(N), h, positions_);
+  dp.release_params(E_unit);
+}
 
-  // ---- the chunk's layers. Full recompute: a group keeps only its output (the next
-  //      group's input); a layer inside it is released once the next one has read it.
+// The chunk's layers; returns the last one's output. Full recompute: a group keeps only its
+// output (the next group's input); a layer inside it is released once the next one has read
+// it. Evaluation runs the layers without dropout (eval mode; the workspace keeps m's sizes).
+template <typename T>
+const T* Transformer::layers_forward(State<T>& s, InFlight<T>& f, int microbatch, int chunk,
+                                     const Microbatch& data) {
+  UnitParams dp(*dp_, expert_dp_);
+  const ModelConfig& m = local_;
+  ModelConfig eval_mode = m;
+  eval_mode.hidden_dropout = eval_mode.attention_dropout = 0.0f;
+  const ModelConfig& lm = data.forward_only ? eval_mode : m;
   const T* x = f.input.data();
   const int first_layer = slice_.chunk_first_layer[chunk], n = (int)f.acts.size();
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = 0; i < n; ++i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{lm, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
-    fp8_context(c);
-    c.moe = &moe_[l];
+    LayerContext c = layer_context(lm, l, f.B, f.dropout_seed, data.grad_scale);
     c.record_moe_stats = !data.forward_only;
     c.microbatch = microbatch;
     c.forward_only = data.forward_only;
-    c.grad_scale = data.grad_scale;
     const void* P = dp.acquire_params(u, true);
     const void* PE = dp.expert_params(u);
     c.fp8_weights = dp.fp8_weights(u);
@@ -403,67 +443,52 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
       f.acts[i].out = std::move(out);
     }
   }
-
-  // ---- head and loss: model/head.cpp
-  float loss = 0.0f;
-  if (last) {
-    f.targets = std::move(targets);
-    loss = head_forward(s, f, x, valid);
-    f.targets.reset();
-  }
-  f.forward_done = true;
-  return loss;
+  return x;
 }
 
 template <typename T>
 void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split) {
-  UnitParams dp(*dp_, expert_dp_);
-  const ModelConfig& m = local_;
-  const kernels::Device dev = device_;
   InFlight<T>& f = in_flight(s, microbatch, chunk, false);
   if (!f.forward_done || f.weight_pending)
     throw std::logic_error("Transformer::backward: not after a forward");
-  const BackwardPart part = split ? BackwardPart::INPUT_GRAD : BackwardPart::ALL;
-  const int B = f.B, S = m.seq_length, h = m.hidden_size, N = B * S, Nl = tp_.local_tokens(N);
-
+  const int Nl = tp_.local_tokens(f.B * local_.seq_length);
   if (last_model_stage(chunk)) {
     head_backward(s, f);  // writes d(last layer output) into ws.dres
   } else {
     auto it = s.grad_of.find({microbatch, chunk});
-    if (it == s.grad_of.end() || s.grad_recv[it->second].size() != (size_t)Nl * h)
+    if (it == s.grad_of.end() || s.grad_recv[it->second].size() != (size_t)Nl * local_.hidden_size)
       throw std::logic_error("Transformer::backward: no output gradient received");
     std::swap(s.ws.dres, s.grad_recv[it->second]);  // the received one becomes the running one
     s.grad_of.erase(it);
   }
+  layers_backward(s, f, chunk, split);
+  if (first_model_stage(chunk)) embedding_backward(s, f, split);
+  if (!split) {
+    s.in_flight.erase({microbatch, chunk});
+    return;
+  }
+  f.input.reset();  // W reads only what each layer kept
+  f.weight_pending = true;
+}
 
-  // ---- the chunk's layers, last to first. Full recompute: at a group's last layer, its
-  //      forward again from the group's input, with the same dropout masks (counter-based)
+// The chunk's layers, last to first (split: the input gradients only, W finishes the unit).
+// Full recompute: at a group's last layer, its forward again from the group's input, with
+// the same dropout masks (counter-based).
+template <typename T>
+void Transformer::layers_backward(State<T>& s, InFlight<T>& f, int chunk, bool split) {
+  UnitParams dp(*dp_, expert_dp_);
+  const ModelConfig& m = local_;
+  const BackwardPart part = split ? BackwardPart::INPUT_GRAD : BackwardPart::ALL;
   const int first_layer = slice_.chunk_first_layer[chunk], n = (int)f.acts.size();
   const std::vector<int> group = m.recompute.full_groups(n);
   for (int i = n - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, ep_, cp_, positions_, dev, l, B, f.dropout_seed};
-    fp8_context(c);
-    c.moe = &moe_[l];
-    c.grad_scale = f.grad_scale;
     if (group[i] >= 0 && (i + 1 == n || group[i + 1] != group[i])) {
       int i0 = i;
       while (i0 > 0 && group[i0 - 1] == group[i]) --i0;
-      for (int j = i0; j <= i; ++j) {
-        const int lj = first_layer + j, uj = layer_unit_[lj];
-        // no statistics: a second time
-        LayerContext cj{m, tp_, ep_, cp_, positions_, dev, lj, B, f.dropout_seed};
-        fp8_context(cj);
-        cj.moe = &moe_[lj];
-        cj.grad_scale = f.grad_scale;
-        const void* P = dp.acquire_params(uj, false);
-        const void* PE = dp.expert_params(uj);
-        cj.fp8_weights = dp.fp8_weights(uj);
-        layer_forward(cj, layer_weights<T>(P, PE, layer_offsets_[lj]),
-                      j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
-        dp.release_params(uj);
-      }
+      recompute_forward(s, f, dp, first_layer, i0, i);
     }
+    LayerContext c = layer_context(m, l, f.B, f.dropout_seed, f.grad_scale);
     const T* x = i > 0 ? f.acts[i - 1].out.data() : f.input.data();
     const void* P = dp.acquire_params(u, false);
     const void* PE = dp.expert_params(u);
@@ -476,32 +501,48 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
     if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }
+}
 
-  if (first_model_stage(chunk)) {
-    // ---- embedding: needs only its gradients; the lookup's backward takes the full (N, h)
-    //      gradient (all-gathered with sp)
-    const int E_unit = embedding_unit_;
-    Buffer<int> tokens(dev, N, Category::WORKSPACE);
-    kernels::memcpy_from_host(dev, tokens.data(), f.host_tokens.data(), N * sizeof(int));
-    T* G0 = static_cast<T*>(dp.grads(E_unit));
-    const T* dres = s.ws.dres.data();
-    if (m.is_gpt())
-      kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset,
-                                           dres, Nl, S, tp_.first_token(N), h, positions_);
-    const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
-    vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
-                                      tokens.data(), m.vocab_size, N, h);
-    if (!split) {  // else W declares it done, after the layers above it in its bucket
-      if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
-      dp.backward_done(E_unit);
-    }
+// Full recompute: the forward of the chunk's layers [i0, i] again from the group's input (no
+// statistics: a second time).
+template <typename T>
+void Transformer::recompute_forward(State<T>& s, InFlight<T>& f, UnitParams& dp, int first_layer,
+                                    int i0, int i) {
+  for (int j = i0; j <= i; ++j) {
+    const int lj = first_layer + j, uj = layer_unit_[lj];
+    LayerContext cj = layer_context(local_, lj, f.B, f.dropout_seed, f.grad_scale);
+    const void* P = dp.acquire_params(uj, false);
+    const void* PE = dp.expert_params(uj);
+    cj.fp8_weights = dp.fp8_weights(uj);
+    layer_forward(cj, layer_weights<T>(P, PE, layer_offsets_[lj]),
+                  j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
+    dp.release_params(uj);
   }
-  if (!split) {
-    s.in_flight.erase({microbatch, chunk});
-    return;
-  }
-  f.input.reset();  // W reads only what each layer kept
-  f.weight_pending = true;
+}
+
+// The embedding's backward: needs only its gradients; the lookup's backward takes the full
+// (N, h) gradient (all-gathered with sp). split: W declares the unit done, after the layers
+// above it in its bucket.
+template <typename T>
+void Transformer::embedding_backward(State<T>& s, InFlight<T>& f, bool split) {
+  UnitParams dp(*dp_, expert_dp_);
+  const ModelConfig& m = local_;
+  const kernels::Device dev = device_;
+  const int S = m.seq_length, h = m.hidden_size, N = f.B * S, Nl = tp_.local_tokens(N);
+  const int E_unit = embedding_unit_;
+  Buffer<int> tokens(dev, N, Category::WORKSPACE);
+  kernels::memcpy_from_host(dev, tokens.data(), f.host_tokens.data(), N * sizeof(int));
+  T* G0 = static_cast<T*>(dp.grads(E_unit));
+  const T* dres = s.ws.dres.data();
+  if (m.is_gpt())
+    kernels::position_embedding_backward(dev, G0 + view("embedding.position").unit_offset, dres,
+                                         Nl, S, tp_.first_token(N), h, positions_);
+  const T* d_full = tp_.exit_row_parallel_backward(dres, s.ws.gathered.data(), N, h);
+  vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
+                                    tokens.data(), m.vocab_size, N, h);
+  if (split) return;
+  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
+  dp.backward_done(E_unit);
 }
 
 template <typename T>
@@ -513,10 +554,7 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   const int first_layer = slice_.chunk_first_layer[chunk];
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
-    LayerContext c{m, tp_, ep_, cp_, positions_, device_, l, f.B, f.dropout_seed};
-    fp8_context(c);
-    c.moe = &moe_[l];
-    c.grad_scale = f.grad_scale;
+    LayerContext c = layer_context(m, l, f.B, f.dropout_seed, f.grad_scale);
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_weight_backward(c, g, f.acts[i], s.ws);

@@ -28,6 +28,8 @@
 
 namespace paralab {
 
+class UnitParams;  // model/transformer_state.h: a unit's parameters and gradients, dense and expert
+
 // A view of one named tensor inside the flat parameter (or gradient) buffer.
 struct TensorView {
   const ParamSpec* spec = nullptr;
@@ -227,6 +229,24 @@ class Transformer {
   void backward_as(State<T>& s, int microbatch, int chunk, bool split);
   template <typename T>
   void backward_weight_as(State<T>& s, int microbatch, int chunk);
+  // forward_as's and backward_as's steps (model/transformer.cpp)
+  LayerContext layer_context(const ModelConfig& m, int layer, int B, uint64_t dropout_seed,
+                             float grad_scale);
+  template <typename T>
+  int forward_inputs(InFlight<T>& f, const Microbatch& data, bool first, bool last,
+                     Buffer<int>& tokens, Buffer<int>& targets);
+  template <typename T>
+  void embedding_forward(State<T>& s, InFlight<T>& f, const int* tokens);
+  template <typename T>
+  const T* layers_forward(State<T>& s, InFlight<T>& f, int microbatch, int chunk,
+                          const Microbatch& data);
+  template <typename T>
+  void layers_backward(State<T>& s, InFlight<T>& f, int chunk, bool split);
+  template <typename T>
+  void recompute_forward(State<T>& s, InFlight<T>& f, UnitParams& dp, int first_layer, int i0,
+                         int i);
+  template <typename T>
+  void embedding_backward(State<T>& s, InFlight<T>& f, bool split);
   // model/head.cpp: final norm, output layer and vocabulary-parallel loss (the head unit).
   template <typename T>
   float head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid_targets);

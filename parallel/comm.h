@@ -28,8 +28,8 @@
 // Errors: fail() ends every rank with one message (MPI_Abort), never a hang.
 //
 // defines: CommBackend, DType, comm_type, ReduceOp, P2POp, CommHandle, Communicator,
-//          comm_progress, World, init_world, finalize_world, first_rank_where, FatalError, fail, exit_all_ranks,
-//          run_main
+//          comm_progress, World, init_world, finalize_world, first_rank_where, FatalError, fail,
+//          exit_all_ranks, run_main
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -142,7 +142,8 @@ std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
     for (int r = 0; r < dp; ++r) {
       const int64_t lo = r * slice, hi = lo + slice;
       int64_t f = 0;  // FP8 elements of slice r
-      for (const auto& [b, e] : weights[v]) f += std::max<int64_t>(0, std::min(e, hi) - std::max(b, lo));
+      for (const auto& [b, e] : weights[v])
+        f += std::max<int64_t>(0, std::min(e, hi) - std::max(b, lo));
       out[v] = std::max(out[v], slice * es - (es - 1) * f);
     }
   }

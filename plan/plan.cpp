@@ -209,7 +209,8 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   mem.params += fp8_experts;
   mem.resident_params += fp8_experts;
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
-  mem.comm_buffers = comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
+  mem.comm_buffers =
+      comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
   mem.logits = logits_bytes(m, B, t.half(), tp);
   WorkspacePhases ws = workspace_phases(m, B, act, tp, sp);
   add_layer_transients(ws, plan);

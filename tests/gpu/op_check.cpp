@@ -234,7 +234,8 @@ void print_family_times(const std::vector<double>& seconds) {
   std::vector<size_t> order;
   for (size_t i = 0; i < seconds.size(); i++)
     if (kFamilies[i].run != nullptr) order.push_back(i);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seconds[a] > seconds[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return seconds[a] > seconds[b]; });
   for (size_t i : order) std::fprintf(stderr, "%8.1f s  %s\n", seconds[i], kFamilies[i].name);
 }
 

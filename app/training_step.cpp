@@ -155,6 +155,7 @@ void Training::record_step_metrics(int step, float loss, float lr, float grad_no
   s.step_seconds = seconds;
   // the step's peaks, and what is held between steps (after the optimizer step): the ledger
   // now, beside MemoryPlan's resident model states (the memory table's "held between steps")
+  static_assert(kNumCategories == kNumMemoryCategories, "the ledger's and the plan's categories");
   for (int c = 0; c < kNumCategories; ++c) {
     s.memory_bytes[c] = (int64_t)Ledger::instance().peak(Category(c));
     s.resident_bytes[c] = (int64_t)Ledger::instance().current(Category(c));

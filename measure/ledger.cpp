@@ -21,6 +21,8 @@ const char* category_name(Category c) {
     case Category::COMM_BUFFERS: return "comm_buffers";
     case Category::LOGITS: return "logits";
     case Category::WORKSPACE: return "workspace";
+    case Category::FP8_OPERANDS: return "fp8_operands";
+    case Category::FP8_STATE: return "fp8_state";
     default: return "?";
   }
 }

@@ -31,6 +31,8 @@ enum class Category : int {
   COMM_BUFFERS,
   LOGITS,
   WORKSPACE,
+  FP8_OPERANDS,  // the FP8 GEMMs' quantised operands and factors (plan/fp8.h)
+  FP8_STATE,     // FP8 scaling state: amax histories, scales, counters (plan/fp8.h)
   COUNT
 };
 constexpr int kNumCategories = static_cast<int>(Category::COUNT);

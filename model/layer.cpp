@@ -457,7 +457,7 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
                                                 {(int)(A * d), m.hidden_size}};
     if (dense_mlp) linears.insert(linears.end(), {{m.hidden_size, m.fc1_size()},
                                                   {m.ffn(), m.hidden_size}});
-    fp8.allocate(dev, m.fp8, N, linears, (int)sizeof(T));
+    fp8.allocate(dev, m.fp8, N, linears, (int)sizeof(T), Category::FP8_OPERANDS);
   } else {
     fp8 = Fp8Scratch();
   }

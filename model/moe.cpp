@@ -126,7 +126,8 @@ void experts_wgrad(const ExpertLinears& L, T* dW, const T* dy, const T* in) {
 // experts (cli/flags_fp8.cpp).
 Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe) {
   Fp8Scratch s;
-  if (c.fp8_experts) s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}}, 0);
+  if (c.fp8_experts)
+    s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}}, 0, Category::WORKSPACE);
   return s;
 }
 

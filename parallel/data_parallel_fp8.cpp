@@ -70,7 +70,7 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   }
   m.fp8 = std::move(g);
   m.fp8_message = message;
-  m.fp8_state.allocate(m.device, 12 * (size_t)m.U, Category::COMM_BUFFERS);
+  m.fp8_state.allocate(m.device, 12 * (size_t)m.U, Category::FP8_STATE);
   m.fp8_send.allocate(m.device, message, Category::COMM_BUFFERS);
   if (m.dp) m.fp8_recv.allocate(m.device, message * m.size, Category::COMM_BUFFERS);
 }

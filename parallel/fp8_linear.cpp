@@ -75,7 +75,8 @@ Fp8Operand gathered_weight(Device d, const Fp8Linear& fp8, const T* W, int out, 
 }
 
 void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
-                          const std::vector<std::pair<int, int>>& linears, int es) {
+                          const std::vector<std::pair<int, int>>& linears, int es,
+                          Category where) {
   using R = Fp8Role;
   auto factors = [&](R r, int rows, int cols) {
     return Fp8Scaling::scale_bytes(c, r, rows, cols) / sizeof(float);
@@ -91,11 +92,11 @@ void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
     fb = std::max({fb, factors(R::Weight, out, in), factors(R::Weight, in, out),
                    factors(R::Input, in, N)});
   }
-  a.allocate(d, ca, Category::WORKSPACE);
-  b.allocate(d, cb, Category::WORKSPACE);
-  a_factors.allocate(d, fa, Category::WORKSPACE);
-  b_factors.allocate(d, fb, Category::WORKSPACE);
-  if (c.param_gather) weight.allocate(d, w * es, Category::WORKSPACE);
+  a.allocate(d, ca, where);
+  b.allocate(d, cb, where);
+  a_factors.allocate(d, fa, where);
+  b_factors.allocate(d, fb, where);
+  if (c.param_gather) weight.allocate(d, w * es, where);
   else weight = Buffer<char>();
 }
 

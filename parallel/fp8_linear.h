@@ -37,9 +37,11 @@ struct Fp8Scratch {
   Buffer<float> a_factors, b_factors;
   Buffer<char> weight;
   // Sized for the largest operands of the linears (in, out) at N tokens (replacing what it
-  // held: the workspace re-sizes with the microbatch); es: the storage type's bytes.
+  // held: the workspace re-sizes with the microbatch); es: the storage type's bytes; in
+  // category `where`: fp8_operands for the dense linears' standing set, workspace for the
+  // experts' transient one (plan/fp8.h).
   void allocate(kernels::Device d, const Fp8Config& c, int N,
-                const std::vector<std::pair<int, int>>& linears, int es);
+                const std::vector<std::pair<int, int>>& linears, int es, Category where);
 };
 
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it

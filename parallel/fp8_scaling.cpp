@@ -42,11 +42,11 @@ Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int line
     fill(device, scale_fwd_, 1.0f);
     fill(device, scale_bwd_, 1.0f);
   } else if (config.recipe == Fp8Recipe::Tensorwise) {
-    if (share == nullptr) scratch_.allocate(device, 2, Category::WORKSPACE);
+    if (share == nullptr) scratch_.allocate(device, 2, Category::FP8_STATE);
     tensorwise_ = share != nullptr ? share->tensorwise_ : scratch_.data();
   }
   if (config.log_scaling) {  // plan/fp8.h's fp8.cast_counts
-    cast_counts_.allocate(device, 2, Category::WORKSPACE);
+    cast_counts_.allocate(device, 2, Category::FP8_STATE);
     log_.resize(3 * (size_t)linears);
   }
 }

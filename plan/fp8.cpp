@@ -1,4 +1,4 @@
-// plan/fp8.cpp: FP8 training's workspace and amax reductions (plan/fp8.h).
+// plan/fp8.cpp: FP8 training's memory (operands and state) and amax reductions (plan/fp8.h).
 #include "plan/fp8.h"
 
 #include <algorithm>
@@ -32,8 +32,7 @@ Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
   return s;
 }
 
-std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
-                                                    int layers, int act_bytes) {
+Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes) {
   const Fp8Config& c = m.fp8;
   if (!c.enabled) return {};
   const int64_t h = m.hidden_size;
@@ -42,20 +41,34 @@ std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const 
   for (int i = 0; i < m.num_layers; ++i) dense_mlp = dense_mlp || !m.moe.is_moe_layer(i);
   if (dense_mlp) linears.insert(linears.end(), {{h, l.fc1}, {l.ffn, h}});
   const Fp8ScratchSize s = fp8_scratch_size(c, l.N, linears);
-  std::vector<ActivationTensor> t = {{"fp8.a", s.a, 1, false},
-                                     {"fp8.b", s.b, 1, false},
-                                     {"fp8.a_factors", s.a_factors, 4, false},
-                                     {"fp8.b_factors", s.b_factors, 4, false}};
-  if (c.recipe == Fp8Recipe::Tensorwise) t.push_back({"fp8.amax", 2, 4, false});
+  Fp8Tensors t;
+  t.operands = {{"fp8.a", s.a, 1, false},
+                {"fp8.b", s.b, 1, false},
+                {"fp8.a_factors", s.a_factors, 4, false},
+                {"fp8.b_factors", s.b_factors, 4, false}};
   if (c.param_gather) {
     int64_t w = 0;
     for (const auto& [in, out] : linears) w = std::max(w, in * out);
-    t.push_back({"fp8.weight", w, act_bytes, false});
+    t.operands.push_back({"fp8.weight", w, act_bytes, false});
   }
+  if (c.recipe == Fp8Recipe::Tensorwise) t.state.push_back({"fp8.amax", 2, 4, false});
   if (c.recipe == Fp8Recipe::Delayed)
-    t.push_back({"fp8.history", ((int64_t)c.amax_history_len + 1) * 3 * 4 * layers, 4, false});
-  if (c.log_scaling) t.push_back({"fp8.cast_counts", 2, 8, false});  // --log-fp8-scaling
+    t.state.push_back({"fp8.history", ((int64_t)c.amax_history_len + 1) * 3 * 4 * layers, 4,
+                       false});
+  if (c.log_scaling) t.state.push_back({"fp8.cast_counts", 2, 8, false});  // --log-fp8-scaling
   return t;
+}
+
+Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
+                     int local_experts, int moe_layers,
+                     const std::vector<int64_t>& gather_messages) {
+  Fp8Memory f;
+  const Fp8Tensors t = fp8_tensors(m, l, layers, act_bytes);
+  for (const ActivationTensor& x : t.operands) f.operands += x.bytes();
+  for (const ActivationTensor& x : t.state) f.state += x.bytes();
+  f.state += fp8_expert_state_bytes(m, local_experts, moe_layers);
+  f.state += fp8_gather_state_bytes(gather_messages);
+  return f;
 }
 
 int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f) {
@@ -154,7 +167,11 @@ int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp) {
   if (messages.empty()) return 0;
   int64_t largest = 0;
   for (int64_t x : messages) largest = std::max(largest, x);
-  return 4 * 12 * (int64_t)messages.size() + largest + (dp > 1 ? dp * largest : 0);
+  return largest + (dp > 1 ? dp * largest : 0);
+}
+
+int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages) {
+  return 4 * 12 * (int64_t)messages.size();
 }
 
 }  // namespace paralab

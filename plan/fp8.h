@@ -1,5 +1,9 @@
-// plan/fp8.h: what FP8 training (--fp8-format, docs/fp8.md) adds to a rank's memory, all in
-// category workspace:
+// plan/fp8.h: what FP8 training (--fp8-format, docs/fp8.md) adds to a rank's memory, in two
+// ledger categories of its own, both standing (allocated once, held for the whole run).
+// Category fp8_operands: what the FP8 GEMMs read, one set shared by every dense linear and
+// recast at each GEMM (Transformer Engine instead caches each weight's FP8 copy, and on
+// Hopper its transpose, for the step: 1 byte x 2 per weight element; paralab casts W or W^T
+// into fp8.b when the GEMM needs it, trading the cast's bytes for the copies' memory):
 //   fp8.a, fp8.b                  the FP8 GEMMs' two operands (parallel/fp8_linear.h
 //                                 Fp8Scratch), 1 byte per code, shared by every linear:
 //                                 A holds X (N, in), dY (N, out) or dY^T (out, N), so
@@ -10,11 +14,19 @@
 //                                 per 1 x 128 tile of X, dY and their transposes and per
 //                                 128 x 128 block of W (blockwise: DeepSeek-V3 section 3.3.2),
 //                                 the largest count of each operand's shapes
+//   fp8.weight                    --fp8-param-gather at ZeRO-3: a gathered W's codes decoded
+//                                 into the storage type for dgrad's W^T, es x the largest out in
+// Category fp8_state: the scaling state (what the checkpoint saves, beside the model):
 //   fp8.amax                      tensorwise: one amax and its scale (8 bytes)
 //   fp8.history                   delayed: the amax histories and scales of the rank's linears,
 //                                 4 (len + 1) x 3 per linear (forward: input and weight;
-//                                 backward: output gradient), 4 linears per layer held here
+//                                 backward: output gradient), 4 linears per layer held here;
+//                                 whole on every rank (not a ZeRO shard)
 //   fp8.cast_counts               --log-fp8-scaling: fp8_cast_count's two 8-byte counters
+//   experts' state                below
+//   the FP8 gathers' scales       --fp8-param-gather: 12 fp32 per unit (below)
+// fp16's loss scaler has no device bytes: its scale and two trackers are host numbers
+// (model/loss_scaler.h), an overflow is found from the gradient norm's scalar (comm_buffers).
 // N is the microbatch's tokens (S/cp per sequence), the linears' widths tp's local ones. In an
 // MoE layer the dense linears are qkv and proj only (the MLP's fc1 and fc2 are the experts'):
 // a model whose every layer is MoE leaves them out of the max.
@@ -23,8 +35,9 @@
 //   fp8.experts (workspace transient, plan/moe_memory.cpp)  the same two operands and factors
 //                                 for the experts' fc1 (h -> fc1_e) and fc2 (f_e -> h) at R
 //                                 rows (every local expert's n_e <= R), alive while the
-//                                 experts' GEMMs run (forward and backward), 1/etp widths
-//   experts' state (category params, beside the expert bias)  delayed: 4 (len + 1) x 3 per
+//                                 experts' GEMMs run (forward and backward), 1/etp widths: a
+//                                 transient of the MoE layer, in workspace with its others
+//   experts' state (category fp8_state)  delayed: 4 (len + 1) x 3 per
 //                                 expert linear, 2 per local expert (E/ep) of each MoE layer
 //                                 held: Transformer Engine's GroupedLinear keeps one scaling
 //                                 state per GEMM
@@ -47,23 +60,23 @@
 //   blockwise   none (each block's amax is its own)
 //
 // --fp8-param-gather at ZeRO-3 (parallel/data_parallel.h Fp8ParamGather):
-//   fp8.weight                    workspace: a gathered W's codes decoded into the storage type
-//                                 for dgrad's W^T, es x the largest out in
+//   fp8.weight                    fp8_operands (above)
 //   the gathers                   an FP8 unit's all-gather carries M_u bytes per rank, M_u =
 //                                 max_r (slice es - (es - 1) f_r), f_r the elements of the
 //                                 unit's 4 weights in rank r's slice [r slice, (r + 1) slice)
 //                                 (the others stay at es bytes); about half the bf16 bytes
 //                                 (NeMo: "reducing the all-gather overhead by half")
-//   comm_buffers                  12 fp32 per unit (scales, factors, amaxes) and the staging:
-//                                 max_u M_u sent, dp max_u M_u received (dp > 1)
+//   fp8_state                     12 fp32 per unit (scales, factors, amaxes)
+//   comm_buffers                  the staging: max_u M_u sent, dp max_u M_u received (dp > 1)
 //   tensorwise                    per FP8 unit gather one MAX all-reduce of its 4 amaxes over
 //                                 the ZeRO group (dp > 1: Megatron's current scaling of the
 //                                 shards), then over tp and cp (the pieces); the weights' own
 //                                 casts (fprop W, dgrad W^T, a recomputed fprop's W) reduce
 //                                 nothing: they use the gathered scale
 //
-// defines: Fp8ScratchSize, fp8_scratch_size, fp8_workspace_tensors, fp8_expert_scratch_bytes,
-//          fp8_expert_state_bytes, fp8_comm, fp8_gather_messages, fp8_gather_comm_buffers
+// defines: Fp8ScratchSize, fp8_scratch_size, Fp8Tensors, fp8_tensors, Fp8Memory, fp8_memory,
+//          fp8_expert_scratch_bytes, fp8_expert_state_bytes, fp8_comm, fp8_gather_messages,
+//          fp8_gather_comm_buffers, fp8_gather_state_bytes
 #pragma once
 #include <utility>
 #include <vector>
@@ -86,10 +99,20 @@ int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, i
 // The experts' delayed-scaling state: 2 linears per local expert of each MoE layer held.
 int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers);
 
-// Empty without --fp8-format. layers: the dense layers this rank holds.
-// act_bytes: the storage type's bytes (fp8.weight).
-std::vector<ActivationTensor> fp8_workspace_tensors(const ModelConfig& m, const LocalSizes& l,
-                                                    int layers, int act_bytes);
+// The dense linears' tensors above, by category; empty without --fp8-format. layers: the
+// layers this rank holds; act_bytes: the storage type's bytes (fp8.weight).
+struct Fp8Tensors {
+  std::vector<ActivationTensor> operands, state;
+};
+Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes);
+// A rank's two categories: the tensors above, the experts' state (local_experts per MoE
+// layer, moe_layers held) and the FP8 gathers' scales (gather_messages: fp8_gather_messages).
+struct Fp8Memory {
+  int64_t operands = 0, state = 0;
+};
+Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
+                     int local_experts, int moe_layers,
+                     const std::vector<int64_t>& gather_messages);
 // Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
 // whether full recompute runs its forward again; microbatches: the rank's per step; p: the
 // expert grid (etp, ep, edp) for the experts' reductions; fp8_gathers: the step's gathers of
@@ -102,7 +125,9 @@ void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, in
 // FP8 weights; es: the storage type's bytes; dp: the ZeRO group's size.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
                                          const std::vector<int64_t>& units, int dp, int es);
-// The comm_buffers bytes above (0 without --fp8-param-gather).
+// The comm_buffers bytes above (0 without --fp8-param-gather): the staging.
 int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
+// The fp8_state bytes of the gathers: 12 fp32 per unit.
+int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages);
 
 }  // namespace paralab

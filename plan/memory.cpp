@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include "model/param_table.h"
 #include "plan/plan.h"
-#include "plan/fp8.h"  // fp8_workspace_tensors
 #include "plan/moe_memory.h"  // moe_tensors
 #include "plan/recompute.h"  // recompute_module_of, is_recomputed
 
@@ -14,12 +13,12 @@ namespace paralab {
 
 const char* const kMemoryCategoryNames[kNumMemoryCategories] = {
     "params", "grads", "master_params", "optimizer_states", "activations",
-    "recompute", "comm_buffers", "logits", "workspace"};
+    "recompute", "comm_buffers", "logits", "workspace", "fp8_operands", "fp8_state"};
 
 int64_t MemoryPlan::at(int category) const {
   const int64_t v[kNumMemoryCategories] = {params, grads, master_params, optimizer_states,
                                            activations, recompute, comm_buffers, logits,
-                                           workspace};
+                                           workspace, fp8_operands, fp8_state};
   return v[category];
 }
 
@@ -191,7 +190,7 @@ int64_t logits_bytes(const ModelConfig& m, int B, bool half, int tp) {
 // microbatch holds while in flight (int32 tokens and targets). Under tp the local sizes of
 // notes/model.md's "Tensor parallelism" section.
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
-                                                int tp, bool sp, int layers) {
+                                                int tp, bool sp) {
   const LocalSizes l = local_sizes(m, B, tp, sp);
   const int64_t N = l.N, Nl = l.N_l, h = m.hidden_size;
   const int64_t a = l.heads, g = l.groups, d = l.head_dim;
@@ -234,20 +233,16 @@ std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int
   } else {
     add("dxf", N * h);                   // backward only, while the N V_l logits are still held
   }
-  // --fp8-format: the FP8 GEMMs' operands and factors, the recipe's state (plan/fp8.h)
-  for (const ActivationTensor& f : fp8_workspace_tensors(m, l, layers < 0 ? m.num_layers : layers,
-                                                                 act_bytes))
-    t.push_back(f);
   add("tokens", N, 4);                   // int32, during the forward (and embedding backward)
   add("targets", N, 4);                  // int32, during the forward
   return t;
 }
 
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp, bool sp,
-                                 bool embedding, bool head, bool one_chunk, int layers) {
+                                 bool embedding, bool head, bool one_chunk) {
   WorkspacePhases w;
   int64_t tokens = 0, targets = 0, dxf = 0;
-  for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp, layers)) {
+  for (const ActivationTensor& t : workspace_tensors(m, B, act_bytes, tp, sp)) {
     if (t.name == "tokens") tokens = embedding ? t.bytes() : 0;
     else if (t.name == "targets") targets = head ? t.bytes() : 0;
     else if (t.name == "dxf") dxf = head ? t.bytes() : 0;

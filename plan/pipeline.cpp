@@ -9,7 +9,7 @@
 #include "model/param_table.h"
 #include "plan/context_parallel.h"  // context_parallel_comm
 #include "plan/expert_parallel.h"  // expert_parallel_comm
-#include "plan/fp8.h"  // fp8_comm, fp8_expert_state_bytes
+#include "plan/fp8.h"  // fp8_comm, fp8_memory
 #include "plan/pipeline_impl.h"     // StageChunks, stage_step_calls, stage_total_peak
 
 namespace paralab {
@@ -246,11 +246,6 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
     mem.params += (int64_t)moe_layers * m.moe.num_experts * 4;
     mem.resident_params += (int64_t)moe_layers * m.moe.num_experts * 4;
   }
-  // FP8 delayed scaling's per-expert state, beside the expert bias (plan/fp8.h)
-  const int64_t fp8_experts =
-      fp8_expert_state_bytes(m, m.moe.num_experts / par.expert_parallel, moe_layers);
-  mem.params += fp8_experts;
-  mem.resident_params += fp8_experts;
   mem.activations = activations_peak;
   mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
   mem.comm_buffers = comm_buffer_bytes(m, t, par, moe_layers);
@@ -274,8 +269,13 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   const int64_t grad_recv = (int64_t)gradient_buffers(pp.schedule, r) * pp.message_bytes;
   int stage_layers = 0;  // FP8's per-linear state (plan/fp8.h)
   for (int n : st.chunk_layers) stage_layers += n;
+  const Fp8Memory fp8 =
+      fp8_memory(m, local_sizes(m, B, tp, plan.sequence_parallel), stage_layers, act,
+                 m.moe.num_experts / par.expert_parallel, moe_layers, {});
+  mem.fp8_operands = fp8.operands;
+  mem.fp8_state = fp8.state;
   WorkspacePhases ws = workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding,
-                                        st.head, st.chunk_layers.size() == 1, stage_layers);
+                                        st.head, st.chunk_layers.size() == 1);
   ws.forward_transient = transients.forward_transient;
   ws.backward_transient = transients.backward_transient;
   mem.workspace = ws.peak() + grad_recv;

@@ -91,11 +91,8 @@ int64_t stage_total_peak(const std::vector<Action>& actions, const StageChunks& 
                          int tp, bool sp, int act, int64_t grad_recv,
                          const WorkspacePhases& transients) {
   const int64_t base = mem.params + mem.grads + mem.master_params + mem.optimizer_states +
-                       mem.comm_buffers;
-  int layers = 0;  // the stage's, for FP8's per-linear state (plan/fp8.h)
-  for (const std::vector<int>& units : sc.units)
-    for (int u : units) layers += u != sc.embedding_unit && u != sc.head_unit;
-  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp, true, true, true, layers);
+                       mem.comm_buffers + mem.fp8();
+  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
   const LocalSizes l = local_sizes(m, B, tp, sp);
   const int64_t N = l.N, common = w.common + grad_recv;
   const int64_t unfused_logits = m.fused_cross_entropy ? 0 : N * l.vocab * 4;

@@ -203,14 +203,16 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.params += bias;
     mem.resident_params += bias;
   }
-  // FP8 delayed scaling's per-expert state, beside the expert bias (plan/fp8.h)
-  const int64_t fp8_experts =
-      fp8_expert_state_bytes(m, m.moe.num_experts / p.expert_parallel, moe_layer_count(m));
-  mem.params += fp8_experts;
-  mem.resident_params += fp8_experts;
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
   mem.comm_buffers =
       comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
+  // FP8's operands and scaling state: the dense linears', the experts' delayed state, the
+  // FP8 gathers' scales (plan/fp8.h)
+  const Fp8Memory fp8 = fp8_memory(m, local_sizes(m, B, tp, sp), m.num_layers, act,
+                                   m.moe.num_experts / p.expert_parallel, moe_layer_count(m),
+                                   d.fp8_message);
+  mem.fp8_operands = fp8.operands;
+  mem.fp8_state = fp8.state;
   mem.logits = logits_bytes(m, B, t.half(), tp);
   WorkspacePhases ws = workspace_phases(m, B, act, tp, sp);
   add_layer_transients(ws, plan);

@@ -98,7 +98,7 @@ struct ActivationTensor {
 
 // The ledger's categories (measure/ledger.h, Category), same order, same names; kept
 // here as plain fields so the plan needs no ledger (which includes kernels/common.h).
-constexpr int kNumMemoryCategories = 9;
+constexpr int kNumMemoryCategories = 11;
 extern const char* const kMemoryCategoryNames[kNumMemoryCategories];
 
 // CPU offload (parallel/offload.h): what a rank holds in host memory, bytes per category.
@@ -116,6 +116,9 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0;
   int64_t activations = 0;  // peak: microbatches_held x one microbatch's saved tensors
   int64_t recompute = 0, comm_buffers = 0, logits = 0, workspace = 0;
+  // --fp8-format (plan/fp8.h): the FP8 GEMMs' operands (standing, shared by the linears) and
+  // the scaling state (amax histories, scales, counters); 0 without FP8
+  int64_t fp8_operands = 0, fp8_state = 0;
   // The ledger's total while the recompute buffers peak, inside a layer, when the head's
   // tensors and the logits are not alive (plan/recompute.h); 0 without recompute.
   int64_t total_at_recompute = 0;
@@ -137,6 +140,7 @@ struct MemoryPlan {  // bytes on one rank, each the peak of its category in a st
   // to a multiple of N; S = P/N): padding adds (P - Ψ) x (4 + 12/N), (2 + 14/N), 16/N bytes.
   int64_t resident_params = 0, resident_grads = 0;
   HostMemoryPlan host;  // CPU offload: the host column (the categories above are the device's)
+  int64_t fp8() const { return fp8_operands + fp8_state; }  // both standing: allocated once
   int64_t resident_total() const {
     return resident_params + resident_grads + master_params + optimizer_states;
   }
@@ -548,9 +552,9 @@ void plan_checkpoint(Plan& plan);
 // forward (tokens on the first pipeline stage, targets on the last), --no-fused-ce's d(xf)
 // only in the head's backward, and the tokens again in the embedding's backward after it.
 // The category's peak: common + max(forward, backward).
-// layers: the layers the rank holds (-1: the model's), for FP8's per-linear state (plan/fp8.h).
+// FP8's operands and state are categories of their own (plan/fp8.h), not workspace.
 std::vector<ActivationTensor> workspace_tensors(const ModelConfig& m, int B, int act_bytes,
-                                                int tp = 1, bool sp = false, int layers = -1);
+                                                int tp = 1, bool sp = false);
 // Layers' transients (model/moe.cpp, head_norm_backward: LayerFootprint) come on top of
 // these: forward_transient beside forward, backward_transient beside neither.
 struct WorkspacePhases {
@@ -569,7 +573,7 @@ void add_layer_transients(WorkspacePhases& w, const Plan& plan, int first = 0, i
 // embedding, head: the rank holds the first, the last model stage; one_chunk: in one chunk.
 WorkspacePhases workspace_phases(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                                  bool sp = false, bool embedding = true, bool head = true,
-                                 bool one_chunk = true, int layers = -1);
+                                 bool one_chunk = true);
 int64_t workspace_bytes(const ModelConfig& m, int B, int act_bytes, int tp = 1,
                         bool sp = false);
 // Communication buffers: data_parallel reduces and gathers in place, in the params and

@@ -79,7 +79,7 @@ int64_t total_at_recompute(const Plan& plan, const MemoryPlan& mem) {
   // The last layer, forward or backward: every layer's kept tensors and the embedding's
   // output are alive, the head's are not.
   const int64_t in_layer = mem.params + mem.grads + mem.master_params + mem.optimizer_states +
-                           mem.comm_buffers + w.common + mem.activations -
+                           mem.comm_buffers + mem.fp8() + w.common + mem.activations -
                            sum_bytes(plan.head_activations);
   return std::max(in_layer + w.forward + r.forward_peak(), in_layer + r.peak());
 }

@@ -53,7 +53,7 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
   // MemoryPlan::total(), which tests/test_plan_zero.cpp holds)
   if (trace.empty()) trace.assign((size_t)plan.microbatches_per_rank * n, {0, 0});
   const int64_t base = mem.resident_params + mem.resident_grads + mem.master_params +
-                       mem.optimizer_states + mem.comm_buffers;
+                       mem.optimizer_states + mem.comm_buffers + mem.fp8();
   const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
   const LocalSizes l = local_sizes(m, B, tp, sp);
   const int64_t x0 = sum_bytes(plan.embedding_activations);
@@ -173,10 +173,8 @@ int64_t replayed_stage_total(const Plan& plan, const MemoryPlan& mem, const Data
   // stage_total_peak then, which tests/test_plan_pipeline.cpp holds)
   if (trace.empty()) trace.assign(d.microbatch.size(), {0, 0});
   const int64_t base = mem.resident_params + mem.resident_grads + mem.master_params +
-                       mem.optimizer_states + mem.comm_buffers;
-  // the stage's layers (its units but the embedding and the head), for FP8's state
-  const int layers = (int)unit_chunk.size() - (embedding_unit >= 0) - (head_unit >= 0);
-  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp, true, true, true, layers);
+                       mem.optimizer_states + mem.comm_buffers + mem.fp8();
+  const WorkspacePhases w = workspace_phases(m, B, act, tp, sp);
   const LocalSizes l = local_sizes(m, B, tp, sp);
   const int64_t common = w.common + grad_recv;
   // the first n layers of chunk c in microbatch mb, each with its own bytes (Plan::footprint)

@@ -42,14 +42,17 @@ std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& 
   // (stages, ZeRO shards, the tp slices of the vocabulary) and a difference shows as two
   // numbers one above the other.
   static const char* const kShort[kNumMemoryCategories] = {
-      "params", "grads", "master", "optim", "activ", "recomp", "comm_buf", "logits", "work"};
+      "params", "grads", "master", "optim", "activ", "recomp", "comm_buf", "logits", "work",
+      "fp8_ops", "fp8_st"};
   std::string t =
       "memory per rank (MiB): each category is its own peak in the step; total is the peak of "
       "their sum\n  (not the sum of the peaks: the categories do not all peak at once)\n"
       "  master = master_params, optim = optimizer_states, activ = activations, recomp = "
       "recompute,\n  comm_buf = comm_buffers, work = workspace\n";
+  if (plan.model.fp8.enabled) t += "  fp8_ops = fp8_operands, fp8_st = fp8_state\n";
   t += strprintf("  %4s %2s %2s %2s %2s %-4s", "rank", "pp", "tp", "cp", "dp", "");
-  for (int c = 0; c < kNumMemoryCategories; ++c) t += strprintf(" %8s", kShort[c]);
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    if (memory_category_shown(plan, c)) t += strprintf(" %8s", kShort[c]);
   t += strprintf(" %8s\n", "total");
   for (const RankMetrics& r : ranks) {
     const RankPlan& rp = plan.ranks.at(r.rank);
@@ -57,6 +60,7 @@ std::string rank_memory_table(const Plan& plan, const std::vector<RankMetrics>& 
                                  rp.cp_rank, rp.dp_rank, "pred");
     std::string meas = strprintf("  %4s %2s %2s %2s %2s %-4s", "", "", "", "", "", "meas");
     for (int c = 0; c < kNumMemoryCategories; ++c) {
+      if (!memory_category_shown(plan, c)) continue;
       pred += strprintf(" %8s", format_mib((double)rp.memory.at(c)).c_str());
       meas += strprintf(" %8s", format_mib((double)r.memory_bytes[c]).c_str());
     }

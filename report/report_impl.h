@@ -4,7 +4,7 @@
 // vocabulary padding note. Not for other files: report.h is the interface.
 //
 // defines: CommRow, comm_rows, total_is_exact, layer_transients_at_peak, vocab_padding_note,
-//          resident_json, host_memory_json
+//          resident_json, host_memory_json, memory_category_shown
 #pragma once
 #include <string>
 #include <vector>
@@ -25,6 +25,12 @@ struct CommRow {
 // (the measured time table's order, CommStats::table) (report.cpp).
 std::vector<CommRow> comm_rows(const std::vector<CommPlanEntry>& comm,
                                const CommStats* measured);
+
+// Whether the text tables show ledger category c: FP8's two (fp8_operands, fp8_state) only in
+// a run with --fp8-format (the JSON always has every category).
+inline bool memory_category_shown(const Plan& plan, int c) {
+  return c < kNumMemoryCategories - 2 || plan.model.fp8.enabled;
+}
 
 // Whether MemoryPlan::total() is the ledger's peak to the byte: it is but where a replay
 // holds transients at their peak (an upper bound): ZeRO-2/3's buffers under pipelining or

@@ -7,7 +7,7 @@
 #include "plan/moe_memory.h"  // moe_layer_count
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"
-#include "report/report_impl.h"  // total_is_exact, vocab_padding_note
+#include "report/report_impl.h"  // total_is_exact, vocab_padding_note, memory_category_shown
 #include "report/text.h"         // strprintf
 
 namespace paralab {
@@ -42,6 +42,24 @@ static std::string memory_note(const Plan& plan, const RankPlan& rp, int c) {
   if (c == 0 && !vocab_padding_note(plan).empty())
     note += (note.empty() ? "" : "; ") + vocab_padding_note(plan);
   return note;
+}
+
+// The FP8 categories (plan/fp8.h): fp8_operands (c 9), fp8_state (c 10).
+static std::string fp8_note(const Plan& plan, const RankPlan& rp, int c) {
+  const Fp8Config& f = plan.model.fp8;
+  if (c == 9 && rp.memory.fp8_operands)
+    return "one FP8 GEMM's codes and fp32 factors, shared by the linears: X or dY, and W, "
+           "W^T or X^T (recast per GEMM)";
+  if (c != 10 || !rp.memory.fp8_state) return "";
+  std::string s = f.recipe == Fp8Recipe::Delayed
+                      ? strprintf("delayed: amax history of %d and scale, 3 per linear",
+                                  f.amax_history_len)
+                  : f.recipe == Fp8Recipe::Tensorwise ? "tensorwise: one amax and its scale"
+                                                      : "blockwise: no state";
+  if (f.recipe == Fp8Recipe::Delayed && plan.model.moe.enabled()) s += ", the experts' per expert";
+  if (!plan.data_parallel.fp8_message.empty()) s += "; the FP8 gathers' scales";
+  if (f.log_scaling) s += "; the cast counters";
+  return s;
 }
 
 static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
@@ -106,8 +124,8 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       break;
     case 6:
       if (!plan.data_parallel.fp8_message.empty())  // plan/fp8.h fp8_gather_comm_buffers
-        return "--fp8-param-gather: the largest FP8 unit's message sent, dp received; scales; "
-               "the scalars";
+        return "--fp8-param-gather: the largest FP8 unit's message sent, dp received; the "
+               "scalars";
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;
     case 7: {
@@ -121,6 +139,8 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
                        cols.c_str(), what)
                  : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
     }
+    case 9:
+    case 10: return fp8_note(plan, rp, c);
     default: break;
   }
   return "";
@@ -344,8 +364,9 @@ std::string memory_table(const Plan& plan, int rank, const StepMetrics* measured
     return r + "\n";
   };
   for (int c = 0; c < kNumMemoryCategories; ++c)
-    t += row(kMemoryCategoryNames[c], (double)rp.memory.at(c),
-             measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
+    if (memory_category_shown(plan, c))
+      t += row(kMemoryCategoryNames[c], (double)rp.memory.at(c),
+               measured ? (double)measured->memory_bytes[c] : 0, memory_note(plan, rp, c));
   t += row("total (peak)", (double)rp.memory.total(),
            measured ? (double)measured->peak_memory_bytes : 0, total_note(plan, rp));
   t += resident_rows(plan, rp, measured, row);

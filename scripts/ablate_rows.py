@@ -10,9 +10,11 @@ import re
 # the ledger's categories (measure/ledger.h), in the trainer's order, and the table's short
 # names for them (the "memory per rank" table's)
 CATEGORIES = ["params", "grads", "master_params", "optimizer_states", "activations",
-              "recompute", "comm_buffers", "logits", "workspace", "total"]
+              "recompute", "comm_buffers", "logits", "workspace", "fp8_operands", "fp8_state",
+              "total"]
 SHORT = {"master_params": "master", "optimizer_states": "optim", "activations": "activ",
-         "recompute": "recomp", "comm_buffers": "comm_buf", "workspace": "work"}
+         "recompute": "recomp", "comm_buffers": "comm_buf", "workspace": "work",
+         "fp8_operands": "fp8_ops", "fp8_state": "fp8_st"}
 MIB = 1048576.0
 
 

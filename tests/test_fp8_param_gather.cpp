@@ -72,10 +72,13 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
 }
 
 TEST(Fp8ParamGather, StagingBuffers) {
-  // 12 fp32 per unit, the largest message sent, dp of them received (dp > 1)
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2), 4 * 12 * 3 + 7 + 2 * 7);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 4 * 12 * 2 + 14);
+  // the largest message sent, dp of them received (dp > 1): comm_buffers
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2), 7 + 2 * 7);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 14);
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4), 0);
+  // the scales, factors and amaxes: category fp8_state
+  EXPECT_EQ(paralab::fp8_gather_state_bytes({0, 7, 5}), 4 * 12 * 3);
+  EXPECT_EQ(paralab::fp8_gather_state_bytes({}), 0);
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes
@@ -100,7 +103,8 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   if (recipe == paralab::Fp8Recipe::Delayed)  // a scale that is not a power of 2
     s.set_linears_state(0, 1, {0, 0, 1.0f, 0.37f / magnitude, 0, 1.0f});
   paralab::Fp8Scratch scratch;
-  scratch.allocate(Device::CPU, c, N, {{in, out}}, (int)sizeof(T));
+  scratch.allocate(Device::CPU, c, N, {{in, out}}, (int)sizeof(T),
+                   paralab::Category::FP8_OPERANDS);
   // W's codes as the gather makes them, the scale and factor beside them
   std::vector<float> state(12, 0.0f);
   std::vector<uint8_t> codes(out * in);

@@ -106,7 +106,7 @@ std::vector<MoeCase> cases() {
   c.push_back(qk_bf16);
 
   // --fp8-format: the experts' fc1 and fc2 in FP8 (their operands a transient at R rows, the
-  // delayed state per expert in category params: plan/fp8.h); a dense layer among MoE ones
+  // delayed state per expert in category fp8_state: plan/fp8.h); a dense layer among MoE ones
   // (its fc1 and fc2 in the dense scratch), per-expert state over 2 microbatches; blockwise's
   // factors per 1 x 128 tile and 128 x 128 block; tensorwise under full recompute
   MoeCase fp8_delayed{"llama_fp8_delayed_mixed_bf16_accum2", moe_model(Arch::LLAMA, 4, 2, 24), 2,

@@ -7,7 +7,7 @@
 # and fp16 with Megatron's dynamic scaler, and checks the underflow fractions, the losses and
 # the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
 # dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
-# state per parameter, FP8's workspace and its amax all-reduces against their formulas. Part 4
+# state per parameter, FP8's ledger rows and its amax all-reduces against their formulas. Part 4
 # trains 4 steps without warm-up in FP8 (delayed, tensorwise) with --log-fp8-scaling, holds
 # every delayed scale to (max / the previous step's amax) / 2^0 and every tensorwise scale to
 # max / its amax, finds the step where proj's dY amax jumps most, and checks that delayed
@@ -144,8 +144,10 @@ linears = [(h, (a + 2 * g) * d // t), (a * d // t, h), (h, 2 * f // t), (f // t,
 A = max(Nt * max(i, o) for i, o in linears)
 B = max(max(o * i, Nt * i) for i, o in linears)
 history = 4 * (1 + 1) * 3 * 4 * layers
-check("FP8 workspace = A + B + 2 factors + delayed histories = 92,276,616 B",
-      f8["memory"][0]["workspace"] - b["memory"][0]["workspace"], A + B + 2 * 4 + history)
+check("fp8_operands = A + B + 2 factors = 92,274,696 B; fp8_state = delayed histories = 1,920 B;"
+      " workspace unchanged",
+      (f8["memory"][0]["fp8_operands"], f8["memory"][0]["fp8_state"],
+       f8["memory"][0]["workspace"] - b["memory"][0]["workspace"]), (A + B + 2 * 4, history, 0))
 check("A = N_t max(in, out), B = max(out in, N_t in)", (A, B), (33554432, 58720256))
 rows = lambda p: {(c["group"], c["op"]): c for c in p["comm"]}
 rb, rf = rows(b), rows(f8)

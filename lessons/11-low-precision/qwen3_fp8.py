@@ -26,25 +26,27 @@ def run(work):
     state = 4 * (1 + 1) * 3 * 2 * El * L                   # delayed, history 1: per expert linear
     check("bf16: bytes of model state per parameter, (4 Psi + 12 Psi_d/64 + 12 Psi_e/8) / Psi",
           mb["resident"]["total"] / psi, bf16 / psi)
-    check("FP8: the same + the experts' delayed state, 4 (len + 1) 3 x 2 x 16 x 48 = 36,864 B",
-          (mf["resident"]["total"] - mb["resident"]["total"], state), (36864, 36864))
+    check("FP8: the same model state; the experts' delayed state, 4 (len + 1) 3 x 2 x 16 x 48 = "
+          "36,864 B, is fp8_state", (mf["resident"]["total"] - mb["resident"]["total"], state),
+          (0, 36864))
     # the dense FP8 scratch: every layer is MoE, so qkv and proj only (tp 1: whole widths)
     linears = [(h, (a + 2 * g) * d), (a * d, h)]
     A = max(N * max(i, o) for i, o in linears)
     B = max(max(o * i, N * i) for i, o in linears)
     history = 4 * (1 + 1) * 3 * 4 * L                      # 4 dense slots per layer
-    dense = A + B + 2 * 4 + history
-    check("dense FP8 scratch: A = N (a + 2g) d, B = N a d, 2 factors, histories = 37,753,352 B",
-          (A, B, dense), (20971520, 16777216, 37753352))
+    check("fp8_operands: A = N (a + 2g) d, B = N a d, 2 factors = 37,748,744 B",
+          (A, B, mf["fp8_operands"]), (20971520, 16777216, A + B + 2 * 4))
+    check("fp8_state: dense histories (4 slots per layer) 4,608 B + the experts' 36,864 B",
+          (history, mf["fp8_state"]), (4608, history + state))
     # the experts' operands, a transient at R = N k rows (dropless, ep 8's allgather), fc1 2 f_e
     R = N * k
     experts = R * max(h, 2 * fe) + max(2 * fe * h, R * h, h * fe, R * fe) + 2 * 4
     gathered = ep * N * h * act                            # the allgather's P N h beside y
     check("experts' FP8 operands at R = N k = 32,768 rows: 2 R h + 8 = 134,217,736 B",
           (R, experts), (32768, 134217736))
-    check("FP8 workspace = dense scratch + what the experts' operands add over the gathered "
-          "rows (P N h x2) they replace in the experts' phase",
-          mf["workspace"] - mb["workspace"], dense + max(0, experts - gathered))
+    check("FP8 workspace = what the experts' operands add over the gathered rows (P N h x2) "
+          "they replace in the experts' phase: 8 B",
+          (mf["workspace"] - mb["workspace"], experts - gathered), (8, 8))
     check("both fit an 80 GiB H100", (b["fit"]["fits"], f["fit"]["fits"]), (True, True))
     rows = lambda p: {(c["group"], c["op"]): c for c in p["comm"]}
     rb, rf = rows(b), rows(f)

@@ -54,7 +54,7 @@ def records(path):
 
 
 EXACT = ("params", "grads", "master_params", "optimizer_states", "recompute", "comm_buffers",
-         "logits", "workspace")
+         "logits", "workspace", "fp8_operands", "fp8_state")
 
 
 def ledger_problems(path):

@@ -54,7 +54,7 @@ sys.path.insert(0, "lessons")  # the repository root is the working directory
 from checks import check, record, finish  # noqa: E402
 
 CATS = ["params", "grads", "master_params", "optimizer_states", "activations", "recompute",
-        "comm_buffers", "logits", "workspace", "total"]
+        "comm_buffers", "logits", "workspace", "fp8_operands", "fp8_state", "total"]
 
 def text(name):
     with open(os.path.join(work, name)) as f:

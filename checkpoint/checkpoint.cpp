@@ -113,6 +113,140 @@ std::vector<ExpertFp8State> saved_fp8_experts(const Transformer& model,
   return out;
 }
 
+// What this rank's shard holds, declared before a byte is written (the entries' sizes make the
+// header): its entry of the manifest and what each entry's data comes from.
+struct ShardContents {
+  ManifestShard mine;  // this rank's entry of the manifest, sent to rank 0
+  std::vector<std::pair<const char*, AdamW::State>> states;  // none with --no-save-optim
+  std::vector<OwnedPiece> pieces;
+  std::vector<std::pair<int, std::vector<float>>> fp8_layers;
+  std::vector<ExpertFp8State> fp8_experts;
+  std::vector<SafetensorsStream::Tensor> entries;  // the header, in the data's order
+};
+
+// The shard's entries: per owned piece N "param/N" and each optimizer state's "STATE/N", then
+// "expert_bias/L", "fp8/L" and "fp8/L/e".
+ShardContents declare_shard(Transformer& model, AdamW& optimizer, const CheckpointPlace& place,
+                            int rank, SafeDType param_type, bool save_optimizer) {
+  ShardContents s;
+  if (save_optimizer) {
+    s.states = {{"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
+    if (optimizer.has_master()) s.states.push_back({"master", AdamW::State::MASTER});
+  }
+  s.pieces = owned_pieces(model, place);
+  ManifestShard& mine = s.mine;
+  mine.rank = rank;
+  mine.file = shard_name(rank);
+  mine.expert_bias_layers = saved_bias_layers(model, place);
+  s.fp8_layers = saved_fp8_layers(model, place);
+  for (const auto& layer : s.fp8_layers) mine.fp8_layers.push_back(layer.first);
+  s.fp8_experts = saved_fp8_experts(model, place);
+  for (const ExpertFp8State& x : s.fp8_experts)
+    if (mine.fp8_expert_layers.empty() || mine.fp8_expert_layers.back() != x.layer)
+      mine.fp8_expert_layers.push_back(x.layer);
+  std::vector<SafetensorsStream::Tensor>& entries = s.entries;
+  for (const OwnedPiece& p : s.pieces) {
+    const std::string entry = std::to_string(mine.pieces.size());
+    entries.push_back({"param/" + entry, param_type, {p.hi - p.lo}});
+    for (const auto& state : s.states)
+      entries.push_back({std::string(state.first) + "/" + entry,
+                         optimizer.state_bf16(state.second) ? SafeDType::BF16 : SafeDType::F32,
+                         {p.hi - p.lo}});  // the moments at their dtype (bf16: 2 bytes)
+    mine.pieces.push_back({p.view->spec->name, rank_slice(model, *p.view),
+                           (int64_t)(p.lo - p.view->offset), (int64_t)(p.hi - p.view->offset),
+                           entry});
+  }
+  for (int l : mine.expert_bias_layers)
+    entries.push_back({"expert_bias/" + std::to_string(l), SafeDType::F32,
+                       {(int64_t)model.moe_layers()[l].expert_bias.size()}});
+  for (const auto& layer : s.fp8_layers)
+    entries.push_back({"fp8/" + std::to_string(layer.first), SafeDType::F32,
+                       {(int64_t)layer.second.size()}});
+  for (const ExpertFp8State& x : s.fp8_experts)
+    entries.push_back({"fp8/" + std::to_string(x.layer) + "/" + std::to_string(x.expert),
+                       SafeDType::F32, {(int64_t)x.state.size()}});
+  return s;
+}
+
+// The shard's data, in its entries' order, streamed from the device through one bounded buffer.
+void stream_shard(SafetensorsStream& shard, const ShardContents& s, Transformer& model,
+                  AdamW& optimizer, size_t param_bytes) {
+  const kernels::Device dev = model.device();
+  std::vector<uint8_t> buffer(size_t(4) << 20);
+  // (from the device, or with CPU offload from host memory: `where` copies reach it)
+  const auto stream = [&](kernels::Device where, const void* device, size_t bytes) {
+    for (size_t done = 0; done < bytes; done += buffer.size()) {
+      const size_t n = std::min(buffer.size(), bytes - done);
+      kernels::memcpy_to_host(where, buffer.data(), static_cast<const uint8_t*>(device) + done, n);
+      shard.write(buffer.data(), n);
+    }
+  };
+  for (const OwnedPiece& p : s.pieces) {
+    const int64_t n = p.hi - p.lo, at = p.lo - p.segment->flat_begin;
+    const int64_t state = p.segment->state_offset + at;
+    stream(p.segment->host ? kernels::Device::CPU : dev,
+           static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
+    for (const auto& kind_state : s.states)
+      stream(optimizer.state_device(p.expert, state),
+             optimizer.state(kind_state.second, p.expert, state),
+             n * optimizer.state_bytes(kind_state.second));
+  }
+  for (int l : s.mine.expert_bias_layers) {
+    const std::vector<float> bias = model.expert_bias(l);
+    shard.write(bias.data(), bias.size() * sizeof(float));
+  }
+  for (const auto& layer : s.fp8_layers)
+    shard.write(layer.second.data(), layer.second.size() * sizeof(float));
+  for (const ExpertFp8State& x : s.fp8_experts)
+    shard.write(x.state.data(), x.state.size() * sizeof(float));
+}
+
+// Every rank's entry of the manifest, in rank order, on every rank (each counts the bytes
+// saved): once all have sent theirs, every shard is on disk.
+std::vector<ManifestShard> gather_shards(Communicator& world, const ManifestShard& mine,
+                                         const Transformer& model, SaveStats& stats) {
+  JsonWriter entry;
+  write_manifest_shard(entry, mine);
+  std::vector<ManifestShard> shards;
+  for (const std::string& text : all_gather_strings(world, entry.str(), model.device())) {
+    shards.push_back(parse_manifest_shard(JsonDocument(text).root(), model.config().num_layers,
+                                          "the shard list"));
+    stats.total_file_bytes += shards.back().bytes;
+    stats.rank_payload_bytes.push_back(shards.back().payload_bytes);
+  }
+  return shards;
+}
+
+// The manifest of this save: the run's model, layout, precision and position, every tensor's
+// full shape and every rank's shard.
+Manifest save_manifest(const TrainingPosition& position, const Transformer& model,
+                       const TrainConfig& train, const ParallelConfig& parallel, DType storage,
+                       bool save_optimizer, const ManifestData& data,
+                       const std::vector<ManifestShard>& shards) {
+  Manifest m;
+  m.iteration = position.iteration;
+  m.model = model.config();
+  m.parallel = parallel;
+  m.bf16 = storage == DType::BF16;
+  m.fp16 = storage == DType::F16;
+  m.optimizer = save_optimizer;
+  m.seed = train.seed;
+  m.global_batch_size = train.global_batch_size;
+  m.adam_steps = position.adam_steps;
+  m.skipped_steps = position.skipped_steps;
+  m.skipped_in_a_row = position.skipped_in_a_row;
+  m.has_loss_scaler = position.dynamic_loss_scale;
+  m.loss_scaler = position.loss_scaler;
+  m.fp8 = model.config().fp8;
+  m.data = data;
+  for (const ParamSpec& p : param_table(model.config())) {
+    m.tensors.push_back(p.name);
+    m.shapes.push_back(p.shape);
+  }
+  m.shards = shards;
+  return m;
+}
+
 }  // namespace
 
 bool CheckpointPlace::writes(const TensorView& view) const {
@@ -144,110 +278,23 @@ SaveStats save_checkpoint(const std::string& dir, const TrainingPosition& positi
   const DType storage = model.data_parallel().storage();
   const size_t param_bytes = dtype_size(storage);
   const SafeDType param_type = float_type(train.precision());
-  std::vector<std::pair<const char*, AdamW::State>> states;  // none with --no-save-optim
-  if (save_optimizer) {
-    states = {{"exp_avg", AdamW::State::EXP_AVG}, {"exp_avg_sq", AdamW::State::EXP_AVG_SQ}};
-    if (optimizer.has_master()) states.push_back({"master", AdamW::State::MASTER});
-  }
-  const std::vector<OwnedPiece> pieces = owned_pieces(model, place);
-  ManifestShard mine;  // this rank's entry of the manifest, sent to rank 0
-  mine.rank = world.rank();
-  mine.file = shard_name(world.rank());
-  mine.expert_bias_layers = saved_bias_layers(model, place);
-  const auto fp8_layers = saved_fp8_layers(model, place);
-  for (const auto& layer : fp8_layers) mine.fp8_layers.push_back(layer.first);
-  const std::vector<ExpertFp8State> fp8_experts = saved_fp8_experts(model, place);
-  for (const ExpertFp8State& x : fp8_experts)
-    if (mine.fp8_expert_layers.empty() || mine.fp8_expert_layers.back() != x.layer)
-      mine.fp8_expert_layers.push_back(x.layer);
-  std::vector<SafetensorsStream::Tensor> entries;
-  for (const OwnedPiece& p : pieces) {
-    const std::string entry = std::to_string(mine.pieces.size());
-    entries.push_back({"param/" + entry, param_type, {p.hi - p.lo}});
-    for (const auto& state : states)
-      entries.push_back({std::string(state.first) + "/" + entry,
-                         optimizer.state_bf16(state.second) ? SafeDType::BF16 : SafeDType::F32,
-                         {p.hi - p.lo}});  // the moments at their dtype (bf16: 2 bytes)
-    mine.pieces.push_back({p.view->spec->name, rank_slice(model, *p.view),
-                           (int64_t)(p.lo - p.view->offset), (int64_t)(p.hi - p.view->offset),
-                           entry});
-  }
-  for (int l : mine.expert_bias_layers)
-    entries.push_back({"expert_bias/" + std::to_string(l), SafeDType::F32,
-                       {(int64_t)model.moe_layers()[l].expert_bias.size()}});
-  for (const auto& layer : fp8_layers)
-    entries.push_back({"fp8/" + std::to_string(layer.first), SafeDType::F32,
-                       {(int64_t)layer.second.size()}});
-  for (const ExpertFp8State& x : fp8_experts)
-    entries.push_back({"fp8/" + std::to_string(x.layer) + "/" + std::to_string(x.expert),
-                       SafeDType::F32, {(int64_t)x.state.size()}});
-  SafetensorsStream shard(stats.folder + "/" + mine.file, entries,
+  ShardContents contents =
+      declare_shard(model, optimizer, place, world.rank(), param_type, save_optimizer);
+  ManifestShard& mine = contents.mine;
+  SafetensorsStream shard(stats.folder + "/" + mine.file, contents.entries,
                           {{"format", "paralab checkpoint shard"},
                            {"rank", std::to_string(world.rank())}});
-  std::vector<uint8_t> buffer(size_t(4) << 20);
-  // (from the device, or with CPU offload from host memory: `where` copies reach it)
-  const auto stream = [&](kernels::Device where, const void* device, size_t bytes) {
-    for (size_t done = 0; done < bytes; done += buffer.size()) {
-      const size_t n = std::min(buffer.size(), bytes - done);
-      kernels::memcpy_to_host(where, buffer.data(), static_cast<const uint8_t*>(device) + done, n);
-      shard.write(buffer.data(), n);
-    }
-  };
-  for (const OwnedPiece& p : pieces) {
-    const int64_t n = p.hi - p.lo, at = p.lo - p.segment->flat_begin;
-    const int64_t state = p.segment->state_offset + at;
-    stream(p.segment->host ? kernels::Device::CPU : dev,
-           static_cast<const uint8_t*>(p.segment->param) + at * param_bytes, n * param_bytes);
-    for (const auto& kind_state : states)
-      stream(optimizer.state_device(p.expert, state),
-             optimizer.state(kind_state.second, p.expert, state),
-             n * optimizer.state_bytes(kind_state.second));
-  }
-  for (int l : mine.expert_bias_layers) {
-    const std::vector<float> bias = model.expert_bias(l);
-    shard.write(bias.data(), bias.size() * sizeof(float));
-  }
-  for (const auto& layer : fp8_layers)
-    shard.write(layer.second.data(), layer.second.size() * sizeof(float));
-  for (const ExpertFp8State& x : fp8_experts)
-    shard.write(x.state.data(), x.state.size() * sizeof(float));
+  stream_shard(shard, contents, model, optimizer, param_bytes);
   const SafetensorsStream::Written written = shard.commit();
   mine.bytes = stats.file_bytes = written.file_bytes;
   mine.crc32c = written.crc32c;
   mine.payload_bytes = stats.payload_bytes = written.payload_bytes;
 
   // Every shard is on disk once every rank has sent its entry: rank 0 writes the manifest.
-  JsonWriter entry;
-  write_manifest_shard(entry, mine);
-  std::vector<ManifestShard> shards;
-  for (const std::string& text : all_gather_strings(world, entry.str(), dev)) {
-    shards.push_back(parse_manifest_shard(JsonDocument(text).root(), model.config().num_layers,
-                                          "the shard list"));
-    stats.total_file_bytes += shards.back().bytes;
-    stats.rank_payload_bytes.push_back(shards.back().payload_bytes);
-  }
+  const std::vector<ManifestShard> shards = gather_shards(world, mine, model, stats);
   if (world.rank() == 0) {
-    Manifest m;
-    m.iteration = position.iteration;
-    m.model = model.config();
-    m.parallel = parallel;
-    m.bf16 = storage == DType::BF16;
-    m.fp16 = storage == DType::F16;
-    m.optimizer = save_optimizer;
-    m.seed = train.seed;
-    m.global_batch_size = train.global_batch_size;
-    m.adam_steps = position.adam_steps;
-    m.skipped_steps = position.skipped_steps;
-    m.skipped_in_a_row = position.skipped_in_a_row;
-    m.has_loss_scaler = position.dynamic_loss_scale;
-    m.loss_scaler = position.loss_scaler;
-    m.fp8 = model.config().fp8;
-    m.data = data;
-    for (const ParamSpec& p : param_table(model.config())) {
-      m.tensors.push_back(p.name);
-      m.shapes.push_back(p.shape);
-    }
-    m.shards = shards;
+    const Manifest m = save_manifest(position, model, train, parallel, storage, save_optimizer,
+                                     data, shards);
     AtomicFile manifest(stats.folder + "/manifest.json");
     manifest.write(manifest_json(m));
     manifest.commit();

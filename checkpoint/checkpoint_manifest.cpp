@@ -1,5 +1,5 @@
-// checkpoint/checkpoint_manifest.cpp: manifest.json written, read strictly, and checked against the
-// run's model (the format is in checkpoint_manifest.h).
+// checkpoint/checkpoint_manifest.cpp: manifest.json written and read strictly (the format is in
+// checkpoint_manifest.h; checkpoint_manifest_check.cpp checks a manifest against the run's model).
 #include "checkpoint/checkpoint_manifest.h"
 
 #include <cctype>
@@ -12,19 +12,9 @@
 
 namespace paralab {
 
-namespace {
-
-// The model fields a manifest carries: each with the flag that sets it, read from and written
-// into a ModelConfig. `shape` fields decide a tensor's shape: a run must match them to load.
-struct ModelField {
-  const char* key;
-  const char* flag;
-  bool shape;
-  int64_t (*get)(const ModelConfig&);
-  void (*set)(ModelConfig&, int64_t);
-};
-
-const ModelField kIntFields[] = {
+// The integer model fields a manifest carries, each with its flag (what a field is, and which
+// decide a shape: ManifestIntField in checkpoint_manifest.h).
+const std::vector<ManifestIntField> kManifestIntFields = {
     {"num_layers", "--num-layers", true, [](const ModelConfig& m) -> int64_t { return m.num_layers; },
      [](ModelConfig& m, int64_t v) { m.num_layers = (int)v; }},
     {"hidden_size", "--hidden-size", true, [](const ModelConfig& m) -> int64_t { return m.hidden_size; },
@@ -67,6 +57,8 @@ const ModelField kIntFields[] = {
      [](const ModelConfig& m) -> int64_t { return m.moe.expert_bias; },
      [](ModelConfig& m, int64_t v) { m.moe.expert_bias = v != 0; }},
 };
+
+namespace {
 
 // The numbers the maths uses (not the shapes): read back for --convert's export, whose
 // refusals and config.json need them. positive: > 0, else >= 0.
@@ -185,7 +177,7 @@ std::string manifest_json(const Manifest& m) {
   j.field("iteration", m.iteration);
   j.key("model").begin_object();
   j.field("arch", m.model.arch == Arch::LLAMA ? "llama" : "gpt");
-  for (const ModelField& f : kIntFields) j.field(f.key, f.get(m.model));
+  for (const ManifestIntField& f : kManifestIntFields) j.field(f.key, f.get(m.model));
   for (const FloatField& f : kFloatFields) j.field(f.key, (double)f.get(m.model));
   j.field("make_vocab_size_divisible_by", m.model.vocab_divisible_by);
   j.key("moe_layer_pattern").begin_array();
@@ -313,7 +305,8 @@ void parse_manifest_model(const Json& model, const std::string& path, ModelConfi
   const std::string& arch = member(model, "arch", K::string, path).get<std::string>();
   if (arch != "gpt" && arch != "llama") refuse(path, "\"arch\" is neither gpt nor llama");
   out.arch = arch == "llama" ? Arch::LLAMA : Arch::GPT;
-  for (const ModelField& f : kIntFields) f.set(out, integer(model, f.key, 0, 1 << 30, path));
+  for (const ManifestIntField& f : kManifestIntFields)
+    f.set(out, integer(model, f.key, 0, 1 << 30, path));
   for (const FloatField& f : kFloatFields) {
     const double v = member(model, f.key, K::number_float, path).get<double>();
     if (!std::isfinite(v) || v > 3e38 || (f.positive ? !(v > 0) : !(v >= 0)))
@@ -451,75 +444,6 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
   }
   if (m.shards.empty()) refuse(path, "no shards");
   return m;
-}
-
-ParamSpec saved_spec(const Manifest& m, const ParamSpec& run) {
-  ParamSpec saved = run;
-  if (saved.split == TpSplit::VOCAB) saved.vocab_multiple = m.model.vocab_divisible_by;
-  return saved;
-}
-
-void check_manifest(const Manifest& m, const ModelConfig& run, const std::string& path) {
-  if ((m.model.arch == Arch::LLAMA) != (run.arch == Arch::LLAMA))
-    refuse(path, std::string("arch is ") + (m.model.arch == Arch::LLAMA ? "llama" : "gpt") +
-                     ", the run has " + (run.arch == Arch::LLAMA ? "llama" : "gpt") + " (--arch)");
-  for (const ModelField& f : kIntFields)
-    if (f.shape && f.get(m.model) != f.get(run))
-      refuse(path, std::string(f.key) + " is " + std::to_string(f.get(m.model)) +
-                       ", the run has " + std::to_string(f.get(run)) + " (" + f.flag + ")");
-  for (int l = 0; l < run.num_layers && run.moe.enabled(); ++l)
-    if (m.model.moe.is_moe_layer(l) != run.moe.is_moe_layer(l))
-      refuse(path, "layer " + std::to_string(l) + " is " +
-                       (m.model.moe.is_moe_layer(l) ? "MoE" : "dense") + ", the run's is not (--moe-layer-freq)");
-  const std::vector<ParamSpec> table = param_table(run);
-  if (table.size() != m.tensors.size())
-    refuse(path, std::to_string(m.tensors.size()) + " tensors, the model has " +
-                     std::to_string(table.size()));
-  for (size_t i = 0; i < table.size(); ++i)
-    if (table[i].name != m.tensors[i] || table[i].shape != m.shapes[i])
-      refuse(path, "tensor " + std::to_string(i) + " is " + m.tensors[i] + ", the model's is " +
-                       table[i].name + " of another shape");
-  // Coverage: every element of every tensor saved exactly once, over all ranks' pieces.
-  for (const ParamSpec& run_spec : table) {
-    const ParamSpec spec = saved_spec(m, run_spec);
-    // what several ranks hold alike (tp-replicated tensors, gpt's tied copy) each saves
-    const bool shared = (spec.split == TpSplit::REPLICATED && !spec.expert) ||
-                        (spec.name == "embedding.word" && run.tied_embeddings());
-    std::vector<char> held(spec.numel(), 0);
-    for (const ManifestShard& s : m.shards)
-      for (const ManifestPiece& p : s.pieces) {
-        if (p.tensor != spec.name) continue;
-        const TensorSlice& c = p.slice;
-        const auto divides = [](int64_t n, int k) { return k >= 1 && n % k == 0; };
-        bool valid;
-        if (c.expert) {
-          const int64_t E = spec.shape[0];
-          valid = spec.expert && spec.shape.size() == 3 && divides(E, c.ep) &&
-                  divides(spec.shape[spec.etp_split == TpSplit::COLUMNS ? 2 : 1] /
-                              (spec.etp_split == TpSplit::HALVES ? 2 : 1),
-                          c.etp);
-        } else {
-          switch (spec.split) {
-            case TpSplit::ROWS: valid = divides(spec.shape[0], c.tp); break;
-            case TpSplit::HALVES: valid = spec.shape[0] % 2 == 0 && divides(spec.shape[0] / 2, c.tp); break;
-            case TpSplit::COLUMNS: valid = spec.shape.size() == 2 && divides(spec.shape[1], c.tp); break;
-            default: valid = true;
-          }
-        }
-        if (!valid) refuse(path, "a piece of " + spec.name + " has a slice the tensor cannot have");
-        const std::vector<int64_t> index = shard_indices(spec, c);
-        if (p.end > (int64_t)index.size())
-          refuse(path, "a piece of " + spec.name + " ends past its slice");
-        for (int64_t i = p.begin; i < p.end; ++i) {
-          if (index[i] < 0) continue;  // vocabulary padding
-          if (held[index[i]] && !shared)
-            refuse(path, spec.name + ": element " + std::to_string(index[i]) + " saved twice");
-          held[index[i]] = 1;
-        }
-      }
-    for (size_t i = 0; i < held.size(); ++i)
-      if (!held[i]) refuse(path, spec.name + ": element " + std::to_string(i) + " saved by no rank");
-  }
 }
 
 }  // namespace paralab

@@ -24,9 +24,10 @@
 // with CheckpointError("PATH: <rule>"), and check_manifest refuses a manifest of another model
 // or one whose pieces do not cover every element of every tensor exactly once.
 //
-// defines: CheckpointError, ManifestPiece, ManifestShard, Manifest, manifest_json,
-//          write_manifest_shard, parse_manifest_shard, parse_manifest, check_manifest,
-//          saved_spec
+// defines: CheckpointError, ManifestPiece, ManifestShard, Manifest, ManifestIntField,
+//          kManifestIntFields, manifest_json, write_manifest_shard, parse_manifest_shard,
+//          parse_manifest (checkpoint_manifest.cpp), check_manifest, saved_spec
+//          (checkpoint_manifest_check.cpp)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -103,6 +104,18 @@ struct Manifest {
   std::vector<ManifestShard> shards;                // one per saving rank, by rank
   ManifestData data;                                // what the run read
 };
+
+// The integer model fields a manifest carries (their table is checkpoint_manifest.cpp's): each
+// with the flag that sets it, read from and written into a ModelConfig. `shape` fields decide a
+// tensor's shape: a run must match them to load (check_manifest).
+struct ManifestIntField {
+  const char* key;
+  const char* flag;
+  bool shape;
+  int64_t (*get)(const ModelConfig&);
+  void (*set)(ModelConfig&, int64_t);
+};
+extern const std::vector<ManifestIntField> kManifestIntFields;  // in the file's order
 
 std::string manifest_json(const Manifest& m);
 // One shard's entry, as in the manifest: what a rank sends rank 0 after writing its shard.

@@ -19,7 +19,7 @@ declare -A sources=(
   [fuzz_safetensors]="tests/fuzz/fuzz_safetensors.cpp checkpoint/safetensors.cpp checkpoint/json_document.cpp checkpoint/file_io.cpp"
   [fuzz_token_file]="tests/fuzz/fuzz_token_file.cpp model/data.cpp model/megatron_data.cpp model/gpt_dataset.cpp model/indexed_dataset.cpp model/numpy_random.cpp"
   [fuzz_indexed_dataset]="tests/fuzz/fuzz_indexed_dataset.cpp model/indexed_dataset.cpp"
-  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/json_document.cpp model/param_table.cpp parallel/pipeline_schedule.cpp parallel/pipeline_generators.cpp parallel/pipeline_simulation.cpp"
+  [fuzz_manifest]="tests/fuzz/fuzz_manifest.cpp checkpoint/checkpoint_manifest.cpp checkpoint/checkpoint_manifest_check.cpp checkpoint/json_document.cpp model/param_table.cpp parallel/pipeline_schedule.cpp parallel/pipeline_generators.cpp parallel/pipeline_simulation.cpp"
 )
 targets=(fuzz_json fuzz_safetensors fuzz_token_file fuzz_indexed_dataset fuzz_manifest)
 

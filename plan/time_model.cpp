@@ -59,7 +59,6 @@ class LayerCoster {
     const LocalSizes ls = local_sizes(m, plan.train.micro_batch_size, plan.tp,
                                       plan.sequence_parallel);
     h_ = (double)m.hidden_size;
-    N_ = (double)ls.N;
     naive_ = m.attention == AttentionImpl::NAIVE;
     // naive attention: GEMM calls per product and layer (gemm_calls.cpp's count)
     const CoreShape core = plan_core_shape(m, plan.train.micro_batch_size, plan.tp);
@@ -91,17 +90,33 @@ class LayerCoster {
     return t;
   }
 
+  // One layer's seconds per microbatch, in four named steps: its linears' GEMMs, the attention
+  // core, the memory-bound kernels, and what recompute runs again on the backward's side.
   LayerCost cost(int l) {
+    LayerCost c;
+    const LinearSeconds linears = linears_cost(c, l);
+    const double core_forward = core_cost(c, l);
+    memory_cost(c, l);
+    recompute_cost(c, l, linears, core_forward);
+    return c;
+  }
+
+ private:
+  // The linears' forwards (the step's dX and dW come with them), and fc1's alone for
+  // selective mlp recompute.
+  struct LinearSeconds {
+    double forward = 0, fc1 = 0;
+  };
+  LinearSeconds linears_cost(LayerCost& c, int l) const {
     const ModelConfig& m = plan_.model;
     const FlopsPlan& f = plan_.flops;
     const LocalSizes ls = local_sizes(m, plan_.train.micro_batch_size, plan_.tp,
                                       plan_.sequence_parallel);
-    LayerCost c;
+    LinearSeconds s;
     linear(c, find_row(f, "qkv"), (double)ls.qkv, h_);
     linear(c, find_row(f, "proj"), h_, (double)(ls.heads * ls.head_dim));
-    double fc1_again = 0;  // selective mlp recompute: fc1's forward once more
     if (!m.moe.is_moe_layer(l)) {
-      fc1_again = linear(c, find_row(f, "fc1"), (double)ls.fc1, h_);
+      s.fc1 = linear(c, find_row(f, "fc1"), (double)ls.fc1, h_);
       linear(c, find_row(f, "fc2"), h_, (double)ls.ffn);
     } else {
       const int etp = plan_.parallel.expert_tensor_parallel;
@@ -113,68 +128,79 @@ class LayerCoster {
       linear(c, find_row(f, "shared.fc2"), h_, (double)m.moe.shared_expert_size);
       linear(c, find_row(f, "shared.gate"), 1, h_);
     }
-    const double linear_forward = c.forward;  // the linears' alone, so far
-    // The attention core: scores and av rows (hardware: naive 3 + 3 products, flash 4 + 3,
-    // of which 2 run forward). Per layer.
+    s.forward = c.forward;  // the linears' alone: nothing else is in c yet
+    return s;
+  }
+
+  // The attention core: scores and av rows (hardware: naive 3 + 3 products, flash 4 + 3,
+  // of which 2 run forward). Per layer. Returns the core's forward seconds.
+  double core_cost(LayerCost& c, int l) const {
+    const FlopsPlan& f = plan_.flops;
     const MatmulFlops* scores = find_row(f, "scores");
     const MatmulFlops* av = find_row(f, "av");
     const double core = (scores ? scores->hardware : 0) + (av ? av->hardware : 0);
     const double core_layer = scores && scores->layers ? core / scores->layers : 0;
-    double core_forward = 0;
     if (naive_) {  // 6 products as batched GEMMs: 2 forward, 4 backward
       const double product = core_layer / 6;
       const double calls = per_product_calls_;
       const double t = dev_.gemm(product, 0, calls);  // bytes: the softmax's, counted below
-      core_forward = 2 * t;
       c.core = 6 * t;
       c.forward += 2 * t, c.input_grad += 4 * t;
       c.gemm += 6 * t, c.gemm_calls += 6 * calls;
-    } else {  // flash: 2 of 7 products forward, 5 backward (QK^T recomputed)
-      const double fl = l < (int)traffic_.layer_attention_forward.size()
-                            ? (double)traffic_.layer_attention_forward[l].launches : 0;
-      const double bl = l < (int)traffic_.layer_attention_backward.size()
-                            ? (double)traffic_.layer_attention_backward[l].launches : 0;
-      core_forward = dev_.attention(core_layer * 2 / 7, fl);
-      const double backward = dev_.attention(core_layer * 5 / 7, bl);
-      c.forward += core_forward, c.input_grad += backward;
-      c.attention += core_forward + backward;
-      c.core = core_forward + backward;
+      return 2 * t;
     }
-    // The memory-bound kernels (the weight-gradient side has none of its own here: they
-    // are counted with the input gradient).
-    auto traffic_at = [&](const std::vector<KernelTraffic>& v) {
-      return l < (int)v.size() ? v[l] : KernelTraffic{};
-    };
-    const KernelTraffic fwd_mem = traffic_at(traffic_.layer_forward);
-    const KernelTraffic bwd_mem = traffic_at(traffic_.layer_backward);
+    // flash: 2 of 7 products forward, 5 backward (QK^T recomputed)
+    const double fl = l < (int)traffic_.layer_attention_forward.size()
+                          ? (double)traffic_.layer_attention_forward[l].launches : 0;
+    const double bl = l < (int)traffic_.layer_attention_backward.size()
+                          ? (double)traffic_.layer_attention_backward[l].launches : 0;
+    const double forward = dev_.attention(core_layer * 2 / 7, fl);
+    const double backward = dev_.attention(core_layer * 5 / 7, bl);
+    c.forward += forward, c.input_grad += backward;
+    c.attention += forward + backward;
+    c.core = forward + backward;
+    return forward;
+  }
+
+  KernelTraffic traffic_at(const std::vector<KernelTraffic>& v, int l) const {
+    return l < (int)v.size() ? v[l] : KernelTraffic{};
+  }
+
+  // The memory-bound kernels (the weight-gradient side has none of its own here: they are
+  // counted with the input gradient).
+  void memory_cost(LayerCost& c, int l) const {
+    const KernelTraffic fwd_mem = traffic_at(traffic_.layer_forward, l);
+    const KernelTraffic bwd_mem = traffic_at(traffic_.layer_backward, l);
     const double mem_f = dev_.memory(fwd_mem), mem_b = dev_.memory(bwd_mem);
     c.forward += mem_f, c.input_grad += mem_b, c.memory += mem_f + mem_b;
     c.launches += (double)(fwd_mem.launches + bwd_mem.launches);
-    // Recompute, on the backward's side: full reruns the forward; selective the core's
-    // forward (naive: Q K^T, and P V with a ring's merge) or fc1.
-    const Recompute& rc = m.recompute;
-    const double recomputed =
-        l < (int)f.layer_recompute_step.size() ? f.layer_recompute_step[l] : 0;
-    if (recomputed > 0) {
-      const KernelTraffic again = traffic_at(traffic_.layer_recompute);
-      c.recompute += dev_.memory(again);
-      c.launches += (double)again.launches;
-      if (rc.full()) {
-        c.recompute += linear_forward + core_forward;
-      } else {
-        if (rc.recompute_core_attn())
-          c.recompute += naive_ ? core_forward / 2 * (passes_ > 1 ? 2 : 1) : core_forward;
-        if (rc.recompute_mlp()) c.recompute += fc1_again;
-      }
-    }
-    return c;
   }
 
- private:
+  // Recompute, on the backward's side: full reruns the forward; selective the core's
+  // forward (naive: Q K^T, and P V with a ring's merge) or fc1.
+  void recompute_cost(LayerCost& c, int l, const LinearSeconds& linears,
+                      double core_forward) const {
+    const FlopsPlan& f = plan_.flops;
+    const Recompute& rc = plan_.model.recompute;
+    const double recomputed =
+        l < (int)f.layer_recompute_step.size() ? f.layer_recompute_step[l] : 0;
+    if (recomputed <= 0) return;
+    const KernelTraffic again = traffic_at(traffic_.layer_recompute, l);
+    c.recompute += dev_.memory(again);
+    c.launches += (double)again.launches;
+    if (rc.full()) {
+      c.recompute += linears.forward + core_forward;
+    } else {
+      if (rc.recompute_core_attn())
+        c.recompute += naive_ ? core_forward / 2 * (passes_ > 1 ? 2 : 1) : core_forward;
+      if (rc.recompute_mlp()) c.recompute += linears.fc1;
+    }
+  }
+
   const Plan& plan_;
   const Device& dev_;
   const KernelTrafficPlan& traffic_;
-  double e_ = 4, h_ = 0, N_ = 0, passes_ = 1, per_product_calls_ = 0, expert_calls_ = 1;
+  double e_ = 4, h_ = 0, passes_ = 1, per_product_calls_ = 0, expert_calls_ = 1;
   bool naive_ = false;
 };
 

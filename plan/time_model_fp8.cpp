@@ -104,7 +104,7 @@ Fp8StepTime project_fp8_step(const Plan& plan, const HardwareProfile& hw, const 
         s.every_layer ? dense_layers + moe_layers : s.moe ? moe_layers : dense_layers;
     if (!row || row->layers == 0 || layers == 0 || s.n <= 0 || s.k <= 0) continue;
     // one layer, one microbatch: the forward's FLOPs (a third of the row's hardware FLOPs,
-    // as plan/time_model.cpp's LayerCoster::linear) and the rows they come from
+    // as plan/layer_cost.cpp's LayerCoster::linear) and the rows they come from
     const double fwd = row->hardware / 3.0 / row->layers;
     const double rows = fwd / (2 * s.n * s.k);
     const double per_call = rows / s.calls;

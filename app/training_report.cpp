@@ -245,7 +245,7 @@ void Training::write_tensorboard(const StepRecord& r) {
                    (float)u.fraction(u.stored_below_normal)});
     }
     for (int k = 0; s.fp8.on && k < kFp8LinearKinds; ++k)  // --log-fp8-scaling
-      for (int role = 0; role < kFp8Roles; ++role) {
+      for (int role = 0; s.fp8.holds(k) && role < kFp8Roles; ++role) {
         const Fp8TensorLog& t = s.fp8.at(k, role);
         const std::string tag = std::string("fp8-") + fp8_linear_kind_name(k) + "-" +
                                 fp8_role_name(role) + "-";

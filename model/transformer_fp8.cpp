@@ -62,11 +62,8 @@ void Transformer::make_fp8() {
   int moe_layers = 0;
   for (int l = 0; l < config_.num_layers; ++l)
     if (layer_unit_[l] >= 0 && config_.moe.is_moe_layer(l)) fp8_moe_ordinal_[l] = moe_layers++;
-  // --log-fp8-scaling logs the dense linears' kinds (qkv, proj, fc1, fc2), not the experts'
-  Fp8Config experts_config = config_.fp8;
-  experts_config.log_scaling = false;
   if (moe_layers > 0)
-    fp8_experts_.reset(new Fp8Scaling(experts_config, device_,
+    fp8_experts_.reset(new Fp8Scaling(config_.fp8, device_,
                                       2 * ep_.local_experts(config_.moe.num_experts) * moe_layers,
                                       Category::FP8_STATE, fp8_.get()));
   set_fp8_amax_group(nullptr, nullptr);
@@ -109,12 +106,17 @@ Fp8StepLog Transformer::fp8_step_log() const {
   out.on = true;
   for (int l = 0; l < fp8_->linears(); ++l)  // linear 4 i + kind of the stage's layer i
     for (int role = 0; role < kFp8Roles; ++role)
-      out.at(l % kFp8LinearKinds, role).fold(fp8_->log(l, Fp8Role(role)));
+      out.at(l % kFp8DenseKinds, role).fold(fp8_->log(l, Fp8Role(role)));
+  for (int l = 0; fp8_experts_ && l < fp8_experts_->linears(); ++l)  // 2 j + fc1 0, fc2 1
+    for (int role = 0; role < kFp8Roles; ++role)
+      out.at(kFp8DenseKinds + l % 2, role).fold(fp8_experts_->log(l, Fp8Role(role)));
   return out;
 }
 
 void Transformer::reset_fp8_log() {
-  if (fp8_ && fp8_->config().log_scaling) fp8_->clear_log();
+  if (!fp8_ || !fp8_->config().log_scaling) return;
+  fp8_->clear_log();
+  if (fp8_experts_) fp8_experts_->clear_log();
 }
 
 int Transformer::fp8_ordinal(int layer) const {

@@ -1,8 +1,9 @@
 // parallel/fp8_log.h: what --log-fp8-scaling records of a step's FP8 casts: the scaling state
 // the lesson reads to see delayed scaling lag (lessons/11-low-precision). Fp8Scaling fills one
 // Fp8TensorLog per linear and tensor role (parallel/fp8_scaling.h); the model folds them per
-// linear kind over its stage's layers (Fp8StepLog); --metrics-jsonl's "fp8_scaling" and
-// TensorBoard print them (docs/output.md).
+// linear kind over its stage's layers (Fp8StepLog), the MoE experts' over the rank's local
+// experts too (experts.fc1, experts.fc2); --metrics-jsonl's "fp8_scaling" and TensorBoard
+// print the kinds the rank cast this step (docs/output.md).
 //
 // Per tensor, this step:
 //   amax       the tensor's amax: delayed scaling's recorded one, reduced over the amax group
@@ -15,13 +16,14 @@
 //   elements   values counted: each cast of the plain copy (fprop's X and W, dgrad's dY), once per
 //              microbatch (again when a recompute runs the forward again); the transposed
 //              copies hold the same values at the same scale and are not counted twice
-// Folded over layers: amax the max, scale the min, counts summed. For delayed scaling the fold
+// Folded over layers (and local experts): amax the max, scale the min, counts summed. For delayed scaling the fold
 // keeps the recipe's formula, scale = (max / amax) / 2^margin: division by a positive amax is
 // monotone, so the smallest scale is the one from the largest amax. Counts are this rank's (its
-// tp shard, its stage's layers); amaxes and scales are the same on every rank of the group.
+// tp shard, its stage's layers, its local experts); amaxes and scales are the same on every
+// rank of the group (an expert's: on the ranks that hold it).
 //
-// defines: Fp8TensorLog, kFp8LinearKinds, kFp8Roles, fp8_linear_kind_name, fp8_role_name,
-//          Fp8StepLog
+// defines: Fp8TensorLog, kFp8DenseKinds, kFp8LinearKinds, kFp8Roles, fp8_linear_kind_name,
+//          fp8_role_name, Fp8StepLog
 #pragma once
 #include <algorithm>
 #include <array>
@@ -44,10 +46,13 @@ struct Fp8TensorLog {
 };
 
 // A layer's linears in the model's numbering (model/transformer_fp8.cpp: linear 4 i + kind of
-// layer i) and the roles in parallel/fp8_scaling.h's Fp8Role order.
-constexpr int kFp8LinearKinds = 4, kFp8Roles = 3;
+// layer i), then the MoE experts' two, kinds kFp8DenseKinds + 0 and + 1 (their own scaling:
+// linear 2 j + 0 or 1 of local expert j), and the roles in parallel/fp8_scaling.h's Fp8Role
+// order.
+constexpr int kFp8DenseKinds = 4, kFp8LinearKinds = 6, kFp8Roles = 3;
 inline const char* fp8_linear_kind_name(int kind) {
-  static const char* const names[kFp8LinearKinds] = {"qkv", "proj", "fc1", "fc2"};
+  static const char* const names[kFp8LinearKinds] = {"qkv", "proj", "fc1", "fc2",
+                                                     "experts.fc1", "experts.fc2"};
   return names[kind];
 }
 inline const char* fp8_role_name(int role) {
@@ -61,6 +66,14 @@ struct Fp8StepLog {
   std::array<Fp8TensorLog, kFp8LinearKinds * kFp8Roles> tensors{};
   Fp8TensorLog& at(int kind, int role) { return tensors[kind * kFp8Roles + role]; }
   const Fp8TensorLog& at(int kind, int role) const { return tensors[kind * kFp8Roles + role]; }
+  // Whether the rank cast tensors of this kind this step (every held linear does, each
+  // microbatch): a dense model has no experts' kinds, an all-MoE one no fc1, fc2 (their
+  // delayed slots exist, unused, with scale 1).
+  bool holds(int kind) const {
+    for (int r = 0; r < kFp8Roles; ++r)
+      if (at(kind, r).elements > 0) return true;
+    return false;
+  }
 };
 
 }  // namespace paralab

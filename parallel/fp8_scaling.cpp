@@ -45,8 +45,9 @@ Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int line
     if (share == nullptr) scratch_.allocate(device, 2, Category::FP8_STATE);
     tensorwise_ = share != nullptr ? share->tensorwise_ : scratch_.data();
   }
-  if (config.log_scaling) {  // plan/fp8.h's fp8.cast_counts
-    cast_counts_.allocate(device, 2, Category::FP8_STATE);
+  if (config.log_scaling) {  // plan/fp8.h's fp8.cast_counts, shared as tensorwise's scratch
+    if (share == nullptr) cast_counts_.allocate(device, 2, Category::FP8_STATE);
+    counts_ = share != nullptr ? share->counts_ : cast_counts_.data();
     log_.resize(3 * (size_t)linears);
   }
 }
@@ -170,9 +171,9 @@ void Fp8Scaling::quantize_transposed(Fp8Role role, const T* x, int rows, int col
 
 template <class T>
 void Fp8Scaling::count_cast(int linear, Fp8Role role, const T* x, size_t n, const float* scale) {
-  kernels::fp8_cast_count(device_, cast_counts_.data(), x, n, format(role), scale);
+  kernels::fp8_cast_count(device_, counts_, x, n, format(role), scale);
   unsigned long long counts[2];
-  kernels::memcpy_to_host(device_, counts, cast_counts_.data(), sizeof(counts));
+  kernels::memcpy_to_host(device_, counts, counts_, sizeof(counts));
   Fp8TensorLog cast;
   cast.saturated = (int64_t)counts[0];
   cast.flushed = (int64_t)counts[1];

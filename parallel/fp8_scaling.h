@@ -85,8 +85,9 @@ class Fp8Scaling {
 
   // Delayed scaling's histories and scales are allocated here (tagged `state`), the scales 1,
   // as Transformer Engine starts them. Tensorwise's amax and scale (2 floats, category
-  // workspace) too, unless `share` lends its own (the casts run one at a time: the MoE
-  // experts' scaling borrows the dense one's, so a stage holds one pair, plan/fp8.h).
+  // fp8_state) and --log-fp8-scaling's two counters too, unless `share` lends its own (the
+  // casts run one at a time: the MoE experts' scaling borrows the dense one's, so a stage
+  // holds one set, plan/fp8.h).
   Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears, Category state,
              Fp8Scaling* share = nullptr);
   Fp8Scaling(const Fp8Scaling&) = delete;
@@ -188,6 +189,7 @@ class Fp8Scaling {
   Buffer<float> scratch_;  // tensorwise: one amax and its scale (when not shared)
   float* tensorwise_ = nullptr;  // tensorwise: the amax and scale used, this or the lender's
   Buffer<unsigned long long> cast_counts_;  // --log-fp8-scaling: fp8_cast_count's output
+  unsigned long long* counts_ = nullptr;    // this one's, or the lender's
   std::vector<Fp8TensorLog> log_;           // 3 per linear (log_slot)
 };
 

@@ -54,10 +54,12 @@ void host_memory_json(JsonWriter& j, const MemoryPlan& m, const int64_t* measure
   j.field("predicted", m.host.total()).end_object().end_object();
 }
 
-// "fp8_scaling": {kind: {role: {amax, scale, saturated, flushed, elements}}} (parallel/fp8_log.h)
+// "fp8_scaling": {kind: {role: {amax, scale, saturated, flushed, elements}}}, the kinds the rank
+// holds (parallel/fp8_log.h)
 static void fp8_scaling_json(JsonWriter& j, const Fp8StepLog& log) {
   j.key("fp8_scaling").begin_object();
   for (int k = 0; k < kFp8LinearKinds; ++k) {
+    if (!log.holds(k)) continue;
     j.key(fp8_linear_kind_name(k)).begin_object();
     for (int r = 0; r < kFp8Roles; ++r) {
       const Fp8TensorLog& t = log.at(k, r);

@@ -25,6 +25,7 @@
 #   moe        the same with the tiny preset made MoE (4 experts, top 2), 30 steps: fp32, bf16,
 #              and delayed hybrid in bf16 within the same derived bound of the bf16 MoE run (the
 #              experts' fc1 and fc2 in FP8 besides qkv and proj).
+#   moe-log    --log-fp8-scaling with MoE experts: their kinds logged, no bit changed (below).
 #   refused    --fp8-format with --fp16 and with a shared expert: one line, exit 2, no step run.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
 
@@ -107,6 +108,44 @@ if wanted moe; then  # FP8_MOE_STEPS (30) steps: CI time
   tiny=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
         --train-iters "$STEPS")
   converge moe moe- "delayed-hybrid" --num-experts 4 --moe-router-topk 2
+fi
+
+# --log-fp8-scaling in an MoE model (every layer MoE): the experts' fc1 and fc2 are logged as
+# kinds of their own, the dense MLP's fc1 and fc2 (none here) are not; logging changes no bit
+# (RTOL 0 against the run without it; compare_runs.py holds its ledger, fp8_state included, to
+# the plan); each token reaches k = 2 experts, so the experts' fc1 input and fc2 output
+# gradient hold k x the values of qkv's input and proj's output gradient (dropless routing).
+if wanted moe-log; then
+  moe_log=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
+           --train-iters 3 --num-experts 4 --moe-router-topk 2 --bf16 --fp8-format hybrid)
+  for recipe in delayed tensorwise; do
+    run "moe-$recipe-nolog" 1 "${moe_log[@]}" --fp8-recipe $recipe
+    RTOL=0 check "moe-log-$recipe" "moe-$recipe-nolog" 1 "${moe_log[@]}" --fp8-recipe $recipe \
+      --log-fp8-scaling
+    verdict "moe-log-$recipe kinds" "moe-log-$recipe" <<'EOF'
+import json, sys
+work, name = sys.argv[1], sys.argv[3]
+step = [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"][-1]
+log, problems = step["fp8_scaling"], []
+if sorted(log) != ["experts.fc1", "experts.fc2", "proj", "qkv"]:
+    problems.append(f"kinds {sorted(log)}")
+else:
+    n = lambda k, r: log[k][r]["elements"]
+    if n("experts.fc1", "input") != 2 * n("qkv", "input"):
+        problems.append(f"experts.fc1 input {n('experts.fc1', 'input')} != 2 x {n('qkv', 'input')}")
+    if n("experts.fc2", "output_grad") != 2 * n("proj", "output_grad"):
+        problems.append(f"experts.fc2 output_grad {n('experts.fc2', 'output_grad')} != 2 x "
+                        f"{n('proj', 'output_grad')}")
+    for k in ("experts.fc1", "experts.fc2"):
+        for r, t in log[k].items():
+            if not (t["amax"] > 0 and t["scale"] > 0):
+                problems.append(f"{k} {r}: amax {t['amax']} scale {t['scale']}")
+if problems:
+    print("; ".join(problems)); sys.exit(1)
+print(", ".join(f"{k}: " + " ".join(f"{r} {t['elements']}" for r, t in log[k].items())
+                for k in ("experts.fc1", "experts.fc2")))
+EOF
+  done
 fi
 
 if wanted refused; then

@@ -152,6 +152,9 @@ Training::Training(const Options& o, const World& w)
       std::max(1, (int)std::thread::hardware_concurrency() / std::max(1, w.local_size));
   optimizer_.reset(new AdamW(*model_, o.train, host_threads));
   load_optimizer_to_resume(resume, o, *model_, *optimizer_, rank0_);
+  // --fp8-param-gather at ZeRO-1/2: step 1's weights gathered in FP8 too, as every later
+  // step's are, now that the parameters and the FP8 scales are loaded (parallel/data_parallel.h)
+  model_->data_parallel().gather_fp8_weights();
   start_ = resume.position;
   skipped_steps_ = start_.skipped_steps;
   skipped_in_a_row_ = start_.skipped_in_a_row;

@@ -6,14 +6,15 @@
 //   --fp8-margin N                    default 0 (delayed scaling's 2^-margin)
 //   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
 //   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
-//   --fp8-param-gather                default off: ZeRO-3's gathers carry the dense linears'
-//                                      weights as FP8 codes (parallel/data_parallel.h
-//                                      Fp8ParamGather). Megatron asserts the distributed
+//   --fp8-param-gather                default off: the parameter all-gathers carry the dense
+//                                      linears' weights as FP8 codes (parallel/data_parallel.h
+//                                      Fp8ParamGather): ZeRO-3's (FSDP's) before each use,
+//                                      ZeRO-1/2's (the distributed optimizer's) of the updated
+//                                      slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
-//                                      (arguments.py); paralab builds it at --zero-stage 3
-//                                      (FSDP's gathers) only: the all-gather of updated
-//                                      parameters at ZeRO-1/2 (the distributed optimizer's)
-//                                      is not built. Refused with blockwise (docs/fp8.md).
+//                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
+//                                      nothing), with blockwise, pipelining, --offload-params
+//                                      and experts (docs/fp8.md).
 //   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
@@ -58,9 +59,10 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "recent (Megatron's default; Transformer Engine's is max)")
       ->check(one_of({"most_recent", "max"}))->capture_default_str()->group(kPrecision);
   app.add_flag("--fp8-param-gather", f.param_gather,
-               "ZeRO-3's parameter all-gathers carry the dense linears' weights as FP8 codes "
-               "(1 byte per element) and the GEMMs use them as gathered (Megatron's flag); "
-               "needs --fp8-format, --zero-stage 3, delayed or tensorwise (docs/fp8.md)")
+               "the parameter all-gathers (ZeRO-3's before each use, ZeRO-1/2's after the "
+               "optimizer step) carry the dense linears' weights as FP8 codes (1 byte per "
+               "element) and the GEMMs use them as gathered (Megatron's flag); needs "
+               "--fp8-format, --zero-stage 1, 2 or 3, delayed or tensorwise (docs/fp8.md)")
       ->group(kPrecision);
   add_switch(app, "--log-fp8-scaling", f.log_scaling,
              "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
@@ -76,12 +78,12 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
   const Fp8Config& f = o.model.fp8;
   if (!f.param_gather) return;
   const int z = o.parallel.zero_stage;
-  if (z != 3)
-    fail("--fp8-param-gather needs --zero-stage 3 (the gathers it carries in FP8; Megatron's "
-         "needs the distributed optimizer or FSDP, and ZeRO-1/2's all-gather of updated "
-         "parameters in FP8 is not built here), got --zero-stage ", z);
+  if (z == 0)
+    fail("--fp8-param-gather needs --zero-stage 1, 2 or 3 (the parameter all-gathers it "
+         "carries in FP8; Megatron's needs the distributed optimizer or FSDP; DDP gathers "
+         "nothing), got --zero-stage ", z);
   if (f.recipe == Fp8Recipe::Blockwise)
-    fail("--fp8-param-gather casts each ZeRO-3 slice of a weight at the weight's scale: it "
+    fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
          "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
          "blocks cross the slices' boundaries: docs/fp8.md)");
   if (o.parallel.pipeline_parallel > 1)

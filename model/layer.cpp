@@ -40,8 +40,9 @@ enum Linear { QKV = 0, PROJ = 1, FC1 = 2, FC2 = 3 };
 template <typename T>
 Fp8Linear linear(const LayerContext& c, Workspace<T>& ws, Linear k) {
   if (c.fp8_weights == nullptr) return {c.fp8, c.fp8_first + k, &ws.fp8};
-  // --fp8-param-gather: the gathered unit holds W's codes, scales [0, 4), factors [4, 8)
-  return {c.fp8, c.fp8_first + k, &ws.fp8, c.fp8_weights + k, c.fp8_weights + 4 + k};
+  // --fp8-param-gather: W gathered in FP8, scales [0, 4), factors [4, 8)
+  return {c.fp8, c.fp8_first + k, &ws.fp8, c.fp8_weights + k, c.fp8_weights + 4 + k,
+          c.fp8_weights_stored};
 }
 
 // ---- which tensors each module owns, and selective recompute -------------------------------

@@ -128,6 +128,7 @@ void Transformer::fp8_context(LayerContext& c) const {
   if (!fp8_) return;
   c.fp8 = fp8_.get();
   c.fp8_first = 4 * fp8_ordinal(c.layer);
+  c.fp8_weights_stored = dp_->fp8_weights_stored();  // --fp8-param-gather at ZeRO-1/2
   if (fp8_experts_ && fp8_moe_ordinal_.at(c.layer) >= 0) {
     c.fp8_experts = fp8_experts_.get();
     c.fp8_experts_first =

@@ -303,13 +303,15 @@ double DataParallel::grad_sum_squares() {
 
 void DataParallel::after_optimizer_step() {
   Impl& m = *impl_;
-  if (m.stage == 0 || m.stage == 3 || !m.dp) {  // 3 updated its shard in place
-    for (size_t j = 0; j < m.bk.size(); ++j) m.upload_params((int)j);  // offload
-    return;
-  }
   for (size_t j = 0; j < m.bk.size(); ++j) {
-    const Bucket& b = m.layout.buckets[j];
     m.upload_params((int)j);  // offload: beside the previous bucket's all-gather
+    if (m.stage == 0 || m.stage == 3) continue;  // replicated; 3 updated its shard in place
+    // --fp8-param-gather: completed here, the staging being one buffer (data_parallel_fp8.cpp)
+    if (m.fp8_bucket_has((int)j)) {
+      m.gather_fp8_bucket((int)j);
+      continue;
+    }
+    const Bucket& b = m.layout.buckets[j];
     if (!m.communicates(b)) continue;
     const int64_t pos = m.padded_pos[j];
     m.bk[j].gather = m.dp->all_gather_async(m.at(m.params, pos + m.rank * b.slice),

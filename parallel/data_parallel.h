@@ -10,7 +10,8 @@
 //   stage 1        optimizer states (and fp32 master) sharded: per bucket a reduce-scatter
 //                  hands each rank the summed slice it owns; it updates that slice; an
 //                  all-gather per bucket rebuilds the parameters (--overlap-param-gather
-//                  defers each bucket's wait to its first use in the next forward).
+//                  defers each bucket's wait to its first use in the next forward;
+//                  --fp8-param-gather carries its dense weights in FP8, below).
 //   stage 2        gradients sharded too: a bucket's gradient buffer exists only from its
 //                  first write to its reduce-scatter, every microbatch; the rank keeps the
 //                  accumulated sum of its slice only.
@@ -101,17 +102,22 @@ struct OwnedSegment {
   bool host = false;
 };
 
-// --fp8-param-gather (Megatron-Core's flag; docs/fp8.md): at ZeRO-3 a unit's gather carries its
+// --fp8-param-gather (Megatron-Core's flag; docs/fp8.md): the parameter all-gathers carry the
 // FP8 weights (the dense linears') as FP8 codes, 1 byte per element, the rest in the storage
-// type. Each rank casts its slice of each weight at the weight's scale of the step (delayed:
-// the history's; tensorwise: from the whole weight's amax, the max over the slices' amaxes, one
-// MAX all-reduce of the unit's 4 amaxes over the group first, as Megatron's current scaling
-// does), and the gathered unit holds each weight's codes at the start of its place (its pointer
-// is the codes'). The message of rank r is its slice with those elements at 1 byte: the
-// all-gather's count is the largest over the ranks, M_u = max_r (slice es - (es - 1) f_r), f_r
-// the FP8 elements of slice r (plan/data_parallel.cpp); sent from and received into two
-// staging buffers (category comm_buffers, sized for the largest unit: (dp + 1) max_u M_u) and
-// copied to their places, the gather completing where it is posted.
+// type: ZeRO-3's gather of a unit before its use, ZeRO-1/2's gather of a bucket's updated
+// slices after the optimizer's step (Megatron's distributed optimizer). Each rank casts its
+// slice of each weight at the weight's scale of the step (delayed: the history's; tensorwise:
+// from the whole weight's amax, the max over the slices' amaxes, one MAX all-reduce of the
+// unit's 4 amaxes over the group first, as Megatron's current scaling does). At ZeRO-3 the
+// gathered unit holds each weight's codes at the start of its place (its pointer is the
+// codes'); at ZeRO-1/2 the receivers decode the codes into their storage-type copy of the
+// weight (the owner keeps its own slice exact) and the GEMMs cast the weight at the gathered
+// scale, which gives back the owner's codes. The message of rank r is its slice with those
+// elements at 1 byte: the all-gather's count is the largest over the ranks and the buckets,
+// M = max_j max_r (slice_j es - (es - 1) f_jr), f_jr the FP8 elements of bucket j's slice r
+// (plan/fp8.h); sent from and received into two staging buffers (category comm_buffers, M and
+// dp M) and copied (ZeRO-3) or decoded (ZeRO-1/2) to their places, the gather completing where
+// it is posted (ZeRO-1/2: in after_optimizer_step, --overlap-param-gather or not).
 struct Fp8GatherWeight {
   int64_t begin = 0, count = 0;  // the weight's elements of its unit
   int linear = 0;                // its linear in `scaling` (parallel/fp8_scaling.h)
@@ -181,10 +187,18 @@ class DataParallel {
   // Waits for everything in flight (end of training).
   void drain();
 
-  // --fp8-param-gather (above): ZeRO-3 only. Unit u's weights' scales [0, 4) and factors
-  // [4, 8) while it is acquired, nullptr for a unit without FP8 weights.
+  // --fp8-param-gather (above): ZeRO 1-3. Unit u's weights' scales [0, 4) and factors [4, 8)
+  // while it is acquired, nullptr for a unit without FP8 weights (ZeRO-1/2: or whose weights
+  // were written since its last FP8 gather: params_written). fp8_weights_stored: the weights
+  // are the stored values (ZeRO-1/2), not the codes (ZeRO-3).
   void set_fp8_param_gather(Fp8ParamGather g);
   const float* fp8_weights(int u) const;
+  bool fp8_weights_stored() const;
+  // ZeRO-1/2 with --fp8-param-gather: every FP8 bucket's gather from the stored slices, as
+  // after_optimizer_step makes it (else nothing). The trainer calls it once before the first
+  // step, the parameters and the FP8 scales loaded, so that every step's GEMMs read weights
+  // gathered in FP8 and reduce the same amaxes (plan/fp8.h): a step's bytes are the plan's.
+  void gather_fp8_weights();
 
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
   // Always fp32 on the host: 16-bit values are rounded on load and widened on gather.

@@ -1,16 +1,23 @@
-// parallel/data_parallel_fp8.cpp: --fp8-param-gather at ZeRO-3 (parallel/data_parallel.h
-// Fp8ParamGather, docs/fp8.md): a unit's gather with its dense linears' weights as FP8 codes.
+// parallel/data_parallel_fp8.cpp: --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather,
+// docs/fp8.md): a gather with the dense linears' weights as FP8 codes. ZeRO-3 gathers a unit
+// before its use; ZeRO-1/2 gather a bucket after the optimizer's step (the distributed
+// optimizer's all-gather of updated parameters).
 //
-// The steps of one gather of unit u (every rank):
-//   1. the scales: delayed, the history's; tensorwise, each weight's amax over this rank's
-//      slice, a MAX all-reduce of the 4 amaxes over dp (Megatron's current scaling reduces
-//      the shards' amaxes the same way: fp8_utils.py, _quantize_param_shard_impl), then the
-//      scaling's own reduction over the pieces (tp, cp) and scale = max / amax
-//   2. the message: this rank's slice of the unit, run by run, an FP8 weight's elements cast
-//      at its scale (1 byte each), the others copied (es bytes each)
-//   3. an all-gather of M bytes per rank (M: the largest message; plan/data_parallel.cpp)
-//   4. every rank's runs copied to their places in the gathered unit: a weight's codes at
-//      the start of its place, the others where they always are
+// The steps of one gather of bucket j (every rank; at ZeRO-3 bucket = unit):
+//   1. the scales of its FP8 units: delayed, the history's; tensorwise, each weight's amax over
+//      this rank's slice, a MAX all-reduce of the unit's 4 amaxes over dp (Megatron's current
+//      scaling reduces the shards' amaxes the same way: fp8_utils.py,
+//      _quantize_param_shard_impl), then the scaling's own reduction over the pieces (tp, cp)
+//      and scale = max / amax
+//   2. the message: this rank's slice of the bucket, run by run, an FP8 weight's elements cast
+//      at its scale (1 byte each; delayed: the slice's amax recorded), the others copied (es
+//      bytes each)
+//   3. an all-gather of M_j bytes per rank (M_j: the bucket's largest message; plan/fp8.h)
+//   4. ZeRO-3: every rank's runs copied to their places in the gathered unit, a weight's codes
+//      at the start of its place, the others where they always are. ZeRO-1/2: the other ranks'
+//      runs into the full parameter buffer, a weight's codes decoded into the storage type
+//      (decode(c) / scale, rounded once), the others copied; the rank's own slice stays as the
+//      optimizer left it, exact.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -55,85 +62,122 @@ int64_t fp8_gather_slice_bytes(const std::vector<Fp8GatherWeight>& weights, int6
 
 void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   Impl& m = *impl_;
-  if (m.stage != 3) misuse("fp8 param gather needs zero stage 3");
+  if (m.stage == 0) misuse("fp8 param gather needs zero stage 1, 2 or 3");
   if (m.opt.offload_params) misuse("fp8 param gather with offload_params");
   if ((int)g.weights.size() != m.U) misuse("fp8 param gather: weights of every unit");
-  int64_t message = 0;
-  for (int u = 0; u < m.U; ++u) {
-    const std::vector<Fp8GatherWeight>& w = g.weights[u];
-    if (w.empty()) continue;
-    if (w.size() != 4) misuse("fp8 param gather: a unit's 4 weights");
-    const Bucket& b = m.bucket_of(u);
-    for (int r = 0; r < m.size; ++r)
-      message = std::max(message,
-                         fp8_gather_slice_bytes(w, r * b.slice, (r + 1) * b.slice, m.es));
+  const BucketLayout& l = m.layout;
+  m.fp8_bucket.assign(l.buckets.size(), {});
+  m.fp8_slot.assign(l.buckets.size(), {});
+  m.fp8_message.assign(l.buckets.size(), 0);
+  int64_t largest = 0;
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    for (int u = b.unit_lo; u <= b.unit_hi; ++u) {
+      const std::vector<Fp8GatherWeight>& w = g.weights[u];
+      if (w.empty()) continue;
+      if (w.size() != 4) misuse("fp8 param gather: a unit's 4 weights");
+      for (int k = 0; k < 4; ++k) {
+        Fp8GatherWeight x = w[k];
+        x.begin += m.unit_begin[u] - b.begin;  // elements of the bucket
+        m.fp8_bucket[j].push_back(x);
+        m.fp8_slot[j].push_back(12 * u + k);
+      }
+    }
+    for (int r = 0; r < m.size && !m.fp8_bucket[j].empty(); ++r)
+      m.fp8_message[j] = std::max(m.fp8_message[j],
+                                  fp8_gather_slice_bytes(m.fp8_bucket[j], r * b.slice,
+                                                         (r + 1) * b.slice, m.es));
+    largest = std::max(largest, m.fp8_message[j]);
   }
   m.fp8 = std::move(g);
-  m.fp8_message = message;
+  m.fp8_gathered.assign(m.U, false);
   m.fp8_state.allocate(m.device, 12 * (size_t)m.U, Category::FP8_STATE);
-  m.fp8_send.allocate(m.device, message, Category::COMM_BUFFERS);
-  if (m.dp) m.fp8_recv.allocate(m.device, message * m.size, Category::COMM_BUFFERS);
+  m.fp8_send.allocate(m.device, largest, Category::COMM_BUFFERS);
+  if (m.dp) m.fp8_recv.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
 }
 
 const float* DataParallel::fp8_weights(int u) const {
   const Impl& m = *impl_;
-  return m.fp8_unit(u) ? m.fp8_state.data() + 12 * u : nullptr;
+  if (!m.fp8_unit(u) || (m.stage < 3 && !m.fp8_gathered[u])) return nullptr;
+  return m.fp8_state.data() + 12 * u;
 }
 
-void DataParallel::Impl::post_fp8_gather(int u) {
-  UnitState& s = units[u];
-  const Bucket& b = bucket_of(u);
-  const std::vector<Fp8GatherWeight>& w = fp8.weights[u];
+bool DataParallel::fp8_weights_stored() const { return impl_->stage < 3; }
+
+void DataParallel::gather_fp8_weights() {
+  Impl& m = *impl_;
+  if (m.stage == 3 || m.fp8.weights.empty()) return;
+  for (size_t j = 0; j < m.bk.size(); ++j)
+    if (m.fp8_bucket_has((int)j)) m.gather_fp8_bucket((int)j);
+}
+
+// Steps 1 and 2 from this rank's slice of bucket j (`slice`: its element lo = rank slice).
+void DataParallel::Impl::fp8_encode(int j, const char* slice) {
+  const Bucket& b = layout.buckets[j];
+  const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
+  const std::vector<int>& slot = fp8_slot[j];
   Fp8Scaling& scaling = *fp8.scaling;
-  allocate(s.gathered, b.padded, Category::PARAMS);
-  s.resident = true;
   const int64_t lo = rank * b.slice;
   const std::vector<Run> mine = slice_runs(w, lo, lo + b.slice);
-  const char* shard = at(params, b.shard_offset);  // element lo of the unit
-  float* scale = fp8_state.data() + 12 * u;
-  float* factor = scale + 4;
-  float* amax = scale + 8;
-  std::vector<int> linears;
-  for (const Fp8GatherWeight& x : w) linears.push_back(x.linear);
+  float* state = fp8_state.data();
   with_storage(opt.storage, [&](auto type) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, kernels::fp16>) {
       misuse("fp8 param gather with fp16 storage");
     } else {
-      // 1. the scales (and factors)
-      if (scaling.config().recipe == Fp8Recipe::Tensorwise) {
-        kernels::memset_zero(device, amax, 4 * sizeof(float));
+      // 1. the scales (and factors), unit by unit (4 weights each, slots 12 u + k)
+      const bool tensorwise = scaling.config().recipe == Fp8Recipe::Tensorwise;
+      if (tensorwise) {
+        for (size_t k = 0; k < w.size(); k += 4)
+          kernels::memset_zero(device, state + slot[k] + 8, 4 * sizeof(float));
         for (const Run& r : mine)
           if (r.weight >= 0)
-            kernels::fp8_amax(device, amax + r.weight,
-                              reinterpret_cast<const T*>(shard + (r.lo - lo) * es), r.hi - r.lo);
-        if (communicates(b)) dp->all_reduce(amax, 4, ReduceOp::MAX, DType::F32);
+            kernels::fp8_amax(device, state + slot[r.weight] + 8,
+                              reinterpret_cast<const T*>(slice + (r.lo - lo) * es), r.hi - r.lo);
       }
-      scaling.gather_scales(linears, amax, scale, factor);
+      for (size_t k = 0; k < w.size(); k += 4) {
+        float* unit = state + slot[k];  // scales [0, 4), factors [4, 8), amaxes [8, 12)
+        if (tensorwise && communicates(b)) dp->all_reduce(unit + 8, 4, ReduceOp::MAX, DType::F32);
+        scaling.gather_scales({w[k].linear, w[k + 1].linear, w[k + 2].linear, w[k + 3].linear},
+                              unit + 8, unit, unit + 4);
+      }
       // 2. the message
       char* out = fp8_send.data();
       for (const Run& r : mine) {
-        const char* src = shard + (r.lo - lo) * es;
-        if (r.weight >= 0)
-          scaling.quantize_shard(w[r.weight].linear, reinterpret_cast<const T*>(src), r.hi - r.lo,
-                                 scale + r.weight, reinterpret_cast<uint8_t*>(out),
-                                 factor + r.weight);
-        else
+        const char* src = slice + (r.lo - lo) * es;
+        if (r.weight >= 0) {
+          float* scale = state + slot[r.weight];
+          scaling.quantize_shard(w[r.weight].linear, reinterpret_cast<const T*>(src),
+                                 r.hi - r.lo, scale, reinterpret_cast<uint8_t*>(out), scale + 4);
+        } else {
           kernels::memcpy_device(device, out, src, (r.hi - r.lo) * es);
+        }
         out += run_bytes(r, es);
       }
     }
   });
-  // 3. the all-gather (one rank: its own message)
-  const char* all = fp8_send.data();
-  if (communicates(b)) {
-    dp->all_gather(fp8_send.data(), fp8_recv.data(), fp8_message, DType::U8);
-    all = fp8_recv.data();
-  }
+}
+
+// Step 3: rank r's message at the result + r M_j (one rank: its own, at fp8_send).
+const char* DataParallel::Impl::fp8_exchange(int j) {
+  if (!communicates(layout.buckets[j])) return fp8_send.data();
+  dp->all_gather(fp8_send.data(), fp8_recv.data(), fp8_message[j], DType::U8);
+  return fp8_recv.data();
+}
+
+void DataParallel::Impl::post_fp8_gather(int u) {
+  UnitState& s = units[u];
+  const int j = layout.bucket_of[u];
+  const Bucket& b = layout.buckets[j];
+  const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
+  allocate(s.gathered, b.padded, Category::PARAMS);
+  s.resident = true;
+  fp8_encode(j, at(params, b.shard_offset));
+  const char* all = fp8_exchange(j);
   // 4. every rank's runs to their places
   for (int r = 0; r < (communicates(b) ? size : 1); ++r) {
     const int rr = communicates(b) ? r : rank;
-    const char* in = all + r * fp8_message;
+    const char* in = all + r * fp8_message[j];
     for (const Run& x : slice_runs(w, rr * b.slice, (rr + 1) * b.slice)) {
       char* dst = x.weight >= 0 ? s.gathered.data() + w[x.weight].begin * es +
                                       (x.lo - w[x.weight].begin)
@@ -142,6 +186,37 @@ void DataParallel::Impl::post_fp8_gather(int u) {
       in += run_bytes(x, es);
     }
   }
+}
+
+void DataParallel::Impl::gather_fp8_bucket(int j) {
+  const Bucket& b = layout.buckets[j];
+  const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
+  char* bucket = at(params, padded_pos[j]);
+  fp8_encode(j, bucket + rank * b.slice * es);
+  const char* all = fp8_exchange(j);
+  // 4. the other ranks' runs into the parameter buffer
+  const kernels::Fp8Format f = fp8.scaling->format(Fp8Role::Weight);
+  with_storage(opt.storage, [&](auto type) {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, kernels::fp16>) return;  // fp8_encode refused it
+    for (int r = 0; r < (communicates(b) ? size : 0); ++r) {
+      if (r == rank) continue;
+      const char* in = all + r * fp8_message[j];
+      for (const Run& x : slice_runs(w, r * b.slice, (r + 1) * b.slice)) {
+        char* dst = bucket + x.lo * es;
+        if (x.weight >= 0)
+          kernels::fp8_dequantize(device, reinterpret_cast<T*>(dst),
+                                  {reinterpret_cast<const uint8_t*>(in),
+                                   fp8_state.data() + fp8_slot[j][x.weight] + 4, f,
+                                   kernels::Fp8Blocks::Tensor},
+                                  1, (int)(x.hi - x.lo));
+        else
+          kernels::memcpy_device(device, dst, in, run_bytes(x, es));
+        in += run_bytes(x, es);
+      }
+    }
+  });
+  for (int u = b.unit_lo; u <= b.unit_hi; ++u) fp8_gathered[u] = fp8_unit(u);
 }
 
 }  // namespace paralab

@@ -92,13 +92,23 @@ struct DataParallel::Impl {
   std::vector<UnitState> units;
   // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights, per unit 12
   // floats (scales, factors, amaxes of its 4 weights), the two staging buffers of M bytes
-  // (send) and dp M (receive), M the largest message.
+  // (send) and dp M (receive), M the largest message. Per bucket its FP8 weights (elements of
+  // the bucket, ascending), each one's place in fp8_state (12 u + k) and the bucket's message
+  // M_j (0: none); ZeRO-1/2: per unit, whether its weights were last set by an FP8 gather
+  // (cleared by params_written).
   Fp8ParamGather fp8;
+  std::vector<std::vector<Fp8GatherWeight>> fp8_bucket;
+  std::vector<std::vector<int>> fp8_slot;
+  std::vector<bool> fp8_gathered;
   Buffer<float> fp8_state;
   Buffer<char> fp8_send, fp8_recv;
-  int64_t fp8_message = 0;
+  std::vector<int64_t> fp8_message;
   bool fp8_unit(int u) const { return !fp8.weights.empty() && !fp8.weights[u].empty(); }
-  void post_fp8_gather(int u);
+  bool fp8_bucket_has(int j) const { return !fp8_bucket.empty() && !fp8_bucket[j].empty(); }
+  void fp8_encode(int j, const char* slice);  // the scales, and this rank's message
+  const char* fp8_exchange(int j);            // the all-gather: every rank's message
+  void post_fp8_gather(int u);                // ZeRO-3: unit u's codes to their places
+  void gather_fp8_bucket(int j);              // ZeRO-1/2: bucket j decoded in place
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last

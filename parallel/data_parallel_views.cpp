@@ -64,6 +64,8 @@ std::vector<DataParallel::StoredSegment> DataParallel::stored_params() {
 
 void DataParallel::params_written() {
   Impl& m = *impl_;
+  // --fp8-param-gather at ZeRO-1/2: every element exact again, none from an FP8 gather
+  m.fp8_gathered.assign(m.fp8_gathered.size(), false);
   // CPU offload: the host copies of the offloaded parameters, from the device's
   if (m.opt.offload_params) return;
   for (const OffloadCopy& c : m.copies)
@@ -84,10 +86,15 @@ std::vector<float> DataParallel::gather_params() {
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
     const bool host = m.opt.offload_params;
-    const char* src = m.stage == 3 ? m.gather_bucket(m.at(host ? m.host_params : m.params,
-                                                          b.shard_offset),
-                                                     host, j, tmp, Category::PARAMS)
-                                   : m.at(m.params, m.padded_pos[j]);
+    const char* src;
+    if (m.stage == 3)
+      src = m.gather_bucket(m.at(host ? m.host_params : m.params, b.shard_offset), host, j, tmp,
+                            Category::PARAMS);
+    else if (m.fp8_bucket_has((int)j))  // decoded slices: the owners' exact ones gathered
+      src = m.gather_bucket(m.at(m.params, m.padded_pos[j] + m.rank * b.slice), false, j, tmp,
+                            Category::PARAMS);
+    else
+      src = m.at(m.params, m.padded_pos[j]);
     kernels::memcpy_to_host(m.device, raw.data() + b.begin * m.es, src, b.numel() * m.es);
   }
   return m.from_storage(raw);

@@ -55,23 +55,32 @@ constexpr bool kFp8Storage = !std::is_same_v<T, kernels::fp16>;
 
 }  // namespace
 
-// The gathered W's codes as they are (fprop), or decoded and cast transposed (dgrad: W^T).
+// The gathered W (--fp8-param-gather), cast for fprop (W) or dgrad (W^T) at the gathered
+// scale, recording nothing. ZeRO-3: W's place holds the codes, read as they are (fprop) or
+// decoded and cast transposed (dgrad). ZeRO-1/2: W as stored (the other ranks' slices decoded
+// from their codes), cast either way.
 template <typename T>
 Fp8Operand gathered_weight(Device d, const Fp8Linear& fp8, const T* W, int out, int in,
                            bool transpose) {
   Fp8Scaling& s = *fp8.scaling;
+  Fp8Scratch& scratch = *fp8.scratch;
   const kernels::Fp8Format f = s.format(Fp8Role::Weight);
   const kernels::Fp8Blocks blocks = kernels::Fp8Blocks::Tensor;
+  const Fp8Operand cast{scratch.b.data(), scratch.b_factors.data(),
+                        {scratch.b.data(), scratch.b_factors.data(), f, blocks}};
+  if (fp8.weight_stored) {
+    s.quantize_at(Fp8Role::Weight, W, out, in, fp8.gathered_scale, cast.codes, cast.factors,
+                  transpose);
+    return cast;
+  }
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(W);
   if (!transpose)
     return {nullptr, nullptr, {codes, fp8.gathered_factor, f, blocks}};
-  Fp8Scratch& scratch = *fp8.scratch;
   T* decoded = reinterpret_cast<T*>(scratch.weight.data());
   kernels::fp8_dequantize(d, decoded, {codes, fp8.gathered_factor, f, blocks}, out, in);
-  s.quantize_transposed(Fp8Role::Weight, decoded, out, in, fp8.gathered_scale, scratch.b.data(),
-                        scratch.b_factors.data());
-  return {scratch.b.data(), scratch.b_factors.data(),
-          {scratch.b.data(), scratch.b_factors.data(), f, blocks}};
+  s.quantize_at(Fp8Role::Weight, decoded, out, in, fp8.gathered_scale, cast.codes, cast.factors,
+                true);
+  return cast;
 }
 
 void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,

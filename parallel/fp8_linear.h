@@ -59,8 +59,12 @@ struct Fp8Linear {
   Fp8Scaling* scaling = nullptr;
   int index = 0;
   Fp8Scratch* scratch = nullptr;  // sized (ensure) for this linear's operands
-  const float* gathered_scale = nullptr;   // non-null: W holds its FP8 codes (above)
+  const float* gathered_scale = nullptr;   // non-null: W was gathered in FP8 (above)
   const float* gathered_factor = nullptr;
+  // ZeRO-1/2 (weight_stored): W as stored, the other ranks' slices decoded from the codes they
+  // sent, the owner's own slice exact; fprop's W and dgrad's W^T cast at the gathered scale give
+  // the codes the owner sent (the same rounding argument), recording nothing.
+  bool weight_stored = false;
   bool on() const { return scaling != nullptr; }
 };
 

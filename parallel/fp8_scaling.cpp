@@ -163,10 +163,10 @@ void Fp8Scaling::quantize_shard(int linear, const T* x, int64_t n, const float* 
 }
 
 template <class T>
-void Fp8Scaling::quantize_transposed(Fp8Role role, const T* x, int rows, int cols,
-                                     const float* scale, uint8_t* qt, float* qt_factor) {
-  kernels::fp8_quantize(device_, qt, qt_factor, nullptr, x, rows, cols, format(role), scale,
-                        true);
+void Fp8Scaling::quantize_at(Fp8Role role, const T* x, int rows, int cols, const float* scale,
+                             uint8_t* q, float* factor, bool transpose) {
+  kernels::fp8_quantize(device_, q, factor, nullptr, x, rows, cols, format(role), scale,
+                        transpose);
 }
 
 template <class T>
@@ -288,9 +288,9 @@ template void Fp8Scaling::quantize_shard<float>(int, const float*, int64_t, cons
                                                 uint8_t*, float*);
 template void Fp8Scaling::quantize_shard<kernels::bf16>(int, const kernels::bf16*, int64_t,
                                                         const float*, uint8_t*, float*);
-template void Fp8Scaling::quantize_transposed<float>(Fp8Role, const float*, int, int,
-                                                     const float*, uint8_t*, float*);
-template void Fp8Scaling::quantize_transposed<kernels::bf16>(Fp8Role, const kernels::bf16*, int,
-                                                             int, const float*, uint8_t*, float*);
+template void Fp8Scaling::quantize_at<float>(Fp8Role, const float*, int, int, const float*,
+                                             uint8_t*, float*, bool);
+template void Fp8Scaling::quantize_at<kernels::bf16>(Fp8Role, const kernels::bf16*, int, int,
+                                                     const float*, uint8_t*, float*, bool);
 
 }  // namespace paralab

@@ -124,8 +124,10 @@ class Fp8Scaling {
   // casts n elements of a weight's shard at that scale into q, writing factor[0] = 1 / scale
   // (delayed: the shard's amax recorded into the weight's history, which the step's amax
   // group reduces over dp: the whole weight's amax, as the unsharded cast records it).
-  // quantize_transposed casts the (rows, cols) x^T at a given scale, recording nothing (dgrad's
-  // W^T from the gathered codes, dequantised: the same codes, docs/fp8.md).
+  // quantize_at casts the (rows, cols) x, or its transpose x^T, at a given scale, recording
+  // nothing: a gathered weight's casts (ZeRO-3: dgrad's W^T from the gathered codes,
+  // dequantised; ZeRO-1/2: W and W^T as stored, the gathered codes decoded into them), which
+  // give back the gathered codes (docs/fp8.md).
   // factor[k] = 1 / scale[k], as every cast writes it (amax's floats are then free: they take
   // the casts' dummy codes).
   void gather_scales(const std::vector<int>& linears, float* amax, float* scale, float* factor);
@@ -133,8 +135,8 @@ class Fp8Scaling {
   void quantize_shard(int linear, const T* x, int64_t n, const float* scale, uint8_t* q,
                       float* factor);
   template <class T>
-  void quantize_transposed(Fp8Role role, const T* x, int rows, int cols, const float* scale,
-                           uint8_t* qt, float* qt_factor);
+  void quantize_at(Fp8Role role, const T* x, int rows, int cols, const float* scale, uint8_t* q,
+                   float* factor, bool transpose);
 
   // The end of a step: delayed scaling reduces the recorded amaxes over the amax group and
   // updates both histories and their scales; the other recipes have nothing to do.

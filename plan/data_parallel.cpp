@@ -260,32 +260,35 @@ std::vector<CommPlanEntry> data_parallel_comm(const DataParallelPlan& d, int z, 
   const BucketLayout& l = d.layout;
   int64_t nb = 0;  // buckets that communicate: empty ones (the expert vector's) do not
   for (const Bucket& b : l.buckets) nb += b.numel() > 0;
+  // one all-gather of bucket j: its padded elements, or with --fp8-param-gather and FP8
+  // weights in it dp messages of M_j bytes (plan/fp8.h)
+  auto gathered_bytes = [&](size_t j) {
+    const int64_t m = d.fp8_message.empty() ? 0 : d.fp8_message[j];
+    return m > 0 ? dp * m : l.buckets[j].padded * param_b;
+  };
+  int64_t step_gather = 0;  // ZeRO-1/2: every bucket once
+  for (size_t j = 0; j < l.buckets.size(); ++j)
+    if (l.buckets[j].numel() > 0) step_gather += gathered_bytes(j);
   switch (z) {
     case 0:
       add(CommOp::ALL_REDUCE, nb, l.total * grad_b);
       break;
     case 1:
       add(CommOp::REDUCE_SCATTER, nb, l.padded_total * grad_b);
-      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      add(CommOp::ALL_GATHER, nb, step_gather);
       break;
     case 2:  // nb k without pipelining; a pipeline's accumulated or deferred buckets fewer
       add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
-      add(CommOp::ALL_GATHER, nb, l.padded_total * param_b);
+      add(CommOp::ALL_GATHER, nb, step_gather);
       break;
-    case 3:
+    case 3: {
       add(CommOp::REDUCE_SCATTER, d.sim.grad_reductions, d.sim.grad_reduced_elements * grad_b);
-      if (d.fp8_message.empty()) {
-        add(CommOp::ALL_GATHER, d.sim.gathers, d.sim.gathered_elements * param_b);
-      } else {  // --fp8-param-gather: an FP8 unit's gather is dp messages of M_u bytes
-        int64_t bytes = 0;
-        for (size_t u = 0; u < d.fp8_message.size(); ++u) {
-          const int64_t padded = l.buckets[l.bucket_of[u]].padded;
-          bytes += d.sim.gathers_of[u] * (d.fp8_message[u] > 0 ? dp * d.fp8_message[u]
-                                                                 : padded * param_b);
-        }
-        add(CommOp::ALL_GATHER, d.sim.gathers, bytes);
-      }
+      int64_t bytes = 0;  // each unit's gathers (an empty unit's never communicate: padded 0)
+      for (size_t u = 0; u < d.sim.gathers_of.size(); ++u)
+        bytes += d.sim.gathers_of[u] * gathered_bytes(l.bucket_of[u]);
+      add(CommOp::ALL_GATHER, d.sim.gathers, bytes);
       break;
+    }
   }
   if (z >= 1) add(CommOp::ALL_REDUCE, 1, 4);  // the gradient norm
   return out;

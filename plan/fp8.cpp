@@ -60,14 +60,13 @@ Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, in
 }
 
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
-                     int local_experts, int moe_layers,
-                     const std::vector<int64_t>& gather_messages) {
+                     int local_experts, int moe_layers, int64_t gather_state) {
   Fp8Memory f;
   const Fp8Tensors t = fp8_tensors(m, l, layers, act_bytes);
   for (const ActivationTensor& x : t.operands) f.operands += x.bytes();
   for (const ActivationTensor& x : t.state) f.state += x.bytes();
   f.state += fp8_expert_state_bytes(m, local_experts, moe_layers);
-  f.state += fp8_gather_state_bytes(gather_messages);
+  f.state += gather_state;
   return f;
 }
 
@@ -130,14 +129,10 @@ void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, in
   }
 }
 
-std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
-                                         const std::vector<int64_t>& units, int dp, int es) {
-  const int U = (int)units.size() - 1;
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> weights(U);  // [begin, end) in the unit
+std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<ParamSpec>& table) {
+  std::vector<std::pair<int64_t, int64_t>> out;
   int64_t offset = 0;
-  int u = 0;
   for (const ParamSpec& p : table) {
-    while (u + 1 < U && offset >= units[u + 1]) ++u;
     const std::string& n = p.name;
     auto ends = [&](const char* s) {
       const std::string t = s;
@@ -145,19 +140,28 @@ std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
     };
     if (!p.expert && (ends(".attn.qkv.weight") || ends(".attn.proj.weight") ||
                       ends(".mlp.fc1.weight") || ends(".mlp.fc2.weight")))
-      weights[u].push_back({offset - units[u], offset - units[u] + p.numel()});
+      out.push_back({offset, offset + p.numel()});
     offset += p.numel();
   }
-  std::vector<int64_t> out(U, 0);
-  for (int v = 0; v < U; ++v) {
-    if (weights[v].empty()) continue;
-    const int64_t slice = zero_shard_numel(units[v + 1] - units[v], dp);  // ZeRO-3: unit = bucket
-    for (int r = 0; r < dp; ++r) {
-      const int64_t lo = r * slice, hi = lo + slice;
+  return out;
+}
+
+std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
+                                         const BucketLayout& l, int es) {
+  const std::vector<std::pair<int64_t, int64_t>> weights = fp8_gathered_weights(table);
+  std::vector<int64_t> out(l.buckets.size(), 0);
+  for (size_t j = 0; j < l.buckets.size(); ++j) {
+    const Bucket& b = l.buckets[j];
+    bool any = false;
+    for (const auto& [lo, hi] : weights) any = any || (lo < b.end && hi > b.begin);
+    if (!any) continue;
+    const int dp = b.slice > 0 ? (int)(b.padded / b.slice) : 1;
+    for (int r = 0; r < dp; ++r) {  // slice r: flat [begin + r slice, begin + (r + 1) slice)
+      const int64_t lo = b.begin + r * b.slice, hi = lo + b.slice;
       int64_t f = 0;  // FP8 elements of slice r
-      for (const auto& [b, e] : weights[v])
-        f += std::max<int64_t>(0, std::min(e, hi) - std::max(b, lo));
-      out[v] = std::max(out[v], slice * es - (es - 1) * f);
+      for (const auto& [wb, we] : weights)
+        f += std::max<int64_t>(0, std::min(we, hi) - std::max(wb, lo));
+      out[j] = std::max(out[j], b.slice * es - (es - 1) * f);
     }
   }
   return out;
@@ -170,8 +174,8 @@ int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp) {
   return largest + (dp > 1 ? dp * largest : 0);
 }
 
-int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages) {
-  return 4 * 12 * (int64_t)messages.size();
+int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units) {
+  return messages.empty() ? 0 : 4 * 12 * (int64_t)units;
 }
 
 }  // namespace paralab

@@ -14,7 +14,7 @@
 //                                 per 1 x 128 tile of X, dY and their transposes and per
 //                                 128 x 128 block of W (blockwise: DeepSeek-V3 section 3.3.2),
 //                                 the largest count of each operand's shapes
-//   fp8.weight                    --fp8-param-gather at ZeRO-3: a gathered W's codes decoded
+//   fp8.weight                    --fp8-param-gather: a gathered W's codes decoded
 //                                 into the storage type for dgrad's W^T, es x the largest out in
 // Category fp8_state: the scaling state (what the checkpoint saves, beside the model):
 //   fp8.amax                      tensorwise: one amax and its scale (8 bytes)
@@ -59,24 +59,34 @@
 //               fc1)
 //   blockwise   none (each block's amax is its own)
 //
-// --fp8-param-gather at ZeRO-3 (parallel/data_parallel.h Fp8ParamGather):
-//   fp8.weight                    fp8_operands (above)
-//   the gathers                   an FP8 unit's all-gather carries M_u bytes per rank, M_u =
-//                                 max_r (slice es - (es - 1) f_r), f_r the elements of the
-//                                 unit's 4 weights in rank r's slice [r slice, (r + 1) slice)
-//                                 (the others stay at es bytes); about half the bf16 bytes
-//                                 (NeMo: "reducing the all-gather overhead by half")
+// --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather) at ZeRO-1, 2 and 3:
+//   fp8.weight                    fp8_operands (above): a gathered W's codes decoded into the
+//                                 storage type for dgrad's W^T, es x the largest out in
+//                                 (ZeRO-3 reads it; ZeRO-1/2 cast the stored W, and still
+//                                 allocate it)
+//   the gathers                   a bucket's all-gather (ZeRO-3: a unit's, before each use;
+//                                 ZeRO-1/2: of the updated slices, once per step) carries M_j
+//                                 bytes per rank, M_j = max_r (slice es - (es - 1) f_r), f_r
+//                                 the elements of the dense linears' weights in rank r's slice
+//                                 [r slice, (r + 1) slice) of bucket j (the others stay at es
+//                                 bytes); about half the bf16 bytes (NeMo: "reducing the
+//                                 all-gather overhead by half"), a quarter of fp32's
 //   fp8_state                     12 fp32 per unit (scales, factors, amaxes)
-//   comm_buffers                  the staging: max_u M_u sent, dp max_u M_u received (dp > 1)
-//   tensorwise                    per FP8 unit gather one MAX all-reduce of its 4 amaxes over
-//                                 the ZeRO group (dp > 1: Megatron's current scaling of the
-//                                 shards), then over tp and cp (the pieces); the weights' own
-//                                 casts (fprop W, dgrad W^T, a recomputed fprop's W) reduce
-//                                 nothing: they use the gathered scale
+//   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1)
+//   tensorwise                    per FP8 unit gathered (ZeRO-3: each gather; ZeRO-1/2: once
+//                                 per step) one MAX all-reduce of its 4 amaxes over the ZeRO
+//                                 group (dp > 1: Megatron's current scaling of the shards),
+//                                 then over tp and cp (the pieces); the weights' own casts
+//                                 (fprop W, dgrad W^T, a recomputed fprop's W) reduce nothing:
+//                                 they use the gathered scale
+// ZeRO-1/2 keep the storage-type weights (the other ranks' slices decoded from their codes)
+// where Megatron keeps FP8 model weights only (docs/megatron.md): the wire halves, the memory
+// does not. The trainer gathers once before step 1 too (outside the step's bytes), so that
+// every step reads gathered weights: the bytes above are each step's.
 //
 // defines: Fp8ScratchSize, fp8_scratch_size, Fp8Tensors, fp8_tensors, Fp8Memory, fp8_memory,
-//          fp8_expert_scratch_bytes, fp8_expert_state_bytes, fp8_comm, fp8_gather_messages,
-//          fp8_gather_comm_buffers, fp8_gather_state_bytes
+//          fp8_expert_scratch_bytes, fp8_expert_state_bytes, fp8_comm, fp8_gathered_weights,
+//          fp8_gather_messages, fp8_gather_comm_buffers, fp8_gather_state_bytes
 #pragma once
 #include <utility>
 #include <vector>
@@ -106,28 +116,30 @@ struct Fp8Tensors {
 };
 Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes);
 // A rank's two categories: the tensors above, the experts' state (local_experts per MoE
-// layer, moe_layers held) and the FP8 gathers' scales (gather_messages: fp8_gather_messages).
+// layer, moe_layers held) and the FP8 gathers' scales (gather_state: fp8_gather_state_bytes).
 struct Fp8Memory {
   int64_t operands = 0, state = 0;
 };
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
-                     int local_experts, int moe_layers,
-                     const std::vector<int64_t>& gather_messages);
+                     int local_experts, int moe_layers, int64_t gather_state);
 // Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
 // whether full recompute runs its forward again; microbatches: the rank's per step; p: the
 // expert grid (etp, ep, edp) for the experts' reductions; fp8_gathers: the step's gathers of
-// FP8 units (--fp8-param-gather), 0 without.
+// FP8 units (--fp8-param-gather: ZeRO-3 each unit's gathers, ZeRO-1/2 one per unit), 0 without.
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
               const ParallelConfig& p, const std::vector<int>& layers,
               const std::vector<bool>& recomputed, int64_t microbatches,
               int64_t fp8_gathers = 0);
-// Per unit of `units` (stage_units' boundaries over `table`), M_u above, 0 for a unit without
-// FP8 weights; es: the storage type's bytes; dp: the ZeRO group's size.
+// The dense linears' weights of `table` (the four of each layer), flat [begin, end): what
+// the gathers carry in FP8, 4 per FP8 unit.
+std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<ParamSpec>& table);
+// Per bucket of `l` (the layout over `table`'s flat vector; ZeRO-3: one per unit), M_j above,
+// 0 for a bucket without FP8 weights; es: the storage type's bytes.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
-                                         const std::vector<int64_t>& units, int dp, int es);
-// The comm_buffers bytes above (0 without --fp8-param-gather): the staging.
+                                         const BucketLayout& l, int es);
+// The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging.
 int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
-// The fp8_state bytes of the gathers: 12 fp32 per unit.
-int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages);
+// The fp8_state bytes of the gathers for the rank's `units` (0 without messages).
+int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units);
 
 }  // namespace paralab

@@ -271,7 +271,7 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   for (int n : st.chunk_layers) stage_layers += n;
   const Fp8Memory fp8 =
       fp8_memory(m, local_sizes(m, B, tp, plan.sequence_parallel), stage_layers, act,
-                 m.moe.num_experts / par.expert_parallel, moe_layers, {});
+                 m.moe.num_experts / par.expert_parallel, moe_layers, 0);
   mem.fp8_operands = fp8.operands;
   mem.fp8_state = fp8.state;
   WorkspacePhases ws = workspace_phases(m, B, act, tp, plan.sequence_parallel, st.embedding,

@@ -227,8 +227,9 @@ struct DataParallelPlan {
   int64_t host_landing = 0;
   bool params_on_host = false;
   std::vector<OffloadCopy> copies;
-  // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per unit, the bytes each rank sends
-  // in one of its gathers, 0 for a unit gathered in the storage type (empty: every unit)
+  // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per bucket (ZeRO-3: per unit), the
+  // bytes each rank sends in one of its gathers, 0 for a bucket gathered in the storage type
+  // (empty: every bucket)
   std::vector<int64_t> fp8_message;
 };
 

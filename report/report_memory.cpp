@@ -124,7 +124,7 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       break;
     case 6:
       if (!plan.data_parallel.fp8_message.empty())  // plan/fp8.h fp8_gather_comm_buffers
-        return "--fp8-param-gather: the largest FP8 unit's message sent, dp received; the "
+        return "--fp8-param-gather: the largest FP8 bucket's message sent, dp received; the "
                "scalars";
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;

@@ -186,11 +186,10 @@ bad "fp8 margin negative"     "--fp8-margin must be >= 0, got -1" --fp8-margin -
 bad "fp8 history length 0"    "--fp8-amax-history-len must be >= 1, got 0" --fp8-amax-history-len 0
 bad "fp8 with fp16"           "--fp8-format e4m3 needs fp32 or --bf16 storage, got --fp16" --fp8-format e4m3 --fp16
 bad "fp8 param gather alone"  "--fp8-param-gather gathers FP8 weights, so it needs --fp8-format e4m3|hybrid, got none" --fp8-param-gather
-bad "fp8 param gather zero 1" "--fp8-param-gather needs --zero-stage 3 (the gathers it carries in FP8; Megatron's needs the distributed optimizer or FSDP, and ZeRO-1/2's all-gather of updated parameters in FP8 is not built here), got --zero-stage 1" \
-                                                        --fp8-format e4m3 --fp8-param-gather --zero-stage 1
-bad "fp8 param gather zero 0" "--fp8-param-gather needs --zero-stage 3" --fp8-format e4m3 --fp8-param-gather
-bad "fp8 param gather blocks" "--fp8-param-gather casts each ZeRO-3 slice of a weight at the weight's scale: it needs --fp8-recipe delayed or tensorwise, got blockwise" \
-                                                        --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --zero-stage 3
+bad "fp8 param gather zero 0" "--fp8-param-gather needs --zero-stage 1, 2 or 3 (the parameter all-gathers it carries in FP8; Megatron's needs the distributed optimizer or FSDP; DDP gathers nothing), got --zero-stage 0" \
+                                                        --fp8-format e4m3 --fp8-param-gather
+bad "fp8 param gather blocks" "--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it needs --fp8-recipe delayed or tensorwise, got blockwise" \
+                                                        --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --zero-stage 1
 bad "fp8 param gather experts" "--fp8-param-gather carries the dense linears' weights; the experts' gather is not built here: it needs a dense model, got --num-experts 4" \
                                                         --fp8-format e4m3 --fp8-param-gather --zero-stage 3 --num-experts 4
 bad "fp8 shared expert"       "--fp8-format e4m3 runs the routed experts in FP8, not a shared expert, got --moe-shared-expert-intermediate-size 32" \

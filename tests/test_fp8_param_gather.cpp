@@ -1,8 +1,9 @@
 // tests/test_fp8_param_gather.cpp: --fp8-param-gather's bytes (plan/fp8.h): the message of a
-// ZeRO-3 slice, M_u = max_r (slice es - (es - 1) f_r), worked by hand, and the same count from
-// parallel/data_parallel.h's run-by-run packing (fp8_gather_slice_bytes), which the trainer
-// sends: two derivations of one number; the staging buffers; and the GEMMs on gathered codes
-// (parallel/fp8_linear.h) equal to the GEMMs that cast W themselves, to the bit.
+// bucket's slices (ZeRO-3: a unit's; ZeRO-1/2: a bucket of units), M_j = max_r (slice es -
+// (es - 1) f_r), worked by hand, and the same count from parallel/data_parallel.h's run-by-run
+// packing (fp8_gather_slice_bytes), which the trainer sends: two derivations of one number; the
+// staging buffers; and the GEMMs on gathered weights (parallel/fp8_linear.h: ZeRO-3's codes,
+// ZeRO-1/2's decoded W) equal to the GEMMs that cast W themselves, to the bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,15 +37,33 @@ const std::vector<ParamSpec> kTable = {spec("embedding.word", 7), spec("layers.0
                                        spec("layers.0.attn.qkv.bias", 2)};
 const std::vector<int64_t> kUnits = {0, 7, 17};
 
+// The messages of kTable's buckets at ZeRO-3 (a bucket per unit) over dp ranks, es bytes.
+std::vector<int64_t> zero3_messages(int dp, int es) {
+  return paralab::fp8_gather_messages(kTable, paralab::make_bucket_layout(kUnits, 0, dp, true),
+                                      es);
+}
+
 TEST(Fp8ParamGather, MessageIsTheLargestSliceWithItsWeightsAtOneByte) {
+  // buckets in reduction order: the layer's unit, then the embedding's
   // dp 2, bf16: slices [0, 5) and [5, 10) hold 3 weight elements each: 5 x 2 - 3 = 7 bytes
-  EXPECT_EQ(paralab::fp8_gather_messages(kTable, kUnits, 2, 2), (std::vector<int64_t>{0, 7}));
+  EXPECT_EQ(zero3_messages(2, 2), (std::vector<int64_t>{7, 0}));
   // dp 3 (slice 4, padded to 12): f = 2, 4, 0 -> 6, 4, 8: the third rank's slice, all bf16
-  EXPECT_EQ(paralab::fp8_gather_messages(kTable, kUnits, 3, 2), (std::vector<int64_t>{0, 8}));
+  EXPECT_EQ(zero3_messages(3, 2), (std::vector<int64_t>{8, 0}));
   // fp32, dp 2: 5 x 4 - 3 x 3 = 11
-  EXPECT_EQ(paralab::fp8_gather_messages(kTable, kUnits, 2, 4), (std::vector<int64_t>{0, 11}));
+  EXPECT_EQ(zero3_messages(2, 4), (std::vector<int64_t>{11, 0}));
   // one rank: the whole unit, 10 x 2 - 6 = 14
-  EXPECT_EQ(paralab::fp8_gather_messages(kTable, kUnits, 1, 2), (std::vector<int64_t>{0, 14}));
+  EXPECT_EQ(zero3_messages(1, 2), (std::vector<int64_t>{14, 0}));
+  // ZeRO-1/2, both units in one bucket of 17 elements, dp 2 (slice 9): slice 0 [0, 9) holds
+  // none of the weight [9, 15) (18 bytes), slice 1 [9, 18) all of it (18 - 6 = 12): 18
+  EXPECT_EQ(paralab::fp8_gather_messages(kTable, paralab::make_bucket_layout(kUnits, 0, 2, false),
+                                         2),
+            (std::vector<int64_t>{18}));
+  // dp 3 (slice 6): [0, 6) none, [6, 12) 3, [12, 18) 3: 12, 9, 9
+  EXPECT_EQ(paralab::fp8_gather_messages(kTable, paralab::make_bucket_layout(kUnits, 0, 3, false),
+                                         2),
+            (std::vector<int64_t>{12}));
+  EXPECT_EQ(paralab::fp8_gathered_weights(kTable),
+            (std::vector<std::pair<int64_t, int64_t>>{{9, 15}}));
 }
 
 TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
@@ -64,7 +83,9 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
       for (int r = 0; r < dp; ++r)
         packed = std::max(packed,
                           paralab::fp8_gather_slice_bytes(weights, r * slice, (r + 1) * slice, es));
-      EXPECT_EQ(paralab::fp8_gather_messages(table, {0, n}, dp, es)[0], packed)
+      EXPECT_EQ(paralab::fp8_gather_messages(
+                    table, paralab::make_bucket_layout({0, n}, 0, dp, true), es)[0],
+                packed)
           << "dp " << dp << " es " << es;
       // about half (bf16) or a quarter (fp32) of the storage type's dp x slice x es
       EXPECT_LT(dp * packed, dp * slice * es);
@@ -75,16 +96,19 @@ TEST(Fp8ParamGather, StagingBuffers) {
   // the largest message sent, dp of them received (dp > 1): comm_buffers
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2), 7 + 2 * 7);
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 14);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2), 18 + 2 * 18);  // ZeRO-1/2: one bucket
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4), 0);
-  // the scales, factors and amaxes: category fp8_state
-  EXPECT_EQ(paralab::fp8_gather_state_bytes({0, 7, 5}), 4 * 12 * 3);
-  EXPECT_EQ(paralab::fp8_gather_state_bytes({}), 0);
+  // 12 fp32 per unit (scales, factors, amaxes): category fp8_state
+  EXPECT_EQ(paralab::fp8_gather_state_bytes({0, 7, 5}, 3), 4 * 12 * 3);
+  EXPECT_EQ(paralab::fp8_gather_state_bytes({18}, 2), 4 * 12 * 2);
+  EXPECT_EQ(paralab::fp8_gather_state_bytes({}, 3), 0);
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes
-// cast as a ZeRO-3 slice (the whole weight here; the slices' casts are elementwise at one
-// scale) and read as gathered: the same outputs to the bit, at every magnitude of W (the
-// dgrad's decode and re-cast round back to the gathered codes: parallel/fp8_linear.h).
+// cast as a ZeRO slice (the whole weight here; the slices' casts are elementwise at one scale)
+// and read as gathered, ZeRO-3's codes and ZeRO-1/2's decoded W: the same outputs to the bit,
+// at every magnitude of W (decode and re-cast round back to the gathered codes:
+// parallel/fp8_linear.h).
 template <typename T>
 void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   using kernels::Device;
@@ -124,9 +148,27 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
                         out);
   EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(T)), 0) << magnitude;
   EXPECT_EQ(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(T)), 0) << magnitude;
+  // ZeRO-1/2: W as a receiver stores it, the other ranks' slices (here the first 3/4) decoded
+  // from their codes into T, its own slice exact, cast at the gathered scale
+  std::vector<T> stored = W;
+  const int64_t decoded = 3 * (int64_t)W.size() / 4;
+  kernels::fp8_dequantize(Device::CPU, stored.data(),
+                          {codes.data(), &state[4], kernels::Fp8Format::E4M3,
+                           kernels::Fp8Blocks::Tensor},
+                          1, (int)decoded);
+  const paralab::Fp8Linear from_stored{&s, 0, &scratch, &state[0], &state[4], true};
+  std::vector<T> y3(N * out), dx3(N * in);
+  paralab::linear_fprop(Device::CPU, from_stored, y3.data(), x.data(), stored.data(), N, in, out);
+  paralab::linear_dgrad(Device::CPU, from_stored, dx3.data(), dy.data(), stored.data(), N, in,
+                        out);
+  EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(T)), 0) << magnitude;
+  EXPECT_EQ(std::memcmp(dx1.data(), dx3.data(), dx1.size() * sizeof(T)), 0) << magnitude;
+  if (magnitude >= 3e-2f) {  // the decoded values differ from W's (the test is not vacuous)
+    EXPECT_NE(std::memcmp(stored.data(), W.data(), decoded * sizeof(T)), 0) << magnitude;
+  }
 }
 
-TEST(Fp8ParamGather, GemmsOnGatheredCodesEqualTheOwnCast) {
+TEST(Fp8ParamGather, GemmsOnGatheredWeightsEqualTheOwnCast) {
   for (float magnitude : {1e-6f, 3e-2f, 1.0f, 300.0f}) {
     expect_gathered_equal<float>(paralab::Fp8Recipe::Tensorwise, magnitude);
     expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Tensorwise, magnitude);

@@ -190,6 +190,16 @@ reference pp2-fp8 2 --pp 2
 resume fp8         fp8       bitwise 1 ""                       1 ""
 resume zero1-fp8   zero1-fp8 bitwise 2 "--zero-stage 1"         2 "--zero-stage 1"
 resume pp2-fp8     pp2-fp8   bitwise 2 "--pp 2"                 2 "--pp 2"
+# --fp8-param-gather at ZeRO-1/2: the receivers' copies of the other slices are decoded codes,
+# the checkpoint saves each owner's exact slice (a decoded one saved would change steps 4-6);
+# delayed in fp32, tensorwise in bf16 (its fp32 master beside the bf16 weights)
+pg=(--fp8-param-gather --ddp-bucket-size 100000)
+reference zero1-fp8-pg 2 --zero-stage 1 "${pg[@]}"
+reference zero2-fp8-pg-bf16 2 --zero-stage 2 "${pg[@]}" --bf16 --fp8-recipe tensorwise
+resume zero1-fp8-pg zero1-fp8-pg bitwise 2 "--zero-stage 1 ${pg[*]}" 2 "--zero-stage 1 ${pg[*]}"
+resume zero2-fp8-pg-bf16 zero2-fp8-pg-bf16 bitwise \
+  2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise" \
+  2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise"
 # The MoE experts' FP8 state (one per expert, "fp8/L/e"): resumed bit for bit on one rank and
 # over ep 2 (each rank saves and loads its own experts')
 model=("${tiny[@]}" "${fp8[@]}" --num-experts 4 --moe-router-topk 2)

@@ -62,6 +62,50 @@ static std::string fp8_note(const Plan& plan, const RankPlan& rp, int c) {
   return s;
 }
 
+// The activations' row: what a microbatch in flight keeps, and how many are held.
+static std::string activations_note(const Plan& plan, const RankPlan& rp) {
+  const ModelConfig& m = plan.model;
+  const bool piped = !plan.pipeline.stages.empty();
+  if (m.recompute.full())
+    return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
+                     "groups' outputs; backward makes one group again (%s a layer)",
+                     piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
+                                       schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
+                                       rp.microbatches_held).c_str()
+                           : "",
+                     m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
+                     m.recompute.num_layers, per_layer_mib(plan).c_str());
+  if (piped) {
+    const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
+    const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
+                                                                    : " + head";
+    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s%s)%s",
+               schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
+               st.chunk_layers[0], per_layer_mib(plan).c_str(), head,
+               has_split_backward(plan.pipeline.schedule)
+                   ? "; from B to W a layer keeps its linears' inputs and output gradients"
+                   : "");
+  }
+  return strprintf("%d microbatch x (%d layers x %s + embedding, head)%s",
+                   rp.microbatches_held, m.num_layers, per_layer_mib(plan).c_str(),
+                   plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
+}
+
+// The logits' row: the fused loss's chunk or the whole N x V, and in which types.
+static std::string logits_note(const Plan& plan, const RankPlan& rp) {
+  const ModelConfig& m = plan.model;
+  if (!plan.pipeline.stages.empty() && rp.memory.logits == 0) return "no head on this stage";
+  const char* what = plan.train.bf16   ? "fp32 + bf16 gradient"
+                     : plan.train.fp16 ? "fp32 + fp16 gradient"
+                                       : "fp32";
+  const std::string cols =
+      plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
+  return m.fused_cross_entropy
+             ? strprintf("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
+                   cols.c_str(), what)
+             : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
+}
+
 static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
   const int z = plan.parallel.zero_stage;
   const bool piped = !plan.pipeline.stages.empty();
@@ -92,32 +136,8 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     return strprintf("zero %d: shard of %s elements, 1/%d%s", z,
                format_si((double)d.state_numel).c_str(), plan.dp_cp,
                plan.cp > 1 ? " (dp x cp: the cp ranks hold the same weights)" : "");
-  const ModelConfig& m = plan.model;
-  if (c == 4 && m.recompute.full())
-    return strprintf("%sfull recompute (%s %d): each microbatch in flight keeps its input and its "
-                     "groups' outputs; backward makes one group again (%s a layer)",
-                     piped ? strprintf("%s stage %d holds %d (microbatch, chunk); ",
-                                       schedule_name(plan.pipeline.shape.kind), rp.pp_rank,
-                                       rp.microbatches_held).c_str()
-                           : "",
-                     m.recompute.method == Recompute::Method::BLOCK ? "block" : "uniform",
-                     m.recompute.num_layers, per_layer_mib(plan).c_str());
-  if (piped && c == 4) {
-    const PipelineStagePlan& st = plan.pipeline.stages.at(rp.pp_rank);
-    const char* head = !st.head ? "" : st.chunk_layers.size() > 1 ? " + head on the last chunk"
-                                                                    : " + head";
-    return strprintf("%s stage %d holds %d (microbatch, chunk) x (input + %d layer(s) x %s%s)%s",
-               schedule_name(plan.pipeline.shape.kind), st.pp_rank, st.held,
-               st.chunk_layers[0], per_layer_mib(plan).c_str(), head,
-               has_split_backward(plan.pipeline.schedule)
-                   ? "; from B to W a layer keeps its linears' inputs and output gradients"
-                   : "");
-  }
-  if (piped && c == 7 && rp.memory.logits == 0) return "no head on this stage";
   switch (c) {
-    case 4: return strprintf("%d microbatch x (%d layers x %s + embedding, head)%s",
-                       rp.microbatches_held, m.num_layers, per_layer_mib(plan).c_str(),
-                       plan.sequence_parallel ? "; sp: N/t tokens between blocks" : "");
+    case 4: return activations_note(plan, rp);
     case 5:
       if (rp.memory.recompute)
         return "selective: one layer's recomputed internals, alive inside its block only";
@@ -128,17 +148,7 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
                "scalars";
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;
-    case 7: {
-      const char* what = plan.train.bf16   ? "fp32 + bf16 gradient"
-                         : plan.train.fp16 ? "fp32 + fp16 gradient"
-                                           : "fp32";
-      const std::string cols =
-          plan.tp > 1 ? strprintf(" x V_l = %lld", (long long)(plan.padded_vocab / plan.tp)) : "";
-      return m.fused_cross_entropy
-                 ? strprintf("fused CE: one chunk of %d tokens%s, %s", m.cross_entropy_chunk,
-                       cols.c_str(), what)
-                 : strprintf("--no-fused-ce: full N x V%s, %s", plan.tp > 1 ? "_l" : "", what);
-    }
+    case 7: return logits_note(plan, rp);
     case 9:
     case 10: return fp8_note(plan, rp, c);
     default: break;

@@ -19,7 +19,7 @@
 #              scaling with E4M3 gradients starts at scale 1 (Transformer Engine's start), where
 #              E4M3's smallest subnormal, 2^-9, is above most of the first step's output
 #              gradients: they flush to zero, so step 1's gradient norm is clearly below bf16's
-#              (measured 1.00 vs 1.59) and the run trails it (final loss ~1% above); asserted:
+#              (measured 1.00 vs 1.59) and the run trails it (final loss ~2% above at 40 steps); asserted:
 #              that step-1 norm below 0.9 x bf16's, and the loss falling. (hybrid's E5M2, down to
 #              2^-16, keeps them: why Megatron and TE default to hybrid.)
 #   moe        the same with the tiny preset made MoE (4 experts, top 2), 30 steps: fp32, bf16,
@@ -29,7 +29,7 @@
 #   refused    --fp8-format with --fp16 and with a shared expert: one line, exit 2, no step run.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
 
-STEPS=${FP8_STEPS:-60}
+STEPS=${FP8_STEPS:-40}  # CI time (60 until 2026-12-06; docs/testing.md has the margins at 40)
 tiny=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
       --train-iters "$STEPS")
 

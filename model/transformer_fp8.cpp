@@ -54,7 +54,7 @@ void Transformer::make_fp8() {
   for (int u : layer_unit_) layers += u >= 0;
   // Delayed scaling's histories and scales, category fp8_state: each rank holds its linears'
   // whole state, not a ZeRO shard as of the optimizer's states (plan/fp8.h).
-  fp8_.reset(new Fp8Scaling(config_.fp8, device_, 4 * layers, Category::FP8_STATE));
+  fp8_.reset(new Fp8Scaling(config_.fp8, device_, 4 * layers));
   // The experts': 2 linears per local expert of each MoE layer here, category fp8_state too:
   // per-expert model state (TE keeps it in the module's extra_state, saved with the
   // weights), whole on every rank holding the expert (plan/fp8.h).
@@ -65,7 +65,7 @@ void Transformer::make_fp8() {
   if (moe_layers > 0)
     fp8_experts_.reset(new Fp8Scaling(config_.fp8, device_,
                                       2 * ep_.local_experts(config_.moe.num_experts) * moe_layers,
-                                      Category::FP8_STATE, fp8_.get()));
+                                      fp8_.get()));
   set_fp8_amax_group(nullptr, nullptr);
 }
 

@@ -31,8 +31,9 @@ std::vector<float> host_copy_first(int n, const Buffer<float>& b) {
 }  // namespace
 
 Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears,
-                       Category state, Fp8Scaling* share)
+                       Fp8Scaling* share)
     : config_(config), device_(device), linears_(linears) {
+  const Category state = Category::FP8_STATE;  // the ledger's row (plan/fp8.h)
   if (config.recipe == Fp8Recipe::Delayed) {
     const size_t len = (size_t)config.amax_history_len;
     history_fwd_.allocate(device, len * 2 * linears, state);
@@ -42,11 +43,11 @@ Fp8Scaling::Fp8Scaling(const Fp8Config& config, kernels::Device device, int line
     fill(device, scale_fwd_, 1.0f);
     fill(device, scale_bwd_, 1.0f);
   } else if (config.recipe == Fp8Recipe::Tensorwise) {
-    if (share == nullptr) scratch_.allocate(device, 2, Category::FP8_STATE);
+    if (share == nullptr) scratch_.allocate(device, 2, state);
     tensorwise_ = share != nullptr ? share->tensorwise_ : scratch_.data();
   }
   if (config.log_scaling) {  // plan/fp8.h's fp8.cast_counts, shared as tensorwise's scratch
-    if (share == nullptr) cast_counts_.allocate(device, 2, Category::FP8_STATE);
+    if (share == nullptr) cast_counts_.allocate(device, 2, state);
     counts_ = share != nullptr ? share->counts_ : cast_counts_.data();
     log_.resize(3 * (size_t)linears);
   }

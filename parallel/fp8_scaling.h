@@ -83,12 +83,12 @@ class Fp8Scaling {
   // A max all-reduce of n device floats in place over some ranks (a no-op on one rank).
   using Reduce = std::function<void(float* amax, int n)>;
 
-  // Delayed scaling's histories and scales are allocated here (tagged `state`), the scales 1,
-  // as Transformer Engine starts them. Tensorwise's amax and scale (2 floats, category
-  // fp8_state) and --log-fp8-scaling's two counters too, unless `share` lends its own (the
+  // Delayed scaling's histories and scales are allocated here (category fp8_state, as all of
+  // this class's buffers), the scales 1, as Transformer Engine starts them. Tensorwise's amax
+  // and scale (2 floats) and --log-fp8-scaling's two counters too, unless `share` lends its own (the
   // casts run one at a time: the MoE experts' scaling borrows the dense one's, so a stage
   // holds one set, plan/fp8.h).
-  Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears, Category state,
+  Fp8Scaling(const Fp8Config& config, kernels::Device device, int linears,
              Fp8Scaling* share = nullptr);
   Fp8Scaling(const Fp8Scaling&) = delete;
   Fp8Scaling& operator=(const Fp8Scaling&) = delete;

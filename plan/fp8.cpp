@@ -32,6 +32,12 @@ Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
   return s;
 }
 
+namespace {
+
+// The dense linears' tensors of plan/fp8.h, by category; empty without --fp8-format.
+struct Fp8Tensors {
+  std::vector<ActivationTensor> operands, state;
+};
 Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes) {
   const Fp8Config& c = m.fp8;
   if (!c.enabled) return {};
@@ -58,6 +64,8 @@ Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, in
   if (c.log_scaling) t.state.push_back({"fp8.cast_counts", 2, 8, false});  // --log-fp8-scaling
   return t;
 }
+
+}  // namespace
 
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
                      int local_experts, int moe_layers, int64_t gather_state) {

@@ -84,7 +84,7 @@
 // does not. The trainer gathers once before step 1 too (outside the step's bytes), so that
 // every step reads gathered weights: the bytes above are each step's.
 //
-// defines: Fp8ScratchSize, fp8_scratch_size, Fp8Tensors, fp8_tensors, Fp8Memory, fp8_memory,
+// defines: Fp8ScratchSize, fp8_scratch_size, Fp8Memory, fp8_memory,
 //          fp8_expert_scratch_bytes, fp8_expert_state_bytes, fp8_comm, fp8_gathered_weights,
 //          fp8_gather_messages, fp8_gather_comm_buffers, fp8_gather_state_bytes
 #pragma once
@@ -109,13 +109,8 @@ int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, i
 // The experts' delayed-scaling state: 2 linears per local expert of each MoE layer held.
 int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers);
 
-// The dense linears' tensors above, by category; empty without --fp8-format. layers: the
-// layers this rank holds; act_bytes: the storage type's bytes (fp8.weight).
-struct Fp8Tensors {
-  std::vector<ActivationTensor> operands, state;
-};
-Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes);
-// A rank's two categories: the tensors above, the experts' state (local_experts per MoE
+// A rank's two categories: the dense linears' tensors above (layers: the layers this rank
+// holds; act_bytes: the storage type's bytes, fp8.weight), the experts' state (local_experts per MoE
 // layer, moe_layers held) and the FP8 gathers' scales (gather_state: fp8_gather_state_bytes).
 struct Fp8Memory {
   int64_t operands = 0, state = 0;

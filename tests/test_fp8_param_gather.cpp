@@ -123,7 +123,7 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   for (T& v : x) v = kernels::round_to<T>(normal(rng) / magnitude);
   for (T& v : dy) v = kernels::round_to<T>(normal(rng) / magnitude);
   for (T& v : W) v = kernels::round_to<T>(normal(rng));
-  paralab::Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  paralab::Fp8Scaling s(c, Device::CPU, 1);
   if (recipe == paralab::Fp8Recipe::Delayed)  // a scale that is not a power of 2
     s.set_linears_state(0, 1, {0, 0, 1.0f, 0.37f / magnitude, 0, 1.0f});
   paralab::Fp8Scratch scratch;

@@ -55,7 +55,7 @@ TEST(Fp8Recipe, DelayedUsesTheHistorysScaleAndUpdatesAtTheStepEnd) {
   c.amax_history_len = 2;
   c.amax_compute_algo = kernels::Fp8AmaxAlgo::Max;
   c.margin = 1;
-  Fp8Scaling s(c, Device::CPU, 3, paralab::Category::WORKSPACE);
+  Fp8Scaling s(c, Device::CPU, 3);
   int group_calls = 0;
   s.set_reductions(nullptr, [&](float*, int n) {
     group_calls++;
@@ -102,7 +102,7 @@ TEST(Fp8Recipe, LinearsStateIsTheirColumnsAndGoesBack) {
   Fp8Config c;
   c.enabled = true;
   c.amax_history_len = 3;
-  Fp8Scaling a(c, Device::CPU, 4, paralab::Category::WORKSPACE);
+  Fp8Scaling a(c, Device::CPU, 4);
   auto st = a.state();
   for (size_t b = 0; b < st.size(); ++b)
     for (size_t i = 0; i < st[b].buffer->size(); ++i) st[b].buffer->data()[i] = 1000.0f * b + i;
@@ -114,20 +114,20 @@ TEST(Fp8Recipe, LinearsStateIsTheirColumnsAndGoesBack) {
   EXPECT_EQ(v[12], 1002.0f);  // scale_fwd column 2
   EXPECT_EQ(v[16], 2001.0f);  // backward history row 0, column 1
   EXPECT_EQ(v.back(), 3002.0f);  // scale_bwd of linear 2
-  Fp8Scaling b(c, Device::CPU, 2, paralab::Category::WORKSPACE);
+  Fp8Scaling b(c, Device::CPU, 2);
   b.set_linears_state(0, 2, v);
   EXPECT_EQ(b.linears_state(0, 2), v);
   EXPECT_THROW(b.set_linears_state(0, 1, v), std::logic_error);
   Fp8Config t = c;
   t.recipe = Fp8Recipe::Tensorwise;  // no state
-  EXPECT_TRUE(Fp8Scaling(t, Device::CPU, 4, paralab::Category::WORKSPACE).linears_state(0, 4).empty());
+  EXPECT_TRUE(Fp8Scaling(t, Device::CPU, 4).linears_state(0, 4).empty());
 }
 
 TEST(Fp8Recipe, TensorwiseScalesFromThisTensorsReducedAmax) {
   Fp8Config c;
   c.enabled = true;
   c.recipe = Fp8Recipe::Tensorwise;
-  Fp8Scaling s(c, Device::CPU, 2, paralab::Category::WORKSPACE);
+  Fp8Scaling s(c, Device::CPU, 2);
   // the pieces' reduction: another rank's piece had a larger amax
   s.set_reductions(
       [](float* amax, int n) {
@@ -149,7 +149,7 @@ TEST(Fp8Recipe, BlockwiseTilesActivationsAndBlocksWeights) {
   Fp8Config c;
   c.enabled = true;
   c.recipe = Fp8Recipe::Blockwise;
-  Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  Fp8Scaling s(c, Device::CPU, 1);
   EXPECT_EQ(s.blocks(Fp8Role::Input), Fp8Blocks::Tiles);
   EXPECT_EQ(s.blocks(Fp8Role::OutputGrad), Fp8Blocks::Tiles);
   EXPECT_EQ(s.blocks(Fp8Role::Weight), Fp8Blocks::Blocks);
@@ -182,7 +182,7 @@ paralab::Fp8TensorLog logged_cast(Fp8Recipe r, const std::vector<float>& x, int 
   c.enabled = true;
   c.recipe = r;
   c.log_scaling = true;
-  Fp8Scaling s(c, Device::CPU, 1, paralab::Category::WORKSPACE);
+  Fp8Scaling s(c, Device::CPU, 1);
   std::vector<uint8_t> q(x.size()), qt(x.size());
   float q_inv = 0.0f, qt_inv = 0.0f;
   s.quantize(0, Fp8Role::Input, x.data(), rows, cols, q.data(), &q_inv, nullptr, nullptr);

@@ -13,8 +13,9 @@
 //                                      slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
-//                                      nothing), with blockwise, pipelining, --offload-params
-//                                      and experts (docs/fp8.md).
+//                                      nothing), with blockwise, --offload-params and experts
+//                                      (docs/fp8.md). With pipelining each stage gathers its
+//                                      own layers' weights.
 //   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
@@ -86,9 +87,6 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
     fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
          "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
          "blocks cross the slices' boundaries: docs/fp8.md)");
-  if (o.parallel.pipeline_parallel > 1)
-    fail("--fp8-param-gather is built without pipelining here: it needs "
-         "--pipeline-model-parallel-size 1, got ", o.parallel.pipeline_parallel);
   if (o.parallel.offload.params)
     fail("--fp8-param-gather casts the slice on the device: it cannot run with "
          "--offload-params, got both");

@@ -413,7 +413,8 @@ void layer_weight_backward(const LayerContext& c, LayerGrads<T>& g, LayerActivat
 
 template <typename T>
 void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
-                          const ContextParallel& cp, kernels::Device dev, int B) {
+                          const ContextParallel& cp, kernels::Device dev, int B,
+                          bool fp8_decoded_weight) {
   const int N = B * m.seq_length;
   if (N == tokens) return;
   tokens = N;
@@ -458,7 +459,8 @@ void Workspace<T>::ensure(const ModelConfig& m, const TensorParallel& tp,
                                                 {(int)(A * d), m.hidden_size}};
     if (dense_mlp) linears.insert(linears.end(), {{m.hidden_size, m.fc1_size()},
                                                   {m.ffn(), m.hidden_size}});
-    fp8.allocate(dev, m.fp8, N, linears, (int)sizeof(T), Category::FP8_OPERANDS);
+    fp8.allocate(dev, m.fp8, N, linears, fp8_decoded_weight ? (int)sizeof(T) : 0,
+                 Category::FP8_OPERANDS);
   } else {
     fp8 = Fp8Scratch();
   }

@@ -108,9 +108,11 @@ struct Workspace {
   Buffer<float> loss_scratch;            // 3 x chunk: row max, sum of exp, target logit
   Fp8Scratch fp8;                        // --fp8-format: the FP8 GEMMs' two operands
                                          // (parallel/fp8_linear.h), sized for the largest
-  // m: the rank's local model config (heads, groups, ffn divided by tp, the sequence by cp).
+  // m: the rank's local model config (heads, groups, ffn divided by tp, the sequence by cp);
+  // fp8_decoded_weight: --fp8-param-gather at ZeRO-3, whose dgrad decodes a gathered W into
+  // fp8.weight (parallel/fp8_linear.h).
   void ensure(const ModelConfig& m, const TensorParallel& tp, const ContextParallel& cp,
-              kernels::Device device, int B);
+              kernels::Device device, int B, bool fp8_decoded_weight);
 };
 
 struct LayerContext {

@@ -328,7 +328,7 @@ float Transformer::forward_as(State<T>& s, int microbatch, int chunk, const Micr
   f.dropout_seed = data.dropout_seed;
   f.grad_scale = data.grad_scale;
   f.forward_only = data.forward_only;
-  s.ws.ensure(m, tp_, cp_, device_, B);
+  s.ws.ensure(m, tp_, cp_, device_, B, m.fp8.param_gather && !dp_->fp8_weights_stored());
   // a stage that gets gradients back (all but one holding only the last model stage) keeps
   // their receive buffer from its first forward on, like the rest of the workspace
   if (receives_gradients(slice_)) output_gradient_input(-1, -1, B);

@@ -84,7 +84,7 @@ Fp8Operand gathered_weight(Device d, const Fp8Linear& fp8, const T* W, int out, 
 }
 
 void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
-                          const std::vector<std::pair<int, int>>& linears, int es,
+                          const std::vector<std::pair<int, int>>& linears, int decoded_es,
                           Category where) {
   using R = Fp8Role;
   auto factors = [&](R r, int rows, int cols) {
@@ -105,7 +105,7 @@ void Fp8Scratch::allocate(Device d, const Fp8Config& c, int N,
   b.allocate(d, cb, where);
   a_factors.allocate(d, fa, where);
   b_factors.allocate(d, fb, where);
-  if (c.param_gather) weight.allocate(d, w * es, where);
+  if (decoded_es > 0) weight.allocate(d, w * decoded_es, where);
   else weight = Buffer<char>();
 }
 

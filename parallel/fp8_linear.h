@@ -30,18 +30,21 @@ namespace paralab {
 //   wgrad  A = dY^T (out, N) B = X^T (in, N)
 // so A holds N max(in, out) codes and B max(out in, N in); the factors are the recipe's count
 // of each shape (kernels::fp8_scale_count), the largest taken.
-// With --fp8-param-gather `weight` holds a gathered W's codes decoded into the storage type (es
-// bytes per element, out in of the largest weight), for dgrad's W^T (below).
+// With --fp8-param-gather at ZeRO-3 `weight` holds a gathered W's codes decoded into the storage
+// type (decoded_es bytes per element, out in of the largest weight), for dgrad's W^T (below);
+// ZeRO-1/2 decode into the parameters themselves, so there (and without the flag) decoded_es
+// is 0 and `weight` is empty.
 struct Fp8Scratch {
   Buffer<uint8_t> a, b;
   Buffer<float> a_factors, b_factors;
   Buffer<char> weight;
   // Sized for the largest operands of the linears (in, out) at N tokens (replacing what it
-  // held: the workspace re-sizes with the microbatch); es: the storage type's bytes; in
+  // held: the workspace re-sizes with the microbatch); decoded_es: above; in
   // category `where`: fp8_operands for the dense linears' standing set, workspace for the
   // experts' transient one (plan/fp8.h).
   void allocate(kernels::Device d, const Fp8Config& c, int N,
-                const std::vector<std::pair<int, int>>& linears, int es, Category where);
+                const std::vector<std::pair<int, int>>& linears, int decoded_es,
+                Category where);
 };
 
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it

@@ -38,7 +38,8 @@ namespace {
 struct Fp8Tensors {
   std::vector<ActivationTensor> operands, state;
 };
-Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes) {
+Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
+                       int zero_stage) {
   const Fp8Config& c = m.fp8;
   if (!c.enabled) return {};
   const int64_t h = m.hidden_size;
@@ -52,7 +53,7 @@ Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, in
                 {"fp8.b", s.b, 1, false},
                 {"fp8.a_factors", s.a_factors, 4, false},
                 {"fp8.b_factors", s.b_factors, 4, false}};
-  if (c.param_gather) {
+  if (c.param_gather && zero_stage == 3) {  // ZeRO-1/2 decode into the parameters
     int64_t w = 0;
     for (const auto& [in, out] : linears) w = std::max(w, in * out);
     t.operands.push_back({"fp8.weight", w, act_bytes, false});
@@ -68,9 +69,10 @@ Fp8Tensors fp8_tensors(const ModelConfig& m, const LocalSizes& l, int layers, in
 }  // namespace
 
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
-                     int local_experts, int moe_layers, int64_t gather_state) {
+                     int local_experts, int moe_layers, int64_t gather_state,
+                     int zero_stage) {
   Fp8Memory f;
-  const Fp8Tensors t = fp8_tensors(m, l, layers, act_bytes);
+  const Fp8Tensors t = fp8_tensors(m, l, layers, act_bytes, zero_stage);
   for (const ActivationTensor& x : t.operands) f.operands += x.bytes();
   for (const ActivationTensor& x : t.state) f.state += x.bytes();
   f.state += fp8_expert_state_bytes(m, local_experts, moe_layers);
@@ -184,6 +186,20 @@ int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp) {
 
 int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units) {
   return messages.empty() ? 0 : 4 * 12 * (int64_t)units;
+}
+
+void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
+                           const std::vector<ParamSpec>& table, int zero_stage, int es) {
+  d.fp8_message.clear();
+  d.fp8_gathers = 0;
+  if (zero_stage < 1 || !m.fp8.enabled || !m.fp8.param_gather) return;
+  d.fp8_message = fp8_gather_messages(table, d.layout, es);
+  if (zero_stage < 3) {
+    d.fp8_gathers = (int64_t)fp8_gathered_weights(table).size() / 4;
+    return;
+  }
+  for (size_t u = 0; u < d.sim.gathers_of.size(); ++u)
+    if (d.fp8_message[d.layout.bucket_of[u]] > 0) d.fp8_gathers += d.sim.gathers_of[u];
 }
 
 }  // namespace paralab

@@ -14,7 +14,7 @@
 //                                 per 1 x 128 tile of X, dY and their transposes and per
 //                                 128 x 128 block of W (blockwise: DeepSeek-V3 section 3.3.2),
 //                                 the largest count of each operand's shapes
-//   fp8.weight                    --fp8-param-gather: a gathered W's codes decoded
+//   fp8.weight                    --fp8-param-gather at ZeRO-3: a gathered W's codes decoded
 //                                 into the storage type for dgrad's W^T, es x the largest out in
 // Category fp8_state: the scaling state (what the checkpoint saves, beside the model):
 //   fp8.amax                      tensorwise: one amax and its scale (8 bytes)
@@ -60,10 +60,10 @@
 //   blockwise   none (each block's amax is its own)
 //
 // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather) at ZeRO-1, 2 and 3:
-//   fp8.weight                    fp8_operands (above): a gathered W's codes decoded into the
-//                                 storage type for dgrad's W^T, es x the largest out in
-//                                 (ZeRO-3 reads it; ZeRO-1/2 cast the stored W, and still
-//                                 allocate it)
+//   fp8.weight                    ZeRO-3 only, fp8_operands (above): a gathered W's codes
+//                                 decoded into the storage type for dgrad's W^T, es x the
+//                                 largest out in (ZeRO-1/2 decode into the parameters and cast
+//                                 the stored W: nothing to hold)
 //   the gathers                   a bucket's all-gather (ZeRO-3: a unit's, before each use;
 //                                 ZeRO-1/2: of the updated slices, once per step) carries M_j
 //                                 bytes per rank, M_j = max_r (slice es - (es - 1) f_r), f_r
@@ -111,12 +111,14 @@ int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_
 
 // A rank's two categories: the dense linears' tensors above (layers: the layers this rank
 // holds; act_bytes: the storage type's bytes, fp8.weight), the experts' state (local_experts per MoE
-// layer, moe_layers held) and the FP8 gathers' scales (gather_state: fp8_gather_state_bytes).
+// layer, moe_layers held) and the FP8 gathers' scales (gather_state: fp8_gather_state_bytes);
+// zero_stage: fp8.weight is ZeRO-3's alone.
 struct Fp8Memory {
   int64_t operands = 0, state = 0;
 };
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
-                     int local_experts, int moe_layers, int64_t gather_state);
+                     int local_experts, int moe_layers, int64_t gather_state,
+                     int zero_stage);
 // Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
 // whether full recompute runs its forward again; microbatches: the rank's per step; p: the
 // expert grid (etp, ep, edp) for the experts' reductions; fp8_gathers: the step's gathers of
@@ -136,5 +138,12 @@ std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
 int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
 // The fp8_state bytes of the gathers for the rank's `units` (0 without messages).
 int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units);
+// --fp8-param-gather on `d`, the data parallelism of `table`'s flat vector (the whole model's,
+// or a pipeline stage's) at ZeRO stage zero_stage: sets d.fp8_message (fp8_gather_messages;
+// empty without the flag or at ZeRO 0) and d.fp8_gathers, the step's gathers of FP8 units
+// for fp8_comm: ZeRO-1/2 every FP8 unit once, after the optimizer's step; ZeRO-3 each FP8
+// unit's gathers in d.sim (forward, backward, and full recompute's again).
+void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
+                           const std::vector<ParamSpec>& table, int zero_stage, int es);
 
 }  // namespace paralab

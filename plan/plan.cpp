@@ -165,13 +165,9 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
       microbatch_calls(m.num_layers, m.tied_embeddings(), m.fused_cross_entropy,
                        m.recompute.full_groups(m.num_layers)),
       z, plan.dp_cp, o, plan.microbatches_per_rank, {}, {}, p.offload);
-  // --fp8-param-gather: the FP8 buckets' messages, the FP8 units (plan/fp8.h)
-  int64_t fp8_units = 0;
-  if (z >= 1 && m.fp8.enabled && m.fp8.param_gather) {
-    const std::vector<ParamSpec> table = stage_param_table(m, tp, whole, expert_split(p));
-    plan.data_parallel.fp8_message = fp8_gather_messages(table, plan.data_parallel.layout, act);
-    fp8_units = (int64_t)fp8_gathered_weights(table).size() / 4;
-  }
+  // --fp8-param-gather: the FP8 buckets' messages, the step's FP8 gathers (plan/fp8.h)
+  plan_fp8_param_gather(plan.data_parallel, m, stage_param_table(m, tp, whole, expert_split(p)),
+                        z, act);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
   if (!expert_units.empty())
@@ -214,7 +210,8 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   // FP8 gathers' scales (plan/fp8.h)
   const Fp8Memory fp8 = fp8_memory(m, local_sizes(m, B, tp, sp), m.num_layers, act,
                                    m.moe.num_experts / p.expert_parallel, moe_layer_count(m),
-                                   fp8_gather_state_bytes(d.fp8_message, (int)units.size() - 1));
+                                   fp8_gather_state_bytes(d.fp8_message, (int)units.size() - 1),
+                                   z);
   mem.fp8_operands = fp8.operands;
   mem.fp8_state = fp8.state;
   mem.logits = logits_bytes(m, B, t.half(), tp);
@@ -275,14 +272,8 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
     context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
                           plan.microbatches_per_rank);
-    // --fp8-param-gather: the step's gathers of FP8 units (ZeRO-3: each unit's gathers;
-    // ZeRO-1/2: every FP8 unit once, after the optimizer's step)
-    int64_t fp8_gathers = z < 3 ? fp8_units : 0;
-    if (z == 3)
-      for (size_t u = 0; u < d.sim.gathers_of.size() && !d.fp8_message.empty(); ++u)
-        if (d.fp8_message[d.layout.bucket_of[u]] > 0) fp8_gathers += d.sim.gathers_of[u];
     fp8_comm(plan.comm, m, tp, dp, p, all_layers, recomputed, plan.microbatches_per_rank,
-             fp8_gathers);
+             d.fp8_gathers);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)

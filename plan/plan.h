@@ -229,8 +229,9 @@ struct DataParallelPlan {
   std::vector<OffloadCopy> copies;
   // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per bucket (ZeRO-3: per unit), the
   // bytes each rank sends in one of its gathers, 0 for a bucket gathered in the storage type
-  // (empty: every bucket)
+  // (empty: every bucket); the step's gathers of FP8 units (fp8_comm's fp8_gathers)
   std::vector<int64_t> fp8_message;
+  int64_t fp8_gathers = 0;
 };
 
 // One pipeline stage (pp rank); every tp and dp rank of it holds the same.

@@ -200,6 +200,10 @@ resume zero1-fp8-pg zero1-fp8-pg bitwise 2 "--zero-stage 1 ${pg[*]}" 2 "--zero-s
 resume zero2-fp8-pg-bf16 zero2-fp8-pg-bf16 bitwise \
   2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise" \
   2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise"
+# and with pipelining (pp 2 x dp 2): each stage's delayed histories and slices its own
+reference pp2-zero1-fp8-pg 4 --pp 2 --zero-stage 1 "${pg[@]}"
+resume pp2-zero1-fp8-pg pp2-zero1-fp8-pg bitwise 4 "--pp 2 --zero-stage 1 ${pg[*]}" \
+  4 "--pp 2 --zero-stage 1 ${pg[*]}"
 # The MoE experts' FP8 state (one per expert, "fp8/L/e"): resumed bit for bit on one rank and
 # over ep 2 (each rank saves and loads its own experts')
 model=("${tiny[@]}" "${fp8[@]}" --num-experts 4 --moe-router-topk 2)

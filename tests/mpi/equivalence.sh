@@ -169,11 +169,19 @@ fp8_layouts() {  # recipe format layouts...
         RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
           --micro-batch-size 2 --zero-stage 3 --ddp-bucket-size 20000 --fp8-param-gather
         same_bits "llama-fp8-$recipe-$layout" "llama-fp8-$recipe-dp2-zero3" ;;
+      # and with pipelining: each stage gathers its own layers' weights in FP8 (pp 2 x dp 2)
+      pp2-dp2-zero*)
+        local z=${layout#pp2-dp2-zero}; z=${z%-pg}
+        local flag=""; [ "$layout" != "${layout%-pg}" ] && flag=--fp8-param-gather
+        RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 4 $llama $common $fp8 \
+          --micro-batch-size 2 --pp 2 --zero-stage "$z" --ddp-bucket-size 20000 $flag
+        [ -n "$flag" ] && same_bits "llama-fp8-$recipe-$layout" "llama-fp8-$recipe-${layout%-pg}" ;;
     esac
   done
 }
 fp8_layouts delayed hybrid dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg \
-  tp2-sp pp2 cp2
-fp8_layouts tensorwise e4m3 dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg cp2
+  tp2-sp pp2 cp2 pp2-dp2-zero1 pp2-dp2-zero1-pg
+fp8_layouts tensorwise e4m3 dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg cp2 \
+  pp2-dp2-zero3 pp2-dp2-zero3-pg
 fp8_layouts blockwise e4m3 dp2-zero3 pp2
 finish

@@ -13,9 +13,10 @@
 //                                      slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
-//                                      nothing), with blockwise, --offload-params and experts
-//                                      (docs/fp8.md). With pipelining each stage gathers its
-//                                      own layers' weights.
+//                                      nothing), with blockwise and experts (docs/fp8.md).
+//                                      With pipelining each stage gathers its own layers'
+//                                      weights; with --offload-params the slice comes up from
+//                                      the host and is cast on the device.
 //   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
@@ -87,9 +88,6 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
     fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
          "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
          "blocks cross the slices' boundaries: docs/fp8.md)");
-  if (o.parallel.offload.params)
-    fail("--fp8-param-gather casts the slice on the device: it cannot run with "
-         "--offload-params, got both");
   if (o.model.moe.num_experts > 0)
     fail("--fp8-param-gather carries the dense linears' weights; the experts' gather is not "
          "built here: it needs a dense model, got --num-experts ", o.model.moe.num_experts);

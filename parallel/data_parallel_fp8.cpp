@@ -63,7 +63,6 @@ int64_t fp8_gather_slice_bytes(const std::vector<Fp8GatherWeight>& weights, int6
 void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   Impl& m = *impl_;
   if (m.stage == 0) misuse("fp8 param gather needs zero stage 1, 2 or 3");
-  if (m.opt.offload_params) misuse("fp8 param gather with offload_params");
   if ((int)g.weights.size() != m.U) misuse("fp8 param gather: weights of every unit");
   const BucketLayout& l = m.layout;
   m.fp8_bucket.assign(l.buckets.size(), {});
@@ -172,7 +171,13 @@ void DataParallel::Impl::post_fp8_gather(int u) {
   const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   allocate(s.gathered, b.padded, Category::PARAMS);
   s.resident = true;
-  fp8_encode(j, at(params, b.shard_offset));
+  const char* slice = at(params, b.shard_offset);
+  if (opt.offload_params) {  // the slice up from the host shard first, into its place (post_gather)
+    char* mine = at(s.gathered, rank * b.slice);
+    copy_to_device(device, mine, at(host_params, b.shard_offset), b.slice * es);
+    slice = mine;
+  }
+  fp8_encode(j, slice);  // read before step 4 writes the gathered buffer
   const char* all = fp8_exchange(j);
   // 4. every rank's runs to their places
   for (int r = 0; r < (communicates(b) ? size : 1); ++r) {

@@ -4,8 +4,8 @@
 # compare_runs.py at --rtol 0 (bit for bit: the host update is the device kernel's own
 # kernels/math.h adamw_step), against the same layout without offload; both runs' ledgers
 # (device and host columns, every rank) and communication (the pcie rows included) must equal
-# their plans exactly. ZeRO 0-3, a fraction that cuts a bucket, offload_params, with tp, pp,
-# ep and bf16; the no-offload layouts themselves are held to the single-rank run by
+# their plans exactly. ZeRO 0-3, a fraction that cuts a bucket, offload_params (also with
+# --fp8-param-gather), with tp, pp, ep and bf16; the no-offload layouts themselves are held to the single-rank run by
 # equivalence.sh, pipeline.sh and expert_parallel.sh.
 #
 # usage: tests/mpi/offload.sh ./trainer [filter]   (filter: substring of a case name)
@@ -38,6 +38,12 @@ pair pp2-zero2   2 "$gpt $common --micro-batch-size 2 --pp 2 --zero-stage 2"
 pair ep2-zero1   2 "$moe --ep 2 --zero-stage 1" "--optimizer-cpu-offload --optimizer-offload-fraction 0.5"
 pair bf16-zero2  2 "$gpt $common --micro-batch-size 2 --bf16 --zero-stage 2 --overlap-grad-reduce"
 pair bf16-zero3-params 2 "$gpt $common --micro-batch-size 2 --bf16 --zero-stage 3" "--offload-params"
+# --fp8-param-gather: the slice comes up from the host, then is cast and gathered as on the
+# device (equivalence.sh holds the runs without offload to those without the flag, bitwise)
+fp8_pg="--fp8-param-gather --fp8-format hybrid"
+pair fp8-zero3-params 2 "$gpt $common --micro-batch-size 2 --zero-stage 3 $fp8_pg" "--offload-params"
+pair bf16-fp8-zero3-params 2 "$gpt $common --micro-batch-size 2 --bf16 --zero-stage 3 $fp8_pg \
+  --fp8-recipe tensorwise --overlap-grad-reduce" "--offload-params"
 # bf16 moments (Megatron's precision-aware optimizer): 2 bytes each in the host column too
 pair bf16-moments-zero1-half 2 "$gpt $common --micro-batch-size 4 --bf16 --zero-stage 1 --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16" "--optimizer-cpu-offload --optimizer-offload-fraction 0.55"
 finish

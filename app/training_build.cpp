@@ -155,6 +155,7 @@ Training::Training(const Options& o, const World& w)
   // --fp8-param-gather at ZeRO-1/2: step 1's weights gathered in FP8 too, as every later
   // step's are, now that the parameters and the FP8 scales are loaded (parallel/data_parallel.h)
   model_->data_parallel().gather_fp8_weights();
+  if (DataParallel* experts = model_->expert_data_parallel()) experts->gather_fp8_weights();
   start_ = resume.position;
   skipped_steps_ = start_.skipped_steps;
   skipped_in_a_row_ = start_.skipped_in_a_row;

@@ -7,16 +7,19 @@
 //   --fp8-amax-history-len N          default 1 (Transformer Engine's DelayedScaling: 1024)
 //   --fp8-amax-compute-algo most_recent|max     default most_recent (TE's: max)
 //   --fp8-param-gather                default off: the parameter all-gathers carry the dense
-//                                      linears' weights as FP8 codes (parallel/data_parallel.h
-//                                      Fp8ParamGather): ZeRO-3's (FSDP's) before each use,
+//                                      linears' and the MoE experts' weights as FP8 codes
+//                                      (parallel/data_parallel.h Fp8ParamGather): ZeRO-3's
+//                                      (FSDP's) before each use,
 //                                      ZeRO-1/2's (the distributed optimizer's) of the updated
 //                                      slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
-//                                      nothing), with blockwise and experts (docs/fp8.md).
-//                                      With pipelining each stage gathers its own layers'
-//                                      weights; with --offload-params the slice comes up from
-//                                      the host and is cast on the device.
+//                                      nothing), with blockwise, and with experts at ZeRO-3
+//                                      (docs/fp8.md). The MoE experts' weights travel in FP8
+//                                      at ZeRO-1/2, each expert's at its own scale; with
+//                                      pipelining each stage gathers its own layers' weights;
+//                                      with --offload-params the slice comes up from the host
+//                                      and is cast on the device.
 //   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line
@@ -62,9 +65,10 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
       ->check(one_of({"most_recent", "max"}))->capture_default_str()->group(kPrecision);
   app.add_flag("--fp8-param-gather", f.param_gather,
                "the parameter all-gathers (ZeRO-3's before each use, ZeRO-1/2's after the "
-               "optimizer step) carry the dense linears' weights as FP8 codes (1 byte per "
-               "element) and the GEMMs use them as gathered (Megatron's flag); needs "
-               "--fp8-format, --zero-stage 1, 2 or 3, delayed or tensorwise (docs/fp8.md)")
+               "optimizer step) carry the dense linears' and the MoE experts' weights as FP8 "
+               "codes (1 byte per element) and the GEMMs use them as gathered (Megatron's "
+               "flag); needs --fp8-format, --zero-stage 1, 2 or 3 (1 or 2 with experts), "
+               "delayed or tensorwise (docs/fp8.md)")
       ->group(kPrecision);
   add_switch(app, "--log-fp8-scaling", f.log_scaling,
              "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
@@ -88,9 +92,10 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
     fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
          "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
          "blocks cross the slices' boundaries: docs/fp8.md)");
-  if (o.model.moe.num_experts > 0)
-    fail("--fp8-param-gather carries the dense linears' weights; the experts' gather is not "
-         "built here: it needs a dense model, got --num-experts ", o.model.moe.num_experts);
+  if (o.model.moe.num_experts > 0 && z == 3)
+    fail("--fp8-param-gather carries the MoE experts' weights in the distributed optimizer's "
+         "gather: with --num-experts it needs --zero-stage 1 or 2, got --zero-stage 3 (the "
+         "experts' ZeRO-3 gather in FP8 is not built: docs/fp8.md)");
 }
 }  // namespace
 

@@ -39,9 +39,9 @@ using kernels::Device;
 enum Linear { QKV = 0, PROJ = 1, FC1 = 2, FC2 = 3 };
 template <typename T>
 Fp8Linear linear(const LayerContext& c, Workspace<T>& ws, Linear k) {
-  if (c.fp8_weights == nullptr) return {c.fp8, c.fp8_first + k, &ws.fp8};
-  // --fp8-param-gather: W gathered in FP8, scales [0, 4), factors [4, 8)
-  return {c.fp8, c.fp8_first + k, &ws.fp8, c.fp8_weights + k, c.fp8_weights + 4 + k,
+  if (c.fp8_weights.state == nullptr) return {c.fp8, c.fp8_first + k, &ws.fp8};
+  // --fp8-param-gather: W gathered in FP8 at this scale
+  return {c.fp8, c.fp8_first + k, &ws.fp8, c.fp8_weights.scale(k), c.fp8_weights.factor(k),
           c.fp8_weights_stored};
 }
 

@@ -137,11 +137,12 @@ struct LayerContext {
   // proj, fc1, fc2 follow). nullptr: the linears run in the storage type.
   Fp8Scaling* fp8 = nullptr;
   int fp8_first = 0;
-  // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the layer's four weights
-  // were gathered in FP8, their scales [0, 4) and factors [4, 8); at ZeRO-3 they hold the
+  // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the layer's dense weights
+  // (qkv, proj, fc1, fc2: k = 0..3) and its experts' (local expert e's fc1 at e, fc2 at
+  // E_l + e) were gathered in FP8 with these scales and factors; at ZeRO-3 they hold the
   // codes, at ZeRO-1/2 (fp8_weights_stored) the stored values, the codes decoded into them.
-  // nullptr: W as stored, cast as the recipe says.
-  const float* fp8_weights = nullptr;
+  // state nullptr: W as stored, cast as the recipe says.
+  Fp8GatheredUnit fp8_weights{}, fp8_expert_weights{};
   bool fp8_weights_stored = false;
   // The experts' FP8 (an MoE layer, --fp8-format): the stage's experts' scaling and this
   // layer's first expert linear in it (local expert e's fc1 is fp8_experts_first + 2 e, its fc2

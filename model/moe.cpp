@@ -79,7 +79,13 @@ struct ExpertLinears {
   Fp8Scratch* scratch;
   bool fp8() const { return c.fp8_experts != nullptr; }
   Fp8Linear linear(size_t e) const {
-    return {c.fp8_experts, c.fp8_experts_first + 2 * (int)e + (int)fc, scratch};
+    const int index = c.fp8_experts_first + 2 * (int)e + (int)fc;
+    if (c.fp8_expert_weights.state == nullptr) return {c.fp8_experts, index, scratch};
+    // --fp8-param-gather (ZeRO-1/2): W as stored, its other slices decoded from the gathered
+    // codes, cast at the gathered scale (parallel/fp8_linear.h)
+    const int k = (int)fc * (int)x.local_rows.size() + (int)e;
+    return {c.fp8_experts, index, scratch, c.fp8_expert_weights.scale(k),
+            c.fp8_expert_weights.factor(k), true};
   }
   size_t rows(size_t e) const { return (size_t)x.local_offset[e]; }  // its first row
   size_t weight(size_t e) const { return e * (size_t)in * out; }
@@ -122,8 +128,8 @@ void experts_wgrad(const ExpertLinears& L, T* dW, const T* dy, const T* in) {
 }
 
 // The experts' FP8 operands for R rows (category workspace, parallel/fp8_linear.h), empty
-// in the storage type. No gathered-weight buffer (es 0): --fp8-param-gather is refused with
-// experts (cli/flags_fp8.cpp).
+// in the storage type. No gathered-weight buffer (es 0): --fp8-param-gather runs with experts
+// at ZeRO-1/2 only, which cast the stored W (cli/flags_fp8.cpp).
 Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe) {
   Fp8Scratch s;
   if (c.fp8_experts)

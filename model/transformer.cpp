@@ -431,6 +431,7 @@ const T* Transformer::layers_forward(State<T>& s, InFlight<T>& f, int microbatch
     const void* P = dp.acquire_params(u, true);
     const void* PE = dp.expert_params(u);
     c.fp8_weights = dp.fp8_weights(u);
+    c.fp8_expert_weights = dp.fp8_expert_weights(u);
     layer_forward(c, layer_weights<T>(P, PE, layer_offsets_[l]), x, f.acts[i], s.ws);
     dp.release_params(u);
     x = f.acts[i].out.data();
@@ -493,6 +494,7 @@ void Transformer::layers_backward(State<T>& s, InFlight<T>& f, int chunk, bool s
     const void* P = dp.acquire_params(u, false);
     const void* PE = dp.expert_params(u);
     c.fp8_weights = dp.fp8_weights(u);
+    c.fp8_expert_weights = dp.fp8_expert_weights(u);
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_backward(c, layer_weights<T>(P, PE, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
@@ -514,6 +516,7 @@ void Transformer::recompute_forward(State<T>& s, InFlight<T>& f, UnitParams& dp,
     const void* P = dp.acquire_params(uj, false);
     const void* PE = dp.expert_params(uj);
     cj.fp8_weights = dp.fp8_weights(uj);
+    cj.fp8_expert_weights = dp.fp8_expert_weights(uj);
     layer_forward(cj, layer_weights<T>(P, PE, layer_offsets_[lj]),
                   j > 0 ? f.acts[j - 1].out.data() : f.input.data(), f.acts[j], s.ws);
     dp.release_params(uj);

@@ -69,23 +69,44 @@ void Transformer::make_fp8() {
   set_fp8_amax_group(nullptr, nullptr);
 }
 
+// --fp8-param-gather: each layer's FP8 weights, in the order of their elements in the unit:
+// qkv, proj, and a dense MLP's fc1, fc2 (the dense scaling's linears 4 i + k, layer.cpp); an
+// MoE layer's experts' fc1 of each local expert, then their fc2 (the experts' scaling's
+// linears, model/moe.cpp), in the dense unit or, with the experts apart, in the expert
+// vector's (its own DataParallel, over edp).
 void Transformer::make_fp8_param_gather() {
   if (!fp8_ || !config_.fp8.param_gather) return;
-  Fp8ParamGather g;
-  g.scaling = fp8_.get();
-  g.weights.assign(dp_->num_units(), {});
-  // the four linears' weights of each layer held here, in their linears' order (layer.cpp)
-  const char* const weights[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight",
-                                  "mlp.fc2.weight"};
+  Fp8ParamGather dense, experts;
+  dense.weights.assign(dp_->num_units(), {});
+  if (expert_dp_) experts.weights.assign(expert_dp_->num_units(), {});
+  const char* const names[4] = {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight",
+                                "mlp.fc2.weight"};
+  const int E = ep_.local_experts(config_.moe.num_experts);
   for (int l = 0; l < (int)layer_unit_.size(); ++l) {
-    if (layer_unit_[l] < 0) continue;
-    for (int k = 0; k < 4; ++k) {
-      const TensorView& v = views_.at(index_.at("layers." + std::to_string(l) + "." + weights[k]));
-      g.weights[layer_unit_[l]].push_back(
-          {(int64_t)v.unit_offset, (int64_t)v.numel, 4 * fp8_ordinal(l) + k});
+    const int u = layer_unit_[l];
+    if (u < 0) continue;
+    const std::string layer = "layers." + std::to_string(l) + ".";
+    const bool moe = config_.moe.is_moe_layer(l);
+    for (int k = 0; k < (moe ? 2 : 4); ++k) {
+      const TensorView& v = views_.at(index_.at(layer + names[k]));
+      dense.weights[u].push_back(
+          {(int64_t)v.unit_offset, (int64_t)v.numel, fp8_.get(), 4 * fp8_ordinal(l) + k});
+    }
+    if (!moe) continue;
+    const int first = 2 * E * fp8_moe_ordinal_.at(l);  // fc1 of local expert e: first + 2 e
+    const char* const stacked[2] = {"mlp.experts.fc1.weight", "mlp.experts.fc2.weight"};
+    for (int fc = 0; fc < 2; ++fc) {
+      const TensorView& v = views_.at(index_.at(layer + stacked[fc]));
+      const int64_t each = (int64_t)v.numel / E;  // one expert's (out, in) of the stacked tensor
+      for (int e = 0; e < E; ++e)
+        (v.expert ? experts : dense)
+            .weights[u]
+            .push_back({(int64_t)v.unit_offset + e * each, each, fp8_experts_.get(),
+                        first + 2 * e + fc});
     }
   }
-  dp_->set_fp8_param_gather(std::move(g));
+  dp_->set_fp8_param_gather(std::move(dense));
+  if (expert_dp_) expert_dp_->set_fp8_param_gather(std::move(experts));
 }
 
 void Transformer::set_fp8_amax_group(Communicator* data_parallel_group,

@@ -46,8 +46,16 @@ class UnitParams {
   // without expert parallelism.
   const void* expert_params(int u) const { return experts_ ? expert_params_[u] : nullptr; }
   void* expert_grads(int u) const { return experts_ ? expert_grads_[u] : nullptr; }
-  // --fp8-param-gather: unit u's gathered weights' scales and factors (DataParallel)
-  const float* fp8_weights(int u) const { return dense_.fp8_weights(u); }
+  // --fp8-param-gather: unit u's gathered weights' scales and factors (DataParallel): its
+  // dense linears' (qkv first), and an MoE layer's experts' (local expert e's fc1 at e, its
+  // fc2 at E_l + e), from the expert vector's unit or after the dense unit's qkv and proj.
+  Fp8GatheredUnit fp8_weights(int u) const { return dense_.fp8_weights(u); }
+  Fp8GatheredUnit fp8_expert_weights(int u) const {
+    if (experts_) return experts_->fp8_weights(u);
+    Fp8GatheredUnit w = dense_.fp8_weights(u);
+    w.first = 2;  // qkv, proj
+    return w;
+  }
 
  private:
   DataParallel& dense_;

@@ -53,7 +53,7 @@
 #include "measure/ledger.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
-#include "parallel/fp8_scaling.h"  // Fp8Scaling (--fp8-param-gather)
+#include "parallel/fp8_linear.h"  // Fp8GatheredUnit, Fp8Scaling (--fp8-param-gather)
 
 namespace paralab {
 
@@ -103,12 +103,13 @@ struct OwnedSegment {
 };
 
 // --fp8-param-gather (Megatron-Core's flag; docs/fp8.md): the parameter all-gathers carry the
-// FP8 weights (the dense linears') as FP8 codes, 1 byte per element, the rest in the storage
-// type: ZeRO-3's gather of a unit before its use, ZeRO-1/2's gather of a bucket's updated
-// slices after the optimizer's step (Megatron's distributed optimizer). Each rank casts its
-// slice of each weight at the weight's scale of the step (delayed: the history's; tensorwise:
-// from the whole weight's amax, the max over the slices' amaxes, one MAX all-reduce of the
-// unit's 4 amaxes over the group first, as Megatron's current scaling does). At ZeRO-3 the
+// FP8 weights (the dense linears' and the MoE experts', each expert's its own) as FP8 codes,
+// 1 byte per element, the rest in the storage type: ZeRO-3's gather of a unit before its use,
+// ZeRO-1/2's gather of a bucket's updated slices after the optimizer's step (Megatron's
+// distributed optimizer). Each rank casts its slice of each weight at the weight's scale of
+// the step (delayed: the history's; tensorwise: from the whole weight's amax, the max over the
+// slices' amaxes, one MAX all-reduce of the unit's n amaxes over the group first, as
+// Megatron's current scaling does). At ZeRO-3 the
 // gathered unit holds each weight's codes at the start of its place (its pointer is the
 // codes'); at ZeRO-1/2 the receivers decode the codes into their storage-type copy of the
 // weight (the owner keeps its own slice exact) and the GEMMs cast the weight at the gathered
@@ -119,12 +120,14 @@ struct OwnedSegment {
 // dp M) and copied (ZeRO-3) or decoded (ZeRO-1/2) to their places, the gather completing where
 // it is posted (ZeRO-1/2: in after_optimizer_step, --overlap-param-gather or not).
 struct Fp8GatherWeight {
-  int64_t begin = 0, count = 0;  // the weight's elements of its unit
-  int linear = 0;                // its linear in `scaling` (parallel/fp8_scaling.h)
+  int64_t begin = 0, count = 0;    // the weight's elements of its unit
+  Fp8Scaling* scaling = nullptr;   // the scaling it is cast in (parallel/fp8_scaling.h): the
+  int linear = 0;                  // dense linears' or the experts', and its linear there
 };
 struct Fp8ParamGather {
-  Fp8Scaling* scaling = nullptr;
-  // per unit: none, or the layer's 4 (qkv, proj, fc1, fc2), in this order
+  // per unit: none, or its FP8 weights in the order fp8_weights numbers them (a dense
+  // layer's qkv, proj, fc1, fc2; an MoE layer's qkv, proj, then each local expert's fc1, then
+  // each one's fc2, where they are in this vector), whatever the order of their elements
   std::vector<std::vector<Fp8GatherWeight>> weights;
 };
 // The bytes of the message of the slice [lo, hi) of a unit (elements of the unit): its FP8
@@ -187,12 +190,12 @@ class DataParallel {
   // Waits for everything in flight (end of training).
   void drain();
 
-  // --fp8-param-gather (above): ZeRO 1-3. Unit u's weights' scales [0, 4) and factors [4, 8)
-  // while it is acquired, nullptr for a unit without FP8 weights (ZeRO-1/2: or whose weights
-  // were written since its last FP8 gather: params_written). fp8_weights_stored: the weights
-  // are the stored values (ZeRO-1/2), not the codes (ZeRO-3).
+  // --fp8-param-gather (above): ZeRO 1-3. Unit u's weights' scales and factors while it is
+  // acquired, state nullptr for a unit without FP8 weights (ZeRO-1/2: or whose weights were
+  // written since its last FP8 gather: params_written). fp8_weights_stored: the weights are
+  // the stored values (ZeRO-1/2), not the codes (ZeRO-3).
   void set_fp8_param_gather(Fp8ParamGather g);
-  const float* fp8_weights(int u) const;
+  Fp8GatheredUnit fp8_weights(int u) const;
   bool fp8_weights_stored() const;
   // ZeRO-1/2 with --fp8-param-gather: every FP8 bucket's gather from the stored slices, as
   // after_optimizer_step makes it (else nothing). The trainer calls it once before the first

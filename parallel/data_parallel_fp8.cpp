@@ -1,14 +1,15 @@
 // parallel/data_parallel_fp8.cpp: --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather,
-// docs/fp8.md): a gather with the dense linears' weights as FP8 codes. ZeRO-3 gathers a unit
+// docs/fp8.md): a gather with the dense linears' and the MoE experts' weights as FP8 codes,
+// each weight (each expert's fc1 and fc2) at its own scale. ZeRO-3 gathers a unit
 // before its use; ZeRO-1/2 gather a bucket after the optimizer's step (the distributed
 // optimizer's all-gather of updated parameters).
 //
 // The steps of one gather of bucket j (every rank; at ZeRO-3 bucket = unit):
 //   1. the scales of its FP8 units: delayed, the history's; tensorwise, each weight's amax over
-//      this rank's slice, a MAX all-reduce of the unit's 4 amaxes over dp (Megatron's current
+//      this rank's slice, a MAX all-reduce of the unit's n amaxes over dp (Megatron's current
 //      scaling reduces the shards' amaxes the same way: fp8_utils.py,
-//      _quantize_param_shard_impl), then the scaling's own reduction over the pieces (tp, cp)
-//      and scale = max / amax
+//      _quantize_param_shard_impl), then each weight's scaling's own reduction over the pieces
+//      (the dense linears': tp, cp; the experts': none) and scale = max / amax
 //   2. the message: this rank's slice of the bucket, run by run, an FP8 weight's elements cast
 //      at its scale (1 byte each; delayed: the slice's amax recorded), the others copied (es
 //      bytes each)
@@ -64,23 +65,38 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   Impl& m = *impl_;
   if (m.stage == 0) misuse("fp8 param gather needs zero stage 1, 2 or 3");
   if ((int)g.weights.size() != m.U) misuse("fp8 param gather: weights of every unit");
+  // each unit's 3 n floats (scales, factors, amaxes) in fp8_state
+  m.fp8_unit_state.assign(m.U, 0);
+  int64_t state = 0;
+  for (int u = 0; u < m.U; ++u) {
+    m.fp8_unit_state[u] = state;
+    for (const Fp8GatherWeight& w : g.weights[u])
+      if (w.scaling == nullptr) misuse("fp8 param gather: a weight without its scaling");
+    state += 3 * (int64_t)g.weights[u].size();
+  }
   const BucketLayout& l = m.layout;
   m.fp8_bucket.assign(l.buckets.size(), {});
-  m.fp8_slot.assign(l.buckets.size(), {});
+  m.fp8_place.assign(l.buckets.size(), {});
   m.fp8_message.assign(l.buckets.size(), 0);
   int64_t largest = 0;
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
-    for (int u = b.unit_lo; u <= b.unit_hi; ++u) {
-      const std::vector<Fp8GatherWeight>& w = g.weights[u];
-      if (w.empty()) continue;
-      if (w.size() != 4) misuse("fp8 param gather: a unit's 4 weights");
-      for (int k = 0; k < 4; ++k) {
-        Fp8GatherWeight x = w[k];
+    std::vector<std::pair<Fp8GatherWeight, Impl::Fp8Place>> in_bucket;
+    for (int u = b.unit_lo; u <= b.unit_hi; ++u)
+      for (size_t k = 0; k < g.weights[u].size(); ++k) {
+        Fp8GatherWeight x = g.weights[u][k];
         x.begin += m.unit_begin[u] - b.begin;  // elements of the bucket
-        m.fp8_bucket[j].push_back(x);
-        m.fp8_slot[j].push_back(12 * u + k);
+        in_bucket.push_back({x, {u, (int)k, (int)g.weights[u].size()}});
       }
+    // in the order of their elements, as the slices' runs take them
+    std::sort(in_bucket.begin(), in_bucket.end(),
+              [](const auto& a, const auto& c) { return a.first.begin < c.first.begin; });
+    for (size_t i = 0; i < in_bucket.size(); ++i) {
+      const Fp8GatherWeight* before = i > 0 ? &in_bucket[i - 1].first : nullptr;
+      if (before && in_bucket[i].first.begin < before->begin + before->count)
+        misuse("fp8 param gather: overlapping weights");
+      m.fp8_bucket[j].push_back(in_bucket[i].first);
+      m.fp8_place[j].push_back(in_bucket[i].second);
     }
     for (int r = 0; r < m.size && !m.fp8_bucket[j].empty(); ++r)
       m.fp8_message[j] = std::max(m.fp8_message[j],
@@ -90,15 +106,15 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   }
   m.fp8 = std::move(g);
   m.fp8_gathered.assign(m.U, false);
-  m.fp8_state.allocate(m.device, 12 * (size_t)m.U, Category::FP8_STATE);
+  m.fp8_state.allocate(m.device, state, Category::FP8_STATE);
   m.fp8_send.allocate(m.device, largest, Category::COMM_BUFFERS);
   if (m.dp) m.fp8_recv.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
 }
 
-const float* DataParallel::fp8_weights(int u) const {
+Fp8GatheredUnit DataParallel::fp8_weights(int u) const {
   const Impl& m = *impl_;
-  if (!m.fp8_unit(u) || (m.stage < 3 && !m.fp8_gathered[u])) return nullptr;
-  return m.fp8_state.data() + 12 * u;
+  if (!m.fp8_unit(u) || (m.stage < 3 && !m.fp8_gathered[u])) return {};
+  return {m.fp8_state.data() + m.fp8_unit_state[u], (int)m.fp8.weights[u].size(), 0};
 }
 
 bool DataParallel::fp8_weights_stored() const { return impl_->stage < 3; }
@@ -114,43 +130,60 @@ void DataParallel::gather_fp8_weights() {
 void DataParallel::Impl::fp8_encode(int j, const char* slice) {
   const Bucket& b = layout.buckets[j];
   const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
-  const std::vector<int>& slot = fp8_slot[j];
-  Fp8Scaling& scaling = *fp8.scaling;
   const int64_t lo = rank * b.slice;
   const std::vector<Run> mine = slice_runs(w, lo, lo + b.slice);
   float* state = fp8_state.data();
+  // weight i of the bucket: weight k of the n of unit u, whose scales [0, n), factors
+  // [n, 2n) and amaxes [2n, 3n) start at fp8_unit_state[u]
+  auto at = [&](int i, int what) {
+    const Fp8Place& p = fp8_place[j][i];
+    return state + fp8_unit_state[p.unit] + what * p.count + p.k;
+  };
+  std::vector<int> units;  // the bucket's units with FP8 weights
+  for (const Fp8Place& p : fp8_place[j]) units.push_back(p.unit);  // a unit's weights together
+  units.erase(std::unique(units.begin(), units.end()), units.end());
   with_storage(opt.storage, [&](auto type) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, kernels::fp16>) {
       misuse("fp8 param gather with fp16 storage");
     } else {
-      // 1. the scales (and factors), unit by unit (4 weights each, slots 12 u + k)
-      const bool tensorwise = scaling.config().recipe == Fp8Recipe::Tensorwise;
+      // 1. the scales (and factors), unit by unit, each run of weights of one scaling together
+      const bool tensorwise = w.front().scaling->config().recipe == Fp8Recipe::Tensorwise;
       if (tensorwise) {
-        for (size_t k = 0; k < w.size(); k += 4)
-          kernels::memset_zero(device, state + slot[k] + 8, 4 * sizeof(float));
+        for (int u : units)
+          kernels::memset_zero(device, state + fp8_unit_state[u] + 2 * fp8.weights[u].size(),
+                               fp8.weights[u].size() * sizeof(float));
         for (const Run& r : mine)
           if (r.weight >= 0)
-            kernels::fp8_amax(device, state + slot[r.weight] + 8,
+            kernels::fp8_amax(device, at(r.weight, 2),
                               reinterpret_cast<const T*>(slice + (r.lo - lo) * es), r.hi - r.lo);
       }
-      for (size_t k = 0; k < w.size(); k += 4) {
-        float* unit = state + slot[k];  // scales [0, 4), factors [4, 8), amaxes [8, 12)
-        if (tensorwise && communicates(b)) dp->all_reduce(unit + 8, 4, ReduceOp::MAX, DType::F32);
-        scaling.gather_scales({w[k].linear, w[k + 1].linear, w[k + 2].linear, w[k + 3].linear},
-                              unit + 8, unit, unit + 4);
+      for (int u : units) {
+        const std::vector<Fp8GatherWeight>& unit_weights = fp8.weights[u];
+        float* unit = state + fp8_unit_state[u];
+        const int n = (int)unit_weights.size();
+        if (tensorwise && communicates(b))
+          dp->all_reduce(unit + 2 * n, n, ReduceOp::MAX, DType::F32);
+        for (int k0 = 0; k0 < n;) {  // the weights [k0, k1) of one scaling
+          std::vector<int> linears;
+          int k1 = k0;
+          for (; k1 < n && unit_weights[k1].scaling == unit_weights[k0].scaling; ++k1)
+            linears.push_back(unit_weights[k1].linear);
+          unit_weights[k0].scaling->gather_scales(linears, unit + 2 * n + k0, unit + k0,
+                                                  unit + n + k0);
+          k0 = k1;
+        }
       }
       // 2. the message
       char* out = fp8_send.data();
       for (const Run& r : mine) {
         const char* src = slice + (r.lo - lo) * es;
-        if (r.weight >= 0) {
-          float* scale = state + slot[r.weight];
-          scaling.quantize_shard(w[r.weight].linear, reinterpret_cast<const T*>(src),
-                                 r.hi - r.lo, scale, reinterpret_cast<uint8_t*>(out), scale + 4);
-        } else {
+        if (r.weight >= 0)
+          w[r.weight].scaling->quantize_shard(w[r.weight].linear, reinterpret_cast<const T*>(src),
+                                              r.hi - r.lo, at(r.weight, 0),
+                                              reinterpret_cast<uint8_t*>(out), at(r.weight, 1));
+        else
           kernels::memcpy_device(device, out, src, (r.hi - r.lo) * es);
-        }
         out += run_bytes(r, es);
       }
     }
@@ -200,7 +233,6 @@ void DataParallel::Impl::gather_fp8_bucket(int j) {
   fp8_encode(j, bucket + rank * b.slice * es);
   const char* all = fp8_exchange(j);
   // 4. the other ranks' runs into the parameter buffer
-  const kernels::Fp8Format f = fp8.scaling->format(Fp8Role::Weight);
   with_storage(opt.storage, [&](auto type) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, kernels::fp16>) return;  // fp8_encode refused it
@@ -212,7 +244,9 @@ void DataParallel::Impl::gather_fp8_bucket(int j) {
         if (x.weight >= 0)
           kernels::fp8_dequantize(device, reinterpret_cast<T*>(dst),
                                   {reinterpret_cast<const uint8_t*>(in),
-                                   fp8_state.data() + fp8_slot[j][x.weight] + 4, f,
+                                   fp8_state.data() + fp8_unit_state[fp8_place[j][x.weight].unit] +
+                                       fp8_place[j][x.weight].count + fp8_place[j][x.weight].k,
+                                   w[x.weight].scaling->format(Fp8Role::Weight),
                                    kernels::Fp8Blocks::Tensor},
                                   1, (int)(x.hi - x.lo));
         else

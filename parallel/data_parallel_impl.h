@@ -90,15 +90,19 @@ struct DataParallel::Impl {
     int refs = 0;
   };
   std::vector<UnitState> units;
-  // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights, per unit 12
-  // floats (scales, factors, amaxes of its 4 weights), the two staging buffers of M bytes
-  // (send) and dp M (receive), M the largest message. Per bucket its FP8 weights (elements of
-  // the bucket, ascending), each one's place in fp8_state (12 u + k) and the bucket's message
-  // M_j (0: none); ZeRO-1/2: per unit, whether its weights were last set by an FP8 gather
-  // (cleared by params_written).
+  // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights; unit u's n
+  // weights' scales, factors and amaxes, 3 n floats from fp8_unit_state[u] of fp8_state; the
+  // two staging buffers of M bytes (send) and dp M (receive), M the largest message. Per
+  // bucket its FP8 weights (elements of the bucket, ascending), each one's place (weight k of
+  // the n of unit u) and its message M_j (0: none); ZeRO-1/2: per unit, whether its weights
+  // were last set by an FP8 gather (cleared by params_written).
+  struct Fp8Place {
+    int unit, k, count;
+  };
   Fp8ParamGather fp8;
+  std::vector<int64_t> fp8_unit_state;
   std::vector<std::vector<Fp8GatherWeight>> fp8_bucket;
-  std::vector<std::vector<int>> fp8_slot;
+  std::vector<std::vector<Fp8Place>> fp8_place;
   std::vector<bool> fp8_gathered;
   Buffer<float> fp8_state;
   Buffer<char> fp8_send, fp8_recv;

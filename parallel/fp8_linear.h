@@ -47,6 +47,17 @@ struct Fp8Scratch {
                 Category where);
 };
 
+// A gathered unit's FP8 weights (--fp8-param-gather: parallel/data_parallel.h
+// DataParallel::fp8_weights): weight k's scale at state[first + k] and its factor 1 / scale at
+// state[count + first + k]; state nullptr: not gathered in FP8. `first` skips the unit's
+// weights a caller does not own (an MoE layer's experts come after its qkv and proj).
+struct Fp8GatheredUnit {
+  const float* state = nullptr;
+  int count = 0, first = 0;
+  const float* scale(int k) const { return state + first + k; }
+  const float* factor(int k) const { return state + count + first + k; }
+};
+
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it
 // (layer l of the chunk: 4 l + 0 qkv, + 1 proj, + 2 fc1, + 3 fc2). scaling == nullptr: the
 // GEMMs run in the storage type (the default; attention and the output layer never take FP8).

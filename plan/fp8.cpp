@@ -93,7 +93,7 @@ int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_
 
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
               const ParallelConfig& p, const std::vector<int>& layers,
-              const std::vector<bool>& recomputed, int64_t microbatches, int64_t fp8_gathers) {
+              const std::vector<bool>& recomputed, int64_t microbatches) {
   const Fp8Config& c = m.fp8;
   if (!c.enabled || layers.empty()) return;
   const int cp = m.context_parallel.size;
@@ -126,21 +126,24 @@ void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, in
                (m.recompute.recompute_mlp() && !moe ? again : 0);
     }
     casts *= microbatches;
-    auto reduce = [&](CommGroup g, int n) {
-      if (n <= 1) return;
-      add_comm(comm, g, CommOp::ALL_REDUCE, n, casts, 4 * casts);
-      if (fp8_gathers > 0) add_comm(comm, g, CommOp::ALL_REDUCE, n, fp8_gathers, 16 * fp8_gathers);
-    };
-    reduce(CommGroup::TP, tp);
-    reduce(CommGroup::CP, cp);
-    if (fp8_gathers > 0 && dp * cp > 1)  // the shards' amaxes over the ZeRO group
-      add_comm(comm, cp > 1 ? CommGroup::DP_CP : CommGroup::DP, CommOp::ALL_REDUCE, dp * cp,
-               fp8_gathers, 16 * fp8_gathers);
+    if (tp > 1) add_comm(comm, CommGroup::TP, CommOp::ALL_REDUCE, tp, casts, 4 * casts);
+    if (cp > 1) add_comm(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, casts, 4 * casts);
   }
 }
 
-std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<ParamSpec>& table) {
-  std::vector<std::pair<int64_t, int64_t>> out;
+void fp8_gather_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
+                     const DataParallelPlan& d, CommGroup zero_group, int zero_ranks, int tp) {
+  if (m.fp8.recipe != Fp8Recipe::Tensorwise || d.fp8_gathers == 0) return;
+  const int cp = m.context_parallel.size;
+  const int64_t calls = d.fp8_piece_calls, bytes = d.fp8_piece_bytes;  // the dense weights'
+  if (tp > 1) add_comm(comm, CommGroup::TP, CommOp::ALL_REDUCE, tp, calls, bytes);
+  if (cp > 1) add_comm(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, calls, bytes);
+  if (zero_ranks > 1)  // the shards' amaxes over the ZeRO group
+    add_comm(comm, zero_group, CommOp::ALL_REDUCE, zero_ranks, d.fp8_gathers, d.fp8_amax_bytes);
+}
+
+std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>& table) {
+  std::vector<Fp8GatheredWeight> out;
   int64_t offset = 0;
   for (const ParamSpec& p : table) {
     const std::string& n = p.name;
@@ -150,7 +153,12 @@ std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<
     };
     if (!p.expert && (ends(".attn.qkv.weight") || ends(".attn.proj.weight") ||
                       ends(".mlp.fc1.weight") || ends(".mlp.fc2.weight")))
-      out.push_back({offset, offset + p.numel()});
+      out.push_back({offset, offset + p.numel(), false});
+    if (p.expert && (ends(".mlp.experts.fc1.weight") || ends(".mlp.experts.fc2.weight"))) {
+      const int64_t each = p.numel() / p.shape[0];  // the local experts, stacked
+      for (int64_t e = 0; e < p.shape[0]; ++e)
+        out.push_back({offset + e * each, offset + (e + 1) * each, true});
+    }
     offset += p.numel();
   }
   return out;
@@ -158,19 +166,19 @@ std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<
 
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
                                          const BucketLayout& l, int es) {
-  const std::vector<std::pair<int64_t, int64_t>> weights = fp8_gathered_weights(table);
+  const std::vector<Fp8GatheredWeight> weights = fp8_gathered_weights(table);
   std::vector<int64_t> out(l.buckets.size(), 0);
   for (size_t j = 0; j < l.buckets.size(); ++j) {
     const Bucket& b = l.buckets[j];
     bool any = false;
-    for (const auto& [lo, hi] : weights) any = any || (lo < b.end && hi > b.begin);
+    for (const Fp8GatheredWeight& w : weights) any = any || (w.begin < b.end && w.end > b.begin);
     if (!any) continue;
     const int dp = b.slice > 0 ? (int)(b.padded / b.slice) : 1;
     for (int r = 0; r < dp; ++r) {  // slice r: flat [begin + r slice, begin + (r + 1) slice)
       const int64_t lo = b.begin + r * b.slice, hi = lo + b.slice;
       int64_t f = 0;  // FP8 elements of slice r
-      for (const auto& [wb, we] : weights)
-        f += std::max<int64_t>(0, std::min(we, hi) - std::max(wb, lo));
+      for (const Fp8GatheredWeight& w : weights)
+        f += std::max<int64_t>(0, std::min(w.end, hi) - std::max(w.begin, lo));
       out[j] = std::max(out[j], b.slice * es - (es - 1) * f);
     }
   }
@@ -184,22 +192,33 @@ int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp) {
   return largest + (dp > 1 ? dp * largest : 0);
 }
 
-int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units) {
-  return messages.empty() ? 0 : 4 * 12 * (int64_t)units;
-}
-
 void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
-                           const std::vector<ParamSpec>& table, int zero_stage, int es) {
+                           const std::vector<ParamSpec>& table,
+                           const std::vector<int64_t>& unit_begin, int zero_stage, int es) {
   d.fp8_message.clear();
-  d.fp8_gathers = 0;
+  d.fp8_gathers = d.fp8_amax_bytes = d.fp8_piece_calls = d.fp8_piece_bytes = 0;
+  d.fp8_state_bytes = 0;
   if (zero_stage < 1 || !m.fp8.enabled || !m.fp8.param_gather) return;
   d.fp8_message = fp8_gather_messages(table, d.layout, es);
-  if (zero_stage < 3) {
-    d.fp8_gathers = (int64_t)fp8_gathered_weights(table).size() / 4;
-    return;
+  // per unit its FP8 weights, and of them the dense ones (the pieces' reduction)
+  const int units = (int)unit_begin.size() - 1;
+  std::vector<int64_t> weights(units, 0), dense(units, 0);
+  for (const Fp8GatheredWeight& w : fp8_gathered_weights(table)) {
+    const int u = (int)(std::upper_bound(unit_begin.begin(), unit_begin.end(), w.begin) -
+                        unit_begin.begin()) - 1;
+    ++weights[u];
+    if (!w.expert) ++dense[u];
+    d.fp8_state_bytes += 3 * 4;  // its scale, factor and amax
   }
-  for (size_t u = 0; u < d.sim.gathers_of.size(); ++u)
-    if (d.fp8_message[d.layout.bucket_of[u]] > 0) d.fp8_gathers += d.sim.gathers_of[u];
+  for (int u = 0; u < units; ++u) {  // ZeRO-1/2: once, after the step; ZeRO-3: each gather
+    const int64_t gathers = zero_stage < 3 ? 1 : d.sim.gathers_of.at(u);
+    if (weights[u] == 0) continue;
+    d.fp8_gathers += gathers;
+    d.fp8_amax_bytes += gathers * 4 * weights[u];
+    if (dense[u] == 0) continue;
+    d.fp8_piece_calls += gathers;
+    d.fp8_piece_bytes += gathers * 4 * dense[u];
+  }
 }
 
 }  // namespace paralab

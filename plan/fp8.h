@@ -24,7 +24,7 @@
 //                                 whole on every rank (not a ZeRO shard)
 //   fp8.cast_counts               --log-fp8-scaling: fp8_cast_count's two 8-byte counters
 //   experts' state                below
-//   the FP8 gathers' scales       --fp8-param-gather: 12 fp32 per unit (below)
+//   the FP8 gathers' scales       --fp8-param-gather: 3 fp32 per FP8 weight (below)
 // fp16's loss scaler has no device bytes: its scale and two trackers are host numbers
 // (model/loss_scaler.h), an overflow is found from the gradient norm's scalar (comm_buffers).
 // N is the microbatch's tokens (S/cp per sequence), the linears' widths tp's local ones. In an
@@ -59,7 +59,8 @@
 //               fc1)
 //   blockwise   none (each block's amax is its own)
 //
-// --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather) at ZeRO-1, 2 and 3:
+// --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather) at ZeRO-1, 2 and 3 (the MoE
+// experts' weights at ZeRO-1/2, each expert's fc1 and fc2 at its own scale):
 //   fp8.weight                    ZeRO-3 only, fp8_operands (above): a gathered W's codes
 //                                 decoded into the storage type for dgrad's W^T, es x the
 //                                 largest out in (ZeRO-1/2 decode into the parameters and cast
@@ -67,18 +68,20 @@
 //   the gathers                   a bucket's all-gather (ZeRO-3: a unit's, before each use;
 //                                 ZeRO-1/2: of the updated slices, once per step) carries M_j
 //                                 bytes per rank, M_j = max_r (slice es - (es - 1) f_r), f_r
-//                                 the elements of the dense linears' weights in rank r's slice
+//                                 the elements of the FP8 weights in rank r's slice
 //                                 [r slice, (r + 1) slice) of bucket j (the others stay at es
 //                                 bytes); about half the bf16 bytes (NeMo: "reducing the
 //                                 all-gather overhead by half"), a quarter of fp32's
-//   fp8_state                     12 fp32 per unit (scales, factors, amaxes)
+//   fp8_state                     3 fp32 per FP8 weight (its scale, factor, amax): 12 per
+//                                 dense layer
 //   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1)
 //   tensorwise                    per FP8 unit gathered (ZeRO-3: each gather; ZeRO-1/2: once
-//                                 per step) one MAX all-reduce of its 4 amaxes over the ZeRO
-//                                 group (dp > 1: Megatron's current scaling of the shards),
-//                                 then over tp and cp (the pieces); the weights' own casts
-//                                 (fprop W, dgrad W^T, a recomputed fprop's W) reduce nothing:
-//                                 they use the gathered scale
+//                                 per step) one MAX all-reduce of its n amaxes over the ZeRO
+//                                 group (dp > 1: Megatron's current scaling of the shards;
+//                                 the experts' vector: edp), then of its dense weights' over
+//                                 tp and cp (the pieces; the experts' have none); the
+//                                 weights' own casts (fprop W, dgrad W^T, a recomputed
+//                                 fprop's W) reduce nothing: they use the gathered scale
 // ZeRO-1/2 keep the storage-type weights (the other ranks' slices decoded from their codes)
 // where Megatron keeps FP8 model weights only (docs/megatron.md): the wire halves, the memory
 // does not. The trainer gathers once before step 1 too (outside the step's bytes), so that
@@ -86,7 +89,8 @@
 //
 // defines: Fp8ScratchSize, fp8_scratch_size, Fp8Memory, fp8_memory,
 //          fp8_expert_scratch_bytes, fp8_expert_state_bytes, fp8_comm, fp8_gathered_weights,
-//          fp8_gather_messages, fp8_gather_comm_buffers, fp8_gather_state_bytes
+//          fp8_gather_comm, Fp8GatheredWeight, fp8_gather_messages, fp8_gather_comm_buffers,
+//          plan_fp8_param_gather
 #pragma once
 #include <utility>
 #include <vector>
@@ -119,31 +123,44 @@ struct Fp8Memory {
 Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int act_bytes,
                      int local_experts, int moe_layers, int64_t gather_state,
                      int zero_stage);
-// Adds the rows above to comm. layers: the layer ids held here; recomputed: per global layer,
-// whether full recompute runs its forward again; microbatches: the rank's per step; p: the
-// expert grid (etp, ep, edp) for the experts' reductions; fp8_gathers: the step's gathers of
-// FP8 units (--fp8-param-gather: ZeRO-3 each unit's gathers, ZeRO-1/2 one per unit), 0 without.
+// Adds the rows above to comm, but the gathers' (fp8_gather_comm). layers: the layer ids held
+// here; recomputed: per global layer, whether full recompute runs its forward again;
+// microbatches: the rank's per step; p: the expert grid (etp, ep, edp) for the experts'
+// reductions.
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
               const ParallelConfig& p, const std::vector<int>& layers,
-              const std::vector<bool>& recomputed, int64_t microbatches,
-              int64_t fp8_gathers = 0);
-// The dense linears' weights of `table` (the four of each layer), flat [begin, end): what
-// the gathers carry in FP8, 4 per FP8 unit.
-std::vector<std::pair<int64_t, int64_t>> fp8_gathered_weights(const std::vector<ParamSpec>& table);
+              const std::vector<bool>& recomputed, int64_t microbatches);
+// --fp8-param-gather, tensorwise: the rows of d's gathers (plan_fp8_param_gather), each a
+// MAX all-reduce of its unit's amaxes over the ZeRO group (zero_ranks ranks: dp x cp, or edp
+// for the experts' vector), then its dense weights' over tp and cp.
+void fp8_gather_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
+                     const DataParallelPlan& d, CommGroup zero_group, int zero_ranks, int tp);
+// The FP8 weights of `table`, flat [begin, end): each dense linear's (the four of a dense
+// layer, qkv and proj of an MoE layer) and each local expert's fc1 and fc2 (expert), what the
+// gathers carry in FP8.
+struct Fp8GatheredWeight {
+  int64_t begin = 0, end = 0;
+  bool expert = false;
+  bool operator==(const Fp8GatheredWeight& o) const {
+    return begin == o.begin && end == o.end && expert == o.expert;
+  }
+};
+std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>& table);
 // Per bucket of `l` (the layout over `table`'s flat vector; ZeRO-3: one per unit), M_j above,
 // 0 for a bucket without FP8 weights; es: the storage type's bytes.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
                                          const BucketLayout& l, int es);
 // The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging.
 int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
-// The fp8_state bytes of the gathers for the rank's `units` (0 without messages).
-int64_t fp8_gather_state_bytes(const std::vector<int64_t>& messages, int units);
 // --fp8-param-gather on `d`, the data parallelism of `table`'s flat vector (the whole model's,
-// or a pipeline stage's) at ZeRO stage zero_stage: sets d.fp8_message (fp8_gather_messages;
-// empty without the flag or at ZeRO 0) and d.fp8_gathers, the step's gathers of FP8 units
-// for fp8_comm: ZeRO-1/2 every FP8 unit once, after the optimizer's step; ZeRO-3 each FP8
-// unit's gathers in d.sim (forward, backward, and full recompute's again).
+// a pipeline stage's, or the experts'; its units from unit_begin) at ZeRO stage zero_stage:
+// sets d.fp8_message (fp8_gather_messages; empty without the flag or at ZeRO 0), the gathers'
+// state (12 bytes per FP8 weight: its scale, factor and amax; category fp8_state) and the
+// step's gathers of units with FP8 weights for fp8_gather_comm: ZeRO-1/2 each such unit once,
+// after the optimizer's step; ZeRO-3 each one's gathers in d.sim (forward, backward, and full
+// recompute's again).
 void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
-                           const std::vector<ParamSpec>& table, int zero_stage, int es);
+                           const std::vector<ParamSpec>& table,
+                           const std::vector<int64_t>& unit_begin, int zero_stage, int es);
 
 }  // namespace paralab

@@ -188,13 +188,17 @@ void stage_data_parallel(const Plan& plan, int r, const StageChunks& sc, Pipelin
       par.zero_stage, plan.dp_cp, plan.options, 1, unit_chunk, stage_deferred_units(m, slice),
       par.offload);
   plan_fp8_param_gather(st.data_parallel, m,  // --fp8-param-gather (plan/fp8.h)
-                        stage_param_table(m, plan.tp, slice, expert_split(par)), par.zero_stage,
-                        storage_bytes(plan.train));
-  if (!st.expert_unit_begin.empty())
+                        stage_param_table(m, plan.tp, slice, expert_split(par)), st.unit_begin,
+                        par.zero_stage, storage_bytes(plan.train));
+  if (!st.expert_unit_begin.empty()) {
     st.expert_data_parallel =
         data_parallel_plan(st.expert_unit_begin, st.data_parallel.microbatch, par.zero_stage,
                            par.expert_data_parallel(), plan.options, 1, unit_chunk, {},
                            par.offload);
+    plan_fp8_param_gather(st.expert_data_parallel, m,
+                          stage_expert_table(m, slice, expert_split(par)), st.expert_unit_begin,
+                          par.zero_stage, storage_bytes(plan.train));
+  }
 }
 
 // The schedule on this rank: the activations held at the peak as its list runs (a whole B
@@ -251,8 +255,10 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   }
   mem.activations = activations_peak;
   mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
-  mem.comm_buffers = comm_buffer_bytes(m, t, par, moe_layers) +
-                     fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
+  mem.comm_buffers =
+      comm_buffer_bytes(m, t, par, moe_layers) +
+      fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp) +
+      (experts ? fp8_gather_comm_buffers(experts->fp8_message, par.expert_data_parallel()) : 0);
   // --no-fused-ce keeps each microbatch's N V_l fp32 logits from its forward to its
   // backward: as many as the last model stage holds at once (the bf16 copy of their
   // gradient only inside one backward).
@@ -276,7 +282,7 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   const Fp8Memory fp8 =
       fp8_memory(m, local_sizes(m, B, tp, plan.sequence_parallel), stage_layers, act,
                  m.moe.num_experts / par.expert_parallel, moe_layers,
-                 fp8_gather_state_bytes(d.fp8_message, (int)st.unit_begin.size() - 1),
+                 d.fp8_state_bytes + (experts ? experts->fp8_state_bytes : 0),
                  par.zero_stage);
   mem.fp8_operands = fp8.operands;
   mem.fp8_state = fp8.state;
@@ -416,7 +422,10 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
   expert_parallel_comm(st.comm, m, par, B, act, plan.routing, moe_layers, recomputed, k,
                        first_microbatch);
   context_parallel_comm(st.comm, m, B, act, tp, model_slice.layer_ids, recomputed, k);
-  fp8_comm(st.comm, m, tp, plan.dp, par, model_slice.layer_ids, recomputed, k, d.fp8_gathers);
+  fp8_comm(st.comm, m, tp, plan.dp, par, model_slice.layer_ids, recomputed, k);
+  fp8_gather_comm(st.comm, m, d, dp_group, plan.dp_cp, tp);
+  if (experts)
+    fp8_gather_comm(st.comm, m, *experts, CommGroup::EDP, par.expert_data_parallel(), tp);
   expert_bias_comm(st.comm, m, plan.dp, (int)moe_layers.size());
   // gpt's tied embedding: the first stage and a last stage holding a copy sum its gradient
   bool copies = false;

@@ -167,13 +167,16 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
       z, plan.dp_cp, o, plan.microbatches_per_rank, {}, {}, p.offload);
   // --fp8-param-gather: the FP8 buckets' messages, the step's FP8 gathers (plan/fp8.h)
   plan_fp8_param_gather(plan.data_parallel, m, stage_param_table(m, tp, whole, expert_split(p)),
-                        z, act);
+                        units, z, act);
   const DataParallelPlan& d = plan.data_parallel;
   plan.zero_shard = d.state_numel;
-  if (!expert_units.empty())
+  if (!expert_units.empty()) {
     plan.expert_data_parallel = data_parallel_plan(expert_units, d.microbatch, z, edp, o,
                                                    plan.microbatches_per_rank, {}, {},
                                                    p.offload);
+    plan_fp8_param_gather(plan.expert_data_parallel, m,
+                          stage_expert_table(m, whole, expert_split(p)), expert_units, z, act);
+  }
   const DataParallelPlan* experts = expert_units.empty() ? nullptr : &plan.expert_data_parallel;
 
   MemoryPlan mem;
@@ -204,13 +207,14 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.resident_params += bias;
   }
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
-  mem.comm_buffers =
-      comm_buffer_bytes(m, t, p) + fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp);
+  mem.comm_buffers = comm_buffer_bytes(m, t, p) +
+                     fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp) +
+                     (experts ? fp8_gather_comm_buffers(experts->fp8_message, edp) : 0);
   // FP8's operands and scaling state: the dense linears', the experts' delayed state, the
   // FP8 gathers' scales (plan/fp8.h)
   const Fp8Memory fp8 = fp8_memory(m, local_sizes(m, B, tp, sp), m.num_layers, act,
                                    m.moe.num_experts / p.expert_parallel, moe_layer_count(m),
-                                   fp8_gather_state_bytes(d.fp8_message, (int)units.size() - 1),
+                                   d.fp8_state_bytes + (experts ? experts->fp8_state_bytes : 0),
                                    z);
   mem.fp8_operands = fp8.operands;
   mem.fp8_state = fp8.state;
@@ -272,8 +276,9 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     for (int l = 0; l < m.num_layers; ++l) all_layers[l] = l;
     context_parallel_comm(plan.comm, m, B, act, tp, all_layers, recomputed,
                           plan.microbatches_per_rank);
-    fp8_comm(plan.comm, m, tp, dp, p, all_layers, recomputed, plan.microbatches_per_rank,
-             d.fp8_gathers);
+    fp8_comm(plan.comm, m, tp, dp, p, all_layers, recomputed, plan.microbatches_per_rank);
+    fp8_gather_comm(plan.comm, m, d, cp > 1 ? CommGroup::DP_CP : CommGroup::DP, plan.dp_cp, tp);
+    if (experts) fp8_gather_comm(plan.comm, m, *experts, CommGroup::EDP, edp, tp);
   }
   expert_bias_comm(plan.comm, m, dp, moe_layer_count(m));
   // the loss and the stop flag (a signal on any rank), two fp32: 8 bytes (trainer.cu)

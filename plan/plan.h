@@ -229,9 +229,13 @@ struct DataParallelPlan {
   std::vector<OffloadCopy> copies;
   // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per bucket (ZeRO-3: per unit), the
   // bytes each rank sends in one of its gathers, 0 for a bucket gathered in the storage type
-  // (empty: every bucket); the step's gathers of FP8 units (fp8_comm's fp8_gathers)
+  // (empty: every bucket). The step's gathers of units with FP8 weights, the bytes of their
+  // amaxes (4 per weight: tensorwise's MAX all-reduce over the ZeRO group), the gathers of
+  // units with dense FP8 weights and those weights' amax bytes (reduced again over tp and
+  // cp), and the gathers' state, 12 bytes per FP8 weight (plan/fp8.h plan_fp8_param_gather)
   std::vector<int64_t> fp8_message;
-  int64_t fp8_gathers = 0;
+  int64_t fp8_gathers = 0, fp8_amax_bytes = 0, fp8_piece_calls = 0, fp8_piece_bytes = 0;
+  int64_t fp8_state_bytes = 0;
 };
 
 // One pipeline stage (pp rank); every tp and dp rank of it holds the same.

@@ -63,7 +63,45 @@ TEST(Fp8ParamGather, MessageIsTheLargestSliceWithItsWeightsAtOneByte) {
                                          2),
             (std::vector<int64_t>{12}));
   EXPECT_EQ(paralab::fp8_gathered_weights(kTable),
-            (std::vector<std::pair<int64_t, int64_t>>{{9, 15}}));
+            (std::vector<paralab::Fp8GatheredWeight>{{9, 15, false}}));
+}
+
+// An MoE layer's unit with its experts in it (ep 1): qkv and proj, then each of the 2 local
+// experts' fc1 and fc2 its own FP8 weight; the router stays in the storage type.
+TEST(Fp8ParamGather, ExpertsAreOneWeightEach) {
+  ParamSpec fc1 = spec("layers.0.mlp.experts.fc1.weight", 0), fc2 = fc1;
+  fc1.shape = {2, 3, 4};  // (E_l, out, in): 12 elements per expert
+  fc2.name = "layers.0.mlp.experts.fc2.weight";
+  fc2.shape = {2, 4, 1};  // 4 per expert
+  fc1.expert = fc2.expert = true;
+  const std::vector<ParamSpec> table = {spec("layers.0.norm1.weight", 2),
+                                        spec("layers.0.attn.qkv.weight", 6),
+                                        spec("layers.0.attn.proj.weight", 3),
+                                        spec("layers.0.mlp.router.weight", 5), fc1, fc2};
+  using W = paralab::Fp8GatheredWeight;
+  EXPECT_EQ(paralab::fp8_gathered_weights(table),
+            (std::vector<W>{{2, 8, false}, {8, 11, false}, {16, 28, true}, {28, 40, true},
+                            {40, 44, true}, {44, 48, true}}));
+  // ZeRO-1 over dp 2, one unit: 6 FP8 weights, 12 bytes of state each; the step's one gather
+  // reduces 6 amaxes over the ZeRO group, and qkv's and proj's again over tp and cp
+  paralab::ModelConfig m;
+  m.fp8.enabled = m.fp8.param_gather = true;
+  paralab::DataParallelPlan d;
+  d.layout = paralab::make_bucket_layout({0, 48}, 0, 2, false);
+  paralab::plan_fp8_param_gather(d, m, table, {0, 48}, 1, 2);
+  EXPECT_EQ(d.fp8_state_bytes, 6 * 12);
+  EXPECT_EQ(std::vector<int64_t>({d.fp8_gathers, d.fp8_amax_bytes, d.fp8_piece_calls,
+                                  d.fp8_piece_bytes}),
+            std::vector<int64_t>({1, 6 * 4, 1, 2 * 4}));
+  // slice 0 [0, 24): the norm's 2 and the router's 5 at 2 bytes, qkv's 6, proj's 3 and the
+  // first 8 of expert 0's fc1 at 1; slice 1 [24, 48): all FP8
+  const int64_t slice0 = (2 + 5) * 2 + (6 + 3 + 8), slice1 = 24;
+  EXPECT_EQ(d.fp8_message, std::vector<int64_t>({std::max(slice0, slice1)}));
+  // without the flag, or at ZeRO 0: nothing
+  m.fp8.param_gather = false;
+  paralab::plan_fp8_param_gather(d, m, table, {0, 48}, 1, 2);
+  EXPECT_TRUE(d.fp8_message.empty());
+  EXPECT_EQ(d.fp8_state_bytes + d.fp8_gathers + d.fp8_amax_bytes, 0);
 }
 
 TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
@@ -73,8 +111,8 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
       spec("layers.3.attn.proj.weight", 19), spec("layers.3.norm2.weight", 5),
       spec("layers.3.mlp.fc1.weight", 41),  spec("layers.3.mlp.fc2.weight", 23),
       spec("layers.3.mlp.fc2.bias", 3)};
-  const std::vector<Fp8GatherWeight> weights = {{5, 37, 0}, {42, 19, 1}, {66, 41, 2},
-                                                {107, 23, 3}};
+  const std::vector<Fp8GatherWeight> weights = {
+      {5, 37, nullptr, 0}, {42, 19, nullptr, 1}, {66, 41, nullptr, 2}, {107, 23, nullptr, 3}};
   const int64_t n = 133;
   for (int es : {2, 4})
     for (int dp = 1; dp <= 8; ++dp) {
@@ -98,10 +136,6 @@ TEST(Fp8ParamGather, StagingBuffers) {
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 14);
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2), 18 + 2 * 18);  // ZeRO-1/2: one bucket
   EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4), 0);
-  // 12 fp32 per unit (scales, factors, amaxes): category fp8_state
-  EXPECT_EQ(paralab::fp8_gather_state_bytes({0, 7, 5}, 3), 4 * 12 * 3);
-  EXPECT_EQ(paralab::fp8_gather_state_bytes({18}, 2), 4 * 12 * 2);
-  EXPECT_EQ(paralab::fp8_gather_state_bytes({}, 3), 0);
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes

@@ -211,6 +211,10 @@ reference moe-fp8 1
 reference ep2-fp8 2 --ep 2
 resume moe-fp8     moe-fp8   bitwise 1 ""                       1 ""
 resume ep2-fp8     ep2-fp8   bitwise 2 "--ep 2"                 2 "--ep 2"
+# with --fp8-param-gather at ZeRO-1 over ep 2 x dp 2: the experts' owners' exact slices saved
+ep2pg="--ep 2 --zero-stage 1 --micro-batch-size 4 ${pg[*]}"
+reference ep2-zero1-fp8-pg 4 $ep2pg
+resume ep2-zero1-fp8-pg ep2-zero1-fp8-pg bitwise 4 "$ep2pg" 4 "$ep2pg"
 model=("${tiny[@]}" "${fp8[@]}")
 
 fp8_other_runs() {  # the fp8 case's checkpoint (iteration 3) loaded by other runs

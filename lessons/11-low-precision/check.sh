@@ -42,6 +42,8 @@ for z in 0 1 2 3; do
   "$trainer" "${llama70[@]}" --zero-stage $z --fp8-format hybrid > "$work/z${z}_fp8.json" 2>&1 ||
     fail_run "${llama70[@]}" --zero-stage $z --fp8-format hybrid
   [ $z = 0 ] && continue
+  [ $z = 1 ] && { "$trainer" "${llama70[@]}" --zero-stage 1 --fp8-format hybrid --fp8-param-gather \
+    > "$work/z1_fp8pg.json" 2>&1 || fail_run "${llama70[@]}" --zero-stage 1 --fp8-param-gather; }
   "$trainer" "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}" > "$work/z${z}_moments.json" 2>&1 ||
     fail_run "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}"
 done
@@ -155,6 +157,19 @@ check("FP8's amax all-reduces: 2 more calls on tp and on dp, 960 B in all on eac
       [(rf[(grp, "all-reduce")]["calls"] - rb[(grp, "all-reduce")]["calls"],
         rf[(grp, "all-reduce")]["payload_bytes"] - rb[(grp, "all-reduce")]["payload_bytes"]) for grp in ("tp", "dp")],
       [(2, 4 * 3 * 4 * layers)] * 2)
+pg = plan("z1_fp8pg")
+gather = lambda p: rows(p)[("dp", "all-gather")]["payload_bytes"]
+psi = f8["memory"][0]["param_count"]
+F = layers * sum(i * o for i, o in linears)
+check("ZeRO-1's all-gather: 2 Psi = 4,345,954,304 B, Psi = 2,172,977,152",
+      (gather(f8), psi), (2 * psi, 2172977152))
+check("F = 20 x 106,954,752 = 2,139,095,040 dense weight elements", F, 2139095040)
+check("--fp8-param-gather: 2,207,186,944 B (50.8%), 327,680 B above 2 Psi - F",
+      (gather(pg), round(100 * gather(pg) / gather(f8), 1), gather(pg) - (2 * psi - F)),
+      (2207186944, 50.8, 327680))
+check("its staging 160,505,856 B (comm_buffers: 3 messages), fp8_state 12 x 80 = 960 B more",
+      (pg["memory"][0]["comm_buffers"] - f8["memory"][0]["comm_buffers"],
+       pg["memory"][0]["fp8_state"] - f8["memory"][0]["fp8_state"]), (160505856, 12 * 4 * layers))
 x = f8["fp8"]
 print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s at the FP8 peak, casts %.2f s;"
       " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],

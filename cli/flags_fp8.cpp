@@ -14,9 +14,9 @@
 //                                      slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
-//                                      nothing), with blockwise, and with experts at ZeRO-3
-//                                      (docs/fp8.md). The MoE experts' weights travel in FP8
-//                                      at ZeRO-1/2, each expert's at its own scale; with
+//                                      nothing) and with blockwise (docs/fp8.md). The MoE
+//                                      experts' weights travel in FP8 too, each expert's at
+//                                      its own scale; with
 //                                      pipelining each stage gathers its own layers' weights;
 //                                      with --offload-params the slice comes up from the host
 //                                      and is cast on the device.
@@ -67,8 +67,8 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "the parameter all-gathers (ZeRO-3's before each use, ZeRO-1/2's after the "
                "optimizer step) carry the dense linears' and the MoE experts' weights as FP8 "
                "codes (1 byte per element) and the GEMMs use them as gathered (Megatron's "
-               "flag); needs --fp8-format, --zero-stage 1, 2 or 3 (1 or 2 with experts), "
-               "delayed or tensorwise (docs/fp8.md)")
+               "flag); needs --fp8-format, --zero-stage 1, 2 or 3, delayed or tensorwise "
+               "(docs/fp8.md)")
       ->group(kPrecision);
   add_switch(app, "--log-fp8-scaling", f.log_scaling,
              "per step, each linear kind's (qkv, proj, fc1, fc2) input, weight and output "
@@ -92,10 +92,6 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
     fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
          "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
          "blocks cross the slices' boundaries: docs/fp8.md)");
-  if (o.model.moe.num_experts > 0 && z == 3)
-    fail("--fp8-param-gather carries the MoE experts' weights in the distributed optimizer's "
-         "gather: with --num-experts it needs --zero-stage 1 or 2, got --zero-stage 3 (the "
-         "experts' ZeRO-3 gather in FP8 is not built: docs/fp8.md)");
 }
 }  // namespace
 

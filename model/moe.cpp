@@ -81,11 +81,11 @@ struct ExpertLinears {
   Fp8Linear linear(size_t e) const {
     const int index = c.fp8_experts_first + 2 * (int)e + (int)fc;
     if (c.fp8_expert_weights.state == nullptr) return {c.fp8_experts, index, scratch};
-    // --fp8-param-gather (ZeRO-1/2): W as stored, its other slices decoded from the gathered
-    // codes, cast at the gathered scale (parallel/fp8_linear.h)
+    // --fp8-param-gather: ZeRO-3's codes in W's place, or (ZeRO-1/2) W as stored, its other
+    // slices decoded from the gathered codes; cast at the gathered scale (parallel/fp8_linear.h)
     const int k = (int)fc * (int)x.local_rows.size() + (int)e;
     return {c.fp8_experts, index, scratch, c.fp8_expert_weights.scale(k),
-            c.fp8_expert_weights.factor(k), true};
+            c.fp8_expert_weights.factor(k), c.fp8_weights_stored};
   }
   size_t rows(size_t e) const { return (size_t)x.local_offset[e]; }  // its first row
   size_t weight(size_t e) const { return e * (size_t)in * out; }
@@ -128,13 +128,18 @@ void experts_wgrad(const ExpertLinears& L, T* dW, const T* dy, const T* in) {
 }
 
 // The experts' FP8 operands for R rows (category workspace, parallel/fp8_linear.h), empty
-// in the storage type. No gathered-weight buffer (es 0): --fp8-param-gather runs with experts
-// at ZeRO-1/2 only, which cast the stored W (cli/flags_fp8.cpp).
-Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe) {
+// in the storage type. decoded_es: the backward's, with --fp8-param-gather at ZeRO-3, whose
+// dgrad decodes an expert's gathered codes (es bytes per element of the larger of fc1 and
+// fc2); 0 for the forward (fprop reads the codes) and elsewhere.
+Fp8Scratch expert_scratch(const LayerContext& c, int R, int h, int fc1e, int fe,
+                          int decoded_es) {
   Fp8Scratch s;
   if (c.fp8_experts)
-    s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}}, 0, Category::WORKSPACE);
+    s.allocate(c.device, c.model.fp8, R, {{h, fc1e}, {fe, h}}, decoded_es, Category::WORKSPACE);
   return s;
+}
+bool expert_codes_gathered(const LayerContext& c) {  // ZeRO-3's codes in the experts' places
+  return c.fp8_expert_weights.state != nullptr && !c.fp8_weights_stored;
 }
 
 // The router in fp32 whatever the storage: bf16 inputs are widened first (Megatron's
@@ -302,7 +307,7 @@ void moe_forward(const LayerContext& c, const MoeWeights<T>& w, const T* u, T* o
     kernels::GemmLabel label("experts");
     Buffer<T> y(dev, (size_t)R * h, Category::WORKSPACE);
     {
-      Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe);  // freed before the combine
+      Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe, 0);  // freed before the combine
       experts_fprop(ExpertLinears{c, x, Fc::FC1, h, fc1e, &scratch}, a.fc1_out.data(),
                     a.expert_in.data(), w.experts_fc1);
       if (m.is_gpt())
@@ -374,7 +379,8 @@ void moe_backward(const LayerContext& c, const MoeWeights<T>& w, MoeGrads<T>& g,
     Buffer<T> dfc1(dev, (size_t)R * fc1e, ws), dexpert_in(dev, (size_t)R * h, ws);
     combine_tokens_backward(ep, x, dout, dy.data());
     {
-      Fp8Scratch scratch = expert_scratch(c, R, h, fc1e, fe);  // between the two exchanges
+      Fp8Scratch scratch =  // between the two exchanges
+          expert_scratch(c, R, h, fc1e, fe, expert_codes_gathered(c) ? (int)sizeof(T) : 0);
       const ExpertLinears fc1{c, x, Fc::FC1, h, fc1e, &scratch};
       const ExpertLinears fc2{c, x, Fc::FC2, fe, h, &scratch};
       experts_dgrad(fc2, dact.data(), dy.data(), w.experts_fc2);

@@ -80,10 +80,12 @@ Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int 
   return f;
 }
 
-int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f) {
+int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f,
+                                 int decoded_es) {
   if (!m.fp8.enabled) return 0;
   const int64_t h = m.hidden_size;
-  return fp8_scratch_size(m.fp8, R, {{h, fc1}, {f, h}}).bytes();
+  return fp8_scratch_size(m.fp8, R, {{h, fc1}, {f, h}}).bytes() +
+         std::max(fc1 * h, f * h) * decoded_es;
 }
 
 int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers) {

@@ -108,8 +108,11 @@ struct Fp8ScratchSize {
 };
 Fp8ScratchSize fp8_scratch_size(const Fp8Config& c, int64_t N,
                                 const std::vector<std::pair<int64_t, int64_t>>& linears);
-// The experts' scratch at R rows (0 without --fp8-format); fc1, f: the rank's slices.
-int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f);
+// The experts' scratch at R rows (0 without --fp8-format); fc1, f: the rank's slices;
+// decoded_es: --fp8-param-gather at ZeRO-3's backward, an expert's decoded weight (the larger
+// of fc1's and fc2's, es bytes per element), else 0.
+int64_t fp8_expert_scratch_bytes(const ModelConfig& m, int64_t R, int64_t fc1, int64_t f,
+                                 int decoded_es);
 // The experts' delayed-scaling state: 2 linears per local expert of each MoE layer held.
 int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_layers);
 

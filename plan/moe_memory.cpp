@@ -80,6 +80,7 @@ MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B, con
   rows.ep = ep;
   rows.etp = etp;
   rows.dispatcher = p.token_dispatcher;
+  rows.fp8_decoded_weight = m.fp8.enabled && m.fp8.param_gather && p.zero_stage == 3;
   return rows;
 }
 
@@ -211,7 +212,7 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   const int64_t y = R * h * act;
   // FP8: the experts' operands at R rows while their GEMMs run, freed before the combine
   // (plan/fp8.h)
-  const int64_t fp8 = fp8_expert_scratch_bytes(m, R, fc1, f);
+  const int64_t fp8 = fp8_expert_scratch_bytes(m, R, fc1, f, 0);
   if (fp8 > 0) fwd(experts_in, y + fp8);
   if (alltoall && T > 1)  // the block, with the ungrouped partials and the peers' partials
     fwd(experts_in, y + std::max(Re * h * act + R * h * act + T * Re * h * act,
@@ -231,8 +232,10 @@ void moe_transients(const ModelConfig& m, int B, int act, const MoeRows& rows,
   else if (allgather)
     exchange = P * N * h * act;
   // the exchanges run before and after the experts' GEMMs, FP8's operands between them
+  const int64_t fp8_bwd =
+      fp8_expert_scratch_bytes(m, R, fc1, f, rows.fp8_decoded_weight ? act : 0);
   const int64_t experts = R * 4 + R * h * act + R * f * act + R * fc1 * act + R * h * act +
-                          std::max(exchange, fp8);
+                          std::max(exchange, fp8_bwd);
   const int64_t dscores = balancing ? N * E * 4 : 0;
   const int64_t grads = (half ? N * h * 4 + E * h * 4 : 0) + N * h * 4 + E * h * 4 +
                         (half ? std::max(N, E) * h * 2 : 0);  // u_f w_f, du_f dw_f, rounded

@@ -129,6 +129,8 @@ struct MoeRows {
                      // expected)
   int ep = 1, etp = 1;  // the experts' widths are 1/etp of the model's
   TokenDispatcher dispatcher = TokenDispatcher::ALLGATHER;
+  // --fp8-param-gather at ZeRO-3: the backward decodes an expert's gathered codes (plan/fp8.h)
+  bool fp8_decoded_weight = false;
 };
 MoeRows moe_layer_rows(const ModelConfig& m, const ParallelConfig& p, int B,
                        const MoeRouting& routing, int layer, int microbatch);

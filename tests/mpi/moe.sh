@@ -78,12 +78,12 @@ fp8="--fp8-format e4m3 --fp8-recipe tensorwise"
 ref llama-fp8-tensorwise-ref $llama --moe-grouped-gemm $fp8
 RTOL=1.6e-3 check "llama-fp8-tensorwise-dp2" llama-fp8-tensorwise-ref 2 $llama --moe-grouped-gemm \
   $fp8 $common
-# --fp8-param-gather with experts (ZeRO-1/2): each local expert's fc1 and fc2 gathered as FP8
-# codes at its own scale, the GEMMs casting at the gathered scale: the same codes, so bitwise
-# equal to the same layout without the flag (which the rows above hold to the single rank),
-# the ledger and the communication the plan's. Delayed with the experts in the dense vector
-# (dp 2, ZeRO-1); tensorwise with them apart (ep 2 x dp 2: the expert vector's gather over
-# edp 2, ZeRO-2, alltoall, every other layer dense).
+# --fp8-param-gather with experts: each local expert's fc1 and fc2 gathered as FP8 codes at
+# its own scale, the GEMMs casting at the gathered scale (ZeRO-3: reading the codes): the same
+# codes, so bitwise equal to the same layout without the flag (which the rows above hold to
+# the single rank), the ledger and the communication the plan's. Delayed with the experts in
+# the dense vector (dp 2, ZeRO-1 and ZeRO-3); tensorwise with them apart (ep 2 x dp 2: the
+# expert vector's gather over edp 2, ZeRO-2, alltoall, every other layer dense).
 pg_pair() {  # name ranks flags...: the run without the flag, then with it at RTOL 0
   local name=$1 np=$2; shift 2
   case "$name" in *"$filter"*) ;; *) return ;; esac
@@ -93,6 +93,7 @@ pg_pair() {  # name ranks flags...: the run without the flag, then with it at RT
   RTOL=0 check "$name-pg" "$name" "$np" $llama --moe-grouped-gemm $common "$@" --fp8-param-gather
 }
 pg_pair llama-fp8-dp2-zero1 2 --fp8-format hybrid --zero-stage 1 --ddp-bucket-size 20000
+pg_pair llama-fp8-dp2-zero3 2 --fp8-format hybrid --zero-stage 3 --ddp-bucket-size 20000
 pg_pair llama-fp8-tensorwise-ep2-dp2-zero2 4 --fp8-format e4m3 --fp8-recipe tensorwise \
   --zero-stage 2 --ep 2 --moe-token-dispatcher-type alltoall --moe-layer-freq 2 \
   --ddp-bucket-size 5000

@@ -110,10 +110,15 @@ RTOL=5e-3 check "llama-fp16-tp2-sp" "llama-fp16-ref" 2 $llama $common $fp16 --mi
 # rounding boundary: a code flips with probability about d / ulp and then moves by one ulp
 # (E5M2's 2^-2 relative at most), an RMS change of sqrt(d ulp) = sqrt(1e-5 x 2^-2) = 1.6e-3:
 # the bound. A wrong scale, operand or amax reduction moves every code (O(ulp) or more).
-# Not here: tensorwise at tp 2. There every one of step 1's 48 amaxes equals the single rank's
-# to the bit but one (1 fp32 ulp), yet one code of microbatch 4 flips, and one flipped large
-# element moves the last step's gradients 7.6e-2 norm-wise after 5 steps: a flip is a discrete
-# jump of one ulp, which the RMS estimate above does not bound (notes/decisions.md).
+# Tensorwise at tp 2 (+ sp) is held at step 1 instead (tp2-step1 below). Its codes flip: at
+# step 1, one of layer 1's qkv input in microbatch 1 (that input 1.6e-5 from the single
+# rank's), and one of layer 1's fc2 output gradient in microbatch 3 whose input is the single
+# rank's to the bit, but not its amax (a sum over tp in another order: 1 fp32 ulp above, and so
+# its scale). A flip is a whole E4M3 ulp (2^-3 of the value), and it cascades: the rows it
+# reaches later in that backward flip too (124 more codes, most in the token's sequence), and
+# every later step starts from other parameters, so flips multiply: after 5 steps the gradients
+# end 7.6e-2 apart norm-wise (13 seeds: 1.5e-6 to 7.6e-2), against 0.12 to 0.30 for a build
+# that skips or SUMs the tp amax reduction. No bound on 5 steps tells the two apart; step 1 does.
 # (In bf16 storage d is bf16's 2e-2 bound and sqrt(d ulp) ~ 7e-2 leaves the rows little to
 # tell; measured there: losses within 4e-4, last-step gradients ~0.13 norm-wise.) Blockwise
 # runs dp and pp only: its 1 x 128 tiles and 128 x 128 blocks span the dimensions tp and cp
@@ -132,6 +137,16 @@ same_bits() {  # name ref: two runs already made, compared at RTOL 0
     passed=$((passed + 1)); echo "ok    $name = $ref bitwise: $result"
   else
     failed=$((failed + 1)); echo "FAIL  $name = $ref bitwise: $result"
+  fi
+}
+same_weight_scaling() {  # name ref: two runs with --log-fp8-scaling already made
+  local name=$1 ref=$2 result=""
+  case "$name" in *"$filter"*) ;; *) return ;; esac
+  [ -f "$work/$name.jsonl" ] || return  # its run failed: counted there
+  if result=$(python3 "$here/compare_fp8_scaling.py" "$work/$ref.jsonl" "$work/$name.jsonl"); then
+    passed=$((passed + 1)); echo "ok    $name scaling: $result"
+  else
+    failed=$((failed + 1)); echo "FAIL  $name scaling: $result"
   fi
 }
 fp8_layouts() {  # recipe format layouts...
@@ -153,6 +168,28 @@ fp8_layouts() {  # recipe format layouts...
                    --micro-batch-size 2 --pp 2 ;;
       cp2)       RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
                    --micro-batch-size 2 --cp 2 ;;
+      # One step at tp 2, without and with sp, against one single-rank step (the same learning
+      # rate: --lr-decay-iters 5): step 1's weight amaxes and scales to the bit
+      # (compare_fp8_scaling.py), the ledger and communication the plan's, and the loss, the
+      # gradients and the updated parameters within one flip's cascade. Within a step the
+      # parameters are fixed, so a flip moves only what its microbatch computes after it: its
+      # token's rows (spread by attention over its sequence with weights that sum to 1: one
+      # token's worth), each recast value by at most one E4M3 ulp, 2^-3 of it. A gradient sums
+      # T = 8 x 16 = 128 tokens' terms, so one token's moved by 2^-3 of themselves moves it by
+      # about 2^-3 / sqrt(T) = 1.1e-2 norm-wise: the bound (the loss, a mean over T tokens, and
+      # Adam's first update, lr g / (|g| + eps), move less). A wrong scale or amax reduction
+      # re-rounds every code of a tensor, all T tokens' terms. Measured (13 seeds): this layout
+      # 3.9e-3 (2e-7 to 5.9e-3); a build that skips the tp amax reduction 5.8e-2, one that SUMs
+      # it 7.9e-2 (5.8e-2 to 1.3e-1), their weights' amaxes off in every seed; one that drops
+      # only the output gradients' reduction 4.2e-2 (its weights' scales right).
+      tp2-step1 | tp2-sp-step1)
+        local one="--train-iters 1 --lr-decay-iters 5 --log-fp8-scaling" sp=""
+        [ "$layout" = tp2-sp-step1 ] && sp="--sequence-parallel"
+        [ -f "$work/$ref-step1.jsonl" ] || run "$ref-step1" 1 $llama $common \
+          --micro-batch-size 2 $fp8 $one || { echo "fp8 one-step reference run failed"; return; }
+        RTOL=1.1e-2 check "llama-fp8-$recipe-$layout" "$ref-step1" 2 $llama $common $fp8 \
+          --micro-batch-size 2 --tp 2 $sp $one
+        same_weight_scaling "llama-fp8-$recipe-$layout" "$ref-step1" ;;
       # --fp8-param-gather: the same codes as the row without it, so its losses, parameters and
       # gradients to the bit (RTOL 0), and the single rank's within the FP8 bound above. ZeRO-1:
       # the whole model one bucket; ZeRO-2: 3 buckets (the embedding's has no FP8 weight: its
@@ -182,6 +219,6 @@ fp8_layouts() {  # recipe format layouts...
 fp8_layouts delayed hybrid dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg \
   tp2-sp pp2 cp2 pp2-dp2-zero1 pp2-dp2-zero1-pg
 fp8_layouts tensorwise e4m3 dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg cp2 \
-  pp2-dp2-zero3 pp2-dp2-zero3-pg
+  tp2-step1 tp2-sp-step1 pp2-dp2-zero3 pp2-dp2-zero3-pg
 fp8_layouts blockwise e4m3 dp2-zero3 pp2
 finish

@@ -306,9 +306,10 @@ void DataParallel::after_optimizer_step() {
   for (size_t j = 0; j < m.bk.size(); ++j) {
     m.upload_params((int)j);  // offload: beside the previous bucket's all-gather
     if (m.stage == 0 || m.stage == 3) continue;  // replicated; 3 updated its shard in place
-    // --fp8-param-gather: completed here, the staging being one buffer (data_parallel_fp8.cpp)
+    // --fp8-param-gather (data_parallel_fp8.cpp): completed here, or (overlapped) due, posted
+    // at the buckets' first uses
     if (m.fp8_bucket_has((int)j)) {
-      m.gather_fp8_bucket((int)j);
+      if (!m.fp8_overlapped()) m.gather_fp8_bucket((int)j);
       continue;
     }
     const Bucket& b = m.layout.buckets[j];
@@ -318,6 +319,7 @@ void DataParallel::after_optimizer_step() {
                                             m.at(m.params, pos), b.slice, m.dtype);
     if (!m.opt.overlap_param_gather) m.bk[j].gather.wait();
   }
+  if (m.stage == 1 || m.stage == 2) m.fp8_gathers_due();
 }
 
 void DataParallel::drain() {

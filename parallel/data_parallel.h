@@ -118,7 +118,8 @@ struct OwnedSegment {
 // M = max_j max_r (slice_j es - (es - 1) f_jr), f_jr the FP8 elements of bucket j's slice r
 // (plan/fp8.h); sent from and received into two staging buffers (category comm_buffers, M and
 // dp M) and copied (ZeRO-3) or decoded (ZeRO-1/2) to their places, the gather completing where
-// it is posted (ZeRO-1/2: in after_optimizer_step, --overlap-param-gather or not).
+// it is posted; ZeRO-1/2 with --overlap-param-gather: in the next step's forward, two in
+// flight through a second pair, each posted at a bucket's first use (data_parallel_impl.h).
 struct Fp8GatherWeight {
   int64_t begin = 0, count = 0;    // the weight's elements of its unit
   Fp8Scaling* scaling = nullptr;   // the scaling it is cast in (parallel/fp8_scaling.h): the

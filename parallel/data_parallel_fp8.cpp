@@ -107,8 +107,17 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   m.fp8 = std::move(g);
   m.fp8_gathered.assign(m.U, false);
   m.fp8_state.allocate(m.device, state, Category::FP8_STATE);
+  // the staging: a pair for the largest message, and (overlapped, two FP8 buckets or more) a
+  // second, so that the next bucket's gather flies while one is read
   m.fp8_send.allocate(m.device, largest, Category::COMM_BUFFERS);
   if (m.dp) m.fp8_recv.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
+  m.fp8_order.clear();
+  for (int j = (int)l.buckets.size() - 1; j >= 0; --j)
+    if (m.fp8_message[j] > 0) m.fp8_order.push_back(j);
+  m.fp8_done.assign(l.buckets.size(), true);
+  if (!m.fp8_overlapped() || m.fp8_order.size() < 2) return;
+  m.fp8_send_next.allocate(m.device, largest, Category::COMM_BUFFERS);
+  if (m.dp) m.fp8_recv_next.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
 }
 
 Fp8GatheredUnit DataParallel::fp8_weights(int u) const {
@@ -122,12 +131,14 @@ bool DataParallel::fp8_weights_stored() const { return impl_->stage < 3; }
 void DataParallel::gather_fp8_weights() {
   Impl& m = *impl_;
   if (m.stage == 3 || m.fp8.weights.empty()) return;
+  if (m.fp8_overlapped()) return m.fp8_gathers_due();  // gathered at step 1's first uses
   for (size_t j = 0; j < m.bk.size(); ++j)
     if (m.fp8_bucket_has((int)j)) m.gather_fp8_bucket((int)j);
 }
 
-// Steps 1 and 2 from this rank's slice of bucket j (`slice`: its element lo = rank slice).
-void DataParallel::Impl::fp8_encode(int j, const char* slice) {
+// Steps 1 and 2 from this rank's slice of bucket j (`slice`: its element lo = rank slice),
+// the message into `out` (M_j bytes).
+void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {
   const Bucket& b = layout.buckets[j];
   const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   const int64_t lo = rank * b.slice;
@@ -175,7 +186,6 @@ void DataParallel::Impl::fp8_encode(int j, const char* slice) {
         }
       }
       // 2. the message
-      char* out = fp8_send.data();
       for (const Run& r : mine) {
         const char* src = slice + (r.lo - lo) * es;
         if (r.weight >= 0)
@@ -197,6 +207,45 @@ const char* DataParallel::Impl::fp8_exchange(int j) {
   return fp8_recv.data();
 }
 
+// ZeRO-1/2 with --overlap-param-gather (data_parallel_impl.h): steps 1-3 of the FP8 buckets
+// in the order of their first use, two in flight, step 4 at each one's first wait.
+void DataParallel::Impl::fp8_gathers_due() {
+  if (!fp8_overlapped() || fp8_order.empty()) return;
+  complete_fp8_bucket(fp8_order.back());  // any left of the last round: nothing in flight
+  fp8_posted = 0;
+  for (int j : fp8_order) fp8_done[j] = false;
+}
+
+void DataParallel::Impl::post_next_fp8_bucket(int pair) {
+  if (fp8_posted == fp8_order.size() || (pair == 1 && fp8_send_next.size() == 0)) return;
+  const int j = fp8_order[fp8_posted++];
+  const Bucket& b = layout.buckets[j];
+  char* send = (pair == 0 ? fp8_send : fp8_send_next).data();
+  fp8_encode(j, at(params, padded_pos[j] + rank * b.slice), send);
+  if (communicates(b))
+    bk[j].gather = dp->all_gather_async(send, (pair == 0 ? fp8_recv : fp8_recv_next).data(),
+                                        fp8_message[j], DType::U8);
+  fp8_flight.push_back({j, pair});
+}
+
+void DataParallel::Impl::complete_fp8_bucket(int j) {
+  if (fp8_done[j]) return;
+  if (fp8_posted == 0) {  // the round's first use: the first two posted
+    post_next_fp8_bucket(0);
+    post_next_fp8_bucket(1);
+  }
+  while (!fp8_done[j] && !fp8_flight.empty()) {
+    const auto [k, pair] = fp8_flight.front();
+    fp8_flight.pop_front();
+    bk[k].gather.wait();
+    const Bucket& b = layout.buckets[k];
+    fp8_decode(k, !communicates(b) ? (pair == 0 ? fp8_send : fp8_send_next).data()
+                                   : (pair == 0 ? fp8_recv : fp8_recv_next).data());
+    fp8_done[k] = true;
+    post_next_fp8_bucket(pair);
+  }
+}
+
 void DataParallel::Impl::post_fp8_gather(int u) {
   UnitState& s = units[u];
   const int j = layout.bucket_of[u];
@@ -210,7 +259,7 @@ void DataParallel::Impl::post_fp8_gather(int u) {
     copy_to_device(device, mine, at(host_params, b.shard_offset), b.slice * es);
     slice = mine;
   }
-  fp8_encode(j, slice);  // read before step 4 writes the gathered buffer
+  fp8_encode(j, slice, fp8_send.data());  // read before step 4 writes the gathered buffer
   const char* all = fp8_exchange(j);
   // 4. every rank's runs to their places
   for (int r = 0; r < (communicates(b) ? size : 1); ++r) {
@@ -227,12 +276,16 @@ void DataParallel::Impl::post_fp8_gather(int u) {
 }
 
 void DataParallel::Impl::gather_fp8_bucket(int j) {
+  fp8_encode(j, at(params, padded_pos[j] + rank * layout.buckets[j].slice), fp8_send.data());
+  fp8_decode(j, fp8_exchange(j));
+}
+
+// Step 4 at ZeRO-1/2 from every rank's message (`all`, rank r's at all + r M_j): the other
+// ranks' runs into the parameter buffer.
+void DataParallel::Impl::fp8_decode(int j, const char* all) {
   const Bucket& b = layout.buckets[j];
   const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   char* bucket = at(params, padded_pos[j]);
-  fp8_encode(j, bucket + rank * b.slice * es);
-  const char* all = fp8_exchange(j);
-  // 4. the other ranks' runs into the parameter buffer
   with_storage(opt.storage, [&](auto type) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, kernels::fp16>) return;  // fp8_encode refused it

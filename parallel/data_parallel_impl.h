@@ -40,6 +40,7 @@
 #pragma once
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -103,16 +104,38 @@ struct DataParallel::Impl {
   std::vector<int64_t> fp8_unit_state;
   std::vector<std::vector<Fp8GatherWeight>> fp8_bucket;
   std::vector<std::vector<Fp8Place>> fp8_place;
+  // ZeRO-1/2 with --overlap-param-gather: a second staging pair, so that two FP8 buckets'
+  // gathers are in flight at once, in the order of their first use (fp8_order: the buckets
+  // with FP8 weights, last first, as the forward reads the units): after the step every one is
+  // due; the first one's first wait posts the first two, and each bucket's first wait decodes
+  // the oldest in flight and posts the next into the pair it freed (Megatron's
+  // --overlap-param-gather dispatches the next bucket's all-gather at each bucket's first use
+  // the same way), so a step's FP8 gathers are its own. fp8_posted: of fp8_order,
+  // how many are posted this step; fp8_flight: those in flight, oldest first, with their pair;
+  // fp8_done: per bucket, decoded this step.
+  Buffer<char> fp8_send_next, fp8_recv_next;
+  std::vector<int> fp8_order;
+  size_t fp8_posted = 0;
+  std::deque<std::pair<int, int>> fp8_flight;
+  std::vector<bool> fp8_done;
   std::vector<bool> fp8_gathered;
   Buffer<float> fp8_state;
   Buffer<char> fp8_send, fp8_recv;
   std::vector<int64_t> fp8_message;
   bool fp8_unit(int u) const { return !fp8.weights.empty() && !fp8.weights[u].empty(); }
   bool fp8_bucket_has(int j) const { return !fp8_bucket.empty() && !fp8_bucket[j].empty(); }
-  void fp8_encode(int j, const char* slice);  // the scales, and this rank's message
+  bool fp8_overlapped() const { return stage < 3 && opt.overlap_param_gather; }
+  void fp8_encode(int j, const char* slice, char* out);  // the scales, and this rank's message
   const char* fp8_exchange(int j);            // the all-gather: every rank's message
   void post_fp8_gather(int u);                // ZeRO-3: unit u's codes to their places
   void gather_fp8_bucket(int j);              // ZeRO-1/2: bucket j decoded in place
+  void fp8_decode(int j, const char* all);    // ZeRO-1/2: the other ranks' codes decoded
+  // ZeRO-1/2 overlapped (above): every FP8 bucket's gather due again (after the step); the
+  // next of fp8_order posted into `pair`; bucket j's first wait, the round's first posting the
+  // first two, completing the oldest in flight until j is decoded
+  void fp8_gathers_due();
+  void post_next_fp8_bucket(int pair);
+  void complete_fp8_bucket(int j);
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
@@ -307,7 +330,10 @@ struct DataParallel::Impl {
   }
 
   // Stages 1-2: bucket j's parameters may be read once its all-gather has landed.
-  void wait_param_gather(int j) { bk[j].gather.wait(); }
+  void wait_param_gather(int j) {
+    if (fp8_overlapped() && fp8_bucket_has(j)) return complete_fp8_bucket(j);
+    bk[j].gather.wait();
+  }
   // Bucket j rebuilt in `tmp` (category c) from every rank's slice, this rank's at `slice`
   // (host memory with CPU offload: copied up first): an all-gather, or a copy on a single
   // rank (data_parallel_views.cpp).

@@ -74,7 +74,10 @@
 //                                 all-gather overhead by half"), a quarter of fp32's
 //   fp8_state                     3 fp32 per FP8 weight (its scale, factor, amax): 12 per
 //                                 dense layer
-//   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1)
+//   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1);
+//                                 twice that at ZeRO-1/2 with --overlap-param-gather (two
+//                                 buckets' gathers in flight, each posted at the previous
+//                                 one's first use)
 //   tensorwise                    per FP8 unit gathered (ZeRO-3: each gather; ZeRO-1/2: once
 //                                 per step) one MAX all-reduce of its n amaxes over the ZeRO
 //                                 group (dp > 1: Megatron's current scaling of the shards;
@@ -153,8 +156,10 @@ std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>
 // 0 for a bucket without FP8 weights; es: the storage type's bytes.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
                                          const BucketLayout& l, int es);
-// The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging.
-int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp);
+// The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging, a
+// pair sized for the largest message, and a second where two gathers fly at once (overlapped:
+// ZeRO-1/2 with --overlap-param-gather and two FP8 buckets or more).
+int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, bool overlapped);
 // --fp8-param-gather on `d`, the data parallelism of `table`'s flat vector (the whole model's,
 // a pipeline stage's, or the experts'; its units from unit_begin) at ZeRO stage zero_stage:
 // sets d.fp8_message (fp8_gather_messages; empty without the flag or at ZeRO 0), the gathers'

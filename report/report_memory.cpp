@@ -144,8 +144,11 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
       break;
     case 6:
       if (!plan.data_parallel.fp8_message.empty())  // plan/fp8.h fp8_gather_comm_buffers
-        return "--fp8-param-gather: the largest FP8 bucket's message sent, dp received; the "
-               "scalars";
+        return plan.parallel.zero_stage < 3 && plan.options.overlap_param_gather
+                   ? "--fp8-param-gather: the largest FP8 bucket's message sent, dp received, "
+                     "twice (two gathers in flight); the scalars"
+                   : "--fp8-param-gather: the largest FP8 bucket's message sent, dp received; "
+                     "the scalars";
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;
     case 7: return logits_note(plan, rp);

@@ -132,10 +132,14 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
 
 TEST(Fp8ParamGather, StagingBuffers) {
   // the largest message sent, dp of them received (dp > 1): comm_buffers
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2), 7 + 2 * 7);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1), 14);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2), 18 + 2 * 18);  // ZeRO-1/2: one bucket
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4), 0);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, false), 7 + 2 * 7);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1, false), 14);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2, false), 18 + 2 * 18);  // ZeRO-1/2: one bucket
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4, false), 0);
+  // ZeRO-1/2 overlapped: two pairs, two gathers in flight; one where one bucket has FP8
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, true), 2 * (7 + 2 * 7));
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 1, true), 2 * 7);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 0}, 2, true), 7 + 2 * 7);
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes

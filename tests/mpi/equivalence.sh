@@ -192,8 +192,9 @@ fp8_layouts() {  # recipe format layouts...
         same_weight_scaling "llama-fp8-$recipe-$layout" "$ref-step1" ;;
       # --fp8-param-gather: the same codes as the row without it, so its losses, parameters and
       # gradients to the bit (RTOL 0), and the single rank's within the FP8 bound above. ZeRO-1:
-      # the whole model one bucket; ZeRO-2: 3 buckets (the embedding's has no FP8 weight: its
-      # gather deferred by --overlap-param-gather beside the FP8 ones', completed in the step)
+      # the whole model one bucket; ZeRO-2: 3 buckets, each FP8 one's gather in flight in its own
+      # staging until its first use (--overlap-param-gather), the embedding's (no FP8 weight)
+      # deferred as always
       dp2-zero1-pg)
         RTOL=1.6e-3 check "llama-fp8-$recipe-$layout" "$ref" 2 $llama $common $fp8 \
           --micro-batch-size 2 --zero-stage 1 --ddp-bucket-size 20000 --fp8-param-gather

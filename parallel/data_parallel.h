@@ -199,9 +199,10 @@ class DataParallel {
   Fp8GatheredUnit fp8_weights(int u) const;
   bool fp8_weights_stored() const;
   // ZeRO-1/2 with --fp8-param-gather: every FP8 bucket's gather from the stored slices, as
-  // after_optimizer_step makes it (else nothing). The trainer calls it once before the first
-  // step, the parameters and the FP8 scales loaded, so that every step's GEMMs read weights
-  // gathered in FP8 and reduce the same amaxes (plan/fp8.h): a step's bytes are the plan's.
+  // after_optimizer_step makes it (else nothing; with --overlap-param-gather made due, for
+  // step 1's first uses). The trainer calls it once before the first step, the parameters and
+  // the FP8 scales loaded, so that every step's GEMMs read weights gathered in FP8 and reduce
+  // the same amaxes (plan/fp8.h): a step's bytes are the plan's.
   void gather_fp8_weights();
 
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.

@@ -9,17 +9,15 @@
 //   --fp8-param-gather                default off: the parameter all-gathers carry the dense
 //                                      linears' and the MoE experts' weights as FP8 codes
 //                                      (parallel/data_parallel.h Fp8ParamGather): ZeRO-3's
-//                                      (FSDP's) before each use,
-//                                      ZeRO-1/2's (the distributed optimizer's) of the updated
-//                                      slices after the step. Megatron asserts the distributed
+//                                      (FSDP's) before each use, ZeRO-1/2's (the distributed
+//                                      optimizer's) of the updated slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
 //                                      nothing) and with blockwise (docs/fp8.md). The MoE
 //                                      experts' weights travel in FP8 too, each expert's at
-//                                      its own scale; with
-//                                      pipelining each stage gathers its own layers' weights;
-//                                      with --offload-params the slice comes up from the host
-//                                      and is cast on the device.
+//                                      its own scale; with pipelining each stage gathers its
+//                                      own layers' weights; with --offload-params the slice
+//                                      comes up from the host and is cast on the device.
 //   --log-fp8-scaling                 paralab's: the scaling state per step (parallel/fp8_log.h)
 // Where Megatron's defaults differ from TE's: docs/megatron.md. --fp8-format runs the dense
 // linear layers' GEMMs in FP8 (parallel/fp8_linear.h, docs/fp8.md); check_fp8 refuses, one line

@@ -69,11 +69,11 @@ void Transformer::make_fp8() {
   set_fp8_amax_group(nullptr, nullptr);
 }
 
-// --fp8-param-gather: each layer's FP8 weights, in the order of their elements in the unit:
-// qkv, proj, and a dense MLP's fc1, fc2 (the dense scaling's linears 4 i + k, layer.cpp); an
-// MoE layer's experts' fc1 of each local expert, then their fc2 (the experts' scaling's
-// linears, model/moe.cpp), in the dense unit or, with the experts apart, in the expert
-// vector's (its own DataParallel, over edp).
+// --fp8-param-gather: each layer's FP8 weights, numbered as the layer reads them
+// (Fp8GatheredUnit): qkv, proj, and a dense MLP's fc1, fc2 (the dense scaling's linears
+// 4 i + k, layer.cpp); an MoE layer's fc1 of each local expert, then their fc2 (the experts'
+// scaling's linears, model/moe.cpp), in the dense unit after qkv and proj or, with the
+// experts apart, in the expert vector's (its own DataParallel, over edp).
 void Transformer::make_fp8_param_gather() {
   if (!fp8_ || !config_.fp8.param_gather) return;
   Fp8ParamGather dense, experts;

@@ -60,11 +60,12 @@
 //   blockwise   none (each block's amax is its own)
 //
 // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather) at ZeRO-1, 2 and 3 (the MoE
-// experts' weights at ZeRO-1/2, each expert's fc1 and fc2 at its own scale):
+// experts' weights too, each expert's fc1 and fc2 at its own scale):
 //   fp8.weight                    ZeRO-3 only, fp8_operands (above): a gathered W's codes
 //                                 decoded into the storage type for dgrad's W^T, es x the
 //                                 largest out in (ZeRO-1/2 decode into the parameters and cast
-//                                 the stored W: nothing to hold)
+//                                 the stored W: nothing to hold); the experts' own, in their
+//                                 backward's workspace (fp8_expert_scratch_bytes)
 //   the gathers                   a bucket's all-gather (ZeRO-3: a unit's, before each use;
 //                                 ZeRO-1/2: of the updated slices, once per step) carries M_j
 //                                 bytes per rank, M_j = max_r (slice es - (es - 1) f_r), f_r

@@ -3,6 +3,7 @@
 // (peak) with how it was found and whether it is exact, what the rank holds between steps
 // (the ZeRO paper's model states), the per-layer activations beside Korthikanti's closed
 // form, and what selective recompute saves. Split from report.cpp (the other writers).
+#include <algorithm>
 #include <utility>
 #include "plan/moe_memory.h"  // moe_layer_count
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
@@ -143,12 +144,15 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
         return "selective: one layer's recomputed internals, alive inside its block only";
       break;
     case 6:
-      if (!plan.data_parallel.fp8_message.empty())  // plan/fp8.h fp8_gather_comm_buffers
-        return plan.parallel.zero_stage < 3 && plan.options.overlap_param_gather
-                   ? "--fp8-param-gather: the largest FP8 bucket's message sent, dp received, "
+      if (!plan.data_parallel.fp8_message.empty()) {  // plan/fp8.h fp8_gather_comm_buffers
+        const std::vector<int64_t>& m = plan.data_parallel.fp8_message;
+        const bool two = plan.parallel.zero_stage < 3 && plan.options.overlap_param_gather &&
+                         std::count_if(m.begin(), m.end(), [](int64_t x) { return x > 0; }) >= 2;
+        return two ? "--fp8-param-gather: the largest FP8 bucket's message sent, dp received, "
                      "twice (two gathers in flight); the scalars"
                    : "--fp8-param-gather: the largest FP8 bucket's message sent, dp received; "
                      "the scalars";
+      }
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;
     case 7: return logits_note(plan, rp);

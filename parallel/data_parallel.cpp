@@ -147,7 +147,7 @@ const void* DataParallel::acquire_params(int u, bool forward) {
   const bool sweep_step = m.held == 0;
   Impl::UnitState& s = m.units[u];
   if (!s.resident) m.post_gather(u);
-  s.gather.wait();
+  m.complete_unit_gather(u);
   ++s.refs;
   ++m.held;
   if (sweep_step)
@@ -164,7 +164,7 @@ void DataParallel::release_params(int u) {
   --s.refs;
   --m.held;
   if (m.stage == 3 && s.refs == 0) {
-    s.gather.wait();
+    m.complete_unit_gather(u);
     s.gathered.reset();
     s.resident = false;
   }
@@ -327,7 +327,7 @@ void DataParallel::drain() {
   if (m.sharded_grads() && m.in_flight >= 0) m.complete_grad_reduce(m.in_flight);
   for (auto& s : m.bk) s.reduce.wait();
   m.wait_param_gathers();
-  for (auto& s : m.units) s.gather.wait();
+  for (int u = 0; u < m.U; ++u) m.complete_unit_gather(u);
 }
 
 }  // namespace paralab

@@ -116,10 +116,10 @@ struct OwnedSegment {
 // scale, which gives back the owner's codes. The message of rank r is its slice with those
 // elements at 1 byte: the all-gather's count is the largest over the ranks and the buckets,
 // M = max_j max_r (slice_j es - (es - 1) f_jr), f_jr the FP8 elements of bucket j's slice r
-// (plan/fp8.h); sent from and received into two staging buffers (category comm_buffers, M and
-// dp M) and copied (ZeRO-3) or decoded (ZeRO-1/2) to their places, the gather completing where
-// it is posted; ZeRO-1/2 with --overlap-param-gather: in the next step's forward, two in
-// flight through a second pair, each posted at a bucket's first use (data_parallel_impl.h).
+// (plan/fp8.h); sent from and received into a staging pair (category comm_buffers, M and dp
+// M) per gather in flight (fp8_staging_pairs), and copied (ZeRO-3, at the unit's acquire: its
+// prefetch flies) or decoded (ZeRO-1/2: in the step, or with --overlap-param-gather in the
+// next step's forward, two in flight, each posted at a bucket's first use) to their places.
 struct Fp8GatherWeight {
   int64_t begin = 0, count = 0;    // the weight's elements of its unit
   Fp8Scaling* scaling = nullptr;   // the scaling it is cast in (parallel/fp8_scaling.h): the
@@ -131,6 +131,12 @@ struct Fp8ParamGather {
   // each one's fc2, where they are in this vector), whatever the order of their elements
   std::vector<std::vector<Fp8GatherWeight>> weights;
 };
+// The staging pairs (a pair: the largest message sent, dp of them received): as many as gathers
+// fly at once, at most the FP8 buckets (ZeRO-3: units), at least one: ZeRO-3 the unit acquired
+// and its prefetch window (--zero3-prefetch-layers), ZeRO-1/2 with --overlap-param-gather two
+// (data_parallel_impl.h), else one.
+int fp8_staging_pairs(int zero_stage, bool overlap_param_gather, int prefetch_units,
+                      int fp8_buckets);
 // The bytes of the message of the slice [lo, hi) of a unit (elements of the unit): its FP8
 // elements at 1 byte, the others at es.
 int64_t fp8_gather_slice_bytes(const std::vector<Fp8GatherWeight>& weights, int64_t lo,

@@ -54,6 +54,14 @@ int64_t run_bytes(const Run& r, int es) { return (r.hi - r.lo) * (r.weight >= 0 
 
 }  // namespace
 
+int fp8_staging_pairs(int zero_stage, bool overlap_param_gather, int prefetch_units,
+                      int fp8_buckets) {
+  const int in_flight = zero_stage == 3       ? prefetch_units + 1
+                        : overlap_param_gather ? 2
+                                               : 1;
+  return std::max(1, std::min(in_flight, fp8_buckets));
+}
+
 int64_t fp8_gather_slice_bytes(const std::vector<Fp8GatherWeight>& weights, int64_t lo,
                                int64_t hi, int es) {
   int64_t bytes = 0;
@@ -107,17 +115,21 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   m.fp8 = std::move(g);
   m.fp8_gathered.assign(m.U, false);
   m.fp8_state.allocate(m.device, state, Category::FP8_STATE);
-  // the staging: a pair for the largest message, and (overlapped, two FP8 buckets or more) a
-  // second, so that the next bucket's gather flies while one is read
-  m.fp8_send.allocate(m.device, largest, Category::COMM_BUFFERS);
-  if (m.dp) m.fp8_recv.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
   m.fp8_order.clear();
   for (int j = (int)l.buckets.size() - 1; j >= 0; --j)
     if (m.fp8_message[j] > 0) m.fp8_order.push_back(j);
   m.fp8_done.assign(l.buckets.size(), true);
-  if (!m.fp8_overlapped() || m.fp8_order.size() < 2) return;
-  m.fp8_send_next.allocate(m.device, largest, Category::COMM_BUFFERS);
-  if (m.dp) m.fp8_recv_next.allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
+  // the staging pairs, each sized for the largest message (plan/fp8.h fp8_staging_pairs)
+  const int pairs = fp8_staging_pairs(m.stage, m.opt.overlap_param_gather, m.opt.prefetch_units,
+                                      (int)m.fp8_order.size());
+  m.fp8_send.resize(pairs);
+  m.fp8_recv.resize(pairs);
+  for (int p = 0; p < pairs; ++p) {
+    m.fp8_send[p].allocate(m.device, largest, Category::COMM_BUFFERS);
+    if (m.dp) m.fp8_recv[p].allocate(m.device, largest * m.size, Category::COMM_BUFFERS);
+  }
+  m.fp8_pair_unit.assign(pairs, -1);
+  m.fp8_pair_of.assign(m.U, -1);
 }
 
 Fp8GatheredUnit DataParallel::fp8_weights(int u) const {
@@ -200,11 +212,11 @@ void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {
   });
 }
 
-// Step 3: rank r's message at the result + r M_j (one rank: its own, at fp8_send).
+// Step 3 through pair 0: rank r's message at the result + r M_j (one rank: its own).
 const char* DataParallel::Impl::fp8_exchange(int j) {
-  if (!communicates(layout.buckets[j])) return fp8_send.data();
-  dp->all_gather(fp8_send.data(), fp8_recv.data(), fp8_message[j], DType::U8);
-  return fp8_recv.data();
+  if (!communicates(layout.buckets[j])) return fp8_send[0].data();
+  dp->all_gather(fp8_send[0].data(), fp8_recv[0].data(), fp8_message[j], DType::U8);
+  return fp8_recv[0].data();
 }
 
 // ZeRO-1/2 with --overlap-param-gather (data_parallel_impl.h): steps 1-3 of the FP8 buckets
@@ -217,14 +229,13 @@ void DataParallel::Impl::fp8_gathers_due() {
 }
 
 void DataParallel::Impl::post_next_fp8_bucket(int pair) {
-  if (fp8_posted == fp8_order.size() || (pair == 1 && fp8_send_next.size() == 0)) return;
+  if (fp8_posted == fp8_order.size() || pair >= (int)fp8_send.size()) return;
   const int j = fp8_order[fp8_posted++];
   const Bucket& b = layout.buckets[j];
-  char* send = (pair == 0 ? fp8_send : fp8_send_next).data();
+  char* send = fp8_send[pair].data();
   fp8_encode(j, at(params, padded_pos[j] + rank * b.slice), send);
   if (communicates(b))
-    bk[j].gather = dp->all_gather_async(send, (pair == 0 ? fp8_recv : fp8_recv_next).data(),
-                                        fp8_message[j], DType::U8);
+    bk[j].gather = dp->all_gather_async(send, fp8_recv[pair].data(), fp8_message[j], DType::U8);
   fp8_flight.push_back({j, pair});
 }
 
@@ -239,18 +250,18 @@ void DataParallel::Impl::complete_fp8_bucket(int j) {
     fp8_flight.pop_front();
     bk[k].gather.wait();
     const Bucket& b = layout.buckets[k];
-    fp8_decode(k, !communicates(b) ? (pair == 0 ? fp8_send : fp8_send_next).data()
-                                   : (pair == 0 ? fp8_recv : fp8_recv_next).data());
+    fp8_decode(k, (communicates(b) ? fp8_recv : fp8_send)[pair].data());
     fp8_done[k] = true;
     post_next_fp8_bucket(pair);
   }
 }
 
+// ZeRO-3: steps 1-3 of unit u's gather through a free staging pair (none free: the oldest
+// in flight completed first), the all-gather left in flight; complete_unit_gather places it.
 void DataParallel::Impl::post_fp8_gather(int u) {
   UnitState& s = units[u];
   const int j = layout.bucket_of[u];
   const Bucket& b = layout.buckets[j];
-  const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   allocate(s.gathered, b.padded, Category::PARAMS);
   s.resident = true;
   const char* slice = at(params, b.shard_offset);
@@ -259,9 +270,36 @@ void DataParallel::Impl::post_fp8_gather(int u) {
     copy_to_device(device, mine, at(host_params, b.shard_offset), b.slice * es);
     slice = mine;
   }
-  fp8_encode(j, slice, fp8_send.data());  // read before step 4 writes the gathered buffer
-  const char* all = fp8_exchange(j);
-  // 4. every rank's runs to their places
+  int pair = (int)(std::find(fp8_pair_unit.begin(), fp8_pair_unit.end(), -1) -
+                   fp8_pair_unit.begin());
+  if (pair == (int)fp8_pair_unit.size()) {  // every pair in flight: pair 0's unit placed early
+    pair = 0;
+    complete_unit_gather(fp8_pair_unit[0]);
+  }
+  fp8_encode(j, slice, fp8_send[pair].data());  // read before step 4 writes the gathered buffer
+  if (!communicates(b)) return place_fp8_unit(u, fp8_send[pair].data());
+  s.gather = dp->all_gather_async(fp8_send[pair].data(), fp8_recv[pair].data(), fp8_message[j],
+                                  DType::U8);
+  fp8_pair_unit[pair] = u;
+  fp8_pair_of[u] = pair;
+}
+
+void DataParallel::Impl::complete_unit_gather(int u) {
+  units[u].gather.wait();
+  const int pair = fp8_pair_of.empty() ? -1 : fp8_pair_of[u];
+  if (pair < 0) return;
+  fp8_pair_of[u] = -1;
+  fp8_pair_unit[pair] = -1;
+  place_fp8_unit(u, fp8_recv[pair].data());
+}
+
+// Step 4 at ZeRO-3 (`all`: rank r's message at all + r M_j): every rank's runs to their
+// places in the gathered unit, a weight's codes at the start of its place.
+void DataParallel::Impl::place_fp8_unit(int u, const char* all) {
+  UnitState& s = units[u];
+  const int j = layout.bucket_of[u];
+  const Bucket& b = layout.buckets[j];
+  const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   for (int r = 0; r < (communicates(b) ? size : 1); ++r) {
     const int rr = communicates(b) ? r : rank;
     const char* in = all + r * fp8_message[j];
@@ -276,7 +314,7 @@ void DataParallel::Impl::post_fp8_gather(int u) {
 }
 
 void DataParallel::Impl::gather_fp8_bucket(int j) {
-  fp8_encode(j, at(params, padded_pos[j] + rank * layout.buckets[j].slice), fp8_send.data());
+  fp8_encode(j, at(params, padded_pos[j] + rank * layout.buckets[j].slice), fp8_send[0].data());
   fp8_decode(j, fp8_exchange(j));
 }
 

@@ -104,7 +104,10 @@ struct DataParallel::Impl {
   std::vector<int64_t> fp8_unit_state;
   std::vector<std::vector<Fp8GatherWeight>> fp8_bucket;
   std::vector<std::vector<Fp8Place>> fp8_place;
-  // ZeRO-1/2 with --overlap-param-gather: a second staging pair, so that two FP8 buckets'
+  // The staging pairs (M sent, dp M received; fp8_staging_pairs of them): one where each
+  // gather completes where it is posted; ZeRO-3 with prefetch, one per unit in flight (its
+  // prefetch window and the unit acquired), fp8_pair_of the pair a unit's gather flies in;
+  // ZeRO-1/2 with --overlap-param-gather two, so that two FP8 buckets'
   // gathers are in flight at once, in the order of their first use (fp8_order: the buckets
   // with FP8 weights, last first, as the forward reads the units): after the step every one is
   // due; the first one's first wait posts the first two, and each bucket's first wait decodes
@@ -113,21 +116,23 @@ struct DataParallel::Impl {
   // the same way), so a step's FP8 gathers are its own. fp8_posted: of fp8_order,
   // how many are posted this step; fp8_flight: those in flight, oldest first, with their pair;
   // fp8_done: per bucket, decoded this step.
-  Buffer<char> fp8_send_next, fp8_recv_next;
+  std::vector<Buffer<char>> fp8_send, fp8_recv;
+  std::vector<int> fp8_pair_unit, fp8_pair_of;  // per pair its unit (-1: free); per unit its pair
   std::vector<int> fp8_order;
   size_t fp8_posted = 0;
   std::deque<std::pair<int, int>> fp8_flight;
   std::vector<bool> fp8_done;
   std::vector<bool> fp8_gathered;
   Buffer<float> fp8_state;
-  Buffer<char> fp8_send, fp8_recv;
   std::vector<int64_t> fp8_message;
   bool fp8_unit(int u) const { return !fp8.weights.empty() && !fp8.weights[u].empty(); }
   bool fp8_bucket_has(int j) const { return !fp8_bucket.empty() && !fp8_bucket[j].empty(); }
   bool fp8_overlapped() const { return stage < 3 && opt.overlap_param_gather; }
   void fp8_encode(int j, const char* slice, char* out);  // the scales, and this rank's message
   const char* fp8_exchange(int j);            // the all-gather: every rank's message
-  void post_fp8_gather(int u);                // ZeRO-3: unit u's codes to their places
+  void post_fp8_gather(int u);                // ZeRO-3: unit u's gather posted (steps 1-3)
+  void place_fp8_unit(int u, const char* all);  // ZeRO-3: step 4, its codes to their places
+  void complete_unit_gather(int u);           // ZeRO-3: unit u's gather done (and placed)
   void gather_fp8_bucket(int j);              // ZeRO-1/2: bucket j decoded in place
   void fp8_decode(int j, const char* all);    // ZeRO-1/2: the other ranks' codes decoded
   // ZeRO-1/2 overlapped (above): every FP8 bucket's gather due again (after the step); the

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/fp8.h"  // fp8_scale_count: the factors of a (rows, cols) copy in its blocks
+#include "parallel/data_parallel.h"  // fp8_staging_pairs: the gathers in flight at once
 #include "parallel/fp8_scaling.h"  // Fp8Scaling::state_bytes
 
 namespace paralab {
@@ -187,10 +188,13 @@ std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
   return out;
 }
 
-int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, bool overlapped) {
-  int64_t largest = 0, buckets = 0;
+int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, int zero_stage,
+                                const PlanOptions& o) {
+  int64_t largest = 0;
+  int buckets = 0;
   for (int64_t x : messages) largest = std::max(largest, x), buckets += x > 0;
-  const int pairs = overlapped && buckets >= 2 ? 2 : 1;  // two gathers in flight
+  const int pairs = fp8_staging_pairs(zero_stage, o.overlap_param_gather,
+                                      o.zero3_prefetch_layers, buckets);
   return messages.empty() ? 0 : pairs * (largest + (dp > 1 ? dp * largest : 0));
 }
 
@@ -199,7 +203,7 @@ void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
                            const std::vector<int64_t>& unit_begin, int zero_stage, int es) {
   d.fp8_message.clear();
   d.fp8_gathers = d.fp8_amax_bytes = d.fp8_piece_calls = d.fp8_piece_bytes = 0;
-  d.fp8_state_bytes = d.fp8_gather_payload = 0;
+  d.fp8_state_bytes = 0;
   if (zero_stage < 1 || !m.fp8.enabled || !m.fp8.param_gather) return;
   d.fp8_message = fp8_gather_messages(table, d.layout, es);
   // per unit its FP8 weights, and of them the dense ones (the pieces' reduction)
@@ -215,11 +219,7 @@ void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
   for (int u = 0; u < units; ++u) {  // ZeRO-1/2: once, after the step; ZeRO-3: each gather
     const int64_t gathers = zero_stage < 3 ? 1 : d.sim.gathers_of.at(u);
     if (weights[u] == 0) continue;
-    const int j = d.layout.bucket_of[u];  // ZeRO-3: the unit's own bucket
-    const Bucket& b = d.layout.buckets[j];
-    const int64_t ranks = b.slice > 0 ? b.padded / b.slice : 1;
     d.fp8_gathers += gathers;
-    if (zero_stage == 3) d.fp8_gather_payload += gathers * ranks * d.fp8_message[j];
     d.fp8_amax_bytes += gathers * 4 * weights[u];
     if (dense[u] == 0) continue;
     d.fp8_piece_calls += gathers;

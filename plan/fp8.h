@@ -75,10 +75,11 @@
 //                                 all-gather overhead by half"), a quarter of fp32's
 //   fp8_state                     3 fp32 per FP8 weight (its scale, factor, amax): 12 per
 //                                 dense layer
-//   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1);
-//                                 twice that at ZeRO-1/2 with --overlap-param-gather (two
-//                                 buckets' gathers in flight, each posted at the previous
-//                                 one's first use)
+//   comm_buffers                  the staging: max_j M_j sent, dp max_j M_j received (dp > 1),
+//                                 once per gather in flight: ZeRO-3 the acquired unit and its
+//                                 prefetch window (--zero3-prefetch-layers + 1), ZeRO-1/2 with
+//                                 --overlap-param-gather two (each bucket's first use posts the
+//                                 next), else one; at most one per FP8 bucket
 //   tensorwise                    per FP8 unit gathered (ZeRO-3: each gather; ZeRO-1/2: once
 //                                 per step) one MAX all-reduce of its n amaxes over the ZeRO
 //                                 group (dp > 1: Megatron's current scaling of the shards;
@@ -157,10 +158,10 @@ std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>
 // 0 for a bucket without FP8 weights; es: the storage type's bytes.
 std::vector<int64_t> fp8_gather_messages(const std::vector<ParamSpec>& table,
                                          const BucketLayout& l, int es);
-// The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging, a
-// pair sized for the largest message, and a second where two gathers fly at once (overlapped:
-// ZeRO-1/2 with --overlap-param-gather and two FP8 buckets or more).
-int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, bool overlapped);
+// The comm_buffers bytes above (0 without --fp8-param-gather: no messages): the staging,
+// fp8_staging_pairs (parallel/data_parallel.h) pairs sized for the largest message.
+int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, int zero_stage,
+                                const PlanOptions& o);
 // --fp8-param-gather on `d`, the data parallelism of `table`'s flat vector (the whole model's,
 // a pipeline stage's, or the experts'; its units from unit_begin) at ZeRO stage zero_stage:
 // sets d.fp8_message (fp8_gather_messages; empty without the flag or at ZeRO 0), the gathers'

@@ -255,12 +255,12 @@ void stage_memory(const Plan& plan, int r, const StageChunks& sc, const Workspac
   }
   mem.activations = activations_peak;
   mem.recompute = plan.ranks.empty() ? 0 : plan.ranks[0].memory.recompute;  // one layer's
-  const bool fp8_overlapped = par.zero_stage < 3 && plan.options.overlap_param_gather;
+  const int z = par.zero_stage;
   mem.comm_buffers =
       comm_buffer_bytes(m, t, par, moe_layers) +
-      fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp, fp8_overlapped) +
-      (experts ? fp8_gather_comm_buffers(experts->fp8_message, par.expert_data_parallel(),
-                                         fp8_overlapped)
+      fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp, z, plan.options) +
+      (experts ? fp8_gather_comm_buffers(experts->fp8_message, par.expert_data_parallel(), z,
+                                         plan.options)
                : 0);
   // --no-fused-ce keeps each microbatch's N V_l fp32 logits from its forward to its
   // backward: as many as the last model stage holds at once (the bf16 copy of their

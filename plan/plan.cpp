@@ -207,11 +207,9 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
     mem.resident_params += bias;
   }
   mem.recompute = recompute_buffers(m, B, act, o.mask_bytes, tp, sp).peak();  // selective
-  const bool fp8_overlapped = z < 3 && o.overlap_param_gather;  // two FP8 gathers in flight
   mem.comm_buffers = comm_buffer_bytes(m, t, p) +
-                     fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp, fp8_overlapped) +
-                     (experts ? fp8_gather_comm_buffers(experts->fp8_message, edp, fp8_overlapped)
-                              : 0);
+                     fp8_gather_comm_buffers(d.fp8_message, plan.dp_cp, z, o) +
+                     (experts ? fp8_gather_comm_buffers(experts->fp8_message, edp, z, o) : 0);
   // FP8's operands and scaling state: the dense linears', the experts' delayed state, the
   // FP8 gathers' scales (plan/fp8.h)
   const Fp8Memory fp8 = fp8_memory(m, local_sizes(m, B, tp, sp), m.num_layers, act,

@@ -236,7 +236,6 @@ struct DataParallelPlan {
   std::vector<int64_t> fp8_message;
   int64_t fp8_gathers = 0, fp8_amax_bytes = 0, fp8_piece_calls = 0, fp8_piece_bytes = 0;
   int64_t fp8_state_bytes = 0;
-  int64_t fp8_gather_payload = 0;  // ZeRO-3: the step's all-gather bytes of those gathers
 };
 
 // One pipeline stage (pp rank); every tp and dp rank of it holds the same.

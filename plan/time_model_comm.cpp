@@ -69,20 +69,6 @@ void overlap(GroupTime& t, double budget, const char* how) {
   t.overlap = how;
 }
 
-// ZeRO-3's prefetched gathers where --fp8-param-gather's units complete where they are posted
-// (parallel/data_parallel_fp8.cpp: one staging buffer): those units' share of the payload is
-// exposed whole, the rest overlaps.
-void overlap_zero3_prefetch(GroupTime& t, double budget, const DataParallelPlan& d,
-                            int64_t payload) {
-  const double blocking =
-      payload > 0 ? t.seconds * (double)d.fp8_gather_payload / (double)payload : 0.0;
-  GroupTime rest = t;
-  rest.seconds -= blocking;
-  overlap(rest, budget, "");
-  t.exposed = blocking + rest.exposed;
-  t.overlap = blocking > 0 ? "ZeRO-3 prefetch (not the FP8 units' gathers)" : "ZeRO-3 prefetch";
-}
-
 }  // namespace
 
 CommTime project_comm_time(const Plan& plan, const HardwareProfile& hw,
@@ -138,10 +124,7 @@ CommTime project_comm_time(const Plan& plan, const HardwareProfile& hw,
                 "--overlap-grad-reduce");
       } else if (data_parallel(e.group) && e.op == CommOp::ALL_GATHER && zero == 3 &&
                  o.zero3_prefetch_layers >= 1) {
-        overlap_zero3_prefetch(
-            t, rc.total,
-            e.group == CommGroup::EDP ? plan.expert_data_parallel : plan.data_parallel,
-            e.payload_bytes);
+        overlap(t, rc.total, "ZeRO-3 prefetch");
       } else if (data_parallel(e.group) && e.op == CommOp::ALL_GATHER && zero < 3 &&
                  o.overlap_param_gather) {
         overlap(t, rc.first_forward, "--overlap-param-gather");

@@ -5,6 +5,7 @@
 // form, and what selective recompute saves. Split from report.cpp (the other writers).
 #include <algorithm>
 #include <utility>
+#include "parallel/data_parallel.h"  // fp8_staging_pairs
 #include "plan/moe_memory.h"  // moe_layer_count
 #include "plan/recompute.h"  // korthikanti_check_recompute, selective_saved_bytes_per_layer
 #include "report/report.h"
@@ -146,12 +147,12 @@ static std::string category_note(const Plan& plan, const RankPlan& rp, int c) {
     case 6:
       if (!plan.data_parallel.fp8_message.empty()) {  // plan/fp8.h fp8_gather_comm_buffers
         const std::vector<int64_t>& m = plan.data_parallel.fp8_message;
-        const bool two = plan.parallel.zero_stage < 3 && plan.options.overlap_param_gather &&
-                         std::count_if(m.begin(), m.end(), [](int64_t x) { return x > 0; }) >= 2;
-        return two ? "--fp8-param-gather: the largest FP8 bucket's message sent, dp received, "
-                     "twice (two gathers in flight); the scalars"
-                   : "--fp8-param-gather: the largest FP8 bucket's message sent, dp received; "
-                     "the scalars";
+        const int pairs = fp8_staging_pairs(
+            plan.parallel.zero_stage, plan.options.overlap_param_gather,
+            plan.options.zero3_prefetch_layers,
+            (int)std::count_if(m.begin(), m.end(), [](int64_t x) { return x > 0; }));
+        return strprintf("--fp8-param-gather: the largest FP8 bucket's message sent, dp "
+                         "received, %d x (the gathers in flight); the scalars", pairs);
       }
       if (rp.memory.comm_buffers) return "the gradient norm's all-reduce scalar";
       break;

@@ -131,15 +131,27 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
 }
 
 TEST(Fp8ParamGather, StagingBuffers) {
-  // the largest message sent, dp of them received (dp > 1): comm_buffers
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, false), 7 + 2 * 7);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1, false), 14);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2, false), 18 + 2 * 18);  // ZeRO-1/2: one bucket
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4, false), 0);
-  // ZeRO-1/2 overlapped: two pairs, two gathers in flight; one where one bucket has FP8
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, true), 2 * (7 + 2 * 7));
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 1, true), 2 * 7);
-  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 0}, 2, true), 7 + 2 * 7);
+  // a pair per gather in flight: the largest message sent, dp of them received (dp > 1)
+  paralab::PlanOptions o;
+  o.overlap_param_gather = false;
+  o.zero3_prefetch_layers = 0;
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, 3, o), 7 + 2 * 7);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 14}, 1, 3, o), 14);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({18}, 2, 1, o), 18 + 2 * 18);  // ZeRO-1/2: one bucket
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({}, 4, 1, o), 0);
+  // ZeRO-3 with prefetch: the unit acquired and the window, at most one per FP8 unit
+  o.zero3_prefetch_layers = 1;
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, 3, o), 2 * (7 + 2 * 7));
+  o.zero3_prefetch_layers = 4;
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, 3, o), 2 * (7 + 2 * 7));
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, 1, o), 7 + 2 * 7);  // not at ZeRO-1
+  // ZeRO-1/2 overlapped: two in flight; one where one bucket has FP8
+  o.overlap_param_gather = true;
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 2, 2, o), 2 * (7 + 2 * 7));
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 5}, 1, 1, o), 2 * 7);
+  EXPECT_EQ(paralab::fp8_gather_comm_buffers({0, 7, 0}, 2, 1, o), 7 + 2 * 7);
+  EXPECT_EQ(paralab::fp8_staging_pairs(3, false, 2, 10), 3);
+  EXPECT_EQ(paralab::fp8_staging_pairs(2, false, 2, 10), 1);
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes

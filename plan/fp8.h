@@ -123,7 +123,8 @@ int64_t fp8_expert_state_bytes(const ModelConfig& m, int local_experts, int moe_
 
 // A rank's two categories: the dense linears' tensors above (layers: the layers this rank
 // holds; act_bytes: the storage type's bytes, fp8.weight), the experts' state (local_experts per MoE
-// layer, moe_layers held) and the FP8 gathers' scales (gather_state: fp8_gather_state_bytes);
+// layer, moe_layers held) and the FP8 gathers' state (gather_state: DataParallelPlan::
+// fp8_state_bytes, plan_fp8_param_gather);
 // zero_stage: fp8.weight is ZeRO-3's alone.
 struct Fp8Memory {
   int64_t operands = 0, state = 0;

@@ -13,7 +13,8 @@
 //                                      optimizer's) of the updated slices after the step. Megatron asserts the distributed
 //                                      optimizer, torch FSDP2 or Megatron-FSDP
 //                                      (arguments.py); refused at --zero-stage 0 (DDP gathers
-//                                      nothing) and with blockwise (docs/fp8.md). The MoE
+//                                      nothing). Blockwise gathers each 128 x 128 block at
+//                                      its own scale (docs/fp8.md). The MoE
 //                                      experts' weights travel in FP8 too, each expert's at
 //                                      its own scale; with pipelining each stage gathers its
 //                                      own layers' weights; with --offload-params the slice
@@ -78,7 +79,7 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
 
 namespace {
 // --fp8-param-gather's constraints (the header): each refusal one line.
-void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
+void check_fp8_param_gather(const Options& o) {
   const Fp8Config& f = o.model.fp8;
   if (!f.param_gather) return;
   const int z = o.parallel.zero_stage;
@@ -86,10 +87,6 @@ void check_fp8_param_gather(const Options& o, const RawFlags& raw) {
     fail("--fp8-param-gather needs --zero-stage 1, 2 or 3 (the parameter all-gathers it "
          "carries in FP8; Megatron's needs the distributed optimizer or FSDP; DDP gathers "
          "nothing), got --zero-stage ", z);
-  if (f.recipe == Fp8Recipe::Blockwise)
-    fail("--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it "
-         "needs --fp8-recipe delayed or tensorwise, got ", raw.fp8_recipe, " (128 x 128 "
-         "blocks cross the slices' boundaries: docs/fp8.md)");
 }
 }  // namespace
 
@@ -115,7 +112,7 @@ void check_fp8(Options& o, const RawFlags& raw) {
            "none (Megatron: fp8_param must be used together with fp8 mode)");
     return;
   }
-  check_fp8_param_gather(o, raw);
+  check_fp8_param_gather(o);
   if (o.train.fp16)
     fail("--fp8-format ", raw.fp8_format, " needs fp32 or --bf16 storage, got --fp16 (the FP8 "
          "GEMM stores fp32 or bf16: docs/fp8.md)");

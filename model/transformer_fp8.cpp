@@ -89,8 +89,8 @@ void Transformer::make_fp8_param_gather() {
     const bool moe = config_.moe.is_moe_layer(l);
     for (int k = 0; k < (moe ? 2 : 4); ++k) {
       const TensorView& v = views_.at(index_.at(layer + names[k]));
-      dense.weights[u].push_back(
-          {(int64_t)v.unit_offset, (int64_t)v.numel, fp8_.get(), 4 * fp8_ordinal(l) + k});
+      dense.weights[u].push_back({(int64_t)v.unit_offset, (int64_t)v.numel, fp8_.get(),
+                                  4 * fp8_ordinal(l) + k, (int)v.spec->shape.back()});
     }
     if (!moe) continue;
     const int first = 2 * E * fp8_moe_ordinal_.at(l);  // fc1 of local expert e: first + 2 e
@@ -102,7 +102,7 @@ void Transformer::make_fp8_param_gather() {
         (v.expert ? experts : dense)
             .weights[u]
             .push_back({(int64_t)v.unit_offset + e * each, each, fp8_experts_.get(),
-                        first + 2 * e + fc});
+                        first + 2 * e + fc, (int)v.spec->shape.back()});
     }
   }
   dp_->set_fp8_param_gather(std::move(dense));

@@ -106,10 +106,11 @@ struct OwnedSegment {
 // FP8 weights (the dense linears' and the MoE experts', each expert's its own) as FP8 codes,
 // 1 byte per element, the rest in the storage type: ZeRO-3's gather of a unit before its use,
 // ZeRO-1/2's gather of a bucket's updated slices after the optimizer's step (Megatron's
-// distributed optimizer). Each rank casts its slice of each weight at the weight's scale of
+// distributed optimizer). Each rank casts its slice of each weight at the weight's scales of
 // the step (delayed: the history's; tensorwise: from the whole weight's amax, the max over the
-// slices' amaxes, one MAX all-reduce of the unit's n amaxes over the group first, as
-// Megatron's current scaling does). At ZeRO-3 the
+// slices' amaxes, one MAX all-reduce of the unit's amaxes over the group first, as Megatron's
+// current scaling does; blockwise: the same per 128 x 128 block, a slice's boundaries cutting
+// through blocks, one amax per block in the all-reduce). At ZeRO-3 the
 // gathered unit holds each weight's codes at the start of its place (its pointer is the
 // codes'); at ZeRO-1/2 the receivers decode the codes into their storage-type copy of the
 // weight (the owner keeps its own slice exact) and the GEMMs cast the weight at the gathered
@@ -124,6 +125,9 @@ struct Fp8GatherWeight {
   int64_t begin = 0, count = 0;    // the weight's elements of its unit
   Fp8Scaling* scaling = nullptr;   // the scaling it is cast in (parallel/fp8_scaling.h): the
   int linear = 0;                  // dense linears' or the experts', and its linear there
+  int cols = 0;                    // its columns (in): the (count / cols, cols) matrix's blocks
+  // its scales: one, or (blockwise) one per 128 x 128 block (kernels::fp8_scale_count)
+  int scale_values() const;
 };
 struct Fp8ParamGather {
   // per unit: none, or its FP8 weights in the order fp8_weights numbers them (a dense

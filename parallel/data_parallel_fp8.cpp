@@ -6,13 +6,15 @@
 //
 // The steps of one gather of bucket j (every rank; at ZeRO-3 bucket = unit):
 //   1. the scales of its FP8 units: delayed, the history's; tensorwise, each weight's amax over
-//      this rank's slice, a MAX all-reduce of the unit's n amaxes over dp (Megatron's current
+//      this rank's slice, a MAX all-reduce of the unit's amaxes over dp (Megatron's current
 //      scaling reduces the shards' amaxes the same way: fp8_utils.py,
 //      _quantize_param_shard_impl), then each weight's scaling's own reduction over the pieces
-//      (the dense linears': tp, cp; the experts': none) and scale = max / amax
+//      (the dense linears': tp, cp; the experts': none) and scale = max / amax; blockwise, the
+//      same per 128 x 128 block of each weight (the slice's part of each block it cuts through),
+//      with no pieces' reduction (a block lies within a tp piece, as the casts' blocks do)
 //   2. the message: this rank's slice of the bucket, run by run, an FP8 weight's elements cast
-//      at its scale (1 byte each; delayed: the slice's amax recorded), the others copied (es
-//      bytes each)
+//      at their block's scale (1 byte each; delayed: the slice's amax recorded), the others
+//      copied (es bytes each)
 //   3. an all-gather of M_j bytes per rank (M_j: the bucket's largest message; plan/fp8.h)
 //   4. ZeRO-3: every rank's runs copied to their places in the gathered unit, a weight's codes
 //      at the start of its place, the others where they always are. ZeRO-1/2: the other ranks'
@@ -54,6 +56,11 @@ int64_t run_bytes(const Run& r, int es) { return (r.hi - r.lo) * (r.weight >= 0 
 
 }  // namespace
 
+int Fp8GatherWeight::scale_values() const {
+  return (int)kernels::fp8_scale_count(scaling->blocks(Fp8Role::Weight), (int)(count / cols),
+                                       cols);
+}
+
 int fp8_staging_pairs(int zero_stage, bool overlap_param_gather, int prefetch_units,
                       int fp8_buckets) {
   const int in_flight = zero_stage == 3       ? prefetch_units + 1
@@ -73,14 +80,20 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
   Impl& m = *impl_;
   if (m.stage == 0) misuse("fp8 param gather needs zero stage 1, 2 or 3");
   if ((int)g.weights.size() != m.U) misuse("fp8 param gather: weights of every unit");
-  // each unit's 3 n floats (scales, factors, amaxes) in fp8_state
+  // each unit's 3 V_u floats (scales, factors, amaxes) in fp8_state
   m.fp8_unit_state.assign(m.U, 0);
+  m.fp8_unit_values.assign(m.U, 0);
+  m.fp8_weight_offset.assign(m.U, {});
   int64_t state = 0;
   for (int u = 0; u < m.U; ++u) {
     m.fp8_unit_state[u] = state;
-    for (const Fp8GatherWeight& w : g.weights[u])
-      if (w.scaling == nullptr) misuse("fp8 param gather: a weight without its scaling");
-    state += 3 * (int64_t)g.weights[u].size();
+    for (const Fp8GatherWeight& w : g.weights[u]) {
+      if (w.scaling == nullptr || w.cols <= 0 || w.count % w.cols != 0)
+        misuse("fp8 param gather: a weight without its scaling or its shape");
+      m.fp8_weight_offset[u].push_back(m.fp8_unit_values[u]);
+      m.fp8_unit_values[u] += w.scale_values();
+    }
+    state += 3 * (int64_t)m.fp8_unit_values[u];
   }
   const BucketLayout& l = m.layout;
   m.fp8_bucket.assign(l.buckets.size(), {});
@@ -94,7 +107,7 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
       for (size_t k = 0; k < g.weights[u].size(); ++k) {
         Fp8GatherWeight x = g.weights[u][k];
         x.begin += m.unit_begin[u] - b.begin;  // elements of the bucket
-        in_bucket.push_back({x, {u, (int)k, (int)g.weights[u].size()}});
+        in_bucket.push_back({x, {u, (int)k}});
       }
     // in the order of their elements, as the slices' runs take them
     std::sort(in_bucket.begin(), in_bucket.end(),
@@ -135,7 +148,8 @@ void DataParallel::set_fp8_param_gather(Fp8ParamGather g) {
 Fp8GatheredUnit DataParallel::fp8_weights(int u) const {
   const Impl& m = *impl_;
   if (!m.fp8_unit(u) || (m.stage < 3 && !m.fp8_gathered[u])) return {};
-  return {m.fp8_state.data() + m.fp8_unit_state[u], (int)m.fp8.weights[u].size(), 0};
+  return {m.fp8_state.data() + m.fp8_unit_state[u], m.fp8_weight_offset[u].data(),
+          m.fp8_unit_values[u], 0};
 }
 
 bool DataParallel::fp8_weights_stored() const { return impl_->stage < 3; }
@@ -155,45 +169,43 @@ void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {
   const std::vector<Fp8GatherWeight>& w = fp8_bucket[j];
   const int64_t lo = rank * b.slice;
   const std::vector<Run> mine = slice_runs(w, lo, lo + b.slice);
-  float* state = fp8_state.data();
-  // weight i of the bucket: weight k of the n of unit u, whose scales [0, n), factors
-  // [n, 2n) and amaxes [2n, 3n) start at fp8_unit_state[u]
-  auto at = [&](int i, int what) {
-    const Fp8Place& p = fp8_place[j][i];
-    return state + fp8_unit_state[p.unit] + what * p.count + p.k;
-  };
+  // weight i of the bucket: its scales (0), factors (1), amaxes (2)
+  auto at = [&](int i, int what) { return fp8_values(fp8_place[j][i].unit, fp8_place[j][i].k, what); };
   std::vector<int> units;  // the bucket's units with FP8 weights
   for (const Fp8Place& p : fp8_place[j]) units.push_back(p.unit);  // a unit's weights together
   units.erase(std::unique(units.begin(), units.end()), units.end());
+  const Fp8Recipe recipe = w.front().scaling->config().recipe;
   with_storage(opt.storage, [&](auto type) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, kernels::fp16>) {
       misuse("fp8 param gather with fp16 storage");
     } else {
       // 1. the scales (and factors), unit by unit, each run of weights of one scaling together
-      const bool tensorwise = w.front().scaling->config().recipe == Fp8Recipe::Tensorwise;
-      if (tensorwise) {
+      const bool current = recipe != Fp8Recipe::Delayed;  // the amaxes of this gather's values
+      if (current) {
         for (int u : units)
-          kernels::memset_zero(device, state + fp8_unit_state[u] + 2 * fp8.weights[u].size(),
-                               fp8.weights[u].size() * sizeof(float));
+          kernels::memset_zero(device, fp8_values(u, 0, 2), fp8_unit_values[u] * sizeof(float));
         for (const Run& r : mine)
           if (r.weight >= 0)
-            kernels::fp8_amax(device, at(r.weight, 2),
-                              reinterpret_cast<const T*>(slice + (r.lo - lo) * es), r.hi - r.lo);
+            kernels::fp8_shard_amax(device, at(r.weight, 2),
+                                    reinterpret_cast<const T*>(slice + (r.lo - lo) * es),
+                                    r.lo - w[r.weight].begin, r.hi - r.lo, w[r.weight].cols,
+                                    w[r.weight].scaling->blocks(Fp8Role::Weight));
       }
       for (int u : units) {
         const std::vector<Fp8GatherWeight>& unit_weights = fp8.weights[u];
-        float* unit = state + fp8_unit_state[u];
         const int n = (int)unit_weights.size();
-        if (tensorwise && communicates(b))
-          dp->all_reduce(unit + 2 * n, n, ReduceOp::MAX, DType::F32);
+        if (current && communicates(b))
+          dp->all_reduce(fp8_values(u, 0, 2), fp8_unit_values[u], ReduceOp::MAX, DType::F32);
         for (int k0 = 0; k0 < n;) {  // the weights [k0, k1) of one scaling
           std::vector<int> linears;
-          int k1 = k0;
-          for (; k1 < n && unit_weights[k1].scaling == unit_weights[k0].scaling; ++k1)
+          int k1 = k0, values = 0;
+          for (; k1 < n && unit_weights[k1].scaling == unit_weights[k0].scaling; ++k1) {
             linears.push_back(unit_weights[k1].linear);
-          unit_weights[k0].scaling->gather_scales(linears, unit + 2 * n + k0, unit + k0,
-                                                  unit + n + k0);
+            values += unit_weights[k1].scale_values();
+          }
+          unit_weights[k0].scaling->gather_scales(linears, values, fp8_values(u, k0, 2),
+                                                  fp8_values(u, k0, 0), fp8_values(u, k0, 1));
           k0 = k1;
         }
       }
@@ -202,8 +214,9 @@ void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {
         const char* src = slice + (r.lo - lo) * es;
         if (r.weight >= 0)
           w[r.weight].scaling->quantize_shard(w[r.weight].linear, reinterpret_cast<const T*>(src),
-                                              r.hi - r.lo, at(r.weight, 0),
-                                              reinterpret_cast<uint8_t*>(out), at(r.weight, 1));
+                                              r.lo - w[r.weight].begin, r.hi - r.lo,
+                                              w[r.weight].cols, at(r.weight, 0),
+                                              reinterpret_cast<uint8_t*>(out));
         else
           kernels::memcpy_device(device, out, src, (r.hi - r.lo) * es);
         out += run_bytes(r, es);
@@ -332,16 +345,18 @@ void DataParallel::Impl::fp8_decode(int j, const char* all) {
       const char* in = all + r * fp8_message[j];
       for (const Run& x : slice_runs(w, r * b.slice, (r + 1) * b.slice)) {
         char* dst = bucket + x.lo * es;
-        if (x.weight >= 0)
-          kernels::fp8_dequantize(device, reinterpret_cast<T*>(dst),
-                                  {reinterpret_cast<const uint8_t*>(in),
-                                   fp8_state.data() + fp8_unit_state[fp8_place[j][x.weight].unit] +
-                                       fp8_place[j][x.weight].count + fp8_place[j][x.weight].k,
-                                   w[x.weight].scaling->format(Fp8Role::Weight),
-                                   kernels::Fp8Blocks::Tensor},
-                                  1, (int)(x.hi - x.lo));
-        else
+        if (x.weight >= 0) {
+          const Fp8GatherWeight& g = w[x.weight];
+          const Fp8Place& p = fp8_place[j][x.weight];
+          kernels::fp8_shard_dequantize(device, reinterpret_cast<T*>(dst),
+                                        {reinterpret_cast<const uint8_t*>(in),
+                                         fp8_values(p.unit, p.k, 1),
+                                         g.scaling->format(Fp8Role::Weight),
+                                         g.scaling->blocks(Fp8Role::Weight)},
+                                        x.lo - g.begin, x.hi - x.lo, g.cols);
+        } else {
           kernels::memcpy_device(device, dst, in, run_bytes(x, es));
+        }
         in += run_bytes(x, es);
       }
     }

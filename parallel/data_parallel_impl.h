@@ -91,17 +91,25 @@ struct DataParallel::Impl {
     int refs = 0;
   };
   std::vector<UnitState> units;
-  // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights; unit u's n
-  // weights' scales, factors and amaxes, 3 n floats from fp8_unit_state[u] of fp8_state; the
-  // two staging buffers of M bytes (send) and dp M (receive), M the largest message. Per
+  // --fp8-param-gather (data_parallel.h; data_parallel_fp8.cpp): the weights; unit u's V_u
+  // scale values (fp8_unit_values: one per weight, blockwise one per 128 x 128 block) as
+  // scales, factors and amaxes, 3 V_u floats from fp8_unit_state[u] of fp8_state, weight k's
+  // from fp8_weight_offset[u][k] of each; the staging pairs. Per
   // bucket its FP8 weights (elements of the bucket, ascending), each one's place (weight k of
-  // the n of unit u) and its message M_j (0: none); ZeRO-1/2: per unit, whether its weights
+  // unit u) and its message M_j (0: none); ZeRO-1/2: per unit, whether its weights
   // were last set by an FP8 gather (cleared by params_written).
   struct Fp8Place {
-    int unit, k, count;
+    int unit, k;
   };
   Fp8ParamGather fp8;
   std::vector<int64_t> fp8_unit_state;
+  std::vector<int> fp8_unit_values;
+  std::vector<std::vector<int>> fp8_weight_offset;
+  // weight k of unit u: its scales (what 0), factors (1) or amaxes (2)
+  float* fp8_values(int u, int k, int what) {
+    return fp8_state.data() + fp8_unit_state[u] + (int64_t)what * fp8_unit_values[u] +
+           fp8_weight_offset[u][k];
+  }
   std::vector<std::vector<Fp8GatherWeight>> fp8_bucket;
   std::vector<std::vector<Fp8Place>> fp8_place;
   // The staging pairs (M sent, dp M received; fp8_staging_pairs of them): one where each

@@ -56,7 +56,7 @@ constexpr bool kFp8Storage = !std::is_same_v<T, kernels::fp16>;
 }  // namespace
 
 // The gathered W (--fp8-param-gather), cast for fprop (W) or dgrad (W^T) at the gathered
-// scale, recording nothing. ZeRO-3: W's place holds the codes, read as they are (fprop) or
+// scales, recording nothing. ZeRO-3: W's place holds the codes, read as they are (fprop) or
 // decoded and cast transposed (dgrad). ZeRO-1/2: W as stored (the other ranks' slices decoded
 // from their codes), cast either way.
 template <typename T>
@@ -65,7 +65,7 @@ Fp8Operand gathered_weight(Device d, const Fp8Linear& fp8, const T* W, int out, 
   Fp8Scaling& s = *fp8.scaling;
   Fp8Scratch& scratch = *fp8.scratch;
   const kernels::Fp8Format f = s.format(Fp8Role::Weight);
-  const kernels::Fp8Blocks blocks = kernels::Fp8Blocks::Tensor;
+  const kernels::Fp8Blocks blocks = s.blocks(Fp8Role::Weight);  // W's and W^T's alike
   const Fp8Operand cast{scratch.b.data(), scratch.b_factors.data(),
                         {scratch.b.data(), scratch.b_factors.data(), f, blocks}};
   if (fp8.weight_stored) {

@@ -48,14 +48,17 @@ struct Fp8Scratch {
 };
 
 // A gathered unit's FP8 weights (--fp8-param-gather: parallel/data_parallel.h
-// DataParallel::fp8_weights): weight k's scale at state[first + k] and its factor 1 / scale at
-// state[count + first + k]; state nullptr: not gathered in FP8. `first` skips the unit's
-// weights a caller does not own (an MoE layer's experts come after its qkv and proj).
+// DataParallel::fp8_weights): the unit's `values` scales (one per weight, or blockwise one per
+// 128 x 128 block of each) and after them their factors 1 / scale; weight k's start at
+// state[offset[first + k]] and state[values + offset[first + k]]; state nullptr: not gathered
+// in FP8. `first` skips the unit's weights a caller does not own (an MoE layer's experts come
+// after its qkv and proj).
 struct Fp8GatheredUnit {
   const float* state = nullptr;
-  int count = 0, first = 0;
-  const float* scale(int k) const { return state + first + k; }
-  const float* factor(int k) const { return state + count + first + k; }
+  const int* offset = nullptr;
+  int values = 0, first = 0;
+  const float* scale(int k) const { return state + offset[first + k]; }
+  const float* factor(int k) const { return state + values + offset[first + k]; }
 };
 
 // Which FP8 state a linear layer's GEMMs use: the chunk's scaling and the linear's number in it
@@ -63,7 +66,8 @@ struct Fp8GatheredUnit {
 // GEMMs run in the storage type (the default; attention and the output layer never take FP8).
 //
 // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): ZeRO-3 gathered W as FP8 codes,
-// which sit in W's place (W's pointer is the codes'), with its scale and factor 1 / scale.
+// which sit in W's place (W's pointer is the codes'), with its scales and factors 1 / scale (one
+// each, or blockwise one per 128 x 128 block of W).
 // fprop reads the codes as they are; dgrad's W^T is the codes decoded (into the storage type)
 // and cast transposed at the same scale, which gives back the same codes: decode(c) / s s lies
 // within a relative 2^-8 of decode(c) (bf16's rounding; fp32's 2^-23), well inside half of
@@ -73,10 +77,10 @@ struct Fp8Linear {
   Fp8Scaling* scaling = nullptr;
   int index = 0;
   Fp8Scratch* scratch = nullptr;  // sized (ensure) for this linear's operands
-  const float* gathered_scale = nullptr;   // non-null: W was gathered in FP8 (above)
-  const float* gathered_factor = nullptr;
+  const float* gathered_scale = nullptr;   // non-null: W was gathered in FP8 (above), W's
+  const float* gathered_factor = nullptr;  // blocks of the recipe (blockwise: 128 x 128)
   // ZeRO-1/2 (weight_stored): W as stored, the other ranks' slices decoded from the codes they
-  // sent, the owner's own slice exact; fprop's W and dgrad's W^T cast at the gathered scale give
+  // sent, the owner's own slice exact; fprop's W and dgrad's W^T cast at the gathered scales give
   // the codes the owner sent (the same rounding argument), recording nothing.
   bool weight_stored = false;
   bool on() const { return scaling != nullptr; }

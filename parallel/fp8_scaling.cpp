@@ -131,43 +131,43 @@ void Fp8Scaling::quantize(int linear, Fp8Role role, const T* x, int rows, int co
   }
 }
 
-void Fp8Scaling::gather_scales(const std::vector<int>& linears, float* amax, float* scale,
-                               float* factor) {
+void Fp8Scaling::gather_scales(const std::vector<int>& linears, int values, float* amax,
+                               float* scale, float* factor) {
   const int n = (int)linears.size();
   const Fp8Format f = config_.forward_format();
-  if (config_.recipe == Fp8Recipe::Tensorwise) {
-    if (pieces_) pieces_(amax, n);
-    kernels::fp8_current_scale(device_, scale, amax, n, f);
-  } else if (config_.recipe == Fp8Recipe::Delayed) {
-    for (int k = 0; k < n; ++k)
-      kernels::memcpy_device(device_, scale + k,
-                             scale_fwd_.data() + slot(linears[k], Fp8Role::Weight),
-                             sizeof(float));
-  } else {
-    throw std::logic_error("Fp8Scaling::gather_scales: --fp8-param-gather with blockwise");
+  switch (config_.recipe) {
+    case Fp8Recipe::Delayed:
+      for (int k = 0; k < n; ++k)
+        kernels::memcpy_device(device_, scale + k,
+                               scale_fwd_.data() + slot(linears[k], Fp8Role::Weight),
+                               sizeof(float));
+      break;
+    case Fp8Recipe::Tensorwise:
+      if (pieces_) pieces_(amax, n);
+      kernels::fp8_current_scale(device_, scale, amax, n, f);
+      break;
+    case Fp8Recipe::Blockwise:
+      kernels::fp8_current_scale(device_, scale, amax, values, f);
+      break;
   }
-  // the factor of a rank whose slice holds none of the weight too: a cast of one float (the
-  // scale itself) writes it
-  for (int k = 0; k < n; ++k)
-    kernels::fp8_quantize(device_, reinterpret_cast<uint8_t*>(amax + k), factor + k, nullptr,
-                          scale + k, 1, 1, f, scale + k, false);
+  kernels::fp8_scale_inverse(device_, factor, scale, values);
 }
 
 template <class T>
-void Fp8Scaling::quantize_shard(int linear, const T* x, int64_t n, const float* scale,
-                                uint8_t* q, float* factor) {
+void Fp8Scaling::quantize_shard(int linear, const T* x, int64_t first, int64_t n, int cols,
+                                const float* scale, uint8_t* q) {
   float* amax = config_.recipe == Fp8Recipe::Delayed
                     ? history_fwd_.data() + slot(linear, Fp8Role::Weight)
                     : nullptr;
-  kernels::fp8_quantize(device_, q, factor, amax, x, 1, (int)n, config_.forward_format(), scale,
-                        false);
+  kernels::fp8_shard_quantize(device_, q, amax, x, first, n, cols, config_.forward_format(),
+                              blocks(Fp8Role::Weight), scale);
 }
 
 template <class T>
 void Fp8Scaling::quantize_at(Fp8Role role, const T* x, int rows, int cols, const float* scale,
                              uint8_t* q, float* factor, bool transpose) {
   kernels::fp8_quantize(device_, q, factor, nullptr, x, rows, cols, format(role), scale,
-                        transpose);
+                        transpose, blocks(role));
 }
 
 template <class T>
@@ -285,10 +285,10 @@ template void Fp8Scaling::quantize<float>(int, Fp8Role, const float*, int, int, 
                                           uint8_t*, float*);
 template void Fp8Scaling::quantize<kernels::bf16>(int, Fp8Role, const kernels::bf16*, int, int,
                                                   uint8_t*, float*, uint8_t*, float*);
-template void Fp8Scaling::quantize_shard<float>(int, const float*, int64_t, const float*,
-                                                uint8_t*, float*);
+template void Fp8Scaling::quantize_shard<float>(int, const float*, int64_t, int64_t, int,
+                                                const float*, uint8_t*);
 template void Fp8Scaling::quantize_shard<kernels::bf16>(int, const kernels::bf16*, int64_t,
-                                                        const float*, uint8_t*, float*);
+                                                        int64_t, int, const float*, uint8_t*);
 template void Fp8Scaling::quantize_at<float>(Fp8Role, const float*, int, int, const float*,
                                              uint8_t*, float*, bool);
 template void Fp8Scaling::quantize_at<kernels::bf16>(Fp8Role, const kernels::bf16*, int, int,

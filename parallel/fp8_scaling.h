@@ -117,23 +117,27 @@ class Fp8Scaling {
                 float* q_scale_inv, uint8_t* qt, float* qt_scale_inv);
 
   // --fp8-param-gather (parallel/data_parallel.h Fp8ParamGather): the weights gathered as FP8
-  // codes. gather_scales puts the scale of this step into scale[k] for linears[k]'s weight:
-  // delayed: the history's (replicated, fixed for the step); tensorwise: from amax[k], the
-  // max over the ZeRO shards of the weight's amax (the caller reduced it over the data-parallel
-  // group), reduced here over the pieces (tp, cp) as every tensorwise cast is. quantize_shard
-  // casts n elements of a weight's shard at that scale into q, writing factor[0] = 1 / scale
-  // (delayed: the shard's amax recorded into the weight's history, which the step's amax
-  // group reduces over dp: the whole weight's amax, as the unsharded cast records it).
-  // quantize_at casts the (rows, cols) x, or its transpose x^T, at a given scale, recording
-  // nothing: a gathered weight's casts (ZeRO-3: dgrad's W^T from the gathered codes,
+  // codes. A weight's scales are `values` floats: one (delayed, tensorwise) or one per 128 x 128
+  // block (blockwise, the grid of the whole weight, row-major). gather_scales puts this step's
+  // scales of linears' weights, one after the other, into scale[0, values): delayed: the
+  // history's (replicated, fixed for the step); tensorwise and blockwise: from amax, the max
+  // over the ZeRO shards of each weight's (block's) amax (the caller reduced them over the
+  // data-parallel group), tensorwise's reduced here over the pieces (tp, cp) as every
+  // tensorwise cast is (blockwise's blocks lie within a rank's piece, as its casts' do), then
+  // scale = max / amax; and factor[i] = 1 / scale[i], as every cast writes it.
+  // quantize_shard casts n elements of a weight's shard, from its element `first` (the weight
+  // has `cols` columns), each at its block's scale, into q (delayed: the shard's amax recorded
+  // into the weight's history, which the step's amax group reduces over dp: the whole weight's
+  // amax, as the unsharded cast records it).
+  // quantize_at casts the (rows, cols) x, or its transpose x^T, at given scales (x's blocks),
+  // recording nothing: a gathered weight's casts (ZeRO-3: dgrad's W^T from the gathered codes,
   // dequantised; ZeRO-1/2: W and W^T as stored, the gathered codes decoded into them), which
   // give back the gathered codes (docs/fp8.md).
-  // factor[k] = 1 / scale[k], as every cast writes it (amax's floats are then free: they take
-  // the casts' dummy codes).
-  void gather_scales(const std::vector<int>& linears, float* amax, float* scale, float* factor);
+  void gather_scales(const std::vector<int>& linears, int values, float* amax, float* scale,
+                     float* factor);
   template <class T>
-  void quantize_shard(int linear, const T* x, int64_t n, const float* scale, uint8_t* q,
-                      float* factor);
+  void quantize_shard(int linear, const T* x, int64_t first, int64_t n, int cols,
+                      const float* scale, uint8_t* q);
   template <class T>
   void quantize_at(Fp8Role role, const T* x, int rows, int cols, const float* scale, uint8_t* q,
                    float* factor, bool transpose);

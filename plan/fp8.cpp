@@ -136,11 +136,11 @@ void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, in
 
 void fp8_gather_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                      const DataParallelPlan& d, CommGroup zero_group, int zero_ranks, int tp) {
-  if (m.fp8.recipe != Fp8Recipe::Tensorwise || d.fp8_gathers == 0) return;
+  if (m.fp8.recipe == Fp8Recipe::Delayed || d.fp8_gathers == 0) return;
   const int cp = m.context_parallel.size;
   const int64_t calls = d.fp8_piece_calls, bytes = d.fp8_piece_bytes;  // the dense weights'
-  if (tp > 1) add_comm(comm, CommGroup::TP, CommOp::ALL_REDUCE, tp, calls, bytes);
-  if (cp > 1) add_comm(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, calls, bytes);
+  if (tp > 1 && calls > 0) add_comm(comm, CommGroup::TP, CommOp::ALL_REDUCE, tp, calls, bytes);
+  if (cp > 1 && calls > 0) add_comm(comm, CommGroup::CP, CommOp::ALL_REDUCE, cp, calls, bytes);
   if (zero_ranks > 1)  // the shards' amaxes over the ZeRO group
     add_comm(comm, zero_group, CommOp::ALL_REDUCE, zero_ranks, d.fp8_gathers, d.fp8_amax_bytes);
 }
@@ -156,11 +156,11 @@ std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>
     };
     if (!p.expert && (ends(".attn.qkv.weight") || ends(".attn.proj.weight") ||
                       ends(".mlp.fc1.weight") || ends(".mlp.fc2.weight")))
-      out.push_back({offset, offset + p.numel(), false});
+      out.push_back({offset, offset + p.numel(), false, p.shape.back()});
     if (p.expert && (ends(".mlp.experts.fc1.weight") || ends(".mlp.experts.fc2.weight"))) {
       const int64_t each = p.numel() / p.shape[0];  // the local experts, stacked
       for (int64_t e = 0; e < p.shape[0]; ++e)
-        out.push_back({offset + e * each, offset + (e + 1) * each, true});
+        out.push_back({offset + e * each, offset + (e + 1) * each, true, p.shape.back()});
     }
     offset += p.numel();
   }
@@ -206,22 +206,26 @@ void plan_fp8_param_gather(DataParallelPlan& d, const ModelConfig& m,
   d.fp8_state_bytes = 0;
   if (zero_stage < 1 || !m.fp8.enabled || !m.fp8.param_gather) return;
   d.fp8_message = fp8_gather_messages(table, d.layout, es);
-  // per unit its FP8 weights, and of them the dense ones (the pieces' reduction)
+  // per unit its FP8 weights' scale values (one each, blockwise one per 128 x 128 block), and
+  // of them the dense weights' (tensorwise reduces those again over the pieces)
   const int units = (int)unit_begin.size() - 1;
-  std::vector<int64_t> weights(units, 0), dense(units, 0);
+  const kernels::Fp8Blocks blocks = Fp8Scaling::blocks(m.fp8, Fp8Role::Weight);
+  std::vector<int64_t> values(units, 0), dense(units, 0);
   for (const Fp8GatheredWeight& w : fp8_gathered_weights(table)) {
     const int u = (int)(std::upper_bound(unit_begin.begin(), unit_begin.end(), w.begin) -
                         unit_begin.begin()) - 1;
-    ++weights[u];
-    if (!w.expert) ++dense[u];
-    d.fp8_state_bytes += 3 * 4;  // its scale, factor and amax
+    const int64_t v = (int64_t)kernels::fp8_scale_count(blocks, (int)((w.end - w.begin) / w.cols),
+                                                        (int)w.cols);
+    values[u] += v;
+    if (!w.expert) dense[u] += v;
+    d.fp8_state_bytes += 3 * 4 * v;  // its scales, factors and amaxes
   }
   for (int u = 0; u < units; ++u) {  // ZeRO-1/2: once, after the step; ZeRO-3: each gather
     const int64_t gathers = zero_stage < 3 ? 1 : d.sim.gathers_of.at(u);
-    if (weights[u] == 0) continue;
+    if (values[u] == 0) continue;
     d.fp8_gathers += gathers;
-    d.fp8_amax_bytes += gathers * 4 * weights[u];
-    if (dense[u] == 0) continue;
+    d.fp8_amax_bytes += gathers * 4 * values[u];
+    if (dense[u] == 0 || m.fp8.recipe != Fp8Recipe::Tensorwise) continue;
     d.fp8_piece_calls += gathers;
     d.fp8_piece_bytes += gathers * 4 * dense[u];
   }

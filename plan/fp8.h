@@ -139,19 +139,21 @@ Fp8Memory fp8_memory(const ModelConfig& m, const LocalSizes& l, int layers, int 
 void fp8_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m, int tp, int dp,
               const ParallelConfig& p, const std::vector<int>& layers,
               const std::vector<bool>& recomputed, int64_t microbatches);
-// --fp8-param-gather, tensorwise: the rows of d's gathers (plan_fp8_param_gather), each a
-// MAX all-reduce of its unit's amaxes over the ZeRO group (zero_ranks ranks: dp x cp, or edp
-// for the experts' vector), then its dense weights' over tp and cp.
+// --fp8-param-gather, tensorwise and blockwise: the rows of d's gathers (plan_fp8_param_gather),
+// each a MAX all-reduce of its unit's amaxes (blockwise: one per 128 x 128 block) over the ZeRO
+// group (zero_ranks ranks: dp x cp, or edp for the experts' vector), then, tensorwise, its
+// dense weights' over tp and cp.
 void fp8_gather_comm(std::vector<CommPlanEntry>& comm, const ModelConfig& m,
                      const DataParallelPlan& d, CommGroup zero_group, int zero_ranks, int tp);
 // The FP8 weights of `table`, flat [begin, end): each dense linear's (the four of a dense
 // layer, qkv and proj of an MoE layer) and each local expert's fc1 and fc2 (expert), what the
-// gathers carry in FP8.
+// gathers carry in FP8; cols: its columns (in), its 128 x 128 blocks' layout.
 struct Fp8GatheredWeight {
   int64_t begin = 0, end = 0;
   bool expert = false;
+  int64_t cols = 0;
   bool operator==(const Fp8GatheredWeight& o) const {
-    return begin == o.begin && end == o.end && expert == o.expert;
+    return begin == o.begin && end == o.end && expert == o.expert && cols == o.cols;
   }
 };
 std::vector<Fp8GatheredWeight> fp8_gathered_weights(const std::vector<ParamSpec>& table);
@@ -166,7 +168,8 @@ int64_t fp8_gather_comm_buffers(const std::vector<int64_t>& messages, int dp, in
 // --fp8-param-gather on `d`, the data parallelism of `table`'s flat vector (the whole model's,
 // a pipeline stage's, or the experts'; its units from unit_begin) at ZeRO stage zero_stage:
 // sets d.fp8_message (fp8_gather_messages; empty without the flag or at ZeRO 0), the gathers'
-// state (12 bytes per FP8 weight: its scale, factor and amax; category fp8_state) and the
+// state (12 bytes per scale value: a scale, factor and amax per FP8 weight, blockwise per 128
+// x 128 block of each, kernels::fp8_scale_count; category fp8_state) and the
 // step's gathers of units with FP8 weights for fp8_gather_comm: ZeRO-1/2 each such unit once,
 // after the optimizer's step; ZeRO-3 each one's gathers in d.sim (forward, backward, and full
 // recompute's again).

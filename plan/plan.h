@@ -230,9 +230,10 @@ struct DataParallelPlan {
   // --fp8-param-gather (plan/fp8.h fp8_gather_messages): per bucket (ZeRO-3: per unit), the
   // bytes each rank sends in one of its gathers, 0 for a bucket gathered in the storage type
   // (empty: every bucket). The step's gathers of units with FP8 weights, the bytes of their
-  // amaxes (4 per weight: tensorwise's MAX all-reduce over the ZeRO group), the gathers of
-  // units with dense FP8 weights and those weights' amax bytes (reduced again over tp and
-  // cp), and the gathers' state, 12 bytes per FP8 weight (plan/fp8.h plan_fp8_param_gather)
+  // amaxes (4 per weight, blockwise per 128 x 128 block: the MAX all-reduce over the ZeRO
+  // group of tensorwise and blockwise), tensorwise's gathers of units with dense FP8 weights
+  // and those weights' amax bytes (reduced again over tp and cp), and the gathers' state, 12
+  // bytes per scale value (plan/fp8.h plan_fp8_param_gather)
   std::vector<int64_t> fp8_message;
   int64_t fp8_gathers = 0, fp8_amax_bytes = 0, fp8_piece_calls = 0, fp8_piece_bytes = 0;
   int64_t fp8_state_bytes = 0;

@@ -255,13 +255,16 @@ RTOL=$BF16_RTOL train_both "llama fp8 blockwise" --config "$CONFIG" --arch llama
 # token dispatcher, and each expert's width over etp 2: the dispatch's permutes, all-to-alls
 # and partial sums on CUDA buffers; and context parallelism over 2 ranks: the ring's passes
 # (flash, and naive's per-pass probabilities), the all-gather's and the all-to-all's
-# reorders, the log-sum-exp merge on CUDA buffers.
+# reorders, the log-sum-exp merge on CUDA buffers; and ZeRO-3's FP8 gathers in blockwise
+# (--fp8-param-gather: a weight's shard cast at its 128 x 128 blocks' scales, the GEMMs on the
+# gathered codes).
 moe_ep="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --ep 2 --moe-token-dispatcher-type"
 moe_etp="--num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --etp 2 --moe-token-dispatcher-type alltoall"
-variants=("--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp" "--cp 2" "--cp 2 --attention naive" "--cp 2 --cp-comm-type all_gather" "--cp 2 --cp-comm-type a2a" "$moe_ep alltoall --bf16" "$moe_ep allgather --bf16" "$moe_etp --bf16")
+variants=("--pp 2" "--pp 2 --pipeline-schedule zb-h1" "--pp 2 --vpp 2 --pipeline-schedule interleaved --num-layers 4" "--tp 2 --sequence-parallel" "$moe_ep alltoall" "$moe_ep allgather" "$moe_etp" "--cp 2" "--cp 2 --attention naive" "--cp 2 --cp-comm-type all_gather" "--cp 2 --cp-comm-type a2a" "$moe_ep alltoall --bf16" "$moe_ep allgather --bf16" "$moe_etp --bf16" "--zero-stage 3 --bf16 --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather")
 # The emulated device gives each rank its own GPU: NCCL's calls (on MPI) run too, data parallel
-# with ZeRO-1 and tensor parallel, fp32, bf16 and fp16 (ncclFloat16).
-[[ $EMULATED -eq 1 ]] && variants+=("--zero-stage 1 --comm-cuda nccl" "--tp 2 --sequence-parallel --bf16 --comm-cuda nccl" "--zero-stage 1 --fp16 --initial-loss-scale 1024 --comm-cuda nccl")
+# with ZeRO-1 and tensor parallel, fp32, bf16 and fp16 (ncclFloat16), and ZeRO-1's FP8 gathers
+# (u8) with the blocks' amaxes MAX-reduced.
+[[ $EMULATED -eq 1 ]] && variants+=("--zero-stage 1 --comm-cuda nccl" "--tp 2 --sequence-parallel --bf16 --comm-cuda nccl" "--zero-stage 1 --fp16 --initial-loss-scale 1024 --comm-cuda nccl" "--zero-stage 1 --overlap-param-gather --bf16 --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --comm-cuda nccl")
 for variant in "${variants[@]}"; do
   name="2 ranks ${variant// --/ }"
   name=${name//--/}

@@ -188,8 +188,6 @@ bad "fp8 with fp16"           "--fp8-format e4m3 needs fp32 or --bf16 storage, g
 bad "fp8 param gather alone"  "--fp8-param-gather gathers FP8 weights, so it needs --fp8-format e4m3|hybrid, got none" --fp8-param-gather
 bad "fp8 param gather zero 0" "--fp8-param-gather needs --zero-stage 1, 2 or 3 (the parameter all-gathers it carries in FP8; Megatron's needs the distributed optimizer or FSDP; DDP gathers nothing), got --zero-stage 0" \
                                                         --fp8-format e4m3 --fp8-param-gather
-bad "fp8 param gather blocks" "--fp8-param-gather casts each ZeRO slice of a weight at the weight's scale: it needs --fp8-recipe delayed or tensorwise, got blockwise" \
-                                                        --fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --zero-stage 1
 bad "fp8 shared expert"       "--fp8-format e4m3 runs the routed experts in FP8, not a shared expert, got --moe-shared-expert-intermediate-size 32" \
                                                         --fp8-format e4m3 --num-experts 4 --moe-shared-expert-intermediate-size 32
 bad "fp8 tensorwise etp"      "--fp8-recipe tensorwise takes each expert GEMM's own amax and needs the experts whole, got --expert-tensor-parallel-size 2" \

@@ -289,9 +289,9 @@ TEST(Fp8Cast, TensorCastRecordsAmaxAndFactorAndTransposes) {
   const float scale = 448.0f / amax * 0.5f;
   std::vector<uint8_t> q(x.size()), qt(x.size());
   float scale_inv = 0.0f, scale_inv_t = 0.0f, recorded = 1.0f, recorded_t = 1e9f;
-  kernels::fp8_quantize<Device::CPU, float>(q.data(), &scale_inv, &recorded, x.data(), rows, cols,
+  kernels::fp8_quantize(Device::CPU, q.data(), &scale_inv, &recorded, x.data(), rows, cols,
                                             Fp8Format::E4M3, &scale, false);
-  kernels::fp8_quantize<Device::CPU, float>(qt.data(), &scale_inv_t, &recorded_t, x.data(), rows,
+  kernels::fp8_quantize(Device::CPU, qt.data(), &scale_inv_t, &recorded_t, x.data(), rows,
                                             cols, Fp8Format::E4M3, &scale, true);
   EXPECT_EQ(scale_inv, 1.0f / scale);
   EXPECT_EQ(recorded, std::max(1.0f, amax));  // max-accumulated into what was there
@@ -409,7 +409,7 @@ Quantised quantise(const std::vector<float>& x, int rows, int cols, Fp8Format f,
     float amax = 0.0f, scale = 0.0f;
     kernels::fp8_amax<Device::CPU, float>(&amax, x.data(), x.size());
     kernels::fp8_current_scale<Device::CPU>(&scale, &amax, 1, f);
-    kernels::fp8_quantize<Device::CPU, float>(out.q.data(), out.s.data(), nullptr, x.data(), rows,
+    kernels::fp8_quantize(Device::CPU, out.q.data(), out.s.data(), nullptr, x.data(), rows,
                                               cols, f, &scale, false);
   } else {
     kernels::fp8_quantize_blocks<Device::CPU, float>(out.q.data(), out.s.data(), x.data(), rows,

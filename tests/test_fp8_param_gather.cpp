@@ -63,7 +63,7 @@ TEST(Fp8ParamGather, MessageIsTheLargestSliceWithItsWeightsAtOneByte) {
                                          2),
             (std::vector<int64_t>{12}));
   EXPECT_EQ(paralab::fp8_gathered_weights(kTable),
-            (std::vector<paralab::Fp8GatheredWeight>{{9, 15, false}}));
+            (std::vector<paralab::Fp8GatheredWeight>{{9, 15, false, 6}}));
 }
 
 // An MoE layer's unit with its experts in it (ep 1): qkv and proj, then each of the 2 local
@@ -80,12 +80,13 @@ TEST(Fp8ParamGather, ExpertsAreOneWeightEach) {
                                         spec("layers.0.mlp.router.weight", 5), fc1, fc2};
   using W = paralab::Fp8GatheredWeight;
   EXPECT_EQ(paralab::fp8_gathered_weights(table),
-            (std::vector<W>{{2, 8, false}, {8, 11, false}, {16, 28, true}, {28, 40, true},
-                            {40, 44, true}, {44, 48, true}}));
+            (std::vector<W>{{2, 8, false, 6}, {8, 11, false, 3}, {16, 28, true, 4},
+                            {28, 40, true, 4}, {40, 44, true, 1}, {44, 48, true, 1}}));
   // ZeRO-1 over dp 2, one unit: 6 FP8 weights, 12 bytes of state each; the step's one gather
   // reduces 6 amaxes over the ZeRO group, and qkv's and proj's again over tp and cp
   paralab::ModelConfig m;
   m.fp8.enabled = m.fp8.param_gather = true;
+  m.fp8.recipe = paralab::Fp8Recipe::Tensorwise;
   paralab::DataParallelPlan d;
   d.layout = paralab::make_bucket_layout({0, 48}, 0, 2, false);
   paralab::plan_fp8_param_gather(d, m, table, {0, 48}, 1, 2);
@@ -104,6 +105,41 @@ TEST(Fp8ParamGather, ExpertsAreOneWeightEach) {
   EXPECT_EQ(d.fp8_state_bytes + d.fp8_gathers + d.fp8_amax_bytes, 0);
 }
 
+// Blockwise: a scale, factor and amax per 128 x 128 block of each weight, every block's amax in
+// the ZeRO group's all-reduce and none over tp or cp (a block lies within a tp piece).
+TEST(Fp8ParamGather, BlockwiseHasAScalePerBlock) {
+  auto matrix = [](const std::string& name, int64_t rows, int64_t cols) {
+    ParamSpec p = spec(name, 0);
+    p.shape = {rows, cols};
+    return p;
+  };
+  // qkv (384, 128): 3 blocks; proj (128, 128): 1; fc1 (300, 128): 3 (the last short); fc2
+  // (128, 300): 3
+  const std::vector<ParamSpec> table = {
+      matrix("layers.0.attn.qkv.weight", 384, 128), matrix("layers.0.attn.proj.weight", 128, 128),
+      matrix("layers.0.mlp.fc1.weight", 300, 128), matrix("layers.0.mlp.fc2.weight", 128, 300)};
+  const int64_t n = 384 * 128 + 128 * 128 + 2 * 300 * 128;
+  paralab::ModelConfig m;
+  m.fp8.enabled = m.fp8.param_gather = true;
+  m.fp8.recipe = paralab::Fp8Recipe::Blockwise;
+  paralab::DataParallelPlan d;
+  d.layout = paralab::make_bucket_layout({0, n}, 0, 4, false);
+  paralab::plan_fp8_param_gather(d, m, table, {0, n}, 2, 2);
+  EXPECT_EQ(d.fp8_state_bytes, 10 * 12);
+  EXPECT_EQ(std::vector<int64_t>({d.fp8_gathers, d.fp8_amax_bytes, d.fp8_piece_calls,
+                                  d.fp8_piece_bytes}),
+            std::vector<int64_t>({1, 10 * 4, 0, 0}));
+  std::vector<paralab::CommPlanEntry> comm;
+  paralab::fp8_gather_comm(comm, m, d, paralab::CommGroup::DP, 4, 2);
+  ASSERT_EQ(comm.size(), 1u);  // the ZeRO group's, nothing over tp
+  EXPECT_EQ(comm[0].group, paralab::CommGroup::DP);
+  // the messages do not depend on the recipe: every FP8 element at 1 byte
+  EXPECT_EQ(d.fp8_message, paralab::fp8_gather_messages(table, d.layout, 2));
+  m.fp8.recipe = paralab::Fp8Recipe::Tensorwise;
+  paralab::plan_fp8_param_gather(d, m, table, {0, n}, 2, 2);
+  EXPECT_EQ(d.fp8_state_bytes, 4 * 12);
+}
+
 TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
   // a layer of 4 weights among other tensors, every dp up to 8, both storage types
   const std::vector<ParamSpec> table = {
@@ -112,7 +148,8 @@ TEST(Fp8ParamGather, PlanEqualsTheTrainersPacking) {
       spec("layers.3.mlp.fc1.weight", 41),  spec("layers.3.mlp.fc2.weight", 23),
       spec("layers.3.mlp.fc2.bias", 3)};
   const std::vector<Fp8GatherWeight> weights = {
-      {5, 37, nullptr, 0}, {42, 19, nullptr, 1}, {66, 41, nullptr, 2}, {107, 23, nullptr, 3}};
+      {5, 37, nullptr, 0, 37}, {42, 19, nullptr, 1, 19}, {66, 41, nullptr, 2, 41},
+      {107, 23, nullptr, 3, 23}};
   const int64_t n = 133;
   for (int es : {2, 4})
     for (int dp = 1; dp <= 8; ++dp) {
@@ -155,10 +192,11 @@ TEST(Fp8ParamGather, StagingBuffers) {
 }
 
 // fprop and dgrad of one linear (N tokens, in -> out) with W cast by the GEMMs and with W's codes
-// cast as a ZeRO slice (the whole weight here; the slices' casts are elementwise at one scale)
-// and read as gathered, ZeRO-3's codes and ZeRO-1/2's decoded W: the same outputs to the bit,
-// at every magnitude of W (decode and re-cast round back to the gathered codes:
-// parallel/fp8_linear.h).
+// cast in three ZeRO slices (cut mid-row and mid-block: their amaxes folded, each slice cast at
+// the whole weight's scales) and read as gathered, ZeRO-3's codes and ZeRO-1/2's decoded W: the
+// same outputs to the bit, at every magnitude of W (decode and re-cast round back to the
+// gathered codes: parallel/fp8_linear.h), in every recipe (blockwise: W's 3 x 2 blocks of
+// 128 x 128, the last ones short).
 template <typename T>
 void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   using kernels::Device;
@@ -166,7 +204,7 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   c.enabled = true;
   c.recipe = recipe;
   c.param_gather = true;
-  const int N = 8, in = 48, out = 40;
+  const int N = 8, in = 150, out = 260;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, magnitude);
   std::vector<T> x(N * in), dy(N * out), W(out * in);
@@ -179,17 +217,26 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
   paralab::Fp8Scratch scratch;
   scratch.allocate(Device::CPU, c, N, {{in, out}}, (int)sizeof(T),
                    paralab::Category::FP8_OPERANDS);
-  // W's codes as the gather makes them, the scale and factor beside them
-  std::vector<float> state(12, 0.0f);
+  // W's codes as the gather makes them, its scales, factors and amaxes beside them
+  const kernels::Fp8Blocks blocks = s.blocks(paralab::Fp8Role::Weight);
+  const int V = (int)kernels::fp8_scale_count(blocks, out, in);
+  EXPECT_EQ(V, recipe == paralab::Fp8Recipe::Blockwise ? 6 : 1);
+  std::vector<float> state(3 * V, 0.0f);
+  float *scale = &state[0], *factor = &state[V], *amax = &state[2 * V];
   std::vector<uint8_t> codes(out * in);
-  if (recipe == paralab::Fp8Recipe::Tensorwise)
-    kernels::fp8_amax(Device::CPU, &state[8], W.data(), W.size());
-  s.gather_scales({0}, &state[8], &state[0], &state[4]);
-  s.quantize_shard(0, W.data(), (int64_t)W.size(), &state[0], codes.data(), &state[4]);
+  const int64_t cuts[4] = {0, 129 * in + 77, 200 * in + 3, (int64_t)W.size()};
+  if (recipe != paralab::Fp8Recipe::Delayed)
+    for (int r = 0; r < 3; ++r)
+      kernels::fp8_shard_amax(Device::CPU, amax, W.data() + cuts[r], cuts[r], cuts[r + 1] - cuts[r],
+                              in, blocks);
+  s.gather_scales({0}, V, amax, scale, factor);
+  for (int r = 0; r < 3; ++r)
+    s.quantize_shard(0, W.data() + cuts[r], cuts[r], cuts[r + 1] - cuts[r], in, scale,
+                     codes.data() + cuts[r]);
   std::vector<T> gathered(W.size());  // the gathered unit's place of W: the codes first
   std::memcpy(gathered.data(), codes.data(), codes.size());
   const paralab::Fp8Linear own{&s, 0, &scratch};
-  const paralab::Fp8Linear from_codes{&s, 0, &scratch, &state[0], &state[4]};
+  const paralab::Fp8Linear from_codes{&s, 0, &scratch, scale, factor};
   std::vector<T> y1(N * out), y2(N * out), dx1(N * in), dx2(N * in);
   paralab::linear_fprop(Device::CPU, own, y1.data(), x.data(), W.data(), N, in, out);
   paralab::linear_fprop(Device::CPU, from_codes, y2.data(), x.data(), gathered.data(), N, in, out);
@@ -198,15 +245,16 @@ void expect_gathered_equal(paralab::Fp8Recipe recipe, float magnitude) {
                         out);
   EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(T)), 0) << magnitude;
   EXPECT_EQ(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(T)), 0) << magnitude;
-  // ZeRO-1/2: W as a receiver stores it, the other ranks' slices (here the first 3/4) decoded
-  // from their codes into T, its own slice exact, cast at the gathered scale
+  // ZeRO-1/2: W as a receiver stores it, the other ranks' slices (here the first two) decoded
+  // from their codes into T, its own slice exact, cast at the gathered scales
   std::vector<T> stored = W;
-  const int64_t decoded = 3 * (int64_t)W.size() / 4;
-  kernels::fp8_dequantize(Device::CPU, stored.data(),
-                          {codes.data(), &state[4], kernels::Fp8Format::E4M3,
-                           kernels::Fp8Blocks::Tensor},
-                          1, (int)decoded);
-  const paralab::Fp8Linear from_stored{&s, 0, &scratch, &state[0], &state[4], true};
+  const int64_t decoded = cuts[2];
+  for (int r = 0; r < 2; ++r)
+    kernels::fp8_shard_dequantize(Device::CPU, stored.data() + cuts[r],
+                                  {codes.data() + cuts[r], factor, kernels::Fp8Format::E4M3,
+                                   blocks},
+                                  cuts[r], cuts[r + 1] - cuts[r], in);
+  const paralab::Fp8Linear from_stored{&s, 0, &scratch, scale, factor, true};
   std::vector<T> y3(N * out), dx3(N * in);
   paralab::linear_fprop(Device::CPU, from_stored, y3.data(), x.data(), stored.data(), N, in, out);
   paralab::linear_dgrad(Device::CPU, from_stored, dx3.data(), dy.data(), stored.data(), N, in,
@@ -224,6 +272,8 @@ TEST(Fp8ParamGather, GemmsOnGatheredWeightsEqualTheOwnCast) {
     expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Tensorwise, magnitude);
     expect_gathered_equal<float>(paralab::Fp8Recipe::Delayed, magnitude);
     expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Delayed, magnitude);
+    expect_gathered_equal<float>(paralab::Fp8Recipe::Blockwise, magnitude);
+    expect_gathered_equal<kernels::bf16>(paralab::Fp8Recipe::Blockwise, magnitude);
   }
 }
 

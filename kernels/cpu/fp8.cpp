@@ -7,7 +7,8 @@
 // twin gets the same amax, scale and codes, bit for bit.
 //
 // defines the CPU twins of kernels/ops/fp8.h: fp8_amax, fp8_quantize, fp8_cast_count,
-//          fp8_quantize_blocks, fp8_dequantize, fp8_current_scale, fp8_delayed_update,
+//          fp8_quantize_blocks, fp8_dequantize, fp8_current_scale, fp8_scale_inverse,
+//          fp8_shard_amax, fp8_shard_quantize, fp8_shard_dequantize, fp8_delayed_update,
 //          gemm_fp8; and gemm_fp8_path,
 //          gemm_fp8_uses_cublaslt (the CUDA twin's choice, answered without CUDA)
 #include <algorithm>
@@ -49,30 +50,43 @@ template <> void fp8_amax<Device::CPU, bf16>(float* amax, const bf16* x, size_t 
   amax_of(amax, x, n);
 }
 
+// Element by element of the output at its block's scale, then each output block's factor from
+// the scale of the x block it is (transposed: x's block (j, i) is q's (i, j)).
 template <class T>
 static void quantize(uint8_t* q, float* scale_inv, float* amax, const T* x, int rows, int cols,
-                     Fp8Format f, const float* scale, bool transpose) {
-  const float s = scale[0];
+                     Fp8Format f, const float* scale, bool transpose, Fp8Blocks blocks) {
+  if (blocks == Fp8Blocks::Tiles || (blocks == Fp8Blocks::Blocks && amax != nullptr))
+    throw std::invalid_argument("fp8_quantize: at given scales per tensor or per 128 x 128 "
+                                "block, an amax per tensor only");
   const CastShape out{transpose ? cols : rows, transpose ? rows : cols, transpose};
+  // the x block of output element (r, c)
+  auto block = [&](int r, int c) {
+    return transpose ? fp8_block_of(blocks, c, r, cols) : fp8_block_of(blocks, r, c, cols);
+  };
   float a = 0.0f;
   for (int r = 0; r < out.rows; r++)
     for (int c = 0; c < out.cols; c++) {
       const float v = to_float(x[out.source(r, c, cols)]);
       a = abs_max(a, v);
-      q[(size_t)r * out.cols + c] = fp8_encode(v * s, f);
+      q[(size_t)r * out.cols + c] = fp8_encode(v * scale[block(r, c)], f);
     }
-  *scale_inv = 1.0f / s;
+  const size_t factors = fp8_scale_count(blocks, out.rows, out.cols);
+  const int across = fp8_blocks_across(out.cols);
+  for (size_t b = 0; b < factors; b++)
+    scale_inv[b] = 1.0f / scale[block((int)(b / across) * kFp8Block, (int)(b % across) * kFp8Block)];
   if (amax != nullptr) *amax = fmaxf(*amax, a);
 }
 template <> void fp8_quantize<Device::CPU, float>(uint8_t* q, float* scale_inv, float* amax,
                                                   const float* x, int rows, int cols, Fp8Format f,
-                                                  const float* scale, bool transpose) {
-  quantize(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+                                                  const float* scale, bool transpose,
+                                                  Fp8Blocks blocks) {
+  quantize(q, scale_inv, amax, x, rows, cols, f, scale, transpose, blocks);
 }
 template <> void fp8_quantize<Device::CPU, bf16>(uint8_t* q, float* scale_inv, float* amax,
                                                  const bf16* x, int rows, int cols, Fp8Format f,
-                                                 const float* scale, bool transpose) {
-  quantize(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+                                                 const float* scale, bool transpose,
+                                                 Fp8Blocks blocks) {
+  quantize(q, scale_inv, amax, x, rows, cols, f, scale, transpose, blocks);
 }
 
 template <class T>
@@ -150,6 +164,75 @@ template <> void fp8_dequantize<Device::CPU, bf16>(bf16* x, Fp8Matrix q, int row
 template <> void fp8_current_scale<Device::CPU>(float* scale, const float* amax, int n,
                                                 Fp8Format f) {
   for (int i = 0; i < n; i++) scale[i] = fp8_scale_from_amax(amax[i], fp8_max(f));
+}
+
+template <> void fp8_scale_inverse<Device::CPU>(float* scale_inv, const float* scale, int n) {
+  for (int i = 0; i < n; i++) scale_inv[i] = 1.0f / scale[i];
+}
+
+// ---- a weight's shard ----------------------------------------------------------------------
+// The block of the run's element i (kernels/ops/fp8.h: the weight's element first + i).
+static size_t shard_block(Fp8Blocks blocks, int64_t first, int64_t i, int cols) {
+  const int64_t e = first + i;
+  return fp8_block_of(blocks, (int)(e / cols), (int)(e % cols), cols);
+}
+
+template <class T>
+static void shard_amax(float* amax, const T* x, int64_t first, int64_t n, int cols,
+                       Fp8Blocks blocks) {
+  for (int64_t i = 0; i < n; i++) {
+    float& a = amax[shard_block(blocks, first, i, cols)];
+    a = abs_max(a, to_float(x[i]));
+  }
+}
+template <> void fp8_shard_amax<Device::CPU, float>(float* amax, const float* x, int64_t first,
+                                                    int64_t n, int cols, Fp8Blocks blocks) {
+  shard_amax(amax, x, first, n, cols, blocks);
+}
+template <> void fp8_shard_amax<Device::CPU, bf16>(float* amax, const bf16* x, int64_t first,
+                                                   int64_t n, int cols, Fp8Blocks blocks) {
+  shard_amax(amax, x, first, n, cols, blocks);
+}
+
+template <class T>
+static void shard_quantize(uint8_t* q, float* amax, const T* x, int64_t first, int64_t n,
+                           int cols, Fp8Format f, Fp8Blocks blocks, const float* scale) {
+  if (blocks == Fp8Blocks::Tiles || (blocks == Fp8Blocks::Blocks && amax != nullptr))
+    throw std::invalid_argument("fp8_shard_quantize: a weight's scales per tensor or per "
+                                "128 x 128 block, an amax per tensor only");
+  float a = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float v = to_float(x[i]);
+    a = abs_max(a, v);
+    q[i] = fp8_encode(v * scale[shard_block(blocks, first, i, cols)], f);
+  }
+  if (amax != nullptr) *amax = fmaxf(*amax, a);
+}
+template <> void fp8_shard_quantize<Device::CPU, float>(uint8_t* q, float* amax, const float* x,
+                                                        int64_t first, int64_t n, int cols,
+                                                        Fp8Format f, Fp8Blocks blocks,
+                                                        const float* scale) {
+  shard_quantize(q, amax, x, first, n, cols, f, blocks, scale);
+}
+template <> void fp8_shard_quantize<Device::CPU, bf16>(uint8_t* q, float* amax, const bf16* x,
+                                                       int64_t first, int64_t n, int cols,
+                                                       Fp8Format f, Fp8Blocks blocks,
+                                                       const float* scale) {
+  shard_quantize(q, amax, x, first, n, cols, f, blocks, scale);
+}
+
+template <class T>
+static void shard_dequantize(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
+  for (int64_t i = 0; i < n; i++)
+    store(x[i], fp8_decode(q.data[i], q.format) * q.scale_inv[shard_block(q.blocks, first, i, cols)]);
+}
+template <> void fp8_shard_dequantize<Device::CPU, float>(float* x, Fp8Matrix q, int64_t first,
+                                                          int64_t n, int cols) {
+  shard_dequantize(x, q, first, n, cols);
+}
+template <> void fp8_shard_dequantize<Device::CPU, bf16>(bf16* x, Fp8Matrix q, int64_t first,
+                                                         int64_t n, int cols) {
+  shard_dequantize(x, q, first, n, cols);
 }
 
 template <> void fp8_delayed_update<Device::CPU>(float* history, float* scale, int len, int n,

@@ -12,14 +12,22 @@
 // atomicMax on the float's bits, which orders non-negative floats as their values.
 //
 //   fp8_amax               grid-stride max, then atomicMax into a zeroed amax
-//   fp8_quantize           grid-stride cast over x (reads coalesced; a transposed output is
-//                          written with a stride: a shared-memory tile would coalesce it too)
+//   fp8_quantize           grid-stride cast over x at each element's block scale (reads
+//                          coalesced; a transposed output is written with a stride: a
+//                          shared-memory tile would coalesce it too); a block's first element
+//                          writes its factor
+//   fp8_shard_quantize,    grid-stride over the run, each element's block from its index in the
+//   fp8_shard_dequantize   weight
+//   fp8_shard_amax         Tensor: as fp8_amax; Blocks: one thread block per 128 x 128 block
+//                          the run's rows reach (128 threads, one column each), its part of
+//                          the run max-reduced and folded into the block's amax
 //   fp8_cast_count         grid-stride count (the cast's own arithmetic, fp8_encode's), block
 //                          sums, atomicAdd into zeroed counts
 //   fp8_quantize_blocks    one thread block per scaling block (128 threads, one column each):
 //                          the block's amax, its scale, its codes
 //   fp8_dequantize         grid-stride decode times the element's block factor
-//   fp8_current_scale,     one thread per tensor
+//   fp8_current_scale,     one thread per tensor (or factor)
+//   fp8_scale_inverse,
 //   fp8_delayed_update
 #include <cuda_fp8.h>
 
@@ -57,23 +65,80 @@ __global__ void amax_kernel(float* amax, const T* x, size_t n) {
   if (threadIdx.x == 0) fold_max(amax, a);
 }
 
-// mirrors fp8_quantize<Device::CPU>; i runs over x, (r, c) = its row and column.
+// mirrors fp8_quantize<Device::CPU>; i runs over x, (r, c) = its row and column, in x's block
+// `b`; the element at a block's corner writes the factor of the output block it becomes.
 template <typename T>
 __global__ void quantize_kernel(uint8_t* q, float* scale_inv, float* amax, const T* x, int rows,
-                                int cols, Fp8Format f, const float* scale, bool transpose) {
-  const float s = *scale;
+                                int cols, Fp8Format f, const float* scale, bool transpose,
+                                Fp8Blocks blocks) {
   float a = 0.0f;
   GRID_STRIDE_LOOP(i, (size_t)rows * cols) {
     const float v = to_float(x[i]);
     a = fmaxf(a, fabsf(v));
-    const size_t r = i / cols, c = i % cols;
-    q[transpose ? c * rows + r : i] = encode(v * s, f);
+    const int r = (int)(i / cols), c = (int)(i % cols);
+    const size_t b = fp8_block_of(blocks, r, c, cols);
+    q[transpose ? (size_t)c * rows + r : i] = encode(v * scale[b], f);
+    if (blocks == Fp8Blocks::Blocks && r % kFp8Block == 0 && c % kFp8Block == 0)
+      scale_inv[transpose ? fp8_block_of(blocks, c, r, rows) : b] = 1.0f / scale[b];
   }
   if (amax != nullptr) {  // the same for every thread: all of them reach block_max
     a = block_max(a);
     if (threadIdx.x == 0) fold_max(amax, a);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
+  if (blocks == Fp8Blocks::Tensor && blockIdx.x == 0 && threadIdx.x == 0)
+    *scale_inv = 1.0f / *scale;
+}
+
+// The block of a shard's element i (kernels/ops/fp8.h: the weight's element first + i).
+__device__ inline size_t shard_block(Fp8Blocks blocks, int64_t first, int64_t i, int cols) {
+  const int64_t e = first + i;
+  return fp8_block_of(blocks, (int)(e / cols), (int)(e % cols), cols);
+}
+
+// mirrors fp8_shard_amax<Device::CPU> for Blocks: thread block (br, bc) over the 128 x 128 blocks
+// of rows [row0, ...), thread t column bc 128 + t, the run's elements of the block max-reduced
+template <typename T>
+__global__ void shard_amax_blocks_kernel(float* amax, const T* x, int64_t first, int64_t n,
+                                         int cols, int first_block_row, int rows_end) {
+  const int across = fp8_blocks_across(cols);
+  const int br = first_block_row + (int)(blockIdx.x / across);
+  const int c = (int)(blockIdx.x % across) * kFp8Block + threadIdx.x;
+  const int r1 = min((br + 1) * kFp8Block, rows_end);
+  float a = 0.0f;
+  if (c < cols)
+    for (int r = br * kFp8Block; r < r1; r++) {
+      const int64_t i = (int64_t)r * cols + c - first;
+      if (i >= 0 && i < n) a = fmaxf(a, fabsf(to_float(x[i])));
+    }
+  a = block_max(a);
+  if (threadIdx.x == 0) fold_max(amax + fp8_block_of(Fp8Blocks::Blocks, br * kFp8Block,
+                                                     (int)(blockIdx.x % across) * kFp8Block, cols),
+                                 a);
+}
+
+// mirrors fp8_shard_quantize<Device::CPU>
+template <typename T>
+__global__ void shard_quantize_kernel(uint8_t* q, float* amax, const T* x, int64_t first,
+                                      int64_t n, int cols, Fp8Format f, Fp8Blocks blocks,
+                                      const float* scale) {
+  float a = 0.0f;
+  GRID_STRIDE_LOOP(i, (size_t)n) {
+    const float v = to_float(x[i]);
+    a = fmaxf(a, fabsf(v));
+    q[i] = encode(v * scale[shard_block(blocks, first, (int64_t)i, cols)], f);
+  }
+  if (amax != nullptr) {
+    a = block_max(a);
+    if (threadIdx.x == 0) fold_max(amax, a);
+  }
+}
+
+// mirrors fp8_shard_dequantize<Device::CPU>
+template <typename T>
+__global__ void shard_dequantize_kernel(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
+  GRID_STRIDE_LOOP(i, (size_t)n)
+    store(x[i], fp8_decode(q.data[i], q.format) *
+                    q.scale_inv[shard_block(q.blocks, first, (int64_t)i, cols)]);
 }
 
 // mirrors fp8_cast_count<Device::CPU>: per-thread counts, summed over the block, added to
@@ -133,6 +198,10 @@ __global__ void current_scale_kernel(float* scale, const float* amax, int n, Fp8
   GRID_STRIDE_LOOP(i, n) scale[i] = fp8_scale_from_amax(amax[i], fp8_max(f));
 }
 
+__global__ void scale_inverse_kernel(float* scale_inv, const float* scale, int n) {
+  GRID_STRIDE_LOOP(i, n) scale_inv[i] = 1.0f / scale[i];
+}
+
 __global__ void delayed_update_kernel(float* history, float* scale, int len, int n,
                                       Fp8AmaxAlgo algo, float scaled_max) {
   GRID_STRIDE_LOOP(t, n) fp8_history_update(history + t, len, n, algo, scaled_max, scale + t);
@@ -147,10 +216,50 @@ template <typename T> void amax_launch(float* amax, const T* x, size_t n) {
 
 template <typename T>
 void quantize_launch(uint8_t* q, float* scale_inv, float* amax, const T* x, int rows, int cols,
-                     Fp8Format f, const float* scale, bool transpose) {
+                     Fp8Format f, const float* scale, bool transpose, Fp8Blocks blocks) {
+  if (blocks == Fp8Blocks::Tiles || (blocks == Fp8Blocks::Blocks && amax != nullptr))
+    throw std::invalid_argument("fp8_quantize: at given scales per tensor or per 128 x 128 "
+                                "block, an amax per tensor only");
   const size_t n = (size_t)rows * cols;
   quantize_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(q, scale_inv, amax, x, rows, cols, f,
-                                                         scale, transpose);
+                                                         scale, transpose, blocks);
+  KERNEL_CHECK();
+}
+
+template <typename T>
+void shard_amax_launch(float* amax, const T* x, int64_t first, int64_t n, int cols,
+                       Fp8Blocks blocks) {
+  if (n == 0) return;
+  if (blocks == Fp8Blocks::Tiles)
+    throw std::invalid_argument("fp8_shard_amax: a weight's amax per tensor or 128 x 128 block");
+  if (blocks == Fp8Blocks::Tensor) {
+    amax_kernel<<<grid_1d((size_t)n), kThreads, 0, stream()>>>(amax, x, (size_t)n);
+  } else {
+    const int row0 = (int)(first / cols), rows_end = (int)((first + n - 1) / cols) + 1;
+    const int block_rows = (rows_end - 1) / kFp8Block - row0 / kFp8Block + 1;
+    const unsigned grid = (unsigned)block_rows * fp8_blocks_across(cols);
+    shard_amax_blocks_kernel<<<grid, kBlockThreads, 0, stream()>>>(amax, x, first, n, cols,
+                                                                   row0 / kFp8Block, rows_end);
+  }
+  KERNEL_CHECK();
+}
+
+template <typename T>
+void shard_quantize_launch(uint8_t* q, float* amax, const T* x, int64_t first, int64_t n,
+                           int cols, Fp8Format f, Fp8Blocks blocks, const float* scale) {
+  if (blocks == Fp8Blocks::Tiles || (blocks == Fp8Blocks::Blocks && amax != nullptr))
+    throw std::invalid_argument("fp8_shard_quantize: a weight's scales per tensor or per "
+                                "128 x 128 block, an amax per tensor only");
+  if (n == 0) return;
+  shard_quantize_kernel<<<grid_1d((size_t)n), kThreads, 0, stream()>>>(q, amax, x, first, n,
+                                                                       cols, f, blocks, scale);
+  KERNEL_CHECK();
+}
+
+template <typename T>
+void shard_dequantize_launch(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
+  if (n == 0) return;
+  shard_dequantize_kernel<<<grid_1d((size_t)n), kThreads, 0, stream()>>>(x, q, first, n, cols);
   KERNEL_CHECK();
 }
 
@@ -196,13 +305,14 @@ template <> void fp8_amax<Device::CUDA, bf16>(float* amax, const bf16* x, size_t
 template <> void fp8_quantize<Device::CUDA, float>(uint8_t* q, float* scale_inv, float* amax,
                                                    const float* x, int rows, int cols,
                                                    Fp8Format f, const float* scale,
-                                                   bool transpose) {
-  quantize_launch(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+                                                   bool transpose, Fp8Blocks blocks) {
+  quantize_launch(q, scale_inv, amax, x, rows, cols, f, scale, transpose, blocks);
 }
 template <> void fp8_quantize<Device::CUDA, bf16>(uint8_t* q, float* scale_inv, float* amax,
                                                   const bf16* x, int rows, int cols, Fp8Format f,
-                                                  const float* scale, bool transpose) {
-  quantize_launch(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+                                                  const float* scale, bool transpose,
+                                                  Fp8Blocks blocks) {
+  quantize_launch(q, scale_inv, amax, x, rows, cols, f, scale, transpose, blocks);
 }
 
 template <> void fp8_cast_count<Device::CUDA, float>(unsigned long long* counts, const float* x,
@@ -239,6 +349,41 @@ template <> void fp8_current_scale<Device::CUDA>(float* scale, const float* amax
   if (n == 0) return;
   current_scale_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(scale, amax, n, f);
   KERNEL_CHECK();
+}
+
+template <> void fp8_scale_inverse<Device::CUDA>(float* scale_inv, const float* scale, int n) {
+  if (n == 0) return;
+  scale_inverse_kernel<<<grid_1d(n), kThreads, 0, stream()>>>(scale_inv, scale, n);
+  KERNEL_CHECK();
+}
+
+template <> void fp8_shard_amax<Device::CUDA, float>(float* amax, const float* x, int64_t first,
+                                                     int64_t n, int cols, Fp8Blocks blocks) {
+  shard_amax_launch(amax, x, first, n, cols, blocks);
+}
+template <> void fp8_shard_amax<Device::CUDA, bf16>(float* amax, const bf16* x, int64_t first,
+                                                    int64_t n, int cols, Fp8Blocks blocks) {
+  shard_amax_launch(amax, x, first, n, cols, blocks);
+}
+template <> void fp8_shard_quantize<Device::CUDA, float>(uint8_t* q, float* amax, const float* x,
+                                                         int64_t first, int64_t n, int cols,
+                                                         Fp8Format f, Fp8Blocks blocks,
+                                                         const float* scale) {
+  shard_quantize_launch(q, amax, x, first, n, cols, f, blocks, scale);
+}
+template <> void fp8_shard_quantize<Device::CUDA, bf16>(uint8_t* q, float* amax, const bf16* x,
+                                                        int64_t first, int64_t n, int cols,
+                                                        Fp8Format f, Fp8Blocks blocks,
+                                                        const float* scale) {
+  shard_quantize_launch(q, amax, x, first, n, cols, f, blocks, scale);
+}
+template <> void fp8_shard_dequantize<Device::CUDA, float>(float* x, Fp8Matrix q, int64_t first,
+                                                           int64_t n, int cols) {
+  shard_dequantize_launch(x, q, first, n, cols);
+}
+template <> void fp8_shard_dequantize<Device::CUDA, bf16>(bf16* x, Fp8Matrix q, int64_t first,
+                                                          int64_t n, int cols) {
+  shard_dequantize_launch(x, q, first, n, cols);
 }
 
 template <> void fp8_delayed_update<Device::CUDA>(float* history, float* scale, int len, int n,

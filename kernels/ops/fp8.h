@@ -21,8 +21,17 @@
 // Storage types: T, the high-precision tensor quantised from or dequantised into, is float or
 // bf16; the GEMM's C (TC) is float or bf16, accumulated in fp32 either way.
 //
+// A ZeRO shard of a weight (--fp8-param-gather, parallel/data_parallel_fp8.cpp) is a flat run of
+// n elements [first, first + n) of the row-major (rows, cols) weight: element i of the run is
+// the weight's (r, c) = ((first + i) / cols, (first + i) % cols), in the weight's block
+// fp8_block_of(blocks, r, c, cols) (Tensor: the one scale; Blocks: 128 x 128). A shard's
+// boundaries cut through blocks, so the fp8_shard_* casts index the whole weight's scales and
+// amaxes: a block's amax is the max of its shards' parts (the ZeRO group's MAX all-reduce), its
+// codes cast at the one scale every shard shares.
+//
 // defines: Fp8Matrix, fp8_amax, fp8_quantize, fp8_cast_count, fp8_quantize_blocks,
-//          fp8_dequantize, fp8_current_scale, fp8_delayed_update, gemm_fp8, gemm_fp8_path
+//          fp8_dequantize, fp8_current_scale, fp8_scale_inverse, fp8_delayed_update,
+//          fp8_shard_amax, fp8_shard_quantize, fp8_shard_dequantize, gemm_fp8, gemm_fp8_path
 #pragma once
 #include <string>
 
@@ -47,18 +56,22 @@ template <class T> void fp8_amax(Device d, float* amax, const T* x, size_t n) {
   ON_DEVICE(fp8_amax, T)(amax, x, n);
 }
 
-// Per-tensor cast: q = encode(x * scale[0]) for the (rows, cols) matrix x, written as is, or
-// transposed (q is then (cols, rows)); *scale_inv = 1 / scale[0]. When amax is not null the cast
-// also records the tensor's amax, *amax = max(*amax, max |x|) (delayed scaling's fused amax:
-// row 0 of its history collects the pass's maximum).
+// Cast at given scales: q = encode(x * scale[block of x]) for the (rows, cols) matrix x, written
+// as is, or transposed (q is then (cols, rows)); scale_inv[block of q] = 1 / that block's scale.
+// blocks Tensor (per-tensor: scale[0], *scale_inv) or Blocks (x's 128 x 128 grid of scales, a
+// gathered weight's: the factors come out in q's grid, transposed with it). When amax is not
+// null (Tensor only) the cast also records the tensor's amax, *amax = max(*amax, max |x|)
+// (delayed scaling's fused amax: row 0 of its history collects the pass's maximum).
 template <Device Dev, class T>
 void fp8_quantize(uint8_t* q, float* scale_inv, float* amax, const T* x, int rows, int cols,
-                  Fp8Format f, const float* scale, bool transpose);
+                  Fp8Format f, const float* scale, bool transpose, Fp8Blocks blocks);
 template <class T>
 void fp8_quantize(Device d, uint8_t* q, float* scale_inv, float* amax, const T* x, int rows,
-                  int cols, Fp8Format f, const float* scale, bool transpose) {
-  count_kernel((double)rows * cols * (sizeof(T) + 1) + 12.0);
-  ON_DEVICE(fp8_quantize, T)(q, scale_inv, amax, x, rows, cols, f, scale, transpose);
+                  int cols, Fp8Format f, const float* scale, bool transpose,
+                  Fp8Blocks blocks = Fp8Blocks::Tensor) {
+  count_kernel((double)rows * cols * (sizeof(T) + 1) +
+               8.0 * fp8_scale_count(blocks, rows, cols) + 4.0);
+  ON_DEVICE(fp8_quantize, T)(q, scale_inv, amax, x, rows, cols, f, scale, transpose, blocks);
 }
 
 // What a per-tensor cast at scale[0] loses, counted over the n elements of x (a twin pass over
@@ -108,6 +121,49 @@ template <class = void>
 void fp8_current_scale(Device d, float* scale, const float* amax, int n, Fp8Format f) {
   count_kernel(8.0 * n);
   ON_DEVICE(fp8_current_scale)(scale, amax, n, f);
+}
+
+// scale_inv[i] = 1 / scale[i], i < n: the factors of scales a cast did not write (a gathered
+// weight's, for the ranks whose shard holds none of a block).
+template <Device Dev> void fp8_scale_inverse(float* scale_inv, const float* scale, int n);
+template <class = void> void fp8_scale_inverse(Device d, float* scale_inv, const float* scale, int n) {
+  count_kernel(8.0 * n);
+  ON_DEVICE(fp8_scale_inverse)(scale_inv, scale, n);
+}
+
+// ---- a weight's shard (see the header) -------------------------------------------------------
+// amax[b] = max(amax[b], max |x_i| over the run's elements in block b), for every block b the
+// run touches (Tensor: b = 0); amax holds the weight's blocks, non-negative (zeroed by the
+// caller before its first shard); NaN is skipped, as fmaxf does.
+template <Device Dev, class T>
+void fp8_shard_amax(float* amax, const T* x, int64_t first, int64_t n, int cols, Fp8Blocks blocks);
+template <class T>
+void fp8_shard_amax(Device d, float* amax, const T* x, int64_t first, int64_t n, int cols,
+                    Fp8Blocks blocks) {
+  count_kernel((double)n * sizeof(T) + 4.0);
+  ON_DEVICE(fp8_shard_amax, T)(amax, x, first, n, cols, blocks);
+}
+
+// q_i = encode(x_i * scale[block of i]), scale the weight's scales (Tensor: scale[0]). amax, not
+// null only with Tensor, records the run's max |x| as fp8_quantize does (delayed scaling).
+template <Device Dev, class T>
+void fp8_shard_quantize(uint8_t* q, float* amax, const T* x, int64_t first, int64_t n, int cols,
+                        Fp8Format f, Fp8Blocks blocks, const float* scale);
+template <class T>
+void fp8_shard_quantize(Device d, uint8_t* q, float* amax, const T* x, int64_t first, int64_t n,
+                        int cols, Fp8Format f, Fp8Blocks blocks, const float* scale) {
+  count_kernel((double)n * (sizeof(T) + 1) + 4.0);
+  ON_DEVICE(fp8_shard_quantize, T)(q, amax, x, first, n, cols, f, blocks, scale);
+}
+
+// x_i = decode(q.data[i]) * q.scale_inv[block of i] ("="; rounded once to T): q.data the run's
+// n codes, q.scale_inv the weight's factors.
+template <Device Dev, class T>
+void fp8_shard_dequantize(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols);
+template <class T>
+void fp8_shard_dequantize(Device d, T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
+  count_kernel((double)n * (sizeof(T) + 1) + 4.0);
+  ON_DEVICE(fp8_shard_dequantize, T)(x, q, first, n, cols);
 }
 
 // Delayed scaling's step at the end of a pass, for the n tensors whose amax histories are the

@@ -213,6 +213,8 @@ const Family kFamilies[] = {
     {"fp8 cast", check_fp8_cast},
     {"fp8 quantize (fp32 source)", check_fp8_quantize<float>},
     {"fp8 quantize (bf16 source)", check_fp8_quantize<bf16>},
+    {"fp8 shard of a weight (fp32 source)", check_fp8_shard<float>},
+    {"fp8 shard of a weight (bf16 source)", check_fp8_shard<bf16>},
     {"fp8 scales", check_fp8_scales},
     {"gemm fp8 -> fp32", check_gemm_fp8<float>},
     {"gemm fp8 -> bf16", check_gemm_fp8<bf16>},

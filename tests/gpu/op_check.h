@@ -280,6 +280,7 @@ int lane_map_main();  // op_check_lane_map.cpp: --lane-map
 template <typename T> void check_moe();  // op_check_moe.cpp: grouped GEMM, permute, experts
 void check_fp8_cast();                           // op_check_fp8.cpp: every value class, both formats
 template <typename T> void check_fp8_quantize();  // op_check_fp8.cpp: amax, casts, dequantise
+template <typename T> void check_fp8_shard();     // op_check_fp8.cpp: a weight shard's casts
 void check_fp8_scales();                         // op_check_fp8.cpp: current and delayed scales
 template <typename TC> void check_gemm_fp8();     // op_check_fp8.cpp: cuBLASLt and emulated paths
 

@@ -1,7 +1,7 @@
 // tests/gpu/op_check_fp8.cpp: op_check's rows for FP8 (kernels/ops/fp8.h): the cast of every
 // value class, the per-tensor and block casts (plain and transposed, fp32 and bf16 sources),
-// what a cast saturates and flushes (fp8_cast_count), amax, dequantisation, the recipes' scale
-// steps, and the FP8 GEMM on both of its CUDA paths (cuBLASLt, the emulated block-scaled one),
+// what a cast saturates and flushes (fp8_cast_count), amax, dequantisation, the casts of a
+// weight's ZeRO shard (--fp8-param-gather), the recipes' scale steps, and the FP8 GEMM on both of its CUDA paths (cuBLASLt, the emulated block-scaled one),
 // each CUDA twin against its CPU twin on random data (see op_check.cpp for the metric and the
 // bounds).
 //
@@ -166,6 +166,23 @@ void check_fp8_quantize() {
         return mismatches_of(*q, *scale_inv);
       });
     }
+  // at given 128 x 128 block scales (a gathered weight's casts), the factors in q's grid
+  for (bool transpose : {false, true}) {
+    const std::string row = std::string(transpose ? "fp8_quantize transposed" : "fp8_quantize") +
+                            name(Fp8Blocks::Blocks) + " at given scales" + tag;
+    check(row + " (codes, scale_inv)", 0.0, [&] {
+      const size_t blocks = kernels::fp8_scale_count(Fp8Blocks::Blocks, rows, cols);
+      Twin<float> scale(random_floats(blocks, 0.1f * kernels::fp8_max(Fp8Format::E4M3),
+                                      kernels::fp8_max(Fp8Format::E4M3)));
+      std::unique_ptr<Twin<uint8_t>> q(written_codes(n));
+      std::unique_ptr<Twin<float>> scale_inv(written(blocks));
+      kernels::fp8_quantize(Device::CPU, q->c(), scale_inv->c(), nullptr, x.c(), rows, cols,
+                            Fp8Format::E4M3, scale.c(), transpose, Fp8Blocks::Blocks);
+      kernels::fp8_quantize(Device::CUDA, q->g(), scale_inv->g(), nullptr, x.g(), rows, cols,
+                            Fp8Format::E4M3, scale.g(), transpose, Fp8Blocks::Blocks);
+      return mismatches_of(*q, *scale_inv);
+    });
+  }
   for (Fp8Blocks b : {Fp8Blocks::Tensor, Fp8Blocks::Tiles, Fp8Blocks::Blocks}) {
     const std::vector<int> codes = random_ints(n, 0, 255);
     Codes q_init(n);
@@ -178,6 +195,53 @@ void check_fp8_quantize() {
                               rows, cols);
       kernels::fp8_dequantize(Device::CUDA, out->g(), Fp8Matrix{q.g(), scale_inv.g(), Fp8Format::E4M3, b},
                               rows, cols);
+      return mismatches(*out);
+    });
+  }
+}
+
+// A ZeRO shard of a (260, 150) weight (2 x 3 blocks of 128 x 128, the last ones short): a run
+// starting mid-row and mid-block, ending mid-block, as --fp8-param-gather's slices cut them.
+template <typename T>
+void check_fp8_shard() {
+  const std::string tag = Precision<T>::tag;
+  const int rows = 260, cols = 150;
+  const int64_t first = 100 * cols + 77, n = 17000;  // rows 100 .. 213, partly: 2 block rows
+  Twin<T> x(as_storage<T>(spread((size_t)n, 3.0f)));
+  for (Fp8Blocks b : {Fp8Blocks::Tensor, Fp8Blocks::Blocks}) {
+    const size_t blocks = kernels::fp8_scale_count(b, rows, cols);
+    check(std::string("fp8_shard_amax") + name(b) + tag, 0.0, [&] {
+      Twin<float> amax(random_floats(blocks, 0.0f, 2.0f));  // max-accumulates into these
+      kernels::fp8_shard_amax(Device::CPU, amax.c(), x.c(), first, n, cols, b);
+      kernels::fp8_shard_amax(Device::CUDA, amax.g(), x.g(), first, n, cols, b);
+      return mismatches(amax);
+    });
+    check(std::string("fp8_shard_quantize") + name(b) + tag + " (codes, amax)", 0.0, [&] {
+      Twin<float> scale(random_floats(blocks, 20.0f, 400.0f));
+      std::unique_ptr<Twin<uint8_t>> q(written_codes((size_t)n));
+      Twin<float> amax(Floats{0.5f});
+      float* cpu_amax = b == Fp8Blocks::Tensor ? amax.c() : nullptr;  // delayed: Tensor only
+      float* gpu_amax = b == Fp8Blocks::Tensor ? amax.g() : nullptr;
+      kernels::fp8_shard_quantize(Device::CPU, q->c(), cpu_amax, x.c(), first, n, cols,
+                                  Fp8Format::E4M3, b, scale.c());
+      kernels::fp8_shard_quantize(Device::CUDA, q->g(), gpu_amax, x.g(), first, n, cols,
+                                  Fp8Format::E4M3, b, scale.g());
+      return mismatches_of(*q, amax);
+    });
+    check(std::string("fp8_shard_dequantize") + name(b) + tag, 0.0, [&] {
+      const std::vector<int> codes = random_ints((size_t)n, 0, 255);
+      Codes q_init((size_t)n);
+      for (int64_t i = 0; i < n; i++)
+        q_init[i] = (uint8_t)(codes[i] & 0x7F) == 0x7F ? 0x3C : codes[i];  // no NaN
+      Twin<uint8_t> q(q_init);
+      Twin<float> factors(random_floats(blocks, 0.01f, 2.0f));
+      std::unique_ptr<Twin<T>> out(written<T>((size_t)n));
+      kernels::fp8_shard_dequantize(Device::CPU, out->c(),
+                                    Fp8Matrix{q.c(), factors.c(), Fp8Format::E4M3, b}, first, n,
+                                    cols);
+      kernels::fp8_shard_dequantize(Device::CUDA, out->g(),
+                                    Fp8Matrix{q.g(), factors.g(), Fp8Format::E4M3, b}, first, n,
+                                    cols);
       return mismatches(*out);
     });
   }
@@ -198,6 +262,13 @@ void check_fp8_scales() {
     kernels::fp8_current_scale(Device::CPU, scale->c(), a.c(), n, Fp8Format::E5M2);
     kernels::fp8_current_scale(Device::CUDA, scale->g(), a.g(), n, Fp8Format::E5M2);
     return mismatches(*scale);
+  });
+  check("fp8_scale_inverse", 0.0, [&] {
+    Twin<float> scale(random_floats(n, 0.001f, 3e4f));
+    std::unique_ptr<Twin<float>> inverse(written(n));
+    kernels::fp8_scale_inverse(Device::CPU, inverse->c(), scale.c(), n);
+    kernels::fp8_scale_inverse(Device::CUDA, inverse->g(), scale.g(), n);
+    return mismatches(*inverse);
   });
   for (kernels::Fp8AmaxAlgo algo : {kernels::Fp8AmaxAlgo::Max, kernels::Fp8AmaxAlgo::MostRecent}) {
     Floats history = random_floats((size_t)len * n, 0.1f, 300.0f);
@@ -227,7 +298,7 @@ void gemm_case(int m, int n, int k, Fp8Format fa, Fp8Blocks ba, Fp8Format fb, Fp
       float amax = 0.0f, scale = 0.0f;
       kernels::fp8_amax<Device::CPU, float>(&amax, x.data(), x.size());
       kernels::fp8_current_scale<Device::CPU>(&scale, &amax, 1, f);
-      kernels::fp8_quantize<Device::CPU, float>(q.data(), s.data(), nullptr, x.data(), rows, cols,
+      kernels::fp8_quantize(Device::CPU, q.data(), s.data(), nullptr, x.data(), rows, cols,
                                                 f, &scale, false);
     } else {
       kernels::fp8_quantize_blocks<Device::CPU, float>(q.data(), s.data(), x.data(), rows, cols,
@@ -268,6 +339,8 @@ void check_gemm_fp8() {
 
 template void check_fp8_quantize<float>();
 template void check_fp8_quantize<bf16>();
+template void check_fp8_shard<float>();
+template void check_fp8_shard<bf16>();
 template void check_gemm_fp8<float>();
 template void check_gemm_fp8<bf16>();
 

@@ -193,7 +193,8 @@ resume pp2-fp8     pp2-fp8   bitwise 2 "--pp 2"                 2 "--pp 2"
 # --fp8-param-gather at ZeRO-1/2: the receivers' copies of the other slices are decoded codes,
 # the checkpoint saves each owner's exact slice (a decoded one saved would change steps 4-6);
 # delayed in fp32, tensorwise in bf16 (its fp32 master beside the bf16 weights) with
-# --overlap-param-gather (its FP8 gathers at the next step's first uses)
+# --overlap-param-gather (its FP8 gathers at the next step's first uses), blockwise in bf16 (a
+# scale per 128 x 128 block, from the slices' amaxes: nothing saved, all remade by the gather)
 pg=(--fp8-param-gather --ddp-bucket-size 100000)
 reference zero1-fp8-pg 2 --zero-stage 1 "${pg[@]}"
 reference zero2-fp8-pg-bf16 2 --zero-stage 2 "${pg[@]}" --bf16 --fp8-recipe tensorwise \
@@ -202,6 +203,10 @@ resume zero1-fp8-pg zero1-fp8-pg bitwise 2 "--zero-stage 1 ${pg[*]}" 2 "--zero-s
 resume zero2-fp8-pg-bf16 zero2-fp8-pg-bf16 bitwise \
   2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise --overlap-param-gather" \
   2 "--zero-stage 2 ${pg[*]} --bf16 --fp8-recipe tensorwise --overlap-param-gather"
+reference zero1-fp8-pg-blockwise 2 --zero-stage 1 "${pg[@]}" --bf16 --fp8-recipe blockwise
+resume zero1-fp8-pg-blockwise zero1-fp8-pg-blockwise bitwise \
+  2 "--zero-stage 1 ${pg[*]} --bf16 --fp8-recipe blockwise" \
+  2 "--zero-stage 1 ${pg[*]} --bf16 --fp8-recipe blockwise"
 # and with pipelining (pp 2 x dp 2): each stage's delayed histories and slices its own
 reference pp2-zero1-fp8-pg 4 --pp 2 --zero-stage 1 "${pg[@]}"
 resume pp2-zero1-fp8-pg pp2-zero1-fp8-pg bitwise 4 "--pp 2 --zero-stage 1 ${pg[*]}" \

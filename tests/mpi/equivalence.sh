@@ -123,7 +123,9 @@ RTOL=5e-3 check "llama-fp16-tp2-sp" "llama-fp16-ref" 2 $llama $common $fp16 --mi
 # tell; measured there: losses within 4e-4, last-step gradients ~0.13 norm-wise.) Blockwise
 # runs dp and pp only: its 1 x 128 tiles and 128 x 128 blocks span the dimensions tp and cp
 # split (32 wide here), so a tp or cp rank's blocks are not the single rank's (as in
-# Transformer Engine).
+# Transformer Engine). With --fp8-param-gather (-pg rows) blockwise reduces each 128 x 128 block's
+# amax over the ZeRO slices that cut it (one block per weight at this width; the unit tests cut
+# 3 x 2 blocks, tests/test_fp8_param_gather.cpp).
 same_bits() {  # name ref: two runs already made, compared at RTOL 0
   local name=$1 ref=$2 result=""
   case "$name" in *"$filter"*) ;; *) return ;; esac
@@ -221,5 +223,5 @@ fp8_layouts delayed hybrid dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zer
   tp2-sp pp2 cp2 pp2-dp2-zero1 pp2-dp2-zero1-pg
 fp8_layouts tensorwise e4m3 dp2-zero1 dp2-zero1-pg dp2-zero2 dp2-zero2-pg dp2-zero3 dp2-zero3-pg cp2 \
   tp2-step1 tp2-sp-step1 pp2-dp2-zero3 pp2-dp2-zero3-pg
-fp8_layouts blockwise e4m3 dp2-zero3 pp2
+fp8_layouts blockwise e4m3 dp2-zero1 dp2-zero1-pg dp2-zero3 dp2-zero3-pg pp2
 finish

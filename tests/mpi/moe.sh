@@ -83,7 +83,9 @@ RTOL=1.6e-3 check "llama-fp8-tensorwise-dp2" llama-fp8-tensorwise-ref 2 $llama -
 # codes, so bitwise equal to the same layout without the flag (which the rows above hold to
 # the single rank), the ledger and the communication the plan's. Delayed with the experts in
 # the dense vector (dp 2, ZeRO-1 and ZeRO-3); tensorwise with them apart (ep 2 x dp 2: the
-# expert vector's gather over edp 2, ZeRO-2, alltoall, every other layer dense).
+# expert vector's gather over edp 2, ZeRO-2, alltoall, every other layer dense); blockwise at
+# ZeRO-3 (each expert's 128 x 128 blocks' amaxes reduced over the slices, its backward decoding
+# the codes at the blocks' factors).
 pg_pair() {  # name ranks flags...: the run without the flag, then with it at RTOL 0
   local name=$1 np=$2; shift 2
   case "$name" in *"$filter"*) ;; *) return ;; esac
@@ -97,4 +99,6 @@ pg_pair llama-fp8-dp2-zero3 2 --fp8-format hybrid --zero-stage 3 --ddp-bucket-si
 pg_pair llama-fp8-tensorwise-ep2-dp2-zero2 4 --fp8-format e4m3 --fp8-recipe tensorwise \
   --zero-stage 2 --ep 2 --moe-token-dispatcher-type alltoall --moe-layer-freq 2 \
   --ddp-bucket-size 5000
+pg_pair llama-fp8-blockwise-dp2-zero3 2 --fp8-format e4m3 --fp8-recipe blockwise --zero-stage 3 \
+  --ddp-bucket-size 20000
 finish

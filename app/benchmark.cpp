@@ -10,7 +10,13 @@
 //   GEMM       square n x n x n, n = 64, 128, ... while an operand fits --benchmark-max-mib
 //              (and, on the CPU, while the next size's call would take under 0.4 s: about
 //              3 s per rank in all), 2 n^3 FLOPs per call; fp32, and bf16 on CUDA (the CPU's
-//              bf16 GEMM widens to fp32: the same sgemm, nothing new to measure).
+//              bf16 GEMM widens to fp32: the same sgemm, nothing new to measure); and FP8,
+//              E4M3 x E4M3 into bf16 (kernels::gemm_fp8), per-tensor factors ("fp8": delayed
+//              and tensorwise, cuBLASLt's FP8 path on a GPU) and 1 x 128 tiles by 128 x 128
+//              blocks ("fp8-blk": blockwise, the emulated path), at bf16's sizes and printed
+//              beside its best (on the CPU at fp32's and beside fp32's: its FP8 GEMM is the
+//              twin, dequantise and sgemm, what --fp8-format costs there); not on a GPU
+//              without FP8 tensor cores (before sm_89).
 //   the curve  measure/hardware.h's rate(F) = peak x eff_max x F / (F + F_half) is, in time,
 //                t(F) = F / R + F_half / R,   R = peak x eff_max,
 //              a line in F. Weighted least squares of t - launch (the time model adds the
@@ -107,6 +113,38 @@ void time_gemms(Device d, const char* dtype, size_t max_bytes, double trial_s, d
   for (T* p : {a, b, c}) kernels::device_free(d, p);
 }
 
+// FP8 GEMMs (see the header) at the sizes of the GEMMs they are printed beside (elements of
+// `beside` bytes: bf16's on a GPU, fp32's on the CPU), operands of blocks a_blocks and
+// b_blocks: codes 0x38 (1.0) and factors 1 (a tensor core's speed does not depend on the
+// values), C in bf16.
+void time_fp8_gemms(Device d, kernels::Fp8Blocks a_blocks, kernels::Fp8Blocks b_blocks,
+                    const char* dtype, size_t beside, size_t max_bytes, double trial_s,
+                    double max_call_s, std::vector<GemmPoint>& out) {
+  int n_max = 64;
+  while (size_t(2 * n_max) * size_t(2 * n_max) * beside <= max_bytes) n_max *= 2;
+  const size_t codes = size_t(n_max) * n_max;
+  const size_t factors = std::max(kernels::fp8_scale_count(a_blocks, n_max, n_max),
+                                  kernels::fp8_scale_count(b_blocks, n_max, n_max));
+  auto* a = static_cast<uint8_t*>(kernels::device_malloc(d, codes));
+  auto* b = static_cast<uint8_t*>(kernels::device_malloc(d, codes));
+  auto* c = static_cast<kernels::bf16*>(kernels::device_malloc(d, codes * sizeof(kernels::bf16)));
+  auto* f = static_cast<float*>(kernels::device_malloc(d, factors * sizeof(float)));
+  const std::vector<uint8_t> one(codes, 0x38);
+  const std::vector<float> unit(factors, 1.0f);
+  kernels::memcpy_from_host(d, a, one.data(), codes);
+  kernels::memcpy_from_host(d, b, one.data(), codes);
+  kernels::memcpy_from_host(d, f, unit.data(), factors * sizeof(float));
+  const kernels::Fp8Matrix A{a, f, kernels::Fp8Format::E4M3, a_blocks};
+  const kernels::Fp8Matrix B{b, f, kernels::Fp8Format::E4M3, b_blocks};
+  double last = 0;
+  for (int n = 64; n <= n_max && last * 8 <= max_call_s; n *= 2) {
+    last = best_seconds(d, [&] { kernels::gemm_fp8(d, n, n, n, 1.0f, A, B, 0.0f, c, n); },
+                        trial_s);
+    out.push_back({dtype, n, 2.0 * n * n * n, last});
+  }
+  for (void* p : std::initializer_list<void*>{a, b, c, f}) kernels::device_free(d, p);
+}
+
 // R and F_half of the line t = F/R + F_half/R (the header), R at most max_rate: where the
 // free fit overshoots the peak (on the CPU the peak is itself a measured point), R is the
 // peak and F_half the weighted least squares for that slope. Normal equations of
@@ -166,9 +204,19 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
 
   time_gemms<float>(d, "fp32", max_bytes, trial_s, gpu ? 1.0 : 0.4, c.gemm);
   if (gpu) time_gemms<kernels::bf16>(d, "bf16", max_bytes, trial_s, 1.0, c.gemm);
-  for (const GemmPoint& p : c.gemm)
-    (p.dtype == "fp32" ? c.best_fp32 : c.best_bf16) =
-        std::max(p.dtype == "fp32" ? c.best_fp32 : c.best_bf16, p.rate());
+  c.compute_capability = gpu ? kernels::cuda_compute_capability() : 0;
+  if (!gpu || c.compute_capability >= 89) {
+    const size_t beside = gpu ? sizeof(kernels::bf16) : sizeof(float);
+    time_fp8_gemms(d, kernels::Fp8Blocks::Tensor, kernels::Fp8Blocks::Tensor, "fp8", beside,
+                   max_bytes, trial_s, gpu ? 1.0 : 0.4, c.gemm);
+    time_fp8_gemms(d, kernels::Fp8Blocks::Tiles, kernels::Fp8Blocks::Blocks, "fp8-blk", beside,
+                   max_bytes, trial_s, gpu ? 1.0 : 0.4, c.gemm);
+  }
+  for (const GemmPoint& p : c.gemm) {
+    double& best = p.dtype == "fp32" ? c.best_fp32 : p.dtype == "bf16" ? c.best_bf16
+                   : p.dtype == "fp8" ? c.best_fp8 : c.best_fp8_blocks;
+    best = std::max(best, p.rate());
+  }
 
   const size_t n = std::max<size_t>(max_bytes / sizeof(float), 1);
   float* a = static_cast<float*>(kernels::device_malloc(d, n * sizeof(float)));
@@ -325,7 +373,7 @@ void fit_rates(BenchmarkReport& r, bool gpu) {
   }
   std::vector<GemmPoint> curve;
   for (const GemmPoint& p : r.mine.gemm)
-    if ((p.dtype == "bf16") == r.fit_bf16) curve.push_back(p);
+    if (p.dtype == (r.fit_bf16 ? "bf16" : "fp32")) curve.push_back(p);
   r.fit = fit_gemm_curve(curve, r.mine.launch_s, r.peak);
   r.gemm_efficiency = std::min(1.0, r.fit.rate / r.peak);  // 1 when the fit is capped
   r.attention_efficiency = std::min(1.0, r.mine.att_flops / r.mine.att_seconds / r.peak);

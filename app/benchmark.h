@@ -31,7 +31,7 @@ int run_benchmark(const Options& o, const World& w);
 
 // One square GEMM size: n x n x n, 2 n^3 FLOPs, the best trial's seconds per call.
 struct GemmPoint {
-  std::string dtype;  // "fp32", "bf16"
+  std::string dtype;  // "fp32", "bf16", "fp8" (per tensor), "fp8-blk" (1 x 128 by 128 x 128)
   int n = 0;
   double flops = 0, seconds = 0;
   double rate() const { return flops / seconds; }  // FLOP/s
@@ -50,8 +50,12 @@ struct ComputeResults {
   double launch_s = 0;                   // per call of a 1-element add
   double timer_pair_s = 0;               // host time of one timed call's pair of marks
                                          // (--timing-log-level 1 and 2: kernels/counters.h)
-  std::vector<GemmPoint> gemm;           // fp32 sizes, then bf16 ones (CUDA)
+  std::vector<GemmPoint> gemm;           // fp32 sizes, then bf16 ones (CUDA), then FP8's
   double best_fp32 = 0, best_bf16 = 0;   // FLOP/s
+  // The GPU's compute capability (10 major + minor; 0 on the CPU), and FP8's best per-tensor
+  // ("fp8") and block-scaled ("fp8-blk") rates, FLOP/s (0: not measured, a GPU before sm_89)
+  int compute_capability = 0;
+  double best_fp8 = 0, best_fp8_blocks = 0;
   double bw_bytes = 0, bw_seconds = 0;   // out = a + b: bytes per call, seconds per call
   // The trainer's own elementwise kernels (norms, activations, AdamW) on the same buffers:
   // their bytes (kernels::kernel_counts' convention) and seconds per pass.

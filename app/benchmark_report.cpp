@@ -57,6 +57,29 @@ bool link_figures(const std::vector<CollectiveRow>& rows, bool in_node, double* 
   return true;
 }
 
+// FP8's line (app/benchmark.cpp): the best rates beside bf16's (the CPU's: fp32's) and the
+// datasheet's FP8 peak, or why there are none.
+std::string fp8_text(const BenchmarkReport& r) {
+  const ComputeResults& m = r.mine;
+  const int cc = m.compute_capability;
+  if (m.best_fp8 <= 0)
+    return strprintf("FP8 GEMM: not measured (compute capability %d.%d: FP8 tensor cores need "
+                     "sm_89 or later)\n", cc / 10, cc % 10);
+  const bool gpu = cc > 0;
+  const double base = gpu ? m.best_bf16 : m.best_fp32, fp8_peak = r.base ? r.base->fp8_tflops : 0;
+  std::string s = strprintf(
+      "FP8 GEMM (e4m3 x e4m3 into bf16%s):\n  per tensor best %.4g TFLOP/s, %.2f x %s's best; "
+      "1 x 128 by 128 x 128 blocks %.4g TFLOP/s, %.2f x %s's",
+      gpu ? "; per tensor cuBLASLt, blocks the emulated path"
+          : "; the CPU twin: dequantise to fp32 and sgemm, what --fp8-format costs here",
+      m.best_fp8 / 1e12, base > 0 ? m.best_fp8 / base : 0, gpu ? "bf16" : "fp32",
+      m.best_fp8_blocks / 1e12, base > 0 ? m.best_fp8_blocks / base : 0, gpu ? "bf16" : "fp32");
+  if (gpu && fp8_peak > 0)
+    s += strprintf("; FP8 peak %.4g TFLOP/s (datasheet): per tensor at %.3f of it", fp8_peak,
+                   m.best_fp8 / 1e12 / fp8_peak);
+  return s + "\n";
+}
+
 std::string compute_text(const BenchmarkReport& r) {
   const ComputeResults& m = r.mine;
   std::string s =
@@ -64,13 +87,14 @@ std::string compute_text(const BenchmarkReport& r) {
                 "time per timed call (--timing-log-level 1 and 2; 0 takes none)\n\n",
                 m.launch_s * 1e6, m.timer_pair_s * 1e6);
   s += "GEMM, rank 0 (square n x n x n, 2 n^3 FLOPs, best of 3 trials)\n"
-       "  dtype      n      GFLOP    time (us)    TFLOP/s\n";
+       "  dtype        n      GFLOP    time (us)    TFLOP/s\n";
   for (const GemmPoint& p : m.gemm)
-    s += strprintf("  %-5s  %5d %10.4f %12.1f %10.4f\n", p.dtype.c_str(), p.n, p.flops / 1e9,
+    s += strprintf("  %-7s  %5d %10.4f %12.1f %10.4f\n", p.dtype.c_str(), p.n, p.flops / 1e9,
              p.seconds * 1e6, p.rate() / 1e12);
   s += strprintf("fit (%s): rate(F) = peak x eff x F / (F + F_half): gemm_efficiency %.3f, "
-           "gemm_half_gflop %.4g\n  peak %.4g TFLOP/s (%s)\n\n", r.fit_bf16 ? "bf16" : "fp32",
+           "gemm_half_gflop %.4g\n  peak %.4g TFLOP/s (%s)\n", r.fit_bf16 ? "bf16" : "fp32",
            r.gemm_efficiency, r.fit.half_flops / 1e9, r.peak / 1e12, r.peak_source.c_str());
+  s += fp8_text(r) + "\n";
   s += strprintf("memory bandwidth: out = a + b, 3 x %.4g MiB per call: %.2f GB/s (median "
                  "over ranks "
            "%.2f GB/s)\n", m.bw_bytes / 3 / 1048576, m.bw_bytes / m.bw_seconds / 1e9,
@@ -136,6 +160,9 @@ std::string benchmark_json(const BenchmarkReport& r, const std::string& saved) {
   j.field("gemm_fit_dtype", r.fit_bf16 ? "bf16" : "fp32").field("peak_tflops", r.peak / 1e12);
   j.field("peak_source", r.peak_source).field("gemm_efficiency", r.gemm_efficiency);
   j.field("gemm_half_gflop", r.fit.half_flops / 1e9);
+  j.field("compute_capability", m.compute_capability);
+  j.field("fp8_best_tflops", m.best_fp8 / 1e12).field("fp8_blocks_best_tflops",
+                                                      m.best_fp8_blocks / 1e12);
   j.key("memory").begin_object().field("bytes", m.bw_bytes).field("time_us", m.bw_seconds * 1e6)
       .field("bandwidth_gbs", m.bw_bytes / m.bw_seconds / 1e9)
       .field("median_bandwidth_gbs", r.bandwidth / 1e9)

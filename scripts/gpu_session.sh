@@ -20,6 +20,8 @@
 #   attention  [90]  bench/gpu/attention.sh, when present (CHECK=1 unless attncheck ran)
 #   step       [240] bench/gpu/step.sh: paralab beside PyTorch eager and torch.compile
 #   moe        [180] bench/gpu/moe.sh: Qwen3-30B-A3B's layers, grouped / per-expert / dense / HF
+#   fp8        [200] bench/gpu/fp8.sh: the FP8 GEMMs beside bf16's (paralab's, PyTorch's) and
+#                    the step in each FP8 recipe beside bf16's and its projection
 # A part starts only with at least 30 s of the budget left and gets min(its timeout, what is
 # left); step and moe are told their share (their BUDGET_S) so they print their table inside it.
 # All of them, end to end, take more than 540 s: the budget cuts the last parts (SKIPPED), so a
@@ -32,7 +34,7 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-ALL=check,attncheck,bench,attention,step,moe
+ALL=check,attncheck,bench,attention,step,moe,fp8
 ONLY=${ONLY:-$ALL}
 BUDGET_S=${BUDGET_S:-540}
 PACK_S=15  # kept back for the tarball and the summary
@@ -44,7 +46,8 @@ SUMMARY=$WORK/summary.txt
 : >"$SUMMARY"
 
 declare -A LIMIT=([check]=${CHECK_S:-240} [attncheck]=${ATTNCHECK_S:-60} [bench]=${BENCH_S:-90}
-                  [attention]=${ATTENTION_S:-90} [step]=${STEP_S:-240} [moe]=${MOE_S:-180})
+                  [attention]=${ATTENTION_S:-90} [step]=${STEP_S:-240} [moe]=${MOE_S:-180}
+                  [fp8]=${FP8_S:-200})
 declare -A WANT=()
 IFS=, read -ra parts <<<"$ONLY"
 for p in "${parts[@]}"; do
@@ -102,7 +105,7 @@ EOF
 } | tee -a "$SUMMARY"
 
 PROFILE=""
-for part in check attncheck bench attention step moe; do
+for part in check attncheck bench attention step moe fp8; do
   [[ -n "${WANT[$part]:-}" ]] || continue
   limit=$(budget "$part")
   if [[ -z "$limit" ]]; then
@@ -160,6 +163,11 @@ for part in check attncheck bench attention step moe; do
         bash bench/gpu/moe.sh
       row moe "$RESULT" "$ELAPSED" "$(rows_ok "$WORK/moe/moe_rows.jsonl")"
       ;;
+    fp8)
+      run_part fp8 "$limit" env OUT="$WORK/fp8" PROFILE="$PROFILE" BUDGET_S=$((limit - 20)) \
+        bash bench/gpu/fp8.sh
+      row fp8 "$RESULT" "$ELAPSED" "$(rows_ok "$WORK/fp8/fp8_rows.jsonl")"
+      ;;
   esac
 done
 
@@ -171,7 +179,7 @@ done
     echo "==== gpu_check: what did not pass (all of it: session.tar.gz, check/gpu_check.txt)"
     sed -n '/^==== gpu_check summary/,$p' "$WORK/check/gpu_check.txt" | grep -vE ' PASS$' | head -30
   fi
-  for t in attention/attention.md step/step.md moe/moe.md; do
+  for t in attention/attention.md step/step.md moe/moe.md fp8/fp8.md; do
     [[ -f "$WORK/$t" ]] || continue
     echo
     echo "==== $t"

@@ -9,8 +9,9 @@
 1. The plan of the same command (`CMD --plan --json`, milliseconds, no device): Psi
    (params.total), the step's model FLOPs (flops.model_per_step: every matmul forward and
    backward, attention over the full S x S square, docs/output.md), the projected step on the
-   command's --hardware (time.step_s) and, with --profile, on that profile too (the one
-   `trainer --benchmark` measured on this GPU).
+   command's --hardware (time.step_s; with --fp8-format also the step with FP8 GEMMs and casts,
+   fp8.step_fp8_s) and, with --profile, on that profile too (the one `trainer --benchmark`
+   measured on this GPU).
 2. The run, `CMD --metrics-jsonl FILE`, killed after --timeout seconds. Every output line goes
    to --log stamped with the seconds since launch; "launch -> first step" is the stamp of the
    first step line (printed once step 1 is done: start-up, parameter init and step 1).
@@ -144,10 +145,14 @@ def main():
             row["projected_step_ms"] = pl["time"]["step_s"] * 1e3
             row["projected_hardware"] = pl["time"].get("hardware", "")
             row["projected_gemm_calls"] = pl["time"].get("gemm_calls")
+        if isinstance(pl.get("fp8"), dict):  # --fp8-format: the step with FP8 GEMMs and casts
+            row["projected_fp8_step_ms"] = pl["fp8"]["step_fp8_s"] * 1e3
     if a.profile and os.path.exists(a.profile):
         pm = plan(cmd, a.profile)
         if "time" in pm:
             row["projected_step_ms_measured_profile"] = pm["time"]["step_s"] * 1e3
+        if isinstance(pm.get("fp8"), dict):
+            row["projected_fp8_step_ms_measured_profile"] = pm["fp8"]["step_fp8_s"] * 1e3
 
     fd, metrics = tempfile.mkstemp(suffix=".jsonl", prefix="paralab_row_")
     os.close(fd)

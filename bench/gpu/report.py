@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""bench/gpu/report.py: the markdown tables of bench/gpu/step.sh and bench/gpu/moe.sh, from the
-JSON lines their rows wrote (paralab_row.py, step_torch.py, moe_hf.py), with the issues' goals
-as met / missed.
+"""bench/gpu/report.py: the markdown tables of bench/gpu/step.sh, bench/gpu/moe.sh and
+bench/gpu/fp8.sh, from the JSON lines their rows wrote (paralab_row.py, step_torch.py,
+moe_hf.py), with the issues' goals as met / missed.
 
     python3 bench/gpu/report.py step ROWS.jsonl --rows gpt2-124m-mbs8,... [--compile-rows ...]
     python3 bench/gpu/report.py moe ROWS.jsonl
+    python3 bench/gpu/report.py fp8 ROWS.jsonl --rows bf16,delayed,... --benchmark B.json \
+        --torch-gemm T.json
 
 Conventions, printed under each table: tokens/s from the faster of the two timed rounds'
 median step; "step ms" both rounds' medians (their spread is the noise: a difference between
@@ -206,6 +208,68 @@ def step_report(rows, names, compile_rows):
     return out
 
 
+def fp8_gemm_lines(bench_path, torch_path):
+    """The GEMM table of fp8.sh: trainer --benchmark's best bf16, FP8 per tensor and FP8
+    block-scaled rates, PyTorch's at the largest size, each FP8 rate over its own bf16."""
+    try:
+        b = json.load(open(bench_path))
+    except (OSError, ValueError):
+        return ["GEMMs: trainer --benchmark wrote no JSON (see benchmark.err)"]
+    try:
+        t = json.load(open(torch_path))
+    except (OSError, ValueError):
+        t = {}
+    best = {}
+    for g in b.get("gemm", []):
+        best[g["dtype"]] = max(best.get(g["dtype"], (0, 0)), (g["tflops"], g["n"]))
+    bf16 = best.get("bf16", (0, 0))[0]
+    out = ["| GEMM (square, best over n) | paralab TFLOP/s (n) | / bf16 | PyTorch TFLOP/s "
+           f"(n = {t.get('n', '-')}) | / bf16 |", "|:---|---:|---:|---:|---:|"]
+    tb = t.get("bf16_tflops")
+    for dtype, label, tkey in (("bf16", "bf16", "bf16_tflops"),
+                               ("fp8", "FP8 e4m3, per tensor (cuBLASLt)", "fp8_tflops"),
+                               ("fp8-blk", "FP8 e4m3, 1x128 by 128x128 blocks (emulated)", None)):
+        rate, n = best.get(dtype, (0, 0))
+        tv = t.get(tkey) if tkey else None
+        out.append("| " + " | ".join([
+            label, f"{rate:.1f} ({n})" if rate else "-",
+            f"{rate / bf16:.2f}x" if rate and bf16 else "-",
+            f"{tv:.1f}" if tv else ("-" if tkey is None else "failed" if t else "-"),
+            f"{tv / tb:.2f}x" if tv and tb else "-"]) + " |")
+    cc = b.get("compute_capability", 0)
+    if cc and cc < 89:
+        out.append(f"(compute capability {cc // 10}.{cc % 10}: no FP8 tensor cores, no FP8 rows)")
+    for k, e in (t.get("errors") or {}).items():
+        out.append(f"PyTorch {k}: {e}")
+    return out
+
+
+def fp8_report(rows, names, bench_path, torch_path):
+    out = ["FP8 GEMMs, paralab (trainer --benchmark) beside PyTorch:", ""]
+    out += fp8_gemm_lines(bench_path, torch_path)
+    out += ["", "The training step in each recipe (one model, one shape):", "",
+            "| recipe | tokens/s | step ms (round 1 / 2) | / bf16's step | peak mem GiB | "
+            "projected ms (profile / measured profile) | projected / measured | note |",
+            "|:---|---:|---:|---:|---:|---:|---:|:---|"]
+    base = find(rows, "bf16", "paralab")
+    for n in names:
+        r = find(rows, n, "paralab")
+        # an FP8 row's projection is the plan's step with FP8 GEMMs and casts (fp8.step_fp8_s)
+        fp8 = dict(r or {})
+        for k in ("projected_step_ms", "projected_step_ms_measured_profile"):
+            fp8[k] = fp8.get(k.replace("step_ms", "fp8_step_ms"), fp8.get(k))
+        proj, meas = fp8.get("projected_step_ms"), best_ms(r)
+        out.append("| " + " | ".join([
+            n, fmt_tok(r), fmt_steps(r),
+            f"{meas / best_ms(base):.2f}x" if meas and ok(base) else "-",
+            fmt_gib(r), fmt_proj(fp8) if r else "-",
+            f"{proj / meas:.2f}" if proj and meas else "-", status_note(r)]) + " |")
+    out += ["", "An FP8 row's projection is `--plan`'s step with FP8 GEMMs at the FP8 peak and its "
+            "casts (fp8.step_fp8_s; blockwise assumes a fused block-scaled GEMM, which paralab's "
+            "emulated path is not: docs/fp8.md); bf16's is time.step_s."]
+    return out
+
+
 def moe_report(rows):
     names = []
     for r in rows:
@@ -288,10 +352,12 @@ def moe_report(rows):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("kind", choices=["step", "moe"])
+    p.add_argument("kind", choices=["step", "moe", "fp8"])
     p.add_argument("rows")
     p.add_argument("--rows", dest="names", default="")
     p.add_argument("--compile-rows", default="")
+    p.add_argument("--benchmark", default="", help="fp8: trainer --benchmark --json's file")
+    p.add_argument("--torch-gemm", default="", help="fp8: bench/gpu/fp8_torch.py's file")
     p.add_argument("--hardware", default="", help="the profile the projections used")
     p.add_argument("--hardware-note", default="", help="how it was chosen (bench/gpu/hardware.sh)")
     a = p.parse_args()
@@ -300,6 +366,9 @@ def main():
         names = [n for n in a.names.split(",") if n] or list(
             dict.fromkeys(r.get("name") for r in rows))
         lines = step_report(rows, names, set(filter(None, a.compile_rows.split(","))))
+    elif a.kind == "fp8":
+        names = [n for n in a.names.split(",") if n]
+        lines = fp8_report(rows, names, a.benchmark, a.torch_gemm)
     else:
         lines = moe_report(rows)
     if a.hardware:

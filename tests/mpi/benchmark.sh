@@ -4,8 +4,9 @@
 # tests assert no time): every collective row's busbw = algbw x the nccl-tests bus factor of
 # its operation and group size, algbw = bytes / time, every time > 0, the efficiencies in
 # (0, 1.5], the tables complete (every operation at every size 1 KiB x 4^k <= 1 MiB, one
-# group of 2); that the text report prints the tables and a verdict on the ranks; and that
-# the profile --benchmark-save writes loads: `--plan --hardware FILE` exits 0.
+# group of 2); the FP8 GEMM rows (the CPU twin's, per tensor and block-scaled, at fp32's sizes)
+# and their best rates; that the text report prints the tables, the FP8 line and a verdict on
+# the ranks; and that the profile --benchmark-save writes loads: `--plan --hardware FILE` exits 0.
 #
 # usage: tests/mpi/benchmark.sh ./trainer [filter]   (filter: substring of a case name)
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, finish
@@ -37,6 +38,12 @@ assert r["launch_overhead_us"] > 0 and r["memory"]["bandwidth_gbs"] > 0
 assert r["attention"]["flops"] > 0 and r["attention"]["time_us"] > 0
 assert r["gemm"] and all(g["time_us"] > 0 and g["tflops"] > 0 for g in r["gemm"]), r["gemm"]
 assert r["gemm_half_gflop"] >= 0 and r["peak_tflops"] > 0
+# FP8 at fp32's sizes on the CPU (the twin), both kinds of factors; the best rates are the rows'
+for dtype, key in (("fp8", "fp8_best_tflops"), ("fp8-blk", "fp8_blocks_best_tflops")):
+    sizes = [g["n"] for g in r["gemm"] if g["dtype"] == dtype]
+    assert sizes and sizes == [g["n"] for g in r["gemm"] if g["dtype"] == "fp32"][:len(sizes)]
+    assert abs(r[key] - max(g["tflops"] for g in r["gemm"] if g["dtype"] == dtype)) < 1e-12, key
+assert r["compute_capability"] == 0
 rows = r["collectives"]
 sizes = [1024 * 4**k for k in range(6)]  # 1 KiB .. 1 MiB
 ops = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send/recv"]
@@ -74,6 +81,7 @@ text_case() {  # name, ranks: the tables and the ranks' verdict, on rank 0 only
      [ "$(grep -c '^paralab --benchmark:' "$log")" = 1 ] &&
      grep -q '^all-reduce, group of 2 ranks (0-1, one node)' "$log" &&
      grep -q 'busbw GB/s' "$log" && grep -q '^send/recv, group of 2 ranks' "$log" &&
+     grep -q '^FP8 GEMM (e4m3 x e4m3 into bf16; the CPU twin' "$log" &&
      grep -Eq '^all ranks within 0.7x of the median|a bad node\?$' "$log"; then
     passed=$((passed + 1)); echo "ok    $name"
   else

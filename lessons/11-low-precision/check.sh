@@ -44,6 +44,11 @@ for z in 0 1 2 3; do
   [ $z = 0 ] && continue
   [ $z = 1 ] && { "$trainer" "${llama70[@]}" --zero-stage 1 --fp8-format hybrid --fp8-param-gather \
     > "$work/z1_fp8pg.json" 2>&1 || fail_run "${llama70[@]}" --zero-stage 1 --fp8-param-gather; }
+  blockwise=(--zero-stage 1 --fp8-format e4m3 --fp8-recipe blockwise)
+  [ $z = 1 ] && for pg in "" --fp8-param-gather; do
+    "$trainer" "${llama70[@]}" "${blockwise[@]}" $pg > "$work/z1_blockwise$pg.json" 2>&1 ||
+      fail_run "${llama70[@]}" "${blockwise[@]}" $pg
+  done
   "$trainer" "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}" > "$work/z${z}_moments.json" 2>&1 ||
     fail_run "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}"
 done
@@ -170,6 +175,16 @@ check("--fp8-param-gather: 2,207,186,944 B (50.8%), 327,680 B above 2 Psi - F",
 check("its staging 160,505,856 B (comm_buffers: 3 messages), fp8_state 12 x 80 = 960 B more",
       (pg["memory"][0]["comm_buffers"] - f8["memory"][0]["comm_buffers"],
        pg["memory"][0]["fp8_state"] - f8["memory"][0]["fp8_state"]), (160505856, 12 * 4 * layers))
+bw, bwpg = plan("z1_blockwise"), plan("z1_blockwise--fp8-param-gather")
+blocks = layers * sum(-(-i // 128) * -(-o // 128) for i, o in linears)  # 128 x 128, rounded up
+check("blockwise: 6,528 blocks per layer (qkv 10 x 64, proj 64 x 8, fc1 56 x 64, fc2 64 x 28)",
+      (blocks // layers, blocks), (6528, 130560))
+check("blockwise --fp8-param-gather: the same 2,207,186,944 B; its amaxes 4 B per block on dp "
+      "(522,240 B), 12 B of fp8_state per block (1,566,720 B)",
+      (gather(bwpg), rows(bwpg)[("dp", "all-reduce")]["payload_bytes"] -
+       rows(bw)[("dp", "all-reduce")]["payload_bytes"],
+       bwpg["memory"][0]["fp8_state"] - bw["memory"][0]["fp8_state"]),
+      (2207186944, 4 * blocks, 12 * blocks))
 x = f8["fp8"]
 print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s at the FP8 peak, casts %.2f s;"
       " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],

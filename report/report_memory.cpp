@@ -59,7 +59,10 @@ static std::string fp8_note(const Plan& plan, const RankPlan& rp, int c) {
                   : f.recipe == Fp8Recipe::Tensorwise ? "tensorwise: one amax and its scale"
                                                       : "blockwise: no state";
   if (f.recipe == Fp8Recipe::Delayed && plan.model.moe.enabled()) s += ", the experts' per expert";
-  if (!plan.data_parallel.fp8_message.empty()) s += "; the FP8 gathers' scales";
+  if (!plan.data_parallel.fp8_message.empty())  // --fp8-param-gather: 3 floats per scale
+    s = f.recipe == Fp8Recipe::Blockwise
+            ? "blockwise: the FP8 gathers' scale, factor and amax per 128 x 128 block"
+            : s + "; the FP8 gathers' scale, factor and amax per weight";
   if (f.log_scaling) s += "; the cast counters";
   return s;
 }

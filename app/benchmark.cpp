@@ -193,15 +193,9 @@ double time_attention(Device d, const AttentionShape& s, double trial_s, double*
   return t;
 }
 
-ComputeResults measure_compute(Device d, size_t max_bytes) {
+// The GEMM rows of every dtype (the header) into c.gemm, and each dtype's best rate.
+void measure_gemms(Device d, size_t max_bytes, double trial_s, ComputeResults& c) {
   const bool gpu = d == Device::CUDA;
-  const double trial_s = gpu ? 0.02 : 0.05;
-  ComputeResults c;
-  float* one = static_cast<float*>(kernels::device_malloc(d, 3 * sizeof(float)));
-  c.launch_s = best_seconds(d, [&] { kernels::add(d, one, one + 1, one + 2, 1); }, 0.01);
-  kernels::device_free(d, one);
-  c.timer_pair_s = kernels::timer_overhead_seconds(d);
-
   time_gemms<float>(d, "fp32", max_bytes, trial_s, gpu ? 1.0 : 0.4, c.gemm);
   if (gpu) time_gemms<kernels::bf16>(d, "bf16", max_bytes, trial_s, 1.0, c.gemm);
   c.compute_capability = gpu ? kernels::cuda_compute_capability() : 0;
@@ -217,6 +211,17 @@ ComputeResults measure_compute(Device d, size_t max_bytes) {
                    : p.dtype == "fp8" ? c.best_fp8 : c.best_fp8_blocks;
     best = std::max(best, p.rate());
   }
+}
+
+ComputeResults measure_compute(Device d, size_t max_bytes) {
+  const bool gpu = d == Device::CUDA;
+  const double trial_s = gpu ? 0.02 : 0.05;
+  ComputeResults c;
+  float* one = static_cast<float*>(kernels::device_malloc(d, 3 * sizeof(float)));
+  c.launch_s = best_seconds(d, [&] { kernels::add(d, one, one + 1, one + 2, 1); }, 0.01);
+  kernels::device_free(d, one);
+  c.timer_pair_s = kernels::timer_overhead_seconds(d);
+  measure_gemms(d, max_bytes, trial_s, c);
 
   const size_t n = std::max<size_t>(max_bytes / sizeof(float), 1);
   float* a = static_cast<float*>(kernels::device_malloc(d, n * sizeof(float)));

@@ -170,7 +170,9 @@ void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {
   const int64_t lo = rank * b.slice;
   const std::vector<Run> mine = slice_runs(w, lo, lo + b.slice);
   // weight i of the bucket: its scales (0), factors (1), amaxes (2)
-  auto at = [&](int i, int what) { return fp8_values(fp8_place[j][i].unit, fp8_place[j][i].k, what); };
+  auto at = [&](int i, int what) {
+    return fp8_values(fp8_place[j][i].unit, fp8_place[j][i].k, what);
+  };
   std::vector<int> units;  // the bucket's units with FP8 weights
   for (const Fp8Place& p : fp8_place[j]) units.push_back(p.unit);  // a unit's weights together
   units.erase(std::unique(units.begin(), units.end()), units.end());

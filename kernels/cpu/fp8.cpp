@@ -73,7 +73,8 @@ static void quantize(uint8_t* q, float* scale_inv, float* amax, const T* x, int 
   const size_t factors = fp8_scale_count(blocks, out.rows, out.cols);
   const int across = fp8_blocks_across(out.cols);
   for (size_t b = 0; b < factors; b++)
-    scale_inv[b] = 1.0f / scale[block((int)(b / across) * kFp8Block, (int)(b % across) * kFp8Block)];
+    scale_inv[b] =
+        1.0f / scale[block((int)(b / across) * kFp8Block, (int)(b % across) * kFp8Block)];
   if (amax != nullptr) *amax = fmaxf(*amax, a);
 }
 template <> void fp8_quantize<Device::CPU, float>(uint8_t* q, float* scale_inv, float* amax,
@@ -224,7 +225,8 @@ template <> void fp8_shard_quantize<Device::CPU, bf16>(uint8_t* q, float* amax, 
 template <class T>
 static void shard_dequantize(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
   for (int64_t i = 0; i < n; i++)
-    store(x[i], fp8_decode(q.data[i], q.format) * q.scale_inv[shard_block(q.blocks, first, i, cols)]);
+    store(x[i],
+          fp8_decode(q.data[i], q.format) * q.scale_inv[shard_block(q.blocks, first, i, cols)]);
 }
 template <> void fp8_shard_dequantize<Device::CPU, float>(float* x, Fp8Matrix q, int64_t first,
                                                           int64_t n, int cols) {

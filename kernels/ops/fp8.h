@@ -126,7 +126,8 @@ void fp8_current_scale(Device d, float* scale, const float* amax, int n, Fp8Form
 // scale_inv[i] = 1 / scale[i], i < n: the factors of scales a cast did not write (a gathered
 // weight's, for the ranks whose shard holds none of a block).
 template <Device Dev> void fp8_scale_inverse(float* scale_inv, const float* scale, int n);
-template <class = void> void fp8_scale_inverse(Device d, float* scale_inv, const float* scale, int n) {
+template <class = void>
+void fp8_scale_inverse(Device d, float* scale_inv, const float* scale, int n) {
   count_kernel(8.0 * n);
   ON_DEVICE(fp8_scale_inverse)(scale_inv, scale, n);
 }

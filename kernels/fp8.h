@@ -34,6 +34,7 @@
 //
 // defines: Fp8Format, fp8_max, fp8_mantissa_bits, fp8_bias, fp8_encode, fp8_decode,
 //          Fp8AmaxAlgo, kFp8Block, Fp8Blocks, fp8_blocks_across, fp8_scale_count, fp8_block_of,
+//          fp8_shard_block_of,
 //          fp8_scale_from_amax, fp8_delayed_scale, fp8_history_update, fp8_round_normal,
 //          fp8_saturates
 #pragma once
@@ -145,6 +146,15 @@ HD size_t fp8_block_of(Fp8Blocks b, int r, int c, int cols) {
   if (b == Fp8Blocks::Tensor) return 0;
   const int down = b == Fp8Blocks::Tiles ? r : r / kFp8Block;
   return (size_t)down * fp8_blocks_across(cols) + c / kFp8Block;
+}
+
+// The factor of element i of a weight's flat ZeRO shard that starts at the weight's element
+// `first` (kernels/ops/fp8.h), the weight row-major with `cols` columns. Per tensor: 0, without
+// the divisions (the delayed and tensorwise gathers cast every element through this).
+HD size_t fp8_shard_block_of(Fp8Blocks b, int64_t first, int64_t i, int cols) {
+  if (b == Fp8Blocks::Tensor) return 0;
+  const int64_t e = first + i;
+  return fp8_block_of(b, (int)(e / cols), (int)(e % cols), cols);
 }
 
 // Current (tensorwise) and block scaling: scale = max / amax, from this tensor's (or block's) own

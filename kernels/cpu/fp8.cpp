@@ -172,17 +172,11 @@ template <> void fp8_scale_inverse<Device::CPU>(float* scale_inv, const float* s
 }
 
 // ---- a weight's shard ----------------------------------------------------------------------
-// The block of the run's element i (kernels/ops/fp8.h: the weight's element first + i).
-static size_t shard_block(Fp8Blocks blocks, int64_t first, int64_t i, int cols) {
-  const int64_t e = first + i;
-  return fp8_block_of(blocks, (int)(e / cols), (int)(e % cols), cols);
-}
-
 template <class T>
 static void shard_amax(float* amax, const T* x, int64_t first, int64_t n, int cols,
                        Fp8Blocks blocks) {
   for (int64_t i = 0; i < n; i++) {
-    float& a = amax[shard_block(blocks, first, i, cols)];
+    float& a = amax[fp8_shard_block_of(blocks, first, i, cols)];
     a = abs_max(a, to_float(x[i]));
   }
 }
@@ -205,7 +199,7 @@ static void shard_quantize(uint8_t* q, float* amax, const T* x, int64_t first, i
   for (int64_t i = 0; i < n; i++) {
     const float v = to_float(x[i]);
     a = abs_max(a, v);
-    q[i] = fp8_encode(v * scale[shard_block(blocks, first, i, cols)], f);
+    q[i] = fp8_encode(v * scale[fp8_shard_block_of(blocks, first, i, cols)], f);
   }
   if (amax != nullptr) *amax = fmaxf(*amax, a);
 }
@@ -224,9 +218,10 @@ template <> void fp8_shard_quantize<Device::CPU, bf16>(uint8_t* q, float* amax, 
 
 template <class T>
 static void shard_dequantize(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
-  for (int64_t i = 0; i < n; i++)
-    store(x[i],
-          fp8_decode(q.data[i], q.format) * q.scale_inv[shard_block(q.blocks, first, i, cols)]);
+  for (int64_t i = 0; i < n; i++) {
+    const float factor = q.scale_inv[fp8_shard_block_of(q.blocks, first, i, cols)];
+    store(x[i], fp8_decode(q.data[i], q.format) * factor);
+  }
 }
 template <> void fp8_shard_dequantize<Device::CPU, float>(float* x, Fp8Matrix q, int64_t first,
                                                           int64_t n, int cols) {

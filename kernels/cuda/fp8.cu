@@ -89,12 +89,6 @@ __global__ void quantize_kernel(uint8_t* q, float* scale_inv, float* amax, const
     *scale_inv = 1.0f / *scale;
 }
 
-// The block of a shard's element i (kernels/ops/fp8.h: the weight's element first + i).
-__device__ inline size_t shard_block(Fp8Blocks blocks, int64_t first, int64_t i, int cols) {
-  const int64_t e = first + i;
-  return fp8_block_of(blocks, (int)(e / cols), (int)(e % cols), cols);
-}
-
 // mirrors fp8_shard_amax<Device::CPU> for Blocks: thread block (br, bc) over the 128 x 128 blocks
 // of rows [row0, ...), thread t column bc 128 + t, the run's elements of the block max-reduced
 template <typename T>
@@ -125,7 +119,7 @@ __global__ void shard_quantize_kernel(uint8_t* q, float* amax, const T* x, int64
   GRID_STRIDE_LOOP(i, (size_t)n) {
     const float v = to_float(x[i]);
     a = fmaxf(a, fabsf(v));
-    q[i] = encode(v * scale[shard_block(blocks, first, (int64_t)i, cols)], f);
+    q[i] = encode(v * scale[fp8_shard_block_of(blocks, first, (int64_t)i, cols)], f);
   }
   if (amax != nullptr) {
     a = block_max(a);
@@ -138,7 +132,7 @@ template <typename T>
 __global__ void shard_dequantize_kernel(T* x, Fp8Matrix q, int64_t first, int64_t n, int cols) {
   GRID_STRIDE_LOOP(i, (size_t)n)
     store(x[i], fp8_decode(q.data[i], q.format) *
-                    q.scale_inv[shard_block(q.blocks, first, (int64_t)i, cols)]);
+                    q.scale_inv[fp8_shard_block_of(q.blocks, first, (int64_t)i, cols)]);
 }
 
 // mirrors fp8_cast_count<Device::CPU>: per-thread counts, summed over the block, added to

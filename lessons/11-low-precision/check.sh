@@ -14,7 +14,8 @@
 # scaling saturates there and tensorwise nowhere. Part 5 trains 20 steps in bf16 and the three
 # FP8 recipes, draws the 7 runs' loss curves with scripts/plot and checks the PNG renders.
 # Parts 4 and 5 read the README's rows and hold them to the runs (no measured number is typed
-# here).
+# here), each number within the spread that OpenBLAS's choice of kernel for the CPU gives (near,
+# below).
 # Part 6 (qwen3_fp8.py) does for Qwen3-30B-A3B (ep 8) what part 3 does for the 70B, the MoE
 # experts in FP8 too.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
@@ -84,7 +85,7 @@ python3 - "$work" <<'PY'
 import json, math, os, struct, sys, zlib
 work = sys.argv[1]
 sys.path.insert(0, "lessons")  # the repository root is the working directory (lib.sh)
-from checks import check, finish  # noqa: E402
+from checks import check, finish, record  # noqa: E402
 
 print("part 1: the formats (trainer --number-formats)")
 formats = {f["name"]: f for f in json.load(open(f"{work}/formats.json"))["formats"]}
@@ -201,8 +202,35 @@ def row(first, part):
         if line.startswith("|") and cells[0] == first:
             return cells[1:]
     return None
-g3 = lambda x: f"{x:.3g}"
-of = lambda n, total: f"{n:,} of {total:,}"
+# The README's rows are one machine's runs, and a run's last bits depend on the CPU: OpenBLAS
+# picks its sgemm kernel for the CPU it finds, and kernels sum in different orders. fp32 and bf16
+# absorb that; an FP8 cast amplifies it (a value that crosses a code boundary moves by an eighth
+# of itself in E4M3), and 20 steps carry it on. Measured: the same runs under each of OpenBLAS's
+# x86 kernels (OPENBLAS_CORETYPE = Haswell, SkylakeX, Cooperlake, Zen, Sandybridge, Prescott; the
+# README is SkylakeX's) spread their step-20 losses by 0.0003 in fp32, bf16 and fp16 and by 0.003
+# in FP8 (3.3674 to 3.3703 delayed: +0.00% to +0.09% of bf16); at step 3 of part 4 the amaxes and
+# scales by 4%, delayed's saturated count from 570 to 641, and at step 1 the flushed counts by
+# 0.4% (delayed) and from 0 to 573 (tensorwise, of 786,432). So each cell is held to the run
+# within a tolerance above that spread: wide enough for each of those kernels, and still the
+# README's number, not a range.
+def near(name, cells, want):
+    """The README's cells against the run's values. Each entry of want is a string (the cell,
+    exactly) or (value, tolerance): the cell's number within the tolerance of value, an absolute
+    amount or, written "6%", relative; for a cell "n of total", value is (n, total), total exact."""
+    def holds(cell, entry):
+        if isinstance(entry, str):
+            return cell == entry
+        value, tolerance = entry
+        number, _, total = cell.replace(",", "").rstrip("%").partition(" of ")
+        if isinstance(value, tuple):
+            value, want_total = value
+            if total != str(want_total):
+                return False
+        bound = (float(tolerance[:-1]) / 100 * abs(value) if isinstance(tolerance, str)
+                 else tolerance)
+        return abs(float(number) - value) <= bound
+    good = cells is not None and len(cells) == len(want) and all(map(holds, cells, want))
+    return record(name, good, f"{cells}" + ("" if good else f" (want {want})"))
 
 print("part 4: why delayed scaling lags (tiny GPT, no warm-up, FP8 hybrid, --log-fp8-scaling)")
 f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
@@ -229,18 +257,22 @@ check(f"proj's dY: its amax jumps most at step {J}, x{amax[J - 1] / amax[J - 2]:
 check(f"delayed, step {J}: amax x scale = {dj['amax'] * dj['scale']:.0f} is past E5M2's 57344, "
       "and values saturate", (dj["amax"] * dj["scale"] > 57344.0, dj["saturated"] > 0),
       (True, True))
-want = {"delayed": [str(J), g3(amax[J - 2]), g3(dj["amax"]), g3(dj["scale"]),
-                    g3(f32(57344.0 / dj["amax"])), of(dj["saturated"], dj["elements"])],
-        "tensorwise": [str(J), g3(sc(t[J - 2], "proj", "output_grad")["amax"]), g3(tj["amax"]),
-                       g3(tj["scale"]), g3(f32(57344.0 / tj["amax"])),
-                       of(tj["saturated"], tj["elements"])]}
+spread = "6%"  # amaxes and scales (4% measured); saturated counts 15% (570 to 641 of 583)
+want = {"delayed": [str(J), (amax[J - 2], spread), (dj["amax"], spread), (dj["scale"], spread),
+                    (f32(57344.0 / dj["amax"]), spread),
+                    ((dj["saturated"], dj["elements"]), "15%")],
+        "tensorwise": [str(J), (sc(t[J - 2], "proj", "output_grad")["amax"], spread),
+                       (tj["amax"], spread), (tj["scale"], spread),
+                       (f32(57344.0 / tj["amax"]), spread),
+                       ((tj["saturated"], tj["elements"]), "15%")]}  # 0: exactly 0
 for name, cells in want.items():
-    check(f"README's {name} row (step, amax before and at the jump, scale used, max / amax, "
-          "saturated)", row(name, 4), cells)
+    near(f"README's {name} row (step, amax before and at the jump, scale used, max / amax, "
+         "saturated)", row(name, 4), cells)
 q1d, q1t = sc(d[0], "qkv", "output_grad"), sc(t[0], "qkv", "output_grad")
-check("README's step-1 row: qkv's dY flushed at scale 1 (delayed) and at max / amax (tensorwise)",
-      row("qkv's output gradient dY", 4), [of(q1d["flushed"], q1d["elements"]),
-      f"{q1d['flushed'] / q1d['elements']:.0%}", of(q1t["flushed"], q1t["elements"])])
+near("README's step-1 row: qkv's dY flushed at scale 1 (delayed) and at max / amax (tensorwise)",
+     row("qkv's output gradient dY", 4), [((q1d["flushed"], q1d["elements"]), "1%"),
+     (100 * q1d["flushed"] / q1d["elements"], 1),
+     ((q1t["flushed"], q1t["elements"]), 0.001 * q1t["elements"])])
 
 print("part 5: the loss curves (tiny GPT, 20 steps; scripts/plot)")
 def png(path):
@@ -268,8 +300,9 @@ runs = {"fp32": "fp32", "bf16": "bf16", "fp16 S=1024": "static", "fp16 dynamic":
 b20 = steps("bf16")[-1]["loss"]
 for label, name in runs.items():
     l20 = steps(name)[-1]["loss"]
-    check(f"README's {label} row: step-20 loss, relative to bf16", row(label, 5),
-          [f"{l20:.3f}", f"{100 * (l20 / b20 - 1):+.2f}%"])
+    fp8 = label.startswith("FP8")  # 0.003 and 0.09 points measured; the others 0.0003, 0.005
+    near(f"README's {label} row: step-20 loss, relative to bf16", row(label, 5),
+         [(l20, 0.004 if fp8 else 0.001), (100 * (l20 / b20 - 1), 0.12 if fp8 else 0.01)])
 
 sys.path.insert(0, "lessons/11-low-precision")  # part 6, its own file: Qwen3-30B-A3B in FP8
 import qwen3_fp8  # noqa: E402

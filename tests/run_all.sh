@@ -82,8 +82,11 @@ tools_references_lessons() {  # numbers and bytes, no durations: the second lane
   run "a Megatron-DeepSpeed launch line, ds_config.json" bash tests/scripts/megatron_deepspeed.sh ./trainer
   lessons
 }
-equivalence_suites() {  # runs against runs: losses, gradients, bytes
+mpi_tests() {
   run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
+}
+equivalence_suites() {  # runs against runs: losses, gradients, bytes
+  mpi_tests
   run "equivalence with the single-rank run" bash tests/mpi/equivalence.sh ./trainer
   run "pipelines equal the single-rank run" bash tests/mpi/pipeline.sh ./trainer
   run "zb-v, dualpipev, dualpipe equal the single rank" bash tests/mpi/pipeline_v.sh ./trainer
@@ -118,7 +121,7 @@ emulated_device() {
 case $mode in
   --quick)
     basics
-    run "MPI tests (comm, data parallel)" bash tests/mpi/run_mpi_tests.sh build/test_comm
+    mpi_tests
     run "equivalence (dp and tp subset)" bash tests/mpi/equivalence.sh ./trainer 'dp2-zero1'
     run "lesson 01-memory" bash lessons/01-memory/check.sh ./trainer
     run "scripts/plot renders every chart" bash tests/scripts/plot.sh ./trainer ;;

@@ -207,7 +207,7 @@ void Transformer::head_backward(State<T>& s, InFlight<T>& f) {
                               Nl, h);
   }
   dp.release_params(H_unit);
-  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[H_unit]);
+  if (dp.hands_over_grads(H_unit)) tp_.reduce_replicated_grads(G, replicated_[H_unit]);
   dp.backward_done(H_unit);
   f.dxf.reset();
   f.final_mean.reset();

@@ -500,7 +500,7 @@ void Transformer::layers_backward(State<T>& s, InFlight<T>& f, int chunk, bool s
     layer_backward(c, layer_weights<T>(P, PE, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
     dp.release_params(u);
     if (split) continue;  // W finishes the unit
-    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
+    if (dp.hands_over_grads(u)) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }
 }
@@ -544,7 +544,7 @@ void Transformer::embedding_backward(State<T>& s, InFlight<T>& f, bool split) {
   vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
                                     tokens.data(), m.vocab_size, N, h);
   if (split) return;
-  if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
+  if (dp.hands_over_grads(E_unit)) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
   dp.backward_done(E_unit);
 }
 
@@ -561,11 +561,11 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_weight_backward(c, g, f.acts[i], s.ws);
-    if (dp.hands_over_grads()) tp_.reduce_replicated_grads(G, replicated_[u]);
+    if (dp.hands_over_grads(u)) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }
   if (first_model_stage(chunk)) {
-    if (dp.hands_over_grads())
+    if (dp.hands_over_grads(embedding_unit_))
       tp_.reduce_replicated_grads(static_cast<T*>(dp.grads(embedding_unit_)),
                                   replicated_[embedding_unit_]);
     dp.backward_done(embedding_unit_);

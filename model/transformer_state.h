@@ -41,7 +41,7 @@ class UnitParams {
     dense_.backward_done(u);
     if (experts_) experts_->backward_done(u);
   }
-  bool hands_over_grads() const { return dense_.hands_over_grads(); }
+  bool hands_over_grads(int u) const { return dense_.hands_over_grads(u); }
   // Unit u's expert parameters (since acquire_params) and gradients (since grads); nullptr
   // without expert parallelism.
   const void* expert_params(int u) const { return experts_ ? expert_params_[u] : nullptr; }

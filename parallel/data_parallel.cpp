@@ -119,7 +119,10 @@ int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
 bool DataParallel::mirror_copy() const { return impl_->opt.mirror_copy; }
 DType DataParallel::storage() const { return impl_->opt.storage; }
-bool DataParallel::hands_over_grads() const { return impl_->stage >= 2 || impl_->last; }
+bool DataParallel::hands_over_grads(int u) const {
+  const Impl& m = *impl_;
+  return m.last || (m.stage >= 2 && !m.deferred[m.layout.bucket_of[u]]);
+}
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 
 // ---- the model's side --------------------------------------------------------------------

@@ -172,10 +172,13 @@ class DataParallel {
   void* grads(int u);
   // Unit u's gradients of this microbatch are final: reduce its bucket when due.
   void backward_done(int u);
-  // Whether backward_done hands this microbatch's gradients over: ZeRO 2-3 every
-  // microbatch, DDP and ZeRO 1 (which accumulate in place) only on the step's last. Other
-  // reductions of gradients (tensor parallelism's) must happen exactly then too.
-  bool hands_over_grads() const;
+  // Whether backward_done hands this microbatch's gradients of unit u over: ZeRO 2-3 every
+  // microbatch, DDP and ZeRO 1 (which accumulate in place) only on the step's last, and so
+  // does a deferred unit's bucket at any stage (it sums the whole step's, reduced at
+  // finish_gradients). Other reductions of gradients (tensor parallelism's) must happen
+  // exactly then too: once per sum handed over, or a sum kept across microbatches is
+  // reduced again with each.
+  bool hands_over_grads(int u) const;
 
   // ---- the trainer's side
   void zero_grads();  // start of a step

@@ -386,7 +386,7 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
   for (const std::vector<int>& g : sc.groups)
     for (int x : g) full_recomputed += x >= 0;
   for (int n : st.chunk_layers) layers += n;
-  ModelSlice model_slice{layers, st.embedding, st.head, full_recomputed, {}, {}};
+  ModelSlice model_slice{layers, st.embedding, st.head, full_recomputed, {}, {}, {}};
   std::vector<int> moe_layers, first_microbatch;  // DualPipe: each chunk its direction's
   std::vector<bool> recomputed(m.num_layers, false);
   for (size_t c = 0; c < st.chunk_layers.size(); ++c) {
@@ -399,6 +399,19 @@ void stage_comm(const Plan& plan, int r, const StageChunks& sc, PipelineStagePla
       if (m.moe.is_moe_layer(l)) moe_layers.push_back(l), first_microbatch.push_back(first);
     }
   }
+  // the units in a deferred bucket, by their global numbers (the stage's units are the
+  // embedding, the chunks' layers in order, the head: model/transformer.cpp)
+  const StageSlice slice = pipeline_stage_slice(m, pp.shape, r, par.stage_split());
+  std::vector<int> global_unit;
+  if (slice.embedding) global_unit.push_back(0);
+  for (size_t c = 0; c < slice.chunk_layers.size(); ++c)
+    for (int i = 0; i < slice.chunk_layers[c]; ++i)
+      global_unit.push_back(1 + slice.chunk_first_layer[c] + i);
+  if (slice.head) global_unit.push_back(m.num_layers + 1);
+  for (int u : stage_deferred_units(m, slice))
+    for (size_t v = 0; v < global_unit.size(); ++v)
+      if (d.layout.bucket_of[v] == d.layout.bucket_of[u])
+        model_slice.deferred_bucket_units.push_back(global_unit[v]);
   st.comm = tensor_parallel_comm(m, B, tp, plan.sequence_parallel, act, k, z, model_slice);
   int64_t calls = 0;
   for (const Exchange& e : exchanges(pp.schedule, r)) calls += e.empty() ? 0 : 1;

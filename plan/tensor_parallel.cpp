@@ -62,7 +62,7 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
     // from the parameter table (gpt 6h per dense layer, llama 2h; an MoE layer's router and
     // shared expert too; S h; gpt 2h, llama h). Under ZeRO 0-1 the gradient buffer
     // accumulates over the microbatches, so this happens once, on the step's last; ZeRO 2-3
-    // hand a unit's gradients over every microbatch.
+    // hand a unit's gradients over every microbatch, but a deferred bucket's once.
     std::vector<int64_t> replicated(L + 2, 0);
     for (const ParamSpec& p : param_table(m)) {
       if (p.split != TpSplit::REPLICATED || p.expert) continue;  // experts: apart under tp
@@ -71,15 +71,18 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
       else if (p.name.compare(0, 7, "layers.") == 0) unit = 1 + std::stoi(p.name.substr(7));
       replicated[unit] += p.numel();
     }
-    auto add_unit = [&](int64_t n, int64_t times) {
+    const int64_t every = zero_stage >= 2 ? microbatches : 1;
+    auto add_unit = [&](int unit, int64_t n) {
+      const std::vector<int>& once = slice.deferred_bucket_units;
+      const int64_t times = std::count(once.begin(), once.end(), unit) ? 1 : every;
       if (n > 0) {
         replicated_calls += times;
         replicated_bytes += times * n * e;
       }
     };
-    if (slice.embedding) add_unit(replicated[0], 1);
-    for (int l : layers) add_unit(replicated[1 + l], 1);
-    if (slice.head) add_unit(replicated[L + 1], 1);
+    if (slice.embedding) add_unit(0, replicated[0]);
+    for (int l : layers) add_unit(1 + l, replicated[1 + l]);
+    if (slice.head) add_unit((int)L + 1, replicated[L + 1]);
     // the aux loss's expert counts, summed over tp every forward of an MoE layer
     const Moe& x = m.moe;
     if (x.enabled() && x.balancing != Moe::Balancing::NONE && x.aux_loss_coeff > 0) {
@@ -93,9 +96,8 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
   };
   // Per step: every microbatch, plus the gradient norm's one fp32 (replicated parameters
   // counted on tp rank 0 only).
-  const int64_t replicated_times = zero_stage >= 2 ? microbatches : 1;
-  add(CommOp::ALL_REDUCE, ar_calls * microbatches + replicated_calls * replicated_times + 1,
-      ar_bytes * microbatches + replicated_bytes * replicated_times + 4);
+  add(CommOp::ALL_REDUCE, ar_calls * microbatches + replicated_calls + 1,
+      ar_bytes * microbatches + replicated_bytes + 4);
   add(CommOp::REDUCE_SCATTER, rs_calls * microbatches, rs_bytes * microbatches);
   add(CommOp::ALL_GATHER, ag_calls * microbatches, ag_bytes * microbatches);
   return out;

@@ -268,6 +268,8 @@ LayerFootprint layer_footprint(const ModelConfig& m, int B, int act, int mask, i
     f.forward_transient = fwd_t;
     f.forward_peak = std::max(f.saved, f.saved - own + fwd_peak);
     f.backward_transient = std::max(f.backward_transient, bwd_t);
+    f.before_moe = f.saved - own;
+    f.moe_backward_transient = bwd_t;
   }
   return f;
 }

@@ -155,6 +155,11 @@ struct LayerFootprint {
   int64_t forward_peak = 0;        // the most of (its activations + its transients) alive
                                    // in its forward: max(saved, alive_t + transient_t)
   int64_t backward_transient = 0;  // the largest of its backward (every saved tensor alive)
+  // An MoE layer's: its saved tensors but the MoE's own (allocated inside moe_forward, after
+  // the attention block), and its MoE backward's largest transient alone (backward_transient
+  // also takes --qk-layernorm's, made in the attention block's backward). Selective
+  // recompute's buffers live beside one or the other (plan/total.cpp replayed_total).
+  int64_t before_moe = 0, moe_backward_transient = 0;
 };
 // Layer `layer` of m for one microbatch of B at M rows (ignored for a dense layer); the other
 // arguments as layer_activation_tensors (plan.h).

@@ -225,10 +225,10 @@ Plan make_plan(const ModelConfig& model, const TrainConfig& t, const ParallelCon
   mem.total_at_recompute = total_at_recompute(plan, mem);
   // ZeRO-2/3's transients: the sum of the peaks would hold them beside the loss's logits
   if (z >= 2 && !m.recompute.full()) mem.total_replayed = replayed_total(plan, mem, d, experts);
-  // Layers' workspace transients (MoE, --qk-layernorm) inside a layer, not beside the logits:
-  // the same replay, over buffers of 0 at ZeRO 0-1 (plan/total.cpp).
-  if (z < 2 && !m.recompute.full() && mem.recompute == 0 &&
-      (ws.forward_transient > 0 || ws.backward_transient > 0))
+  // Layers' workspace transients (MoE, --qk-layernorm) inside a layer, not beside the logits
+  // (nor, with selective recompute, beside every recompute buffer): the same replay, over
+  // buffers of 0 at ZeRO 0-1 (plan/total.cpp).
+  if (z < 2 && !m.recompute.full() && (ws.forward_transient > 0 || ws.backward_transient > 0))
     mem.total_replayed = replayed_total(plan, mem, d, experts);
   if (m.recompute.full()) {
     // The total at each phase of the microbatch (model/transformer.cpp): the other

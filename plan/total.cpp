@@ -11,15 +11,17 @@
 //   F embedding    common + tokens + targets + x0                       after ACQUIRE(0)
 //   F layer l      common + tokens + targets + x0 + layers below + its forward peak (its
 //                  tensors and transients, LayerFootprint) + r_f        after ACQUIRE(l+1)
+//                  (MoE: max(before its experts + r_attention, its peak + r_norm2))
 //   F head (loss)  common + tokens + targets + x0 + the L layers + head + logits (fused: one
 //                  chunk; unfused: N V_l fp32)                          before its RELEASE
 //   B head         unfused, output weight: + N V_l fp32 logits, their 16-bit copy, d(xf)
 //                  final norm: x0 + the L layers + head (unfused: xf freed, d(xf) alive)
-//   B layer l      common + x0 + layers 0..l + r_b + its backward transients  after GRADS(l+1)
+//   B layer l      common + x0 + layers 0..l + max(r_b, its backward transients)  after GRADS(l+1)
+//                  (MoE: max(r_attention, qk-norm's, r_norm2 + its experts' transients))
 //   B embedding    common + tokens + x0                                 after GRADS(0)
 // plus the model states held all step (resident params and grads, master, Adam) and the
 // comm buffers. r_f, r_b: selective recompute's buffers in a layer's forward and backward
-// (plan/recompute.h). Each term is the one MemoryPlan's categories and total_at_recompute
+// (plan/recompute.h); r_attention, r_norm2: an MoE layer's, before and beside its experts. Each term is the one MemoryPlan's categories and total_at_recompute
 // count, so without transients (ZeRO 0-1) the replay equals MemoryPlan::total().
 #include <algorithm>
 #include "plan/plan.h"
@@ -70,7 +72,13 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
   for (const ActivationTensor& t : plan.head_activations)
     if (t.name == "final_norm.out") head_out = t.bytes();
   const RecomputeBuffers r = recompute_buffers(m, B, act, plan.options.mask_bytes, tp, sp);
-  const int64_t r_f = mem.recompute ? r.forward_peak() : 0, r_b = mem.recompute ? r.peak() : 0;
+  const bool selective = mem.recompute > 0;
+  const int64_t r_f = selective ? r.forward_peak() : 0, r_b = selective ? r.peak() : 0;
+  // an MoE layer's: the attention block's buffers (norm1's, the core's) before the experts,
+  // norm2's beside them (its output is their input; selective mlp is refused with experts)
+  const int64_t r_attention = selective ? std::max(sum_bytes(r.norm1), sum_bytes(r.core)) : 0;
+  const int64_t r_norm2 = selective ? sum_bytes(r.mlp_block) : 0;
+  const int64_t qk_norm = qk_norm_transient_bytes(m, B, act, tp);
   const int64_t tokens = 4 * l.N;  // int32, the embedding's backward
   const int64_t unfused_logits = l.N * l.vocab * 4, half_copy = half ? l.N * l.vocab * 2 : 0;
   const int64_t dxf = (int64_t)l.N * m.hidden_size * act;
@@ -99,8 +107,10 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
           probe(at, w.common + w.forward + x0);
         } else if (c.kind == DpCall::ACQUIRE && !in_head) {
           const LayerFootprint& f = plan.footprint((int)mb, u - 1);
-          probe(at, w.common + w.forward + x0 + below(mb, u - 1) +
-                        f.forward_peak + r_f);  // norm2's recompute beside the experts
+          const int64_t layer = m.moe.is_moe_layer(u - 1)
+                                    ? std::max(f.before_moe + r_attention, f.forward_peak + r_norm2)
+                                    : f.forward_peak + r_f;
+          probe(at, w.common + w.forward + x0 + below(mb, u - 1) + layer);
         } else if (c.kind == DpCall::RELEASE && in_head) {
           probe(at - 1, w.common + w.forward + x0 + below(mb, L) + head + loss_logits);
           in_head = false;
@@ -122,9 +132,11 @@ int64_t replayed_total(const Plan& plan, const MemoryPlan& mem, const DataParall
       } else if (c.kind == DpCall::GRADS && u >= 1 && u <= L) {
         // an MoE layer's transients live beside norm2's recompute, --qk-layernorm's after
         // the core's is freed
-        const int64_t t = plan.footprint((int)mb, u - 1).backward_transient;
+        const LayerFootprint& f = plan.footprint((int)mb, u - 1);
         probe(at, w.common + x0 + below(mb, u) +
-                      (m.moe.is_moe_layer(u - 1) ? r_b + t : std::max(r_b, t)));
+                      (m.moe.is_moe_layer(u - 1)
+                           ? std::max({r_attention, qk_norm, r_norm2 + f.moe_backward_transient})
+                           : std::max(r_b, f.backward_transient)));
       } else if (c.kind == DpCall::GRADS && u == 0 && !in_head) {
         probe(at, w.common + tokens + x0);
       }

@@ -239,9 +239,10 @@ bool total_is_exact(const Plan& plan, const MemoryPlan& m) {
 }
 
 bool layer_transients_at_peak(const Plan& plan, const MemoryPlan& m) {
-  // full recompute's phase replay (plan.cpp) puts the layers' own workspace transients (MoE
-  // layers', --qk-layernorm's) beside the layers' peak
-  return m.total_full_recompute > 0 && m.total_stage == 0 &&
+  // full recompute's phase replay (plan.cpp), and a pipeline stage's replay with recompute
+  // (plan/pipeline_replay.cpp stage_total_peak), put the layers' own workspace transients
+  // (MoE layers', --qk-layernorm's) beside the layers' peak
+  return m.total_replayed == 0 && (m.total_full_recompute > 0 || m.total_stage > 0) &&
          (plan.model.moe.enabled() || plan.model.qk_layernorm);
 }
 

@@ -38,6 +38,18 @@ check "llama-pp2-full-recompute" llama-ref 2 $llama --moe-grouped-gemm $common -
   --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 check "llama-pp2-selective" llama-ref 2 $llama --moe-grouped-gemm $common --pp 2 \
   --recompute-granularity selective --recompute-modules core_attn norm
+# selective recompute on one stage: the peak of the total replayed (plan/total.cpp), the core's
+# buffers before the experts, norm2's beside them: exact at ZeRO 0-1 (was the sum of the
+# peaks, 10 KB over) and 2-3 (was the core's over); full recompute's block method on a pipeline
+# stage puts the experts' transients beside its layers' peak, an upper bound the plan says
+for zero in 0 2; do
+  for modules in core_attn "core_attn norm"; do
+    check "llama-dp2-zero$zero-selective-${modules// /-}" llama-ref 2 $llama --moe-grouped-gemm \
+      $common --zero-stage "$zero" --recompute-granularity selective --recompute-modules $modules
+  done
+done
+check "llama-pp2-full-block" llama-ref 2 $llama --moe-grouped-gemm $common --pp 2 \
+  --recompute-granularity full --recompute-method block --recompute-num-layers 1
 check "gpt-pp2-dp2-zero2" gpt-ref 4 $gpt --moe-grouped-gemm $common --pp 2 --zero-stage 2 \
   --ddp-bucket-size 5000
 

@@ -3,7 +3,7 @@
 # layering of the includes, the command-line error checks, every ./trainer command of the
 # README and docs/ (planned), the multi-rank MPI tests
 # (communication, data parallelism, equivalence with the single-rank run, MoE, expert
-# and context parallelism, Korthikanti's formulas measured, the kernels' traffic, the
+# and context parallelism, random layouts mixing them all, Korthikanti's formulas measured, the kernels' traffic, the
 # benchmark and the time model against measured steps, NaN steps skipped, checkpoints resumed,
 # resharded, killed and refused, CPU offload), the instructors' tools (scripts/ablate,
 # scripts/plot), the Hugging Face exports against transformers, a Megatron-LM Llama script's
@@ -94,6 +94,8 @@ equivalence_suites() {  # runs against runs: losses, gradients, bytes
   run "MoE equals the single-rank run (dp, pp)" bash tests/mpi/moe.sh ./trainer
   run "expert parallelism equals the single-rank run" bash tests/mpi/expert_parallel.sh ./trainer
   run "context parallelism equals the single-rank run" bash tests/mpi/context_parallel.sh ./trainer
+  run "120 random layouts equal the single rank" python3 tests/mpi/layout_fuzz.py ./trainer \
+    --seed 1 --cases 120
   run "validation loss equals the single-rank run" bash tests/mpi/eval.sh ./trainer
   run "Korthikanti activations, measured" bash tests/mpi/korthikanti.sh ./trainer
   run "non-GEMM kernels equal the plan on every rank" bash tests/mpi/kernel_traffic.sh ./trainer

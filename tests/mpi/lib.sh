@@ -4,7 +4,8 @@
 #   run NAME RANKS FLAGS...        one training run (mpirun above one rank) writing
 #                                  $work/NAME.{log,jsonl,bin} (--metrics-jsonl, --save-tensors)
 #   check NAME REF RANKS FLAGS...  when NAME contains FILTER: run it, then compare_runs.py
-#                                  against REF's files at RTOL (default 1e-5); counts it
+#                                  against REF's files at RTOL (default 1e-5; the tensors at
+#                                  PARAMS_RTOL when set); counts it
 #   finish                         prints "N passed, M failed"; fails when any failed
 set -uo pipefail
 trainer=${1:?usage: $0 ./trainer [filter]}
@@ -27,7 +28,7 @@ check() {
   local name=$1 ref=$2 np=$3 result=""; shift 3
   case "$name" in *"$filter"*) ;; *) return ;; esac
   if run "$name" "$np" "$@" && result=$(python3 "$here/compare_runs.py" --rtol "${RTOL:-1e-5}" \
-       "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
+       --params-rtol "${PARAMS_RTOL:-${RTOL:-1e-5}}" "$work/$ref.jsonl" "$work/$ref.bin" "$work/$name.jsonl" "$work/$name.bin"); then
     passed=$((passed + 1)); echo "ok    $name: $result"
   else
     failed=$((failed + 1)); echo "FAIL  $name: ${result:-run failed}"; tail -5 "$work/$name.log"

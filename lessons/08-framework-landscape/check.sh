@@ -20,7 +20,7 @@ scene=(--world-size 40 --hardware h20 --global-batch-size 40 --plan-tokens 24159
 moe=(--config configs/models/qwen3-30b-a3b.toml --seq-length 49152)
 v1=(--zero-stage 3 --moe-grouped-gemm=false --zero3-prefetch-layers 0 --no-fused-ce
     --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
-v2=(--use-distributed-optimizer --tp 2 --sequence-parallel --cp 2 --ep 8 --etp 1
+v2=(--use-distributed-optimizer --cp 4 --ep 8 --etp 1
     --moe-token-dispatcher-type alltoall --moe-grouped-gemm --zero3-prefetch-layers 1 --overlap-grad-reduce --overlap-param-gather
     --fused-ce --recompute-granularity selective)
 for v in v1 v2; do
@@ -193,13 +193,15 @@ moe49 = dict(name="MoE 49K", S=49152, base=qwen + ["--seq-length", "49152"], sce
              factors=COURSE_RANK)
 best, cands = choose(moe49, MOE_CANDIDATES)
 check("MoE 49K: v2's layout = the fastest candidate with >= 2 GiB to spare", " ".join(best),
-      "--tp 2 --sequence-parallel --cp 2 --ep 8 --etp 1 --moe-token-dispatcher-type alltoall")
+      "--cp 4 --ep 8 --etp 1 --moe-token-dispatcher-type alltoall")
 moe49["layout"] = best
 by = {" ".join(c): (p, spare) for c, p, spare in cands}
-tight = by["--cp 4 --ep 8 --etp 1 --moe-token-dispatcher-type alltoall"]
-print(f"  tp 1 cp 4 ep 8: step {tight[0]['time']['step_s']:.3f} s, spare {tight[1] / GIB:.2f} GiB")
-check("MoE 49K: tp 1 cp 4 ep 8 is faster but fits with less than 2 GiB to spare",
-      (tight[0]["time"]["step_s"] < by[" ".join(best)][0]["time"]["step_s"], 0 <= tight[1] < SPARE), (True, True))
+chosen = by[" ".join(best)]
+runner = by["--tp 2 --sequence-parallel --cp 2 --ep 8 --etp 1 --moe-token-dispatcher-type alltoall"]
+print(f"  tp 2 cp 2 ep 8: step {runner[0]['time']['step_s']:.3f} s, spare {runner[1] / GIB:.2f} GiB")
+check("MoE 49K: tp 1 cp 4 ep 8 keeps just over 2 GiB; tp 2 cp 2 ep 8 is slower, with more",
+      (SPARE <= chosen[1] < 2.5 * GIB, runner[0]["time"]["step_s"] > chosen[0]["time"]["step_s"],
+       runner[1] > chosen[1]), (True, True, True))
 check("MoE 49K: etp = tp never beats etp 1 (same tp, cp, ep)",
       all(by[k][0]["time"]["step_s"] > by[k.replace(f"--etp {t}", "--etp 1")][0]["time"]["step_s"]
           for k in by for t in (2, 4) if f"--etp {t}" in k), True)
@@ -223,9 +225,9 @@ check("Qwen3-30B-A3B: Psi = 2Vh + h + L(h(a+2g)d + adh + 2h + 2d + hE + 3E h f_e
       p1["params"]["total"], psi)
 check("v1: dp 40 = 40 ranks, k = G/(dp B) = 1 microbatch of 49,152 tokens",
       (p1["parallel"]["data_parallel"], p1["batch"]["microbatches_per_rank"]), (40, 1))
-check("v2: tp 2 x cp 2 x dp 10 = 40, k = G/dp = 4 microbatches per rank",
+check("v2: cp 4 x dp 10 = 40, k = G/dp = 4 microbatches per rank",
       (p2["parallel"]["tensor_parallel"], p2["parallel"]["context_parallel"],
-       p2["parallel"]["data_parallel"], p2["batch"]["microbatches_per_rank"]), (2, 2, 10, 4))
+       p2["parallel"]["data_parallel"], p2["batch"]["microbatches_per_rank"]), (1, 4, 10, 4))
 N = 49152
 check("v1 unfused loss: logits = N V (4 + 2) = 44,807,749,632 B", p1["memory"][0]["logits"], N * V * 6)
 check("v1 and v2 fit 96 GiB (v2 with >= 2 GiB to spare)",

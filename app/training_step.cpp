@@ -57,12 +57,14 @@ void Training::run_step(int step, StepRecord& r) {
   }
   for (int micro = 0; micro < k; ++micro)
     data_->microbatch(step, micro, dp_rank_, tokens_[micro].data(), targets_[micro].data());
-  // every stage derives microbatch i's dropout seed alike, so its masks are the
-  // single-rank run's
+  // every stage derives microbatch i's dropout seed alike, from the global microbatch whose
+  // samples it holds (micro x dp + dp rank: the data loader's order, model/data.h), so its
+  // masks are the single-rank run's
   const float loss_scale = optimizer_->loss_scale();  // this step's, before its update
   ModelStage stage(*model_, plan_.pipeline.schedule, pp_rank_, B_, [&](int micro) {
+    const uint64_t global_micro = (uint64_t)micro * dp_ + dp_rank_;
     const uint64_t seed = kernels::mix64(
-        o_.train.seed ^ kernels::mix64(((uint64_t)step << 20) + (uint64_t)dp_rank_ * k + micro));
+        o_.train.seed ^ kernels::mix64(((uint64_t)step << 20) + global_micro));
     // the mean over the global batch's microbatches, times the loss scale (1 without one)
     return Transformer::Microbatch{tokens_[micro].data(), targets_[micro].data(), B_,
                                    loss_scale / (k * dp_), seed, false};

@@ -52,8 +52,11 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
     // Per dense layer: forward gathers before qkv and fc1, scatters after proj and fc2;
     // backward gathers proj's and fc2's output gradients and (again) qkv's and fc1's inputs,
     // and scatters qkv's and fc1's input gradients; an MoE layer attention's half. The
-    // embedding scatters x0 and gathers d(x0); the head gathers xf and scatters d(xf).
-    ag_calls = 6 * Ld + 3 * Lm + 2 * Rd + Rm + ends;
+    // embedding scatters x0 and gathers d(x0); the head gathers xf and scatters d(xf), and
+    // with --no-fused-ce gathers xf again in backward for the output weight's gradient
+    // (model/head.cpp head_backward).
+    const int64_t unfused_regather = slice.head && !m.fused_cross_entropy ? 1 : 0;
+    ag_calls = 6 * Ld + 3 * Lm + 2 * Rd + Rm + ends + unfused_regather;
     ag_bytes = ag_calls * Nh * e;
     rs_calls = 4 * Ld + 2 * Lm + 2 * Rd + Rm + ends;
     rs_bytes = rs_calls * Nh * e;

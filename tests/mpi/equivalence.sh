@@ -51,6 +51,10 @@ for arch in gpt llama; do
       --tp 2 --sequence-parallel --zero-stage "$zero" --ddp-bucket-size 20000
   done
 done
+# --no-fused-ce under sp: the head gathers xf again in backward for the output weight's
+# gradient, a tp all-gather a microbatch the plan now counts (layout_fuzz.py found it missing)
+check "llama-tp2-sp-unfused" "llama-ref" 2 $llama $common --micro-batch-size 8 --tp 2 \
+  --sequence-parallel --no-fused-ce
 check "gpt-tp4" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4
 check "gpt-tp4-sp" "gpt-ref" 4 $gpt $common --micro-batch-size 8 --tp 4 --sequence-parallel
 check "llama-tp4" "llama4-ref" 4 $llama4 $common --micro-batch-size 8 --tp 4

@@ -232,6 +232,8 @@ void Training::evaluate(StepRecord& r) {
   if (!r.evaluated) return;
   r.eval = evaluator_->run(o_.eval_iters);
   my_eval_peak_ = std::max(my_eval_peak_, r.eval.peak_memory_bytes);
+  model_->data_parallel().after_evaluation();  // overlapped FP8 gathers: the next step's again
+  if (DataParallel* experts = model_->expert_data_parallel()) experts->after_evaluation();
 }
 
 // Early and well: --exit-interval, or SIGINT / SIGTERM on any rank, or --exit-duration-in-mins

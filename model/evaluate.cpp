@@ -39,6 +39,12 @@ EvalResult Evaluator::run(int eval_iters) {
   kernels::synchronize(dev);
   const double t0 = now_seconds();
   Ledger::instance().reset_peaks();
+  // Delayed scaling records every cast's amax, a validation forward's too, into the next
+  // step's history row: its state is put back after, so that a run with evaluation trains
+  // as the run without it (tests/mpi/eval.sh)
+  std::vector<std::pair<Fp8Scaling*, std::vector<float>>> fp8_state;
+  for (Fp8Scaling* s : {model_.fp8_scaling(), model_.fp8_expert_scaling()})
+    if (s) fp8_state.push_back({s, s->linears_state(0, s->linears())});
   double loss_sum = 0;  // this rank's microbatch means (0 off the last stage)
   for (int j = 0; j < eval_iters; ++j) {
     for (int micro = 0; micro < k_; ++micro)
@@ -50,6 +56,7 @@ EvalResult Evaluator::run(int eval_iters) {
     stage.finish();
     loss_sum += stage.loss_sum();
   }
+  for (auto& [scaling, values] : fp8_state) scaling->set_linears_state(0, scaling->linears(), values);
   // reduced as the training loss; the scalar lives only while evaluating, outside the
   // steps the plan predicts
   float loss = (float)(loss_sum / ((double)k_ * eval_iters));

@@ -217,6 +217,12 @@ class DataParallel {
   // the FP8 scales loaded, so that every step's GEMMs read weights gathered in FP8 and reduce
   // the same amaxes (plan/fp8.h): a step's bytes are the plan's.
   void gather_fp8_weights();
+  // After an evaluation (ZeRO-1/2, --fp8-param-gather, --overlap-param-gather): its forward
+  // was the first use of the step's FP8 gathers and made them; they are made due again, so
+  // the next step's forward makes them as its plan says (the evaluation's one more round is
+  // its own communication, not a step's; Megatron finishes the gathers before evaluating and
+  // the next step reuses them). Else nothing.
+  void after_evaluation();
 
   // ---- whole-model views (initialisation, tests, checkpoints); collective over dp.
   // Always fp32 on the host: 16-bit values are rounded on load and widened on gather.

@@ -162,6 +162,11 @@ void DataParallel::gather_fp8_weights() {
     if (m.fp8_bucket_has((int)j)) m.gather_fp8_bucket((int)j);
 }
 
+void DataParallel::after_evaluation() {
+  Impl& m = *impl_;
+  if (m.stage == 1 || m.stage == 2) m.fp8_gathers_due();
+}
+
 // Steps 1 and 2 from this rank's slice of bucket j (`slice`: its element lo = rank slice),
 // the message into `out` (M_j bytes).
 void DataParallel::Impl::fp8_encode(int j, const char* slice, char* out) {

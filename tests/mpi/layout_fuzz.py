@@ -47,73 +47,105 @@ MOE = ("--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-aux-l
        "--moe-z-loss-coeff 1e-3").split()
 
 
-def model_flags(arch, groups, moe, grouped_gemm):
-    """4 layers (pp 4, or pp 2 x vpp 2), 4 heads; llama's query groups 4 where tp is 4."""
+def draw_model(rng, arch, tp, sp, cp, moe):
+    """The model's flags, which the reference shares: the family at 4 layers (pp 4, or pp 2 x
+    vpp 2) and 4 heads, llama's query groups 4 where tp is 4; and options the layouts must
+    carry: dropout (counter-based masks; not under tp, whose heads and sp tokens draw per rank
+    as Megatron's: notes/decisions.md), naive attention, llama's --qk-layernorm (needs sp under
+    tp; gpt's key-norm bias has an exactly zero gradient, softmax being shift-invariant, so
+    its relative difference is noise's), the unfused loss, a vocabulary tp pads; MoE's grouped
+    GEMM and one of its variants (a capacity only on whole microbatches: its drops are per
+    source rank's tokens)."""
     m = ["--arch", arch, "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
-         "--seq-length", "16", "--vocab-size", "64"]
+         "--seq-length", "16", "--vocab-size", rng.choice(["64", "64", "64", "63"])]
     if arch == "llama":
-        m += ["--num-query-groups", str(groups), "--ffn-hidden-size", "48"]
-    if moe:
-        m += MOE + (["--moe-grouped-gemm"] if grouped_gemm else [])
-    return m
+        m += ["--num-query-groups", "4" if tp == 4 else "2", "--ffn-hidden-size", "48"]
+    if arch == "gpt" and tp == 1 and rng.random() < 0.3:
+        m += ["--hidden-dropout", "0.1", "--attention-dropout", "0.1"]
+    if rng.random() < 0.2:
+        m += ["--attention", "naive"]
+    if arch == "llama" and (tp == 1 or sp) and rng.random() < 0.3:
+        m += ["--qk-layernorm"]
+    if rng.random() < 0.15:
+        m += ["--no-fused-ce"]
+    if rng.random() < 0.2:
+        m += ["--eval-interval", "2", "--eval-iters", "1"]  # validation losses compared too
+    if not moe:
+        return m
+    m += MOE + (["--moe-grouped-gemm"] if rng.random() < 0.7 else [])
+    variants = [[], [], ["--moe-shared-expert-intermediate-size", "32", "--moe-shared-expert-gate",
+                         "--moe-layer-freq", "2"],
+                ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                 "--moe-router-bias-update-rate", "1e-2", "--moe-router-load-balancing-type",
+                 "seq_aux_loss"]]
+    if tp == 1 and cp == 1:
+        variants.append(["--moe-expert-capacity-factor", "1.0"])
+    return m + rng.choice(variants)
+
+
+def draw_parallel(rng, tp, pp, cp, dp, moe):
+    """The layout's own flags, and its ZeRO stage: tp (+ sp), pp and a schedule (uneven
+    stages for the plain ones), cp and its comm type, dp with ZeRO and the overlaps, ep, recompute.
+    None where the draw cannot be laid out."""
+    layout = []
+    if tp > 1:
+        layout += ["--tp", str(tp)] + (["--sequence-parallel"] if moe or rng.random() < 0.5 else [])
+    if pp > 1:
+        schedule = rng.choice(["1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"])
+        layout += ["--pp", str(pp), "--pipeline-schedule", schedule]
+        if schedule == "interleaved":
+            if pp != 2:
+                return None, 0
+            layout += ["--vpp", "2"]
+        elif pp == 2 and schedule in ("1f1b", "gpipe", "zb-h1") and rng.random() < 0.25:
+            layout += ["--decoder-first-pipeline-num-layers", "1"]
+    if cp > 1:
+        layout += ["--cp", str(cp), "--cp-comm-type", rng.choice(["p2p", "all_gather", "a2a"])]
+    zero = 0
+    if dp > 1:
+        zero = rng.choice([0, 1, 2, 3])
+        layout += ["--zero-stage", str(zero), "--ddp-bucket-size", str(rng.choice([5000, 20000]))]
+        if rng.random() < 0.5:
+            layout += ["--overlap-grad-reduce"]
+            if zero >= 1 and rng.random() < 0.5:
+                layout += ["--overlap-param-gather"]
+    if moe and dp > 1 and rng.random() < 0.5:
+        layout += ["--ep", "2"]
+        if rng.random() < 0.5:
+            layout += ["--moe-token-dispatcher-type", "alltoall"]
+    recompute = rng.choices(["none", "selective", "full"], [0.5, 0.25, 0.25])[0]
+    if recompute == "selective":
+        layout += ["--recompute-granularity", "selective"]
+    elif recompute == "full":
+        layout += ["--recompute-granularity", "full", "--recompute-method",
+                   rng.choice(["uniform", "block"]), "--recompute-num-layers", "1"]
+    return layout, zero
 
 
 def draw(rng):
     """One layout: (the model and precision flags the reference shares, the layout's own flags,
-    its ranks, the bound, the layout without --fp8-param-gather (its bit-for-bit twin) or None,
+    its ranks, the bounds, the layout without --fp8-param-gather (its bit-for-bit twin) or None,
     the reference's own flags)."""
     while True:
         arch = rng.choice(["gpt", "llama"])
-        tp = rng.choice([1, 1, 2, 2, 4])
-        pp = rng.choice([1, 1, 2, 2, 4])
-        cp = rng.choice([1, 1, 1, 2])
-        dp = rng.choice([1, 2, 2, 4])
+        tp, pp = rng.choice([1, 1, 2, 2, 4]), rng.choice([1, 1, 2, 2, 4])
+        cp, dp = rng.choice([1, 1, 1, 2]), rng.choice([1, 2, 2, 4])
         if tp * pp * cp * dp > 8 or tp * pp * cp * dp == 1:
             continue
         mbs = rng.choice([m for m in (1, 2, 4) if 8 % (dp * m) == 0])
         moe = rng.random() < 0.3
-        precision = rng.choices(["fp32", "bf16", "fp8"], [0.55, 0.25, 0.2])[0]
+        precision = rng.choices(["fp32", "bf16", "fp16", "fp8"], [0.5, 0.2, 0.1, 0.2])[0]
         if precision == "fp8" and tp > 1 and cp > 1:
-            continue  # keep the FP8 draws to layouts the suites hold at 1.6e-3 or 5e-2
-        shared = model_flags(arch, 4 if tp == 4 else 2, moe, rng.random() < 0.7)
-        shared += ["--micro-batch-size", str(mbs)]
-        layout = []
-        if tp > 1:
-            layout += ["--tp", str(tp)]
-            if moe or rng.random() < 0.5:
-                layout += ["--sequence-parallel"]
-        if pp > 1:
-            layout += ["--pp", str(pp)]
-            schedule = rng.choice(["1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"])
-            layout += ["--pipeline-schedule", schedule]
-            if schedule == "interleaved":
-                if pp != 2:
-                    continue
-                layout += ["--vpp", "2"]
-        if cp > 1:
-            layout += ["--cp", str(cp), "--cp-comm-type", rng.choice(["p2p", "all_gather", "a2a"])]
-        zero = 0
-        if dp > 1:
-            zero = rng.choice([0, 1, 2, 3])
-            layout += ["--zero-stage", str(zero), "--ddp-bucket-size", str(rng.choice([5000, 20000]))]
-            if rng.random() < 0.5:
-                layout += ["--overlap-grad-reduce"]
-                if zero >= 1 and rng.random() < 0.5:
-                    layout += ["--overlap-param-gather"]
-        if moe and dp > 1 and rng.random() < 0.5:
-            layout += ["--ep", "2"]
-            if rng.random() < 0.5:
-                layout += ["--moe-token-dispatcher-type", "alltoall"]
-        recompute = rng.choices(["none", "selective", "full"], [0.5, 0.25, 0.25])[0]
-        if recompute == "selective":
-            layout += ["--recompute-granularity", "selective"]
-        elif recompute == "full":
-            layout += ["--recompute-granularity", "full", "--recompute-method",
-                       rng.choice(["uniform", "block"]), "--recompute-num-layers", "1"]
-        if precision == "bf16":
-            shared += ["--bf16"]
+            continue  # keep the FP8 draws to layouts the suites hold
+        layout, zero = draw_parallel(rng, tp, pp, cp, dp, moe)
+        if layout is None:
+            continue
+        sp = "--sequence-parallel" in layout
+        shared = draw_model(rng, arch, tp, sp, cp, moe) + ["--micro-batch-size", str(mbs)]
         pair, reference = None, []  # the reference's flags beyond `shared`
         bound = (1e-5, 1e-5) if precision == "fp32" else (2e-3, math.inf if moe else 0.2)
+        if precision in ("bf16", "fp16"):
+            shared += ["--" + precision]
         if precision == "fp8":
             recipe = rng.choice(["delayed", "tensorwise", "blockwise"])
             if recipe != "delayed" and tp > 1:

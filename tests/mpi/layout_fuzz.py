@@ -24,6 +24,9 @@ codes are the owner's: docs/fp8.md), but with delayed scaling where a step route
 an expert: the gather records that expert's weight amax and the GEMMs, which did not run,
 record none (as Transformer Engine; docs/fp8.md).
 
+Every third case is also trained again in two runs, stopped after step 2 with a checkpoint and
+resumed, and held to the uninterrupted run bit for bit, its save's bytes to the plan's.
+
 A layout the trainer refuses (exit 2, one line naming the flag) is counted as refused, not
 failed; a refusal of more than one line, another exit status, a hang (300 s) or a crash fails.
 The draw is reproducible: every case prints its flags, and `--seed S --cases N` repeats them.
@@ -34,12 +37,15 @@ import math
 import os
 import random
 import shlex
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare_runs import read_tensor_file  # noqa: E402
 STEPS = 4
 COMMON = (f"--adam-eps 1e-4 --train-iters {STEPS} --global-batch-size 8 --lr 1e-2 --min-lr 1e-3 "
           "--lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1").split()
@@ -144,8 +150,10 @@ def draw(rng):
         shared = draw_model(rng, arch, tp, sp, cp, moe) + ["--micro-batch-size", str(mbs)]
         pair, reference = None, []  # the reference's flags beyond `shared`
         bound = (1e-5, 1e-5) if precision == "fp32" else (2e-3, math.inf if moe else 0.2)
-        if precision in ("bf16", "fp16"):
-            shared += ["--" + precision]
+        if precision == "bf16":
+            shared += ["--bf16"]
+        if precision == "fp16":  # from 2^32 every one of the 4 steps would overflow and skip
+            shared += ["--fp16", "--initial-loss-scale", "4096"]
         if precision == "fp8":
             recipe = rng.choice(["delayed", "tensorwise", "blockwise"])
             if recipe != "delayed" and tp > 1:
@@ -200,13 +208,47 @@ def compare(a, b, bound):
 
 def idle_expert(jsonl):
     """Whether a step of the run routed no token to some expert of some layer."""
-    with open(jsonl) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return any(layer["min"] == 0 for r in rows if r.get("type", "step") == "step"
+    return any(layer["min"] == 0 for r in records(jsonl)
                for layer in r.get("moe", {}).get("layers", []))
 
 
-def one_case(runner, shared, layout, ranks, bound, pair, reference):
+def resume(runner, flags, ranks, full):
+    """The layout trained again in two runs, the first stopping after step 2 with a checkpoint
+    (exit 16, "resume me"), the second resuming it for steps 3-4, against `full`, the
+    uninterrupted run: every step's loss and gradient norm, and the final parameters and last
+    gradients, bit for bit; the save's bytes the plan's (tests/mpi/checkpoint.sh's rule)."""
+    ckpt = os.path.join(runner.work, f"ckpt{len(runner.done)}")
+    a, status, log = runner.run(flags + ["--exit-interval", "2", "--save", ckpt], ranks)
+    if status != 16:
+        return False, f"the saving run exited {status}, want 16: " + log.strip()[-200:]
+    b, status, log = runner.run(flags + ["--load", ckpt], ranks)
+    if status != 0:
+        return False, f"the resumed run exited {status}: " + log.strip()[-200:]
+    steps = lambda n: {r["step"]: r for r in records(n + ".jsonl")}  # noqa: E731
+    want, got = steps(full), {**steps(a), **steps(b)}
+    problems = [f"step {s} {k}" for s in want for k in ("loss", "grad_norm", "loss_scaler")
+                if s not in got or got[s].get(k) != want[s].get(k)]
+    if sorted(got) != sorted(want):
+        problems.append(f"steps {sorted(got)}")
+    x, y = read_tensor_file(b + ".bin"), read_tensor_file(full + ".bin")
+    same = lambda u, v: u is not None and struct.pack(f"{len(u)}f", *u) == struct.pack(  # noqa
+        f"{len(v)}f", *v)  # bytes, so that an overflowed fp16 step's NaN gradients compare
+    problems += [f"final {n}" for n in y if not same(x.get(n), y[n])]
+    saves = records(a + ".jsonl", "checkpoint")
+    if len(saves) != 1 or saves[0]["payload_bytes"] != saves[0]["predicted_bytes"]:
+        problems.append("checkpoint bytes " + str([(s["payload_bytes"], s["predicted_bytes"])
+                                                   for s in saves]))
+    if problems:
+        return False, "resumed: " + ", ".join(problems[:4])
+    return True, f"resumed after step 2 bit for bit, {saves[0]['payload_bytes']} B saved == plan"
+
+
+def records(jsonl, kind="step"):
+    with open(jsonl) as f:
+        return [r for r in map(json.loads, f) if r.get("type", "step") == kind]
+
+
+def one_case(runner, shared, layout, ranks, bound, pair, reference, check_resume=False):
     """'ok' | 'refused' | 'FAIL', and what to print."""
     name, status, log = runner.run(shared + layout, ranks)
     if status == 2:
@@ -231,6 +273,9 @@ def one_case(runner, shared, layout, ranks, bound, pair, reference):
             return "FAIL", "the run without --fp8-param-gather failed: " + twin_log.strip()[-200:]
         ok, bits = compare(twin, name, (0, 0))
         said += f"; against the run without --fp8-param-gather: {bits}"
+    if ok and check_resume:
+        ok, resumed = resume(runner, shared + layout, ranks, name)
+        said += "; " + resumed
     return ("ok" if ok else "FAIL"), said
 
 
@@ -253,7 +298,7 @@ def main():
                 break
             case = draw(rng)
             shared, layout, ranks, bound = case[:4]
-            result, said = one_case(runner, *case)
+            result, said = one_case(runner, *case, check_resume=i % 3 == 0)
             tally[result] += 1
             print(f"{result:<7} case {i} (seed {args.seed}), {ranks} ranks, bounds {bound[0]:g}"
                   f" {bound[1]:g}: "

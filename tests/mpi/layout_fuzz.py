@@ -53,16 +53,16 @@ MOE = ("--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-aux-l
        "--moe-z-loss-coeff 1e-3").split()
 
 
-def draw_model(rng, arch, tp, sp, cp, moe):
-    """The model's flags, which the reference shares: the family at 4 layers (pp 4, or pp 2 x
-    vpp 2) and 4 heads, llama's query groups 4 where tp is 4; and options the layouts must
+def draw_model(rng, arch, tp, sp, cp, moe, layers):
+    """The model's flags, which the reference shares: the family at `layers` layers and 4 heads, llama's query groups 4 where tp is 4; and options the layouts must
     carry: dropout (counter-based masks; not under tp, whose heads and sp tokens draw per rank
     as Megatron's: notes/decisions.md), naive attention, llama's --qk-layernorm (needs sp under
     tp; gpt's key-norm bias has an exactly zero gradient, softmax being shift-invariant, so
     its relative difference is noise's), the unfused loss, a vocabulary tp pads; MoE's grouped
     GEMM and one of its variants (a capacity only on whole microbatches: its drops are per
     source rank's tokens)."""
-    m = ["--arch", arch, "--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
+    m = ["--arch", arch, "--num-layers", str(layers), "--hidden-size", "32",
+         "--num-attention-heads", "4",
          "--seq-length", "16", "--vocab-size", rng.choice(["64", "64", "64", "63"])]
     if arch == "llama":
         m += ["--num-query-groups", "4" if tp == 4 else "2", "--ffn-hidden-size", "48"]
@@ -147,7 +147,10 @@ def draw(rng):
         if layout is None:
             continue
         sp = "--sequence-parallel" in layout
-        shared = draw_model(rng, arch, tp, sp, cp, moe) + ["--micro-batch-size", str(mbs)]
+        # 4 layers (pp 4, or pp 2 in two chunks); 8 for the V schedules' two chunks on pp 4
+        v_shape = any(s in layout for s in ("zb-v", "dualpipev"))
+        layers = 8 if v_shape and pp == 4 else 4
+        shared = draw_model(rng, arch, tp, sp, cp, moe, layers) + ["--micro-batch-size", str(mbs)]
         pair, reference = None, []  # the reference's flags beyond `shared`
         bound = (1e-5, 1e-5) if precision == "fp32" else (2e-3, math.inf if moe else 0.2)
         if precision == "bf16":

@@ -454,7 +454,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
     throw std::logic_error("Transformer::backward: not after a forward");
   const int Nl = tp_.local_tokens(f.B * local_.seq_length);
   if (last_model_stage(chunk)) {
-    head_backward(s, f);  // writes d(last layer output) into ws.dres
+    head_backward(s, f, split);  // writes d(last layer output) into ws.dres
   } else {
     auto it = s.grad_of.find({microbatch, chunk});
     if (it == s.grad_of.end() || s.grad_recv[it->second].size() != (size_t)Nl * local_.hidden_size)
@@ -554,6 +554,10 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   const ModelConfig& m = local_;
   InFlight<T>& f = in_flight(s, microbatch, chunk, false);
   if (!f.weight_pending) throw std::logic_error("Transformer::backward_weight before its B");
+  if (f.head_tp_pending) {  // head_backward left its tp sum here, before its bucket's reduction
+    tp_.reduce_replicated_grads(static_cast<T*>(dp.grads(head_unit_)), replicated_[head_unit_]);
+    f.head_tp_pending = false;
+  }
   const int first_layer = slice_.chunk_first_layer[chunk];
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];

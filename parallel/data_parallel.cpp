@@ -123,6 +123,12 @@ bool DataParallel::hands_over_grads(int u) const {
   const Impl& m = *impl_;
   return m.last || (m.stage >= 2 && !m.deferred[m.layout.bucket_of[u]]);
 }
+
+bool DataParallel::bucket_sums_past(int u) const {
+  const Impl& m = *impl_;
+  const int j = m.layout.bucket_of[u];
+  return m.sharded_grads() && (m.deferred[j] || m.layout.buckets[j].unit_lo != u);
+}
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 
 // ---- the model's side --------------------------------------------------------------------

@@ -179,6 +179,11 @@ class DataParallel {
   // exactly then too: once per sum handed over, or a sum kept across microbatches is
   // reduced again with each.
   bool hands_over_grads(int u) const;
+  // ZeRO-2/3: whether u's bucket goes on summing past backward_done(u) (a lower unit's
+  // backward_done reduces it, or finish_gradients a deferred one). A zero-bubble B that
+  // declares u done before the W that reduces its bucket then leaves u's tp sum to that W,
+  // or the next microbatch's B would add to a sum already made.
+  bool bucket_sums_past(int u) const;
 
   // ---- the trainer's side
   void zero_grads();  // start of a step

@@ -89,4 +89,12 @@ for zero in 2 3; do
   check "gpt-pp2-tp2-sp-zero$zero" "$(ref gpt 8 1)" 4 $gpt $common --pp 2 --tp 2 \
     --sequence-parallel --global-batch-size 8 --micro-batch-size 1 --zero-stage "$zero"
 done
+# zb-h1 under tp + sp at ZeRO-2/3 (dp 2): the head's bucket, reduced at a layer's W, goes on
+# summing past the head's B, so the final norm's tp sum waits for that W (it was made in B,
+# and the next microbatch's B summed it again: 0.56 apart; layout_fuzz.py found it)
+for zero in 2 3; do
+  check "llama-pp2-zb-h1-tp2-sp-dp2-zero$zero" "$(ref llama 8 1)" 8 $llama $common --pp 2 --tp 2 \
+    --sequence-parallel --pipeline-schedule zb-h1 --global-batch-size 8 --micro-batch-size 1 \
+    --zero-stage "$zero"
+done
 finish

@@ -190,6 +190,10 @@ void* DataParallel::grads(int u) {
   }
   if (s.reduced)
     misuse("grads(" + std::to_string(u) + ") after its bucket was reduced this microbatch");
+  // Its reduce-scatter from an earlier microbatch still in flight (a zero-bubble B declared
+  // the head done, and this forward writes the fused loss's output-weight gradient): it reads
+  // the buffer, so it completes first, and the writes go to a fresh one.
+  if (m.in_flight == j) m.complete_grad_reduce(j);
   const Bucket& b = m.layout.buckets[j];
   if (s.grad_buf.empty()) m.allocate(s.grad_buf, b.padded, Category::GRADS);
   return m.at(s.grad_buf, m.unit_begin[u] - b.begin);

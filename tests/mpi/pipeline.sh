@@ -89,6 +89,14 @@ for zero in 2 3; do
   check "gpt-pp2-tp2-sp-zero$zero" "$(ref gpt 8 1)" 4 $gpt $common --pp 2 --tp 2 \
     --sequence-parallel --global-batch-size 8 --micro-batch-size 1 --zero-stage "$zero"
 done
+# llama's own output weight, which the fused loss writes in forward: zb-h1's B declares the head
+# done and its reduce-scatter stayed in flight past the next forward's write (0.47 apart; it
+# now completes first; layout_fuzz.py found it). gpt's tied head is deferred, which hid it.
+for zero in 2 3; do
+  check "llama-pp2-zb-h1-dp2-zero$zero" "$(ref llama 8 1)" 4 $llama $common --pp 2 \
+    --pipeline-schedule zb-h1 --global-batch-size 8 --micro-batch-size 1 --zero-stage "$zero" \
+    --overlap-grad-reduce
+done
 # zb-h1 under tp + sp at ZeRO-2/3 (dp 2): the head's bucket, reduced at a layer's W, goes on
 # summing past the head's B, so the final norm's tp sum waits for that W (it was made in B,
 # and the next microbatch's B summed it again: 0.56 apart; layout_fuzz.py found it)

@@ -56,7 +56,8 @@ EvalResult Evaluator::run(int eval_iters) {
     stage.finish();
     loss_sum += stage.loss_sum();
   }
-  for (auto& [scaling, values] : fp8_state) scaling->set_linears_state(0, scaling->linears(), values);
+  for (auto& [scaling, values] : fp8_state)
+    scaling->set_linears_state(0, scaling->linears(), values);
   // reduced as the training loss; the scalar lives only while evaluating, outside the
   // steps the plan predicts
   float loss = (float)(loss_sum / ((double)k_ * eval_iters));

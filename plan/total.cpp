@@ -21,8 +21,9 @@
 //   B embedding    common + tokens + x0                                 after GRADS(0)
 // plus the model states held all step (resident params and grads, master, Adam) and the
 // comm buffers. r_f, r_b: selective recompute's buffers in a layer's forward and backward
-// (plan/recompute.h); r_attention, r_norm2: an MoE layer's, before and beside its experts. Each term is the one MemoryPlan's categories and total_at_recompute
-// count, so without transients (ZeRO 0-1) the replay equals MemoryPlan::total().
+// (plan/recompute.h); r_attention, r_norm2: an MoE layer's, before and beside its experts.
+// Each term is the one MemoryPlan's categories and total_at_recompute count, so without
+// transients (ZeRO 0-1) the replay equals MemoryPlan::total().
 #include <algorithm>
 #include "plan/plan.h"
 #include "plan/recompute.h"  // recompute_buffers

@@ -48,11 +48,25 @@ def read_tensor_file(path):
     return tensors
 
 
-def records(path):
-    """The step records (the run's last line is {"type": "summary"})."""
+def records(path, kind="step"):
+    """The records of one type: the steps by default (the run's last line is {"type":
+    "summary"}; a save writes {"type": "checkpoint"})."""
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if r.get("type", "step") == "step"]
+    return [r for r in rows if r.get("type", "step") == kind]
+
+
+def worst_tensor(ref, run):
+    """The largest norm-wise relative difference ||a - b|| / ||b|| over the tensors of two
+    tensor files (the difference itself where ||b|| is 0), and its tensor's name."""
+    worst, worst_name = 0.0, ""
+    for name, r in ref.items():
+        diff = math.dist(run[name], r)
+        norm = math.hypot(*r)
+        rel = diff / norm if norm > 0 else diff
+        if rel > worst:
+            worst, worst_name = rel, name
+    return worst, worst_name
 
 
 EXACT = ("params", "grads", "master_params", "optimizer_states", "recompute", "comm_buffers",
@@ -161,14 +175,7 @@ def main():
     if ref.keys() != run.keys():
         print("parameter names differ")
         return 1
-    worst_param, worst_name = 0.0, ""
-    for name, r in ref.items():
-        x = run[name]
-        diff = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, r)))
-        norm = math.sqrt(sum(q * q for q in r))
-        rel = diff / norm if norm > 0 else diff
-        if rel > worst_param:
-            worst_param, worst_name = rel, name
+    worst_param, worst_name = worst_tensor(ref, run)
     ok &= worst_param <= params_rtol
     valid = f", validation loss max rel {worst_valid:.2e} ({len(va)})" if va else ""
     print(f"loss max rel {worst_loss:.2e}{valid}, params max rel {worst_param:.2e} ({worst_name})"

@@ -35,7 +35,6 @@ failed; a refusal of more than one line, another exit status, a hang (300 s) or 
 The draw is reproducible: every case prints its flags, and `--seed S --cases N` repeats them.
 """
 import argparse
-import json
 import math
 import os
 import random
@@ -48,7 +47,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare_runs import ledger_problems, read_tensor_file  # noqa: E402
+from compare_runs import ledger_problems, read_tensor_file, records, worst_tensor  # noqa: E402
 STEPS = 4
 COMMON = (f"--adam-eps 1e-4 --train-iters {STEPS} --global-batch-size 8 --lr 1e-2 --min-lr 1e-3 "
           "--lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1").split()
@@ -262,18 +261,12 @@ def reshard(runner, flags, ckpt, ref, bound):
     want = {r["step"]: r["loss"] for r in records(ref + ".jsonl") if r["step"] > 2}
     worst = max(abs(got[s] - w) / abs(w) for s, w in want.items()) if sorted(got) == sorted(
         want) else math.inf
-    x, y = read_tensor_file(one + ".bin"), read_tensor_file(ref + ".bin")
-    rel = lambda u, v: math.dist(u, v) / (math.hypot(*v) or 1.0)  # noqa: E731
-    worst_param = max(rel(x[n], y[n]) for n in y if not n.startswith("grad."))
+    params = {n: t for n, t in read_tensor_file(ref + ".bin").items() if not n.startswith("grad.")}
+    worst_param, _ = worst_tensor(params, read_tensor_file(one + ".bin"))  # the parameters
     problems = ledger_problems(one + ".jsonl")
     ok = worst <= bound[0] and worst_param <= bound[1] and not problems
     return ok, (f"resharded to one rank: loss max rel {worst:.2e}, params {worst_param:.2e}"
                 + (f", plan and measurement differ: {problems[0]}" if problems else ""))
-
-
-def records(jsonl, kind="step"):
-    with open(jsonl) as f:
-        return [r for r in map(json.loads, f) if r.get("type", "step") == kind]
 
 
 def one_case(runner, shared, layout, ranks, bound, pair, reference, check_resume=False):

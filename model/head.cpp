@@ -163,7 +163,7 @@ void Transformer::head_unfused_loss(State<T>& s, InFlight<T>& f, const T* xf_ful
 }
 
 template <typename T>
-void Transformer::head_backward(State<T>& s, InFlight<T>& f, bool split) {
+void Transformer::head_backward(State<T>& s, InFlight<T>& f) {
   kernels::GemmLabel label("head");
   UnitParams dp(*dp_, expert_dp_);
   const ModelConfig& m = local_;
@@ -207,11 +207,6 @@ void Transformer::head_backward(State<T>& s, InFlight<T>& f, bool split) {
                               Nl, h);
   }
   dp.release_params(H_unit);
-  // zero-bubble at ZeRO-2/3, the head's bucket reduced at a layer's W: the W sums it over tp
-  if (dp.hands_over_grads(H_unit) && split && dp.bucket_sums_past(H_unit))
-    f.head_tp_pending = true;
-  else if (dp.hands_over_grads(H_unit))
-    tp_.reduce_replicated_grads(G, replicated_[H_unit]);
   dp.backward_done(H_unit);
   f.dxf.reset();
   f.final_mean.reset();
@@ -223,8 +218,8 @@ template float Transformer::head_forward(State<kernels::bf16>&, InFlight<kernels
                                          const kernels::bf16*, int);
 template float Transformer::head_forward(State<kernels::fp16>&, InFlight<kernels::fp16>&,
                                          const kernels::fp16*, int);
-template void Transformer::head_backward(State<float>&, InFlight<float>&, bool);
-template void Transformer::head_backward(State<kernels::bf16>&, InFlight<kernels::bf16>&, bool);
-template void Transformer::head_backward(State<kernels::fp16>&, InFlight<kernels::fp16>&, bool);
+template void Transformer::head_backward(State<float>&, InFlight<float>&);
+template void Transformer::head_backward(State<kernels::bf16>&, InFlight<kernels::bf16>&);
+template void Transformer::head_backward(State<kernels::fp16>&, InFlight<kernels::fp16>&);
 
 }  // namespace paralab

@@ -144,6 +144,13 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
                            std::to_string(dp_->num_units()) + " units, the stage " +
                            std::to_string(U));
   dp_->exclude_from_norm(counted_elsewhere);
+  // sp: a replicated parameter's gradient holds only this rank's tokens; its sum over tp is
+  // the first step of its bucket's reduction, so it comes once per sum the bucket hands over
+  dp_->before_grad_reduce([this](int u, void* grads) {
+    with_storage(dp_->storage(), [&](auto type) {
+      tp_.reduce_replicated_grads(static_cast<decltype(type)*>(grads), replicated_[u]);
+    });
+  });
   // ep > 1: the expert tensors, a flat vector of their own whose units mirror the dense ones
   const std::vector<int64_t> expert_units =
       stage_expert_units(model, slice_, {ep.size(), ep.apart, ep.etp_size()});
@@ -205,7 +212,7 @@ Transformer::Transformer(const ModelConfig& model, kernels::Device device, DataP
   else fp32_.reset(new State<float>);
 }
 
-Transformer::~Transformer() = default;
+Transformer::~Transformer() { dp_->before_grad_reduce(nullptr); }
 
 const TensorView& Transformer::view(const std::string& name) const {
   auto it = index_.find(name);
@@ -454,7 +461,7 @@ void Transformer::backward_as(State<T>& s, int microbatch, int chunk, bool split
     throw std::logic_error("Transformer::backward: not after a forward");
   const int Nl = tp_.local_tokens(f.B * local_.seq_length);
   if (last_model_stage(chunk)) {
-    head_backward(s, f, split);  // writes d(last layer output) into ws.dres
+    head_backward(s, f);  // writes d(last layer output) into ws.dres
   } else {
     auto it = s.grad_of.find({microbatch, chunk});
     if (it == s.grad_of.end() || s.grad_recv[it->second].size() != (size_t)Nl * local_.hidden_size)
@@ -500,7 +507,6 @@ void Transformer::layers_backward(State<T>& s, InFlight<T>& f, int chunk, bool s
     layer_backward(c, layer_weights<T>(P, PE, layer_offsets_[l]), g, x, f.acts[i], s.ws, part);
     dp.release_params(u);
     if (split) continue;  // W finishes the unit
-    if (dp.hands_over_grads(u)) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }
 }
@@ -544,7 +550,6 @@ void Transformer::embedding_backward(State<T>& s, InFlight<T>& f, bool split) {
   vocab_parallel_embedding_backward(tp_, G0 + view("embedding.word").unit_offset, d_full,
                                     tokens.data(), m.vocab_size, N, h);
   if (split) return;
-  if (dp.hands_over_grads(E_unit)) tp_.reduce_replicated_grads(G0, replicated_[E_unit]);
   dp.backward_done(E_unit);
 }
 
@@ -554,10 +559,6 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
   const ModelConfig& m = local_;
   InFlight<T>& f = in_flight(s, microbatch, chunk, false);
   if (!f.weight_pending) throw std::logic_error("Transformer::backward_weight before its B");
-  if (f.head_tp_pending) {  // head_backward left its tp sum here, before its bucket's reduction
-    tp_.reduce_replicated_grads(static_cast<T*>(dp.grads(head_unit_)), replicated_[head_unit_]);
-    f.head_tp_pending = false;
-  }
   const int first_layer = slice_.chunk_first_layer[chunk];
   for (int i = (int)f.acts.size() - 1; i >= 0; --i) {
     const int l = first_layer + i, u = layer_unit_[l];
@@ -565,15 +566,9 @@ void Transformer::backward_weight_as(State<T>& s, int microbatch, int chunk) {
     T* G = static_cast<T*>(dp.grads(u));
     LayerGrads<T> g = layer_grads<T>(G, dp.expert_grads(u), layer_offsets_[l]);
     layer_weight_backward(c, g, f.acts[i], s.ws);
-    if (dp.hands_over_grads(u)) tp_.reduce_replicated_grads(G, replicated_[u]);
     dp.backward_done(u);
   }
-  if (first_model_stage(chunk)) {
-    if (dp.hands_over_grads(embedding_unit_))
-      tp_.reduce_replicated_grads(static_cast<T*>(dp.grads(embedding_unit_)),
-                                  replicated_[embedding_unit_]);
-    dp.backward_done(embedding_unit_);
-  }
+  if (first_model_stage(chunk)) dp.backward_done(embedding_unit_);
   s.in_flight.erase({microbatch, chunk});
 }
 

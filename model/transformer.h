@@ -251,7 +251,7 @@ class Transformer {
   template <typename T>
   float head_forward(State<T>& s, InFlight<T>& f, const T* x, int valid_targets);
   template <typename T>
-  void head_backward(State<T>& s, InFlight<T>& f, bool split);
+  void head_backward(State<T>& s, InFlight<T>& f);
   // head_forward's steps: the final norm, then the fused (chunked) or the unfused loss.
   template <typename T>
   const T* head_final_norm(State<T>& s, InFlight<T>& f, const T* H, const T* x);

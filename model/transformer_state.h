@@ -41,8 +41,6 @@ class UnitParams {
     dense_.backward_done(u);
     if (experts_) experts_->backward_done(u);
   }
-  bool hands_over_grads(int u) const { return dense_.hands_over_grads(u); }
-  bool bucket_sums_past(int u) const { return dense_.bucket_sums_past(u); }
   // Unit u's expert parameters (since acquire_params) and gradients (since grads); nullptr
   // without expert parallelism.
   const void* expert_params(int u) const { return experts_ ? expert_params_[u] : nullptr; }
@@ -83,7 +81,6 @@ struct Transformer::InFlight {
   float grad_scale = 1.0f;
   bool forward_done = false;
   bool weight_pending = false;   // split backward: B done, W not yet
-  bool head_tp_pending = false;  // split: the head's tp sum left to W (bucket_sums_past)
   bool forward_only = false;     // evaluation (Microbatch::forward_only): the loss only
 };
 

@@ -119,15 +119,8 @@ int DataParallel::num_units() const { return impl_->U; }
 int DataParallel::dp_size() const { return impl_->size; }
 bool DataParallel::mirror_copy() const { return impl_->opt.mirror_copy; }
 DType DataParallel::storage() const { return impl_->opt.storage; }
-bool DataParallel::hands_over_grads(int u) const {
-  const Impl& m = *impl_;
-  return m.last || (m.stage >= 2 && !m.deferred[m.layout.bucket_of[u]]);
-}
-
-bool DataParallel::bucket_sums_past(int u) const {
-  const Impl& m = *impl_;
-  const int j = m.layout.bucket_of[u];
-  return m.sharded_grads() && (m.deferred[j] || m.layout.buckets[j].unit_lo != u);
+void DataParallel::before_grad_reduce(std::function<void(int, void*)> reduce) {
+  impl_->before_reduce = std::move(reduce);
 }
 const BucketLayout& DataParallel::layout() const { return impl_->layout; }
 

@@ -40,13 +40,15 @@
 //   begin_microbatch(last) once per microbatch (a pipeline: before each action), then in
 //   forward
 //   acquire_params(u) ... release_params(u) around each unit's use, and in backward also
-//   grads(u) for where to accumulate, and backward_done(u) once u's gradients are final.
+//   grads(u) for where to accumulate, and backward_done(u) once u's gradients are final;
+//   before_grad_reduce, once, for a reduction of its own before dp's.
 // How the trainer uses it: finish_gradients() after the last microbatch, the optimizer
 // updates owned_segments(), then after_optimizer_step().
 //
 // defines: DataParallelOptions, OwnedSegment, DataParallel
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -172,18 +174,15 @@ class DataParallel {
   void* grads(int u);
   // Unit u's gradients of this microbatch are final: reduce its bucket when due.
   void backward_done(int u);
-  // Whether backward_done hands this microbatch's gradients of unit u over: ZeRO 2-3 every
-  // microbatch, DDP and ZeRO 1 (which accumulate in place) only on the step's last, and so
-  // does a deferred unit's bucket at any stage (it sums the whole step's, reduced at
-  // finish_gradients). Other reductions of gradients (tensor parallelism's) must happen
-  // exactly then too: once per sum handed over, or a sum kept across microbatches is
-  // reduced again with each.
-  bool hands_over_grads(int u) const;
-  // ZeRO-2/3: whether u's bucket goes on summing past backward_done(u) (a lower unit's
-  // backward_done reduces it, or finish_gradients a deferred one). A zero-bubble B that
-  // declares u done before the W that reduces its bucket then leaves u's tp sum to that W,
-  // or the next microbatch's B would add to a sum already made.
-  bool bucket_sums_past(int u) const;
+  // The model's own reduction of a unit's gradients, run on them just before their bucket's
+  // dp reduction begins (tensor parallelism's sum of the replicated parameters' partial
+  // gradients under sp): grads is the unit's gradients in the buffer about to be reduced.
+  // Here, and only here, it runs once per sum the bucket hands over: every microbatch at
+  // ZeRO 2-3, once a step at ZeRO 0-1 (their buffer accumulates the microbatches in place)
+  // and for a deferred unit, and for a zero-bubble B that declares a unit done before the W
+  // that reduces its bucket, at that W. Run anywhere else, a sum kept across microbatches
+  // would be summed again with each (the defects notes/decisions.md names).
+  void before_grad_reduce(std::function<void(int unit, void* grads)> reduce);
 
   // ---- the trainer's side
   void zero_grads();  // start of a step

@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -152,6 +153,7 @@ struct DataParallel::Impl {
   int held = 0;          // sum of refs: > 0 means the model holds some unit
   int in_flight = -1;    // stages 2-3 with overlap_grad_reduce: the bucket being reduced
   bool last = false;     // the current microbatch is the step's last
+  std::function<void(int, void*)> before_reduce;  // the model's (before_grad_reduce)
   std::vector<OwnedSegment> segments;       // for the optimizer: a host bucket's on its copies
   std::vector<OwnedSegment> norm_segments;  // the same, on each summed gradient's home
   std::vector<std::pair<int64_t, int64_t>> norm_exclusions;  // flat [begin, end), sorted
@@ -278,12 +280,23 @@ struct DataParallel::Impl {
                    c.count * es);
   }
 
+  // The model's reduction of bucket j's units (before_grad_reduce), on the buffer
+  // about to be reduced: the full gradients at stages 0-1, the bucket's at 2-3.
+  void reduce_first(int j) {
+    if (!before_reduce) return;
+    const Bucket& b = layout.buckets[j];
+    for (int u = b.unit_lo; u <= b.unit_hi; ++u)
+      before_reduce(u, sharded_grads() ? at(bk[j].grad_buf, unit_begin[u] - b.begin)
+                                       : at(grads, full_pos(u)));
+  }
+
   // ---- stages 2-3: one bucket's gradients of this microbatch --------------------------
   void post_grad_reduce(int j) {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     if (s.grad_buf.empty()) allocate(s.grad_buf, b.padded, Category::GRADS);
     s.reduced = true;
+    reduce_first(j);
     if (communicates(b))
       s.reduce = dp->reduce_scatter_async(s.grad_buf.data(), at(s.grad_buf, rank * b.slice),
                                           b.slice, dtype);
@@ -310,6 +323,7 @@ struct DataParallel::Impl {
     BucketState& s = bk[j];
     const Bucket& b = layout.buckets[j];
     s.posted = true;
+    reduce_first(j);
     if (!communicates(b)) return;
     if (stage == 0) {
       s.reduce = dp->all_reduce_async(at(grads, b.begin), b.numel(), ReduceOp::SUM, dtype);

@@ -497,7 +497,7 @@ struct ModelSlice {
   // The slice's global layers and, of them, the recomputed ones (empty: layers 0 .. and the
   // model's full-recompute groups); with MoE layers, which kind each is matters.
   std::vector<int> layer_ids, recomputed_ids;
-  // Units (0, 1 + l, L + 1) in a deferred bucket: handed over once a step (hands_over_grads)
+  // Units (0, 1 + l, L + 1) in a deferred bucket: reduced (and tp-summed) once a step
   std::vector<int> deferred_bucket_units;
 };
 // Adds `calls` calls of `payload` bytes in all to comm's (g, op) row, made when missing; the

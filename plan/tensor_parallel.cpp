@@ -63,9 +63,10 @@ std::vector<CommPlanEntry> tensor_parallel_comm(const ModelConfig& m, int B, int
     // Replicated parameters saw only the rank's tokens: one all-reduce of their gradients
     // per unit that has any (each layer; gpt's position embedding; the final norm), sized
     // from the parameter table (gpt 6h per dense layer, llama 2h; an MoE layer's router and
-    // shared expert too; S h; gpt 2h, llama h). Under ZeRO 0-1 the gradient buffer
-    // accumulates over the microbatches, so this happens once, on the step's last; ZeRO 2-3
-    // hand a unit's gradients over every microbatch, but a deferred bucket's once.
+    // shared expert too; S h; gpt 2h, llama h). It is the first step of the unit's bucket's
+    // dp reduction (DataParallel::before_grad_reduce), so it comes as often as that: under
+    // ZeRO 0-1 once a step (the gradient buffer accumulates the microbatches), under ZeRO 2-3
+    // every microbatch, but a deferred bucket's once.
     std::vector<int64_t> replicated(L + 2, 0);
     for (const ParamSpec& p : param_table(m)) {
       if (p.split != TpSplit::REPLICATED || p.expert) continue;  // experts: apart under tp

@@ -162,6 +162,9 @@ Options parse_flags(int argc, const char* const* argv, int launched_world_size,
   raw.warmup_on_command_line = typed("--lr-warmup-iters");
   raw.train_iters_on_command_line = typed("--train-iters");
   raw.decay_iters_on_command_line = typed("--lr-decay-iters");
+  raw.bf16_on_command_line = typed("--bf16");
+  raw.fp16_on_command_line = typed("--fp16");
+  resolve_precision(o, raw);
   // --verbose compares each value as parsed with the one resolve_and_check leaves.
   std::vector<std::string> given;
   if (o.verbose)

@@ -78,6 +78,8 @@ struct RawFlags {
   // clamped to a decay the user shortened there (cli/flags_training.cpp), the user's own never.
   bool warmup_on_command_line = false, train_iters_on_command_line = false,
        decay_iters_on_command_line = false;
+  // --bf16 or --fp16 typed there: it turns a --config file's other one off (cli/flags.cpp).
+  bool bf16_on_command_line = false, fp16_on_command_line = false;
   bool kv_channels_given = false;  // set after parsing: 0 is an error, not "h/a"
   bool rotary_base_given = false;  // set after parsing: gpt warns that it ignores it
   // Mixture of experts (cli/flags_moe.cpp), as typed.
@@ -155,6 +157,7 @@ void add_precision_flags(CLI::App& app, Options& o);
 void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw);
 void check_fp8(Options& o, const RawFlags& raw);
 void record_precision_flags_given(const CLI::App& app, RawFlags& raw);
+void resolve_precision(Options& o, const RawFlags& raw);  // --bf16/--fp16 typed over a config's
 void check_precision(Options& o, const RawFlags& raw);
 // cli/flags_precision_optimizer.cpp: --use-precision-aware-optimizer and its dtypes;
 // checked after ZeRO's stage and CPU offload are resolved.

@@ -63,6 +63,14 @@ void record_precision_flags_given(const CLI::App& app, RawFlags& raw) {
   raw.loss_scale_given = app.count("--loss-scale") > 0;
 }
 
+void resolve_precision(Options& o, const RawFlags& raw) {
+  // The command line overrides a --config file: `--config llama-70b.toml --fp16` plans the
+  // preset in fp16 (the file's bf16 = true off), as a typed value overrides any other key.
+  TrainConfig& t = o.train;
+  if (t.bf16 && t.fp16 && raw.bf16_on_command_line != raw.fp16_on_command_line)
+    (raw.fp16_on_command_line ? t.bf16 : t.fp16) = false;
+}
+
 void check_precision(Options& o, const RawFlags& raw) {
   const TrainConfig& t = o.train;
   const LossScaleConfig& l = t.loss_scaling;

@@ -83,6 +83,25 @@ TEST(FlagsConfig, FullTomlIsRead) {
   EXPECT_TRUE(o.model.recompute.core_attn && o.model.recompute.mlp);
 }
 
+// A precision typed on the command line turns the file's other one off, as any typed value
+// overrides its key; both in one place stay exclusive.
+TEST(FlagsConfig, CommandLinePrecisionOverridesTheFiles) {
+  TempFile bf16("bf16 = true\n"), fp16("fp16 = true\n");
+  Options o = parse({"--config", bf16.path(), "--fp16"});
+  EXPECT_TRUE(o.train.fp16);
+  EXPECT_FALSE(o.train.bf16);
+  o = parse({"--config", fp16.path(), "--bf16"});
+  EXPECT_TRUE(o.train.bf16);
+  EXPECT_FALSE(o.train.fp16);
+  o = parse({"--config", bf16.path(), "--bf16=false"});  // fp32
+  EXPECT_FALSE(o.train.bf16 || o.train.fp16);
+  EXPECT_NE(error_of({"--bf16", "--fp16"}).find("--bf16 and --fp16 are exclusive"),
+            std::string::npos);
+  TempFile both("bf16 = true\nfp16 = true\n");
+  EXPECT_NE(error_of({"--config", both.path()}).find("--bf16 and --fp16 are exclusive"),
+            std::string::npos);
+}
+
 TEST(FlagsConfig, ValueErrorsFromAFileNameItsLine) {
   TempFile f("num-layers = 4\nlr = -1\n");
   // a range check names the flag (the value may come from any file or the command line)

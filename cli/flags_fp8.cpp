@@ -66,7 +66,8 @@ void add_fp8_flags(CLI::App& app, Options& o, RawFlags& raw) {
                "the parameter all-gathers (ZeRO-3's before each use, ZeRO-1/2's after the "
                "optimizer step) carry the dense linears' and the MoE experts' weights as FP8 "
                "codes (1 byte per element) and the GEMMs use them as gathered (Megatron's "
-               "flag); needs --fp8-format, --zero-stage 1, 2 or 3, delayed or tensorwise "
+               "flag); needs --fp8-format and --zero-stage 1, 2 or 3; any recipe (blockwise: "
+               "each 128 x 128 block at its own scale) "
                "(docs/fp8.md)")
       ->group(kPrecision);
   add_switch(app, "--log-fp8-scaling", f.log_scaling,

@@ -45,6 +45,29 @@ TEST(Report, PlanJsonHasRequiredKeys) {
   EXPECT_NE(plan_json(p, nullptr, true).find("\n  \"params\": {"), std::string::npos);
 }
 
+// The run header names FP8's format and recipe and the path its GEMMs take on the device:
+// the CPU twin, cuBLASLt for per-tensor scales, the emulated path for block scales.
+TEST(Report, RunHeaderNamesFp8AndItsGemmPath) {
+  ModelConfig m = gpt(2, 64, 4, 32, 256);
+  EXPECT_EQ(run_header(make_plan(m, batch(2, 8), world(1, 0)), "cpu", nullptr).find("FP8"),
+            std::string::npos);
+  m.fp8.enabled = m.fp8.hybrid = true;
+  const std::string cpu = run_header(make_plan(m, batch(2, 8), world(1, 0)), "cpu", nullptr);
+  EXPECT_NE(cpu.find("| cpu fp32 + FP8 hybrid delayed (GEMMs: dequantise to fp32, fp32 GEMM) |"),
+            std::string::npos) << cpu;
+  const std::string cuda = run_header(make_plan(m, batch(2, 8), world(1, 0)), "cuda", nullptr);
+  EXPECT_NE(cuda.find("FP8 hybrid delayed (GEMMs: cuBLASLt FP8 GEMM (per-tensor scales"),
+            std::string::npos) << cuda;
+  m.fp8.hybrid = false;
+  m.fp8.recipe = Fp8Recipe::Blockwise;
+  const std::string block = run_header(make_plan(m, batch(2, 8), world(1, 0)), "cuda", nullptr);
+  EXPECT_NE(block.find("FP8 e4m3 blockwise (GEMMs: emulated (block scales: dequantise to fp32, "
+                       "cuBLAS sgemm))"),
+            std::string::npos) << block;
+  const std::string plan = run_header(make_plan(m, batch(2, 8), world(1, 0)), "", nullptr);
+  EXPECT_NE(plan.find("| fp32 + FP8 e4m3 blockwise | flash"), std::string::npos) << plan;
+}
+
 TEST(Report, StepLineJsonAndTables) {
   const Plan p = make_plan(gpt(2, 64, 4, 32, 256), batch(2, 4), world(2, 0));
   StepMetrics s;

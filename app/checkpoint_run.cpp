@@ -177,13 +177,21 @@ void print_export(const HfExport& e, const std::string& folder) {
 
 }  // namespace
 
+// The type the export writes: --export-hf-dtype, else the weights' own (16-bit parameters
+// as BF16 or F16, exact; else F32).
+static SafeDType export_type(const Options& o, Precision weights) {
+  if (o.export_hf_dtype.empty()) return float_type(weights);
+  return o.export_hf_dtype == "bf16"   ? SafeDType::BF16
+         : o.export_hf_dtype == "fp16" ? SafeDType::F16
+                                       : SafeDType::F32;
+}
+
 void export_weights(Transformer& model, const Options& o, bool rank0) {
   const std::vector<float> flat = model.gather_full(false);
   if (!rank0) return;
-  // the weights the model computes with: 16-bit parameters stored as BF16 or F16 (exact),
-  // else F32
+  // the weights the model computes with
   const HfExport e = export_hugging_face(o.export_hf, o.model, by_name(o.model, flat),
-                                         float_type(o.train.precision()));
+                                         export_type(o, o.train.precision()));
   print_export(e, o.export_hf);
 }
 
@@ -200,7 +208,7 @@ int run_convert(const Options& o, const World& w) {
   LogicalTensors tensors;
   for (const ParamSpec& p : param_table(m))
     tensors[p.name] = checkpoint.full(p, saved == Precision::FP32 ? "param" : "stored");
-  const HfExport e = export_hugging_face(o.export_hf, m, tensors, float_type(saved));
+  const HfExport e = export_hugging_face(o.export_hf, m, tensors, export_type(o, saved));
   std::printf("convert: %s (iteration %d) -> ", checkpoint.folder().c_str(),
               checkpoint.manifest().iteration);
   print_export(e, o.export_hf);

@@ -16,6 +16,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -299,6 +300,13 @@ HfExport export_hugging_face(const std::string& folder, const ModelConfig& m,
     if (it == tensors.end() || (int64_t)it->second.size() != p.numel())
       throw std::invalid_argument("export_hugging_face: tensor " + p.name + " is missing or not " +
                                   std::to_string(p.numel()) + " values");
+    // F16: a weight at or past 65520 would round to infinity (fp16's largest finite is 65504),
+    // refused before anything is written
+    if (dtype == SafeDType::F16)
+      for (float v : it->second)
+        if (std::fabs(v) >= 65520.0f)
+          throw InputError(folder + ": " + p.name + " holds " + std::to_string(v) +
+                           ", past fp16's largest finite value 65504: export fp32 or bf16");
   }
 
   // Shards: a new one when the current one would pass max_shard_bytes (a tensor larger than

@@ -128,6 +128,7 @@ struct Options {
   int tensorboard_log_interval = 1;
   bool tensorboard_validation_ppl = false;
   std::string export_hf;                // --export-hf DIR: the weights at the end, HF layout
+  std::string export_hf_dtype;          // --export-hf-dtype fp32|bf16|fp16; "": the run's storage
   std::string load_hf;                  // --load-hf DIR: start from a Hugging Face export
   bool convert = false;                 // --convert: --load DIR to --export-hf OUT, no training
   int report_interval = 0;              // full ledger tables every N steps; 0: first and last only

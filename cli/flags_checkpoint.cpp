@@ -194,6 +194,11 @@ void add_checkpoint_flags(CLI::App& app, Options& o) {
                  "(config.json, model.safetensors) that transformers loads as GPT-2, Llama, "
                  "Qwen3, Mixtral or Qwen3-MoE")
       ->type_name("DIR")->group(kCheckpoint);
+  app.add_option("--export-hf-dtype", o.export_hf_dtype,
+                 "the type --export-hf writes the weights in: fp32, bf16 or fp16 (rounded to "
+                 "nearest even; default: the parameters' storage type, F32 or the 16-bit copy "
+                 "the run computed with); never FP8")
+      ->check(one_of({"fp32", "bf16", "fp16"}))->type_name("TYPE")->group(kCheckpoint);
   app.add_option("--load-hf", o.load_hf,
                  "start training from a Hugging Face checkpoint (an --export-hf folder) at any "
                  "layout; its config.json must match the flags' model")
@@ -216,6 +221,8 @@ void check_checkpoint_flags(Options& o) {
   if (o.no_load_optim && o.load.empty()) fail("--no-load-optim needs --load DIR");
   if (!o.load.empty() && !o.load_hf.empty())
     fail("--load ", o.load, " and --load-hf ", o.load_hf, ": start from one checkpoint, not two");
+  if (!o.export_hf_dtype.empty() && o.export_hf.empty())
+    fail("--export-hf-dtype ", o.export_hf_dtype, " needs --export-hf DIR (what to write)");
   if (o.convert && (o.load.empty() || o.export_hf.empty()))
     fail("--convert needs --load DIR (the checkpoint) and --export-hf OUT (where to write)");
   if (!o.export_hf.empty() && !o.convert) {

@@ -271,6 +271,8 @@ TEST(Flags, HelpIsTheManual) {
 TEST(Flags, EveryCheckSaysFlagConstraintAndValue) {
   const std::vector<BadInput> cases = {
       {{"--hidden-size", "0"}, 1, "--hidden-size must be >= 1, got 0"},
+      {{"--export-hf-dtype", "bf16"}, 1,
+       "--export-hf-dtype bf16 needs --export-hf DIR (what to write)"},
       {{"--num-layers", "-1"}, 1, "--num-layers must be >= 1, got -1"},
       {{"--seq-length", "0"}, 1, "--seq-length must be >= 1, got 0"},
       {{"--vocab-size", "0"}, 1, "--vocab-size must be >= 1, got 0"},

@@ -210,6 +210,22 @@ TEST(HuggingFace, Bf16ExportStoresEachValueRounded) {
       ASSERT_EQ(got.at(name)[i], kernels::to_float(kernels::to_bf16(v[i]))) << name << " " << i;
 }
 
+// F16 (--export-hf-dtype fp16): a weight that would round to infinity is refused, naming the
+// tensor, before any file is written; 65504 itself is fp16's largest finite value.
+TEST(HuggingFace, Fp16ExportRefusesAWeightPastItsRange) {
+  const ModelConfig m = gpt();
+  LogicalTensors values = random_tensors(m);
+  values.begin()->second[0] = 65504.0f;
+  TempFolder ok;
+  export_hugging_face(ok.path(), m, values, SafeDType::F16);
+  values.begin()->second[0] = -70000.0f;
+  TempFolder dir;
+  const std::string why =
+      input_error([&] { export_hugging_face(dir.path(), m, values, SafeDType::F16); });
+  EXPECT_NE(why.find(values.begin()->first + " holds -70000"), std::string::npos) << why;
+  EXPECT_EQ(access((dir.path() + "/model.safetensors").c_str(), F_OK), -1);  // nothing written
+}
+
 // ---- names, shapes and positions ---------------------------------------------------------
 
 TEST(HuggingFace, Gpt2NamesConv1dLayoutAndQkvColumns) {

@@ -181,7 +181,8 @@ resume zero1-fp16 zero1-fp16 bitwise 2 "--zero-stage 1"         2 "--zero-stage 
 # drops them and a run with another history length starts fresh, each saying so in one line;
 # an fp32 checkpoint, or this one with its FP8 state struck from the manifest, loaded into the
 # same FP8 run starts fresh, saying so, and the latter's step 4 is not the uninterrupted run's
-# (the saved state is what the bitwise cases restore); --export-hf writes no FP8 state.
+# (the saved state is what the bitwise cases restore); --export-hf writes no FP8 state, the
+# weights at their storage type (an fp32 run F32, a bf16 run BF16) or as --export-hf-dtype asks.
 fp8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 model=("${tiny[@]}" "${fp8[@]}")
 reference fp8 1
@@ -235,16 +236,13 @@ want = {"format": "hybrid", "recipe": "delayed", "margin": 0, "amax_history_len"
 assert m.get("fp8") == want, m.get("fp8")
 assert m["shards"][0].get("fp8_layers") == [0, 1], m["shards"][0].get("fp8_layers")
 PY
-  run fp8-to-fp32 1 "${tiny[@]}" --load "$ckpt" || problems+="fp8-to-fp32 run failed; "
-  # tiny: 2 layers of 4 linears, 4 (4 + 1) 3 bytes each: 480 bytes
-  grep -q "dropping its FP8 state (hybrid delayed, margin 0, history 4, max: amax histories and scales, 480 bytes): this run has no --fp8-format" \
-    "$work/fp8-to-fp32.log" || problems+="no 'dropping its FP8 state' line; "
-  run fp8-len2 1 "${tiny[@]}" --fp8-format hybrid --fp8-amax-history-len 2 --load "$ckpt" \
-    --export-hf "$work/fp8-hf" || problems+="fp8-len2 run failed; "
-  # --export-hf from an FP8 run: the weights at their storage type (F32 here), no FP8 state
-  python3 - "$work/fp8-hf" <<'PY' || problems+="the FP8 run's --export-hf; "
+  # --export-hf from these runs: the weights at the type asked, else their storage type, and
+  # never FP8 codes or state
+  exported_as() {  # FOLDER DTYPE TORCH_DTYPE
+    python3 - "$@" <<'PY'
 import glob, json, struct, sys
-files = glob.glob(sys.argv[1] + "/*.safetensors")
+folder, dtype, torch_dtype = sys.argv[1:]
+files = glob.glob(folder + "/*.safetensors")
 assert files, "no safetensors"
 for f in files:
     with open(f, "rb") as h:
@@ -253,9 +251,26 @@ for f in files:
     for name, t in header.items():
         if name == "__metadata__":
             continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
+        assert t["dtype"] == dtype, (name, t["dtype"])
         assert not any(w in name for w in ("fp8", "amax", "scale")), name
+assert json.load(open(folder + "/config.json"))["torch_dtype"] == torch_dtype
 PY
+  }
+  run fp8-to-fp32 1 "${tiny[@]}" --load "$ckpt" --export-hf "$work/fp32-hf" ||
+    problems+="fp8-to-fp32 run failed; "
+  exported_as "$work/fp32-hf" F32 float32 || problems+="fp32 run's export not F32; "
+  # tiny: 2 layers of 4 linears, 4 (4 + 1) 3 bytes each: 480 bytes
+  grep -q "dropping its FP8 state (hybrid delayed, margin 0, history 4, max: amax histories and scales, 480 bytes): this run has no --fp8-format" \
+    "$work/fp8-to-fp32.log" || problems+="no 'dropping its FP8 state' line; "
+  # into a bf16 run: the same line, and its export BF16 (its 16-bit weights)
+  run fp8-to-bf16 1 "${tiny[@]}" --bf16 --load "$ckpt" --export-hf "$work/bf16-hf" ||
+    problems+="fp8-to-bf16 run failed; "
+  grep -q "dropping its FP8 state (hybrid delayed, margin 0, history 4, max: amax histories and scales, 480 bytes): this run has no --fp8-format" \
+    "$work/fp8-to-bf16.log" || problems+="no 'dropping its FP8 state' line (bf16 run); "
+  exported_as "$work/bf16-hf" BF16 bfloat16 || problems+="bf16 run's export not BF16; "
+  run fp8-len2 1 "${tiny[@]}" --fp8-format hybrid --fp8-amax-history-len 2 --load "$ckpt" \
+    --export-hf "$work/fp8-hf" --export-hf-dtype fp16 || problems+="fp8-len2 run failed; "
+  exported_as "$work/fp8-hf" F16 float16 || problems+="the FP8 run's --export-hf-dtype fp16; "
   grep -q "amax histories start fresh (scale 1): the checkpoint saved them for hybrid delayed, margin 0, history 4, max, this run has --fp8-format hybrid delayed, margin 0, history 2" \
     "$work/fp8-len2.log" || problems+="no 'start fresh' line (history 4 -> 2); "
   # an fp32 checkpoint: the single case's, or one made here (the first run stops and saves)
@@ -284,7 +299,7 @@ a, b = step4(sys.argv[1]), step4(sys.argv[2])
 assert (a["loss"], a["grad_norm"]) != (b["loss"], b["grad_norm"]), (a["loss"], b["loss"])
 PY
   [ -z "$problems" ] || { echo "$problems"; return 1; }
-  echo "manifest names hybrid delayed 4 max; dropped (480 bytes) without --fp8-format; fresh with history 2, from fp32 and with the state struck (step 4 then differs); --export-hf F32, no FP8 state"
+  echo "manifest names hybrid delayed 4 max; dropped (480 bytes) without --fp8-format (fp32 and bf16 runs); fresh with history 2, from fp32 and with the state struck (step 4 then differs); --export-hf F32, BF16, and F16 as asked, no FP8 state"
 }
 case fp8-other-runs in *"$filter"*)
   if result=$(fp8_other_runs); then passed=$((passed + 1)); echo "ok    fp8-other-runs: $result"

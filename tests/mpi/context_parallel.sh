@@ -73,6 +73,16 @@ for type in p2p all_gather a2a; do
       --cp 2 --cp-comm-type $type --attention $attention
   done
 done
+# --fp16 the same way, with its dynamic loss scale from 2^12 (equivalence.sh's reason) and
+# fp16's bound there (5e-3): the blocks and the exchanged partial outputs in fp16
+fp16="--fp16 --initial-loss-scale 4096"
+run llama-fp16-ref 1 $llama $common $fp16 || { echo "fp16 reference run failed"; exit 1; }
+for type in p2p all_gather a2a; do
+  RTOL=5e-3 check "llama-fp16-cp2-$type" llama-fp16-ref 2 $llama $common $fp16 --cp 2 \
+    --cp-comm-type $type
+done
+RTOL=5e-3 check "llama-fp16-cp2-dp2-zero3" llama-fp16-ref 4 $llama $common $fp16 --cp 2 \
+  --zero-stage 3
 # every selective module, and full recompute by block with naive a2a; zb-h1's split backward
 check "llama-cp2-selective-all-modules" $llama_ref 2 $llama $common --cp 2 \
   --recompute-granularity selective --recompute-modules core_attn mlp norm

@@ -21,6 +21,11 @@
 #              no code with kernels/float16.h), in an fp32 run and in an fp16 run at 4096; at
 #              --loss-scale 1 a value stored in fp16 is its own unscaled value (none flushes,
 #              the subnormal ones are the stored ones).
+#   logs       the scaler and the underflow where people and TensorBoard read them: each step
+#              line's "loss scale (growth, hysteresis)" column and its "skipped" note are the
+#              step's --metrics-jsonl record; the event files' loss-scale, its trackers and the
+#              fp16-underflow-* scalars equal the record's (read back by the `tensorboard`
+#              package, as tests/scripts/megatron_llama.sh does; skipped, said so, without it).
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
 
 tiny=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0)
@@ -154,6 +159,57 @@ for name in names:
 if problems:
     print("; ".join(problems)); sys.exit(1)
 print(", ".join(said) + " (of the nonzero gradients, unscaled), as counted from the saved ones")
+EOF
+fi
+
+if wanted logs; then
+  # from 2^16, growing every 2 clean steps with hysteresis 1: an overflow within 8 steps
+  run logs 1 "${tiny[@]}" --log-interval 1 --train-iters 8 --fp16 --initial-loss-scale 65536 \
+    --loss-scale-window 2 --hysteresis 1 --log-fp16-underflow --tensorboard-dir "$work/logs-tb" ||
+    echo "fp16 run failed"
+  python=${PARALAB_HF_PYTHON:-python3}
+  [ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+  verdict logs "$python" <<'EOF'
+import json, math, re, struct, subprocess, sys
+work, python = sys.argv[1], sys.argv[2]
+rows = {r["step"]: r for r in map(json.loads, open(f"{work}/logs.jsonl")) if r.get("type") == "step"}
+lines = {}
+for line in open(f"{work}/logs.log"):
+    m = re.match(r"\s*(\d+)/8\s", line)
+    if m:
+        lines[int(m.group(1))] = line
+problems = []
+for s, r in rows.items():
+    sc = r["loss_scaler"]
+    want = f"2^{int(math.log2(r['loss_scale']))} ({sc['growth_tracker']}, {sc['hysteresis_tracker']})"
+    if want not in lines.get(s, ""):
+        problems.append(f"step {s}: the line has no '{want}': {lines.get(s, '').strip()}")
+    if r["skipped"] != ("skipped: gradient overflow" in lines.get(s, "")):
+        problems.append(f"step {s}: skipped {r['skipped']}, the line says otherwise")
+skipped = sum(r["skipped"] for r in rows.values())
+if len(rows) != 8 or not skipped:
+    problems.append(f"{len(rows)} steps, {skipped} skipped (want 8, an overflow)")
+said = f"8 step lines == the records (scale, trackers, {skipped} skipped)"
+tb = subprocess.run([python, "tests/mpi/tensorboard_scalars.py", f"{work}/logs-tb"],
+                    capture_output=True, text=True)
+if "No module named 'tensorboard'" in tb.stderr:
+    said += f"; skip TensorBoard's reader: no tensorboard package in {python}"
+else:
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+    scalars = json.loads(tb.stdout) if tb.returncode == 0 else {}
+    tags = {"loss-scale": lambda r: r["loss_scale"],
+            "loss-scale-growth-tracker": lambda r: r["loss_scaler"]["growth_tracker"],
+            "loss-scale-hysteresis-tracker": lambda r: r["loss_scaler"]["hysteresis_tracker"]}
+    for key in ("unscaled_zero", "unscaled_subnormal", "stored_below_normal"):
+        tags["fp16-underflow-" + key.replace("_", "-")] = lambda r, k=key: r["fp16_underflow"][k]
+    for tag, of in tags.items():
+        got = {int(s): v for s, v in scalars.get(tag, {}).items()}
+        if got != {s: f32(of(r)) for s, r in rows.items()}:
+            problems.append(f"TensorBoard's {tag} {got} is not the records'")
+    said += f"; TensorBoard's {len(tags)} scaler and underflow scalars == the records"
+if problems:
+    print("; ".join(problems[:4])); sys.exit(1)
+print(said)
 EOF
 fi
 finish

@@ -25,7 +25,8 @@
 #   moe        the same with the tiny preset made MoE (4 experts, top 2), 30 steps: fp32, bf16,
 #              and delayed hybrid in bf16 within the same derived bound of the bf16 MoE run (the
 #              experts' fc1 and fc2 in FP8 besides qkv and proj).
-#   moe-log    --log-fp8-scaling with MoE experts: their kinds logged, no bit changed (below).
+#   moe-log    --log-fp8-scaling with MoE experts: their kinds logged, no bit changed, and the
+#              TensorBoard scalars equal to the records (below).
 #   refused    --fp8-format with --fp16 and with a shared expert: one line, exit 2, no step run.
 source "$(dirname "$0")/lib.sh"  # trainer, filter, work, run, finish
 
@@ -116,17 +117,40 @@ fi
 # the plan); each token reaches k = 2 experts, so the experts' fc1 input and fc2 output
 # gradient hold k x the values of qkv's input and proj's output gradient (dropless routing).
 if wanted moe-log; then
+  python=${PARALAB_HF_PYTHON:-python3}
+  [ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
   moe_log=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
            --train-iters 3 --num-experts 4 --moe-router-topk 2 --bf16 --fp8-format hybrid)
   for recipe in delayed tensorwise; do
     run "moe-$recipe-nolog" 1 "${moe_log[@]}" --fp8-recipe $recipe
     RTOL=0 check "moe-log-$recipe" "moe-$recipe-nolog" 1 "${moe_log[@]}" --fp8-recipe $recipe \
-      --log-fp8-scaling
-    verdict "moe-log-$recipe kinds" "moe-log-$recipe" <<'EOF'
-import json, sys
-work, name = sys.argv[1], sys.argv[3]
-step = [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"][-1]
+      --log-fp8-scaling --tensorboard-dir "$work/moe-log-$recipe-tb"
+    verdict "moe-log-$recipe kinds" "moe-log-$recipe" "$python" <<'EOF'
+import json, struct, subprocess, sys
+work, name, python = sys.argv[1], sys.argv[3], sys.argv[4]
+steps = [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r.get("type") == "step"]
+step = steps[-1]
 log, problems = step["fp8_scaling"], []
+# the event files' fp8-KIND-ROLE-{amax,scale,saturated,flushed} (the last two as fractions of
+# the elements) are every step's record (tests/mpi/tensorboard_scalars.py: TensorBoard's reader)
+tb = subprocess.run([python, "tests/mpi/tensorboard_scalars.py", f"{work}/{name}-tb"],
+                    capture_output=True, text=True)
+tb_said = f"; skip TensorBoard's reader: no tensorboard package in {python}"
+if "No module named 'tensorboard'" not in tb.stderr:
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+    scalars = json.loads(tb.stdout) if tb.returncode == 0 else {}
+    compared = 0
+    for r in steps:
+        for k, roles in r["fp8_scaling"].items():
+            for role, t in roles.items():
+                n = max(t["elements"], 1)
+                for field, want in (("amax", t["amax"]), ("scale", t["scale"]),
+                                    ("saturated", t["saturated"] / n), ("flushed", t["flushed"] / n)):
+                    got = scalars.get(f"fp8-{k}-{role}-{field}", {}).get(str(r["step"]))
+                    compared += 1
+                    if got != f32(want):
+                        problems.append(f"TensorBoard fp8-{k}-{role}-{field} step {r['step']}: {got} != {want}")
+    tb_said = f"; TensorBoard's {compared} fp8-* scalars == the records"
 if sorted(log) != ["experts.fc1", "experts.fc2", "proj", "qkv"]:
     problems.append(f"kinds {sorted(log)}")
 else:
@@ -143,7 +167,7 @@ else:
 if problems:
     print("; ".join(problems)); sys.exit(1)
 print(", ".join(f"{k}: " + " ".join(f"{r} {t['elements']}" for r, t in log[k].items())
-                for k in ("experts.fc1", "experts.fc2")))
+                for k in ("experts.fc1", "experts.fc2")) + tb_said)
 EOF
   done
 fi

@@ -6,8 +6,10 @@
 # trainer). Part 2 trains the tiny GPT 20 steps in fp32, fp16 unscaled, fp16 at a static 1024
 # and fp16 with Megatron's dynamic scaler, and checks the underflow fractions, the losses and
 # the dynamic scaler's skipped steps against 1 + (32 - k). Part 3 plans Llama-70B (tp 8, pp 4,
-# dp 2) at ZeRO 0-3 in bf16, with bf16 Adam moments and in FP8, and checks the bytes of model
-# state per parameter, FP8's ledger rows and its amax all-reduces against their formulas. Part 4
+# dp 2) at ZeRO 0-3 in fp32, bf16, with bf16 Adam moments and in FP8 (delayed, tensorwise,
+# blockwise), and checks the bytes of model state per parameter, FP8's ledger rows and its amax
+# all-reduces against their formulas. Part 3b holds the README's table of each precision at
+# ZeRO-1 (model state, activations, peak, fit) to the plans, and its prose's claims. Part 4
 # trains 4 steps without warm-up in FP8 (delayed, tensorwise) with --log-fp8-scaling, holds
 # every delayed scale to (max / the previous step's amax) / 2^0 and every tensorwise scale to
 # max / its amax, finds the step where proj's dY amax jumps most, and checks that delayed
@@ -17,7 +19,7 @@
 # here), each number within the spread that OpenBLAS's choice of kernel for the CPU gives (near,
 # below).
 # Part 6 (qwen3_fp8.py) does for Qwen3-30B-A3B (ep 8) what part 3 does for the 70B, the MoE
-# experts in FP8 too.
+# experts in FP8 too, and what part 3b does with section 6's table of each precision.
 # Prints "N passed, M failed" last; exits non-zero on a failure.
 source "$(dirname "$0")/../lib.sh"  # trainer, root, work, give_up
 export OPENBLAS_NUM_THREADS=1
@@ -35,32 +37,42 @@ train() {  # NAME FLAGS...: --metrics-jsonl into $work/NAME.jsonl, the exit stat
 trained() {  # NAME...: each run exited 0, else the first that did not ends the script
   for name in "$@"; do [ "$(cat "$work/$name.rc")" = 0 ] || fail_run "$name (see $name.log)"; done
 }
-llama70=(--config configs/models/llama-70b.toml --plan --json --world-size 64 --tp 8 --pp 4 --bf16
-         --hardware h100-sxm --global-batch-size 64)
+llama70=(--config configs/models/llama-70b.toml --plan --json --world-size 64 --tp 8 --pp 4
+         --hardware h100-sxm --global-batch-size 64)  # bf16: the preset's
 bf16_moments=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+tensorwise=(--fp8-format hybrid --fp8-recipe tensorwise)
+blockwise=(--fp8-format e4m3 --fp8-recipe blockwise)
+plan_to() {  # NAME FLAGS...: the plan into $work/NAME.json; a refusal ends the script
+  local name=$1; shift
+  "$trainer" "$@" > "$work/$name.json" 2> "$work/$name.err" || fail_run "$@"
+}
 for z in 0 1 2 3; do
-  "$trainer" "${llama70[@]}" --zero-stage $z > "$work/z${z}_bf16.json" 2>&1 || fail_run "${llama70[@]}" --zero-stage $z
-  "$trainer" "${llama70[@]}" --zero-stage $z --fp8-format hybrid > "$work/z${z}_fp8.json" 2>&1 ||
-    fail_run "${llama70[@]}" --zero-stage $z --fp8-format hybrid
+  plan_to z${z}_bf16 "${llama70[@]}" --zero-stage $z
+  plan_to z${z}_fp32 "${llama70[@]}" --zero-stage $z --bf16=false  # the preset's bf16 off
+  plan_to z${z}_fp8 "${llama70[@]}" --zero-stage $z --fp8-format hybrid
+  plan_to z${z}_tensorwise "${llama70[@]}" --zero-stage $z "${tensorwise[@]}"
+  plan_to z${z}_blockwise "${llama70[@]}" --zero-stage $z "${blockwise[@]}"
   [ $z = 0 ] && continue
-  [ $z = 1 ] && { "$trainer" "${llama70[@]}" --zero-stage 1 --fp8-format hybrid --fp8-param-gather \
-    > "$work/z1_fp8pg.json" 2>&1 || fail_run "${llama70[@]}" --zero-stage 1 --fp8-param-gather; }
-  blockwise=(--zero-stage 1 --fp8-format e4m3 --fp8-recipe blockwise)
-  [ $z = 1 ] && for pg in "" --fp8-param-gather; do
-    "$trainer" "${llama70[@]}" "${blockwise[@]}" $pg > "$work/z1_blockwise$pg.json" 2>&1 ||
-      fail_run "${llama70[@]}" "${blockwise[@]}" $pg
-  done
-  "$trainer" "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}" > "$work/z${z}_moments.json" 2>&1 ||
-    fail_run "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}"
+  plan_to z${z}_moments "${llama70[@]}" --zero-stage $z "${bf16_moments[@]}"
 done
+plan_to z1_fp16 "${llama70[@]}" --zero-stage 1 --fp16  # over the preset's bf16
+plan_to z1_fp8pg "${llama70[@]}" --zero-stage 1 --fp8-format hybrid --fp8-param-gather
+plan_to z1_blockwise--fp8-param-gather "${llama70[@]}" --zero-stage 1 "${blockwise[@]}" \
+  --fp8-param-gather
 "$trainer" "${llama70[@]}" --zero-stage 0 "${bf16_moments[@]}" > /dev/null 2> "$work/z0_moments.err"
 echo $? > "$work/z0_moments.rc"
-# part 6: Qwen3-30B-A3B, bf16 and FP8 (lessons/11-low-precision/qwen3_fp8.py checks them)
+"$trainer" "${llama70[@]}" --zero-stage 1 --bf16 --fp16 > /dev/null 2> "$work/z1_bf16_fp16.err"
+echo $? > "$work/z1_bf16_fp16.rc"  # both typed: refused
+# part 6: Qwen3-30B-A3B (lessons/11-low-precision/qwen3_fp8.py checks them), each precision
 qwen3=(--config configs/models/qwen3-30b-a3b.toml --plan --json --world-size 64 --ep 8
        --zero-stage 1 --hardware h100-sxm)
-"$trainer" "${qwen3[@]}" > "$work/qwen3_bf16.json" 2>&1 || fail_run "${qwen3[@]}"
-"$trainer" "${qwen3[@]}" --fp8-format hybrid > "$work/qwen3_fp8.json" 2>&1 ||
-  fail_run "${qwen3[@]}" --fp8-format hybrid
+plan_to qwen3_bf16 "${qwen3[@]}"
+plan_to qwen3_fp32 "${qwen3[@]}" --bf16=false
+plan_to qwen3_fp16 "${qwen3[@]}" --fp16
+plan_to qwen3_moments "${qwen3[@]}" "${bf16_moments[@]}"
+plan_to qwen3_fp8 "${qwen3[@]}" --fp8-format hybrid
+plan_to qwen3_tensorwise "${qwen3[@]}" "${tensorwise[@]}"
+plan_to qwen3_blockwise "${qwen3[@]}" "${blockwise[@]}"
 # two runs at a time, one thread each (2 cores)
 train fp32 & train unscaled --fp16 --loss-scale 1 & wait
 train static --fp16 --loss-scale 1024 & train dynamic --fp16 & wait
@@ -130,7 +142,49 @@ check("dynamic: step 16 overflows at 2^19 and halves at once (hysteresis refille
 check("dynamic: 15 of 20 steps skipped", sum(r["skipped"] for r in dyn), 15)
 check("dynamic: step-20 loss 5.25, 15 updates behind fp32", round(last["dynamic"]["loss"], 2), 5.25)
 
-print("part 3: the 70B's ledger in bf16, with bf16 moments, in FP8 (tp 8, pp 4, dp 2)")
+# Parts 3, 3b, 4, 5 and 6 hold the README's tables to the plans and runs: a row is found by its
+# first cell, and each number in it must be the plan's or the run's, printed as the README
+# prints it (no number of a table is typed here).
+readme = open("lessons/11-low-precision/README.md").read()
+def row(first, part):
+    """The cells after the first of the README row whose first cell is `first`, in part N."""
+    text = next((p for p in readme.split("\n## ") if p.startswith(f"{part}.")), "")
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            return cells[1:]
+    return None
+# The README's rows are one machine's runs, and a run's last bits depend on the CPU: OpenBLAS
+# picks its sgemm kernel for the CPU it finds, and kernels sum in different orders. fp32 and bf16
+# absorb that; an FP8 cast amplifies it (a value that crosses a code boundary moves by an eighth
+# of itself in E4M3), and 20 steps carry it on. Measured: the same runs under each of OpenBLAS's
+# x86 kernels (OPENBLAS_CORETYPE = Haswell, SkylakeX, Cooperlake, Zen, Sandybridge, Prescott; the
+# README is SkylakeX's) spread their step-20 losses by 0.0003 in fp32, bf16 and fp16 and by 0.003
+# in FP8 (3.3674 to 3.3703 delayed: +0.00% to +0.09% of bf16); at step 3 of part 4 the amaxes and
+# scales by 4%, delayed's saturated count from 570 to 641, and at step 1 the flushed counts by
+# 0.4% (delayed) and from 0 to 573 (tensorwise, of 786,432). So each cell is held to the run
+# within a tolerance above that spread: wide enough for each of those kernels, and still the
+# README's number, not a range.
+def near(name, cells, want):
+    """The README's cells against the run's values. Each entry of want is a string (the cell,
+    exactly) or (value, tolerance): the cell's number within the tolerance of value, an absolute
+    amount or, written "6%", relative; for a cell "n of total", value is (n, total), total exact."""
+    def holds(cell, entry):
+        if isinstance(entry, str):
+            return cell == entry
+        value, tolerance = entry
+        number, _, total = cell.replace(",", "").rstrip("%").partition(" of ")
+        if isinstance(value, tuple):
+            value, want_total = value
+            if total != str(want_total):
+                return False
+        bound = (float(tolerance[:-1]) / 100 * abs(value) if isinstance(tolerance, str)
+                 else tolerance)
+        return abs(float(number) - value) <= bound
+    good = cells is not None and len(cells) == len(want) and all(map(holds, cells, want))
+    return record(name, good, f"{cells}" + ("" if good else f" (want {want})"))
+
+print("part 3: the 70B's ledger in fp32, bf16, with bf16 moments, in FP8 (tp 8, pp 4, dp 2)")
 def plan(name):
     return json.load(open(f"{work}/{name}.json"))
 def per_param(p):
@@ -138,11 +192,24 @@ def per_param(p):
     r = m["resident"]
     return sum(r[k] for k in ("params", "grads", "master_params", "optimizer_states")) / m["param_count"]
 N = 2
-for z, k, name in [(z, k, name) for z in range(4) for k, name in ((12, "bf16"), (8, "moments"), (12, "fp8"))]:
-    if z == 0 and name == "moments":
-        continue
-    want = [2 + 2 + k, 2 + 2 + k / N, 2 + (2 + k) / N, (2 + 2 + k) / N][z]
-    check(f"ZeRO-{z} {name}: bytes of model state per parameter", per_param(plan(f"z{z}_{name}")), want)
+recipes = ("fp8", "tensorwise", "blockwise")  # FP8 delayed (hybrid), tensorwise, blockwise
+for z in range(4):
+    for k, name in ((12, "bf16"), (8, "moments")) + tuple((12, r) for r in recipes):
+        if z == 0 and name == "moments":
+            continue
+        want = [2 + 2 + k, 2 + 2 + k / N, 2 + (2 + k) / N, (2 + 2 + k) / N][z]
+        check(f"ZeRO-{z} {name}: bytes of model state per parameter",
+              per_param(plan(f"z{z}_{name}")), want)
+    # fp32: 4-byte weights and gradients, no separate master, the two fp32 moments (8)
+    check(f"ZeRO-{z} fp32: bytes of model state per parameter, 4 + 4 + 8 sharded alike",
+          per_param(plan(f"z{z}_fp32")), [4 + 4 + 8, 4 + 4 + 8 / N, 4 + 12 / N, 16 / N][z])
+bpp = lambda p: f"{per_param(p):.2f}".rstrip("0").rstrip(".")  # as the README prints it
+formulas = ["2 + 2 + k", "2 + 2 + k/N", "2 + (2 + k)/N", "(2 + 2 + k)/N"]
+for z in range(4):
+    cells = [bpp(plan(f"z{z}_{n}")) if z or n != "moments" else "refused"  # refused: below
+             for n in ("bf16", "moments") + recipes]
+    near(f"README's ZeRO-{z} row: bf16, bf16 moments, FP8 delayed, tensorwise, blockwise",
+         row(str(z), 3), [formulas[z]] + cells)
 check("bf16 moments at ZeRO 0: refused, exit 2",
       (open(f"{work}/z0_moments.rc").read().strip(), "needs the distributed optimizer" in open(f"{work}/z0_moments.err").read()),
       ("2", True))
@@ -191,46 +258,77 @@ print("      projected (H100 SXM, not asserted): linears' GEMMs %.2f s -> %.2f s
       " step %.2f s -> %.2f s (%+.1f%%)" % (x["gemm_s"], x["gemm_fp8_s"], x["cast_s"], x["step_s"],
       x["step_fp8_s"], 100 * (x["step_fp8_s"] / x["step_s"] - 1)))
 
-# Parts 4 and 5 hold the README's tables to the runs: a row is found by its first cell, and
-# each number in it must be the run's, printed as the README prints it (no number is typed here).
-readme = open("lessons/11-low-precision/README.md").read()
-def row(first, part):
-    """The cells after the first of the README row whose first cell is `first`, in part N."""
+print("part 3b: the 70B at ZeRO-1 in each precision (fp32, bf16, fp16, bf16 moments, FP8 x 3)")
+PRECISIONS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "bf16, bf16 moments": "moments",
+              "FP8 delayed (hybrid)": "fp8", "FP8 tensorwise (hybrid)": "tensorwise",
+              "FP8 blockwise (e4m3)": "blockwise"}  # the README's row -> the plan's file
+def table_rows(part, header):
+    """The first cells of the rows of part N's table whose header's first cell is `header`."""
     text = next((p for p in readme.split("\n## ") if p.startswith(f"{part}.")), "")
+    firsts, inside = [], False
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0] == first:
-            return cells[1:]
-    return None
-# The README's rows are one machine's runs, and a run's last bits depend on the CPU: OpenBLAS
-# picks its sgemm kernel for the CPU it finds, and kernels sum in different orders. fp32 and bf16
-# absorb that; an FP8 cast amplifies it (a value that crosses a code boundary moves by an eighth
-# of itself in E4M3), and 20 steps carry it on. Measured: the same runs under each of OpenBLAS's
-# x86 kernels (OPENBLAS_CORETYPE = Haswell, SkylakeX, Cooperlake, Zen, Sandybridge, Prescott; the
-# README is SkylakeX's) spread their step-20 losses by 0.0003 in fp32, bf16 and fp16 and by 0.003
-# in FP8 (3.3674 to 3.3703 delayed: +0.00% to +0.09% of bf16); at step 3 of part 4 the amaxes and
-# scales by 4%, delayed's saturated count from 570 to 641, and at step 1 the flushed counts by
-# 0.4% (delayed) and from 0 to 573 (tensorwise, of 786,432). So each cell is held to the run
-# within a tolerance above that spread: wide enough for each of those kernels, and still the
-# README's number, not a range.
-def near(name, cells, want):
-    """The README's cells against the run's values. Each entry of want is a string (the cell,
-    exactly) or (value, tolerance): the cell's number within the tolerance of value, an absolute
-    amount or, written "6%", relative; for a cell "n of total", value is (n, total), total exact."""
-    def holds(cell, entry):
-        if isinstance(entry, str):
-            return cell == entry
-        value, tolerance = entry
-        number, _, total = cell.replace(",", "").rstrip("%").partition(" of ")
-        if isinstance(value, tuple):
-            value, want_total = value
-            if total != str(want_total):
-                return False
-        bound = (float(tolerance[:-1]) / 100 * abs(value) if isinstance(tolerance, str)
-                 else tolerance)
-        return abs(float(number) - value) <= bound
-    good = cells is not None and len(cells) == len(want) and all(map(holds, cells, want))
-    return record(name, good, f"{cells}" + ("" if good else f" (want {want})"))
+        first = line.strip().strip("|").split("|")[0].strip() if line.startswith("|") else None
+        if first is None:
+            inside = False
+        elif inside and not first.startswith("---"):
+            firsts.append(first)
+        elif first == header:
+            inside = True
+    return firsts
+def precision_table(part, prefix, model):
+    """The README's table of part N against the plans PREFIX{name}, and what its prose derives
+    from every row: fp16 plans as bf16, fp32 stores each saved activation in 4 bytes, FP8 moves
+    neither model state nor activations. Returns the plans and the names of the activations
+    bf16 holds in 4 bytes (the norm statistics apart)."""
+    gib = lambda b: f"{b / 2 ** 30:.2f}"
+    check(f"README's {model} table: its rows, in order", table_rows(part, "precision"),
+          list(PRECISIONS))
+    pl = {n: plan(prefix + n) for n in PRECISIONS.values()}
+    for label, name in PRECISIONS.items():
+        p = pl[name]
+        near(f"README's {model} {label} row: bytes/param, activations, peak, fits",
+             row(label, part), [bpp(p), gib(p["memory"][0]["activations"]),
+                                gib(p["fit"]["peak_bytes"]), "yes" if p["fit"]["fits"] else "no"])
+    m = {n: p["memory"][0] for n, p in pl.items()}
+    check(f"{model}: the capacity is the H100's 80 GiB", pl["bf16"]["fit"]["capacity_bytes"],
+          80 * 2 ** 30)
+    check(f"{model} fp16: the plan's memory and fit are bf16's, to the byte",
+          (m["fp16"] == m["bf16"], pl["fp16"]["fit"] == pl["bf16"]["fit"]), (True, True))
+    saved = lambda p: [e for v in p["activations"].values() if isinstance(v, list) for e in v]
+    shape = lambda p: [(e["name"], e["elements"]) for e in saved(p)]
+    check(f"{model} fp32: bf16's saved tensors (names, elements), every one 4 bytes",
+          (shape(pl["fp32"]) == shape(pl["bf16"]),
+           {e["bytes_per_element"] for e in saved(pl["fp32"])}),
+          (True, {4}))
+    for r in recipes:
+        check(f"{model} FP8 {r}: bf16's model state and activations; the peak moves by "
+              "fp8_operands + fp8_state",
+              (m[r]["resident"] == m["bf16"]["resident"], m[r]["activations"],
+               pl[r]["fit"]["peak_bytes"] - pl["bf16"]["fit"]["peak_bytes"]),
+              (True, m["bf16"]["activations"], m[r]["fp8_operands"] + m[r]["fp8_state"]))
+    four = sorted({e["name"] for e in saved(pl["bf16"])
+                   if e["bytes_per_element"] == 4 and not e["norm_statistic"]})
+    return pl, four
+pl, four = precision_table("3b", "z1_", "70B")
+check("70B: fp32 in bf16 too, the norm statistics and attention's log-sum-exp only", four,
+      ["attn.lse"])
+check("--bf16 and --fp16 both typed: refused, exit 2",
+      (open(f"{work}/z1_bf16_fp16.rc").read().strip(),
+       "--bf16 and --fp16 are exclusive: give one" in open(f"{work}/z1_bf16_fp16.err").read()),
+      ("2", True))
+fp32 = [plan(f"z{z}_fp32")["fit"] for z in range(4)]
+check("fp32: misses the 80 GiB by 1.48 GiB at ZeRO-1; ZeRO-2 77.84 GiB and ZeRO-3 74.59 fit",
+      (f"{(fp32[1]['peak_bytes'] - fp32[1]['capacity_bytes']) / 2 ** 30:.2f}",
+       [(f"{x['peak_bytes'] / 2 ** 30:.2f}", x["fits"]) for x in fp32[2:]]),
+      ("1.48", [("77.84", True), ("74.59", True)]))
+moved = [pl[r]["fit"]["peak_bytes"] - pl["bf16"]["fit"]["peak_bytes"] for r in recipes]
+check("FP8 moves the peak by 0.09 GiB: 92,276,616 B delayed, 92,274,704 tensorwise, 94,371,840 "
+      "blockwise", (moved, {f"{x / 2 ** 30:.2f}" for x in moved}),
+      ([A + B + 8 + history, A + B + 8 + 8, 94371840], {"0.09"}))
+bwm = pl["blockwise"]["memory"][0]
+check("blockwise: no fp8_state; its factors, one per 1 x 128 tile of both operands, 2 MiB",
+      (bwm["fp8_state"], bwm["fp8_operands"] - (A + B), 2 * Nt * h // 128 * 4),
+      (0, 2 ** 21, 2 ** 21))
 
 print("part 4: why delayed scaling lags (tiny GPT, no warm-up, FP8 hybrid, --log-fp8-scaling)")
 f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
@@ -307,5 +405,14 @@ for label, name in runs.items():
 sys.path.insert(0, "lessons/11-low-precision")  # part 6, its own file: Qwen3-30B-A3B in FP8
 import qwen3_fp8  # noqa: E402
 qwen3_fp8.run(work)
+pl, four = precision_table("6", "qwen3_", "Qwen3")
+check("Qwen3: fp32 in bf16 too, besides the norm statistics and attention's log-sum-exp, the "
+      "router's logits and gates (fp32) and its routing indices (int32)",
+      four, sorted(["attn.lse", "moe.logits", "moe.gates", "moe.expert_gates", "moe.experts",
+                    "moe.aux_counts", "moe.row_pair", "moe.slots", "moe.source_pair",
+                    "moe.local_slots"]))
+act = {n: pl[n]["memory"][0]["activations"] for n in ("fp32", "bf16")}
+check("Qwen3: fp32's activations a little less than twice bf16's (1.98 to 2)",
+      1.98 < act["fp32"] / act["bf16"] < 2, True)
 finish()
 PY

@@ -1,6 +1,8 @@
 """lessons/11-low-precision/qwen3_fp8.py: part 6 of check.sh, Qwen3-30B-A3B's plan in bf16 and in
 FP8 (delayed hybrid; the experts' GEMMs in FP8 too), each number of the README's section 6
-against its formula. Imported by check.sh's python part (its `check` tallies)."""
+against its formula, and the model state of fp32 and of bf16 moments (check.sh holds the
+section's table of each precision to the plans). Imported by check.sh's python part (its
+`check` tallies)."""
 import json
 
 from checks import check
@@ -26,6 +28,14 @@ def run(work):
     state = 4 * (1 + 1) * 3 * 2 * El * L                   # delayed, history 1: per expert linear
     check("bf16: bytes of model state per parameter, (4 Psi + 12 Psi_d/64 + 12 Psi_e/8) / Psi",
           mb["resident"]["total"] / psi, bf16 / psi)
+    resident = lambda name: json.load(open(f"{work}/qwen3_{name}.json"))["memory"][0]["resident"]
+    per_param = lambda name: resident(name)["total"] / psi
+    check("fp32 (no master): (8 Psi + 8 Psi_d/64 + 8 Psi_e/8) / Psi = 8.74",
+          (per_param("fp32"), round((8 * psi + 8 * psi_d / dp + 8 * psi_e / edp) / psi, 2)),
+          ((8 * psi + 8 * psi_d / dp + 8 * psi_e / edp) / psi, 8.74))
+    check("bf16 moments: (4 Psi + 8 Psi_d/64 + 8 Psi_e/8) / Psi = 4.74",
+          (per_param("moments"), round((4 * psi + 8 * psi_d / dp + 8 * psi_e / edp) / psi, 2)),
+          ((4 * psi + 8 * psi_d / dp + 8 * psi_e / edp) / psi, 4.74))
     check("FP8: the same model state; the experts' delayed state, 4 (len + 1) 3 x 2 x 16 x 48 = "
           "36,864 B, is fp8_state", (mf["resident"]["total"] - mb["resident"]["total"], state),
           (0, 36864))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/scripts/loss_scaler.py: megatron-core's DynamicGradScaler on scripted sequences of
 overflows and clean steps, the reference tests/data/loss_scaler_megatron.txt holds (and
-tests/test_fp16.cpp's LossScaler tests hold paralab's model/loss_scaler.cpp to).
+tests/test_loss_scaler.cpp's LossScaler tests hold paralab's model/loss_scaler.cpp to).
 
   python tests/scripts/loss_scaler.py            prints the trajectories
   python tests/scripts/loss_scaler.py --check F  exits 1 unless F is exactly what it prints

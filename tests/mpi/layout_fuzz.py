@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from compare_runs import ledger_problems, read_tensor_file, records, worst_tensor  # noqa: E402
 STEPS = 4
-COMMON = (f"--adam-eps 1e-4 --train-iters {STEPS} --global-batch-size 8 --lr 1e-2 --min-lr 1e-3 "
+COMMON = (f"--adam-eps 1e-4 --train-iters {STEPS} --lr 1e-2 --min-lr 1e-3 "
           "--lr-warmup-iters 2 --log-interval 100 --report-interval 0 --peak-tflops 1").split()
 MOE = ("--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 "
        "--moe-z-loss-coeff 1e-3").split()
@@ -93,7 +93,8 @@ def draw_model(rng, arch, tp, sp, cp, moe, layers):
 
 def draw_parallel(rng, tp, pp, cp, dp, moe):
     """The layout's own flags, and its ZeRO stage: tp (+ sp), pp and a schedule (uneven
-    stages for the plain ones), cp and its comm type, dp with ZeRO and the overlaps, ep, recompute.
+    stages for the plain ones), cp and its comm type, dp with ZeRO and the overlaps, ep (2 or 4;
+    etp 1 under tp: whole experts), recompute (selective with some of its modules).
     None where the draw cannot be laid out."""
     layout = []
     if tp > 1:
@@ -102,8 +103,6 @@ def draw_parallel(rng, tp, pp, cp, dp, moe):
         schedule = rng.choice(["1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"])
         layout += ["--pp", str(pp), "--pipeline-schedule", schedule]
         if schedule == "interleaved":
-            if pp != 2:
-                return None, 0
             layout += ["--vpp", "2"]
         elif pp == 2 and schedule in ("1f1b", "gpipe", "zb-h1") and rng.random() < 0.25:
             layout += ["--decoder-first-pipeline-num-layers", "1"]
@@ -118,12 +117,17 @@ def draw_parallel(rng, tp, pp, cp, dp, moe):
             if zero >= 1 and rng.random() < 0.5:
                 layout += ["--overlap-param-gather"]
     if moe and dp > 1 and rng.random() < 0.5:
-        layout += ["--ep", "2"]
+        layout += ["--ep", rng.choice(["2", "2", "4"])]
         if rng.random() < 0.5:
             layout += ["--moe-token-dispatcher-type", "alltoall"]
+    if moe and tp > 1 and rng.random() < 0.4:
+        layout += ["--expert-tensor-parallel-size", "1"]  # whole experts folded over tp
     recompute = rng.choices(["none", "selective", "full"], [0.5, 0.25, 0.25])[0]
     if recompute == "selective":
         layout += ["--recompute-granularity", "selective"]
+        if rng.random() < 0.5:
+            modules = [m for m in ("core_attn", "mlp", "norm") if rng.random() < 0.5]
+            layout += ["--recompute-modules"] + (modules or ["mlp"])
     elif recompute == "full":
         layout += ["--recompute-granularity", "full", "--recompute-method",
                    rng.choice(["uniform", "block"]), "--recompute-num-layers", "1"]
@@ -137,10 +141,11 @@ def draw(rng):
     while True:
         arch = rng.choice(["gpt", "llama"])
         tp, pp = rng.choice([1, 1, 2, 2, 4]), rng.choice([1, 1, 2, 2, 4])
-        cp, dp = rng.choice([1, 1, 1, 2]), rng.choice([1, 2, 2, 4])
+        cp, dp = rng.choice([1, 1, 1, 2, 2, 4]), rng.choice([1, 2, 2, 4])
         if tp * pp * cp * dp > 8 or tp * pp * cp * dp == 1:
             continue
-        mbs = rng.choice([m for m in (1, 2, 4) if 8 % (dp * m) == 0])
+        gbs = rng.choice([8, 8, 16])
+        mbs = rng.choice([m for m in (1, 2, 4) if gbs % (dp * m) == 0])
         moe = rng.random() < 0.3
         precision = rng.choices(["fp32", "bf16", "fp16", "fp8"], [0.5, 0.2, 0.1, 0.2])[0]
         if precision == "fp8" and tp > 1 and cp > 1:
@@ -149,10 +154,11 @@ def draw(rng):
         if layout is None:
             continue
         sp = "--sequence-parallel" in layout
-        # 4 layers (pp 4, or pp 2 in two chunks); 8 for the V schedules' two chunks on pp 4
-        v_shape = any(s in layout for s in ("zb-v", "dualpipev"))
-        layers = 8 if v_shape and pp == 4 else 4
-        shared = draw_model(rng, arch, tp, sp, cp, moe, layers) + ["--micro-batch-size", str(mbs)]
+        # 4 layers (pp 4, or pp 2 in two chunks); 8 for two chunks a stage on pp 4
+        two_chunks = any(s in layout for s in ("zb-v", "dualpipev", "interleaved"))
+        layers = 8 if two_chunks and pp == 4 else 4
+        shared = draw_model(rng, arch, tp, sp, cp, moe, layers) + [
+            "--micro-batch-size", str(mbs), "--global-batch-size", str(gbs)]
         pair, reference = None, []  # the reference's flags beyond `shared`
         # fp32: the tensors at 5e-5, not 1e-5: a bias that starts at 0 takes Adam's first
         # step, lr g / (|g| + eps), from gradients below eps in places, where their last bits'
@@ -165,10 +171,11 @@ def draw(rng):
             shared += ["--fp16", "--initial-loss-scale", "4096"]
         if precision == "fp8":
             recipe = rng.choice(["delayed", "tensorwise", "blockwise"])
-            if recipe != "delayed" and tp > 1:
+            if (recipe != "delayed" and tp > 1) or (recipe == "blockwise" and cp > 1):
                 # tensorwise at tp 2 is held at one step (equivalence.sh); blockwise's 1 x 128
                 # tiles and 128 x 128 blocks cut across the tp pieces of these 32-wide layers,
-                # so its scales are not the single rank's (docs/fp8.md)
+                # and under cp its weight gradient's tiles run along the tokens cp splits, so
+                # its scales are not the single rank's (docs/fp8.md)
                 recipe = "delayed"
             fmt = "e4m3" if recipe == "blockwise" else rng.choice(["e4m3", "hybrid"])
             shared += ["--fp8-format", fmt, "--fp8-recipe", recipe]

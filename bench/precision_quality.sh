@@ -16,7 +16,8 @@
 #   hybrid (Megatron's default recipe), delayed e4m3, tensorwise hybrid, blockwise hybrid.
 # Columns: the mean loss of the last 10 steps, relative to bf16's; the worst relative
 # difference of any step's loss to bf16's at the same step; steps skipped (fp16 overflows);
-# the loss scale at the end (fp16) and where it settled. A loss difference on a model this
+# the loss scale at the end (fp16) and where it settled; then a moving scale's trajectory, each
+# scale with the steps that used it and the skips among them. A loss difference on a model this
 # small and this short says how far each precision perturbs training, not how a 100B model
 # would fare: DeepSeek-V3's "relative loss error below 0.25%" for FP8 against BF16 is measured
 # at 16B and 230B parameters over 1T tokens (arXiv:2412.19437, section 3.3), not a target here.
@@ -73,4 +74,18 @@ for name, s in runs:
         scale = f"2^{math.log2(scales[0]):.0f} -> 2^{math.log2(scales[-1]):.0f}" + (
             f" (first update at 2^{math.log2(first_clean):.0f})" if first_clean else "")
     print(f"{name:<24} {tail(s):>12.4f} {tail(s) / tail(base) - 1:>+9.2%} {worst:>19.2%} {skipped:>8}  {scale}")
+# a moving scale's whole trajectory: each scale used and the steps that used it, skips marked
+for name, s in runs:
+    used = [(r["step"], r["loss_scale"], r.get("skipped")) for r in s if "loss_scale" in r]
+    if len({x for _, x, _ in used}) < 2:
+        continue
+    spans = []
+    for step, x, skipped in used:
+        if not spans or spans[-1][2] != x:
+            spans.append([step, step, x, 0])
+        spans[-1][1] = step
+        spans[-1][3] += bool(skipped)
+    print(f"{name} scale: " + ", ".join(
+        f"2^{math.log2(x):.0f} at {a}" + (f"-{b}" if b > a else "") + (f" ({k} skipped)" if k else "")
+        for a, b, x, k in spans))
 EOF

@@ -158,6 +158,19 @@ void run_case(const Case& c) {
   std::vector<float> params(psi);
   for (int64_t e = 0; e < psi; ++e) params[e] = initial_param(e);
   d.load_params(params);
+  // before_grad_reduce (the model's tp sum): once per unit each time its bucket is handed to
+  // the dp reduction, every microbatch at ZeRO 2-3, once a step at 0-1, on exactly the rank's
+  // own gradients of the unit since the last hand-over (fp32: the same float sums)
+  std::vector<float> mine(psi, 0.0f);
+  std::vector<int> handed(units.size() - 1, 0);
+  int64_t not_mine = 0;
+  d.before_grad_reduce([&](int u, void* g) {
+    ++handed[u];
+    for (int64_t e = 0; e < units[u + 1] - units[u]; ++e) {
+      not_mine += !c.bf16 && load(g, e, false) != mine[units[u] + e];
+      mine[units[u] + e] = 0.0f;
+    }
+  });
 
   const int steps = 2;
   for (int step = 0; step < steps; ++step) {
@@ -186,6 +199,7 @@ void run_case(const Case& c) {
             void* g = d.grads(u);
             for (int64_t e = 0; e < n; ++e) {
               store(g, e, load(g, e, c.bf16) + grad_value(rank, step, mb, (int)i, lo + e), c.bf16);
+              mine[lo + e] += grad_value(rank, step, mb, (int)i, lo + e);
               for (int r = 0; r < dp; ++r) sum[lo + e] += grad_value(r, step, mb, (int)i, lo + e);
             }
             break;
@@ -196,6 +210,10 @@ void run_case(const Case& c) {
     }
     d.finish_gradients();
     EXPECT_EQ(stale, 0) << "acquired parameters differ, first at flat element " << first_stale;
+    EXPECT_EQ(handed, std::vector<int>(handed.size(), c.stage >= 2 ? c.microbatches : 1));
+    EXPECT_EQ(not_mine, 0) << "before_grad_reduce saw other gradients than the rank's own";
+    EXPECT_EQ(mine, std::vector<float>(psi, 0.0f)) << "gradients never handed over";
+    handed.assign(handed.size(), 0);
     const double ss = d.grad_sum_squares();
 
     // SGD on the owned segments; mark the optimizer state each one uses.

@@ -69,6 +69,14 @@ check "gpt-pp2-gpipe-unfused" "$(ref gpt 8 2)" 2 $gpt $common --pp 2 --pipeline-
   --micro-batch-size 2 --bf16
 RTOL=2e-2 check "gpt-pp2-interleaved-bf16" "gpt-ref-bf16" 2 $gpt $common --pp 2 --vpp 2 \
   --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 2 --bf16
+# --fp16 (from 2^12, fp16's bound 5e-3: equivalence.sh): 1f1b, and zb-h1's split backward
+fp16="--fp16 --initial-loss-scale 4096"
+[ -f "$work/gpt-ref-fp16.bin" ] || run "gpt-ref-fp16" 1 $gpt $common --global-batch-size 8 \
+  --micro-batch-size 2 $fp16
+for schedule in 1f1b zb-h1; do
+  RTOL=5e-3 check "gpt-pp2-$schedule-fp16" "gpt-ref-fp16" 2 $gpt $common --pp 2 \
+    --pipeline-schedule $schedule --global-batch-size 8 --micro-batch-size 2 $fp16
+done
 # selective recompute under a pipeline: bit-identical to the run without, as on one rank
 check "gpt-pp2-interleaved-selective" "$(ref gpt 8 2)" 2 $gpt $common --pp 2 --vpp 2 \
   --pipeline-schedule interleaved --global-batch-size 8 --micro-batch-size 2 \

@@ -1,7 +1,6 @@
 // tests/test_file_io.cpp: CRC32C (checkpoint/file_io.h) gives the standard check value, chains
 // across pieces, and reads a file to the same value as its bytes; an AtomicFile makes its
 // file only on commit, and one dropped without commit leaves the old file and no temporary.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,39 +9,14 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <vector>
 #include "checkpoint/file_io.h"
+#include "tests/test_temp_folder.h"  // TempFolder
 
 namespace paralab {
 namespace {
-
-// A fresh folder under /tmp, removed (with the files the test made) at the end.
-class TempFolder {
- public:
-  TempFolder() {
-    char name[] = "/tmp/paralab_file_io_XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~TempFolder() {
-    for (const std::string& f : files()) std::remove((path_ + "/" + f).c_str());
-    rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    DIR* d = opendir(path_.c_str());
-    while (const dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(d);
-    return names;
-  }
-
- private:
-  std::string path_;
-};
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -101,7 +75,7 @@ TEST(AtomicFile, CommitMakesTheFile) {
     f.commit();
   }
   EXPECT_EQ(slurp(path), "hello, world");
-  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});
+  EXPECT_EQ(dir.files(), std::set<std::string>{"out.bin"});
 }
 
 TEST(AtomicFile, WithoutCommitLeavesTheOldFile) {
@@ -115,7 +89,7 @@ TEST(AtomicFile, WithoutCommitLeavesTheOldFile) {
   } catch (const std::runtime_error&) {
   }
   EXPECT_EQ(slurp(path), "old");
-  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"}) << "a temporary file was left";
+  EXPECT_EQ(dir.files(), std::set<std::string>{"out.bin"}) << "a temporary file was left";
 }
 
 TEST(AtomicFile, ReplacesAnExistingFileAndALeftoverTemporary) {
@@ -128,7 +102,7 @@ TEST(AtomicFile, ReplacesAnExistingFileAndALeftoverTemporary) {
   f.write("new");
   f.commit();
   EXPECT_EQ(slurp(path), "new");
-  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});
+  EXPECT_EQ(dir.files(), std::set<std::string>{"out.bin"});
 }
 
 TEST(AtomicFile, ErrorsNameThePath) {

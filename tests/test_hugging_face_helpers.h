@@ -1,10 +1,8 @@
 // tests/test_hugging_face_helpers.h: the Hugging Face tests' fixtures (test_hugging_face.cpp,
-// test_hugging_face_config.cpp): a temporary folder, the five families' tiny models, a model's
-// tensors with every element a different full-mantissa float, and readers.
+// test_hugging_face_config.cpp): the five families' tiny models, a model's
+// tensors with every element a different full-mantissa float, and readers; TempFolder
+// (tests/test_temp_folder.h).
 #pragma once
-#include <dirent.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,35 +15,10 @@
 #include "checkpoint/hugging_face.h"
 #include "kernels/math.h"  // mix64
 #include "model/param_table.h"
+#include "tests/test_temp_folder.h"  // TempFolder
 
 namespace paralab {
 namespace hf_test {
-
-// A fresh folder under /tmp, removed with its files at the end of the test.
-class TempFolder {
- public:
-  TempFolder() {
-    char name[] = "/tmp/paralab_hf_XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~TempFolder() {
-    for (const std::string& f : files()) std::remove((path_ + "/" + f).c_str());
-    rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::set<std::string> files() const {
-    std::set<std::string> names;
-    DIR* d = opendir(path_.c_str());
-    if (!d) return names;
-    while (const dirent* e = readdir(d))
-      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.insert(e->d_name);
-    closedir(d);
-    return names;
-  }
-
- private:
-  std::string path_;
-};
 
 inline ModelConfig gpt() {
   ModelConfig m;

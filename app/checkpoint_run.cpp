@@ -175,16 +175,16 @@ void print_export(const HfExport& e, const std::string& folder) {
               e.payload_bytes / 1e6);
 }
 
-}  // namespace
-
 // The type the export writes: --export-hf-dtype, else the weights' own (16-bit parameters
 // as BF16 or F16, exact; else F32).
-static SafeDType export_type(const Options& o, Precision weights) {
+SafeDType export_type(const Options& o, Precision weights) {
   if (o.export_hf_dtype.empty()) return float_type(weights);
   return o.export_hf_dtype == "bf16"   ? SafeDType::BF16
          : o.export_hf_dtype == "fp16" ? SafeDType::F16
                                        : SafeDType::F32;
 }
+
+}  // namespace
 
 void export_weights(Transformer& model, const Options& o, bool rank0) {
   const std::vector<float> flat = model.gather_full(false);

@@ -60,14 +60,16 @@ void fill_rates(StepMetrics& s, const Plan& plan, const Peak& peak) {
 // per-tensor scales go to cuBLASLt's FP8 GEMM where m, n and k are multiples of 16, block
 // scales (which cuBLASLt has not on Hopper) to the emulated path.
 static std::string fp8_header(const Fp8Config& f, const std::string& device) {
-  std::string s = strprintf(" + FP8 %s %s", f.hybrid ? "hybrid" : "e4m3", fp8_recipe_name(f.recipe));
+  const std::string s =
+      strprintf(" + FP8 %s %s", f.hybrid ? "hybrid" : "e4m3", fp8_recipe_name(f.recipe));
   if (device == "cpu") return s + " (GEMMs: dequantise to fp32, fp32 GEMM)";
   if (device.empty()) return s;
   using kernels::Fp8Blocks;
   if (f.recipe == Fp8Recipe::Blockwise)
-    return s + " (GEMMs: " + kernels::gemm_fp8_path(Fp8Blocks::Tiles, Fp8Blocks::Blocks, 16, 16,
-                                                    16) + ")";
-  return s + " (GEMMs: " + kernels::gemm_fp8_path(Fp8Blocks::Tensor, Fp8Blocks::Tensor, 16, 16, 16) +
+    return s + " (GEMMs: " +
+           kernels::gemm_fp8_path(Fp8Blocks::Tiles, Fp8Blocks::Blocks, 16, 16, 16) + ")";
+  return s + " (GEMMs: " +
+         kernels::gemm_fp8_path(Fp8Blocks::Tensor, Fp8Blocks::Tensor, 16, 16, 16) +
          "; emulated where m, n or k is not a multiple of 16)";
 }
 
@@ -77,7 +79,8 @@ std::string run_header(const Plan& plan, const std::string& device, const Peak* 
   std::string s = strprintf("paralab | %s %dL h%d a%d", m.is_gpt() ? "gpt" : "llama", m.num_layers,
                       m.hidden_size, m.num_attention_heads);
   if (m.groups() != m.num_attention_heads) s += strprintf(" g%d", m.groups());
-  s += strprintf(" s%d V%d | world %d = tp%d%s x cp%d x pp%d x dp%d | zero %d | %s%s%s%s | %s attention",
+  s += strprintf(" s%d V%d | world %d = tp%d%s x cp%d x pp%d x dp%d | zero %d | %s%s%s%s | "
+                 "%s attention",
            m.seq_length, m.vocab_size, p.world_size, p.tensor_parallel,
            plan.sequence_parallel ? "+sp" : "", p.context_parallel, p.pipeline_parallel,
            plan.dp, p.zero_stage, device.c_str(), device.empty() ? "" : " ",

@@ -2,20 +2,20 @@
 # lessons/11-low-precision/check.sh: asserts the numbers of lessons/11-low-precision/README.md.
 #   bash lessons/11-low-precision/check.sh [TRAINER]     (default: the repository's ./trainer)
 # Part 1 reads `--number-formats --json` and holds each format to its layout's closed forms,
-# computed here (and fp16's to Python's struct 'e', an encoder sharing no code with the
-# trainer), and the README's format table and prose to the trainer's. Part 2 trains the tiny GPT
-# 20 steps in fp32, fp16 unscaled, fp16 at a static 1024 and fp16 with Megatron's dynamic
-# scaler, and checks the underflow fractions, the losses and the dynamic scaler's skipped steps
-# against 1 + (32 - k), and the README's underflow table and prose against the runs. Part 3 plans Llama-70B (tp 8, pp 4,
+# computed here (and fp16's to Python's struct 'e', an encoder sharing no code with the trainer),
+# and the README's format table and prose to the trainer's. Part 2 trains the tiny GPT 20 steps in
+# fp32, fp16 unscaled, fp16 at a static 1024 and fp16 with Megatron's dynamic scaler, and checks
+# the underflow fractions, the losses and the dynamic scaler's skipped steps against 1 + (32 - k),
+# and the README's underflow table and prose against the runs. Part 3 plans Llama-70B (tp 8, pp 4,
 # dp 2) at ZeRO 0-3 in fp32, bf16, with bf16 Adam moments and in FP8 (delayed, tensorwise,
 # blockwise), and checks the bytes of model state per parameter, FP8's ledger rows and its amax
-# all-reduces against their formulas. Part 3b holds the README's table of each precision at
-# ZeRO-1 (model state, activations, peak, fit) to the plans, and its prose's claims. Part 4
-# trains 4 steps without warm-up in FP8 (delayed, tensorwise) with --log-fp8-scaling, holds
-# every delayed scale to (max / the previous step's amax) / 2^0 and every tensorwise scale to
-# max / its amax, finds the step where proj's dY amax jumps most, and checks that delayed
-# scaling saturates there and tensorwise nowhere. Part 5 trains 20 steps in bf16 and the three
-# FP8 recipes, draws the 7 runs' loss curves with scripts/plot and checks the PNG renders.
+# all-reduces against their formulas. Part 3b holds the README's table of each precision at ZeRO-1
+# (model state, activations, peak, fit) to the plans, and its prose's claims. Part 4 trains 4
+# steps without warm-up in FP8 (delayed, tensorwise) with --log-fp8-scaling, holds every delayed
+# scale to (max / the previous step's amax) / 2^0 and every tensorwise scale to max / its amax,
+# finds the step where proj's dY amax jumps most, and checks that delayed scaling saturates there
+# and tensorwise nowhere. Part 5 trains 20 steps in bf16 and the three FP8 recipes, draws the 7
+# runs' loss curves with scripts/plot and checks the PNG renders.
 # Parts 2, 4 and 5 read the README's rows and prose and hold them to the runs (no measured
 # number is typed there), each number within the spread that OpenBLAS's choice of kernel for the
 # CPU gives (near, below).

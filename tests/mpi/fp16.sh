@@ -167,8 +167,7 @@ if wanted logs; then
   run logs 1 "${tiny[@]}" --log-interval 1 --train-iters 8 --fp16 --initial-loss-scale 65536 \
     --loss-scale-window 2 --hysteresis 1 --log-fp16-underflow --tensorboard-dir "$work/logs-tb" ||
     echo "fp16 run failed"
-  python=${PARALAB_HF_PYTHON:-python3}
-  [ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+  source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
   verdict logs "$python" <<'EOF'
 import json, math, re, struct, subprocess, sys
 work, python = sys.argv[1], sys.argv[2]

@@ -117,8 +117,7 @@ fi
 # the plan); each token reaches k = 2 experts, so the experts' fc1 input and fc2 output
 # gradient hold k x the values of qkv's input and proj's output gradient (dropless routing).
 if wanted moe-log; then
-  python=${PARALAB_HF_PYTHON:-python3}
-  [ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+  source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
   moe_log=(--config configs/models/tiny.toml --log-interval 100 --report-interval 0
            --train-iters 3 --num-experts 4 --moe-router-topk 2 --bf16 --fp8-format hybrid)
   for recipe in delayed tensorwise; do

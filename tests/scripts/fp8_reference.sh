@@ -5,8 +5,7 @@
 # library). tests/test_fp8.cpp holds kernels/fp8.h to the committed file.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-python=${PARALAB_HF_PYTHON:-python3}
-[ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
 if ! "$python" -c 'import numpy; import torch' 2>/dev/null && ! "$python" -c 'import numpy, ml_dtypes' 2>/dev/null; then
   echo "fp8_reference: neither torch nor ml_dtypes (with numpy) in $python: skipped"
   exit 0

@@ -22,8 +22,7 @@ cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1
-python=${PARALAB_HF_PYTHON:-python3}
-[ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
 logits=build/hf_logits
 passed=0; failed=0; skipped=0
 pass() { passed=$((passed + 1)); echo "ok    $1"; }

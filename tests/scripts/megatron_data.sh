@@ -8,8 +8,7 @@
 set -uo pipefail
 tool=$(realpath "${1:?usage: tests/scripts/megatron_data.sh build/megatron_samples}")
 cd "$(dirname "$0")/../.."
-python=${PARALAB_HF_PYTHON:-python3}
-[ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
 if ! "$python" -c 'import megatron.core.datasets.gpt_dataset' 2>/dev/null; then
   echo "megatron-core does not import in $python (pip install torch megatron-core)"
   [ "${PARALAB_ALLOW_SKIP:-0}" = 1 ] && { echo "0 passed, 0 failed"; exit 0; }

@@ -25,8 +25,7 @@ export OPENBLAS_NUM_THREADS=1
 passed=0; failed=0
 pass() { passed=$((passed + 1)); echo "ok    $1"; }
 flunk() { failed=$((failed + 1)); echo "FAIL  $1"; }
-python=${PARALAB_HF_PYTHON:-python3}
-[ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
 if ! "$python" -c 'import megatron.core.datasets.indexed_dataset' 2>/dev/null; then
   echo "megatron-core does not import in $python"; echo "0 passed, 1 failed"; exit 1
 fi

@@ -173,8 +173,7 @@ else
 fi
 
 # TensorBoard's own reader on the event files.
-python=${PARALAB_HF_PYTHON:-python3}
-[ -x build/hf-venv/bin/python ] && [ -z "${PARALAB_HF_PYTHON:-}" ] && python=build/hf-venv/bin/python
+source "$(dirname "$0")/../test_python.sh"  # python: the test venv's
 if ! "$python" -c 'import tensorboard' 2>/dev/null; then
   echo "skip  TensorBoard's reader: no tensorboard package in $python"
 elif verdict=$("$python" tests/mpi/tensorboard_scalars.py "$TENSORBOARD_LOGS_PATH" > "$work/tb.json" &&
